@@ -1,0 +1,1 @@
+//! Sample games for Ferry.
