@@ -1,3 +1,26 @@
 //! Ferry: host game servers whose live rooms and players move between hosts while they run.
+//!
+//! Layout, in the order work flows through it:
+//! - [`ids`]: the logical ids callers address (spots, actors, nodes); they never change on a move.
+//! - [`registry`]: factories per type name, each with one relocation policy and readiness mode.
+//! - [`behavior`]: what applications implement, one synchronous turn at a time, and its context.
+//! - [`timer`]: timers as data (registrations, cursors, overrun policies), so they can move.
+//! - [`node`]: the runtime of one host: lanes that run turns, routing by id, requests and replies.
+//! - [`error`]: the typed errors callers see.
 
+pub mod behavior;
+pub mod error;
 pub mod ids;
+pub mod node;
+pub mod registry;
+pub mod timer;
+
+pub use behavior::{Behavior, Ctx, Message, ReadyOutcome};
+pub use error::{DeferError, MessageError, RegistrationError, StartError, UnitError};
+pub use ids::{ActorId, InvalidId, NodeId, ObjectGeneration, SpotId, UnitId};
+pub use node::{Node, NodeConfig, NodeState, Target};
+pub use registry::{
+    AdapterError, ExecutionMode, FactoryKind, OnPanic, PolicyKind, ReadinessMode, Registration,
+    Registry, RelocationPolicy, SerdeAdapter, StateAdapter,
+};
+pub use timer::{OverrunPolicy, Tick};

@@ -1,0 +1,212 @@
+//! What application code implements: a [`Behavior`] runs one synchronous turn at a time with a [`Ctx`].
+//!
+//! Handlers are plain functions on `&mut self`, not futures: between two turns the state is whole,
+//! so it can be captured at any boundary and nothing borrowed is left in flight.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use crate::error::{DeferError, MessageError};
+use crate::ids::{ActorId, SpotId, UnitId};
+use crate::node::Node;
+use crate::timer::{OverrunPolicy, Tick, TimerSet};
+
+/// Anything that can be sent to a unit or returned from one. Local delivery passes it by value;
+/// it is encoded (postcard) only when it crosses the mesh or moves with its unit.
+pub trait Message: Serialize + DeserializeOwned + Send + 'static {}
+impl<T: Serialize + DeserializeOwned + Send + 'static> Message for T {}
+
+/// How a prepared move ended, told to an ApplicationSignaled spot before its next application turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadyOutcome {
+    /// No move took place (none was prepared, or it was cancelled before relay-ready): carry on here.
+    Continued,
+    /// The spot now runs on another node; this is its first turn there.
+    Relocated,
+}
+
+/// The behaviour of a Spot or an Actor. One message, timer tick or lifecycle callback is one turn.
+///
+/// Only [`Behavior::handle`] is required; the callbacks default to doing nothing.
+pub trait Behavior: Send + 'static {
+    /// The messages this unit takes.
+    type Msg: Message;
+    /// What it answers to a request. Tells discard it.
+    type Reply: Message;
+
+    /// Handles one message.
+    fn handle(&mut self, ctx: &mut Ctx<'_>, msg: Self::Msg) -> Self::Reply;
+
+    /// Runs once when the unit is created on a node, before any message (not after a move).
+    fn on_start(&mut self, _ctx: &mut Ctx<'_>) {}
+
+    /// Runs for each timer tick.
+    fn on_tick(&mut self, _ctx: &mut Ctx<'_>, _tick: &Tick) {}
+
+    /// A Spot learns that an Actor joined it.
+    fn on_member_joined(&mut self, _ctx: &mut Ctx<'_>, _actor: &ActorId) {}
+
+    /// A Spot learns that an Actor left it.
+    fn on_member_left(&mut self, _ctx: &mut Ctx<'_>, _actor: &ActorId) {}
+
+    /// An Actor learns that it joined a Spot.
+    fn on_joined(&mut self, _ctx: &mut Ctx<'_>, _spot: &SpotId) {}
+
+    /// An Actor learns that it left a Spot (and is back in its node's Entry Spot).
+    fn on_left(&mut self, _ctx: &mut Ctx<'_>, _spot: &SpotId) {}
+
+    /// Runs when the unit is closed for good (stopped or its node shut down).
+    fn on_closing(&mut self, _ctx: &mut Ctx<'_>) {}
+
+    /// An ApplicationSignaled spot learns how a prepared move ended, before its next application turn.
+    fn on_relocation_ready_completed(&mut self, _ctx: &mut Ctx<'_>, _outcome: ReadyOutcome) {}
+}
+
+/// Membership as a unit sees it.
+#[derive(Debug, Clone)]
+pub(crate) enum Membership {
+    /// A Spot and the Actors that are its members.
+    Spot { members: BTreeSet<ActorId> },
+    /// An Actor and the User Spot it is in (`None`: its node's Entry Spot).
+    Actor { spot: Option<SpotId> },
+}
+
+/// What a turn asked of the framework, applied when the turn ends.
+#[derive(Debug, Default)]
+pub(crate) struct TurnEffects {
+    pub stop: bool,
+    pub deferred: bool,
+    pub can_defer: bool,
+}
+
+/// The context of one turn: the unit's identity, its timers, messaging and workers.
+pub struct Ctx<'a> {
+    pub(crate) unit: &'a UnitId,
+    pub(crate) node: &'a Node,
+    pub(crate) now: Instant,
+    pub(crate) timers: &'a mut TimerSet,
+    pub(crate) membership: &'a Membership,
+    pub(crate) effects: &'a mut TurnEffects,
+}
+
+impl Ctx<'_> {
+    /// This unit's id.
+    pub fn id(&self) -> &UnitId {
+        self.unit
+    }
+
+    /// The node this turn runs on (it changes when the unit moves).
+    pub fn node(&self) -> &Node {
+        self.node
+    }
+
+    /// The time at which this turn started.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// Registers (or replaces) a periodic timer, first due one period from now.
+    pub fn set_timer(&mut self, name: &str, period: Duration, policy: OverrunPolicy) {
+        self.timers.set_periodic(name, period, policy, self.now);
+    }
+
+    /// Registers (or replaces) a timer that fires once after `delay`.
+    pub fn set_timeout(&mut self, name: &str, delay: Duration) {
+        self.timers.set_one_shot(name, delay, self.now);
+    }
+
+    /// Cancels a timer; returns whether it was registered.
+    pub fn cancel_timer(&mut self, name: &str) -> bool {
+        self.timers.cancel(name)
+    }
+
+    /// Whether a timer of that name is registered.
+    pub fn has_timer(&self, name: &str) -> bool {
+        self.timers.contains(name)
+    }
+
+    /// Sends a message to a unit by id, wherever it lives.
+    pub fn tell<M: Message>(
+        &self,
+        to: impl Into<crate::node::Target>,
+        msg: M,
+    ) -> Result<(), MessageError> {
+        self.node.tell(to, msg)
+    }
+
+    /// Runs a future off-turn; its output comes back to this unit as a message, wherever the unit
+    /// lives by then.
+    pub fn spawn_worker<M, F>(&self, work: F)
+    where
+        M: Message,
+        F: Future<Output = M> + Send + 'static,
+    {
+        let node = self.node.clone();
+        let me = self.unit.clone();
+        tokio::spawn(async move {
+            let result = work.await;
+            if let Err(error) = node.tell(me.clone(), result) {
+                tracing::debug!(unit = %me, %error, "worker result not delivered");
+            }
+        });
+    }
+
+    /// Sends a request off-turn and delivers `then(reply)` back to this unit as a message.
+    pub fn request<M, R, T>(
+        &self,
+        to: impl Into<crate::node::Target>,
+        msg: M,
+        timeout: Duration,
+        then: impl FnOnce(Result<R, MessageError>) -> T + Send + 'static,
+    ) where
+        M: Message,
+        R: Message,
+        T: Message,
+    {
+        let node = self.node.clone();
+        let to: crate::node::Target = to.into();
+        self.spawn_worker(async move { then(node.request(to, msg, timeout).await) });
+    }
+
+    /// The Actors that are members of this Spot (empty for an Actor).
+    pub fn members(&self) -> impl Iterator<Item = &ActorId> {
+        match self.membership {
+            Membership::Spot { members } => Some(members.iter()),
+            Membership::Actor { .. } => None,
+        }
+        .into_iter()
+        .flatten()
+    }
+
+    /// The User Spot this Actor is in (`None` for the Entry Spot, or for a Spot).
+    pub fn spot(&self) -> Option<&SpotId> {
+        match self.membership {
+            Membership::Actor { spot } => spot.as_ref(),
+            Membership::Spot { .. } => None,
+        }
+    }
+
+    /// Stops this unit when the turn ends; its queued requests get `UnitStopped`.
+    pub fn stop(&mut self) {
+        self.effects.stop = true;
+    }
+
+    /// Marks the end of this turn as a safe point to capture an ApplicationSignaled spot.
+    ///
+    /// Refused, changing nothing, for any other unit or when called twice in one turn.
+    pub fn relocation_ready_defer(&mut self) -> Result<(), DeferError> {
+        if !self.effects.can_defer {
+            return Err(DeferError::NotApplicationSignaled);
+        }
+        if self.effects.deferred {
+            return Err(DeferError::AlreadyDeferred);
+        }
+        self.effects.deferred = true;
+        Ok(())
+    }
+}

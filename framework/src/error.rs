@@ -1,0 +1,182 @@
+//! The errors a caller of Ferry can see, each telling what to do about it.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{InvalidId, UnitId};
+
+/// Why a message or request did not reach its end. Every request ends in exactly one terminal:
+/// its reply or one of these.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum MessageError {
+    /// No reply came in time; the unit may be slow, overloaded or gone.
+    #[error("request to {id} got no reply within {after:?}; retry, or give it a longer timeout")]
+    Timeout {
+        /// The unit that was asked.
+        id: UnitId,
+        /// The timeout that ran out.
+        after: Duration,
+    },
+    /// No unit of that id exists anywhere.
+    #[error("no unit {id} exists; create it first, or address an Instance Spot with activation")]
+    UnknownId {
+        /// The id that was addressed.
+        id: UnitId,
+    },
+    /// The unit stopped before it could handle the message.
+    #[error("unit {id} stopped before it handled the message")]
+    UnitStopped {
+        /// The unit that stopped.
+        id: UnitId,
+    },
+    /// The unit's handler panicked while handling this very request.
+    #[error("unit {id} failed while handling the request (its handler panicked; see the node log)")]
+    UnitFailed {
+        /// The unit whose handler panicked.
+        id: UnitId,
+    },
+    /// The unit handles another message type than the one sent.
+    #[error("unit {id} does not accept {sent}; it takes {expected}")]
+    WrongMessageType {
+        /// The unit that was addressed.
+        id: UnitId,
+        /// The type that was sent.
+        sent: String,
+        /// The type the unit's handler takes.
+        expected: String,
+    },
+    /// The reply had another type than the caller asked for.
+    #[error("unit {id} replied with another type than {expected}; check the request's reply type")]
+    WrongReplyType {
+        /// The unit that replied.
+        id: UnitId,
+        /// The type the caller expected.
+        expected: String,
+    },
+    /// A message could not be encoded or decoded for the wire.
+    #[error("message for {id} could not be encoded or decoded: {reason}")]
+    Codec {
+        /// The unit that was addressed.
+        id: UnitId,
+        /// What the codec said.
+        reason: String,
+    },
+    /// The node is not serving (not started yet, shutting down, or stopped).
+    #[error("node is not serving (state {state}); wait for it to start, or use another node")]
+    NotServing {
+        /// The node's lifecycle state at the time.
+        state: String,
+    },
+}
+
+/// Why a spot or actor could not be created, joined or left.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitError {
+    /// An id was not valid.
+    #[error(transparent)]
+    InvalidId(#[from] InvalidId),
+    /// No factory of that type name is registered on this node.
+    #[error(
+        "no {kind} factory named {type_name:?} is registered; register it before starting the node"
+    )]
+    UnknownType {
+        /// "spot", "instance spot" or "actor".
+        kind: &'static str,
+        /// The type name that was asked for.
+        type_name: String,
+    },
+    /// A unit with that id already exists.
+    #[error("{id} already exists; use get_or_create to share it")]
+    AlreadyExists {
+        /// The existing unit.
+        id: UnitId,
+    },
+    /// The unit addressed does not exist.
+    #[error("no unit {id} exists")]
+    UnknownId {
+        /// The missing unit.
+        id: UnitId,
+    },
+    /// The spot exists but with another type than asked for.
+    #[error("{id} exists with type {existing:?}, not {asked:?}")]
+    TypeMismatch {
+        /// The unit.
+        id: UnitId,
+        /// Its registered type.
+        existing: String,
+        /// The type that was asked for.
+        asked: String,
+    },
+    /// The operation does not apply to this unit (joining an Instance Spot, for example).
+    #[error("{id}: {reason}")]
+    NotAllowed {
+        /// The unit.
+        id: UnitId,
+        /// What does not apply.
+        reason: String,
+    },
+    /// The node is not serving.
+    #[error("node is not serving (state {state})")]
+    NotServing {
+        /// The node's lifecycle state at the time.
+        state: String,
+    },
+}
+
+/// A factory registration that makes no sense, reported when the node starts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistrationError {
+    /// Two factories were registered under one type name.
+    #[error("two factories are registered as {type_name:?}; each type name takes exactly one")]
+    Duplicate {
+        /// The type name.
+        type_name: String,
+    },
+    /// A state adapter was given where the unit that moves is not the spot's state.
+    #[error(
+        "{type_name:?} is a PerActor spot and moves as a shell: only Disabled or Recreate apply, not PreserveState"
+    )]
+    AdapterOnPerActorSpot {
+        /// The type name.
+        type_name: String,
+    },
+    /// ApplicationSignaled readiness was asked for where it has no meaning.
+    #[error("{type_name:?}: ApplicationSignaled readiness applies to SpotWide spots only")]
+    ReadinessNotSpotWide {
+        /// The type name.
+        type_name: String,
+    },
+    /// An empty type name.
+    #[error("a factory was registered with an empty type name")]
+    EmptyTypeName,
+}
+
+/// A node that could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The factory registrations were refused; the list says each problem.
+    #[error("factory registrations refused: {}", list(.0))]
+    Registration(Vec<RegistrationError>),
+}
+
+fn list(errors: &[RegistrationError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Why `relocation_ready_defer` was refused; nothing was changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeferError {
+    /// The unit's factory is not SpotWide with ApplicationSignaled readiness.
+    #[error(
+        "relocation_ready_defer applies only to SpotWide spots registered with ApplicationSignaled readiness"
+    )]
+    NotApplicationSignaled,
+    /// This turn already called it.
+    #[error("relocation_ready_defer was already called in this turn")]
+    AlreadyDeferred,
+}

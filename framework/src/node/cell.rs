@@ -1,0 +1,153 @@
+//! One unit instance behind a type-erased face: its behaviour, timers and membership.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::envelope::Payload;
+use crate::behavior::{Behavior, Ctx, Membership, ReadyOutcome, TurnEffects};
+use crate::error::MessageError;
+use crate::ids::{ActorId, SpotId, UnitId};
+use crate::node::Node;
+use crate::registry::{ExecutionMode, FactoryInfo, FactoryKind, ReadinessMode, TypedFactory};
+use crate::timer::{Tick, TimerSet};
+
+/// A factory without its type: builds cells.
+pub(crate) trait AnyFactory: Send + Sync + 'static {
+    fn info(&self) -> &FactoryInfo;
+    /// A fresh cell for `id`, or `None` if the id is of the wrong kind for this factory.
+    fn build_cell(self: Arc<Self>, id: &UnitId) -> Option<Box<dyn UnitCell>>;
+}
+
+impl<B: Behavior> AnyFactory for TypedFactory<B> {
+    fn info(&self) -> &FactoryInfo {
+        &self.info
+    }
+
+    fn build_cell(self: Arc<Self>, id: &UnitId) -> Option<Box<dyn UnitCell>> {
+        let behavior = self.build(id)?;
+        let membership = match id {
+            UnitId::Spot(_) => Membership::Spot {
+                members: BTreeSet::new(),
+            },
+            UnitId::Actor(_) => Membership::Actor { spot: None },
+        };
+        Some(Box::new(Cell {
+            id: id.clone(),
+            behavior,
+            timers: TimerSet::default(),
+            membership,
+            factory: self,
+        }))
+    }
+}
+
+/// What a turn is about.
+pub(crate) enum Turn<'a> {
+    Message(Payload),
+    Tick(&'a Tick),
+    Start,
+    MemberJoined(&'a ActorId),
+    MemberLeft(&'a ActorId),
+    Joined(&'a SpotId),
+    Left(&'a SpotId),
+    Closing,
+    #[allow(dead_code)] // Sent by the relocation engine once units move.
+    ReadyCompleted(ReadyOutcome),
+}
+
+/// What a message turn produced: the reply (boxed for its caller) or why there is none.
+pub(crate) type TurnReply = Option<Result<Payload, MessageError>>;
+
+/// A unit instance the lane can run without knowing its type.
+pub(crate) trait UnitCell: Send {
+    fn id(&self) -> &UnitId;
+    fn info(&self) -> &FactoryInfo;
+    fn membership(&self) -> &Membership;
+    fn membership_mut(&mut self) -> &mut Membership;
+    fn next_due(&self) -> Option<Instant>;
+    fn take_due(&mut self, now: Instant) -> Vec<Tick>;
+    /// Runs one turn. A message turn returns its reply.
+    fn turn(&mut self, node: &Node, turn: Turn<'_>, effects: &mut TurnEffects) -> TurnReply;
+    /// Replaces the instance with a fresh one from the factory, keeping id and membership.
+    fn rebuild(&mut self);
+}
+
+struct Cell<B: Behavior> {
+    id: UnitId,
+    behavior: B,
+    timers: TimerSet,
+    membership: Membership,
+    factory: Arc<TypedFactory<B>>,
+}
+
+impl<B: Behavior> UnitCell for Cell<B> {
+    fn id(&self) -> &UnitId {
+        &self.id
+    }
+
+    fn info(&self) -> &FactoryInfo {
+        &self.factory.info
+    }
+
+    fn membership(&self) -> &Membership {
+        &self.membership
+    }
+
+    fn membership_mut(&mut self) -> &mut Membership {
+        &mut self.membership
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.timers.next_due()
+    }
+
+    fn take_due(&mut self, now: Instant) -> Vec<Tick> {
+        self.timers.take_due(now)
+    }
+
+    fn turn(&mut self, node: &Node, turn: Turn<'_>, effects: &mut TurnEffects) -> TurnReply {
+        let info = &self.factory.info;
+        effects.can_defer = matches!(self.id, UnitId::Spot(_))
+            && info.kind == FactoryKind::UserSpot(ExecutionMode::SpotWide)
+            && info.readiness == ReadinessMode::ApplicationSignaled;
+        let mut ctx = Ctx {
+            unit: &self.id,
+            node,
+            now: Instant::now(),
+            timers: &mut self.timers,
+            membership: &self.membership,
+            effects,
+        };
+        let b = &mut self.behavior;
+        match turn {
+            Turn::Message(payload) => {
+                return Some(match payload.take::<B::Msg>() {
+                    Ok(msg) => Ok(Payload::local(b.handle(&mut ctx, msg))),
+                    Err(sent) => Err(MessageError::WrongMessageType {
+                        id: self.id.clone(),
+                        sent,
+                        expected: info.msg_type_name.to_owned(),
+                    }),
+                });
+            }
+            Turn::Tick(tick) => b.on_tick(&mut ctx, tick),
+            Turn::Start => b.on_start(&mut ctx),
+            Turn::MemberJoined(actor) => b.on_member_joined(&mut ctx, actor),
+            Turn::MemberLeft(actor) => b.on_member_left(&mut ctx, actor),
+            Turn::Joined(spot) => b.on_joined(&mut ctx, spot),
+            Turn::Left(spot) => b.on_left(&mut ctx, spot),
+            Turn::Closing => b.on_closing(&mut ctx),
+            Turn::ReadyCompleted(outcome) => b.on_relocation_ready_completed(&mut ctx, outcome),
+        }
+        None
+    }
+
+    fn rebuild(&mut self) {
+        if let Some(fresh) = self.factory.build(&self.id) {
+            self.behavior = fresh;
+            self.timers = TimerSet::default();
+        }
+    }
+}

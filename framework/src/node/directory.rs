@@ -1,0 +1,88 @@
+//! Where each unit hosted on this node runs: its lane, and the message type it takes.
+
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use parking_lot::{RwLock, RwLockWriteGuard};
+
+use super::cell::AnyFactory;
+use super::lane::LaneTx;
+use crate::ids::UnitId;
+
+const SHARDS: usize = 32;
+
+/// A unit's local route.
+#[derive(Clone)]
+pub(crate) struct Entry {
+    pub lane: Arc<LaneTx>,
+    pub factory: Arc<dyn AnyFactory>,
+}
+
+impl Entry {
+    pub fn accepts(&self, msg_type: TypeId) -> bool {
+        self.factory.info().msg_type == msg_type
+    }
+}
+
+type Shard = HashMap<UnitId, Entry>;
+
+/// The units of this node, sharded so senders rarely contend.
+///
+/// Senders hold a shard's read lock while they push onto a lane, and a lane that hands a unit over
+/// repoints it under the write lock: so once the lane holds the write lock, every message sent along
+/// the old route is already in its queue, and per-sender order survives the handover.
+pub(crate) struct Directory {
+    hasher: std::collections::hash_map::RandomState,
+    shards: [RwLock<Shard>; SHARDS],
+}
+
+impl Directory {
+    pub fn new() -> Self {
+        Directory {
+            hasher: std::collections::hash_map::RandomState::new(),
+            shards: std::array::from_fn(|_| RwLock::new(HashMap::new())),
+        }
+    }
+
+    fn shard(&self, id: &UnitId) -> &RwLock<Shard> {
+        let mut h = self.hasher.build_hasher();
+        id.hash(&mut h);
+        &self.shards[(h.finish() as usize) % SHARDS]
+    }
+
+    /// Runs `f` with the unit's entry under the shard's read lock.
+    pub fn with<R>(&self, id: &UnitId, f: impl FnOnce(Option<&Entry>) -> R) -> R {
+        let guard = self.shard(id).read();
+        f(guard.get(id))
+    }
+
+    /// The unit's entry, cloned.
+    pub fn get(&self, id: &UnitId) -> Option<Entry> {
+        self.shard(id).read().get(id).cloned()
+    }
+
+    /// The write lock of the unit's shard, for creation and handover.
+    pub fn lock(&self, id: &UnitId) -> RwLockWriteGuard<'_, Shard> {
+        self.shard(id).write()
+    }
+
+    /// Every hosted unit, for shutdown and status.
+    pub fn all(&self) -> Vec<(UnitId, Entry)> {
+        self.shards
+            .iter()
+            .flat_map(|s| {
+                s.read()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// How many units this node hosts.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.read().len()).sum()
+    }
+}

@@ -1,0 +1,59 @@
+//! What travels on a unit's queue: a message by value (or encoded), who sent it and where its reply goes.
+
+use std::any::Any;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::behavior::Message;
+use crate::error::MessageError;
+use crate::ids::{NodeId, UnitId};
+
+/// A message body: by value on its own node, encoded once it has crossed the mesh or moved.
+pub(crate) enum Payload {
+    Local {
+        value: Box<dyn Any + Send>,
+        type_name: &'static str,
+    },
+    #[allow(dead_code)] // Built by the mesh, which decodes on arrival.
+    Encoded(Bytes),
+}
+
+impl Payload {
+    pub fn local<M: Message>(value: M) -> Self {
+        Payload::Local {
+            value: Box::new(value),
+            type_name: std::any::type_name::<M>(),
+        }
+    }
+
+    /// Takes the value out as `M`; `Err` gives back the name of the type it really holds.
+    pub fn take<M: Message>(self) -> Result<M, String> {
+        match self {
+            Payload::Local { value, type_name } => value
+                .downcast::<M>()
+                .map(|b| *b)
+                .map_err(|_| type_name.to_owned()),
+            Payload::Encoded(bytes) => {
+                postcard::from_bytes(&bytes).map_err(|e| format!("undecodable bytes ({e})"))
+            }
+        }
+    }
+}
+
+/// Where a request's terminal goes: the node that asked, and its request number there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ReplyTo {
+    pub node: NodeId,
+    pub request: u64,
+}
+
+/// A reply or the error that ends a request.
+pub(crate) type Terminal = Result<Payload, MessageError>;
+
+/// One operation on a unit's queue.
+pub(crate) struct Envelope {
+    pub to: UnitId,
+    pub payload: Payload,
+    pub reply: Option<ReplyTo>,
+}

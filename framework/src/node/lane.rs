@@ -1,0 +1,527 @@
+//! An execution lane: the task that runs one unit's turns, one at a time, from its own queue.
+//!
+//! A lane is a unit: a SpotWide spot with its members, or one Actor, or one PerActor spot shell, or
+//! one Instance Spot. Control messages (joins, leaves, closing) overtake queued work at the next
+//! turn boundary; messages run in the order they were accepted.
+
+use std::collections::{HashMap, VecDeque};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::cell::{Turn, TurnReply, UnitCell};
+use super::directory::Entry;
+use super::envelope::Envelope;
+use crate::behavior::{Membership, TurnEffects};
+use crate::error::{MessageError, UnitError};
+use crate::ids::{ActorId, SpotId, UnitId};
+use crate::node::Node;
+use crate::registry::{ExecutionMode, FactoryKind, OnPanic};
+
+/// How many turns a lane runs before it lets other tasks on its thread go.
+const TURNS_PER_YIELD: u32 = 256;
+
+/// The sending side of a lane.
+pub(crate) struct LaneTx {
+    pub data: mpsc::UnboundedSender<Envelope>,
+    pub ctl: mpsc::UnboundedSender<Control>,
+}
+
+type Done = oneshot::Sender<Result<(), UnitError>>;
+
+/// Work for the lane itself, run between turns ahead of queued messages.
+pub(crate) enum Control {
+    /// Move the Actor hosted here into `spot`.
+    Join {
+        actor: ActorId,
+        spot: SpotId,
+        spot_entry: Entry,
+        done: Done,
+    },
+    /// Take in an Actor that joins this SpotWide spot, with what was sent to it on the old route.
+    Attach {
+        cell: Box<dyn UnitCell>,
+        backlog: Vec<Envelope>,
+        done: Done,
+    },
+    /// A PerActor spot learns that an Actor joined or left it.
+    Member { actor: ActorId, joined: bool },
+    /// Send the Actor hosted here back to its node's Entry Spot.
+    Leave { actor: ActorId, done: Done },
+    /// Close every unit of this lane (the node is shutting down).
+    Close { done: oneshot::Sender<()> },
+}
+
+/// A framework callback to run as a turn.
+enum SysTurn {
+    Start,
+    MemberJoined(ActorId),
+    MemberLeft(ActorId),
+    Joined(SpotId),
+    Left(SpotId),
+}
+
+/// The state of one running lane.
+pub(crate) struct Lane {
+    node: Node,
+    cells: HashMap<UnitId, Box<dyn UnitCell>>,
+    data: mpsc::UnboundedReceiver<Envelope>,
+    ctl: mpsc::UnboundedReceiver<Control>,
+    sys: VecDeque<(UnitId, SysTurn)>,
+    backlog: VecDeque<Envelope>,
+    next_due: Option<Instant>,
+}
+
+impl Lane {
+    /// Starts a lane for `cell`, runs its `on_start` first, and returns its sending side.
+    pub fn start(node: Node, cell: Box<dyn UnitCell>) -> Arc<LaneTx> {
+        let id = cell.id().clone();
+        let (tx, mut lane) = Lane::new(node, cell);
+        lane.sys.push_back((id, SysTurn::Start));
+        tokio::spawn(lane.run());
+        tx
+    }
+
+    fn new(node: Node, cell: Box<dyn UnitCell>) -> (Arc<LaneTx>, Lane) {
+        let (data_tx, data) = mpsc::unbounded_channel();
+        let (ctl_tx, ctl) = mpsc::unbounded_channel();
+        let mut cells = HashMap::new();
+        let next_due = cell.next_due();
+        cells.insert(cell.id().clone(), cell);
+        let lane = Lane {
+            node,
+            cells,
+            data,
+            ctl,
+            sys: VecDeque::new(),
+            backlog: VecDeque::new(),
+            next_due,
+        };
+        let tx = Arc::new(LaneTx {
+            data: data_tx,
+            ctl: ctl_tx,
+        });
+        (tx, lane)
+    }
+
+    async fn run(mut self) {
+        let mut turns = 0u32;
+        while !self.cells.is_empty() {
+            turns += 1;
+            if turns % TURNS_PER_YIELD == 0 {
+                tokio::task::yield_now().await;
+            }
+            if let Ok(control) = self.ctl.try_recv() {
+                self.control(control);
+                continue;
+            }
+            if let Some((id, turn)) = self.sys.pop_front() {
+                self.system_turn(&id, turn);
+                continue;
+            }
+            if let Some(due) = self.next_due {
+                let now = Instant::now();
+                if due <= now {
+                    self.fire_timers(now);
+                    continue;
+                }
+            }
+            if let Some(envelope) = self.backlog.pop_front() {
+                self.dispatch(envelope);
+                continue;
+            }
+            if let Ok(envelope) = self.data.try_recv() {
+                self.dispatch(envelope);
+                continue;
+            }
+            let due = self.next_due;
+            tokio::select! {
+                biased;
+                Some(control) = self.ctl.recv() => self.control(control),
+                Some(envelope) = self.data.recv() => self.dispatch(envelope),
+                () = sleep_until(due), if due.is_some() => {}
+            }
+        }
+        // Nothing is hosted here any more; whatever still arrives gets its terminal.
+        self.data.close();
+        while let Ok(envelope) = self.data.try_recv() {
+            self.backlog.push_back(envelope);
+        }
+        for envelope in std::mem::take(&mut self.backlog) {
+            self.node.redeliver(envelope);
+        }
+    }
+
+    fn dispatch(&mut self, envelope: Envelope) {
+        if !self.cells.contains_key(&envelope.to) {
+            // The unit left this lane since the message was queued: follow it.
+            self.node.redeliver(envelope);
+            return;
+        }
+        let Envelope { to, payload, reply } = envelope;
+        let outcome = self.turn(&to, Turn::Message(payload));
+        if let Some(reply_to) = reply {
+            let terminal = outcome.unwrap_or_else(|| Err(MessageError::UnitStopped { id: to }));
+            self.node.complete(reply_to, terminal);
+        }
+    }
+
+    fn system_turn(&mut self, id: &UnitId, turn: SysTurn) {
+        let turn = match &turn {
+            SysTurn::Start => Turn::Start,
+            SysTurn::MemberJoined(a) => Turn::MemberJoined(a),
+            SysTurn::MemberLeft(a) => Turn::MemberLeft(a),
+            SysTurn::Joined(s) => Turn::Joined(s),
+            SysTurn::Left(s) => Turn::Left(s),
+        };
+        self.turn(id, turn);
+    }
+
+    fn fire_timers(&mut self, now: Instant) {
+        let mut ticks = Vec::new();
+        for (id, cell) in &mut self.cells {
+            for tick in cell.take_due(now) {
+                ticks.push((id.clone(), tick));
+            }
+        }
+        for (id, tick) in &ticks {
+            self.turn(id, Turn::Tick(tick));
+        }
+        self.next_due = self.cells.values().filter_map(|c| c.next_due()).min();
+    }
+
+    /// Runs one turn on the unit `id`, catching a panic. A message turn yields its reply.
+    fn turn(&mut self, id: &UnitId, turn: Turn<'_>) -> TurnReply {
+        let cell = self.cells.get_mut(id)?;
+        let mut effects = TurnEffects::default();
+        let node = &self.node;
+        match catch_unwind(AssertUnwindSafe(|| cell.turn(node, turn, &mut effects))) {
+            Ok(reply) => {
+                if let Some(due) = cell.next_due() {
+                    self.next_due = Some(self.next_due.map_or(due, |d| d.min(due)));
+                }
+                if effects.stop {
+                    self.stop_unit(id, true);
+                }
+                reply
+            }
+            Err(panic) => {
+                let what = panic_text(&*panic);
+                tracing::error!(unit = %id, panic = %what, "handler panicked");
+                let restart = cell.info().on_panic == OnPanic::Restart;
+                if restart {
+                    cell.rebuild();
+                    self.sys.push_front((id.clone(), SysTurn::Start));
+                } else {
+                    self.stop_unit(id, false);
+                }
+                Some(Err(MessageError::UnitFailed { id: id.clone() }))
+            }
+        }
+    }
+
+    /// Stops a unit (with its members, for a SpotWide spot): unregisters it, then answers what was
+    /// queued for it with `UnitStopped`.
+    fn stop_unit(&mut self, id: &UnitId, graceful: bool) {
+        let Some(cell) = self.cells.get(id) else {
+            return;
+        };
+        let mut gone = vec![id.clone()];
+        let spot_wide = cell.info().kind == FactoryKind::UserSpot(ExecutionMode::SpotWide);
+        let mut per_actor_spot = None;
+        match cell.membership().clone() {
+            Membership::Spot { members } if spot_wide => {
+                gone.extend(members.iter().map(|a| UnitId::Actor(a.clone())));
+            }
+            Membership::Actor { spot: Some(spot) } => {
+                if let Some(host) = self.cells.get_mut(&UnitId::Spot(spot.clone())) {
+                    if let Membership::Spot { members } = host.membership_mut() {
+                        if let UnitId::Actor(a) = id {
+                            members.remove(a);
+                        }
+                    }
+                } else {
+                    per_actor_spot = Some(spot.clone());
+                }
+            }
+            _ => {}
+        }
+        if graceful {
+            for unit in &gone {
+                self.turn_quietly(unit, Turn::Closing);
+            }
+        }
+        for unit in &gone {
+            self.node.core.directory.lock(unit).remove(unit);
+            self.cells.remove(unit);
+        }
+        if let (Some(spot), UnitId::Actor(actor)) = (per_actor_spot, id) {
+            self.node.notify_member(&spot, actor.clone(), false);
+        }
+        // Every send along the removed routes happened before the removal: it is queued by now.
+        while let Ok(envelope) = self.data.try_recv() {
+            self.backlog.push_back(envelope);
+        }
+        let (stopped, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.backlog)
+            .into_iter()
+            .partition(|e| gone.contains(&e.to));
+        self.backlog = kept.into();
+        for envelope in stopped {
+            if let Some(reply_to) = envelope.reply {
+                let id = envelope.to;
+                self.node
+                    .complete(reply_to, Err(MessageError::UnitStopped { id }));
+            }
+        }
+        self.sys.retain(|(unit, _)| !gone.contains(unit));
+    }
+
+    /// Runs a closing callback whose panic only gets logged: the unit is going anyway.
+    fn turn_quietly(&mut self, id: &UnitId, turn: Turn<'_>) {
+        let Some(cell) = self.cells.get_mut(id) else {
+            return;
+        };
+        let mut effects = TurnEffects::default();
+        let node = &self.node;
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| cell.turn(node, turn, &mut effects))) {
+            tracing::error!(unit = %id, panic = %panic_text(&*panic), "closing callback panicked");
+        }
+    }
+
+    fn control(&mut self, control: Control) {
+        match control {
+            Control::Join {
+                actor,
+                spot,
+                spot_entry,
+                done,
+            } => self.join(actor, spot, spot_entry, done),
+            Control::Attach {
+                mut cell,
+                backlog,
+                done,
+            } => {
+                let actor = cell.id().clone();
+                let spot = match cell.membership_mut() {
+                    Membership::Actor { spot } => spot.clone(),
+                    Membership::Spot { .. } => None,
+                };
+                let (UnitId::Actor(actor_id), Some(spot)) = (&actor, spot) else {
+                    let _ = done.send(Err(UnitError::NotAllowed {
+                        id: actor,
+                        reason: "only Actors join spots".into(),
+                    }));
+                    return;
+                };
+                let spot_unit = UnitId::Spot(spot.clone());
+                if let Some(Membership::Spot { members }) =
+                    self.cells.get_mut(&spot_unit).map(|c| c.membership_mut())
+                {
+                    members.insert(actor_id.clone());
+                }
+                if let Some(due) = cell.next_due() {
+                    self.next_due = Some(self.next_due.map_or(due, |d| d.min(due)));
+                }
+                self.cells.insert(actor.clone(), cell);
+                self.backlog.extend(backlog);
+                self.sys
+                    .push_back((spot_unit, SysTurn::MemberJoined(actor_id.clone())));
+                self.sys.push_back((actor, SysTurn::Joined(spot)));
+                let _ = done.send(Ok(()));
+            }
+            Control::Member { actor, joined } => {
+                let Some(spot) = self.primary_spot() else {
+                    return;
+                };
+                if let Some(Membership::Spot { members }) =
+                    self.cells.get_mut(&spot).map(|c| c.membership_mut())
+                {
+                    let changed = if joined {
+                        members.insert(actor.clone())
+                    } else {
+                        members.remove(&actor)
+                    };
+                    if changed {
+                        let turn = if joined {
+                            SysTurn::MemberJoined(actor)
+                        } else {
+                            SysTurn::MemberLeft(actor)
+                        };
+                        self.sys.push_back((spot, turn));
+                    }
+                }
+            }
+            Control::Leave { actor, done } => {
+                let result = self.leave(actor);
+                let _ = done.send(result);
+            }
+            Control::Close { done } => {
+                let ids: Vec<UnitId> = self.cells.keys().cloned().collect();
+                // Closing the spot closes its members; actors first keeps on_member_left quiet.
+                for id in ids {
+                    self.stop_unit(&id, true);
+                }
+                let _ = done.send(());
+            }
+        }
+    }
+
+    fn primary_spot(&self) -> Option<UnitId> {
+        self.cells
+            .keys()
+            .find(|id| matches!(id, UnitId::Spot(_)))
+            .cloned()
+    }
+
+    fn join(&mut self, actor: ActorId, spot: SpotId, spot_entry: Entry, done: Done) {
+        let id = UnitId::Actor(actor.clone());
+        let Some(cell) = self.cells.get_mut(&id) else {
+            let _ = done.send(Err(UnitError::UnknownId { id }));
+            return;
+        };
+        if let Membership::Actor {
+            spot: Some(current),
+        } = cell.membership()
+        {
+            let result = if *current == spot {
+                Ok(())
+            } else {
+                Err(UnitError::NotAllowed {
+                    id,
+                    reason: format!("is a member of {current}; leave it first"),
+                })
+            };
+            let _ = done.send(result);
+            return;
+        }
+        *cell.membership_mut() = Membership::Actor {
+            spot: Some(spot.clone()),
+        };
+        if spot_entry.factory.info().kind == FactoryKind::UserSpot(ExecutionMode::PerActor) {
+            let _ = spot_entry.lane.ctl.send(Control::Member {
+                actor,
+                joined: true,
+            });
+            self.sys.push_back((id, SysTurn::Joined(spot)));
+            let _ = done.send(Ok(()));
+            return;
+        }
+        // SpotWide: the Actor's cell and its queued messages go over to the spot's lane.
+        let Some(cell) = self.cells.remove(&id) else {
+            return;
+        };
+        let node = self.node.clone();
+        let mut shard = node.core.directory.lock(&id);
+        let Some(own) = shard.get(&id).cloned() else {
+            let _ = done.send(Err(UnitError::UnknownId { id }));
+            return;
+        };
+        shard.insert(
+            id.clone(),
+            Entry {
+                lane: spot_entry.lane.clone(),
+                factory: own.factory.clone(),
+            },
+        );
+        let moving = self.take_queued_for(&id);
+        let attach = Control::Attach {
+            cell,
+            backlog: moving,
+            done,
+        };
+        if let Err(mpsc::error::SendError(attach)) = spot_entry.lane.ctl.send(attach) {
+            // The spot closed meanwhile: the Actor stays here, with its messages in order.
+            shard.insert(id.clone(), own);
+            if let Control::Attach {
+                mut cell,
+                backlog,
+                done,
+            } = attach
+            {
+                *cell.membership_mut() = Membership::Actor { spot: None };
+                self.cells.insert(id, cell);
+                for envelope in backlog.into_iter().rev() {
+                    self.backlog.push_front(envelope);
+                }
+                let _ = done.send(Err(UnitError::UnknownId {
+                    id: UnitId::Spot(spot),
+                }));
+            }
+        }
+    }
+
+    fn leave(&mut self, actor: ActorId) -> Result<(), UnitError> {
+        let id = UnitId::Actor(actor.clone());
+        let Some(cell) = self.cells.get_mut(&id) else {
+            return Err(UnitError::UnknownId { id });
+        };
+        let Membership::Actor { spot: Some(spot) } = cell.membership().clone() else {
+            return Err(UnitError::NotAllowed {
+                id,
+                reason: "is not a member of any spot".into(),
+            });
+        };
+        *cell.membership_mut() = Membership::Actor { spot: None };
+        let spot_unit = UnitId::Spot(spot.clone());
+        if !self.cells.contains_key(&spot_unit) {
+            // A PerActor member: it stays in its own lane.
+            self.sys.push_back((id, SysTurn::Left(spot.clone())));
+            self.node.notify_member(&spot, actor, false);
+            return Ok(());
+        }
+        // A SpotWide member: it goes back to a lane of its own, with its queued messages.
+        let Some(cell) = self.cells.remove(&id) else {
+            return Ok(());
+        };
+        if let Some(Membership::Spot { members }) =
+            self.cells.get_mut(&spot_unit).map(|c| c.membership_mut())
+        {
+            members.remove(&actor);
+        }
+        self.sys
+            .push_back((spot_unit, SysTurn::MemberLeft(actor.clone())));
+        let node = self.node.clone();
+        let (tx, mut lane) = Lane::new(node, cell);
+        lane.sys.push_back((id.clone(), SysTurn::Left(spot)));
+        let node = self.node.clone();
+        let mut shard = node.core.directory.lock(&id);
+        if let Some(entry) = shard.get_mut(&id) {
+            entry.lane = tx;
+        }
+        lane.backlog.extend(self.take_queued_for(&id));
+        drop(shard);
+        tokio::spawn(lane.run());
+        Ok(())
+    }
+
+    /// Takes every queued message for `id` out of this lane, in order. Call it under the write lock
+    /// of `id`'s directory shard, after repointing, so that nothing more can arrive for it here.
+    fn take_queued_for(&mut self, id: &UnitId) -> Vec<Envelope> {
+        while let Ok(envelope) = self.data.try_recv() {
+            self.backlog.push_back(envelope);
+        }
+        let (moving, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.backlog)
+            .into_iter()
+            .partition(|e| &e.to == id);
+        self.backlog = kept.into();
+        moving
+    }
+}
+
+async fn sleep_until(due: Option<Instant>) {
+    if let Some(due) = due {
+        tokio::time::sleep_until(due).await;
+    }
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-text panic payload".to_owned()
+    }
+}
