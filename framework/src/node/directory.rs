@@ -2,7 +2,7 @@
 
 use std::any::TypeId;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use parking_lot::{RwLock, RwLockWriteGuard};
@@ -47,9 +47,7 @@ impl Directory {
     }
 
     fn shard(&self, id: &UnitId) -> &RwLock<Shard> {
-        let mut h = self.hasher.build_hasher();
-        id.hash(&mut h);
-        &self.shards[(h.finish() as usize) % SHARDS]
+        &self.shards[(self.hasher.hash_one(id) as usize) % SHARDS]
     }
 
     /// Runs `f` with the unit's entry under the shard's read lock.

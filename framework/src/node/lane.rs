@@ -110,15 +110,16 @@ impl Lane {
         let mut turns = 0u32;
         while !self.cells.is_empty() {
             turns += 1;
-            if turns % TURNS_PER_YIELD == 0 {
+            if turns.is_multiple_of(TURNS_PER_YIELD) {
                 tokio::task::yield_now().await;
+            }
+            // Framework callbacks (on_start first of all) run before controls can move a unit away.
+            if let Some((id, turn)) = self.sys.pop_front() {
+                self.system_turn(&id, turn);
+                continue;
             }
             if let Ok(control) = self.ctl.try_recv() {
                 self.control(control);
-                continue;
-            }
-            if let Some((id, turn)) = self.sys.pop_front() {
-                self.system_turn(&id, turn);
                 continue;
             }
             if let Some(due) = self.next_due {
@@ -137,10 +138,11 @@ impl Lane {
                 continue;
             }
             let due = self.next_due;
+            // Arrivals only wake the lane: the loop above decides what runs first.
             tokio::select! {
                 biased;
                 Some(control) = self.ctl.recv() => self.control(control),
-                Some(envelope) = self.data.recv() => self.dispatch(envelope),
+                Some(envelope) = self.data.recv() => self.backlog.push_back(envelope),
                 () = sleep_until(due), if due.is_some() => {}
             }
         }
@@ -237,10 +239,10 @@ impl Lane {
             }
             Membership::Actor { spot: Some(spot) } => {
                 if let Some(host) = self.cells.get_mut(&UnitId::Spot(spot.clone())) {
-                    if let Membership::Spot { members } = host.membership_mut() {
-                        if let UnitId::Actor(a) = id {
-                            members.remove(a);
-                        }
+                    if let (Membership::Spot { members }, UnitId::Actor(a)) =
+                        (host.membership_mut(), id)
+                    {
+                        members.remove(a);
                     }
                 } else {
                     per_actor_spot = Some(spot.clone());

@@ -473,8 +473,10 @@ impl Node {
             let Some(entry) = entry else {
                 return Ok(Some(envelope));
             };
-            if let Some(t) = msg_type {
-                if !entry.accepts(t) {
+            if let Some(t) = msg_type
+                && !entry.accepts(t)
+            {
+                {
                     let info = entry.factory.info();
                     return Err(MessageError::WrongMessageType {
                         id: id.clone(),
