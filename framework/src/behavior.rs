@@ -88,7 +88,8 @@ pub(crate) struct TurnEffects {
 pub struct Ctx<'a> {
     pub(crate) unit: &'a UnitId,
     pub(crate) node: &'a Node,
-    pub(crate) now: Instant,
+    /// Read from the clock on first use only: most turns never ask.
+    pub(crate) now: std::cell::Cell<Option<Instant>>,
     pub(crate) timers: &'a mut TimerSet,
     pub(crate) membership: &'a Membership,
     pub(crate) effects: &'a mut TurnEffects,
@@ -107,17 +108,26 @@ impl Ctx<'_> {
 
     /// The time at which this turn started.
     pub fn now(&self) -> Instant {
-        self.now
+        match self.now.get() {
+            Some(now) => now,
+            None => {
+                let now = Instant::now();
+                self.now.set(Some(now));
+                now
+            }
+        }
     }
 
     /// Registers (or replaces) a periodic timer, first due one period from now.
     pub fn set_timer(&mut self, name: &str, period: Duration, policy: OverrunPolicy) {
-        self.timers.set_periodic(name, period, policy, self.now);
+        let now = self.now();
+        self.timers.set_periodic(name, period, policy, now);
     }
 
     /// Registers (or replaces) a timer that fires once after `delay`.
     pub fn set_timeout(&mut self, name: &str, delay: Duration) {
-        self.timers.set_one_shot(name, delay, self.now);
+        let now = self.now();
+        self.timers.set_one_shot(name, delay, now);
     }
 
     /// Cancels a timer; returns whether it was registered.

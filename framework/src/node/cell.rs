@@ -45,7 +45,8 @@ impl<B: Behavior> AnyFactory for TypedFactory<B> {
 
 /// What a turn is about.
 pub(crate) enum Turn<'a> {
-    Message(Payload),
+    /// A message, and whether its sender waits for the reply.
+    Message(Payload, bool),
     Tick(&'a Tick),
     Start,
     MemberJoined(&'a ActorId),
@@ -115,16 +116,24 @@ impl<B: Behavior> UnitCell for Cell<B> {
         let mut ctx = Ctx {
             unit: &self.id,
             node,
-            now: Instant::now(),
+            now: std::cell::Cell::new(None),
             timers: &mut self.timers,
             membership: &self.membership,
             effects,
         };
         let b = &mut self.behavior;
         match turn {
-            Turn::Message(payload) => {
+            Turn::Message(payload, wants_reply) => {
                 return Some(match payload.take::<B::Msg>() {
-                    Ok(msg) => Ok(Payload::local(b.handle(&mut ctx, msg))),
+                    Ok(msg) => {
+                        let reply = b.handle(&mut ctx, msg);
+                        // A tell's reply is dropped here, unboxed.
+                        Ok(if wants_reply {
+                            Payload::local(reply)
+                        } else {
+                            Payload::Empty
+                        })
+                    }
                     Err(sent) => Err(MessageError::WrongMessageType {
                         id: self.id.clone(),
                         sent,

@@ -1,7 +1,6 @@
 //! Where each unit hosted on this node runs: its lane, and the message type it takes.
 
 use std::any::TypeId;
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
@@ -26,7 +25,7 @@ impl Entry {
     }
 }
 
-type Shard = HashMap<UnitId, Entry>;
+type Shard = foldhash::HashMap<UnitId, Entry>;
 
 /// The units of this node, sharded so senders rarely contend.
 ///
@@ -34,15 +33,15 @@ type Shard = HashMap<UnitId, Entry>;
 /// repoints it under the write lock: so once the lane holds the write lock, every message sent along
 /// the old route is already in its queue, and per-sender order survives the handover.
 pub(crate) struct Directory {
-    hasher: std::collections::hash_map::RandomState,
+    hasher: foldhash::fast::RandomState,
     shards: [RwLock<Shard>; SHARDS],
 }
 
 impl Directory {
     pub fn new() -> Self {
         Directory {
-            hasher: std::collections::hash_map::RandomState::new(),
-            shards: std::array::from_fn(|_| RwLock::new(HashMap::new())),
+            hasher: foldhash::fast::RandomState::default(),
+            shards: std::array::from_fn(|_| RwLock::new(Shard::default())),
         }
     }
 

@@ -17,6 +17,8 @@ pub(crate) enum Payload {
     },
     #[allow(dead_code)] // Built by the mesh, which decodes on arrival.
     Encoded(Bytes),
+    /// What a tell's turn yields: nobody reads it.
+    Empty,
 }
 
 impl Payload {
@@ -37,6 +39,7 @@ impl Payload {
             Payload::Encoded(bytes) => {
                 postcard::from_bytes(&bytes).map_err(|e| format!("undecodable bytes ({e})"))
             }
+            Payload::Empty => Err("nothing".to_owned()),
         }
     }
 }

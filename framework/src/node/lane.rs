@@ -4,7 +4,9 @@
 //! one Instance Spot. Control messages (joins, leaves, closing) overtake queued work at the next
 //! turn boundary; messages run in the order they were accepted.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
@@ -87,7 +89,7 @@ impl Lane {
     fn new(node: Node, cell: Box<dyn UnitCell>) -> (Arc<LaneTx>, Lane) {
         let (data_tx, data) = mpsc::unbounded_channel();
         let (ctl_tx, ctl) = mpsc::unbounded_channel();
-        let mut cells = HashMap::new();
+        let mut cells = HashMap::default();
         let next_due = cell.next_due();
         cells.insert(cell.id().clone(), cell);
         let lane = Lane {
@@ -163,7 +165,7 @@ impl Lane {
             return;
         }
         let Envelope { to, payload, reply } = envelope;
-        let outcome = self.turn(&to, Turn::Message(payload));
+        let outcome = self.turn(&to, Turn::Message(payload, reply.is_some()));
         if let Some(reply_to) = reply {
             let terminal = outcome.unwrap_or_else(|| Err(MessageError::UnitStopped { id: to }));
             self.node.complete(reply_to, terminal);

@@ -558,5 +558,6 @@ fn sent_type_name(payload: &Payload) -> String {
     match payload {
         Payload::Local { type_name, .. } => (*type_name).to_owned(),
         Payload::Encoded(_) => "encoded bytes".to_owned(),
+        Payload::Empty => "nothing".to_owned(),
     }
 }

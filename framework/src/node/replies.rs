@@ -3,7 +3,7 @@
 //! The reply route a queued request carries is plain data (node, number), not a channel, so it can be
 //! captured with the queue and shipped when the unit moves.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
@@ -23,7 +23,7 @@ impl Replies {
     pub fn new() -> Self {
         Replies {
             next: AtomicU64::new(1),
-            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            shards: std::array::from_fn(|_| Mutex::new(HashMap::default())),
         }
     }
 
