@@ -5,6 +5,7 @@
 //! into the values, so this module stays small enough to be implemented by several engines.
 //!
 //! - [`MemoryStore`]: in-process, shared by the nodes of one process (demo, tests).
+//! - [`RedisStore`]: for clusters of processes and machines, backed by a redis-server.
 //!
 //! Every write carries a store-wide revision that only grows, so a version seen once is never
 //! seen again for a different value, even after a delete and a re-create (no ABA).
@@ -18,7 +19,9 @@ use bytes::Bytes;
 use crate::ids::NodeId;
 
 mod memory;
+mod redis;
 
+pub use self::redis::{RedisStore, RedisStoreConfig};
 pub use memory::MemoryStore;
 
 /// A boxed, sendable future, so that [`LocationStore`] can be used as a trait object
