@@ -6,6 +6,7 @@
 //! - [`behavior`]: what applications implement, one synchronous turn at a time, and its context.
 //! - [`timer`]: timers as data (registrations, cursors, overrun policies), so they can move.
 //! - [`node`]: the runtime of one host: lanes that run turns, routing by id, requests and replies.
+//! - [`store`]: the location store, the authority on where every unit lives (memory or redis).
 //! - [`error`]: the typed errors callers see.
 
 pub mod behavior;
@@ -13,6 +14,7 @@ pub mod error;
 pub mod ids;
 pub mod node;
 pub mod registry;
+pub mod store;
 pub mod timer;
 
 pub use behavior::{Behavior, Ctx, Message, ReadyOutcome};

@@ -1,1 +1,3 @@
 //! Shared harness for the Ferry integration tests.
+
+pub mod redis_server;

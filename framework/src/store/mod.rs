@@ -1,0 +1,259 @@
+//! The location store: the authority on where every unit lives.
+//!
+//! The store is a generic, versioned key/value map with conditional batches, prefix scans and
+//! per-node owner leases. It knows nothing about units: a higher layer encodes authority records
+//! into the values, so this module stays small enough to be implemented by several engines.
+//!
+//! - [`MemoryStore`]: in-process, shared by the nodes of one process (demo, tests).
+//! - [`RedisStore`]: for clusters of processes and machines, backed by a redis-server.
+//!
+//! Every write carries a store-wide revision that only grows, so a version seen once is never
+//! seen again for a different value, even after a delete and a re-create (no ABA).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::ids::NodeId;
+
+mod memory;
+mod redis;
+
+pub use self::redis::{RedisStore, RedisStoreConfig};
+pub use memory::MemoryStore;
+
+/// A boxed, sendable future, so that [`LocationStore`] can be used as a trait object
+/// (`Arc<dyn LocationStore>`) and the engine can be chosen at start-up.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A value together with the revision that wrote it; the version is what a later
+/// [`Condition::Version`] compares against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    /// The bytes last written under the key.
+    pub value: Bytes,
+    /// The store-wide revision of the write that produced `value`: strictly increasing across all
+    /// writes of the store and never reused, also after the key was deleted and written again.
+    pub version: u64,
+}
+
+/// A precondition of a [`LocationStore::batch`]: the batch applies only if every condition holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Condition {
+    /// The key must not exist: used to create a record exactly once.
+    Absent(String),
+    /// The key must exist and carry exactly this version: used to change a record only if nobody
+    /// else changed it since it was read.
+    Version(String, u64),
+}
+
+impl Condition {
+    /// The key must not exist.
+    pub fn absent(key: impl Into<String>) -> Self {
+        Condition::Absent(key.into())
+    }
+
+    /// The key must exist at exactly `version`.
+    pub fn version(key: impl Into<String>, version: u64) -> Self {
+        Condition::Version(key.into(), version)
+    }
+
+    /// The key this condition is about, as named in a [`BatchOutcome::Conflict`].
+    pub fn key(&self) -> &str {
+        match self {
+            Condition::Absent(key) | Condition::Version(key, _) => key,
+        }
+    }
+}
+
+/// One write of a [`LocationStore::batch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Write `value` under `key`, creating or replacing it.
+    Put {
+        /// The key to write.
+        key: String,
+        /// The new value.
+        value: Bytes,
+    },
+    /// Remove `key`; removing a key that does not exist is not an error.
+    Delete {
+        /// The key to remove.
+        key: String,
+    },
+}
+
+impl Op {
+    /// A put of `value` under `key`.
+    pub fn put(key: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        Op::Put {
+            key: key.into(),
+            value: value.into(),
+        }
+    }
+
+    /// A delete of `key`.
+    pub fn delete(key: impl Into<String>) -> Self {
+        Op::Delete { key: key.into() }
+    }
+
+    /// The key this op writes.
+    pub fn key(&self) -> &str {
+        match self {
+            Op::Put { key, .. } | Op::Delete { key } => key,
+        }
+    }
+}
+
+/// What a [`LocationStore::batch`] did: everything, or nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchOutcome {
+    /// Every condition held and every op was applied, all at this revision (the new version of
+    /// every key that was put). A batch without ops writes nothing and reports the current revision.
+    Committed {
+        /// The revision of the batch.
+        revision: u64,
+    },
+    /// This condition did not hold; no op was applied. Re-read the key before trying again.
+    Conflict {
+        /// The key of the first condition that failed.
+        key: String,
+    },
+}
+
+/// One page of a [`LocationStore::scan`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Page {
+    /// Entries in byte order of their keys, all read at one instant.
+    pub items: Vec<(String, Versioned)>,
+    /// Where to continue: pass it as `after` to read the next page. `None` when the scan is done.
+    pub next: Option<String>,
+}
+
+/// An owner lease: while it is live, the node is alive in the eyes of the cluster and may act as
+/// owner of its units. When it expires, the node is taken for dead and its units may be recovered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The node holding the lease.
+    pub node: NodeId,
+    /// Grows by one with every acquisition by the node, so that writes made under an older
+    /// lease can be told apart from writes under the current one.
+    pub generation: u64,
+    /// How long the lease lives after it was acquired or last renewed, without a renewal.
+    pub ttl: Duration,
+}
+
+/// Why a store call failed. Each message says what the operator or caller should do next.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store could not be reached; nothing was done, or the answer was lost with the connection.
+    #[error(
+        "the location store is unavailable ({reason}); check that redis-server is running and \
+         reachable from this host, then retry after re-reading any key that was being written"
+    )]
+    Unavailable {
+        /// What the connection reported.
+        reason: String,
+    },
+    /// No answer arrived in time. A write may or may not have been applied: re-read, never guess.
+    #[error(
+        "the location store did not answer {op} within {after:?}; the outcome is unknown, so \
+         re-read before deciding, and check the store's load and the network to it"
+    )]
+    Timeout {
+        /// The operation that timed out.
+        op: &'static str,
+        /// How long it waited.
+        after: Duration,
+    },
+    /// The lease expired or was superseded by a newer acquisition of the same node.
+    #[error(
+        "lease generation {generation} of node {node} is lost (expired or superseded); stop acting \
+         as owner of this node's units and acquire a new lease"
+    )]
+    LeaseLost {
+        /// The node whose lease was lost.
+        node: NodeId,
+        /// The generation that was lost.
+        generation: u64,
+    },
+    /// An entry in the store does not have the shape this module writes.
+    #[error(
+        "store entry {key:?} is corrupt ({reason}); another program may have written under this \
+         store's prefix: inspect the entry with redis-cli and delete it or choose another prefix"
+    )]
+    Corrupt {
+        /// The key of the entry, as the store names it.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The store answered with an error of its own.
+    #[error(
+        "the location store refused {op} ({reason}); check the redis-server log and its \
+         configuration (memory limit, read-only replica, ACL permissions for EVAL)"
+    )]
+    Rejected {
+        /// The operation that was refused.
+        op: &'static str,
+        /// The store's error.
+        reason: String,
+    },
+    /// The store was configured with values it cannot work with.
+    #[error("invalid location store configuration: {reason}")]
+    InvalidConfig {
+        /// What to change.
+        reason: String,
+    },
+}
+
+/// The location store: the one authority on where every unit lives.
+///
+/// All methods are cancel-safe in the sense that dropping a future never leaves a partial batch;
+/// whether a dropped or timed-out batch was applied is unknown until the key is read again.
+pub trait LocationStore: Send + Sync + 'static {
+    /// Reads one key; `None` if it does not exist.
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>>;
+
+    /// Applies `ops` in order if every condition holds, atomically: all or nothing. The ops all
+    /// get one new revision. If a condition fails, the outcome names its key and nothing changed.
+    fn batch<'a>(
+        &'a self,
+        conditions: Vec<Condition>,
+        ops: Vec<Op>,
+    ) -> BoxFuture<'a, Result<BatchOutcome, StoreError>>;
+
+    /// Reads up to `limit` keys that start with `prefix` and sort after `after` (all of them
+    /// if `after` is `None`), in byte order, as one consistent snapshot per page. A `limit` of 0 is
+    /// taken as 1, so a scan always makes progress; a store may cap very large limits, so read
+    /// until `next` is `None` rather than until a page comes back short.
+    fn scan<'a>(
+        &'a self,
+        prefix: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Page, StoreError>>;
+
+    /// Takes a new lease for `node`, with a generation one above any earlier one of that node.
+    /// An earlier lease of the node, live or not, is superseded: its renewals fail from now on.
+    fn acquire_lease<'a>(
+        &'a self,
+        node: &'a NodeId,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Lease, StoreError>>;
+
+    /// Extends a live lease by its `ttl` from now. [`StoreError::LeaseLost`] if it has expired or
+    /// was superseded: the holder must then stop acting as owner.
+    fn renew_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// The node's live lease, if it has one; expired leases are not returned.
+    fn lease_of<'a>(&'a self, node: &'a NodeId)
+    -> BoxFuture<'a, Result<Option<Lease>, StoreError>>;
+
+    /// Ends a lease before its expiry, so that the cluster need not wait out the TTL after a clean
+    /// shutdown. Releasing a lease that is already expired or superseded does nothing.
+    fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>>;
+}

@@ -1,0 +1,654 @@
+//! The store on a redis-server, for clusters of processes and machines.
+//!
+//! Layout under the configured prefix `P` (in braces, so that every key of one store hashes to
+//! one slot and two prefixes can never overlap):
+//!
+//! - `{P}:rev`: the revision counter; every committed batch takes the next value.
+//! - `{P}:idx`: a sorted set of every live key (all scores 0), so scans read in byte order.
+//! - `{P}:k:<key>`: a hash with the value (`v`) and the revision that wrote it (`r`).
+//! - `{P}:lease:<node>`: `<generation>:<ttl ms>`, expiring with the lease (redis PX TTL).
+//! - `{P}:lgen:<node>`: the node's last lease generation; kept, so generations never repeat.
+//!
+//! Conditional batches, scans and lease changes each run as one Lua script, so redis applies or
+//! reads them as one step. Every call is bounded by the configured timeout.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::{ErrorKind, RedisError, RedisResult, Script, ServerErrorKind};
+use bytes::Bytes;
+
+use super::{
+    BatchOutcome, BoxFuture, Condition, Lease, LocationStore, Op, Page, StoreError, Versioned,
+};
+use crate::ids::NodeId;
+
+/// Checks every condition, then takes one revision and applies every op with it.
+///
+/// KEYS: rev, idx, one per condition, one per op.
+/// ARGV: condition count, op count, then per condition (kind `a`|`v`, version), then per op
+/// (kind `p`|`d`, key as indexed, value or empty).
+/// Returns {1, revision} or {0, index of the failed condition, from 1}.
+const BATCH_LUA: &str = r#"
+local ncond = tonumber(ARGV[1])
+local nops = tonumber(ARGV[2])
+local a = 3
+for i = 1, ncond do
+  local current = redis.call('HGET', KEYS[2 + i], 'r')
+  if ARGV[a] == 'a' then
+    if current then return {0, i} end
+  elseif current ~= ARGV[a + 1] then
+    return {0, i}
+  end
+  a = a + 2
+end
+if nops == 0 then
+  return {1, tonumber(redis.call('GET', KEYS[1]) or '0')}
+end
+local rev = redis.call('INCR', KEYS[1])
+local srev = string.format('%d', rev)
+for j = 1, nops do
+  local key = KEYS[2 + ncond + j]
+  if ARGV[a] == 'p' then
+    redis.call('DEL', key)
+    redis.call('HSET', key, 'v', ARGV[a + 2], 'r', srev)
+    redis.call('ZADD', KEYS[2], 0, ARGV[a + 1])
+  else
+    redis.call('DEL', key)
+    redis.call('ZREM', KEYS[2], ARGV[a + 1])
+  end
+  a = a + 3
+end
+return {1, rev}
+"#;
+
+/// Reads one page of the index and the entries it names, in one step.
+///
+/// KEYS: idx. ARGV: range start, range end, count, entry key prefix.
+/// Returns a flat array: key, value, revision, key, value, revision, ...
+const SCAN_LUA: &str = r#"
+local names = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], ARGV[2], 'LIMIT', 0, ARGV[3])
+local out = {}
+for _, name in ipairs(names) do
+  local entry = redis.call('HMGET', ARGV[4] .. name, 'v', 'r')
+  out[#out + 1] = name
+  out[#out + 1] = entry[1]
+  out[#out + 1] = entry[2]
+end
+return out
+"#;
+
+/// KEYS: lease, generation counter. ARGV: ttl ms. Returns the new generation.
+const ACQUIRE_LUA: &str = r#"
+local g = string.format('%d', redis.call('INCR', KEYS[2]))
+redis.call('SET', KEYS[1], g .. ':' .. ARGV[1], 'PX', ARGV[1])
+return tonumber(g)
+"#;
+
+/// KEYS: lease. ARGV: generation, ttl ms. Returns 1 if renewed, 0 if expired or superseded.
+const RENEW_LUA: &str = r#"
+local current = redis.call('GET', KEYS[1])
+if not current or string.match(current, '^(%d+):') ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[2])
+return 1
+"#;
+
+/// KEYS: lease. ARGV: generation. Deletes the lease only if it is still this generation.
+const RELEASE_LUA: &str = r#"
+local current = redis.call('GET', KEYS[1])
+if current and string.match(current, '^(%d+):') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"#;
+
+/// The most entries one scan script reads; a larger `limit` is cut to it, so one page cannot
+/// hold redis busy for long (the caller continues with `next` as usual).
+const MAX_PAGE: usize = 100_000;
+
+/// The longest lease redis is asked to keep: far beyond any sensible TTL, and far from the
+/// overflow of redis's expiry arithmetic.
+const MAX_TTL_MILLIS: u64 = 1 << 46;
+
+/// How to reach and lay out a [`RedisStore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisStoreConfig {
+    /// Namespace of every key this store writes, so that several clusters (or test runs) can
+    /// share one redis-server. Must be non-empty and contain no `{` or `}`.
+    pub prefix: String,
+    /// Upper bound on every call, connecting included: a redis-server that stops answering turns
+    /// into [`StoreError::Timeout`] or [`StoreError::Unavailable`] after this long, never a hang.
+    pub op_timeout: Duration,
+}
+
+impl RedisStoreConfig {
+    /// The default timeout of 2 s: far above a healthy round trip, short enough for a node to
+    /// notice a lost store well within a lease TTL.
+    pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(2);
+
+    /// A configuration with the given prefix and the default timeout.
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+            op_timeout: Self::DEFAULT_OP_TIMEOUT,
+        }
+    }
+
+    fn validate(&self) -> Result<(), StoreError> {
+        if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
+            return Err(StoreError::InvalidConfig {
+                reason: format!(
+                    "store prefix {:?} must be non-empty and contain no '{{' or '}}'",
+                    self.prefix
+                ),
+            });
+        }
+        if self.op_timeout.is_zero() {
+            return Err(StoreError::InvalidConfig {
+                reason: "op_timeout must be above zero; 2 s is a good start".to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Default for RedisStoreConfig {
+    fn default() -> Self {
+        Self::new("ferry")
+    }
+}
+
+/// The location store on a redis-server.
+///
+/// Clones share one connection, which is re-established in the background after it breaks;
+/// calls made while it is down fail with [`StoreError::Unavailable`] or [`StoreError::Timeout`].
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: ConnectionManager,
+    op_timeout: Duration,
+    keys: Arc<KeySpace>,
+    scripts: Arc<Scripts>,
+}
+
+struct Scripts {
+    batch: Script,
+    scan: Script,
+    acquire: Script,
+    renew: Script,
+    release: Script,
+}
+
+/// Names of the redis keys of one store.
+struct KeySpace {
+    prefix: String,
+    base: String,
+    rev: String,
+    idx: String,
+    entry: String,
+}
+
+impl KeySpace {
+    fn new(prefix: &str) -> Self {
+        let base = format!("{{{prefix}}}:");
+        Self {
+            prefix: prefix.to_owned(),
+            rev: format!("{base}rev"),
+            idx: format!("{base}idx"),
+            entry: format!("{base}k:"),
+            base,
+        }
+    }
+
+    fn entry(&self, key: &str) -> String {
+        format!("{}{key}", self.entry)
+    }
+
+    fn lease(&self, node: &NodeId) -> String {
+        format!("{}lease:{node}", self.base)
+    }
+
+    fn generation(&self, node: &NodeId) -> String {
+        format!("{}lgen:{node}", self.base)
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.keys.prefix)
+            .field("op_timeout", &self.op_timeout)
+            .finish()
+    }
+}
+
+impl RedisStore {
+    /// Connects to the redis-server at `url` (for example `redis://127.0.0.1:6379/`).
+    ///
+    /// Fails with [`StoreError::Unavailable`] or [`StoreError::Timeout`] if the server cannot be
+    /// reached within `config.op_timeout`, and with [`StoreError::InvalidConfig`] for a malformed
+    /// url or prefix.
+    pub async fn connect(url: &str, config: RedisStoreConfig) -> Result<Self, StoreError> {
+        config.validate()?;
+        let client = ::redis::Client::open(url).map_err(|e| StoreError::InvalidConfig {
+            reason: format!("redis url {url:?} is not usable ({e}); use redis://host:port/db"),
+        })?;
+        let op_timeout = config.op_timeout;
+        // Few, short reconnect attempts: the caller's timeout bounds every call anyway, and a
+        // failed attempt on an I/O error starts a new one on the next call.
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(op_timeout))
+            .set_response_timeout(Some(op_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let conn = bounded(
+            "connect",
+            op_timeout,
+            ConnectionManager::new_with_config(client, manager_config),
+        )
+        .await?;
+        Ok(Self {
+            conn,
+            op_timeout,
+            keys: Arc::new(KeySpace::new(&config.prefix)),
+            scripts: Arc::new(Scripts {
+                batch: Script::new(BATCH_LUA),
+                scan: Script::new(SCAN_LUA),
+                acquire: Script::new(ACQUIRE_LUA),
+                renew: Script::new(RENEW_LUA),
+                release: Script::new(RELEASE_LUA),
+            }),
+        })
+    }
+
+    /// The prefix this store's keys live under.
+    pub fn prefix(&self) -> &str {
+        &self.keys.prefix
+    }
+
+    async fn get_inner(&self, key: &str) -> Result<Option<Versioned>, StoreError> {
+        let mut conn = self.conn.clone();
+        let entry_key = self.keys.entry(key);
+        let (value, version): (Option<Vec<u8>>, Option<Vec<u8>>) = bounded(
+            "get",
+            self.op_timeout,
+            ::redis::cmd("HMGET")
+                .arg(&entry_key)
+                .arg("v")
+                .arg("r")
+                .query_async(&mut conn),
+        )
+        .await?;
+        decode_entry(key, value, version)
+    }
+
+    async fn batch_inner(
+        &self,
+        conditions: Vec<Condition>,
+        ops: Vec<Op>,
+    ) -> Result<BatchOutcome, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut invocation = self.scripts.batch.prepare_invoke();
+        invocation
+            .key(&self.keys.rev)
+            .key(&self.keys.idx)
+            .arg(conditions.len())
+            .arg(ops.len());
+        for condition in &conditions {
+            invocation.key(self.keys.entry(condition.key()));
+            match condition {
+                Condition::Absent(_) => invocation.arg("a").arg(0u64),
+                Condition::Version(_, version) => invocation.arg("v").arg(*version),
+            };
+        }
+        for op in &ops {
+            invocation.key(self.keys.entry(op.key()));
+            match op {
+                Op::Put { key, value } => invocation.arg("p").arg(key).arg(value.as_ref()),
+                Op::Delete { key } => invocation.arg("d").arg(key).arg(""),
+            };
+        }
+        let (committed, number): (i64, u64) =
+            bounded("batch", self.op_timeout, invocation.invoke_async(&mut conn)).await?;
+        if committed == 1 {
+            return Ok(BatchOutcome::Committed { revision: number });
+        }
+        let failed = usize::try_from(number)
+            .ok()
+            .and_then(|index| index.checked_sub(1))
+            .and_then(|index| conditions.get(index));
+        match failed {
+            Some(condition) => Ok(BatchOutcome::Conflict {
+                key: condition.key().to_owned(),
+            }),
+            None => Err(StoreError::Corrupt {
+                key: self.keys.rev.clone(),
+                reason: format!("the batch script named condition {number}, which was not sent"),
+            }),
+        }
+    }
+
+    async fn scan_inner(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let limit = limit.clamp(1, MAX_PAGE);
+        // Lexical ranges over the index: '[' includes, '(' excludes, '-' and '+' are the ends.
+        // Keys are UTF-8, which never contains the byte 0xFF, so prefix + 0xFF is above every key
+        // that starts with the prefix.
+        let start: Vec<u8> = match after {
+            Some(after) if after >= prefix => [b"(", after.as_bytes()].concat(),
+            _ if prefix.is_empty() => b"-".to_vec(),
+            _ => [b"[", prefix.as_bytes()].concat(),
+        };
+        let end: Vec<u8> = if prefix.is_empty() {
+            b"+".to_vec()
+        } else {
+            [b"(", prefix.as_bytes(), b"\xff"].concat()
+        };
+        let mut conn = self.conn.clone();
+        let flat: Vec<Option<Vec<u8>>> = bounded(
+            "scan",
+            self.op_timeout,
+            self.scripts
+                .scan
+                .key(&self.keys.idx)
+                .arg(start)
+                .arg(end)
+                .arg(limit + 1)
+                .arg(&self.keys.entry)
+                .invoke_async(&mut conn),
+        )
+        .await?;
+        if !flat.len().is_multiple_of(3) {
+            return Err(StoreError::Corrupt {
+                key: self.keys.idx.clone(),
+                reason: format!("scan returned {} fields, not triples", flat.len()),
+            });
+        }
+        let mut items = Vec::with_capacity(flat.len() / 3);
+        let mut fields = flat.into_iter();
+        while let (Some(name), Some(value), Some(version)) =
+            (fields.next(), fields.next(), fields.next())
+        {
+            let key = name
+                .and_then(|name| String::from_utf8(name).ok())
+                .ok_or_else(|| StoreError::Corrupt {
+                    key: self.keys.idx.clone(),
+                    reason: "the index holds a key that is not UTF-8".to_owned(),
+                })?;
+            match decode_entry(&key, value, version)? {
+                Some(found) => items.push((key, found)),
+                None => {
+                    return Err(StoreError::Corrupt {
+                        reason: "the key is in the index but has no entry".to_owned(),
+                        key,
+                    });
+                }
+            }
+        }
+        let next = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|(key, _)| key.clone())
+        } else {
+            None
+        };
+        Ok(Page { items, next })
+    }
+
+    async fn acquire_inner(&self, node: &NodeId, ttl: Duration) -> Result<Lease, StoreError> {
+        let mut conn = self.conn.clone();
+        let generation: u64 = bounded(
+            "acquire_lease",
+            self.op_timeout,
+            self.scripts
+                .acquire
+                .key(self.keys.lease(node))
+                .key(self.keys.generation(node))
+                .arg(ttl_millis(ttl))
+                .invoke_async(&mut conn),
+        )
+        .await?;
+        Ok(Lease {
+            node: node.clone(),
+            generation,
+            ttl,
+        })
+    }
+
+    async fn renew_inner(&self, lease: &Lease) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let renewed: i64 = bounded(
+            "renew_lease",
+            self.op_timeout,
+            self.scripts
+                .renew
+                .key(self.keys.lease(&lease.node))
+                .arg(lease.generation)
+                .arg(ttl_millis(lease.ttl))
+                .invoke_async(&mut conn),
+        )
+        .await?;
+        if renewed == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::LeaseLost {
+                node: lease.node.clone(),
+                generation: lease.generation,
+            })
+        }
+    }
+
+    async fn lease_of_inner(&self, node: &NodeId) -> Result<Option<Lease>, StoreError> {
+        let mut conn = self.conn.clone();
+        let key = self.keys.lease(node);
+        let raw: Option<String> = bounded(
+            "lease_of",
+            self.op_timeout,
+            ::redis::cmd("GET").arg(&key).query_async(&mut conn),
+        )
+        .await?;
+        let Some(raw) = raw else {
+            return Ok(None);
+        };
+        let parsed = raw.split_once(':').and_then(|(generation, ttl)| {
+            Some((generation.parse::<u64>().ok()?, ttl.parse::<u64>().ok()?))
+        });
+        match parsed {
+            Some((generation, ttl)) => Ok(Some(Lease {
+                node: node.clone(),
+                generation,
+                ttl: Duration::from_millis(ttl),
+            })),
+            None => Err(StoreError::Corrupt {
+                key,
+                reason: format!("lease {raw:?} is not <generation>:<ttl ms>"),
+            }),
+        }
+    }
+
+    async fn release_inner(&self, lease: &Lease) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let _released: i64 = bounded(
+            "release_lease",
+            self.op_timeout,
+            self.scripts
+                .release
+                .key(self.keys.lease(&lease.node))
+                .arg(lease.generation)
+                .invoke_async(&mut conn),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+impl LocationStore for RedisStore {
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
+        Box::pin(self.get_inner(key))
+    }
+
+    fn batch<'a>(
+        &'a self,
+        conditions: Vec<Condition>,
+        ops: Vec<Op>,
+    ) -> BoxFuture<'a, Result<BatchOutcome, StoreError>> {
+        Box::pin(self.batch_inner(conditions, ops))
+    }
+
+    fn scan<'a>(
+        &'a self,
+        prefix: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Page, StoreError>> {
+        Box::pin(self.scan_inner(prefix, after, limit))
+    }
+
+    fn acquire_lease<'a>(
+        &'a self,
+        node: &'a NodeId,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Lease, StoreError>> {
+        Box::pin(self.acquire_inner(node, ttl))
+    }
+
+    fn renew_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.renew_inner(lease))
+    }
+
+    fn lease_of<'a>(
+        &'a self,
+        node: &'a NodeId,
+    ) -> BoxFuture<'a, Result<Option<Lease>, StoreError>> {
+        Box::pin(self.lease_of_inner(node))
+    }
+
+    fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.release_inner(lease))
+    }
+}
+
+/// Runs one redis call under the store's timeout and gives its failure a [`StoreError`] type.
+async fn bounded<T>(
+    op: &'static str,
+    after: Duration,
+    call: impl Future<Output = RedisResult<T>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(after, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => Err(classify(op, after, &error)),
+        Err(_elapsed) => Err(StoreError::Timeout { op, after }),
+    }
+}
+
+fn classify(op: &'static str, after: Duration, error: &RedisError) -> StoreError {
+    if error.is_timeout() {
+        return StoreError::Timeout { op, after };
+    }
+    let unreachable = error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || error.is_unrecoverable_error()
+        || matches!(
+            error.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+            )
+        );
+    if unreachable {
+        StoreError::Unavailable {
+            reason: format!("{op}: {error}"),
+        }
+    } else {
+        StoreError::Rejected {
+            op,
+            reason: error.to_string(),
+        }
+    }
+}
+
+/// Redis counts TTLs in whole milliseconds; round up so a lease never lives shorter than asked.
+fn ttl_millis(ttl: Duration) -> u64 {
+    let millis = ttl.as_nanos().div_ceil(1_000_000).max(1);
+    u64::try_from(millis)
+        .unwrap_or(u64::MAX)
+        .min(MAX_TTL_MILLIS)
+}
+
+fn decode_entry(
+    key: &str,
+    value: Option<Vec<u8>>,
+    version: Option<Vec<u8>>,
+) -> Result<Option<Versioned>, StoreError> {
+    match (value, version) {
+        (None, None) => Ok(None),
+        (Some(value), Some(version)) => {
+            let version = std::str::from_utf8(&version)
+                .ok()
+                .and_then(|text| text.parse::<u64>().ok())
+                .ok_or_else(|| StoreError::Corrupt {
+                    key: key.to_owned(),
+                    reason: format!(
+                        "its version {:?} is not a number",
+                        String::from_utf8_lossy(&version)
+                    ),
+                })?;
+            Ok(Some(Versioned {
+                value: Bytes::from(value),
+                version,
+            }))
+        }
+        _ => Err(StoreError::Corrupt {
+            key: key.to_owned(),
+            reason: "it has a value without a version, or a version without a value".to_owned(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_with_braces_or_empty_are_refused() {
+        assert!(RedisStoreConfig::new("").validate().is_err());
+        assert!(RedisStoreConfig::new("a{b").validate().is_err());
+        assert!(RedisStoreConfig::new("a}b").validate().is_err());
+        assert!(RedisStoreConfig::new("cluster-1").validate().is_ok());
+        let zero = RedisStoreConfig {
+            op_timeout: Duration::ZERO,
+            ..RedisStoreConfig::default()
+        };
+        assert!(zero.validate().is_err());
+    }
+
+    #[test]
+    fn lease_ttls_round_up_to_whole_milliseconds() {
+        assert_eq!(ttl_millis(Duration::ZERO), 1);
+        assert_eq!(ttl_millis(Duration::from_micros(1500)), 2);
+        assert_eq!(ttl_millis(Duration::from_secs(3)), 3000);
+        assert_eq!(ttl_millis(Duration::MAX), MAX_TTL_MILLIS);
+    }
+
+    #[test]
+    fn an_entry_with_half_its_fields_is_corrupt() {
+        assert_eq!(decode_entry("k", None, None), Ok(None));
+        assert!(matches!(
+            decode_entry("k", Some(b"v".to_vec()), None),
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert!(matches!(
+            decode_entry("k", Some(b"v".to_vec()), Some(b"x1".to_vec())),
+            Err(StoreError::Corrupt { .. })
+        ));
+    }
+}

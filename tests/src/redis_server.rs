@@ -1,0 +1,223 @@
+//! A real redis-server for one test: started on a free loopback port, killed on drop.
+//!
+//! Tests that need redis call [`RedisServer::start_or_skip`]. Where redis-server is not
+//! installed, that prints one line and the test returns, so a developer without redis still gets
+//! a green run of everything else; CI sets `FERRY_REQUIRE_REDIS=1` so that a missing server fails
+//! loudly instead of skipping.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+/// The line a test prints when it skips for want of redis-server.
+pub const SKIP_MESSAGE: &str = "skipped: redis-server not installed (apt-get install redis-server)";
+
+/// Set to `1` to turn a missing redis-server into a failure instead of a skip.
+pub const REQUIRE_ENV: &str = "FERRY_REQUIRE_REDIS";
+
+/// How long a starting server may take to say it is ready. Generous, because the machine may be
+/// busy compiling; the wait ends as soon as the server reports ready.
+const READY_WITHIN: Duration = Duration::from_secs(20);
+
+/// Attempts at a free port, in case another process takes the one picked before redis binds it.
+const ATTEMPTS: usize = 5;
+
+/// A running redis-server owned by one test.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+}
+
+/// Why a redis-server could not be started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartError {
+    /// `redis-server` is not on PATH.
+    NotInstalled,
+    /// It is installed but did not come up; the text is its output.
+    Failed(String),
+}
+
+impl RedisServer {
+    /// Starts a server, or prints [`SKIP_MESSAGE`] and returns `None` if redis-server is not
+    /// installed (panicking instead when `FERRY_REQUIRE_REDIS=1`). Any other failure to start
+    /// panics: an installed server that does not come up is a real problem.
+    pub async fn start_or_skip() -> Option<RedisServer> {
+        match Self::start().await {
+            Ok(server) => Some(server),
+            Err(StartError::NotInstalled) => {
+                if std::env::var(REQUIRE_ENV).is_ok_and(|value| value == "1") {
+                    panic!("{SKIP_MESSAGE}; {REQUIRE_ENV}=1 requires it");
+                }
+                println!("{SKIP_MESSAGE}");
+                None
+            }
+            Err(StartError::Failed(output)) => panic!("redis-server did not start:\n{output}"),
+        }
+    }
+
+    /// Starts a server on a free port of 127.0.0.1, without persistence, in a fresh temp dir,
+    /// and returns once it reports that it accepts connections.
+    pub async fn start() -> Result<RedisServer, StartError> {
+        let mut last = String::new();
+        for _ in 0..ATTEMPTS {
+            match Self::start_once(None).await {
+                Err(StartError::Failed(output)) if output.contains("Address already in use") => {
+                    last = output;
+                }
+                other => return other,
+            }
+        }
+        Err(StartError::Failed(last))
+    }
+
+    async fn start_once(port: Option<u16>) -> Result<RedisServer, StartError> {
+        let port = match port {
+            Some(port) => port,
+            None => free_port().map_err(|e| StartError::Failed(format!("no free port: {e}")))?,
+        };
+        let dir = temp_dir(port).map_err(|e| StartError::Failed(format!("no temp dir: {e}")))?;
+        let spawned = Command::new("redis-server")
+            .arg("--port")
+            .arg(port.to_string())
+            .args(["--bind", "127.0.0.1", "--protected-mode", "yes"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .args(["--daemonize", "no", "--loglevel", "notice"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(if e.kind() == std::io::ErrorKind::NotFound {
+                    StartError::NotInstalled
+                } else {
+                    StartError::Failed(format!("could not run redis-server: {e}"))
+                });
+            }
+        };
+        // The server is owned from here on, so any early return kills it.
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir,
+        };
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            server.child = Some(child);
+            return Err(StartError::Failed(
+                "redis-server has no output pipes".into(),
+            ));
+        };
+        server.child = Some(child);
+        let ready = watch_output(stdout, stderr);
+        match tokio::time::timeout(READY_WITHIN, ready).await {
+            Ok(Ok(Ok(()))) => Ok(server),
+            Ok(Ok(Err(output))) => Err(StartError::Failed(output)),
+            Ok(Err(_)) => Err(StartError::Failed("the output reader stopped".into())),
+            Err(_) => Err(StartError::Failed(format!(
+                "redis-server on port {port} did not report ready within {READY_WITHIN:?}"
+            ))),
+        }
+    }
+
+    /// Starts a fresh, empty server on the same port after [`stop`](Self::stop), as a redis that
+    /// was restarted without persistence: clients that reconnect find no data.
+    pub async fn restart(&mut self) -> Result<(), StartError> {
+        self.stop();
+        let mut fresh = Self::start_once(Some(self.port)).await?;
+        self.child = fresh.child.take();
+        // `fresh` now removes the old dir on drop; this server keeps the new one.
+        std::mem::swap(&mut self.dir, &mut fresh.dir);
+        Ok(())
+    }
+
+    /// Where to connect: `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash or a pulled cable would: connected clients
+    /// see their connection drop and new connections are refused.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Reads the server's output on plain threads (so it does not depend on which runtime is alive)
+/// and resolves once the server is ready, or with its output if it exits first. The threads keep
+/// draining afterwards, so a chatty server never blocks on a full pipe.
+fn watch_output(
+    stdout: impl Read + Send + 'static,
+    stderr: impl Read + Send + 'static,
+) -> oneshot::Receiver<Result<(), String>> {
+    let (tx, rx) = oneshot::channel();
+    let (err_tx, err_rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = BufReader::new(stderr).read_to_string(&mut text);
+        let _ = err_tx.send(text);
+    });
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        let mut seen = Vec::new();
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.is_some() {
+                if line.contains("Ready to accept connections") {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(Ok(()));
+                    }
+                } else {
+                    seen.push(line);
+                }
+            }
+        }
+        if let Some(tx) = tx {
+            // The server exited before it was ready: its stderr is complete by now.
+            seen.extend(err_rx.recv().ok());
+            let _ = tx.send(Err(seen.join("\n")));
+        }
+    });
+    rx
+}
+
+fn free_port() -> std::io::Result<u16> {
+    let listener = TcpListener::bind(("127.0.0.1", 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+fn temp_dir(port: u16) -> std::io::Result<PathBuf> {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "ferry-redis-{}-{}-{port}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}

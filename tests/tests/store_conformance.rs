@@ -1,0 +1,677 @@
+//! One conformance suite for every location store: each check below runs against the
+//! `MemoryStore` (on tokio's paused clock) and against a `RedisStore` on a real redis-server.
+
+use std::time::Duration;
+
+use ferry::ids::NodeId;
+use ferry::store::{
+    BatchOutcome, Condition, LocationStore, MemoryStore, Op, RedisStore, RedisStoreConfig,
+    StoreError, Versioned,
+};
+use ferry_tests::redis_server::RedisServer;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+fn node(name: &str) -> NodeId {
+    NodeId::new(name).expect("valid node id")
+}
+
+/// Writes `value` under `key` unconditionally and returns its new version.
+async fn put(store: &dyn LocationStore, key: &str, value: &'static str) -> u64 {
+    match store.batch(vec![], vec![Op::put(key, value)]).await {
+        Ok(BatchOutcome::Committed { revision }) => revision,
+        other => panic!("unconditional put of {key} failed: {other:?}"),
+    }
+}
+
+async fn get(store: &dyn LocationStore, key: &str) -> Option<Versioned> {
+    store.get(key).await.expect("get")
+}
+
+async fn value_of(store: &dyn LocationStore, key: &str) -> Option<Vec<u8>> {
+    get(store, key).await.map(|found| found.value.to_vec())
+}
+
+fn committed(outcome: Result<BatchOutcome, StoreError>) -> u64 {
+    match outcome {
+        Ok(BatchOutcome::Committed { revision }) => revision,
+        other => panic!("expected the batch to commit, got {other:?}"),
+    }
+}
+
+fn conflict(outcome: Result<BatchOutcome, StoreError>) -> String {
+    match outcome {
+        Ok(BatchOutcome::Conflict { key }) => key,
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+}
+
+/// Polls `lease_of` until the node has no live lease, failing after `bound`. With the memory
+/// store the clock is paused, so the sleeps advance it without waiting.
+async fn wait_for_expiry(store: &dyn LocationStore, node: &NodeId, bound: Duration) {
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        if store.lease_of(node).await.expect("lease_of").is_none() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lease of {node} was still live after {bound:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Reads every key under `prefix`, page by page, and checks each page on the way.
+async fn scan_all(store: &dyn LocationStore, prefix: &str, limit: usize) -> Vec<(String, u64)> {
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = store
+            .scan(prefix, after.as_deref(), limit)
+            .await
+            .expect("scan");
+        assert!(page.items.len() <= limit.max(1), "page over its limit");
+        for (key, found) in &page.items {
+            assert!(key.starts_with(prefix), "{key} is outside prefix {prefix}");
+            seen.push((key.clone(), found.version));
+        }
+        match page.next {
+            Some(next) => {
+                assert_eq!(Some(&next), page.items.last().map(|(key, _)| key));
+                after = Some(next);
+            }
+            None => return seen,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checks, each run against every store
+
+async fn failing_condition_applies_nothing_and_names_its_key(store: &dyn LocationStore) {
+    let a = put(store, "a", "a1").await;
+    put(store, "x", "x1").await;
+
+    let ops = || vec![Op::put("a", "a2"), Op::put("c", "c1"), Op::delete("x")];
+    let key = conflict(
+        store
+            .batch(
+                vec![Condition::version("a", a), Condition::absent("x")],
+                ops(),
+            )
+            .await,
+    );
+    assert_eq!(key, "x", "the conflict names the condition that failed");
+    assert_eq!(value_of(store, "a").await.as_deref(), Some(&b"a1"[..]));
+    assert_eq!(get(store, "a").await.map(|v| v.version), Some(a));
+    assert_eq!(value_of(store, "c").await, None, "no op of a failed batch");
+    assert_eq!(value_of(store, "x").await.as_deref(), Some(&b"x1"[..]));
+
+    let revision = committed(
+        store
+            .batch(
+                vec![Condition::version("a", a), Condition::absent("c")],
+                ops(),
+            )
+            .await,
+    );
+    let a2 = get(store, "a").await.expect("a after commit");
+    let c1 = get(store, "c").await.expect("c after commit");
+    assert_eq!((&a2.value[..], a2.version), (&b"a2"[..], revision));
+    assert_eq!((&c1.value[..], c1.version), (&b"c1"[..], revision));
+    assert_eq!(get(store, "x").await, None);
+}
+
+async fn a_stale_version_loses(store: &dyn LocationStore) {
+    let read = put(store, "room/1", "owner=n1").await;
+    // Two writers read the same version; the first to write wins.
+    let first = committed(
+        store
+            .batch(
+                vec![Condition::version("room/1", read)],
+                vec![Op::put("room/1", "owner=n2")],
+            )
+            .await,
+    );
+    assert!(first > read);
+    let key = conflict(
+        store
+            .batch(
+                vec![Condition::version("room/1", read)],
+                vec![Op::put("room/1", "owner=n3")],
+            )
+            .await,
+    );
+    assert_eq!(key, "room/1");
+    let now = get(store, "room/1").await.expect("room/1");
+    assert_eq!((&now.value[..], now.version), (&b"owner=n2"[..], first));
+    // A version condition on a key that does not exist never holds.
+    assert_eq!(
+        conflict(
+            store
+                .batch(vec![Condition::version("nobody", 1)], vec![])
+                .await
+        ),
+        "nobody"
+    );
+}
+
+async fn an_absent_condition_creates_exactly_once(store: &dyn LocationStore) {
+    let create = || {
+        store.batch(
+            vec![Condition::absent("spot/lobby")],
+            vec![Op::put("spot/lobby", "created")],
+        )
+    };
+    let revision = committed(create().await);
+    assert_eq!(conflict(create().await), "spot/lobby");
+    assert_eq!(
+        get(store, "spot/lobby").await.map(|v| v.version),
+        Some(revision)
+    );
+}
+
+async fn delete_then_recreate_gets_a_new_higher_version(store: &dyn LocationStore) {
+    let first = put(store, "k", "one").await;
+    committed(
+        store
+            .batch(vec![Condition::version("k", first)], vec![Op::delete("k")])
+            .await,
+    );
+    assert_eq!(get(store, "k").await, None);
+    assert_eq!(
+        conflict(
+            store
+                .batch(
+                    vec![Condition::version("k", first)],
+                    vec![Op::put("k", "x")]
+                )
+                .await
+        ),
+        "k",
+        "the version of a deleted key is gone with it"
+    );
+    let second = committed(
+        store
+            .batch(vec![Condition::absent("k")], vec![Op::put("k", "one")])
+            .await,
+    );
+    assert!(second > first, "recreated at {second}, first was {first}");
+    // Same value, new version: a writer holding the old version cannot mistake it (no ABA).
+    assert_eq!(
+        conflict(
+            store
+                .batch(
+                    vec![Condition::version("k", first)],
+                    vec![Op::put("k", "y")]
+                )
+                .await
+        ),
+        "k"
+    );
+    // Deleting a key that does not exist is allowed.
+    committed(store.batch(vec![], vec![Op::delete("never-was")]).await);
+}
+
+async fn revisions_grow_across_keys_and_empty_batches_write_nothing(store: &dyn LocationStore) {
+    let mut last = 0;
+    for key in ["r1", "r2", "r1", "r3"] {
+        let revision = put(store, key, "v").await;
+        assert!(revision > last, "revision {revision} after {last}");
+        last = revision;
+    }
+    // Conditions only: checks them, writes nothing, reports the current revision.
+    let checked = committed(
+        store
+            .batch(vec![Condition::version("r3", last)], vec![])
+            .await,
+    );
+    assert_eq!(checked, last);
+    assert!(put(store, "r4", "v").await > last);
+}
+
+async fn values_and_keys_round_trip_exactly(store: &dyn LocationStore) {
+    let binary: Vec<u8> = (0..=255u8).rev().chain([0, 0, 255]).collect();
+    let keys = ["unit/ünïcode ключ", "unit/with space", "unit/empty"];
+    committed(
+        store
+            .batch(
+                vec![],
+                vec![
+                    Op::put(keys[0], binary.clone()),
+                    Op::put(keys[1], "text"),
+                    Op::put(keys[2], ""),
+                ],
+            )
+            .await,
+    );
+    assert_eq!(value_of(store, keys[0]).await, Some(binary));
+    assert_eq!(
+        value_of(store, keys[1]).await.as_deref(),
+        Some(&b"text"[..])
+    );
+    assert_eq!(value_of(store, keys[2]).await.as_deref(), Some(&b""[..]));
+    let mut sorted = keys.map(str::to_owned).to_vec();
+    sorted.sort();
+    let scanned: Vec<String> = scan_all(store, "unit/", 10)
+        .await
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    assert_eq!(scanned, sorted);
+}
+
+async fn scans_page_in_key_order_and_continue_with_the_cursor(store: &dyn LocationStore) {
+    let inside = [
+        "units/07", "units/01", "units/10", "units/03", "units/02", "units/09", "units/04",
+    ];
+    let outside = ["unit", "units", "units0", "other/units/01", "t"];
+    let mut versions = Vec::new();
+    for key in inside.iter().chain(&outside) {
+        versions.push((key.to_string(), put(store, key, "v").await));
+    }
+    let mut expected: Vec<(String, u64)> = versions
+        .into_iter()
+        .filter(|(key, _)| key.starts_with("units/"))
+        .collect();
+    expected.sort();
+
+    for limit in [1, 3, 7, 100] {
+        assert_eq!(
+            scan_all(store, "units/", limit).await,
+            expected,
+            "page size {limit}"
+        );
+    }
+    // Exactly one full page: nothing left to continue with.
+    let page = store.scan("units/", None, 7).await.expect("scan");
+    assert_eq!(page.items.len(), 7);
+    assert_eq!(page.next, None);
+    // A limit of 0 still makes progress.
+    let page = store.scan("units/", None, 0).await.expect("scan");
+    assert_eq!(page.items.len(), 1);
+    assert_eq!(page.next.as_deref(), Some("units/01"));
+    // A cursor whose key was deleted meanwhile still continues after it.
+    committed(store.batch(vec![], vec![Op::delete("units/03")]).await);
+    let page = store
+        .scan("units/", Some("units/03"), 2)
+        .await
+        .expect("scan");
+    let keys: Vec<&str> = page.items.iter().map(|(key, _)| key.as_str()).collect();
+    assert_eq!(keys, ["units/04", "units/07"]);
+    // An empty prefix scans everything; a prefix with no keys gives an empty, final page.
+    assert_eq!(
+        scan_all(store, "", 4).await.len(),
+        inside.len() + outside.len() - 1
+    );
+    let empty = store.scan("nothing/", None, 5).await.expect("scan");
+    assert!(empty.items.is_empty() && empty.next.is_none());
+}
+
+async fn a_scan_page_is_one_consistent_snapshot(store: &dyn LocationStore) {
+    // A token moves between two keys, one atomic batch per move; every page must see it in
+    // exactly one place, never in both and never in neither.
+    put(store, "token/a", "token").await;
+    let moves = 200;
+    let writer = async {
+        let mut at = "token/a";
+        for _ in 0..moves {
+            let to = if at == "token/a" {
+                "token/b"
+            } else {
+                "token/a"
+            };
+            let version = get(store, at).await.expect("token").version;
+            committed(
+                store
+                    .batch(
+                        vec![Condition::version(at, version), Condition::absent(to)],
+                        vec![Op::delete(at), Op::put(to, "token")],
+                    )
+                    .await,
+            );
+            at = to;
+            tokio::task::yield_now().await;
+        }
+    };
+    let reader = async {
+        for _ in 0..moves {
+            let page = store.scan("token/", None, 10).await.expect("scan");
+            assert_eq!(page.items.len(), 1, "a page saw {:?}", page.items);
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::join!(writer, reader);
+}
+
+async fn leases_expire_and_cannot_be_renewed_after(store: &dyn LocationStore) {
+    let n1 = node("n1");
+    let ttl = Duration::from_millis(300);
+    let lease = store.acquire_lease(&n1, ttl).await.expect("acquire");
+    assert_eq!(lease.node, n1);
+    assert_eq!(lease.ttl, ttl);
+    let live = store
+        .lease_of(&n1)
+        .await
+        .expect("lease_of")
+        .expect("live lease");
+    assert_eq!(live.generation, lease.generation);
+    store.renew_lease(&lease).await.expect("renew while live");
+
+    wait_for_expiry(store, &n1, Duration::from_secs(5)).await;
+    match store.renew_lease(&lease).await {
+        Err(StoreError::LeaseLost { node, generation }) => {
+            assert_eq!((node, generation), (n1.clone(), lease.generation));
+        }
+        other => panic!("renewing an expired lease must be LeaseLost, got {other:?}"),
+    }
+    let next = store.acquire_lease(&n1, ttl).await.expect("acquire again");
+    assert!(next.generation > lease.generation);
+}
+
+async fn a_new_generation_supersedes_the_old_one(store: &dyn LocationStore) {
+    let n1 = node("n1");
+    let n2 = node("n2");
+    let ttl = Duration::from_secs(30);
+    let old = store.acquire_lease(&n1, ttl).await.expect("acquire");
+    let other = store.acquire_lease(&n2, ttl).await.expect("acquire n2");
+    let new = store.acquire_lease(&n1, ttl).await.expect("acquire again");
+    assert_eq!(new.generation, old.generation + 1);
+
+    assert!(matches!(
+        store.renew_lease(&old).await,
+        Err(StoreError::LeaseLost { generation, .. }) if generation == old.generation
+    ));
+    store.renew_lease(&new).await.expect("the new lease renews");
+    // Releasing the superseded lease must not end the new one.
+    store.release_lease(&old).await.expect("release old");
+    let live = store
+        .lease_of(&n1)
+        .await
+        .expect("lease_of")
+        .expect("still live");
+    assert_eq!(live.generation, new.generation);
+
+    store.release_lease(&new).await.expect("release");
+    assert_eq!(store.lease_of(&n1).await.expect("lease_of"), None);
+    assert!(matches!(
+        store.renew_lease(&new).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    // Generations keep counting after a release, and other nodes are untouched.
+    let again = store.acquire_lease(&n1, ttl).await.expect("acquire");
+    assert_eq!(again.generation, new.generation + 1);
+    let n2_live = store
+        .lease_of(&n2)
+        .await
+        .expect("lease_of")
+        .expect("n2 live");
+    assert_eq!(n2_live.generation, other.generation);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running the checks against each store
+
+async fn redis_store(server: &RedisServer, prefix: &str) -> RedisStore {
+    RedisStore::connect(&server.url(), RedisStoreConfig::new(prefix))
+        .await
+        .expect("connect to the test redis-server")
+}
+
+macro_rules! conformance {
+    ($($check:ident),+ $(,)?) => {
+        mod memory {
+            use super::*;
+            $(
+                #[tokio::test(start_paused = true)]
+                async fn $check() {
+                    super::$check(&MemoryStore::new()).await;
+                }
+            )+
+        }
+
+        mod redis {
+            use super::*;
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let Some(server) = RedisServer::start_or_skip().await else {
+                        return;
+                    };
+                    super::$check(&redis_store(&server, "conformance").await).await;
+                }
+            )+
+        }
+    };
+}
+
+conformance!(
+    failing_condition_applies_nothing_and_names_its_key,
+    a_stale_version_loses,
+    an_absent_condition_creates_exactly_once,
+    delete_then_recreate_gets_a_new_higher_version,
+    revisions_grow_across_keys_and_empty_batches_write_nothing,
+    values_and_keys_round_trip_exactly,
+    scans_page_in_key_order_and_continue_with_the_cursor,
+    a_scan_page_is_one_consistent_snapshot,
+    leases_expire_and_cannot_be_renewed_after,
+    a_new_generation_supersedes_the_old_one,
+);
+
+// ---------------------------------------------------------------------------------------------
+// Memory store only
+
+#[tokio::test(start_paused = true)]
+async fn memory_lease_lives_exactly_its_ttl_and_renewal_extends_it() {
+    let store = MemoryStore::new();
+    let n1 = node("n1");
+    let ttl = Duration::from_secs(10);
+    let lease = store.acquire_lease(&n1, ttl).await.expect("acquire");
+
+    tokio::time::advance(Duration::from_secs(9)).await;
+    store.renew_lease(&lease).await.expect("renew at 9 s");
+    tokio::time::advance(Duration::from_secs(9)).await;
+    assert!(
+        store.lease_of(&n1).await.expect("lease_of").is_some(),
+        "renewed at 9 s, so live at 18 s"
+    );
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(
+        store.lease_of(&n1).await.expect("lease_of"),
+        None,
+        "expired at 19 s"
+    );
+    assert!(matches!(
+        store.renew_lease(&lease).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+}
+
+#[tokio::test]
+async fn memory_clones_share_one_store() {
+    let node_a = MemoryStore::new();
+    let node_b = node_a.clone();
+    let version = put(&node_a, "spot/1", "n-a").await;
+    assert_eq!(
+        get(&node_b, "spot/1").await.map(|v| v.version),
+        Some(version)
+    );
+    let lease = node_b
+        .acquire_lease(&node("b"), Duration::from_secs(5))
+        .await
+        .expect("acquire");
+    assert_eq!(
+        node_a.lease_of(&node("b")).await.expect("lease_of"),
+        Some(lease)
+    );
+    // Two stores made separately share nothing.
+    assert_eq!(get(&MemoryStore::new(), "spot/1").await, None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis store only
+
+#[tokio::test]
+async fn redis_stores_with_different_prefixes_are_isolated() {
+    let Some(server) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    // "tenant" and "tenant:k" would overlap under naive concatenation ("tenant:k:rev").
+    let a = redis_store(&server, "tenant").await;
+    let b = redis_store(&server, "tenant:k").await;
+    let a_rev = put(&a, "rev", "from a").await;
+    put(&a, "shared", "a").await;
+    let b_rev = put(&b, "shared", "b").await;
+    assert_eq!(b_rev, 1, "b has its own revision counter");
+    assert!(a_rev >= 1);
+    assert_eq!(value_of(&a, "shared").await.as_deref(), Some(&b"a"[..]));
+    assert_eq!(value_of(&b, "shared").await.as_deref(), Some(&b"b"[..]));
+    assert_eq!(value_of(&b, "rev").await, None);
+    assert_eq!(
+        scan_all(&b, "", 10)
+            .await
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect::<Vec<_>>(),
+        ["shared"]
+    );
+    assert_eq!(scan_all(&a, "", 10).await.len(), 2);
+
+    let lease = a
+        .acquire_lease(&node("n1"), Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    assert_eq!(b.lease_of(&node("n1")).await.expect("lease_of"), None);
+    let b_lease = b
+        .acquire_lease(&node("n1"), Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    assert_eq!(b_lease.generation, 1, "generations are per store");
+    a.renew_lease(&lease)
+        .await
+        .expect("a's lease is unaffected by b");
+}
+
+#[tokio::test]
+async fn redis_going_away_gives_typed_errors_not_hangs() {
+    let Some(mut server) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let config = RedisStoreConfig {
+        op_timeout: Duration::from_secs(1),
+        ..RedisStoreConfig::new("gone")
+    };
+    let store = RedisStore::connect(&server.url(), config)
+        .await
+        .expect("connect");
+    let version = put(&store, "k", "v").await;
+    let lease = store
+        .acquire_lease(&node("n1"), Duration::from_secs(30))
+        .await
+        .expect("acquire");
+
+    server.stop();
+
+    let is_down = |error: &StoreError| {
+        matches!(
+            error,
+            StoreError::Unavailable { .. } | StoreError::Timeout { .. }
+        )
+    };
+    // The outer bound only keeps a broken build from hanging the suite.
+    let bound = Duration::from_secs(10);
+    let got = tokio::time::timeout(bound, store.get("k"))
+        .await
+        .expect("get returned");
+    assert!(got.as_ref().is_err_and(is_down), "get: {got:?}");
+    let batched = tokio::time::timeout(
+        bound,
+        store.batch(
+            vec![Condition::version("k", version)],
+            vec![Op::put("k", "w")],
+        ),
+    )
+    .await
+    .expect("batch returned");
+    assert!(batched.as_ref().is_err_and(is_down), "batch: {batched:?}");
+    let renewed = tokio::time::timeout(bound, store.renew_lease(&lease))
+        .await
+        .expect("renew returned");
+    assert!(renewed.as_ref().is_err_and(is_down), "renew: {renewed:?}");
+    let scanned = tokio::time::timeout(bound, store.scan("", None, 10))
+        .await
+        .expect("scan returned");
+    assert!(scanned.as_ref().is_err_and(is_down), "scan: {scanned:?}");
+    // And the error tells the operator what to do.
+    if let Err(error) = got {
+        assert!(error.to_string().contains("redis-server"), "{error}");
+    }
+}
+
+#[tokio::test]
+async fn redis_connect_to_a_missing_server_is_a_typed_error() {
+    let Some(mut server) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let url = server.url();
+    server.stop();
+    let config = RedisStoreConfig {
+        op_timeout: Duration::from_secs(1),
+        ..RedisStoreConfig::new("nobody")
+    };
+    let result = RedisStore::connect(&url, config).await;
+    assert!(
+        matches!(
+            result,
+            Err(StoreError::Unavailable { .. } | StoreError::Timeout { .. })
+        ),
+        "{result:?}"
+    );
+    let bad = RedisStore::connect(&url, RedisStoreConfig::new("a{b}")).await;
+    assert!(
+        matches!(bad, Err(StoreError::InvalidConfig { .. })),
+        "{bad:?}"
+    );
+    let bad = RedisStore::connect("not a url", RedisStoreConfig::new("p")).await;
+    assert!(
+        matches!(bad, Err(StoreError::InvalidConfig { .. })),
+        "{bad:?}"
+    );
+}
+
+#[tokio::test]
+async fn redis_store_reconnects_when_the_server_comes_back() {
+    let Some(mut server) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let config = RedisStoreConfig {
+        op_timeout: Duration::from_secs(1),
+        ..RedisStoreConfig::new("back")
+    };
+    let store = RedisStore::connect(&server.url(), config)
+        .await
+        .expect("connect");
+    put(&store, "k", "v").await;
+    server.stop();
+    assert!(store.get("k").await.is_err(), "the server is down");
+    server.restart().await.expect("restart on the same port");
+
+    // The restarted server kept nothing (no persistence); the store finds it again by itself.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        match store.get("k").await {
+            Ok(found) => {
+                assert_eq!(found, None);
+                break;
+            }
+            Err(StoreError::Unavailable { .. } | StoreError::Timeout { .. }) => {
+                assert!(tokio::time::Instant::now() < deadline, "never reconnected");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(other) => panic!("unexpected error while reconnecting: {other}"),
+        }
+    }
+    assert_eq!(put(&store, "k", "again").await, 1);
+}
