@@ -26,3 +26,10 @@ pub use registry::{
     Registry, RelocationPolicy, SerdeAdapter, StateAdapter,
 };
 pub use timer::{OverrunPolicy, Tick};
+
+/// The guide's code blocks, compiled and run as doctests so they stay true to the code.
+#[cfg(doctest)]
+pub mod guide {
+    #[doc = include_str!("../../docs/concepts.md")]
+    pub struct Concepts;
+}

@@ -1,0 +1,142 @@
+//! Chat room: a SpotWide User Spot that keeps its last 100 lines and broadcasts each new one to its members.
+//!
+//! It moves with the serde adapter (`PreserveState`) at any turn boundary: one message is one whole
+//! state change, so the state between turns is always complete.
+
+use std::collections::VecDeque;
+
+use ferry::{ActorId, Behavior, Ctx, Registration, RelocationPolicy};
+use serde::{Deserialize, Serialize};
+
+/// How many lines a room keeps.
+pub const HISTORY: usize = 100;
+
+/// The factory name of chat rooms.
+pub const ROOM: &str = "chat-room";
+/// The factory name of chatters.
+pub const CHATTER: &str = "chatter";
+
+/// One line said in a room.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Line {
+    /// Position of the line in the room's whole history.
+    pub seq: u64,
+    /// Who said it.
+    pub from: ActorId,
+    /// What was said.
+    pub text: String,
+}
+
+/// What a room takes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum RoomMsg {
+    /// Say something to everyone in the room.
+    Say {
+        /// The speaker.
+        from: ActorId,
+        /// The text.
+        text: String,
+    },
+    /// Ask for the kept history.
+    History,
+}
+
+/// What a room answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RoomReply {
+    /// The line was taken, with its sequence number.
+    Said(u64),
+    /// The kept history, oldest first.
+    History(Vec<Line>),
+}
+
+/// A chat room's state: everything in it moves with the room.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct ChatRoom {
+    next_seq: u64,
+    history: VecDeque<Line>,
+}
+
+impl Behavior for ChatRoom {
+    type Msg = RoomMsg;
+    type Reply = RoomReply;
+
+    fn handle(&mut self, ctx: &mut Ctx<'_>, msg: RoomMsg) -> RoomReply {
+        match msg {
+            RoomMsg::Say { from, text } => {
+                let line = Line {
+                    seq: self.next_seq,
+                    from,
+                    text,
+                };
+                self.next_seq += 1;
+                for member in ctx.members() {
+                    if let Err(error) = ctx.tell(member, ChatterMsg::Heard(line.clone())) {
+                        tracing::debug!(%member, %error, "line not delivered");
+                    }
+                }
+                if self.history.len() == HISTORY {
+                    self.history.pop_front();
+                }
+                self.history.push_back(line);
+                RoomReply::Said(self.next_seq - 1)
+            }
+            RoomMsg::History => RoomReply::History(self.history.iter().cloned().collect()),
+        }
+    }
+}
+
+/// What a chatter takes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ChatterMsg {
+    /// A line said in the chatter's room.
+    Heard(Line),
+    /// Ask how many lines it heard.
+    Count,
+}
+
+/// A member of a chat room that counts what it heard, and checks it heard it in order.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Chatter {
+    heard: u64,
+    last_seq: Option<u64>,
+    out_of_order: u64,
+}
+
+/// What a chatter reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heard {
+    /// Lines heard.
+    pub lines: u64,
+    /// Lines that came with a sequence number not above the one before.
+    pub out_of_order: u64,
+}
+
+impl Behavior for Chatter {
+    type Msg = ChatterMsg;
+    type Reply = Heard;
+
+    fn handle(&mut self, _ctx: &mut Ctx<'_>, msg: ChatterMsg) -> Heard {
+        if let ChatterMsg::Heard(line) = msg {
+            self.heard += 1;
+            if self.last_seq.is_some_and(|last| line.seq <= last) {
+                self.out_of_order += 1;
+            }
+            self.last_seq = Some(line.seq);
+        }
+        Heard {
+            lines: self.heard,
+            out_of_order: self.out_of_order,
+        }
+    }
+}
+
+/// The room factory: SpotWide, any turn boundary, state kept by the serde adapter.
+pub fn room() -> Registration<ChatRoom> {
+    Registration::spot(ROOM, |_| ChatRoom::default()).policy(RelocationPolicy::serde())
+}
+
+/// The chatter factory, state kept by the serde adapter.
+pub fn chatter() -> Registration<Chatter> {
+    Registration::actor(CHATTER, |_| Chatter::default()).policy(RelocationPolicy::serde())
+}
