@@ -1,0 +1,10 @@
+//! The node-to-node mesh: QUIC with mutual TLS, one connection per pair of nodes, and
+//! one ordered stream of frames each way on it.
+//!
+//! Layout, in the order a frame travels:
+//! - [`tls`]: the cluster CA and node certificates; every certificate names its node,
+//!   and both ends of a connection prove theirs.
+
+pub mod tls;
+
+pub use tls::{ClusterCa, NodeCert, NodeTls, TlsError, node_dns_name, node_file_stem};
