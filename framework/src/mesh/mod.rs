@@ -4,7 +4,10 @@
 //! Layout, in the order a frame travels:
 //! - [`tls`]: the cluster CA and node certificates; every certificate names its node,
 //!   and both ends of a connection prove theirs.
+//! - [`codec`]: frames as a 4-byte length and a postcard body, with a hard size limit.
 
+pub mod codec;
 pub mod tls;
 
+pub use codec::{DEFAULT_MAX_FRAME, DecodeError, EncodeError, FrameCodec};
 pub use tls::{ClusterCa, NodeCert, NodeTls, TlsError, node_dns_name, node_file_stem};
