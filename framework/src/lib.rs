@@ -12,6 +12,7 @@
 pub mod behavior;
 pub mod error;
 pub mod ids;
+pub mod mesh;
 pub mod node;
 pub mod registry;
 pub mod store;

@@ -1,0 +1,373 @@
+//! Frames on a mesh stream: a 4-byte big-endian length, then a postcard body.
+//!
+//! The limit is checked before a body is buffered (a peer announcing 4 GiB is refused
+//! from its first 4 bytes) and while a frame is encoded (an oversized frame is refused
+//! without serialising all of it). Pure bytes in, values out: no sockets here.
+
+use std::io;
+use std::marker::PhantomData;
+
+use bytes::{Bytes, BytesMut};
+use postcard::ser_flavors::Flavor;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
+
+/// The default largest frame body, in bytes.
+pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024;
+
+/// Bytes of the length prefix.
+const HEADER: usize = 4;
+
+/// Why a frame could not be encoded.
+#[derive(Debug, thiserror::Error)]
+pub enum EncodeError {
+    /// The frame body would be longer than the limit.
+    #[error(
+        "frame body is over the {max}-byte limit; send smaller frames (chunk large payloads) \
+         or raise max_frame on every node"
+    )]
+    TooLarge {
+        /// The limit in force.
+        max: usize,
+    },
+    /// postcard could not encode the value.
+    #[error(
+        "could not encode the frame with postcard: {0}; frame types must not use \
+         serde features postcard lacks (untagged enums, unknown-length sequences)"
+    )]
+    Serialize(#[source] postcard::Error),
+    /// Writing encoded frames failed (only when the codec drives a `FramedWrite`).
+    #[error("writing frames failed: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Why bytes from a peer could not be decoded into a frame.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// The peer announced a frame longer than the limit.
+    #[error("peer announced a {len}-byte frame, over the {max}-byte limit")]
+    TooLarge {
+        /// The announced body length.
+        len: usize,
+        /// The limit in force.
+        max: usize,
+    },
+    /// The body is not a valid postcard encoding of the frame type.
+    #[error(
+        "malformed {len}-byte frame: {source}; the peer runs another frame version or is faulty"
+    )]
+    Malformed {
+        /// The body length.
+        len: usize,
+        /// What postcard found.
+        source: postcard::Error,
+    },
+    /// The body decoded but left bytes over.
+    #[error("frame has {extra} bytes after its value; the peer runs another frame version")]
+    TrailingBytes {
+        /// How many bytes were left.
+        extra: usize,
+    },
+    /// The stream ended in the middle of a frame.
+    #[error("stream ended inside a frame, with {buffered} bytes of it received")]
+    Truncated {
+        /// Bytes received of the unfinished frame.
+        buffered: usize,
+    },
+    /// Reading from the stream failed.
+    #[error("reading frames failed: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// A postcard flavor that fails as soon as the output would pass the limit.
+struct Capped {
+    buf: Vec<u8>,
+    limit: usize,
+}
+
+impl Flavor for Capped {
+    type Output = Vec<u8>;
+
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        if self.buf.len() + data.len() > self.limit {
+            return Err(postcard::Error::SerializeBufferFull);
+        }
+        self.buf.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.try_extend(&[data])
+    }
+
+    fn finalize(self) -> postcard::Result<Vec<u8>> {
+        Ok(self.buf)
+    }
+}
+
+/// Encodes and decodes frames of type `T` with a hard size limit.
+#[derive(Debug)]
+pub struct FrameCodec<T> {
+    max: usize,
+    inner: LengthDelimitedCodec,
+    /// The current frame's length prefix was already checked against the limit.
+    head_checked: bool,
+    _frame: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for FrameCodec<T> {
+    /// A fresh codec with the same limit (decoding state is not copied).
+    fn clone(&self) -> Self {
+        Self::new(self.max)
+    }
+}
+
+impl<T> FrameCodec<T> {
+    /// A codec refusing bodies over `max_frame` bytes (at most `u32::MAX`, the prefix's range).
+    pub fn new(max_frame: usize) -> Self {
+        let max = max_frame.min(u32::MAX as usize);
+        Self {
+            max,
+            inner: LengthDelimitedCodec::builder()
+                .length_field_length(HEADER)
+                .max_frame_length(max)
+                .new_codec(),
+            head_checked: false,
+            _frame: PhantomData,
+        }
+    }
+
+    /// The largest body this codec accepts.
+    pub fn max_frame(&self) -> usize {
+        self.max
+    }
+}
+
+impl<T: Serialize> FrameCodec<T> {
+    /// Encodes one frame, prefix included, as one buffer ready to write.
+    pub fn encode_frame(&self, item: &T) -> Result<Bytes, EncodeError> {
+        let mut buf = Vec::with_capacity(64);
+        buf.extend_from_slice(&[0; HEADER]);
+        let flavor = Capped {
+            buf,
+            limit: HEADER + self.max,
+        };
+        let mut buf = postcard::serialize_with_flavor(item, flavor).map_err(|e| match e {
+            postcard::Error::SerializeBufferFull => EncodeError::TooLarge { max: self.max },
+            other => EncodeError::Serialize(other),
+        })?;
+        let len = u32::try_from(buf.len() - HEADER)
+            .map_err(|_| EncodeError::TooLarge { max: self.max })?;
+        buf[..HEADER].copy_from_slice(&len.to_be_bytes());
+        Ok(Bytes::from(buf))
+    }
+}
+
+impl<T: Serialize> Encoder<T> for FrameCodec<T> {
+    type Error = EncodeError;
+
+    fn encode(&mut self, item: T, dst: &mut BytesMut) -> Result<(), EncodeError> {
+        dst.extend_from_slice(&self.encode_frame(&item)?);
+        Ok(())
+    }
+}
+
+impl<T: DeserializeOwned> Decoder for FrameCodec<T> {
+    type Item = T;
+    type Error = DecodeError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<T>, DecodeError> {
+        if !self.head_checked && src.len() >= HEADER {
+            let mut head = [0; HEADER];
+            head.copy_from_slice(&src[..HEADER]);
+            let len = u32::from_be_bytes(head) as usize;
+            if len > self.max {
+                return Err(DecodeError::TooLarge { len, max: self.max });
+            }
+            self.head_checked = true;
+        }
+        let Some(body) = self.inner.decode(src)? else {
+            return Ok(None);
+        };
+        self.head_checked = false;
+        let (value, rest) =
+            postcard::take_from_bytes::<T>(&body).map_err(|source| DecodeError::Malformed {
+                len: body.len(),
+                source,
+            })?;
+        if !rest.is_empty() {
+            return Err(DecodeError::TrailingBytes { extra: rest.len() });
+        }
+        Ok(Some(value))
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<T>, DecodeError> {
+        match self.decode(src)? {
+            Some(frame) => Ok(Some(frame)),
+            None if src.is_empty() && !self.head_checked => Ok(None),
+            None => Err(DecodeError::Truncated {
+                buffered: src.len() + if self.head_checked { HEADER } else { 0 },
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    enum Msg {
+        Ping(u32),
+        Text(String),
+        Blob(Vec<u8>),
+    }
+
+    fn decode_all(codec: &mut FrameCodec<Msg>, bytes: &[u8]) -> Result<Vec<Msg>, DecodeError> {
+        let mut buf = BytesMut::from(bytes);
+        let mut out = Vec::new();
+        while let Some(m) = codec.decode(&mut buf)? {
+            out.push(m);
+        }
+        if let Some(m) = codec.decode_eof(&mut buf)? {
+            out.push(m);
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn frames_round_trip_in_order_even_byte_by_byte() {
+        let msgs = vec![
+            Msg::Ping(7),
+            Msg::Text("héllo".into()),
+            Msg::Blob(vec![1; 300]),
+        ];
+        let codec = FrameCodec::<Msg>::new(1024);
+        let mut wire = Vec::new();
+        for m in &msgs {
+            wire.extend_from_slice(&codec.encode_frame(m).unwrap());
+        }
+        assert_eq!(decode_all(&mut FrameCodec::new(1024), &wire).unwrap(), msgs);
+
+        let mut decoder = FrameCodec::<Msg>::new(1024);
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for byte in &wire {
+            buf.extend_from_slice(&[*byte]);
+            while let Some(m) = decoder.decode(&mut buf).unwrap() {
+                out.push(m);
+            }
+        }
+        assert_eq!(out, msgs);
+    }
+
+    #[test]
+    fn wire_format_is_a_4_byte_big_endian_length_and_a_postcard_body() {
+        let bytes = FrameCodec::<Msg>::new(64)
+            .encode_frame(&Msg::Ping(5))
+            .unwrap();
+        assert_eq!(&bytes[..], &[0, 0, 0, 2, 0, 5]);
+        let mut via_encoder = BytesMut::new();
+        FrameCodec::<Msg>::new(64)
+            .encode(Msg::Ping(5), &mut via_encoder)
+            .unwrap();
+        assert_eq!(&via_encoder[..], &bytes[..]);
+    }
+
+    #[test]
+    fn encoding_refuses_frames_over_the_limit() {
+        let codec = FrameCodec::<Msg>::new(16);
+        assert!(codec.encode_frame(&Msg::Blob(vec![0; 14])).is_ok());
+        let err = codec.encode_frame(&Msg::Blob(vec![0; 15])).unwrap_err();
+        assert!(matches!(err, EncodeError::TooLarge { max: 16 }), "{err}");
+    }
+
+    #[test]
+    fn an_announced_length_over_the_limit_fails_before_the_body_arrives() {
+        let mut codec = FrameCodec::<Msg>::new(16);
+        let mut buf = BytesMut::from(&[0, 0, 0, 17][..]);
+        let err = codec.decode(&mut buf).unwrap_err();
+        assert!(
+            matches!(err, DecodeError::TooLarge { len: 17, max: 16 }),
+            "{err}"
+        );
+        let mut buf = BytesMut::from(&[0xff, 0xff, 0xff, 0xff][..]);
+        assert!(matches!(
+            FrameCodec::<Msg>::new(DEFAULT_MAX_FRAME).decode(&mut buf),
+            Err(DecodeError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn garbage_bodies_are_typed_errors() {
+        // Variant 9 does not exist.
+        let err = decode_all(&mut FrameCodec::new(64), &[0, 0, 0, 1, 9]).unwrap_err();
+        assert!(
+            matches!(err, DecodeError::Malformed { len: 1, .. }),
+            "{err}"
+        );
+        // A valid Ping(5) followed by a stray byte.
+        let err = decode_all(&mut FrameCodec::new(64), &[0, 0, 0, 3, 0, 5, 1]).unwrap_err();
+        assert!(
+            matches!(err, DecodeError::TrailingBytes { extra: 1 }),
+            "{err}"
+        );
+        // Text claiming 100 bytes but holding 1.
+        let err = decode_all(&mut FrameCodec::new(64), &[0, 0, 0, 3, 1, 100, b'x']).unwrap_err();
+        assert!(matches!(err, DecodeError::Malformed { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_stream_ending_inside_a_frame_is_truncated() {
+        let err = decode_all(&mut FrameCodec::new(64), &[0, 0, 0, 4, 0]).unwrap_err();
+        assert!(
+            matches!(err, DecodeError::Truncated { buffered: 5 }),
+            "{err}"
+        );
+        let err = decode_all(&mut FrameCodec::new(64), &[0, 0]).unwrap_err();
+        assert!(
+            matches!(err, DecodeError::Truncated { buffered: 2 }),
+            "{err}"
+        );
+        assert!(
+            decode_all(&mut FrameCodec::new(64), &[])
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+                let _ = decode_all(&mut FrameCodec::new(128), &bytes);
+            }
+
+            #[test]
+            fn any_split_of_valid_frames_decodes_the_same(
+                texts in proptest::collection::vec(".{0,40}", 1..8),
+                cut in 0usize..400,
+            ) {
+                let codec = FrameCodec::<Msg>::new(1024);
+                let msgs: Vec<Msg> = texts.into_iter().map(Msg::Text).collect();
+                let mut wire = Vec::new();
+                for m in &msgs {
+                    wire.extend_from_slice(&codec.encode_frame(m).unwrap());
+                }
+                let cut = cut.min(wire.len());
+                let mut decoder = FrameCodec::<Msg>::new(1024);
+                let mut buf = BytesMut::from(&wire[..cut]);
+                let mut out = Vec::new();
+                while let Some(m) = decoder.decode(&mut buf).unwrap() { out.push(m); }
+                buf.extend_from_slice(&wire[cut..]);
+                while let Some(m) = decoder.decode(&mut buf).unwrap() { out.push(m); }
+                prop_assert_eq!(out, msgs);
+            }
+        }
+    }
+}

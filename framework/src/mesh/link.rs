@@ -1,0 +1,988 @@
+//! The async shell of the mesh: the QUIC endpoint, the accept loop, one task per peer,
+//! and one reader per connection.
+//!
+//! Each peer task owns everything about one peer: its dial address, its current
+//! connection, its outbound queue and its backoff. Connections a peer dials to us are
+//! checked by the accept loop (TLS, then the hello) and handed to that peer's task,
+//! which applies [`judge_inbound`]; so only one task ever decides about one pair, and
+//! the decision itself is a pure function. Frames leave through the peer task, which
+//! writes them in order on the connection's one outbound stream.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use parking_lot::{Mutex, RwLock};
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{Connection, ConnectionError, Endpoint, RecvStream, Runtime, SendStream};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use super::codec::{DecodeError, FrameCodec};
+use super::handshake::{
+    Backoff, CloseCode, Hello, Holding, Refusal, Verdict, Wire, check_hello, check_welcome,
+    judge_inbound,
+};
+use super::socket::Tracked;
+use super::tls;
+use super::{Direction, Inbound, MeshConfig, MeshError, MeshFrame, PeerInfo, PeerState};
+use crate::ids::NodeId;
+
+/// Frames written to the stream in one call, at most.
+const WRITE_BATCH: usize = 256;
+/// Longest close reason sent to a peer; QUIC must fit it in one packet.
+const MAX_REASON: usize = 200;
+
+type Reader<F> = FramedRead<RecvStream, FrameCodec<Wire<F>>>;
+type DialFuture<F> = Pin<Box<dyn Future<Output = Result<Dialled<F>, DialError>> + Send>>;
+
+/// The settings the tasks need after `bind`.
+#[derive(Debug, Clone)]
+struct Settings {
+    max_frame: usize,
+    handshake_timeout: Duration,
+    reconnect_min: Duration,
+    reconnect_max: Duration,
+    send_queue: usize,
+}
+
+/// State shared by the [`Mesh`](super::Mesh) handles and every mesh task.
+pub(crate) struct Shared<F> {
+    local: NodeId,
+    local_addr: SocketAddr,
+    settings: Settings,
+    client_config: quinn::ClientConfig,
+    encoder: FrameCodec<Wire<F>>,
+    hello: Bytes,
+    welcome: Bytes,
+    pub(crate) cancel: CancellationToken,
+    endpoint: Mutex<Option<Endpoint>>,
+    inbound: Mutex<Option<mpsc::Sender<Inbound<F>>>>,
+    peers: RwLock<Peers<F>>,
+    tasks: Mutex<JoinSet<()>>,
+    runtime: tokio::runtime::Handle,
+    socket_released: Mutex<Option<oneshot::Receiver<()>>>,
+}
+
+struct Peers<F> {
+    map: HashMap<NodeId, PeerHandle<F>>,
+    closed: bool,
+}
+
+struct PeerHandle<F> {
+    ctrl: mpsc::UnboundedSender<PeerCtrl<F>>,
+    out: mpsc::Sender<Bytes>,
+    status: watch::Receiver<PeerStatus>,
+}
+
+impl<F> Clone for PeerHandle<F> {
+    fn clone(&self) -> Self {
+        Self {
+            ctrl: self.ctrl.clone(),
+            out: self.out.clone(),
+            status: self.status.clone(),
+        }
+    }
+}
+
+/// What a peer task publishes about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PeerStatus {
+    pub(crate) state: PeerState,
+    addr: Option<SocketAddr>,
+    direction: Option<Direction>,
+    links: u64,
+}
+
+enum PeerCtrl<F> {
+    /// Dial this address (now, or after a loss).
+    Dial(SocketAddr),
+    /// A connection the peer dialled to us, past TLS and the hello.
+    Offer(Offer<F>),
+}
+
+struct Offer<F> {
+    conn: Connection,
+    reader: Reader<F>,
+    hello: Hello,
+}
+
+/// A connection that finished its handshake in either direction.
+struct Link {
+    conn: Connection,
+    send: SendStream,
+    dialled_by_us: bool,
+    instance: u64,
+}
+
+struct Dialled<F> {
+    conn: Connection,
+    send: SendStream,
+    reader: Reader<F>,
+    welcome: Hello,
+}
+
+#[derive(Debug)]
+struct DialError {
+    /// The close code the acceptor gave, if it refused us.
+    code: Option<CloseCode>,
+    /// The TLS handshake failed: a certificate or CA problem, always worth a warning.
+    tls: bool,
+    detail: String,
+}
+
+impl DialError {
+    fn other(detail: impl Into<String>) -> Self {
+        Self {
+            code: None,
+            tls: false,
+            detail: detail.into(),
+        }
+    }
+
+    fn connection(e: &ConnectionError) -> Self {
+        Self {
+            code: CloseCode::of(e),
+            tls: match e {
+                ConnectionError::TransportError(t) => is_crypto(t.code),
+                ConnectionError::ConnectionClosed(c) => is_crypto(c.error_code),
+                _ => false,
+            },
+            detail: e.to_string(),
+        }
+    }
+}
+
+fn is_crypto(code: quinn::TransportErrorCode) -> bool {
+    // QUIC carries TLS alerts as transport codes 0x100..=0x1ff.
+    (0x100..=0x1ff).contains(&u64::from(code))
+}
+
+enum Mode<F> {
+    /// No address to dial: wait for the peer to connect.
+    Waiting,
+    /// Waiting before the next dial.
+    Backoff(Pin<Box<tokio::time::Sleep>>),
+    Dialling(DialFuture<F>),
+    Ready(Link),
+}
+
+enum Event<F> {
+    Cancel,
+    Ctrl(Option<PeerCtrl<F>>),
+    Lost(ConnectionError),
+    Out(usize),
+    Dialled(Result<Dialled<F>, DialError>),
+    Wake,
+    ReaderDone,
+}
+
+fn close(conn: &Connection, code: CloseCode, reason: &str) {
+    let mut end = reason.len().min(MAX_REASON);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    conn.close(code.to_varint(), &reason.as_bytes()[..end]);
+}
+
+/// Closes `conn` for `refusal` and says so in the log.
+fn refuse(conn: &Connection, peer: Option<&NodeId>, refusal: &Refusal) {
+    let remote = conn.remote_address();
+    match peer {
+        Some(peer) => warn!(%peer, %remote, code = ?refusal.code, reason = %refusal.reason,
+            "closing mesh connection"),
+        None => warn!(%remote, code = ?refusal.code, reason = %refusal.reason,
+            "refused a mesh peer"),
+    }
+    close(conn, refusal.code, &refusal.reason);
+}
+
+/// What to close a connection with after a decode error; `None` when the stream or
+/// connection itself failed, which says nothing about the peer's input.
+fn refusal_for(e: &DecodeError) -> Option<Refusal> {
+    let code = match e {
+        DecodeError::TooLarge { .. } => CloseCode::TooLarge,
+        DecodeError::Malformed { .. } | DecodeError::TrailingBytes { .. } => CloseCode::Malformed,
+        DecodeError::Truncated { .. } => CloseCode::StreamEnded,
+        DecodeError::Io(_) => return None,
+    };
+    Some(Refusal::new(code, e.to_string()))
+}
+
+fn transport(config: &MeshConfig) -> Result<quinn::TransportConfig, MeshError> {
+    let idle = quinn::IdleTimeout::try_from(config.idle_timeout).map_err(|_| {
+        MeshError::Config(format!(
+            "idle_timeout {:?} is too long for QUIC; use at most a few minutes",
+            config.idle_timeout
+        ))
+    })?;
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .keep_alive_interval(Some(config.keep_alive))
+        .max_idle_timeout(Some(idle))
+        .initial_rtt(config.initial_rtt)
+        .max_concurrent_bidi_streams(quinn::VarInt::from_u32(0))
+        // One ordered frame stream each way; a peer cannot open more.
+        .max_concurrent_uni_streams(quinn::VarInt::from_u32(1));
+    Ok(transport)
+}
+
+impl<F: MeshFrame> Shared<F> {
+    /// Binds the endpoint and starts the accept loop.
+    pub(crate) fn bind(
+        config: MeshConfig,
+    ) -> Result<(Arc<Self>, mpsc::Receiver<Inbound<F>>), MeshError> {
+        config.validate()?;
+        let transport = Arc::new(transport(&config)?);
+        let server_crypto =
+            QuicServerConfig::try_from(config.tls.server_config()?).map_err(tls::TlsError::from)?;
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(server_crypto));
+        server.transport_config(transport.clone());
+        let client_crypto =
+            QuicClientConfig::try_from(config.tls.client_config()?).map_err(tls::TlsError::from)?;
+        let mut client_config = quinn::ClientConfig::new(Arc::new(client_crypto));
+        client_config.transport_config(transport);
+
+        let bind_err = |source| MeshError::Bind {
+            addr: config.listen,
+            source,
+        };
+        let socket = std::net::UdpSocket::bind(config.listen).map_err(bind_err)?;
+        let runtime = Arc::new(quinn::TokioRuntime);
+        let (socket, socket_released) =
+            Tracked::new(runtime.wrap_udp_socket(socket).map_err(bind_err)?);
+        let endpoint = Endpoint::new_with_abstract_socket(
+            quinn::EndpointConfig::default(),
+            Some(server),
+            socket,
+            runtime,
+        )
+        .map_err(bind_err)?;
+        let local_addr = endpoint.local_addr().map_err(bind_err)?;
+
+        let instance = rand::random::<u64>();
+        let encoder = FrameCodec::<Wire<F>>::new(config.max_frame);
+        let me = Hello {
+            node: config.node.clone(),
+            instance,
+        };
+        let hello = encoder.encode_frame(&Wire::Hello(me.clone()))?;
+        let welcome = encoder.encode_frame(&Wire::Welcome(me))?;
+        let (inbound_tx, inbound_rx) = mpsc::channel(config.inbound_queue);
+        let shared = Arc::new(Self {
+            local: config.node,
+            local_addr,
+            settings: Settings {
+                max_frame: config.max_frame,
+                handshake_timeout: config.handshake_timeout,
+                reconnect_min: config.reconnect_min,
+                reconnect_max: config.reconnect_max,
+                send_queue: config.send_queue,
+            },
+            client_config,
+            encoder,
+            hello,
+            welcome,
+            cancel: CancellationToken::new(),
+            endpoint: Mutex::new(Some(endpoint.clone())),
+            inbound: Mutex::new(Some(inbound_tx)),
+            peers: RwLock::new(Peers {
+                map: HashMap::new(),
+                closed: false,
+            }),
+            tasks: Mutex::new(JoinSet::new()),
+            runtime: tokio::runtime::Handle::current(),
+            socket_released: Mutex::new(Some(socket_released)),
+        });
+        shared
+            .tasks
+            .lock()
+            .spawn_on(accept_loop(shared.clone(), endpoint), &shared.runtime);
+        info!(node = %shared.local, addr = %local_addr, "mesh listening");
+        Ok((shared, inbound_rx))
+    }
+
+    pub(crate) fn local(&self) -> &NodeId {
+        &self.local
+    }
+
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The handle of `node`'s task, starting the task if there is none; with `dial`,
+    /// the task (re)dials that address.
+    fn peer(
+        self: &Arc<Self>,
+        node: &NodeId,
+        dial: Option<SocketAddr>,
+    ) -> Result<PeerHandle<F>, MeshError> {
+        let mut peers = self.peers.write();
+        if peers.closed {
+            return Err(MeshError::Closed);
+        }
+        if let Some(handle) = peers.map.get(node) {
+            if let Some(addr) = dial {
+                // A send error means the task is stopping with the mesh.
+                let _ = handle.ctrl.send(PeerCtrl::Dial(addr));
+            }
+            return Ok(handle.clone());
+        }
+        let endpoint = self.endpoint.lock().clone().ok_or(MeshError::Closed)?;
+        let inbound = self.inbound.lock().clone().ok_or(MeshError::Closed)?;
+        let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
+        let (out_tx, out_rx) = mpsc::channel(self.settings.send_queue);
+        let (status_tx, status_rx) = watch::channel(PeerStatus {
+            state: if dial.is_some() {
+                PeerState::Connecting
+            } else {
+                PeerState::Waiting
+            },
+            addr: dial,
+            direction: None,
+            links: 0,
+        });
+        let task = PeerTask {
+            shared: self.clone(),
+            endpoint,
+            inbound,
+            node: node.clone(),
+            addr: dial,
+            ctrl: ctrl_rx,
+            out: out_rx,
+            status: status_tx,
+            backoff: Backoff::new(self.settings.reconnect_min, self.settings.reconnect_max),
+            readers: JoinSet::new(),
+            batch: Vec::with_capacity(WRITE_BATCH),
+            links: 0,
+        };
+        self.tasks.lock().spawn_on(task.run(), &self.runtime);
+        let handle = PeerHandle {
+            ctrl: ctrl_tx,
+            out: out_tx,
+            status: status_rx,
+        };
+        peers.map.insert(node.clone(), handle.clone());
+        Ok(handle)
+    }
+
+    pub(crate) fn add_peer(
+        self: &Arc<Self>,
+        node: NodeId,
+        addr: SocketAddr,
+    ) -> Result<(), MeshError> {
+        if node == self.local {
+            return Err(MeshError::SelfPeer(node));
+        }
+        self.peer(&node, Some(addr)).map(|_| ())
+    }
+
+    pub(crate) fn send(&self, to: &NodeId, frame: F) -> Result<(), MeshError> {
+        let bytes = self.encoder.encode_frame(&Wire::Frame(frame))?;
+        let peers = self.peers.read();
+        if peers.closed {
+            return Err(MeshError::Closed);
+        }
+        let handle = peers
+            .map
+            .get(to)
+            .ok_or_else(|| MeshError::UnknownPeer(to.clone()))?;
+        handle.out.try_send(bytes).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => MeshError::Backlogged {
+                node: to.clone(),
+                queued: self.settings.send_queue,
+            },
+            mpsc::error::TrySendError::Closed(_) => MeshError::Closed,
+        })
+    }
+
+    pub(crate) fn peers(&self) -> Vec<PeerInfo> {
+        let peers = self.peers.read();
+        let mut out: Vec<PeerInfo> = peers
+            .map
+            .iter()
+            .map(|(node, handle)| {
+                let status = handle.status.borrow().clone();
+                PeerInfo {
+                    node: node.clone(),
+                    addr: status.addr,
+                    state: status.state,
+                    direction: status.direction,
+                    links: status.links,
+                    queued: handle.out.max_capacity() - handle.out.capacity(),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.node.cmp(&b.node));
+        out
+    }
+
+    /// Every state change of `node`, for tests that wait on states other than Ready.
+    #[cfg(test)]
+    pub(crate) fn status(
+        self: &Arc<Self>,
+        node: &NodeId,
+    ) -> Result<watch::Receiver<PeerStatus>, MeshError> {
+        self.peer(node, None).map(|handle| handle.status)
+    }
+
+    pub(crate) async fn wait_ready(self: &Arc<Self>, node: &NodeId) -> Result<(), MeshError> {
+        let mut status = self.peer(node, None)?.status;
+        status
+            .wait_for(|s| s.state == PeerState::Ready)
+            .await
+            .map(|_| ())
+            .map_err(|_| MeshError::Closed)
+    }
+
+    pub(crate) async fn close(&self) {
+        self.cancel.cancel();
+        let handles = {
+            let mut peers = self.peers.write();
+            peers.closed = true;
+            std::mem::take(&mut peers.map)
+        };
+        drop(handles);
+        let endpoint = self.endpoint.lock().take();
+        if let Some(endpoint) = &endpoint {
+            endpoint.close(CloseCode::Shutdown.to_varint(), b"node shutting down");
+        }
+        loop {
+            let mut tasks = std::mem::take(&mut *self.tasks.lock());
+            if tasks.is_empty() {
+                break;
+            }
+            while let Some(done) = tasks.join_next().await {
+                if let Err(e) = done
+                    && e.is_panic()
+                {
+                    error!(node = %self.local, "a mesh task panicked: {e}");
+                }
+            }
+        }
+        self.inbound.lock().take();
+        if let Some(endpoint) = endpoint {
+            endpoint.wait_idle().await;
+        }
+        let released = self.socket_released.lock().take();
+        if let Some(released) = released {
+            // Resolves (with an error, the sender being dropped) once the socket is closed.
+            let _ = released.await;
+            info!(node = %self.local, "mesh closed");
+        }
+    }
+}
+
+async fn accept_loop<F: MeshFrame>(shared: Arc<Shared<F>>, endpoint: Endpoint) {
+    let mut handshakes = JoinSet::new();
+    loop {
+        tokio::select! {
+            biased;
+            _ = shared.cancel.cancelled() => break,
+            Some(_) = handshakes.join_next(), if !handshakes.is_empty() => {}
+            incoming = endpoint.accept() => match incoming {
+                Some(incoming) => {
+                    handshakes.spawn(admit(shared.clone(), incoming));
+                }
+                None => break,
+            },
+        }
+    }
+    handshakes.shutdown().await;
+}
+
+/// Takes one incoming connection through TLS and the hello, then hands it to its peer's task.
+async fn admit<F: MeshFrame>(shared: Arc<Shared<F>>, incoming: quinn::Incoming) {
+    let remote = incoming.remote_address();
+    let conn = tokio::select! {
+        biased;
+        _ = shared.cancel.cancelled() => return,
+        conn = incoming => match conn {
+            Ok(conn) => conn,
+            Err(e) => {
+                warn!(%remote, error = %e,
+                    "refused a mesh peer: TLS handshake failed (peers need a certificate from this cluster's CA)");
+                return;
+            }
+        },
+    };
+    let timeout = shared.settings.handshake_timeout;
+    let first = tokio::select! {
+        biased;
+        _ = shared.cancel.cancelled() => return,
+        first = tokio::time::timeout(timeout, async {
+            let recv = conn.accept_uni().await?;
+            let mut reader: Reader<F> =
+                FramedRead::new(recv, FrameCodec::new(shared.settings.max_frame));
+            let first = reader.next().await;
+            Ok::<_, ConnectionError>((reader, first))
+        }) => first,
+    };
+    let (reader, first) = match first {
+        Err(_) => {
+            let reason = format!("no hello within {timeout:?}");
+            return refuse(
+                &conn,
+                None,
+                &Refusal::new(CloseCode::HandshakeTimeout, reason),
+            );
+        }
+        Ok(Err(e)) => {
+            debug!(%remote, error = %e, "mesh peer left during the handshake");
+            return;
+        }
+        Ok(Ok(read)) => read,
+    };
+    let first = match first {
+        Some(Ok(first)) => first,
+        Some(Err(e)) => {
+            if let Some(refusal) = refusal_for(&e) {
+                refuse(&conn, None, &refusal);
+            } else {
+                debug!(%remote, error = %e, "mesh peer left during the handshake");
+            }
+            return;
+        }
+        None => {
+            let refusal = Refusal::new(CloseCode::StreamEnded, "stream ended before the hello");
+            return refuse(&conn, None, &refusal);
+        }
+    };
+    let cert = conn
+        .peer_identity()
+        .and_then(|id| {
+            id.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+                .ok()
+        })
+        .and_then(|chain| chain.into_iter().next());
+    let hello = match check_hello(&shared.local, first, |node| match &cert {
+        Some(cert) => tls::check_cert_names_node(cert, node).map_err(|e| e.to_string()),
+        None => Err("the peer presented no certificate".to_owned()),
+    }) {
+        Ok(hello) => hello,
+        Err(refusal) => return refuse(&conn, None, &refusal),
+    };
+    let node = hello.node.clone();
+    let offer = Offer {
+        conn,
+        reader,
+        hello,
+    };
+    let sent = match shared.peer(&node, None) {
+        Ok(handle) => handle.ctrl.send(PeerCtrl::Offer(offer)).map_err(|e| e.0),
+        Err(_) => Err(PeerCtrl::Offer(offer)),
+    };
+    if let Err(PeerCtrl::Offer(offer)) = sent {
+        close(&offer.conn, CloseCode::Shutdown, "node shutting down");
+    }
+}
+
+/// Dials `node` at `addr`: TLS (which proves the acceptor is `node`), hello, welcome.
+async fn dial<F: MeshFrame>(
+    endpoint: Endpoint,
+    config: quinn::ClientConfig,
+    addr: SocketAddr,
+    node: NodeId,
+    hello: Bytes,
+    max_frame: usize,
+) -> Result<Dialled<F>, DialError> {
+    let connecting = endpoint
+        .connect_with(config, addr, &tls::node_dns_name(&node))
+        .map_err(|e| DialError::other(e.to_string()))?;
+    let conn = connecting.await.map_err(|e| DialError::connection(&e))?;
+    let mut send = conn
+        .open_uni()
+        .await
+        .map_err(|e| DialError::connection(&e))?;
+    send.write_all(&hello)
+        .await
+        .map_err(|e| DialError::other(e.to_string()))?;
+    let recv = match conn.accept_uni().await {
+        Ok(recv) => recv,
+        Err(e) => return Err(DialError::connection(&e)),
+    };
+    let mut reader: Reader<F> = FramedRead::new(recv, FrameCodec::new(max_frame));
+    let first = match reader.next().await {
+        Some(Ok(first)) => first,
+        Some(Err(e)) => {
+            if let Some(refusal) = refusal_for(&e) {
+                refuse(&conn, Some(&node), &refusal);
+            }
+            return Err(match conn.close_reason() {
+                Some(reason) => DialError::connection(&reason),
+                None => DialError::other(e.to_string()),
+            });
+        }
+        None => {
+            let refusal = Refusal::new(CloseCode::StreamEnded, "stream ended before the welcome");
+            refuse(&conn, Some(&node), &refusal);
+            return Err(DialError::other(refusal.reason));
+        }
+    };
+    match check_welcome(&node, first) {
+        Ok(welcome) => Ok(Dialled {
+            conn,
+            send,
+            reader,
+            welcome,
+        }),
+        Err(refusal) => {
+            refuse(&conn, Some(&node), &refusal);
+            Err(DialError::other(refusal.reason))
+        }
+    }
+}
+
+/// Reads one connection's frames into the inbound queue until it ends or misbehaves.
+async fn read_frames<F: MeshFrame>(
+    from: NodeId,
+    conn: Connection,
+    mut reader: Reader<F>,
+    inbound: mpsc::Sender<Inbound<F>>,
+    cancel: CancellationToken,
+) {
+    loop {
+        let next = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            next = reader.next() => next,
+        };
+        let refusal = match next {
+            Some(Ok(Wire::Frame(frame))) => {
+                let delivered = tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return,
+                    sent = inbound.send(Inbound { from: from.clone(), frame }) => sent.is_ok(),
+                };
+                if !delivered {
+                    debug!(peer = %from, "inbound receiver dropped; no longer reading this peer");
+                    return;
+                }
+                continue;
+            }
+            Some(Ok(Wire::Hello(_) | Wire::Welcome(_))) => {
+                Refusal::new(CloseCode::Unexpected, "handshake frame after the handshake")
+            }
+            Some(Err(e)) => match refusal_for(&e) {
+                Some(refusal) => refusal,
+                None => Refusal::new(CloseCode::StreamEnded, e.to_string()),
+            },
+            None => Refusal::new(CloseCode::StreamEnded, "peer ended its frame stream"),
+        };
+        if conn.close_reason().is_none() {
+            refuse(&conn, Some(&from), &refusal);
+        }
+        return;
+    }
+}
+
+struct PeerTask<F> {
+    shared: Arc<Shared<F>>,
+    endpoint: Endpoint,
+    inbound: mpsc::Sender<Inbound<F>>,
+    node: NodeId,
+    addr: Option<SocketAddr>,
+    ctrl: mpsc::UnboundedReceiver<PeerCtrl<F>>,
+    out: mpsc::Receiver<Bytes>,
+    status: watch::Sender<PeerStatus>,
+    backoff: Backoff,
+    readers: JoinSet<()>,
+    batch: Vec<Bytes>,
+    links: u64,
+}
+
+impl<F: MeshFrame> PeerTask<F> {
+    async fn run(mut self) {
+        let mut mode = self.dial();
+        self.publish(&mode);
+        loop {
+            let event = self.next_event(&mut mode).await;
+            mode = match event {
+                Event::Cancel | Event::Ctrl(None) | Event::Out(0) => break,
+                Event::Ctrl(Some(PeerCtrl::Dial(addr))) => {
+                    self.addr = Some(addr);
+                    match mode {
+                        Mode::Waiting => self.dial(),
+                        other => other,
+                    }
+                }
+                Event::Ctrl(Some(PeerCtrl::Offer(offer))) => self.on_offer(mode, offer).await,
+                Event::Lost(e) => {
+                    info!(peer = %self.node, reason = %e, "mesh link lost");
+                    self.retry()
+                }
+                Event::Out(_) => match mode {
+                    Mode::Ready(link) => self.write_batch(link).await,
+                    other => other,
+                },
+                Event::Dialled(Ok(dialled)) => {
+                    let link = Link {
+                        conn: dialled.conn,
+                        send: dialled.send,
+                        dialled_by_us: true,
+                        instance: dialled.welcome.instance,
+                    };
+                    self.install(link, dialled.reader)
+                }
+                Event::Dialled(Err(e)) => {
+                    self.log_dial_failure(&e);
+                    self.retry()
+                }
+                Event::Wake => self.dial(),
+                Event::ReaderDone => mode,
+            };
+            self.publish(&mode);
+        }
+        if let Mode::Ready(link) = &mode {
+            close(&link.conn, CloseCode::Shutdown, "node shutting down");
+        }
+        drop(mode);
+        self.readers.shutdown().await;
+    }
+
+    async fn next_event(&mut self, mode: &mut Mode<F>) -> Event<F> {
+        let cancel = &self.shared.cancel;
+        let readers = &mut self.readers;
+        let ctrl = &mut self.ctrl;
+        let has_readers = !readers.is_empty();
+        match mode {
+            Mode::Waiting => tokio::select! {
+                biased;
+                _ = cancel.cancelled() => Event::Cancel,
+                c = ctrl.recv() => Event::Ctrl(c),
+                Some(_) = readers.join_next(), if has_readers => Event::ReaderDone,
+            },
+            Mode::Backoff(sleep) => tokio::select! {
+                biased;
+                _ = cancel.cancelled() => Event::Cancel,
+                c = ctrl.recv() => Event::Ctrl(c),
+                () = sleep.as_mut() => Event::Wake,
+                Some(_) = readers.join_next(), if has_readers => Event::ReaderDone,
+            },
+            Mode::Dialling(dial) => tokio::select! {
+                biased;
+                _ = cancel.cancelled() => Event::Cancel,
+                c = ctrl.recv() => Event::Ctrl(c),
+                d = dial.as_mut() => Event::Dialled(d),
+                Some(_) = readers.join_next(), if has_readers => Event::ReaderDone,
+            },
+            Mode::Ready(link) => tokio::select! {
+                biased;
+                _ = cancel.cancelled() => Event::Cancel,
+                c = ctrl.recv() => Event::Ctrl(c),
+                e = link.conn.closed() => Event::Lost(e),
+                n = self.out.recv_many(&mut self.batch, WRITE_BATCH) => Event::Out(n),
+                Some(_) = readers.join_next(), if has_readers => Event::ReaderDone,
+            },
+        }
+    }
+
+    /// Starts a dial if there is an address, else waits for the peer.
+    fn dial(&self) -> Mode<F> {
+        let Some(addr) = self.addr else {
+            return Mode::Waiting;
+        };
+        let settings = &self.shared.settings;
+        let attempt = dial::<F>(
+            self.endpoint.clone(),
+            self.shared.client_config.clone(),
+            addr,
+            self.node.clone(),
+            self.shared.hello.clone(),
+            settings.max_frame,
+        );
+        let limit = settings.handshake_timeout;
+        Mode::Dialling(Box::pin(async move {
+            tokio::time::timeout(limit, attempt)
+                .await
+                .unwrap_or_else(|_| Err(DialError::other(format!("no welcome within {limit:?}"))))
+        }))
+    }
+
+    /// After a failure or a loss: wait, then dial again; or wait for the peer to come back.
+    fn retry(&mut self) -> Mode<F> {
+        if self.addr.is_none() {
+            return Mode::Waiting;
+        }
+        let delay = self.backoff.next_delay(rand::random::<f64>());
+        debug!(peer = %self.node, ?delay, "mesh redial scheduled");
+        Mode::Backoff(Box::pin(tokio::time::sleep(delay)))
+    }
+
+    fn log_dial_failure(&self, e: &DialError) {
+        let peer = &self.node;
+        let addr = self.addr;
+        if e.code == Some(CloseCode::Duplicate) {
+            debug!(%peer, "peer keeps its own connection to us; waiting for it");
+        } else if e.tls {
+            warn!(%peer, ?addr, error = %e.detail,
+                "mesh dial refused in the TLS handshake (is the peer using this cluster's CA?)");
+        } else if self.backoff.failures() == 0 {
+            warn!(%peer, ?addr, error = %e.detail, "mesh dial failed; retrying with backoff");
+        } else {
+            debug!(%peer, ?addr, error = %e.detail, failures = self.backoff.failures(),
+                "mesh dial failed again");
+        }
+    }
+
+    async fn on_offer(&mut self, mode: Mode<F>, offer: Offer<F>) -> Mode<F> {
+        let holding = match &mode {
+            Mode::Waiting | Mode::Backoff(_) => Holding::Nothing,
+            Mode::Dialling(_) => Holding::Dialling,
+            Mode::Ready(link) => Holding::Link {
+                dialled_by_us: link.dialled_by_us,
+                instance: link.instance,
+            },
+        };
+        match judge_inbound(
+            &self.shared.local,
+            &self.node,
+            holding,
+            offer.hello.instance,
+        ) {
+            Verdict::Refuse => {
+                debug!(peer = %self.node, "keeping our connection; refusing the peer's duplicate");
+                close(
+                    &offer.conn,
+                    CloseCode::Duplicate,
+                    "the connection dialled by the lower node id is kept",
+                );
+                mode
+            }
+            Verdict::Accept => {
+                if let Mode::Ready(old) = &mode {
+                    close(
+                        &old.conn,
+                        CloseCode::Replaced,
+                        "replaced by a newer connection from the same peer",
+                    );
+                }
+                // Drops our own dial, if one was running.
+                drop(mode);
+                match self.open_welcome(&offer.conn).await {
+                    Ok(send) => {
+                        let link = Link {
+                            conn: offer.conn,
+                            send,
+                            dialled_by_us: false,
+                            instance: offer.hello.instance,
+                        };
+                        self.install(link, offer.reader)
+                    }
+                    Err(reason) => {
+                        debug!(peer = %self.node, %reason, "peer left before our welcome");
+                        self.retry()
+                    }
+                }
+            }
+        }
+    }
+
+    async fn open_welcome(&self, conn: &Connection) -> Result<SendStream, String> {
+        let welcome = self.shared.welcome.clone();
+        let limit = self.shared.settings.handshake_timeout;
+        let open = async {
+            let mut send = conn.open_uni().await.map_err(|e| e.to_string())?;
+            send.write_all(&welcome).await.map_err(|e| e.to_string())?;
+            Ok(send)
+        };
+        tokio::select! {
+            biased;
+            _ = self.shared.cancel.cancelled() => Err("node shutting down".to_owned()),
+            r = tokio::time::timeout(limit, open) => match r {
+                Ok(r) => r,
+                Err(_) => {
+                    close(conn, CloseCode::HandshakeTimeout, "welcome not accepted in time");
+                    Err(format!("welcome not accepted within {limit:?}"))
+                }
+            },
+        }
+    }
+
+    fn install(&mut self, link: Link, reader: Reader<F>) -> Mode<F> {
+        self.backoff.reset();
+        self.links += 1;
+        info!(peer = %self.node, remote = %link.conn.remote_address(),
+            dialled_by_us = link.dialled_by_us, "mesh link ready");
+        self.readers.spawn(read_frames(
+            self.node.clone(),
+            link.conn.clone(),
+            reader,
+            self.inbound.clone(),
+            self.shared.cancel.clone(),
+        ));
+        Mode::Ready(link)
+    }
+
+    async fn write_batch(&mut self, mut link: Link) -> Mode<F> {
+        let written = tokio::select! {
+            biased;
+            _ = self.shared.cancel.cancelled() => {
+                self.batch.clear();
+                return Mode::Ready(link);
+            }
+            r = link.send.write_all_chunks(&mut self.batch) => r,
+        };
+        let lost = self.batch.len();
+        self.batch.clear();
+        match written {
+            Ok(()) => Mode::Ready(link),
+            Err(e) => {
+                info!(peer = %self.node, error = %e, frames = lost,
+                    "mesh link lost while writing; frames in that write are dropped");
+                if link.conn.close_reason().is_none() {
+                    close(
+                        &link.conn,
+                        CloseCode::StreamEnded,
+                        "peer stopped reading our frame stream",
+                    );
+                }
+                self.retry()
+            }
+        }
+    }
+
+    fn publish(&self, mode: &Mode<F>) {
+        let (state, direction) = match mode {
+            Mode::Waiting => (PeerState::Waiting, None),
+            Mode::Backoff(_) => (PeerState::Backoff, None),
+            Mode::Dialling(_) => (PeerState::Connecting, None),
+            Mode::Ready(link) => (
+                PeerState::Ready,
+                Some(if link.dialled_by_us {
+                    Direction::Dialled
+                } else {
+                    Direction::Accepted
+                }),
+            ),
+        };
+        let addr = match mode {
+            Mode::Ready(link) if !link.dialled_by_us => {
+                self.addr.or(Some(link.conn.remote_address()))
+            }
+            _ => self.addr,
+        };
+        let status = PeerStatus {
+            state,
+            addr,
+            direction,
+            links: self.links,
+        };
+        self.status.send_if_modified(|current| {
+            if *current == status {
+                false
+            } else {
+                *current = status;
+                true
+            }
+        });
+    }
+}

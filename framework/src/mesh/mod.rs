@@ -1,0 +1,312 @@
+//! The node-to-node mesh: QUIC with mutual TLS, one connection per pair of nodes, and
+//! one ordered stream of frames each way on it.
+//!
+//! Layout, in the order a frame travels:
+//! - [`tls`]: the cluster CA and node certificates; every certificate names its node,
+//!   and both ends of a connection prove theirs.
+//! - [`codec`]: frames as a 4-byte length and a postcard body, with a hard size limit.
+//! - `handshake`: the protocol rules as plain functions: hello and welcome, which of two
+//!   simultaneous connections survives, backoff, close codes.
+//! - `link`: the async shell: the endpoint, the accept loop, a task per peer that dials,
+//!   writes and replaces its connection, and a reader per connection.
+//! - `socket`: tells [`Mesh::close`] when the UDP port is free again.
+//!
+//! Frames to one peer arrive in the order [`Mesh::send`] queued them, because they all
+//! travel on one QUIC stream; a connection that drops loses what was in flight on it,
+//! and frames queued while no connection is up wait for the next one.
+
+pub mod codec;
+mod handshake;
+mod link;
+mod socket;
+pub mod tls;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+use tokio_util::sync::DropGuard;
+
+pub use codec::{DEFAULT_MAX_FRAME, DecodeError, EncodeError, FrameCodec};
+pub use handshake::CloseCode;
+pub use tls::{ClusterCa, NodeCert, NodeTls, TlsError, node_dns_name, node_file_stem};
+
+use crate::ids::NodeId;
+
+/// What the mesh can carry: any serde type that can move between tasks.
+pub trait MeshFrame: Serialize + DeserializeOwned + Send + 'static {}
+
+impl<T: Serialize + DeserializeOwned + Send + 'static> MeshFrame for T {}
+
+/// A frame received from a peer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inbound<F> {
+    /// The sender, as proven by its certificate.
+    pub from: NodeId,
+    /// The frame.
+    pub frame: F,
+}
+
+/// How a node joins the mesh. [`MeshConfig::new`] fills in production defaults.
+#[derive(Debug, Clone)]
+pub struct MeshConfig {
+    /// This node's id; must be the one `tls` proves.
+    pub node: NodeId,
+    /// Where to listen (UDP); port 0 picks a free one, see [`Mesh::local_addr`].
+    pub listen: SocketAddr,
+    /// The CA to trust and this node's certificate and key.
+    pub tls: NodeTls,
+    /// The largest frame body accepted or sent, in bytes; every node must agree.
+    pub max_frame: usize,
+    /// How often an idle connection is pinged, so it stays up and a dead peer is noticed.
+    pub keep_alive: Duration,
+    /// How long a connection may hear nothing before it is considered dead.
+    pub idle_timeout: Duration,
+    /// The round-trip guess used until one is measured. It paces handshake
+    /// retransmits, and how long [`Mesh::close`] lingers over a dial to a dead peer
+    /// (about nine times this); QUIC's default of 333 ms is meant for the open internet.
+    pub initial_rtt: Duration,
+    /// How long a dial (or the hello of an incoming connection) may take.
+    pub handshake_timeout: Duration,
+    /// The first wait before redialling a peer; it doubles on each failure.
+    pub reconnect_min: Duration,
+    /// The longest wait between redials.
+    pub reconnect_max: Duration,
+    /// Frames queued per peer before [`Mesh::send`] reports [`MeshError::Backlogged`].
+    pub send_queue: usize,
+    /// Frames received but not yet taken from the inbound receiver before readers wait.
+    pub inbound_queue: usize,
+}
+
+impl MeshConfig {
+    /// A config with defaults suited to a LAN: 16 MiB frames, 2 s keep-alive, 10 s idle
+    /// timeout, 100 ms initial RTT, 5 s handshakes, redials from 100 ms to 5 s.
+    pub fn new(node: NodeId, listen: SocketAddr, tls: NodeTls) -> Self {
+        Self {
+            node,
+            listen,
+            tls,
+            max_frame: DEFAULT_MAX_FRAME,
+            keep_alive: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(10),
+            initial_rtt: Duration::from_millis(100),
+            handshake_timeout: Duration::from_secs(5),
+            reconnect_min: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(5),
+            send_queue: 65_536,
+            inbound_queue: 4_096,
+        }
+    }
+
+    fn validate(&self) -> Result<(), MeshError> {
+        let bad = |what: String| Err(MeshError::Config(what));
+        if self.tls.node() != &self.node {
+            return Err(MeshError::Tls(TlsError::WrongNode {
+                node: self.node.clone(),
+                detail: format!("the TLS credentials are for node {}", self.tls.node()),
+            }));
+        }
+        if self.max_frame == 0 || self.max_frame > u32::MAX as usize {
+            return bad(format!(
+                "max_frame {} must be between 1 and {} bytes",
+                self.max_frame,
+                u32::MAX
+            ));
+        }
+        if self.keep_alive.is_zero() || self.keep_alive >= self.idle_timeout {
+            return bad(format!(
+                "keep_alive {:?} must be non-zero and shorter than idle_timeout {:?}, \
+                 or idle connections are dropped",
+                self.keep_alive, self.idle_timeout
+            ));
+        }
+        if self.handshake_timeout.is_zero()
+            || self.reconnect_min.is_zero()
+            || self.initial_rtt.is_zero()
+        {
+            return bad(
+                "handshake_timeout, reconnect_min and initial_rtt must be non-zero".to_owned(),
+            );
+        }
+        if self.send_queue == 0 || self.inbound_queue == 0 {
+            return bad("send_queue and inbound_queue must be at least 1".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// Where a peer's connection stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PeerState {
+    /// No address to dial: waiting for the peer to connect to us.
+    Waiting,
+    /// Dialling: TLS and hello in progress.
+    Connecting,
+    /// A connection is up; frames flow.
+    Ready,
+    /// Waiting before the next dial, after a failure or a lost connection.
+    Backoff,
+}
+
+/// Which side dialled the connection in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// This node dialled it.
+    Dialled,
+    /// The peer dialled it.
+    Accepted,
+}
+
+/// A snapshot of one peer, for status pages and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// The peer.
+    pub node: NodeId,
+    /// The address dialled, or the peer's address when only it dials.
+    pub addr: Option<SocketAddr>,
+    /// Where the connection stands.
+    pub state: PeerState,
+    /// Who dialled the connection in use, when [`PeerState::Ready`].
+    pub direction: Option<Direction>,
+    /// How many connections with this peer came up so far (reconnects add one each).
+    pub links: u64,
+    /// Frames queued and not yet written.
+    pub queued: usize,
+}
+
+/// Why a mesh operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MeshError {
+    /// The listen address could not be bound.
+    #[error("could not bind the mesh on {addr}: {source}; pick a free port or stop what holds it")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The certificates could not be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// A config value is out of range.
+    #[error("invalid mesh config: {0}")]
+    Config(String),
+    /// A node tried to add itself as a peer.
+    #[error("node {0} cannot be its own peer; check the peer list for this node's id")]
+    SelfPeer(NodeId),
+    /// The peer was never added and never connected.
+    #[error(
+        "node {0} is not a peer; call add_peer with its address, or wait_ready for it to connect"
+    )]
+    UnknownPeer(NodeId),
+    /// The peer's queue is full: it is slow, or has been unreachable for a while.
+    #[error(
+        "{queued} frames are already queued for node {node}; slow down, check that it is \
+         reachable, or raise send_queue"
+    )]
+    Backlogged {
+        /// The peer.
+        node: NodeId,
+        /// The queue size in force.
+        queued: usize,
+    },
+    /// The frame could not be encoded.
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    /// The mesh was closed.
+    #[error("the mesh is closed; bind a new one to talk to peers again")]
+    Closed,
+}
+
+/// One node's endpoint on the mesh. Clones share it; [`Mesh::close`] ends it for all.
+///
+/// Dropping the last clone stops its tasks too, but only `close` waits for them and
+/// says goodbye to peers, so prefer it.
+pub struct Mesh<F> {
+    shared: Arc<link::Shared<F>>,
+    _stop_on_drop: Arc<DropGuard>,
+}
+
+impl<F> Clone for Mesh<F> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            _stop_on_drop: self._stop_on_drop.clone(),
+        }
+    }
+}
+
+impl<F: MeshFrame> fmt::Debug for Mesh<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mesh")
+            .field("node", self.shared.local())
+            .field("addr", &self.shared.local_addr())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F: MeshFrame> Mesh<F> {
+    /// Binds the endpoint and starts accepting peers; frames from peers arrive on the
+    /// returned receiver, which ends after [`Mesh::close`]. Must run inside a tokio runtime.
+    pub async fn bind(config: MeshConfig) -> Result<(Self, mpsc::Receiver<Inbound<F>>), MeshError> {
+        let (shared, inbound) = link::Shared::bind(config)?;
+        let guard = Arc::new(shared.cancel.clone().drop_guard());
+        Ok((
+            Self {
+                shared,
+                _stop_on_drop: guard,
+            },
+            inbound,
+        ))
+    }
+
+    /// This node's id.
+    pub fn node(&self) -> &NodeId {
+        self.shared.local()
+    }
+
+    /// The address actually bound, to give to peers (useful after binding port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local_addr()
+    }
+
+    /// Makes `node` a peer reachable at `addr`: it is dialled now and redialled with
+    /// backoff whenever its connection drops. Calling again changes the address.
+    pub fn add_peer(&self, node: NodeId, addr: SocketAddr) -> Result<(), MeshError> {
+        self.shared.add_peer(node, addr)
+    }
+
+    /// Queues `frame` for `to`, behind every frame queued for it before.
+    ///
+    /// Returns at once; the frame is encoded here, so an oversized or unencodable frame
+    /// is reported to the caller rather than to the peer.
+    pub fn send(&self, to: &NodeId, frame: F) -> Result<(), MeshError> {
+        self.shared.send(to, frame)
+    }
+
+    /// Every known peer and where its connection stands, ordered by node id.
+    pub fn peers(&self) -> Vec<PeerInfo> {
+        self.shared.peers()
+    }
+
+    /// Waits until a connection with `node` is up (returns at once if it is).
+    ///
+    /// A node not yet known is waited for as a peer that will connect to us. There is
+    /// no timeout: wrap the call in `tokio::time::timeout` to bound it.
+    pub async fn wait_ready(&self, node: &NodeId) -> Result<(), MeshError> {
+        self.shared.wait_ready(node).await
+    }
+
+    /// Closes every connection (peers see [`CloseCode::Shutdown`]), stops every task and
+    /// releases the port, returning once all of it is done.
+    pub async fn close(&self) {
+        self.shared.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests;

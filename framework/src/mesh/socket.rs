@@ -1,0 +1,102 @@
+//! A UDP socket wrapper that reports when quinn has let go of the socket.
+//!
+//! quinn closes its socket from a background driver some time after the endpoint is
+//! dropped. `Mesh::close` waits for this report, so when it returns the port is free
+//! and a restarted node can bind it again at once.
+
+use std::fmt;
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use quinn::udp::{RecvMeta, Transmit};
+use quinn::{AsyncUdpSocket, UdpPoller};
+use tokio::sync::oneshot;
+
+/// Wraps a socket; the receiver returned by [`Tracked::new`] resolves once every
+/// reference to the inner socket is gone.
+pub(crate) struct Tracked {
+    // Field order matters: the socket is dropped before the report is sent.
+    inner: Arc<dyn AsyncUdpSocket>,
+    _released: oneshot::Sender<()>,
+}
+
+impl fmt::Debug for Tracked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tracked")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl Tracked {
+    pub fn new(inner: Arc<dyn AsyncUdpSocket>) -> (Arc<Self>, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        (
+            Arc::new(Self {
+                inner,
+                _released: tx,
+            }),
+            rx,
+        )
+    }
+}
+
+/// A poller that keeps the wrapper (and so the report) alive as long as it lives.
+struct TrackedPoller {
+    inner: Pin<Box<dyn UdpPoller>>,
+    _owner: Arc<Tracked>,
+}
+
+impl fmt::Debug for TrackedPoller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TrackedPoller").finish_non_exhaustive()
+    }
+}
+
+impl UdpPoller for TrackedPoller {
+    fn poll_writable(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().inner.as_mut().poll_writable(cx)
+    }
+}
+
+impl AsyncUdpSocket for Tracked {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        let inner = self.inner.clone().create_io_poller();
+        Box::pin(TrackedPoller {
+            inner,
+            _owner: self,
+        })
+    }
+
+    fn try_send(&self, transmit: &Transmit<'_>) -> io::Result<()> {
+        self.inner.try_send(transmit)
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        self.inner.poll_recv(cx, bufs, meta)
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        self.inner.max_transmit_segments()
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.inner.max_receive_segments()
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.inner.may_fragment()
+    }
+}

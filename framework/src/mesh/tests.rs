@@ -1,0 +1,601 @@
+//! Mesh tests over real QUIC on 127.0.0.1.
+//!
+//! Every test waits on events (a peer becoming ready, a frame arriving, a connection
+//! closing); the only clock is an outer guard that fails a test that hangs.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::QuicClientConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use super::handshake::{Hello, Wire};
+use super::*;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+enum TestFrame {
+    Seq(u32),
+    Blob(Vec<u8>),
+}
+
+type Rx = mpsc::Receiver<Inbound<TestFrame>>;
+
+fn node(id: &str) -> NodeId {
+    NodeId::new(id).unwrap()
+}
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+/// Fails a test that hangs instead of letting it run forever; never asserts on timing.
+async fn guard<T>(test: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), test)
+        .await
+        .expect("the test hung: an awaited event never came")
+}
+
+fn config(ca: &ClusterCa, id: &str, listen: SocketAddr) -> MeshConfig {
+    let mut config = MeshConfig::new(node(id), listen, ca.node_tls(&node(id)).unwrap());
+    config.reconnect_min = Duration::from_millis(20);
+    config.reconnect_max = Duration::from_millis(300);
+    config.keep_alive = Duration::from_millis(500);
+    config.idle_timeout = Duration::from_secs(5);
+    // Loopback: keeps close() short when a peer was redialling a node already gone.
+    config.initial_rtt = Duration::from_millis(10);
+    config
+}
+
+async fn start(ca: &ClusterCa, id: &str) -> (Mesh<TestFrame>, Rx) {
+    Mesh::bind(config(ca, id, loopback())).await.unwrap()
+}
+
+async fn take(rx: &mut Rx, n: usize) -> Vec<Inbound<TestFrame>> {
+    let mut got = Vec::with_capacity(n);
+    while got.len() < n {
+        got.push(rx.recv().await.expect("the inbound stream ended early"));
+    }
+    got
+}
+
+fn send_seq(mesh: &Mesh<TestFrame>, to: &str, range: std::ops::Range<u32>) {
+    for n in range {
+        mesh.send(&node(to), TestFrame::Seq(n)).unwrap();
+    }
+}
+
+/// The sequence numbers each sender's frames carried, in arrival order.
+fn by_sender(frames: Vec<Inbound<TestFrame>>) -> HashMap<String, Vec<u32>> {
+    let mut out: HashMap<String, Vec<u32>> = HashMap::new();
+    for f in frames {
+        match f.frame {
+            TestFrame::Seq(n) => out.entry(f.from.as_str().to_owned()).or_default().push(n),
+            other => panic!("unexpected frame {other:?}"),
+        }
+    }
+    out
+}
+
+fn peer(mesh: &Mesh<TestFrame>, id: &str) -> PeerInfo {
+    mesh.peers()
+        .into_iter()
+        .find(|p| p.node.as_str() == id)
+        .unwrap_or_else(|| panic!("{id} is not a peer of {}", mesh.node()))
+}
+
+#[tokio::test]
+async fn two_nodes_exchange_frames_in_order_both_ways() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let (a, mut a_rx) = start(&ca, "a").await;
+        let (b, mut b_rx) = start(&ca, "b").await;
+        // Only a knows where b is; b learns a when a connects.
+        a.add_peer(node("b"), b.local_addr()).unwrap();
+        a.wait_ready(&node("b")).await.unwrap();
+        b.wait_ready(&node("a")).await.unwrap();
+
+        send_seq(&a, "b", 0..2000);
+        send_seq(&b, "a", 0..2000);
+        let at_b = by_sender(take(&mut b_rx, 2000).await);
+        let at_a = by_sender(take(&mut a_rx, 2000).await);
+        assert_eq!(at_b["a"], (0..2000).collect::<Vec<_>>());
+        assert_eq!(at_a["b"], (0..2000).collect::<Vec<_>>());
+
+        let info = peer(&b, "a");
+        assert_eq!(info.state, PeerState::Ready);
+        assert_eq!(info.direction, Some(Direction::Accepted));
+        assert_eq!(info.addr, Some(a.local_addr()));
+
+        a.close().await;
+        b.close().await;
+        // After close the inbound streams end.
+        assert!(a_rx.recv().await.is_none());
+        assert!(b_rx.recv().await.is_none());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn three_nodes_exchange_frames_in_order_per_sender() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let ids = ["n1", "n2", "n3"];
+        let mut nodes = Vec::new();
+        for id in ids {
+            nodes.push(start(&ca, id).await);
+        }
+        for (i, (mesh, _)) in nodes.iter().enumerate() {
+            for (j, (other, _)) in nodes.iter().enumerate() {
+                if i != j {
+                    mesh.add_peer(node(ids[j]), other.local_addr()).unwrap();
+                }
+            }
+        }
+        for (i, (mesh, _)) in nodes.iter().enumerate() {
+            for (j, id) in ids.iter().enumerate() {
+                if i != j {
+                    mesh.wait_ready(&node(id)).await.unwrap();
+                }
+            }
+        }
+        for (i, (mesh, _)) in nodes.iter().enumerate() {
+            for (j, id) in ids.iter().enumerate() {
+                if i != j {
+                    send_seq(mesh, id, 0..500);
+                }
+            }
+        }
+        for (i, (_, rx)) in nodes.iter_mut().enumerate() {
+            let got = by_sender(take(rx, 1000).await);
+            for (j, id) in ids.iter().enumerate() {
+                if i != j {
+                    assert_eq!(got[*id], (0..500).collect::<Vec<_>>(), "{id} -> {}", ids[i]);
+                }
+            }
+        }
+        for (mesh, _) in &nodes {
+            mesh.close().await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn simultaneous_dial_keeps_the_connection_dialled_by_the_lower_node() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let (a, mut a_rx) = start(&ca, "a").await;
+        let (b, mut b_rx) = start(&ca, "b").await;
+        // Both dial before either task runs: on this single-threaded runtime the two
+        // dials are in flight at once.
+        a.add_peer(node("b"), b.local_addr()).unwrap();
+        b.add_peer(node("a"), a.local_addr()).unwrap();
+        a.wait_ready(&node("b")).await.unwrap();
+        b.wait_ready(&node("a")).await.unwrap();
+
+        // Frames flow both ways, which also means both sides hold the same connection.
+        send_seq(&a, "b", 0..100);
+        send_seq(&b, "a", 0..100);
+        assert_eq!(
+            by_sender(take(&mut b_rx, 100).await)["a"],
+            (0..100).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            by_sender(take(&mut a_rx, 100).await)["b"],
+            (0..100).collect::<Vec<_>>()
+        );
+
+        let at_a = peer(&a, "b");
+        let at_b = peer(&b, "a");
+        assert_eq!(at_a.direction, Some(Direction::Dialled));
+        assert_eq!(at_b.direction, Some(Direction::Accepted));
+        assert_eq!(
+            (at_a.links, at_b.links),
+            (1, 1),
+            "exactly one connection came up"
+        );
+
+        a.close().await;
+        b.close().await;
+    })
+    .await;
+}
+
+/// A bare QUIC client, to behave in ways a mesh node never would.
+struct RawClient {
+    endpoint: quinn::Endpoint,
+}
+
+impl RawClient {
+    fn new(crypto: rustls::ClientConfig) -> Self {
+        let mut endpoint = quinn::Endpoint::client(loopback()).unwrap();
+        let quic = QuicClientConfig::try_from(crypto).unwrap();
+        endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
+        Self { endpoint }
+    }
+
+    /// A client holding a valid certificate of the cluster for `id`.
+    fn member(ca: &ClusterCa, id: &str) -> Self {
+        Self::new(ca.node_tls(&node(id)).unwrap().client_config().unwrap())
+    }
+
+    /// Connects and returns how the connection ended, whether during or after the handshake.
+    async fn refused_by(&self, server: &Mesh<TestFrame>) -> quinn::ConnectionError {
+        let connecting = self
+            .endpoint
+            .connect(server.local_addr(), &node_dns_name(server.node()))
+            .unwrap();
+        match connecting.await {
+            Err(e) => e,
+            Ok(conn) => conn.closed().await,
+        }
+    }
+
+    async fn connect(&self, server: &Mesh<TestFrame>) -> quinn::Connection {
+        self.endpoint
+            .connect(server.local_addr(), &node_dns_name(server.node()))
+            .unwrap()
+            .await
+            .unwrap()
+    }
+
+    async fn close(self) {
+        self.endpoint
+            .close(quinn::VarInt::from_u32(0), b"test done");
+        self.endpoint.wait_idle().await;
+    }
+}
+
+fn client_config_with(ca_pem: &str, client_cert: Option<&NodeCert>) -> rustls::ClientConfig {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match client_cert {
+        Some(cert) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_slice(cert.cert_pem().as_bytes()).unwrap()],
+                PrivateKeyDer::from_pem_slice(cert.key_pem().as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![tls::ALPN.to_vec()];
+    config
+}
+
+fn is_tls_refusal(e: &quinn::ConnectionError) -> bool {
+    let code = match e {
+        quinn::ConnectionError::ConnectionClosed(c) => c.error_code,
+        quinn::ConnectionError::TransportError(t) => t.code,
+        _ => return false,
+    };
+    (0x100..=0x1ff).contains(&u64::from(code))
+}
+
+/// Checks that `a` and `b` still exchange frames after something was refused.
+async fn still_works(a: &Mesh<TestFrame>, b: &Mesh<TestFrame>, b_rx: &mut Rx) {
+    a.add_peer(node("b"), b.local_addr()).unwrap();
+    a.wait_ready(&node("b")).await.unwrap();
+    send_seq(a, "b", 0..50);
+    assert_eq!(
+        by_sender(take(b_rx, 50).await)["a"],
+        (0..50).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn a_client_with_a_certificate_from_another_ca_is_refused() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let (a, _a_rx) = start(&ca, "a").await;
+        let (b, mut b_rx) = start(&ca, "b").await;
+
+        let foreign = ClusterCa::generate()
+            .unwrap()
+            .issue_node(&node("a"))
+            .unwrap();
+        let client = RawClient::new(client_config_with(ca.cert_pem(), Some(&foreign)));
+        let ended = client.refused_by(&b).await;
+        assert!(
+            is_tls_refusal(&ended),
+            "expected a TLS refusal, got {ended}"
+        );
+        assert!(b.peers().is_empty(), "no peer entry for a refused client");
+        client.close().await;
+
+        still_works(&a, &b, &mut b_rx).await;
+        a.close().await;
+        b.close().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_client_without_a_certificate_is_refused() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let (a, _a_rx) = start(&ca, "a").await;
+        let (b, mut b_rx) = start(&ca, "b").await;
+
+        let client = RawClient::new(client_config_with(ca.cert_pem(), None));
+        let ended = client.refused_by(&b).await;
+        assert!(
+            is_tls_refusal(&ended),
+            "expected a TLS refusal, got {ended}"
+        );
+        assert!(b.peers().is_empty());
+        client.close().await;
+
+        still_works(&a, &b, &mut b_rx).await;
+        a.close().await;
+        b.close().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_node_dialling_a_server_of_another_cluster_does_not_connect() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let other = ClusterCa::generate().unwrap();
+        let (a, _a_rx) = start(&ca, "a").await;
+        let (b, _b_rx) = start(&other, "b").await;
+        a.add_peer(node("b"), b.local_addr()).unwrap();
+        // The dial fails in the TLS handshake and the peer goes to backoff.
+        let mut status = a.shared.status(&node("b")).unwrap();
+        status
+            .wait_for(|s| s.state == PeerState::Backoff)
+            .await
+            .unwrap();
+        assert_eq!(peer(&a, "b").links, 0);
+        assert!(b.peers().is_empty());
+        a.close().await;
+        b.close().await;
+    })
+    .await;
+}
+
+/// How the connection `conn` was closed by the mesh.
+async fn closed_with(conn: &quinn::Connection) -> Option<CloseCode> {
+    CloseCode::of(&conn.closed().await)
+}
+
+async fn raw_stream(conn: &quinn::Connection, bytes: &[u8]) -> quinn::SendStream {
+    let mut send = conn.open_uni().await.unwrap();
+    send.write_all(bytes).await.unwrap();
+    send
+}
+
+fn hello_bytes(id: &str) -> bytes::Bytes {
+    FrameCodec::<Wire<TestFrame>>::new(DEFAULT_MAX_FRAME)
+        .encode_frame(&Wire::Hello(Hello {
+            node: node(id),
+            instance: 7,
+        }))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn bad_first_frames_close_that_connection_only() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let (a, mut a_rx) = start(&ca, "a").await;
+        let (b, mut b_rx) = start(&ca, "b").await;
+        still_works(&a, &b, &mut b_rx).await;
+        let client = RawClient::member(&ca, "intruder");
+
+        // Garbage where the hello should be: a 3-byte body that is no valid frame.
+        let conn = client.connect(&b).await;
+        let _s = raw_stream(&conn, &[0, 0, 0, 3, 0xff, 0xff, 0xff]).await;
+        assert_eq!(closed_with(&conn).await, Some(CloseCode::Malformed));
+
+        // A length prefix over the limit.
+        let conn = client.connect(&b).await;
+        let _s = raw_stream(&conn, &[0xff, 0xff, 0xff, 0xff, 1, 2, 3]).await;
+        assert_eq!(closed_with(&conn).await, Some(CloseCode::TooLarge));
+
+        // An application frame before the hello.
+        let data = FrameCodec::<Wire<TestFrame>>::new(64)
+            .encode_frame(&Wire::Frame(TestFrame::Seq(1)))
+            .unwrap();
+        let conn = client.connect(&b).await;
+        let _s = raw_stream(&conn, &data).await;
+        assert_eq!(closed_with(&conn).await, Some(CloseCode::Unexpected));
+
+        // A hello naming a node the certificate does not prove.
+        let conn = client.connect(&b).await;
+        let _s = raw_stream(&conn, &hello_bytes("a")).await;
+        assert_eq!(closed_with(&conn).await, Some(CloseCode::WrongNode));
+
+        // The stream ends before the hello.
+        let conn = client.connect(&b).await;
+        let mut s = raw_stream(&conn, &[0, 0]).await;
+        s.finish().unwrap();
+        assert_eq!(closed_with(&conn).await, Some(CloseCode::StreamEnded));
+
+        // a was never disturbed: its link to b still carries frames both ways.
+        assert_eq!(peer(&b, "a").links, 1);
+        send_seq(&a, "b", 50..60);
+        send_seq(&b, "a", 0..10);
+        assert_eq!(
+            by_sender(take(&mut b_rx, 10).await)["a"],
+            (50..60).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            by_sender(take(&mut a_rx, 10).await)["b"],
+            (0..10).collect::<Vec<_>>()
+        );
+        assert!(b.peers().iter().all(|p| p.node.as_str() != "intruder"));
+
+        client.close().await;
+        a.close().await;
+        b.close().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_frames_after_the_handshake_close_that_connection_only() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let (a, mut a_rx) = start(&ca, "a").await;
+        let mut b_config = config(&ca, "b", loopback());
+        b_config.max_frame = 1024;
+        let (b, mut b_rx) = Mesh::<TestFrame>::bind(b_config).await.unwrap();
+        still_works(&a, &b, &mut b_rx).await;
+        let client = RawClient::member(&ca, "intruder");
+
+        for (garbage, expected) in [
+            (vec![0, 0, 0, 2, 0xff, 0xff], CloseCode::Malformed),
+            (vec![0, 0, 0x07, 0xd0], CloseCode::TooLarge),
+            (hello_bytes("intruder").to_vec(), CloseCode::Unexpected),
+        ] {
+            let conn = client.connect(&b).await;
+            let mut send = raw_stream(&conn, &hello_bytes("intruder")).await;
+            // The welcome proves b took the connection.
+            let recv = conn.accept_uni().await.unwrap();
+            let mut reader =
+                tokio_util::codec::FramedRead::new(recv, FrameCodec::<Wire<TestFrame>>::new(1024));
+            use futures_util::StreamExt;
+            match reader.next().await {
+                Some(Ok(Wire::Welcome(w))) => assert_eq!(w.node, node("b")),
+                other => panic!("expected a welcome, got {other:?}"),
+            }
+            // One good frame first, then the bad bytes.
+            let good = FrameCodec::<Wire<TestFrame>>::new(1024)
+                .encode_frame(&Wire::Frame(TestFrame::Seq(99)))
+                .unwrap();
+            send.write_all(&good).await.unwrap();
+            let got = take(&mut b_rx, 1).await;
+            assert_eq!(got[0].from, node("intruder"));
+            send.write_all(&garbage).await.unwrap();
+            assert_eq!(closed_with(&conn).await, Some(expected));
+        }
+
+        // a is untouched.
+        send_seq(&a, "b", 50..60);
+        send_seq(&b, "a", 0..10);
+        assert_eq!(
+            by_sender(take(&mut b_rx, 10).await)["a"],
+            (50..60).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            by_sender(take(&mut a_rx, 10).await)["b"],
+            (0..10).collect::<Vec<_>>()
+        );
+        assert_eq!(peer(&b, "a").links, 1);
+
+        client.close().await;
+        a.close().await;
+        b.close().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_restarted_peer_is_redialled_and_frames_flow_again() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let (a, mut a_rx) = start(&ca, "a").await;
+        let (b, mut b_rx) = start(&ca, "b").await;
+        let b_addr = b.local_addr();
+        a.add_peer(node("b"), b_addr).unwrap();
+        a.wait_ready(&node("b")).await.unwrap();
+        send_seq(&a, "b", 0..10);
+        assert_eq!(
+            by_sender(take(&mut b_rx, 10).await)["a"],
+            (0..10).collect::<Vec<_>>()
+        );
+
+        b.close().await;
+        assert!(b_rx.recv().await.is_none());
+        // close() returned, so the port is free for the new incarnation.
+        let (b2, mut b2_rx) = Mesh::<TestFrame>::bind(config(&ca, "b", b_addr))
+            .await
+            .unwrap();
+        b2.wait_ready(&node("a")).await.unwrap();
+        a.wait_ready(&node("b")).await.unwrap();
+        assert_eq!(peer(&a, "b").links, 2);
+
+        send_seq(&a, "b", 10..20);
+        send_seq(&b2, "a", 0..10);
+        assert_eq!(
+            by_sender(take(&mut b2_rx, 10).await)["a"],
+            (10..20).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            by_sender(take(&mut a_rx, 10).await)["b"],
+            (0..10).collect::<Vec<_>>()
+        );
+
+        a.close().await;
+        b2.close().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn send_reports_unknown_peers_oversized_frames_and_a_closed_mesh() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let mut config = config(&ca, "a", loopback());
+        config.max_frame = 64;
+        let (a, _rx) = Mesh::<TestFrame>::bind(config).await.unwrap();
+        assert!(matches!(
+            a.send(&node("nobody"), TestFrame::Seq(1)),
+            Err(MeshError::UnknownPeer(_))
+        ));
+        assert!(matches!(
+            a.add_peer(node("a"), a.local_addr()),
+            Err(MeshError::SelfPeer(_))
+        ));
+        // An unreachable peer still queues frames.
+        a.add_peer(node("b"), "127.0.0.1:9".parse().unwrap())
+            .unwrap();
+        assert!(a.send(&node("b"), TestFrame::Seq(1)).is_ok());
+        assert!(matches!(
+            a.send(&node("b"), TestFrame::Blob(vec![0; 100])),
+            Err(MeshError::Encode(EncodeError::TooLarge { max: 64 }))
+        ));
+        assert_eq!(peer(&a, "b").queued, 1);
+        a.close().await;
+        assert!(matches!(
+            a.send(&node("b"), TestFrame::Seq(2)),
+            Err(MeshError::Closed)
+        ));
+        assert!(matches!(
+            a.wait_ready(&node("b")).await,
+            Err(MeshError::Closed)
+        ));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bind_refuses_credentials_of_another_node_and_bad_settings() {
+    let ca = ClusterCa::generate().unwrap();
+    let mut wrong = config(&ca, "a", loopback());
+    wrong.tls = ca.node_tls(&node("b")).unwrap();
+    assert!(matches!(
+        Mesh::<TestFrame>::bind(wrong).await,
+        Err(MeshError::Tls(TlsError::WrongNode { .. }))
+    ));
+    let mut slow = config(&ca, "a", loopback());
+    slow.keep_alive = slow.idle_timeout;
+    assert!(matches!(
+        Mesh::<TestFrame>::bind(slow).await,
+        Err(MeshError::Config(_))
+    ));
+}
