@@ -6,6 +6,7 @@
 //! - [`behavior`]: what applications implement, one synchronous turn at a time, and its context.
 //! - [`timer`]: timers as data (registrations, cursors, overrun policies), so they can move.
 //! - [`node`]: the runtime of one host: lanes that run turns, routing by id, requests and replies.
+//! - [`mesh`]: QUIC between nodes with mutual TLS by node id, and ordered, size-limited frames.
 //! - [`store`]: the location store, the authority on where every unit lives (memory or redis).
 //! - [`error`]: the typed errors callers see.
 
