@@ -68,10 +68,24 @@ pub enum MessageError {
         /// The node's lifecycle state at the time.
         state: String,
     },
+    /// The reply could not be encoded for the node that asked.
+    #[error("the reply could not be sent back: {reason}")]
+    ReplyLost {
+        /// What failed.
+        reason: String,
+    },
+    /// Where the unit lives could not be read or reached; nothing was delivered.
+    #[error("{id} could not be reached: {reason}; retry once the store and mesh are back")]
+    Unreachable {
+        /// The unit that was addressed.
+        id: UnitId,
+        /// What failed.
+        reason: String,
+    },
 }
 
 /// Why a spot or actor could not be created, joined or left.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum UnitError {
     /// An id was not valid.
     #[error(transparent)]
@@ -82,7 +96,7 @@ pub enum UnitError {
     )]
     UnknownType {
         /// "spot", "instance spot" or "actor".
-        kind: &'static str,
+        kind: std::borrow::Cow<'static, str>,
         /// The type name that was asked for.
         type_name: String,
     },
@@ -122,6 +136,20 @@ pub enum UnitError {
         /// The node's lifecycle state at the time.
         state: String,
     },
+    /// No node could take the unit (none serving with the factory and capacity left).
+    #[error("no serving node has factory {type_name:?} and capacity left; start one or raise capacity")]
+    NoCapacity {
+        /// The factory asked for.
+        type_name: String,
+    },
+    /// The location store or a peer could not be reached; the outcome is unknown, so re-read.
+    #[error("{what} failed: {reason}; retry once the store and mesh are back")]
+    Unavailable {
+        /// What was attempted.
+        what: String,
+        /// What failed.
+        reason: String,
+    },
 }
 
 /// A factory registration that makes no sense, reported when the node starts.
@@ -158,6 +186,12 @@ pub enum StartError {
     /// The factory registrations were refused; the list says each problem.
     #[error("factory registrations refused: {}", list(.0))]
     Registration(Vec<RegistrationError>),
+    /// The location store could not be used.
+    #[error("the location store could not be used at start: {0}")]
+    Store(#[from] crate::store::StoreError),
+    /// The mesh could not start.
+    #[error("the mesh could not start: {0}")]
+    Mesh(#[from] crate::mesh::MeshError),
 }
 
 fn list(errors: &[RegistrationError]) -> String {

@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 pub const MAX_ID_BYTES: usize = 255;
 
 /// An id that is empty or longer than [`MAX_ID_BYTES`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[error("invalid {kind} id of {len} bytes: ids must be 1 to 255 bytes of UTF-8")]
 pub struct InvalidId {
     /// Which kind of id was being made ("spot", "actor", "node").
-    pub kind: &'static str,
+    pub kind: std::borrow::Cow<'static, str>,
     /// The length that was offered.
     pub len: usize,
 }
@@ -21,7 +21,7 @@ pub struct InvalidId {
 fn check(kind: &'static str, text: &str) -> Result<Arc<str>, InvalidId> {
     if text.is_empty() || text.len() > MAX_ID_BYTES {
         return Err(InvalidId {
-            kind,
+            kind: kind.into(),
             len: text.len(),
         });
     }

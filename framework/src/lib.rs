@@ -6,11 +6,13 @@
 //! - [`behavior`]: what applications implement, one synchronous turn at a time, and its context.
 //! - [`timer`]: timers as data (registrations, cursors, overrun policies), so they can move.
 //! - [`node`]: the runtime of one host: lanes that run turns, routing by id, requests and replies.
+//! - [`cluster`]: authority records, placement, routing across nodes, membership and leases.
 //! - [`mesh`]: QUIC between nodes with mutual TLS by node id, and ordered, size-limited frames.
 //! - [`store`]: the location store, the authority on where every unit lives (memory or redis).
 //! - [`error`]: the typed errors callers see.
 
 pub mod behavior;
+pub mod cluster;
 pub mod error;
 pub mod ids;
 pub mod mesh;
@@ -22,7 +24,7 @@ pub mod timer;
 pub use behavior::{Behavior, Ctx, Message, ReadyOutcome};
 pub use error::{DeferError, MessageError, RegistrationError, StartError, UnitError};
 pub use ids::{ActorId, InvalidId, NodeId, ObjectGeneration, SpotId, UnitId};
-pub use node::{Node, NodeConfig, NodeState, Target};
+pub use node::{MeshSettings, Node, NodeConfig, NodeState, Target};
 pub use registry::{
     AdapterError, ExecutionMode, FactoryKind, OnPanic, PolicyKind, ReadinessMode, Registration,
     Registry, RelocationPolicy, SerdeAdapter, StateAdapter,

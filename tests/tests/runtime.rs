@@ -508,10 +508,8 @@ async fn unknown_ids_and_wrong_types_are_typed_errors() {
             id: UnitId::Spot(ghost.clone())
         }
     );
-    assert!(matches!(
-        node.tell(&ghost, Cmd::Get),
-        Err(MessageError::UnknownId { .. })
-    ));
+    // A tell cannot know at once: the id might live on another node. It is dropped.
+    node.tell(&ghost, Cmd::Get).expect("a tell to an unknown id is accepted");
     let room = spot("r1");
     node.create_spot("room", &room).await.expect("room");
     let err = node.tell(&room, "not a command".to_owned()).unwrap_err();
@@ -588,12 +586,17 @@ async fn an_instance_spot_is_activated_once_by_racing_first_messages() {
     );
     assert!(events.try_recv().is_err(), "started more than once");
     // Without activation intent an absent instance is just unknown.
-    assert!(node.tell(spot("other"), Cmd::Add(1)).is_err());
+    let err = node
+        .request::<Cmd, Answer>(spot("other"), Cmd::Get, T)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, MessageError::UnknownId { .. }), "{err}");
     // Activation intent does not create a User Spot.
-    assert!(
-        node.tell(Target::instance("room", spot("x")), Cmd::Add(1))
-            .is_err()
-    );
+    let err = node
+        .request::<Cmd, Answer>(Target::instance("room", spot("x")), Cmd::Get, T)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, MessageError::UnknownId { .. }), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

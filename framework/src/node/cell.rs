@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::envelope::Payload;
@@ -43,10 +44,21 @@ impl<B: Behavior> AnyFactory for TypedFactory<B> {
     }
 }
 
+/// What becomes of a message turn's reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReplyMode {
+    /// A tell: nobody reads it.
+    Drop,
+    /// A request from this node: passed by value.
+    Local,
+    /// A request from another node: encoded for the mesh.
+    Encoded,
+}
+
 /// What a turn is about.
 pub(crate) enum Turn<'a> {
-    /// A message, and whether its sender waits for the reply.
-    Message(Payload, bool),
+    /// A message, and what becomes of its reply.
+    Message(Payload, ReplyMode),
     Tick(&'a Tick),
     Start,
     MemberJoined(&'a ActorId),
@@ -71,6 +83,8 @@ pub(crate) trait UnitCell: Send {
     fn take_due(&mut self, now: Instant) -> Vec<Tick>;
     /// Runs one turn. A message turn returns its reply.
     fn turn(&mut self, node: &Node, turn: Turn<'_>, effects: &mut TurnEffects) -> TurnReply;
+    /// Encodes a queued message for the wire (it may still be held by value).
+    fn encode(&self, payload: Payload) -> Result<Bytes, String>;
     /// Replaces the instance with a fresh one from the factory, keeping id and membership.
     fn rebuild(&mut self);
 }
@@ -123,16 +137,20 @@ impl<B: Behavior> UnitCell for Cell<B> {
         };
         let b = &mut self.behavior;
         match turn {
-            Turn::Message(payload, wants_reply) => {
+            Turn::Message(payload, mode) => {
                 return Some(match payload.take::<B::Msg>() {
                     Ok(msg) => {
                         let reply = b.handle(&mut ctx, msg);
-                        // A tell's reply is dropped here, unboxed.
-                        Ok(if wants_reply {
-                            Payload::local(reply)
-                        } else {
-                            Payload::Empty
-                        })
+                        match mode {
+                            // A tell's reply is dropped here, unboxed.
+                            ReplyMode::Drop => Ok(Payload::Empty),
+                            ReplyMode::Local => Ok(Payload::local(reply)),
+                            ReplyMode::Encoded => postcard::to_allocvec(&reply)
+                                .map(|b| Payload::Encoded(b.into()))
+                                .map_err(|e| MessageError::ReplyLost {
+                                    reason: e.to_string(),
+                                }),
+                        }
                     }
                     Err(sent) => Err(MessageError::WrongMessageType {
                         id: self.id.clone(),
@@ -151,6 +169,18 @@ impl<B: Behavior> UnitCell for Cell<B> {
             Turn::ReadyCompleted(outcome) => b.on_relocation_ready_completed(&mut ctx, outcome),
         }
         None
+    }
+
+    fn encode(&self, payload: Payload) -> Result<Bytes, String> {
+        match payload {
+            Payload::Encoded(bytes) => Ok(bytes),
+            other => {
+                let msg = other.take::<B::Msg>()?;
+                postcard::to_allocvec(&msg)
+                    .map(Bytes::from)
+                    .map_err(|e| e.to_string())
+            }
+        }
     }
 
     fn rebuild(&mut self) {

@@ -15,7 +15,6 @@ pub(crate) enum Payload {
         value: Box<dyn Any + Send>,
         type_name: &'static str,
     },
-    #[allow(dead_code)] // Built by the mesh, which decodes on arrival.
     Encoded(Bytes),
     /// What a tell's turn yields: nobody reads it.
     Empty,
@@ -26,6 +25,15 @@ impl Payload {
         Payload::Local {
             value: Box::new(value),
             type_name: std::any::type_name::<M>(),
+        }
+    }
+
+    /// The type it holds, for error messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Payload::Local { type_name, .. } => type_name,
+            Payload::Encoded(_) => "encoded bytes",
+            Payload::Empty => "nothing",
         }
     }
 

@@ -8,15 +8,16 @@ use std::collections::VecDeque;
 
 use foldhash::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::cell::{Turn, TurnReply, UnitCell};
+use super::cell::{ReplyMode, Turn, TurnReply, UnitCell};
 use super::directory::Entry;
 use super::envelope::Envelope;
 use crate::behavior::{Membership, TurnEffects};
+use crate::cluster::frames::Deliver;
 use crate::error::{MessageError, UnitError};
 use crate::ids::{ActorId, SpotId, UnitId};
 use crate::node::Node;
@@ -54,6 +55,21 @@ pub(crate) enum Control {
     Leave { actor: ActorId, done: Done },
     /// Close every unit of this lane (the node is shutting down).
     Close { done: oneshot::Sender<()> },
+    /// Start running turns: the unit is recorded as owned here.
+    Open,
+    /// Give up a unit that never opened (another node owns it): what was queued follows the owner.
+    Discard,
+}
+
+/// Why a unit stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopKind {
+    /// The application asked (`ctx.stop()`): closing callbacks run, the record is released.
+    Requested,
+    /// A handler panicked: no closing callback, the record is released.
+    Panicked,
+    /// The node shuts down: closing callbacks run; the node releases the records itself.
+    Shutdown,
 }
 
 /// A framework callback to run as a turn.
@@ -74,13 +90,18 @@ pub(crate) struct Lane {
     sys: VecDeque<(UnitId, SysTurn)>,
     backlog: VecDeque<Envelope>,
     next_due: Option<Instant>,
+    /// Whether turns run yet: a lane for a unit not yet recorded as owned here only queues.
+    open: bool,
+    me: Weak<LaneTx>,
 }
 
 impl Lane {
-    /// Starts a lane for `cell`, runs its `on_start` first, and returns its sending side.
-    pub fn start(node: Node, cell: Box<dyn UnitCell>) -> Arc<LaneTx> {
+    /// Starts a lane for `cell` that queues arrivals but runs nothing until [`Control::Open`];
+    /// its first turn is then `on_start`.
+    pub fn start_gated(node: Node, cell: Box<dyn UnitCell>) -> Arc<LaneTx> {
         let id = cell.id().clone();
         let (tx, mut lane) = Lane::new(node, cell);
+        lane.open = false;
         lane.sys.push_back((id, SysTurn::Start));
         tokio::spawn(lane.run());
         tx
@@ -92,6 +113,10 @@ impl Lane {
         let mut cells = HashMap::default();
         let next_due = cell.next_due();
         cells.insert(cell.id().clone(), cell);
+        let tx = Arc::new(LaneTx {
+            data: data_tx,
+            ctl: ctl_tx,
+        });
         let lane = Lane {
             node,
             cells,
@@ -100,17 +125,23 @@ impl Lane {
             sys: VecDeque::new(),
             backlog: VecDeque::new(),
             next_due,
+            open: true,
+            me: Arc::downgrade(&tx),
         };
-        let tx = Arc::new(LaneTx {
-            data: data_tx,
-            ctl: ctl_tx,
-        });
         (tx, lane)
     }
 
     async fn run(mut self) {
         let mut turns = 0u32;
         while !self.cells.is_empty() {
+            if !self.open || self.node.fenced() {
+                // Nothing runs: only controls (open, discard, close) are taken.
+                match self.ctl.recv().await {
+                    Some(control) => self.control(control),
+                    None => break,
+                }
+                continue;
+            }
             turns += 1;
             if turns.is_multiple_of(TURNS_PER_YIELD) {
                 tokio::task::yield_now().await;
@@ -148,24 +179,69 @@ impl Lane {
                 () = sleep_until(due), if due.is_some() => {}
             }
         }
-        // Nothing is hosted here any more; whatever still arrives gets its terminal.
+        // Nothing is hosted here any more; whatever still arrives follows its unit or ends.
         self.data.close();
         while let Ok(envelope) = self.data.try_recv() {
             self.backlog.push_back(envelope);
         }
         for envelope in std::mem::take(&mut self.backlog) {
-            self.node.redeliver(envelope);
+            self.reroute(envelope);
+        }
+    }
+
+    /// Sends a message whose unit is not in this lane (any more) after it: to its new lane here,
+    /// or, encoded by its cell if this lane still has it, to its owner elsewhere.
+    fn reroute(&mut self, envelope: Envelope) {
+        let id = envelope.to.clone();
+        let reply = envelope.reply.clone();
+        let envelope = match self.node.push(envelope, None) {
+            Ok(None) => return,
+            Ok(Some(envelope)) => envelope,
+            Err(error) => {
+                if let Some(reply_to) = reply {
+                    self.node.complete(reply_to, Err(error));
+                }
+                return;
+            }
+        };
+        let Some(cell) = self.cells.get(&id) else {
+            if let Some(reply_to) = reply {
+                self.node
+                    .complete(reply_to, Err(MessageError::UnitStopped { id }));
+            }
+            return;
+        };
+        match cell.encode(envelope.payload) {
+            Ok(payload) => self.node.route(Deliver {
+                to: id,
+                payload,
+                reply,
+                activate: None,
+                origin: self.node.id().clone(),
+                hops: 0,
+            }),
+            Err(reason) => {
+                if let Some(reply_to) = reply {
+                    self.node
+                        .complete(reply_to, Err(MessageError::Codec { id, reason }));
+                }
+            }
         }
     }
 
     fn dispatch(&mut self, envelope: Envelope) {
         if !self.cells.contains_key(&envelope.to) {
             // The unit left this lane since the message was queued: follow it.
-            self.node.redeliver(envelope);
+            self.reroute(envelope);
             return;
         }
         let Envelope { to, payload, reply } = envelope;
-        let outcome = self.turn(&to, Turn::Message(payload, reply.is_some()));
+        let mode = match &reply {
+            None => ReplyMode::Drop,
+            Some(r) if r.node == *self.node.id() => ReplyMode::Local,
+            Some(_) => ReplyMode::Encoded,
+        };
+        let outcome = self.turn(&to, Turn::Message(payload, mode));
         if let Some(reply_to) = reply {
             let terminal = outcome.unwrap_or_else(|| Err(MessageError::UnitStopped { id: to }));
             self.node.complete(reply_to, terminal);
@@ -207,7 +283,7 @@ impl Lane {
                     self.next_due = Some(self.next_due.map_or(due, |d| d.min(due)));
                 }
                 if effects.stop {
-                    self.stop_unit(id, true);
+                    self.stop_unit(id, StopKind::Requested);
                 }
                 reply
             }
@@ -219,7 +295,7 @@ impl Lane {
                     cell.rebuild();
                     self.sys.push_front((id.clone(), SysTurn::Start));
                 } else {
-                    self.stop_unit(id, false);
+                    self.stop_unit(id, StopKind::Panicked);
                 }
                 Some(Err(MessageError::UnitFailed { id: id.clone() }))
             }
@@ -228,7 +304,7 @@ impl Lane {
 
     /// Stops a unit (with its members, for a SpotWide spot): unregisters it, then answers what was
     /// queued for it with `UnitStopped`.
-    fn stop_unit(&mut self, id: &UnitId, graceful: bool) {
+    fn stop_unit(&mut self, id: &UnitId, kind: StopKind) {
         let Some(cell) = self.cells.get(id) else {
             return;
         };
@@ -252,14 +328,17 @@ impl Lane {
             }
             _ => {}
         }
-        if graceful {
+        if kind != StopKind::Panicked && !self.node.fenced() {
             for unit in &gone {
                 self.turn_quietly(unit, Turn::Closing);
             }
         }
         for unit in &gone {
-            self.node.core.directory.lock(unit).remove(unit);
+            self.unregister(unit);
             self.cells.remove(unit);
+            if kind != StopKind::Shutdown {
+                self.node.release_record(unit.clone());
+            }
         }
         if let (Some(spot), UnitId::Actor(actor)) = (per_actor_spot, id) {
             self.node.notify_member(&spot, actor.clone(), false);
@@ -361,15 +440,44 @@ impl Lane {
                 let result = self.leave(actor);
                 let _ = done.send(result);
             }
+            Control::Open => self.open = true,
+            Control::Discard => self.discard(),
             Control::Close { done } => {
                 let ids: Vec<UnitId> = self.cells.keys().cloned().collect();
                 // Closing the spot closes its members; actors first keeps on_member_left quiet.
                 for id in ids {
-                    self.stop_unit(&id, true);
+                    self.stop_unit(&id, StopKind::Shutdown);
                 }
                 let _ = done.send(());
             }
         }
+    }
+
+    /// Removes a unit's directory entry if it still points at this lane.
+    fn unregister(&self, unit: &UnitId) {
+        let mut shard = self.node.core.directory.lock(unit);
+        let ours = shard
+            .get(unit)
+            .is_some_and(|e| std::ptr::eq(Arc::as_ptr(&e.lane), self.me.as_ptr()));
+        if ours {
+            shard.remove(unit);
+        }
+    }
+
+    /// Gives up every unit of a lane that never opened: their queued messages follow the owner.
+    fn discard(&mut self) {
+        let ids: Vec<UnitId> = self.cells.keys().cloned().collect();
+        for id in &ids {
+            self.unregister(id);
+        }
+        while let Ok(envelope) = self.data.try_recv() {
+            self.backlog.push_back(envelope);
+        }
+        for envelope in std::mem::take(&mut self.backlog) {
+            self.reroute(envelope);
+        }
+        self.cells.clear();
+        self.sys.clear();
     }
 
     fn primary_spot(&self) -> Option<UnitId> {

@@ -8,29 +8,40 @@
 //! - `envelope`: what travels on a queue; `replies`: requests waiting for their terminal.
 
 pub(crate) mod cell;
+mod config;
 mod directory;
 mod envelope;
 mod lane;
 mod replies;
 
+pub use config::{MeshSettings, NodeConfig};
+pub(crate) use envelope::{Envelope, Payload, ReplyTo};
+
 use std::any::TypeId;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 use self::cell::AnyFactory;
 use self::directory::{Directory, Entry};
-use self::envelope::{Envelope, Payload, ReplyTo, Terminal};
+use self::envelope::Terminal;
 use self::lane::{Control, Lane};
 use self::replies::Replies;
 use crate::behavior::Message;
+use crate::cluster::authority::{NodeDescriptor, Stage, UnitRecord, unit_key};
+use crate::cluster::frames::{Call, CreateAnswer, Deliver, Frame};
+use crate::cluster::routing::Router;
 use crate::error::{MessageError, StartError, UnitError};
-use crate::ids::{ActorId, NodeId, SpotId, UnitId};
+use crate::ids::{ActorId, NodeId, ObjectGeneration, SpotId, UnitId};
+use crate::mesh::{Mesh, MeshConfig};
 use crate::registry::{FactoryKind, Registry};
+use crate::store::{BatchOutcome, Condition, Lease, LocationStore, Op, StoreError};
 
 /// A node's lifecycle state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -84,25 +95,6 @@ impl fmt::Display for NodeState {
     }
 }
 
-/// How a node is started.
-#[derive(Debug, Clone)]
-pub struct NodeConfig {
-    /// This node's id, unique in the cluster.
-    pub id: NodeId,
-    /// The application version it runs (rolling updates move units to a newer one).
-    pub app_version: String,
-}
-
-impl NodeConfig {
-    /// A config with the given id and application version "1".
-    pub fn new(id: NodeId) -> Self {
-        NodeConfig {
-            id,
-            app_version: "1".to_owned(),
-        }
-    }
-}
-
 /// Who a message is for: a unit by id, optionally with the intent to activate an Instance Spot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -144,8 +136,16 @@ pub(crate) struct NodeCore {
     config: NodeConfig,
     factories: HashMap<Arc<str>, Arc<dyn AnyFactory>>,
     pub(crate) directory: Directory,
-    replies: Replies,
+    pub(crate) replies: Replies,
     state: AtomicU8,
+    /// Set when the owner lease may have lapsed: no turn starts any more.
+    fenced: AtomicBool,
+    pub(crate) mesh: Option<Mesh<Frame>>,
+    pub(crate) router: Router,
+    pub(crate) lease: Mutex<Lease>,
+    /// The live nodes of the cluster as last read from the store, this one included.
+    pub(crate) view: RwLock<Vec<NodeDescriptor>>,
+    pub(crate) stop: CancellationToken,
 }
 
 impl fmt::Debug for Node {
@@ -157,23 +157,63 @@ impl fmt::Debug for Node {
     }
 }
 
+impl NodeCore {
+    /// The type names of the factories registered here.
+    pub(crate) fn factories_names(&self) -> impl Iterator<Item = &str> {
+        self.factories.keys().map(|k| &**k)
+    }
+}
+
+/// How long a node waits for another node to answer a call (a remote creation).
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Which factory kinds a creation of this kind of id may use.
+type KindCheck = fn(FactoryKind) -> bool;
+
 impl Node {
-    /// Starts a node with its factories; refuses registrations that make no sense.
+    /// Starts a node with its factories: checks the registrations, takes an owner lease, joins the
+    /// mesh and publishes itself in the store.
     pub async fn start(config: NodeConfig, registry: Registry) -> Result<Node, StartError> {
         if !registry.problems.is_empty() {
             return Err(StartError::Registration(registry.problems));
         }
+        let lease = config
+            .store
+            .acquire_lease(&config.id, config.lease_ttl)
+            .await?;
+        let (mesh, inbound) = match &config.mesh {
+            Some(settings) => {
+                let mut mesh_config =
+                    MeshConfig::new(config.id.clone(), settings.listen, settings.tls.clone());
+                mesh_config.max_frame = settings.max_frame;
+                mesh_config.initial_rtt = settings.initial_rtt;
+                let (mesh, inbound) = Mesh::bind(mesh_config).await?;
+                (Some(mesh), Some(inbound))
+            }
+            None => (None, None),
+        };
         let core = NodeCore {
             config,
             factories: registry.factories,
             directory: Directory::new(),
             replies: Replies::new(),
             state: AtomicU8::new(NodeState::Preparing as u8),
+            fenced: AtomicBool::new(false),
+            mesh,
+            router: Router::new(),
+            lease: Mutex::new(lease),
+            view: RwLock::new(Vec::new()),
+            stop: CancellationToken::new(),
         };
         let node = Node {
             core: Arc::new(core),
         };
+        if let Some(inbound) = inbound {
+            tokio::spawn(node.clone().serve_mesh(inbound));
+        }
         node.set_state(NodeState::Serving);
+        node.refresh_membership().await?;
+        node.spawn_keepers();
         tracing::info!(node = %node.id(), "node serving");
         Ok(node)
     }
@@ -188,12 +228,22 @@ impl Node {
         &self.core.config
     }
 
+    /// The location store this node uses.
+    pub fn store(&self) -> &Arc<dyn LocationStore> {
+        &self.core.config.store
+    }
+
+    /// Where this node's mesh listens, if it has one.
+    pub fn mesh_addr(&self) -> Option<std::net::SocketAddr> {
+        self.core.mesh.as_ref().map(Mesh::local_addr)
+    }
+
     /// The lifecycle state now.
     pub fn state(&self) -> NodeState {
         NodeState::from_u8(self.core.state.load(Ordering::Acquire))
     }
 
-    fn set_state(&self, state: NodeState) {
+    pub(crate) fn set_state(&self, state: NodeState) {
         self.core.state.store(state as u8, Ordering::Release);
     }
 
@@ -203,6 +253,19 @@ impl Node {
             Ok(())
         } else {
             Err(state)
+        }
+    }
+
+    /// Whether turns may run: false once the owner lease may have lapsed.
+    pub(crate) fn fenced(&self) -> bool {
+        self.core.fenced.load(Ordering::Acquire)
+    }
+
+    /// Stops every turn for good: this node can no longer prove it owns its units.
+    pub(crate) fn fence(&self, why: &str) {
+        if !self.core.fenced.swap(true, Ordering::AcqRel) {
+            tracing::error!(node = %self.id(), why, "owner lease lost: no turn runs on this node any more");
+            self.set_state(NodeState::Error);
         }
     }
 
@@ -216,45 +279,89 @@ impl Node {
         self.core.directory.len()
     }
 
-    /// Creates a User Spot; fails if one with that id exists.
+    /// The kind of factory behind a unit hosted here.
+    pub fn factory_kind(&self, id: &UnitId) -> Option<FactoryKind> {
+        self.core.directory.get(id).map(|e| e.factory.info().kind)
+    }
+
+    /// Creates a User Spot on a node chosen by placement; fails if one with that id exists.
     pub async fn create_spot(&self, type_name: &str, id: &SpotId) -> Result<(), UnitError> {
         self.create(type_name, UnitId::Spot(id.clone()), false)
+            .await
             .map(|_| ())
     }
 
-    /// Returns the User Spot with that id, creating it if there is none. `Ok(true)` if it was created.
-    pub async fn get_or_create_spot(
-        &self,
-        type_name: &str,
-        id: &SpotId,
-    ) -> Result<bool, UnitError> {
+    /// Returns the User Spot with that id, creating it if there is none anywhere in the cluster.
+    /// `Ok(true)` if this call created it. Two nodes asking at once get the same spot.
+    pub async fn get_or_create_spot(&self, type_name: &str, id: &SpotId) -> Result<bool, UnitError> {
         self.create(type_name, UnitId::Spot(id.clone()), true)
+            .await
     }
 
     /// Creates an Actor in this node's Entry Spot.
     pub async fn create_actor(&self, type_name: &str, id: &ActorId) -> Result<(), UnitError> {
         self.create(type_name, UnitId::Actor(id.clone()), false)
+            .await
             .map(|_| ())
     }
 
-    fn create(&self, type_name: &str, id: UnitId, or_get: bool) -> Result<bool, UnitError> {
+    async fn create(&self, type_name: &str, id: UnitId, or_get: bool) -> Result<bool, UnitError> {
         self.serving().map_err(|state| UnitError::NotServing {
             state: state.to_string(),
         })?;
-        let (wanted, kind_name): (fn(FactoryKind) -> bool, _) = match id {
+        let (wanted, kind): (KindCheck, _) = match id {
             UnitId::Spot(_) => (|k| matches!(k, FactoryKind::UserSpot(_)), "spot"),
             UnitId::Actor(_) => (|k| k == FactoryKind::Actor, "actor"),
         };
-        self.create_with(type_name, id, or_get, wanted, kind_name)
+        let target = match id {
+            // Actors start in the Entry Spot of the node that creates them.
+            UnitId::Actor(_) => self.id().clone(),
+            UnitId::Spot(_) => self.place(type_name)?,
+        };
+        if target == *self.id() {
+            self.create_here(type_name, id, or_get, wanted, kind).await
+        } else {
+            let call = Call::Create {
+                type_name: type_name.to_owned(),
+                id,
+                or_get,
+            };
+            self.call::<CreateAnswer>(&target, call).await?
+        }
     }
 
-    fn create_with(
+    /// Picks the node for a new unit of `type_name` among the live nodes of the last membership read.
+    fn place(&self, type_name: &str) -> Result<NodeId, UnitError> {
+        let mut view = self.core.view.read().clone();
+        if let Some(me) = view.iter_mut().find(|d| d.node == *self.id()) {
+            me.units = self.unit_count() as u64;
+            me.state = self.state();
+        }
+        if !view
+            .iter()
+            .any(|d| d.factories.iter().any(|f| f == type_name))
+        {
+            return Err(UnitError::UnknownType {
+                kind: "spot".into(),
+                type_name: type_name.to_owned(),
+            });
+        }
+        crate::cluster::placement::place(&view, type_name, None).ok_or_else(|| {
+            UnitError::NoCapacity {
+                type_name: type_name.to_owned(),
+            }
+        })
+    }
+
+    /// Creates a unit on this node: the lane is set up gated (arrivals queue, nothing runs), the
+    /// store is asked to record this node as owner if no one is, and only then the lane opens.
+    pub(crate) async fn create_here(
         &self,
         type_name: &str,
         id: UnitId,
         or_get: bool,
-        wanted: fn(FactoryKind) -> bool,
-        kind_name: &'static str,
+        wanted: KindCheck,
+        kind: &'static str,
     ) -> Result<bool, UnitError> {
         let factory = self
             .core
@@ -262,42 +369,91 @@ impl Node {
             .get(type_name)
             .filter(|f| wanted(f.info().kind))
             .ok_or_else(|| UnitError::UnknownType {
-                kind: kind_name,
+                kind: kind.into(),
                 type_name: type_name.to_owned(),
             })?;
-        let mut shard = self.core.directory.lock(&id);
-        if let Some(existing) = shard.get(&id) {
-            let existing_type = &existing.factory.info().type_name;
-            if !or_get {
-                return Err(UnitError::AlreadyExists { id });
+        let lane = {
+            let mut shard = self.core.directory.lock(&id);
+            if let Some(existing) = shard.get(&id) {
+                return existing_answer(id, &existing.factory.info().type_name, type_name, or_get);
             }
-            if **existing_type != *type_name {
-                return Err(UnitError::TypeMismatch {
-                    id,
-                    existing: existing_type.to_string(),
-                    asked: type_name.to_owned(),
-                });
-            }
-            return Ok(false);
-        }
-        let cell = Arc::clone(factory)
-            .build_cell(&id)
-            .ok_or_else(|| UnitError::NotAllowed {
-                id: id.clone(),
-                reason: format!("factory {type_name:?} does not build this kind of unit"),
-            })?;
-        let lane = Lane::start(self.clone(), cell);
-        shard.insert(
-            id,
-            Entry {
-                lane,
-                factory: Arc::clone(factory),
+            let cell = Arc::clone(factory)
+                .build_cell(&id)
+                .ok_or_else(|| UnitError::NotAllowed {
+                    id: id.clone(),
+                    reason: format!("factory {type_name:?} does not build this kind of unit"),
+                })?;
+            let lane = Lane::start_gated(self.clone(), cell);
+            shard.insert(
+                id.clone(),
+                Entry {
+                    lane: Arc::clone(&lane),
+                    factory: Arc::clone(factory),
+                },
+            );
+            lane
+        };
+        let record = UnitRecord {
+            owner: self.id().clone(),
+            lease_generation: self.core.lease.lock().generation,
+            object_generation: ObjectGeneration(rand::random()),
+            owner_generation: 1,
+            factory: type_name.to_owned(),
+            stage: Stage::Active,
+            spot: None,
+        };
+        let key = unit_key(&id);
+        let written = self
+            .store()
+            .batch(
+                vec![Condition::absent(key.clone())],
+                vec![Op::put(key.clone(), record.encode())],
+            )
+            .await;
+        let committed = match written {
+            Ok(BatchOutcome::Committed { .. }) => Ok(true),
+            Ok(BatchOutcome::Conflict { .. }) => Ok(false),
+            // The write may or may not have landed: read it back rather than guess.
+            Err(error) => match self.read_record(&id).await {
+                Ok(Some(now)) => Ok(now == record),
+                Ok(None) => Ok(false),
+                Err(_) => Err(error),
             },
-        );
-        Ok(true)
+        };
+        match committed {
+            Ok(true) => {
+                let _ = lane.ctl.send(Control::Open);
+                Ok(true)
+            }
+            Ok(false) => {
+                let _ = lane.ctl.send(Control::Discard);
+                match self.read_record(&id).await {
+                    Ok(Some(existing)) => existing_answer(id, &existing.factory, type_name, or_get),
+                    Ok(None) => Err(UnitError::Unavailable {
+                        what: format!("creating {id}"),
+                        reason: "the store changed under the creation; retry".to_owned(),
+                    }),
+                    Err(error) => Err(unavailable(&id, &error)),
+                }
+            }
+            Err(error) => {
+                let _ = lane.ctl.send(Control::Discard);
+                Err(unavailable(&id, &error))
+            }
+        }
     }
 
-    /// Makes an Actor a member of a User Spot (leaving the spot it is in first, if any).
+    /// Reads a unit's authority record.
+    pub(crate) async fn read_record(&self, id: &UnitId) -> Result<Option<UnitRecord>, StoreError> {
+        let key = unit_key(id);
+        match self.store().get(&key).await? {
+            Some(v) => UnitRecord::decode(&key, &v.value).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Makes an Actor a member of a User Spot (leaving the spot it is in first, if any). Both must be
+    /// hosted on this node.
     ///
     /// In a SpotWide spot the Actor's turns then run on the spot's queue; in a PerActor spot it keeps
     /// its own lane. The spot's `on_member_joined` and the Actor's `on_joined` run as turns.
@@ -316,19 +472,13 @@ impl Node {
                 reason: "only User Spots take members".into(),
             });
         }
-        let actor_unit = UnitId::Actor(actor.clone());
-        let first = self.ask_join(actor, spot, &spot_entry).await;
-        match first {
+        match self.ask_join(actor, spot, &spot_entry).await {
             Err(UnitError::NotAllowed { .. }) => {
                 self.leave(actor).await?;
                 self.ask_join(actor, spot, &spot_entry).await
             }
             other => other,
         }
-        .map_err(|e| match e {
-            UnitError::UnknownId { id } if id == actor_unit => UnitError::UnknownId { id },
-            e => e,
-        })
     }
 
     async fn ask_join(
@@ -371,20 +521,13 @@ impl Node {
         result.await.map_err(|_| unknown())?
     }
 
-    /// Sends a message to a unit by id. Messages from one sender to one unit are handled in the
-    /// order sent.
+    /// Sends a message to a unit by id, wherever it lives in the cluster. Messages from one sender
+    /// to one unit are handled in the order sent.
+    ///
+    /// An error here is certain (an unknown id, a wrong type for a unit hosted here); a tell to a
+    /// unit on another node that turns out not to exist is dropped there.
     pub fn tell<M: Message>(&self, to: impl Into<Target>, msg: M) -> Result<(), MessageError> {
-        let target = to.into();
-        let envelope = Envelope {
-            to: target.id,
-            payload: Payload::local(msg),
-            reply: None,
-        };
-        self.deliver(
-            envelope,
-            Some(TypeId::of::<M>()),
-            target.activate.as_deref(),
-        )
+        self.send::<M>(to.into(), msg, None)
     }
 
     /// Sends a request and waits for its one terminal: the typed reply, or an error (the timeout
@@ -398,19 +541,11 @@ impl Node {
         let target = to.into();
         let id = target.id.clone();
         let (request, answer) = self.core.replies.open();
-        let envelope = Envelope {
-            to: target.id,
-            payload: Payload::local(msg),
-            reply: Some(ReplyTo {
-                node: self.id().clone(),
-                request,
-            }),
+        let reply = ReplyTo {
+            node: self.id().clone(),
+            request,
         };
-        if let Err(error) = self.deliver(
-            envelope,
-            Some(TypeId::of::<M>()),
-            target.activate.as_deref(),
-        ) {
+        if let Err(error) = self.send::<M>(target, msg, Some(reply)) {
             self.core.replies.forget(request);
             return Err(error);
         }
@@ -428,42 +563,51 @@ impl Node {
         })
     }
 
-    /// Routes an envelope to the lane hosting its unit, activating an Instance Spot if asked to.
-    fn deliver(
+    fn send<M: Message>(
         &self,
-        envelope: Envelope,
-        msg_type: Option<TypeId>,
-        activate: Option<&str>,
+        target: Target,
+        msg: M,
+        reply: Option<ReplyTo>,
     ) -> Result<(), MessageError> {
         self.serving().map_err(|state| MessageError::NotServing {
             state: state.to_string(),
         })?;
-        let envelope = match self.push(envelope, msg_type)? {
-            None => return Ok(()),
-            Some(missing) => missing,
+        let envelope = Envelope {
+            to: target.id,
+            payload: Payload::local(msg),
+            reply,
         };
-        let Some(type_name) = activate else {
-            return Err(MessageError::UnknownId { id: envelope.to });
+        let Some(envelope) = self.push(envelope, Some(TypeId::of::<M>()))? else {
+            return Ok(());
         };
-        let created = self.create_with(
-            type_name,
-            envelope.to.clone(),
-            true,
-            |k| k == FactoryKind::InstanceSpot,
-            "instance spot",
-        );
-        if let Err(error) = created {
-            tracing::debug!(unit = %envelope.to, %error, "activation refused");
-            return Err(MessageError::UnknownId { id: envelope.to });
-        }
-        match self.push(envelope, msg_type)? {
-            None => Ok(()),
-            Some(missing) => Err(MessageError::UnitStopped { id: missing.to }),
-        }
+        // Not hosted here: encode once and let the cluster route it.
+        let Envelope { to, payload, reply } = envelope;
+        let bytes = payload
+            .take::<M>()
+            .map_err(|reason| MessageError::Codec {
+                id: to.clone(),
+                reason,
+            })
+            .and_then(|msg| {
+                postcard::to_allocvec(&msg)
+                    .map_err(|e| MessageError::Codec {
+                        id: to.clone(),
+                        reason: e.to_string(),
+                    })
+            })?;
+        self.route(Deliver {
+            to,
+            payload: bytes.into(),
+            reply,
+            activate: target.activate.map(|a| a.to_string()),
+            origin: self.id().clone(),
+            hops: 0,
+        });
+        Ok(())
     }
 
     /// Pushes onto the hosting lane; gives the envelope back if no lane here hosts its unit.
-    fn push(
+    pub(crate) fn push(
         &self,
         envelope: Envelope,
         msg_type: Option<TypeId>,
@@ -476,14 +620,12 @@ impl Node {
             if let Some(t) = msg_type
                 && !entry.accepts(t)
             {
-                {
-                    let info = entry.factory.info();
-                    return Err(MessageError::WrongMessageType {
-                        id: id.clone(),
-                        sent: sent_type_name(&envelope.payload),
-                        expected: info.msg_type_name.to_owned(),
-                    });
-                }
+                let info = entry.factory.info();
+                return Err(MessageError::WrongMessageType {
+                    id: id.clone(),
+                    sent: envelope.payload.type_name().to_owned(),
+                    expected: info.msg_type_name.to_owned(),
+                });
             }
             entry
                 .lane
@@ -494,29 +636,83 @@ impl Node {
         })
     }
 
-    /// Delivers an envelope whose unit left the lane it was queued on.
-    pub(crate) fn redeliver(&self, envelope: Envelope) {
-        let id = envelope.to.clone();
-        let reply = envelope.reply.clone();
-        match self.push(envelope, None) {
-            Ok(None) => {}
-            Ok(Some(_)) | Err(_) => {
-                if let Some(reply_to) = reply {
-                    self.complete(reply_to, Err(MessageError::UnitStopped { id }));
-                } else {
-                    tracing::debug!(unit = %id, "tell dropped: the unit stopped");
-                }
+    /// Delivers a request's terminal to whoever asked, here or across the mesh.
+    pub(crate) fn complete(&self, reply_to: ReplyTo, terminal: Terminal) {
+        if reply_to.node == *self.id() {
+            self.core.replies.complete(reply_to.request, terminal);
+            return;
+        }
+        let terminal = terminal.and_then(|payload| match payload {
+            Payload::Encoded(bytes) => Ok(bytes),
+            other => Err(MessageError::ReplyLost {
+                reason: format!("a reply of type {} was not encoded", other.type_name()),
+            }),
+        });
+        let frame = Frame::Reply {
+            request: reply_to.request,
+            terminal,
+        };
+        if let Err(error) = self.mesh_send(&reply_to.node, frame) {
+            tracing::warn!(node = %reply_to.node, %error, "reply lost: the asking node is unreachable");
+        }
+    }
+
+    /// Sends a frame to a peer.
+    pub(crate) fn mesh_send(&self, to: &NodeId, frame: Frame) -> Result<(), crate::mesh::MeshError> {
+        match &self.core.mesh {
+            Some(mesh) => mesh.send(to, frame),
+            None => Err(crate::mesh::MeshError::UnknownPeer(to.clone())),
+        }
+    }
+
+    /// Asks another node to do something and waits for its typed answer.
+    async fn call<A: Message>(&self, to: &NodeId, call: Call) -> Result<A, UnitError> {
+        let (request, answer) = self.core.replies.open();
+        if let Err(error) = self.mesh_send(to, Frame::Call { request, call }) {
+            self.core.replies.forget(request);
+            return Err(UnitError::Unavailable {
+                what: format!("asking node {to}"),
+                reason: error.to_string(),
+            });
+        }
+        let failed = |reason: String| UnitError::Unavailable {
+            what: format!("asking node {to}"),
+            reason,
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, answer).await {
+            Ok(Ok(Ok(payload))) => payload.take::<A>().map_err(failed),
+            Ok(Ok(Err(error))) => Err(failed(error.to_string())),
+            Ok(Err(_)) => Err(failed("the call was dropped".to_owned())),
+            Err(_) => {
+                self.core.replies.forget(request);
+                Err(failed(format!("no answer within {CALL_TIMEOUT:?}")))
             }
         }
     }
 
-    /// Delivers a request's terminal to whoever asked.
-    pub(crate) fn complete(&self, reply_to: ReplyTo, terminal: Terminal) {
-        if reply_to.node == *self.id() {
-            self.core.replies.complete(reply_to.request, terminal);
-        } else {
-            tracing::warn!(node = %reply_to.node, "reply for another node dropped: no mesh yet");
-        }
+    /// Runs a call another node asked of this one, and answers it.
+    pub(crate) async fn answer_call(self, from: NodeId, request: u64, call: Call) {
+        let answer = match call {
+            Call::Create {
+                type_name,
+                id,
+                or_get,
+            } => {
+                let (wanted, kind): (KindCheck, _) = match id {
+                    UnitId::Spot(_) => (|k| matches!(k, FactoryKind::UserSpot(_)), "spot"),
+                    UnitId::Actor(_) => (|k| k == FactoryKind::Actor, "actor"),
+                };
+                let answer: CreateAnswer =
+                    self.create_here(&type_name, id, or_get, wanted, kind).await;
+                postcard::to_allocvec(&answer)
+            }
+        };
+        let terminal = answer
+            .map(Into::into)
+            .map_err(|e| MessageError::ReplyLost {
+                reason: e.to_string(),
+            });
+        let _ = self.mesh_send(&from, Frame::Reply { request, terminal });
     }
 
     /// Tells a PerActor spot's lane that an Actor joined or left it.
@@ -526,12 +722,37 @@ impl Node {
         }
     }
 
-    /// Closes every unit (each runs `on_closing`), answers what was queued, and stops the node.
+    /// Forgets a stopped unit's authority record, if it still names this node.
+    pub(crate) fn release_record(&self, id: UnitId) {
+        let node = self.clone();
+        tokio::spawn(async move {
+            if let Err(error) = node.delete_own_record(&id).await {
+                tracing::warn!(unit = %id, %error, "record of a stopped unit not released");
+            }
+        });
+    }
+
+    async fn delete_own_record(&self, id: &UnitId) -> Result<(), StoreError> {
+        let key = unit_key(id);
+        if let Some(v) = self.store().get(&key).await?
+            && UnitRecord::decode(&key, &v.value)?.owner == *self.id()
+        {
+            self.store()
+                .batch(vec![Condition::version(key.clone(), v.version)], vec![Op::delete(key)])
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Closes every unit (each runs `on_closing`), answers what was queued, releases the units'
+    /// records and the lease, and leaves the mesh.
     pub async fn shutdown(&self) {
         self.set_state(NodeState::Draining);
         let mut waits = Vec::new();
-        let mut seen = Vec::new();
-        for (_, entry) in self.core.directory.all() {
+        let mut seen: Vec<Arc<lane::LaneTx>> = Vec::new();
+        let mut ids = Vec::new();
+        for (id, entry) in self.core.directory.all() {
+            ids.push(id);
             if seen.iter().any(|l| Arc::ptr_eq(l, &entry.lane)) {
                 continue;
             }
@@ -544,20 +765,48 @@ impl Node {
         for wait in waits {
             let _ = wait.await;
         }
+        self.core.stop.cancel();
+        for chunk in ids.chunks(64) {
+            let deletes = chunk.iter().map(|id| self.delete_own_record(id));
+            for (id, result) in chunk.iter().zip(futures_util::future::join_all(deletes).await) {
+                if let Err(error) = result {
+                    tracing::warn!(unit = %id, %error, "record not released at shutdown");
+                }
+            }
+        }
+        self.withdraw().await;
+        if let Some(mesh) = &self.core.mesh {
+            mesh.close().await;
+        }
         self.set_state(NodeState::Stopped);
         tracing::info!(node = %self.id(), "node stopped");
     }
+}
 
-    /// The kind of factory behind a unit hosted here.
-    pub fn factory_kind(&self, id: &UnitId) -> Option<FactoryKind> {
-        self.core.directory.get(id).map(|e| e.factory.info().kind)
+/// The answer to a creation that found the unit already there.
+fn existing_answer(
+    id: UnitId,
+    existing: &str,
+    asked: &str,
+    or_get: bool,
+) -> Result<bool, UnitError> {
+    if existing != asked {
+        return Err(UnitError::TypeMismatch {
+            id,
+            existing: existing.to_owned(),
+            asked: asked.to_owned(),
+        });
+    }
+    if or_get {
+        Ok(false)
+    } else {
+        Err(UnitError::AlreadyExists { id })
     }
 }
 
-fn sent_type_name(payload: &Payload) -> String {
-    match payload {
-        Payload::Local { type_name, .. } => (*type_name).to_owned(),
-        Payload::Encoded(_) => "encoded bytes".to_owned(),
-        Payload::Empty => "nothing".to_owned(),
+fn unavailable(id: &UnitId, error: &StoreError) -> UnitError {
+    UnitError::Unavailable {
+        what: format!("recording {id} in the location store"),
+        reason: error.to_string(),
     }
 }

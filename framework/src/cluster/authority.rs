@@ -1,0 +1,157 @@
+//! What the location store holds: one authority record per unit and one descriptor per node.
+//!
+//! Records are postcard-encoded values under short keys. The store's version of a record is what
+//! conditional writes are gated on; the generations inside it are what a reader reasons about.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{ActorId, NodeId, ObjectGeneration, SpotId, UnitId};
+use crate::node::NodeState;
+use crate::store::StoreError;
+
+/// Where a unit is in its life, as the store sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Stage {
+    /// Owned and running on its owner.
+    Active,
+    /// Force-stopped past the point of no return; recovery may rebuild it.
+    ForceStopped,
+}
+
+/// The authority record of one unit: who owns it, and which incarnation it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitRecord {
+    /// The node that runs it.
+    pub owner: NodeId,
+    /// The owner's lease generation when it took the unit.
+    pub lease_generation: u64,
+    /// The incarnation; kept across moves.
+    pub object_generation: ObjectGeneration,
+    /// +1 on every change of owner.
+    pub owner_generation: u64,
+    /// The factory type name that builds it.
+    pub factory: String,
+    /// Where it is in its life.
+    pub stage: Stage,
+    /// For an Actor: the User Spot it is a member of.
+    pub spot: Option<SpotId>,
+}
+
+impl UnitRecord {
+    /// Encodes the record as a store value.
+    pub fn encode(&self) -> Bytes {
+        // A record of ids and integers always encodes.
+        Bytes::from(postcard::to_allocvec(self).unwrap_or_default())
+    }
+
+    /// Decodes a store value; a value that does not decode is reported as corrupt.
+    pub fn decode(key: &str, value: &[u8]) -> Result<Self, StoreError> {
+        postcard::from_bytes(value).map_err(|e| StoreError::Corrupt {
+            key: key.to_owned(),
+            reason: format!("authority record does not decode: {e}"),
+        })
+    }
+}
+
+/// The store key of a unit's authority record.
+pub fn unit_key(id: &UnitId) -> String {
+    match id {
+        UnitId::Spot(s) => format!("u/s/{s}"),
+        UnitId::Actor(a) => format!("u/a/{a}"),
+    }
+}
+
+/// The unit a record key names, if it is one.
+pub fn unit_of_key(key: &str) -> Option<UnitId> {
+    if let Some(s) = key.strip_prefix("u/s/") {
+        SpotId::new(s).ok().map(UnitId::Spot)
+    } else if let Some(a) = key.strip_prefix("u/a/") {
+        ActorId::new(a).ok().map(UnitId::Actor)
+    } else {
+        None
+    }
+}
+
+/// The prefix of every unit record.
+pub const UNIT_PREFIX: &str = "u/";
+/// The prefix of every node descriptor.
+pub const NODE_PREFIX: &str = "n/";
+
+/// The store key of a node's descriptor.
+pub fn node_key(node: &NodeId) -> String {
+    format!("{NODE_PREFIX}{node}")
+}
+
+/// What a node publishes about itself so peers can find it and place units on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeDescriptor {
+    /// The node's id.
+    pub node: NodeId,
+    /// Where its mesh listens, if it has one.
+    pub mesh_addr: Option<SocketAddr>,
+    /// The application version it runs.
+    pub app_version: String,
+    /// Its lifecycle state.
+    pub state: NodeState,
+    /// How many units it takes at most.
+    pub capacity: u64,
+    /// How many units it hosted when it last published.
+    pub units: u64,
+    /// Preference among equally loaded nodes (higher first).
+    pub weight: u32,
+    /// The factory type names registered on it.
+    pub factories: Vec<String>,
+    /// Its lease generation: a restarted node publishes a higher one.
+    pub lease_generation: u64,
+}
+
+impl NodeDescriptor {
+    /// Encodes the descriptor as a store value.
+    pub fn encode(&self) -> Bytes {
+        Bytes::from(postcard::to_allocvec(self).unwrap_or_default())
+    }
+
+    /// Decodes a store value.
+    pub fn decode(key: &str, value: &[u8]) -> Result<Self, StoreError> {
+        postcard::from_bytes(value).map_err(|e| StoreError::Corrupt {
+            key: key.to_owned(),
+            reason: format!("node descriptor does not decode: {e}"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_and_keep_spots_and_actors_apart() {
+        let s = UnitId::Spot(SpotId::new("x/y").unwrap());
+        let a = UnitId::Actor(ActorId::new("x/y").unwrap());
+        assert_ne!(unit_key(&s), unit_key(&a));
+        assert_eq!(unit_of_key(&unit_key(&s)), Some(s));
+        assert_eq!(unit_of_key(&unit_key(&a)), Some(a));
+        assert_eq!(unit_of_key("n/x"), None);
+    }
+
+    #[test]
+    fn records_round_trip_and_garbage_is_corrupt() {
+        let r = UnitRecord {
+            owner: NodeId::new("n1").unwrap(),
+            lease_generation: 3,
+            object_generation: ObjectGeneration(77),
+            owner_generation: 2,
+            factory: "room".into(),
+            stage: Stage::Active,
+            spot: None,
+        };
+        assert_eq!(UnitRecord::decode("k", &r.encode()).unwrap(), r);
+        assert!(matches!(
+            UnitRecord::decode("k", &[0xff, 0xff, 0xff]),
+            Err(StoreError::Corrupt { .. })
+        ));
+    }
+}

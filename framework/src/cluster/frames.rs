@@ -1,0 +1,73 @@
+//! What nodes say to each other on the mesh.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{MessageError, UnitError};
+use crate::ids::{NodeId, UnitId};
+use crate::node::ReplyTo;
+
+/// The most times a message is forwarded before it is given up as unknown.
+pub const MAX_HOPS: u8 = 8;
+
+/// One frame between nodes.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Frame {
+    /// A message for a unit.
+    Deliver(Deliver),
+    /// The terminal of a request (or of a call), for the node that asked.
+    Reply {
+        /// The request number on the asking node.
+        request: u64,
+        /// The encoded reply, or why there is none.
+        terminal: Result<Bytes, MessageError>,
+    },
+    /// The unit lives elsewhere now: update your route.
+    RouteHint {
+        /// The unit.
+        id: UnitId,
+        /// Its owner.
+        owner: NodeId,
+    },
+    /// An operation one node asks of another; answered with a `Reply`.
+    Call {
+        /// The request number on the asking node.
+        request: u64,
+        /// What is asked.
+        call: Call,
+    },
+}
+
+/// A message for a unit, with where its reply goes.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Deliver {
+    /// The unit.
+    pub to: UnitId,
+    /// The message, postcard-encoded.
+    pub payload: Bytes,
+    /// Where the reply goes, for a request.
+    pub reply: Option<ReplyTo>,
+    /// The Instance Spot factory to activate if the unit does not exist yet.
+    pub activate: Option<String>,
+    /// The node that first sent it, to be told of a better route.
+    pub origin: NodeId,
+    /// How many times it was forwarded.
+    pub hops: u8,
+}
+
+/// Operations between nodes.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Call {
+    /// Create a unit on the receiving node (placement chose it).
+    Create {
+        /// The factory.
+        type_name: String,
+        /// The unit.
+        id: UnitId,
+        /// Whether an existing unit is fine.
+        or_get: bool,
+    },
+}
+
+/// What a `Create` call answers.
+pub(crate) type CreateAnswer = Result<bool, UnitError>;

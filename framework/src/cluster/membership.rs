@@ -1,0 +1,160 @@
+//! Who is in the cluster: each node keeps its owner lease alive, publishes its descriptor, and
+//! learns its peers (and dials them) from the descriptors of nodes whose lease is live.
+
+use std::time::Duration;
+
+use super::authority::{NODE_PREFIX, NodeDescriptor, node_key};
+use crate::node::Node;
+use crate::store::{Condition, Op, StoreError};
+
+/// The most descriptors read per page when learning peers.
+const PAGE: usize = 256;
+
+impl Node {
+    /// This node's descriptor as it stands now.
+    fn descriptor(&self) -> NodeDescriptor {
+        let config = self.config();
+        let mut factories: Vec<String> = self
+            .core
+            .factories_names()
+            .map(ToString::to_string)
+            .collect();
+        factories.sort();
+        NodeDescriptor {
+            node: config.id.clone(),
+            mesh_addr: self.mesh_addr(),
+            app_version: config.app_version.clone(),
+            state: self.state(),
+            capacity: config.capacity,
+            units: self.unit_count() as u64,
+            weight: config.weight,
+            factories,
+            lease_generation: self.core.lease.lock().generation,
+        }
+    }
+
+    /// Publishes this node's descriptor, rereads every live node's, and dials new peers.
+    ///
+    /// Runs on its own every `refresh`; call it to learn of a new node at once.
+    pub async fn refresh_membership(&self) -> Result<(), StoreError> {
+        let me = self.descriptor();
+        self.store()
+            .batch(Vec::new(), vec![Op::put(node_key(self.id()), me.encode())])
+            .await?;
+        let mut live = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self
+                .store()
+                .scan(NODE_PREFIX, after.as_deref(), PAGE)
+                .await?;
+            for (key, value) in page.items {
+                let Ok(descriptor) = NodeDescriptor::decode(&key, &value.value) else {
+                    tracing::warn!(%key, "undecodable node descriptor skipped");
+                    continue;
+                };
+                let lease = self.store().lease_of(&descriptor.node).await?;
+                if lease.is_some_and(|l| l.generation == descriptor.lease_generation) {
+                    live.push(descriptor);
+                }
+            }
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        if let Some(mesh) = &self.core.mesh {
+            let known: Vec<_> = mesh.peers();
+            for peer in &live {
+                let (Some(addr), true) = (peer.mesh_addr, peer.node != *self.id()) else {
+                    continue;
+                };
+                let current = known.iter().find(|p| p.node == peer.node);
+                if current.is_none_or(|p| p.addr != Some(addr))
+                    && let Err(error) = mesh.add_peer(peer.node.clone(), addr)
+                {
+                    tracing::warn!(peer = %peer.node, %error, "peer not added");
+                }
+            }
+        }
+        *self.core.view.write() = live;
+        Ok(())
+    }
+
+    /// The live nodes as last read, this one included.
+    pub fn cluster_view(&self) -> Vec<NodeDescriptor> {
+        self.core.view.read().clone()
+    }
+
+    /// Waits until the mesh link to `peer` is up.
+    pub async fn wait_peer_ready(&self, peer: &crate::ids::NodeId) -> Result<(), crate::mesh::MeshError> {
+        match &self.core.mesh {
+            Some(mesh) => mesh.wait_ready(peer).await,
+            None => Err(crate::mesh::MeshError::UnknownPeer(peer.clone())),
+        }
+    }
+
+    /// Starts the tasks that renew the lease and refresh membership until shutdown.
+    pub(crate) fn spawn_keepers(&self) {
+        let node = self.clone();
+        tokio::spawn(async move { node.keep_lease().await });
+        let node = self.clone();
+        tokio::spawn(async move { node.keep_membership().await });
+    }
+
+    async fn keep_lease(self) {
+        let ttl = self.config().lease_ttl;
+        let every = ttl / 3;
+        let mut renewed = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                () = self.core.stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            let lease = self.core.lease.lock().clone();
+            match self.store().renew_lease(&lease).await {
+                Ok(()) => renewed = tokio::time::Instant::now(),
+                Err(StoreError::LeaseLost { .. }) => {
+                    self.fence("the store says the lease is gone");
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "owner lease not renewed");
+                    // Unsure whether it lapsed: stop acting as owner once it could have.
+                    if renewed.elapsed() + every >= ttl {
+                        self.fence("the lease could not be renewed in time");
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn keep_membership(self) {
+        let every = self.config().refresh.max(Duration::from_millis(10));
+        loop {
+            tokio::select! {
+                () = self.core.stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            if let Err(error) = self.refresh_membership().await {
+                tracing::warn!(%error, "membership not refreshed");
+            }
+        }
+    }
+
+    /// Removes this node's descriptor and releases its lease (at shutdown).
+    pub(crate) async fn withdraw(&self) {
+        let key = node_key(self.id());
+        if let Ok(Some(v)) = self.store().get(&key).await {
+            let _ = self
+                .store()
+                .batch(vec![Condition::version(key.clone(), v.version)], vec![Op::delete(key)])
+                .await;
+        }
+        let lease = self.core.lease.lock().clone();
+        if let Err(error) = self.store().release_lease(&lease).await {
+            tracing::warn!(%error, "lease not released; it expires on its own");
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! The cluster side of a node: authority records and descriptors in the store, placement, routing
+//! across the mesh, and membership.
+//!
+//! Layout, in the order a remote message flows:
+//! - [`authority`]: the records the store holds per unit and per node.
+//! - [`placement`]: the pure choice of a node for a new unit.
+//! - `routing`: the route cache, store lookups, forwarding and activation; inbound frames.
+//! - `frames`: what nodes say to each other on the mesh.
+//! - `membership`: the owner lease, descriptors, and learning peers.
+
+pub mod authority;
+pub(crate) mod frames;
+mod membership;
+pub mod placement;
+pub(crate) mod routing;

@@ -1,0 +1,337 @@
+//! Routing by id across the cluster: a route cache, store lookups on a miss, forwarding with a hop
+//! bound, activation of Instance Spots, and the mesh's inbound frames.
+//!
+//! While a route is being looked up, later messages to the same id wait behind the first in one
+//! queue and leave in order, so a sender's order survives the lookup.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+
+use super::frames::{Deliver, Frame, MAX_HOPS};
+use crate::error::MessageError;
+use crate::ids::{NodeId, UnitId};
+use crate::mesh::Inbound;
+use crate::node::{Node, Payload};
+use crate::registry::FactoryKind;
+
+const SHARDS: usize = 16;
+
+enum Route {
+    /// The unit's owner, as last learned.
+    Known(NodeId),
+    /// A lookup is under way; these wait for it, in arrival order.
+    Resolving(Vec<Deliver>),
+}
+
+/// The route cache of one node.
+pub(crate) struct Router {
+    hasher: foldhash::fast::RandomState,
+    shards: [Mutex<HashMap<UnitId, Route>>; SHARDS],
+}
+
+impl Router {
+    pub fn new() -> Self {
+        Router {
+            hasher: foldhash::fast::RandomState::default(),
+            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+        }
+    }
+
+    fn shard(&self, id: &UnitId) -> &Mutex<HashMap<UnitId, Route>> {
+        &self.shards[(self.hasher.hash_one(id) as usize) % SHARDS]
+    }
+
+    /// Forgets what is known of a unit's owner (not a lookup under way).
+    pub fn forget(&self, id: &UnitId) {
+        let mut shard = self.shard(id).lock();
+        if matches!(shard.get(id), Some(Route::Known(_))) {
+            shard.remove(id);
+        }
+    }
+
+    /// Learns a unit's owner, unless a lookup is under way (it will learn it itself).
+    pub fn learn(&self, id: UnitId, owner: NodeId) {
+        let mut shard = self.shard(&id).lock();
+        if !matches!(shard.get(&id), Some(Route::Resolving(_))) {
+            shard.insert(id, Route::Known(owner));
+        }
+    }
+}
+
+impl Node {
+    /// Sends a message for a unit this node does not host towards its owner.
+    pub(crate) fn route(&self, deliver: Deliver) {
+        let router = &self.core.router;
+        let known = {
+            let mut shard = router.shard(&deliver.to).lock();
+            match shard.get_mut(&deliver.to) {
+                Some(Route::Known(owner)) if owner != self.id() => Some(owner.clone()),
+                Some(Route::Resolving(waiting)) => {
+                    waiting.push(deliver);
+                    return;
+                }
+                _ => {
+                    let id = deliver.to.clone();
+                    shard.insert(id.clone(), Route::Resolving(vec![deliver]));
+                    drop(shard);
+                    tokio::spawn(self.clone().resolve(id));
+                    return;
+                }
+            }
+        };
+        if let Some(owner) = known {
+            self.send_deliver(&owner, deliver);
+        }
+    }
+
+    /// Hands a message to the mesh for `owner`; if the owner is unreachable, looks it up again.
+    fn send_deliver(&self, owner: &NodeId, deliver: Deliver) {
+        let retry = Deliver {
+            to: deliver.to.clone(),
+            payload: deliver.payload.clone(),
+            reply: deliver.reply.clone(),
+            activate: deliver.activate.clone(),
+            origin: deliver.origin.clone(),
+            hops: deliver.hops.saturating_add(1),
+        };
+        if let Err(error) = self.mesh_send(owner, Frame::Deliver(deliver)) {
+            tracing::debug!(%owner, %error, unit = %retry.to, "owner unreachable; looking it up again");
+            if retry.hops > MAX_HOPS {
+                self.give_up(retry, |id| MessageError::Unreachable {
+                    id,
+                    reason: error.to_string(),
+                });
+                return;
+            }
+            self.core.router.forget(&retry.to);
+            self.route(retry);
+        }
+    }
+
+    /// Looks up a unit's owner in the store and sends what waited for it.
+    async fn resolve(self, id: UnitId) {
+        let found = self.read_record(&id).await;
+        let shard_lock = self.core.router.shard(&id);
+        let waiting = match shard_lock.lock().remove(&id) {
+            Some(Route::Resolving(waiting)) => waiting,
+            Some(known) => {
+                // Someone learned the route meanwhile; keep it.
+                shard_lock.lock().insert(id.clone(), known);
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
+        match found {
+            Ok(Some(record)) if record.owner == *self.id() => {
+                for deliver in waiting {
+                    self.deliver_here(deliver);
+                }
+            }
+            Ok(Some(record)) => {
+                let mut shard = shard_lock.lock();
+                for deliver in waiting {
+                    self.send_deliver(&record.owner, deliver);
+                }
+                shard.insert(id, Route::Known(record.owner));
+            }
+            Ok(None) => self.activate_or_drop(id, waiting).await,
+            Err(error) => {
+                for deliver in waiting {
+                    self.give_up(deliver, |id| MessageError::Unreachable {
+                        id,
+                        reason: error.to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// No unit of that id exists: activate it if a message asks to, or answer that it is unknown.
+    async fn activate_or_drop(&self, id: UnitId, waiting: Vec<Deliver>) {
+        let Some(type_name) = waiting.iter().find_map(|d| d.activate.clone()) else {
+            for deliver in waiting {
+                self.give_up(deliver, |id| MessageError::UnknownId { id });
+            }
+            return;
+        };
+        let target = self
+            .place_instance(&type_name)
+            .unwrap_or_else(|| self.id().clone());
+        if target != *self.id() {
+            // That node activates it when the first of these arrives.
+            let mut shard = self.core.router.shard(&id).lock();
+            for deliver in waiting {
+                self.send_deliver(&target, deliver);
+            }
+            shard.insert(id, Route::Known(target));
+            return;
+        }
+        self.activate_here(&type_name, id, waiting).await;
+    }
+
+    /// Activates an Instance Spot on this node (or finds it already exists) and delivers to it.
+    async fn activate_here(&self, type_name: &str, id: UnitId, waiting: Vec<Deliver>) {
+        let created = self
+            .create_here(
+                type_name,
+                id.clone(),
+                true,
+                |k| k == FactoryKind::InstanceSpot,
+                "instance spot",
+            )
+            .await;
+        match created {
+            Ok(_) if self.hosts(&id) => {
+                for deliver in waiting {
+                    self.deliver_here(deliver);
+                }
+            }
+            // It exists on another node: follow the store.
+            Ok(_) => {
+                for mut deliver in waiting {
+                    deliver.activate = None;
+                    deliver.hops = deliver.hops.saturating_add(1);
+                    self.route(deliver);
+                }
+            }
+            Err(error) => {
+                tracing::debug!(unit = %id, %error, "activation refused");
+                for deliver in waiting {
+                    self.give_up(deliver, |id| MessageError::UnknownId { id });
+                }
+            }
+        }
+    }
+
+    /// Where a new Instance Spot of this type goes.
+    fn place_instance(&self, type_name: &str) -> Option<NodeId> {
+        let mut view = self.core.view.read().clone();
+        if let Some(me) = view.iter_mut().find(|d| d.node == *self.id()) {
+            me.units = self.unit_count() as u64;
+        }
+        super::placement::place(&view, type_name, None)
+    }
+
+    /// Pushes a message onto a lane of this node, or answers that the unit is gone.
+    fn deliver_here(&self, deliver: Deliver) {
+        let reply = deliver.reply.clone();
+        let id = deliver.to.clone();
+        let envelope = crate::node::Envelope {
+            to: deliver.to,
+            payload: Payload::Encoded(deliver.payload),
+            reply: deliver.reply,
+        };
+        match self.push(envelope, None) {
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                if let Some(reply_to) = reply {
+                    self.complete(reply_to, Err(MessageError::UnknownId { id }));
+                }
+            }
+            Err(error) => {
+                if let Some(reply_to) = reply {
+                    self.complete(reply_to, Err(error));
+                }
+            }
+        }
+    }
+
+    /// Ends a message that cannot be delivered: a request gets its terminal, a tell is dropped.
+    fn give_up(&self, deliver: Deliver, error: impl FnOnce(UnitId) -> MessageError) {
+        let error = error(deliver.to.clone());
+        match deliver.reply {
+            Some(reply_to) => self.complete(reply_to, Err(error)),
+            None => tracing::debug!(unit = %deliver.to, %error, "tell dropped"),
+        }
+    }
+
+    /// A message arrived from a peer.
+    fn on_deliver(&self, deliver: Deliver) {
+        let Deliver {
+            to,
+            payload,
+            reply,
+            activate,
+            origin,
+            hops,
+        } = deliver;
+        let reply_to = reply.clone();
+        let envelope = crate::node::Envelope {
+            to,
+            payload: Payload::Encoded(payload),
+            reply,
+        };
+        let envelope = match self.push(envelope, None) {
+            Ok(None) => return,
+            Ok(Some(envelope)) => envelope,
+            Err(error) => {
+                match reply_to {
+                    Some(reply_to) => self.complete(reply_to, Err(error)),
+                    None => tracing::debug!(%error, "tell refused"),
+                }
+                return;
+            }
+        };
+        let Payload::Encoded(payload) = envelope.payload else {
+            return;
+        };
+        let deliver = Deliver {
+            to: envelope.to,
+            payload,
+            reply: envelope.reply,
+            activate,
+            origin,
+            hops: hops.saturating_add(1),
+        };
+        if deliver.hops > MAX_HOPS {
+            self.give_up(deliver, |id| MessageError::UnknownId { id });
+            return;
+        }
+        if let Some(type_name) = deliver.activate.clone() {
+            // The sender placed the activation here.
+            let node = self.clone();
+            let id = deliver.to.clone();
+            tokio::spawn(async move { node.activate_here(&type_name, id, vec![deliver]).await });
+            return;
+        }
+        // Not here (any more): look the owner up and tell the sender where it went.
+        self.core.router.forget(&deliver.to);
+        let node = self.clone();
+        let (id, origin) = (deliver.to.clone(), deliver.origin.clone());
+        self.route(deliver);
+        tokio::spawn(async move {
+            if let Ok(Some(record)) = node.read_record(&id).await
+                && record.owner != origin
+                && origin != *node.id()
+            {
+                let _ = node.mesh_send(
+                    &origin,
+                    Frame::RouteHint {
+                        id,
+                        owner: record.owner,
+                    },
+                );
+            }
+        });
+    }
+
+    /// Serves the frames peers send, until the mesh closes.
+    pub(crate) async fn serve_mesh(self, mut inbound: mpsc::Receiver<Inbound<Frame>>) {
+        while let Some(Inbound { from, frame }) = inbound.recv().await {
+            match frame {
+                Frame::Deliver(deliver) => self.on_deliver(deliver),
+                Frame::Reply { request, terminal } => self
+                    .core
+                    .replies
+                    .complete(request, terminal.map(Payload::Encoded)),
+                Frame::RouteHint { id, owner } => self.core.router.learn(id, owner),
+                Frame::Call { request, call } => {
+                    tokio::spawn(self.clone().answer_call(from, request, call));
+                }
+            }
+        }
+    }
+}

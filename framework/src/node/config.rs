@@ -1,0 +1,105 @@
+//! How a node is started: its identity, its store, its mesh, and the limits it publishes.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::ids::NodeId;
+use crate::mesh::NodeTls;
+use crate::store::{LocationStore, MemoryStore};
+
+/// How a node joins the mesh.
+#[derive(Debug, Clone)]
+pub struct MeshSettings {
+    /// Where the mesh listens (UDP); port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// The cluster CA and this node's certificate.
+    pub tls: NodeTls,
+    /// The largest frame in bytes; every node must agree.
+    pub max_frame: usize,
+    /// The smallest round-trip the mesh assumes before it measured one (see `MeshConfig::initial_rtt`).
+    pub initial_rtt: Duration,
+}
+
+impl MeshSettings {
+    /// Settings with the mesh's defaults.
+    pub fn new(listen: SocketAddr, tls: NodeTls) -> Self {
+        MeshSettings {
+            listen,
+            tls,
+            max_frame: crate::mesh::DEFAULT_MAX_FRAME,
+            initial_rtt: Duration::from_millis(100),
+        }
+    }
+}
+
+/// How a node is started. [`NodeConfig::new`] gives a one-node cluster on an in-process store.
+#[derive(Clone)]
+pub struct NodeConfig {
+    /// This node's id, unique in the cluster.
+    pub id: NodeId,
+    /// The application version it runs (rolling updates move units to a newer one).
+    pub app_version: String,
+    /// How many units it takes at most; placement skips a full node.
+    pub capacity: u64,
+    /// Preference among equally loaded nodes (higher first).
+    pub weight: u32,
+    /// The location store shared by the cluster.
+    pub store: Arc<dyn LocationStore>,
+    /// The mesh, for a cluster of more than one node.
+    pub mesh: Option<MeshSettings>,
+    /// How long the node's owner lease lasts without renewal. A node that cannot renew it in time
+    /// stops running turns: it must never act as an owner it might no longer be.
+    pub lease_ttl: Duration,
+    /// How often the node republishes its descriptor and rereads its peers'.
+    pub refresh: Duration,
+}
+
+impl NodeConfig {
+    /// A node with the given id, version "1", on its own fresh in-process store, without a mesh.
+    pub fn new(id: NodeId) -> Self {
+        NodeConfig {
+            id,
+            app_version: "1".to_owned(),
+            capacity: 1_000_000,
+            weight: 1,
+            store: Arc::new(MemoryStore::new()),
+            mesh: None,
+            lease_ttl: Duration::from_secs(10),
+            refresh: Duration::from_secs(1),
+        }
+    }
+
+    /// Uses a shared location store (a `MemoryStore` clone for nodes of one process, or Redis).
+    pub fn store(mut self, store: Arc<dyn LocationStore>) -> Self {
+        self.store = store;
+        self
+    }
+
+    /// Joins the mesh with these settings.
+    pub fn mesh(mut self, mesh: MeshSettings) -> Self {
+        self.mesh = Some(mesh);
+        self
+    }
+
+    /// Sets the application version.
+    pub fn app_version(mut self, version: impl Into<String>) -> Self {
+        self.app_version = version.into();
+        self
+    }
+}
+
+impl fmt::Debug for NodeConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeConfig")
+            .field("id", &self.id)
+            .field("app_version", &self.app_version)
+            .field("capacity", &self.capacity)
+            .field("weight", &self.weight)
+            .field("mesh", &self.mesh.as_ref().map(|m| m.listen))
+            .field("lease_ttl", &self.lease_ttl)
+            .field("refresh", &self.refresh)
+            .finish_non_exhaustive()
+    }
+}
