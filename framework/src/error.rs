@@ -137,7 +137,9 @@ pub enum UnitError {
         state: String,
     },
     /// No node could take the unit (none serving with the factory and capacity left).
-    #[error("no serving node has factory {type_name:?} and capacity left; start one or raise capacity")]
+    #[error(
+        "no serving node has factory {type_name:?} and capacity left; start one or raise capacity"
+    )]
     NoCapacity {
         /// The factory asked for.
         type_name: String,

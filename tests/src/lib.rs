@@ -1,3 +1,4 @@
 //! Shared harness for the Ferry integration tests.
 
+pub mod cluster;
 pub mod redis_server;

@@ -509,7 +509,8 @@ async fn unknown_ids_and_wrong_types_are_typed_errors() {
         }
     );
     // A tell cannot know at once: the id might live on another node. It is dropped.
-    node.tell(&ghost, Cmd::Get).expect("a tell to an unknown id is accepted");
+    node.tell(&ghost, Cmd::Get)
+        .expect("a tell to an unknown id is accepted");
     let room = spot("r1");
     node.create_spot("room", &room).await.expect("room");
     let err = node.tell(&room, "not a command".to_owned()).unwrap_err();

@@ -65,6 +65,14 @@ impl Node {
         }
         if let Some(mesh) = &self.core.mesh {
             let known: Vec<_> = mesh.peers();
+            for gone in known
+                .iter()
+                .filter(|p| !live.iter().any(|d| d.node == p.node))
+            {
+                tracing::info!(peer = %gone.node, "peer left the cluster");
+                mesh.remove_peer(&gone.node);
+                self.core.router.forget_node(&gone.node);
+            }
             for peer in &live {
                 let (Some(addr), true) = (peer.mesh_addr, peer.node != *self.id()) else {
                     continue;
@@ -87,7 +95,10 @@ impl Node {
     }
 
     /// Waits until the mesh link to `peer` is up.
-    pub async fn wait_peer_ready(&self, peer: &crate::ids::NodeId) -> Result<(), crate::mesh::MeshError> {
+    pub async fn wait_peer_ready(
+        &self,
+        peer: &crate::ids::NodeId,
+    ) -> Result<(), crate::mesh::MeshError> {
         match &self.core.mesh {
             Some(mesh) => mesh.wait_ready(peer).await,
             None => Err(crate::mesh::MeshError::UnknownPeer(peer.clone())),
@@ -149,7 +160,10 @@ impl Node {
         if let Ok(Some(v)) = self.store().get(&key).await {
             let _ = self
                 .store()
-                .batch(vec![Condition::version(key.clone(), v.version)], vec![Op::delete(key)])
+                .batch(
+                    vec![Condition::version(key.clone(), v.version)],
+                    vec![Op::delete(key)],
+                )
                 .await;
         }
         let lease = self.core.lease.lock().clone();

@@ -55,11 +55,23 @@ mod tests {
 
     #[test]
     fn the_least_loaded_node_wins_then_weight_then_id() {
-        assert_eq!(pick(&[node("a", 5, 10, 1), node("b", 2, 10, 1)]).as_deref(), Some("b"));
+        assert_eq!(
+            pick(&[node("a", 5, 10, 1), node("b", 2, 10, 1)]).as_deref(),
+            Some("b")
+        );
         // 4/10 is less loaded than 3/5.
-        assert_eq!(pick(&[node("a", 3, 5, 1), node("b", 4, 10, 1)]).as_deref(), Some("b"));
-        assert_eq!(pick(&[node("a", 1, 10, 1), node("b", 1, 10, 2)]).as_deref(), Some("b"));
-        assert_eq!(pick(&[node("b", 1, 10, 1), node("a", 1, 10, 1)]).as_deref(), Some("a"));
+        assert_eq!(
+            pick(&[node("a", 3, 5, 1), node("b", 4, 10, 1)]).as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            pick(&[node("a", 1, 10, 1), node("b", 1, 10, 2)]).as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            pick(&[node("b", 1, 10, 1), node("a", 1, 10, 1)]).as_deref(),
+            Some("a")
+        );
     }
 
     #[test]
@@ -71,7 +83,10 @@ mod tests {
         other_factory.factories = vec!["lobby".into()];
         let mut old = node("d", 0, 10, 1);
         old.app_version = "0".into();
-        assert_eq!(pick(&[draining.clone(), full.clone(), other_factory.clone()]), None);
+        assert_eq!(
+            pick(&[draining.clone(), full.clone(), other_factory.clone()]),
+            None
+        );
         assert_eq!(
             place(&[draining, full, other_factory, old], "room", Some("1")),
             None

@@ -52,6 +52,15 @@ impl Router {
         }
     }
 
+    /// Forgets every route to a node that left the cluster.
+    pub fn forget_node(&self, node: &NodeId) {
+        for shard in &self.shards {
+            shard
+                .lock()
+                .retain(|_, route| !matches!(route, Route::Known(owner) if owner == node));
+        }
+    }
+
     /// Learns a unit's owner, unless a lookup is under way (it will learn it itself).
     pub fn learn(&self, id: UnitId, owner: NodeId) {
         let mut shard = self.shard(&id).lock();
@@ -62,6 +71,14 @@ impl Router {
 }
 
 impl Node {
+    /// Where this node believes a unit it does not host lives, if it has a route cached.
+    pub fn cached_route(&self, id: &UnitId) -> Option<NodeId> {
+        match self.core.router.shard(id).lock().get(id) {
+            Some(Route::Known(owner)) => Some(owner.clone()),
+            _ => None,
+        }
+    }
+
     /// Sends a message for a unit this node does not host towards its owner.
     pub(crate) fn route(&self, deliver: Deliver) {
         let router = &self.core.router;

@@ -385,6 +385,11 @@ impl<F: MeshFrame> Shared<F> {
         self.peer(&node, Some(addr)).map(|_| ())
     }
 
+    /// Forgets a peer: its task ends, closing its connection, and what was queued for it is dropped.
+    pub(crate) fn remove_peer(&self, node: &NodeId) -> bool {
+        self.peers.write().map.remove(node).is_some()
+    }
+
     pub(crate) fn send(&self, to: &NodeId, frame: F) -> Result<(), MeshError> {
         let bytes = self.encoder.encode_frame(&Wire::Frame(frame))?;
         let peers = self.peers.read();

@@ -280,6 +280,12 @@ impl<F: MeshFrame> Mesh<F> {
         self.shared.add_peer(node, addr)
     }
 
+    /// Forgets a peer that left the cluster: its connection closes and frames still queued
+    /// for it are dropped. Returns whether it was known.
+    pub fn remove_peer(&self, node: &NodeId) -> bool {
+        self.shared.remove_peer(node)
+    }
+
     /// Queues `frame` for `to`, behind every frame queued for it before.
     ///
     /// Returns at once; the frame is encoded here, so an oversized or unencodable frame

@@ -55,6 +55,8 @@ pub(crate) enum Control {
     Leave { actor: ActorId, done: Done },
     /// Close every unit of this lane (the node is shutting down).
     Close { done: oneshot::Sender<()> },
+    /// Stop one unit (with its members, for a SpotWide spot), running its closing callbacks.
+    Stop { unit: UnitId, done: Done },
     /// Start running turns: the unit is recorded as owned here.
     Open,
     /// Give up a unit that never opened (another node owns it): what was queued follows the owner.
@@ -68,8 +70,9 @@ enum StopKind {
     Requested,
     /// A handler panicked: no closing callback, the record is released.
     Panicked,
-    /// The node shuts down: closing callbacks run; the node releases the records itself.
-    Shutdown,
+    /// The node stops it (shutdown, or an operator): closing callbacks run; the node releases the
+    /// record itself.
+    ByNode,
 }
 
 /// A framework callback to run as a turn.
@@ -336,7 +339,7 @@ impl Lane {
         for unit in &gone {
             self.unregister(unit);
             self.cells.remove(unit);
-            if kind != StopKind::Shutdown {
+            if kind != StopKind::ByNode {
                 self.node.release_record(unit.clone());
             }
         }
@@ -440,13 +443,22 @@ impl Lane {
                 let result = self.leave(actor);
                 let _ = done.send(result);
             }
+            Control::Stop { unit, done } => {
+                let result = if self.cells.contains_key(&unit) {
+                    self.stop_unit(&unit, StopKind::ByNode);
+                    Ok(())
+                } else {
+                    Err(UnitError::UnknownId { id: unit })
+                };
+                let _ = done.send(result);
+            }
             Control::Open => self.open = true,
             Control::Discard => self.discard(),
             Control::Close { done } => {
                 let ids: Vec<UnitId> = self.cells.keys().cloned().collect();
                 // Closing the spot closes its members; actors first keeps on_member_left quiet.
                 for id in ids {
-                    self.stop_unit(&id, StopKind::Shutdown);
+                    self.stop_unit(&id, StopKind::ByNode);
                 }
                 let _ = done.send(());
             }

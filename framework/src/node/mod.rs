@@ -138,6 +138,7 @@ pub(crate) struct NodeCore {
     pub(crate) directory: Directory,
     pub(crate) replies: Replies,
     state: AtomicU8,
+    state_tx: tokio::sync::watch::Sender<NodeState>,
     /// Set when the owner lease may have lapsed: no turn starts any more.
     fenced: AtomicBool,
     pub(crate) mesh: Option<Mesh<Frame>>,
@@ -198,6 +199,7 @@ impl Node {
             directory: Directory::new(),
             replies: Replies::new(),
             state: AtomicU8::new(NodeState::Preparing as u8),
+            state_tx: tokio::sync::watch::Sender::new(NodeState::Preparing),
             fenced: AtomicBool::new(false),
             mesh,
             router: Router::new(),
@@ -245,6 +247,12 @@ impl Node {
 
     pub(crate) fn set_state(&self, state: NodeState) {
         self.core.state.store(state as u8, Ordering::Release);
+        self.core.state_tx.send_replace(state);
+    }
+
+    /// Follows the lifecycle state: the receiver sees every change from now on.
+    pub fn watch_state(&self) -> tokio::sync::watch::Receiver<NodeState> {
+        self.core.state_tx.subscribe()
     }
 
     fn serving(&self) -> Result<(), NodeState> {
@@ -293,9 +301,25 @@ impl Node {
 
     /// Returns the User Spot with that id, creating it if there is none anywhere in the cluster.
     /// `Ok(true)` if this call created it. Two nodes asking at once get the same spot.
-    pub async fn get_or_create_spot(&self, type_name: &str, id: &SpotId) -> Result<bool, UnitError> {
-        self.create(type_name, UnitId::Spot(id.clone()), true)
+    pub async fn get_or_create_spot(
+        &self,
+        type_name: &str,
+        id: &SpotId,
+    ) -> Result<bool, UnitError> {
+        self.create(type_name, UnitId::Spot(id.clone()), true).await
+    }
+
+    /// Creates a User Spot on a given node instead of where placement would put it (for locality,
+    /// rebalancing tools and tests). Fails if one with that id exists anywhere.
+    pub async fn create_spot_on(
+        &self,
+        node: &NodeId,
+        type_name: &str,
+        id: &SpotId,
+    ) -> Result<(), UnitError> {
+        self.create_at(node.clone(), type_name, UnitId::Spot(id.clone()), false)
             .await
+            .map(|_| ())
     }
 
     /// Creates an Actor in this node's Entry Spot.
@@ -309,15 +333,22 @@ impl Node {
         self.serving().map_err(|state| UnitError::NotServing {
             state: state.to_string(),
         })?;
-        let (wanted, kind): (KindCheck, _) = match id {
-            UnitId::Spot(_) => (|k| matches!(k, FactoryKind::UserSpot(_)), "spot"),
-            UnitId::Actor(_) => (|k| k == FactoryKind::Actor, "actor"),
-        };
         let target = match id {
             // Actors start in the Entry Spot of the node that creates them.
             UnitId::Actor(_) => self.id().clone(),
             UnitId::Spot(_) => self.place(type_name)?,
         };
+        self.create_at(target, type_name, id, or_get).await
+    }
+
+    async fn create_at(
+        &self,
+        target: NodeId,
+        type_name: &str,
+        id: UnitId,
+        or_get: bool,
+    ) -> Result<bool, UnitError> {
+        let (wanted, kind) = kind_check(&id);
         if target == *self.id() {
             self.create_here(type_name, id, or_get, wanted, kind).await
         } else {
@@ -377,12 +408,13 @@ impl Node {
             if let Some(existing) = shard.get(&id) {
                 return existing_answer(id, &existing.factory.info().type_name, type_name, or_get);
             }
-            let cell = Arc::clone(factory)
-                .build_cell(&id)
-                .ok_or_else(|| UnitError::NotAllowed {
-                    id: id.clone(),
-                    reason: format!("factory {type_name:?} does not build this kind of unit"),
-                })?;
+            let cell =
+                Arc::clone(factory)
+                    .build_cell(&id)
+                    .ok_or_else(|| UnitError::NotAllowed {
+                        id: id.clone(),
+                        reason: format!("factory {type_name:?} does not build this kind of unit"),
+                    })?;
             let lane = Lane::start_gated(self.clone(), cell);
             shard.insert(
                 id.clone(),
@@ -589,11 +621,10 @@ impl Node {
                 reason,
             })
             .and_then(|msg| {
-                postcard::to_allocvec(&msg)
-                    .map_err(|e| MessageError::Codec {
-                        id: to.clone(),
-                        reason: e.to_string(),
-                    })
+                postcard::to_allocvec(&msg).map_err(|e| MessageError::Codec {
+                    id: to.clone(),
+                    reason: e.to_string(),
+                })
             })?;
         self.route(Deliver {
             to,
@@ -658,7 +689,11 @@ impl Node {
     }
 
     /// Sends a frame to a peer.
-    pub(crate) fn mesh_send(&self, to: &NodeId, frame: Frame) -> Result<(), crate::mesh::MeshError> {
+    pub(crate) fn mesh_send(
+        &self,
+        to: &NodeId,
+        frame: Frame,
+    ) -> Result<(), crate::mesh::MeshError> {
         match &self.core.mesh {
             Some(mesh) => mesh.send(to, frame),
             None => Err(crate::mesh::MeshError::UnknownPeer(to.clone())),
@@ -698,20 +733,15 @@ impl Node {
                 id,
                 or_get,
             } => {
-                let (wanted, kind): (KindCheck, _) = match id {
-                    UnitId::Spot(_) => (|k| matches!(k, FactoryKind::UserSpot(_)), "spot"),
-                    UnitId::Actor(_) => (|k| k == FactoryKind::Actor, "actor"),
-                };
+                let (wanted, kind) = kind_check(&id);
                 let answer: CreateAnswer =
                     self.create_here(&type_name, id, or_get, wanted, kind).await;
                 postcard::to_allocvec(&answer)
             }
         };
-        let terminal = answer
-            .map(Into::into)
-            .map_err(|e| MessageError::ReplyLost {
-                reason: e.to_string(),
-            });
+        let terminal = answer.map(Into::into).map_err(|e| MessageError::ReplyLost {
+            reason: e.to_string(),
+        });
         let _ = self.mesh_send(&from, Frame::Reply { request, terminal });
     }
 
@@ -738,10 +768,27 @@ impl Node {
             && UnitRecord::decode(&key, &v.value)?.owner == *self.id()
         {
             self.store()
-                .batch(vec![Condition::version(key.clone(), v.version)], vec![Op::delete(key)])
+                .batch(
+                    vec![Condition::version(key.clone(), v.version)],
+                    vec![Op::delete(key)],
+                )
                 .await?;
         }
         Ok(())
+    }
+
+    /// Stops a unit hosted here for good (with its members, for a SpotWide spot): `on_closing` runs,
+    /// queued requests get `UnitStopped`, and its authority record is released.
+    pub async fn stop_unit(&self, id: &UnitId) -> Result<(), UnitError> {
+        let (done, result) = oneshot::channel();
+        let control = Control::Stop {
+            unit: id.clone(),
+            done,
+        };
+        self.control(id, control, result).await?;
+        self.delete_own_record(id)
+            .await
+            .map_err(|error| unavailable(id, &error))
     }
 
     /// Closes every unit (each runs `on_closing`), answers what was queued, releases the units'
@@ -768,7 +815,10 @@ impl Node {
         self.core.stop.cancel();
         for chunk in ids.chunks(64) {
             let deletes = chunk.iter().map(|id| self.delete_own_record(id));
-            for (id, result) in chunk.iter().zip(futures_util::future::join_all(deletes).await) {
+            for (id, result) in chunk
+                .iter()
+                .zip(futures_util::future::join_all(deletes).await)
+            {
                 if let Err(error) = result {
                     tracing::warn!(unit = %id, %error, "record not released at shutdown");
                 }
@@ -780,6 +830,14 @@ impl Node {
         }
         self.set_state(NodeState::Stopped);
         tracing::info!(node = %self.id(), "node stopped");
+    }
+}
+
+/// Which factory kinds may create this kind of id, and its name for errors.
+fn kind_check(id: &UnitId) -> (KindCheck, &'static str) {
+    match id {
+        UnitId::Spot(_) => (|k| matches!(k, FactoryKind::UserSpot(_)), "spot"),
+        UnitId::Actor(_) => (|k| k == FactoryKind::Actor, "actor"),
     }
 }
 

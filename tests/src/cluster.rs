@@ -1,0 +1,107 @@
+//! An in-process cluster for tests: nodes on one shared store, talking real QUIC on loopback with
+//! throwaway certificates.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry::mesh::ClusterCa;
+use ferry::store::{LocationStore, MemoryStore};
+use ferry::{MeshSettings, Node, NodeConfig, NodeId, Registry};
+
+/// Nodes that know each other. Shut it down at the end of the test.
+pub struct Cluster {
+    /// The nodes, in the order of their ids (`n1`, `n2`, ...).
+    pub nodes: Vec<Node>,
+    /// The store they share.
+    pub store: Arc<dyn LocationStore>,
+    ca: ClusterCa,
+}
+
+/// A node config for tests: loopback mesh, a short initial round-trip, fast refresh.
+pub fn test_config(id: &str, store: Arc<dyn LocationStore>, ca: &ClusterCa) -> NodeConfig {
+    let node = NodeId::new(id).expect("valid node id");
+    let tls = ca.node_tls(&node).expect("certificate");
+    let mut mesh = MeshSettings::new("127.0.0.1:0".parse().expect("addr"), tls);
+    mesh.initial_rtt = Duration::from_millis(10);
+    let mut config = NodeConfig::new(node).store(store).mesh(mesh);
+    config.refresh = Duration::from_millis(200);
+    config
+}
+
+impl Cluster {
+    /// Starts `n` nodes on a fresh in-process store, each with the factories `registry` gives, and
+    /// waits until every node's mesh links to every other are up.
+    pub async fn start(n: usize, registry: impl Fn() -> Registry) -> Cluster {
+        let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new());
+        Self::start_on(n, store, registry).await
+    }
+
+    /// Like [`Cluster::start`], on a given store.
+    pub async fn start_on(
+        n: usize,
+        store: Arc<dyn LocationStore>,
+        registry: impl Fn() -> Registry,
+    ) -> Cluster {
+        let ca = ClusterCa::generate().expect("cluster CA");
+        let mut cluster = Cluster {
+            nodes: Vec::new(),
+            store,
+            ca,
+        };
+        for i in 1..=n {
+            cluster.add(&format!("n{i}"), registry()).await;
+        }
+        cluster
+    }
+
+    /// Starts one more node and links it with every node already up.
+    pub async fn add(&mut self, id: &str, registry: Registry) -> Node {
+        self.add_with(test_config(id, self.store.clone(), &self.ca), registry)
+            .await
+    }
+
+    /// Starts one more node from a config and links it with every node already up.
+    pub async fn add_with(&mut self, config: NodeConfig, registry: Registry) -> Node {
+        let node = Node::start(config, registry).await.expect("node starts");
+        self.nodes.push(node.clone());
+        self.link().await;
+        node
+    }
+
+    /// A config for a node of this cluster (same store and CA), to change before [`Cluster::add_with`].
+    pub fn config(&self, id: &str) -> NodeConfig {
+        test_config(id, self.store.clone(), &self.ca)
+    }
+
+    /// Makes every node read the membership now and waits for all links.
+    pub async fn link(&self) {
+        // Twice: the first pass publishes every node's load, the second reads all of it.
+        for _ in 0..2 {
+            for node in &self.nodes {
+                node.refresh_membership().await.expect("membership read");
+            }
+        }
+        for a in &self.nodes {
+            for b in &self.nodes {
+                if a.id() != b.id() {
+                    a.wait_peer_ready(b.id()).await.expect("peer link up");
+                }
+            }
+        }
+    }
+
+    /// The node with that id.
+    pub fn node(&self, id: &str) -> &Node {
+        self.nodes
+            .iter()
+            .find(|n| n.id().as_str() == id)
+            .expect("node in cluster")
+    }
+
+    /// Shuts every node down (every server the test started is stopped).
+    pub async fn shutdown(self) {
+        for node in &self.nodes {
+            node.shutdown().await;
+        }
+    }
+}
