@@ -7,6 +7,7 @@
 //! - [`timer`]: timers as data (registrations, cursors, overrun policies), so they can move.
 //! - [`node`]: the runtime of one host: lanes that run turns, routing by id, requests and replies.
 //! - [`cluster`]: authority records, placement, routing across nodes, membership and leases.
+//! - [`relocation`]: moving live units between nodes, one at a time or a whole host drained.
 //! - [`mesh`]: QUIC between nodes with mutual TLS by node id, and ordered, size-limited frames.
 //! - [`store`]: the location store, the authority on where every unit lives (memory or redis).
 //! - [`error`]: the typed errors callers see.
@@ -18,6 +19,7 @@ pub mod ids;
 pub mod mesh;
 pub mod node;
 pub mod registry;
+pub mod relocation;
 pub mod store;
 pub mod timer;
 

@@ -29,6 +29,8 @@ pub(crate) enum Frame {
         /// Its owner.
         owner: NodeId,
     },
+    /// A frame of a move between two nodes.
+    Reloc(crate::relocation::frames::RelocFrame),
     /// An operation one node asks of another; answered with a `Reply`.
     Call {
         /// The request number on the asking node.

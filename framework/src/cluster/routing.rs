@@ -61,6 +61,11 @@ impl Router {
         }
     }
 
+    /// Points a unit at a new owner, whatever was known (a move hands it over).
+    pub fn point(&self, id: UnitId, owner: NodeId) {
+        self.shard(&id).lock().insert(id, Route::Known(owner));
+    }
+
     /// Learns a unit's owner, unless a lookup is under way (it will learn it itself).
     pub fn learn(&self, id: UnitId, owner: NodeId) {
         let mut shard = self.shard(&id).lock();
@@ -345,6 +350,7 @@ impl Node {
                     .replies
                     .complete(request, terminal.map(Payload::Encoded)),
                 Frame::RouteHint { id, owner } => self.core.router.learn(id, owner),
+                Frame::Reloc(frame) => self.on_reloc(from, frame),
                 Frame::Call { request, call } => {
                     tokio::spawn(self.clone().answer_call(from, request, call));
                 }

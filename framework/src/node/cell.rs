@@ -11,7 +11,11 @@ use crate::behavior::{Behavior, Ctx, Membership, ReadyOutcome, TurnEffects};
 use crate::error::MessageError;
 use crate::ids::{ActorId, SpotId, UnitId};
 use crate::node::Node;
-use crate::registry::{ExecutionMode, FactoryInfo, FactoryKind, ReadinessMode, TypedFactory};
+use crate::registry::{
+    AdapterError, ExecutionMode, FactoryInfo, FactoryKind, ReadinessMode, RelocationPolicy,
+    TypedFactory,
+};
+use crate::timer::TimerSnapshot;
 use crate::timer::{Tick, TimerSet};
 
 /// A factory without its type: builds cells.
@@ -66,7 +70,6 @@ pub(crate) enum Turn<'a> {
     Joined(&'a SpotId),
     Left(&'a SpotId),
     Closing,
-    #[allow(dead_code)] // Sent by the relocation engine once units move.
     ReadyCompleted(ReadyOutcome),
 }
 
@@ -83,6 +86,14 @@ pub(crate) trait UnitCell: Send {
     fn take_due(&mut self, now: Instant) -> Vec<Tick>;
     /// Runs one turn. A message turn returns its reply.
     fn turn(&mut self, node: &Node, turn: Turn<'_>, effects: &mut TurnEffects) -> TurnReply;
+    /// Captures the application state for a move: `None` under `Recreate`.
+    fn capture_state(&self) -> Result<Option<Vec<u8>>, AdapterError>;
+    /// Restores captured state into this fresh instance.
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<(), AdapterError>;
+    /// The timers with their cursors, relative to `now`.
+    fn timer_snapshot(&self, now: Instant) -> Vec<TimerSnapshot>;
+    /// Replaces the timers (on the target of a move).
+    fn set_timers(&mut self, timers: TimerSet);
     /// Encodes a queued message for the wire (it may still be held by value).
     fn encode(&self, payload: Payload) -> Result<Bytes, String>;
     /// Replaces the instance with a fresh one from the factory, keeping id and membership.
@@ -169,6 +180,29 @@ impl<B: Behavior> UnitCell for Cell<B> {
             Turn::ReadyCompleted(outcome) => b.on_relocation_ready_completed(&mut ctx, outcome),
         }
         None
+    }
+
+    fn capture_state(&self) -> Result<Option<Vec<u8>>, AdapterError> {
+        match &self.factory.policy {
+            RelocationPolicy::Disabled => Err(AdapterError("the unit is bound to its node".into())),
+            RelocationPolicy::Recreate => Ok(None),
+            RelocationPolicy::PreserveState(adapter) => adapter.capture(&self.behavior).map(Some),
+        }
+    }
+
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<(), AdapterError> {
+        match &self.factory.policy {
+            RelocationPolicy::PreserveState(adapter) => adapter.restore(&mut self.behavior, bytes),
+            _ => Ok(()),
+        }
+    }
+
+    fn timer_snapshot(&self, now: Instant) -> Vec<TimerSnapshot> {
+        self.timers.snapshot(now)
+    }
+
+    fn set_timers(&mut self, timers: TimerSet) {
+        self.timers = timers;
     }
 
     fn encode(&self, payload: Payload) -> Result<Bytes, String> {

@@ -9,13 +9,14 @@
 
 pub(crate) mod cell;
 mod config;
-mod directory;
+pub(crate) mod directory;
 mod envelope;
 mod lane;
 mod replies;
 
 pub use config::{MeshSettings, NodeConfig};
-pub(crate) use envelope::{Envelope, Payload, ReplyTo};
+pub use envelope::ReplyTo;
+pub(crate) use envelope::{Envelope, Payload};
 
 use std::any::TypeId;
 use std::collections::HashMap;
@@ -31,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use self::cell::AnyFactory;
 use self::directory::{Directory, Entry};
 use self::envelope::Terminal;
-use self::lane::{Control, Lane};
+pub(crate) use self::lane::{Control, Lane, LaneTx};
 use self::replies::Replies;
 use crate::behavior::Message;
 use crate::cluster::authority::{NodeDescriptor, Stage, UnitRecord, unit_key};
@@ -147,6 +148,8 @@ pub(crate) struct NodeCore {
     /// The live nodes of the cluster as last read from the store, this one included.
     pub(crate) view: RwLock<Vec<NodeDescriptor>>,
     pub(crate) stop: CancellationToken,
+    /// The moves this node takes part in.
+    pub(crate) moves: crate::relocation::Moves,
 }
 
 impl fmt::Debug for Node {
@@ -162,6 +165,11 @@ impl NodeCore {
     /// The type names of the factories registered here.
     pub(crate) fn factories_names(&self) -> impl Iterator<Item = &str> {
         self.factories.keys().map(|k| &**k)
+    }
+
+    /// The factory registered under a type name.
+    pub(crate) fn factory(&self, type_name: &str) -> Option<Arc<dyn AnyFactory>> {
+        self.factories.get(type_name).cloned()
     }
 }
 
@@ -206,6 +214,7 @@ impl Node {
             lease: Mutex::new(lease),
             view: RwLock::new(Vec::new()),
             stop: CancellationToken::new(),
+            moves: crate::relocation::Moves::default(),
         };
         let node = Node {
             core: Arc::new(core),
@@ -475,8 +484,8 @@ impl Node {
         }
     }
 
-    /// Reads a unit's authority record.
-    pub(crate) async fn read_record(&self, id: &UnitId) -> Result<Option<UnitRecord>, StoreError> {
+    /// Reads a unit's authority record from the store: who owns it, which incarnation it is.
+    pub async fn read_record(&self, id: &UnitId) -> Result<Option<UnitRecord>, StoreError> {
         let key = unit_key(id);
         match self.store().get(&key).await? {
             Some(v) => UnitRecord::decode(&key, &v.value).map(Some),

@@ -13,15 +13,21 @@ use std::sync::{Arc, Weak};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+mod moving;
+
+use self::moving::Moving;
 use super::cell::{ReplyMode, Turn, TurnReply, UnitCell};
 use super::directory::Entry;
 use super::envelope::Envelope;
 use crate::behavior::{Membership, TurnEffects};
 use crate::cluster::frames::Deliver;
 use crate::error::{MessageError, UnitError};
-use crate::ids::{ActorId, SpotId, UnitId};
+use crate::ids::{ActorId, NodeId, SpotId, UnitId};
 use crate::node::Node;
 use crate::registry::{ExecutionMode, FactoryKind, OnPanic};
+use crate::relocation::RelocationId;
+use crate::relocation::capture::{Capture, QueuedOp, ReadyOutcomeData};
+use crate::timer::Tick;
 
 /// How many turns a lane runs before it lets other tasks on its thread go.
 const TURNS_PER_YIELD: u32 = 256;
@@ -59,6 +65,28 @@ pub(crate) enum Control {
     Stop { unit: UnitId, done: Done },
     /// Start running turns: the unit is recorded as owned here.
     Open,
+    /// Seal at the next turn boundary (for an ApplicationSignaled spot: after its next deferring
+    /// turn) and capture the unit.
+    Seal {
+        rel: RelocationId,
+        done: oneshot::Sender<Result<Capture, String>>,
+    },
+    /// Stop waiting for a seal that has not happened yet.
+    CancelSeal { rel: RelocationId },
+    /// Relay what was held to the target, then cut over.
+    Handover {
+        rel: RelocationId,
+        target: NodeId,
+        done: oneshot::Sender<Vec<QueuedOp>>,
+    },
+    /// Run the unit here again (the move failed before commit, or was fenced back).
+    Resume { rel: RelocationId },
+    /// The target committed: drop this copy.
+    Release { rel: RelocationId },
+    /// Past the point of no return at the deadline: end what is held and drop the unit.
+    ForceStop { rel: RelocationId },
+    /// On the target: open the restored unit with these relay records behind its saved work.
+    OpenMoved { relay: Vec<QueuedOp> },
     /// Give up a unit that never opened (another node owns it): what was queued follows the owner.
     Discard,
 }
@@ -82,6 +110,7 @@ enum SysTurn {
     MemberLeft(ActorId),
     Joined(SpotId),
     Left(SpotId),
+    ReadyCompleted(ReadyOutcomeData),
 }
 
 /// The state of one running lane.
@@ -96,6 +125,14 @@ pub(crate) struct Lane {
     /// Whether turns run yet: a lane for a unit not yet recorded as owned here only queues.
     open: bool,
     me: Weak<LaneTx>,
+    /// Timer ticks that were due at a seal, run before anything else but callbacks.
+    ticks: VecDeque<(UnitId, Tick)>,
+    /// Where this lane stands in a move, if it is in one.
+    moving: Option<Moving>,
+    /// What arrived after the seal (the ingress hold).
+    hold: Vec<Envelope>,
+    /// What was relayed at the handover, kept (encoded) until the target commits.
+    relayed: Vec<Envelope>,
 }
 
 impl Lane {
@@ -130,6 +167,10 @@ impl Lane {
             next_due,
             open: true,
             me: Arc::downgrade(&tx),
+            ticks: VecDeque::new(),
+            moving: None,
+            hold: Vec::new(),
+            relayed: Vec::new(),
         };
         (tx, lane)
     }
@@ -145,6 +186,18 @@ impl Lane {
                 }
                 continue;
             }
+            if self.suspended() {
+                // Sealed for a move: no turn runs; what arrives is held in order.
+                tokio::select! {
+                    biased;
+                    control = self.ctl.recv() => match control {
+                        Some(control) => self.control(control),
+                        None => break,
+                    },
+                    Some(envelope) = self.data.recv() => self.hold.push(envelope),
+                }
+                continue;
+            }
             turns += 1;
             if turns.is_multiple_of(TURNS_PER_YIELD) {
                 tokio::task::yield_now().await;
@@ -156,6 +209,10 @@ impl Lane {
             }
             if let Ok(control) = self.ctl.try_recv() {
                 self.control(control);
+                continue;
+            }
+            if let Some((id, tick)) = self.ticks.pop_front() {
+                self.turn(&id, Turn::Tick(&tick));
                 continue;
             }
             if let Some(due) = self.next_due {
@@ -258,6 +315,7 @@ impl Lane {
             SysTurn::MemberLeft(a) => Turn::MemberLeft(a),
             SysTurn::Joined(s) => Turn::Joined(s),
             SysTurn::Left(s) => Turn::Left(s),
+            SysTurn::ReadyCompleted(o) => Turn::ReadyCompleted((*o).into()),
         };
         self.turn(id, turn);
     }
@@ -287,6 +345,8 @@ impl Lane {
                 }
                 if effects.stop {
                     self.stop_unit(id, StopKind::Requested);
+                } else if effects.deferred {
+                    self.deferred(id);
                 }
                 reply
             }
@@ -453,6 +513,13 @@ impl Lane {
                 let _ = done.send(result);
             }
             Control::Open => self.open = true,
+            Control::Seal { rel, done } => self.seal(rel, done),
+            Control::CancelSeal { rel } => self.cancel_seal(rel),
+            Control::Handover { rel, target, done } => self.handover(rel, target, done),
+            Control::Resume { rel } => self.resume(rel),
+            Control::Release { rel } => self.release(rel),
+            Control::ForceStop { rel } => self.force_stop(rel),
+            Control::OpenMoved { relay } => self.open_moved(relay),
             Control::Discard => self.discard(),
             Control::Close { done } => {
                 let ids: Vec<UnitId> = self.cells.keys().cloned().collect();

@@ -1,0 +1,505 @@
+//! A lane's part in a move: seal at a turn boundary and capture, hold what arrives, hand over
+//! (relay and cutover), and then resume, release or force-stop; on the target, restore from a
+//! capture into a lane that does not run until it is opened.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::{Lane, LaneTx, SysTurn};
+use crate::behavior::Membership;
+use crate::cluster::frames::Frame;
+use crate::error::MessageError;
+use crate::ids::{NodeId, UnitId};
+use crate::node::cell::UnitCell;
+use crate::node::directory::Entry;
+use crate::node::{Envelope, Node, Payload};
+use crate::registry::{ExecutionMode, FactoryKind, ReadinessMode};
+use crate::relocation::RelocationId;
+use crate::relocation::capture::{
+    Capture, CellCapture, MembershipData, PendingCallback, QueuedOp, ReadyOutcomeData, relay_digest,
+};
+use crate::relocation::frames::RelocFrame;
+use crate::timer::TimerSet;
+
+/// Where a lane stands in a move.
+pub(crate) enum Moving {
+    /// Asked to seal; an ApplicationSignaled spot seals after its next deferring turn.
+    SealPending {
+        rel: RelocationId,
+        done: oneshot::Sender<Result<Capture, String>>,
+    },
+    /// Captured: no turn runs, arrivals are held.
+    Held { rel: RelocationId, signaled: bool },
+    /// Relayed and cut over: waiting for the verdict.
+    Handed { rel: RelocationId, signaled: bool },
+}
+
+impl Lane {
+    /// Whether turns are suspended by a move.
+    pub(super) fn suspended(&self) -> bool {
+        matches!(
+            self.moving,
+            Some(Moving::Held { .. } | Moving::Handed { .. })
+        )
+    }
+
+    /// The unit this lane is: the spot of a SpotWide room, else its only cell.
+    pub(super) fn primary(&self) -> Option<UnitId> {
+        self.primary_spot()
+            .or_else(|| self.cells.keys().next().cloned())
+    }
+
+    /// Whether the primary is a SpotWide spot that seals only when the application says so.
+    pub(super) fn app_signaled(&self) -> bool {
+        self.primary()
+            .and_then(|id| self.cells.get(&id))
+            .is_some_and(|c| {
+                let info = c.info();
+                info.kind == FactoryKind::UserSpot(ExecutionMode::SpotWide)
+                    && info.readiness == ReadinessMode::ApplicationSignaled
+            })
+    }
+
+    /// A move asks to seal this lane.
+    pub(super) fn seal(
+        &mut self,
+        rel: RelocationId,
+        done: oneshot::Sender<Result<Capture, String>>,
+    ) {
+        if !self.open || self.moving.is_some() {
+            let _ = done.send(Err("the unit is not running here, or already moving".into()));
+            return;
+        }
+        if self.app_signaled() {
+            self.moving = Some(Moving::SealPending { rel, done });
+        } else {
+            self.capture(rel, done, false);
+        }
+    }
+
+    /// A move gives up waiting for the seal.
+    pub(super) fn cancel_seal(&mut self, rel: RelocationId) {
+        if let Some(Moving::SealPending { rel: pending, .. }) = &self.moving
+            && *pending == rel
+        {
+            self.moving = None;
+        }
+    }
+
+    /// After a turn: an ApplicationSignaled spot said its state is whole.
+    pub(super) fn deferred(&mut self, id: &UnitId) {
+        match self.moving.take() {
+            Some(Moving::SealPending { rel, done }) => self.capture(rel, done, true),
+            other => {
+                self.moving = other;
+                // No move is prepared: the spot carries on, and hears so before its next turn.
+                self.sys.push_front((
+                    id.clone(),
+                    SysTurn::ReadyCompleted(ReadyOutcomeData::Continued),
+                ));
+            }
+        }
+    }
+
+    /// Seals at this turn boundary and captures everything that moves.
+    fn capture(
+        &mut self,
+        rel: RelocationId,
+        done: oneshot::Sender<Result<Capture, String>>,
+        signaled: bool,
+    ) {
+        let Some(unit) = self.primary() else {
+            let _ = done.send(Err("the lane is empty".into()));
+            return;
+        };
+        let now = Instant::now();
+        // Everything accepted so far is saved work.
+        while let Ok(envelope) = self.data.try_recv() {
+            self.backlog.push_back(envelope);
+        }
+        // Ticks due now are pending ticks: they run first, wherever the unit runs next.
+        for (id, cell) in &mut self.cells {
+            for tick in cell.take_due(now) {
+                self.ticks.push_back((id.clone(), tick));
+            }
+        }
+        self.next_due = self.cells.values().filter_map(|c| c.next_due()).min();
+        let mut cells = Vec::new();
+        let mut order: Vec<UnitId> = vec![unit.clone()];
+        order.extend(self.cells.keys().filter(|k| **k != unit).cloned());
+        for id in &order {
+            let Some(cell) = self.cells.get(id) else {
+                continue;
+            };
+            match cell.capture_state() {
+                Ok(state) => cells.push(CellCapture {
+                    id: id.clone(),
+                    factory: cell.info().type_name.to_string(),
+                    state,
+                    timers: cell.timer_snapshot(now),
+                    membership: membership_data(cell.membership()),
+                }),
+                Err(error) => {
+                    let _ = done.send(Err(format!("{id} could not be captured: {error}")));
+                    return;
+                }
+            }
+        }
+        let journal = self.encode_in_place(Side::Backlog);
+        let callbacks = self
+            .sys
+            .iter()
+            .map(|(id, turn)| (id.clone(), turn.to_data()))
+            .collect();
+        let capture = Capture {
+            unit,
+            cells,
+            callbacks,
+            ticks: self.ticks.iter().cloned().collect(),
+            journal,
+        };
+        self.moving = Some(Moving::Held { rel, signaled });
+        if done.send(Ok(capture)).is_err() {
+            // Nobody waits for it any more: carry on here.
+            self.resume(rel);
+        }
+    }
+
+    /// Encodes the backlog or the hold in place (so it can still run here) and returns copies.
+    fn encode_in_place(&mut self, side: Side) -> Vec<QueuedOp> {
+        let queue = match side {
+            Side::Backlog => std::mem::take(&mut self.backlog),
+            Side::Hold => std::mem::take(&mut self.hold).into(),
+        };
+        let mut kept = VecDeque::with_capacity(queue.len());
+        let mut ops = Vec::with_capacity(queue.len());
+        for envelope in queue {
+            let Some(cell) = self.cells.get(&envelope.to) else {
+                self.reroute(envelope);
+                continue;
+            };
+            let Envelope { to, payload, reply } = envelope;
+            match cell.encode(payload) {
+                Ok(bytes) => {
+                    ops.push(QueuedOp {
+                        to: to.clone(),
+                        payload: bytes.clone(),
+                        reply: reply.clone(),
+                    });
+                    kept.push_back(Envelope {
+                        to,
+                        payload: Payload::Encoded(bytes),
+                        reply,
+                    });
+                }
+                Err(reason) => {
+                    if let Some(reply_to) = reply {
+                        self.node
+                            .complete(reply_to, Err(MessageError::Codec { id: to, reason }));
+                    }
+                }
+            }
+        }
+        match side {
+            Side::Backlog => self.backlog = kept,
+            Side::Hold => self.hold = kept.into(),
+        }
+        ops
+    }
+
+    /// The point of no return: route the unit's ids to the target, relay what was held, in order,
+    /// and send the cutover, all before anyone here can send to the unit by its new route.
+    pub(super) fn handover(
+        &mut self,
+        rel: RelocationId,
+        target: NodeId,
+        done: oneshot::Sender<Vec<QueuedOp>>,
+    ) {
+        let Some(Moving::Held {
+            rel: held,
+            signaled,
+        }) = self.moving
+        else {
+            return;
+        };
+        if held != rel {
+            return;
+        }
+        let node = self.node.clone();
+        let ids: Vec<UnitId> = self.cells.keys().cloned().collect();
+        let mut records = Vec::new();
+        for id in &ids {
+            let mut shard = node.core.directory.lock(id);
+            node.core.router.point(id.clone(), target.clone());
+            if shard
+                .get(id)
+                .is_some_and(|e| std::ptr::eq(Arc::as_ptr(&e.lane), self.me.as_ptr()))
+            {
+                shard.remove(id);
+            }
+            // Everything sent along the old route is queued by now: hold it, then relay it.
+            while let Ok(envelope) = self.data.try_recv() {
+                self.hold.push(envelope);
+            }
+            let start = records.len();
+            let mut rest = Vec::with_capacity(self.hold.len());
+            let mut mine = Vec::new();
+            for envelope in std::mem::take(&mut self.hold) {
+                if envelope.to == *id {
+                    mine.push(envelope);
+                } else {
+                    rest.push(envelope);
+                }
+            }
+            self.hold = mine;
+            records.extend(self.encode_in_place(Side::Hold));
+            for op in &records[start..] {
+                let frame = Frame::Reloc(RelocFrame::Relay {
+                    rel,
+                    op: op.clone(),
+                });
+                if let Err(error) = node.mesh_send(&target, frame) {
+                    tracing::warn!(%rel, %error, "relay record not sent; the cutover will not match");
+                }
+            }
+            self.relayed.append(&mut self.hold);
+            self.hold = rest;
+            drop(shard);
+        }
+        let (count, crc) = relay_digest(&records);
+        if let Err(error) = node.mesh_send(
+            &target,
+            Frame::Reloc(RelocFrame::Cutover { rel, count, crc }),
+        ) {
+            tracing::warn!(%rel, %error, "cutover not sent; it will be sent again");
+        }
+        self.moving = Some(Moving::Handed { rel, signaled });
+        let _ = done.send(records);
+    }
+
+    /// Runs the unit here again: saved work, then what was held, in their original order.
+    pub(super) fn resume(&mut self, rel: RelocationId) {
+        let (handed, signaled) = match self.moving {
+            Some(Moving::Held { rel: r, signaled }) if r == rel => (false, signaled),
+            Some(Moving::Handed { rel: r, signaled }) if r == rel => (true, signaled),
+            _ => return,
+        };
+        if handed {
+            let node = self.node.clone();
+            for (id, cell) in &self.cells {
+                let Some(factory) = node.core.factory(&cell.info().type_name) else {
+                    continue;
+                };
+                let Some(lane) = self.me.upgrade() else {
+                    continue;
+                };
+                node.core
+                    .directory
+                    .lock(id)
+                    .insert(id.clone(), Entry { lane, factory });
+                node.core.router.forget(id);
+            }
+        }
+        self.backlog.extend(self.relayed.drain(..));
+        self.backlog.extend(self.hold.drain(..));
+        if signaled && let Some(primary) = self.primary() {
+            self.sys.push_front((
+                primary,
+                SysTurn::ReadyCompleted(ReadyOutcomeData::Continued),
+            ));
+        }
+        self.moving = None;
+    }
+
+    /// The target owns the unit now: drop this copy without callbacks; stragglers follow it.
+    pub(super) fn release(&mut self, rel: RelocationId) {
+        if !matches!(self.moving, Some(Moving::Handed { rel: r, .. }) if r == rel) {
+            return;
+        }
+        self.backlog.clear();
+        self.relayed.clear();
+        let late: Vec<Envelope> = std::mem::take(&mut self.hold);
+        for envelope in late {
+            self.reroute(envelope);
+        }
+        while let Ok(envelope) = self.data.try_recv() {
+            self.reroute(envelope);
+        }
+        self.finish_moving();
+    }
+
+    /// The deadline passed after the point of no return and the target never committed: the unit
+    /// runs nowhere. Every request it still holds ends with an error.
+    pub(super) fn force_stop(&mut self, rel: RelocationId) {
+        if !matches!(self.moving, Some(Moving::Handed { rel: r, .. } | Moving::Held { rel: r, .. }) if r == rel)
+        {
+            return;
+        }
+        while let Ok(envelope) = self.data.try_recv() {
+            self.hold.push(envelope);
+        }
+        let pending: Vec<Envelope> = self
+            .backlog
+            .drain(..)
+            .chain(self.relayed.drain(..))
+            .chain(self.hold.drain(..))
+            .collect();
+        for envelope in pending {
+            if let Some(reply_to) = envelope.reply {
+                let id = envelope.to;
+                self.node
+                    .complete(reply_to, Err(MessageError::UnitStopped { id }));
+            }
+        }
+        for id in self.cells.keys() {
+            self.node.core.router.forget(id);
+        }
+        self.finish_moving();
+    }
+
+    fn finish_moving(&mut self) {
+        self.cells.clear();
+        self.sys.clear();
+        self.ticks.clear();
+        self.moving = None;
+    }
+
+    /// On the target: opens the restored unit with the relay records behind its saved work.
+    pub(super) fn open_moved(&mut self, relay: Vec<QueuedOp>) {
+        self.backlog.extend(relay.into_iter().map(|op| Envelope {
+            to: op.to,
+            payload: Payload::Encoded(op.payload),
+            reply: op.reply,
+        }));
+        self.open = true;
+    }
+
+    /// On the target: builds a lane from a capture and registers its ids here, gated.
+    pub(crate) fn restore(node: &Node, capture: Capture) -> Result<Arc<LaneTx>, String> {
+        let now = Instant::now();
+        let mut cells: Vec<Box<dyn UnitCell>> = Vec::new();
+        for c in capture.cells {
+            let factory = node.core.factory(&c.factory).ok_or_else(|| {
+                format!("no factory {:?} is registered on {}", c.factory, node.id())
+            })?;
+            let mut cell = factory
+                .build_cell(&c.id)
+                .ok_or_else(|| format!("factory {:?} does not build {}", c.factory, c.id))?;
+            if let Some(state) = &c.state {
+                cell.restore_state(state)
+                    .map_err(|e| format!("{} could not be restored: {e}", c.id))?;
+            }
+            cell.set_timers(TimerSet::restore(c.timers, now));
+            *cell.membership_mut() = match c.membership {
+                MembershipData::Spot(members) => Membership::Spot {
+                    members: members.into_iter().collect(),
+                },
+                MembershipData::Actor(spot) => Membership::Actor { spot },
+            };
+            cells.push(cell);
+        }
+        let mut cells = cells.into_iter();
+        let first = cells.next().ok_or("the capture has no cells")?;
+        let (tx, mut lane) = Lane::new(node.clone(), first);
+        for cell in cells {
+            if let Some(due) = cell.next_due() {
+                lane.next_due = Some(lane.next_due.map_or(due, |d| d.min(due)));
+            }
+            lane.cells.insert(cell.id().clone(), cell);
+        }
+        lane.open = false;
+        lane.sys = capture
+            .callbacks
+            .into_iter()
+            .map(|(id, c)| (id, SysTurn::from_data(c)))
+            .collect();
+        if lane.app_signaled() {
+            lane.sys.push_front((
+                capture.unit.clone(),
+                SysTurn::ReadyCompleted(ReadyOutcomeData::Relocated),
+            ));
+        }
+        lane.ticks = capture.ticks.into();
+        lane.backlog = capture
+            .journal
+            .into_iter()
+            .map(|op| Envelope {
+                to: op.to,
+                payload: Payload::Encoded(op.payload),
+                reply: op.reply,
+            })
+            .collect();
+        let ids: Vec<(UnitId, String)> = lane
+            .cells
+            .iter()
+            .map(|(id, c)| (id.clone(), c.info().type_name.to_string()))
+            .collect();
+        let mut registered = Vec::new();
+        for (id, type_name) in &ids {
+            let mut shard = node.core.directory.lock(id);
+            let factory = node.core.factory(type_name);
+            match (shard.contains_key(id), factory) {
+                (false, Some(factory)) => {
+                    shard.insert(
+                        id.clone(),
+                        Entry {
+                            lane: tx.clone(),
+                            factory,
+                        },
+                    );
+                    registered.push(id.clone());
+                }
+                _ => {
+                    drop(shard);
+                    for done in &registered {
+                        node.core.directory.lock(done).remove(done);
+                    }
+                    return Err(format!("{id} is already hosted on {}", node.id()));
+                }
+            }
+        }
+        tokio::spawn(lane.run());
+        Ok(tx)
+    }
+}
+
+/// Which queue to encode.
+#[derive(Clone, Copy)]
+enum Side {
+    Backlog,
+    Hold,
+}
+
+fn membership_data(m: &Membership) -> MembershipData {
+    match m {
+        Membership::Spot { members } => MembershipData::Spot(members.iter().cloned().collect()),
+        Membership::Actor { spot } => MembershipData::Actor(spot.clone()),
+    }
+}
+
+impl SysTurn {
+    fn to_data(&self) -> PendingCallback {
+        match self {
+            SysTurn::Start => PendingCallback::Start,
+            SysTurn::MemberJoined(a) => PendingCallback::MemberJoined(a.clone()),
+            SysTurn::MemberLeft(a) => PendingCallback::MemberLeft(a.clone()),
+            SysTurn::Joined(s) => PendingCallback::Joined(s.clone()),
+            SysTurn::Left(s) => PendingCallback::Left(s.clone()),
+            SysTurn::ReadyCompleted(o) => PendingCallback::ReadyCompleted(*o),
+        }
+    }
+
+    fn from_data(c: PendingCallback) -> SysTurn {
+        match c {
+            PendingCallback::Start => SysTurn::Start,
+            PendingCallback::MemberJoined(a) => SysTurn::MemberJoined(a),
+            PendingCallback::MemberLeft(a) => SysTurn::MemberLeft(a),
+            PendingCallback::Joined(s) => SysTurn::Joined(s),
+            PendingCallback::Left(s) => SysTurn::Left(s),
+            PendingCallback::ReadyCompleted(o) => SysTurn::ReadyCompleted(o),
+        }
+    }
+}

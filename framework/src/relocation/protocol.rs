@@ -1,0 +1,498 @@
+//! The relocation protocol as two plain state machines, one per side: events in, actions out.
+//!
+//! Nothing here touches a lane, the mesh, the store or the clock; the async shells do, and feed
+//! back what happened. So every interleaving that matters (a lost cutover, a late relay record,
+//! a target that dies after relay-ready, a store write whose result never arrives) is driven by
+//! a unit test below.
+//!
+//! The point of no return is the source's handover (relay and cutover). Before it, any failure
+//! restores the unit on the source. After it, the source may only take the unit back by a
+//! conditional write that wins against a target that never committed; whichever write wins owns it.
+
+/// What happened, as the source sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceEvent {
+    /// The lane reached a turn boundary and captured the unit.
+    Captured,
+    /// The unit cannot be sealed (it stopped, or it is not relocatable).
+    SealRefused(String),
+    /// The target restored the unit into a queue that does not run yet.
+    RelayReady,
+    /// The target refused the unit (restore failed, checksum, unknown factory...).
+    Refused(String),
+    /// The target recorded itself as owner and opened the unit.
+    Committed,
+    /// The target gave up before committing.
+    Aborted(String),
+    /// Nothing was heard in time, or the link to the target dropped.
+    Silence,
+    /// The operation's deadline passed.
+    Deadline,
+    /// The source's conditional write (reclaim or force-stop) won.
+    FenceWon,
+    /// The source's conditional write lost: the target committed.
+    FenceLost,
+    /// The store could not be asked; whether the write landed is unknown, so ask again.
+    FenceUnknown,
+}
+
+/// What the source shell must do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceAction {
+    /// Send the manifest and the chunks of the capture.
+    SendCapture,
+    /// Stop waiting for a seal that has not happened.
+    CancelSeal,
+    /// Relay what arrived since the seal, then the cutover (the point of no return).
+    Handover,
+    /// Send the relay records and the cutover again (the first ones may be lost).
+    ResendHandover,
+    /// Run the unit on the source again: saved work, then what was held, in order.
+    Resume,
+    /// Write the authority record back to the source, conditional on it being unchanged.
+    FenceReclaim,
+    /// Mark the authority record force-stopped, conditional on it being unchanged.
+    FenceForceStop,
+    /// The target owns the unit: drop the source's copy.
+    Release,
+    /// End every held request with an error and drop the unit.
+    ForceStop,
+}
+
+/// How a move ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MoveEnd {
+    /// The unit runs on the target.
+    Moved,
+    /// The unit runs on the source again, nothing lost (the reason why it did not move).
+    Restored(String),
+    /// The unit was never sealed; it runs on as before.
+    NotSealed(String),
+    /// Past the point of no return, the target never committed; the source took the unit back.
+    Reclaimed,
+    /// Past the point of no return at the deadline: the unit runs nowhere; recovery may rebuild it.
+    ForceStopped,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum SourcePhase {
+    Sealing,
+    Transferring,
+    HandedOver { resent: bool },
+    Fencing { force_stop: bool },
+    Done(MoveEnd),
+}
+
+/// The source side of one move.
+#[derive(Debug, Clone)]
+pub struct SourceMachine {
+    phase: SourcePhase,
+}
+
+impl Default for SourceMachine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SourceMachine {
+    /// A move whose seal was just asked for.
+    pub fn new() -> Self {
+        SourceMachine {
+            phase: SourcePhase::Sealing,
+        }
+    }
+
+    /// How the move ended, once it has.
+    pub fn end(&self) -> Option<&MoveEnd> {
+        match &self.phase {
+            SourcePhase::Done(end) => Some(end),
+            _ => None,
+        }
+    }
+
+    /// Whether the point of no return is behind.
+    pub fn handed_over(&self) -> bool {
+        matches!(
+            self.phase,
+            SourcePhase::HandedOver { .. } | SourcePhase::Fencing { .. }
+        ) || matches!(
+            self.phase,
+            SourcePhase::Done(MoveEnd::Moved | MoveEnd::Reclaimed | MoveEnd::ForceStopped)
+        )
+    }
+
+    /// Feeds one event; returns what to do, in order.
+    pub fn on(&mut self, event: SourceEvent) -> Vec<SourceAction> {
+        use SourceAction as A;
+        use SourceEvent as E;
+        use SourcePhase as P;
+        let (next, actions) = match (&self.phase, event) {
+            (P::Done(_), _) => return Vec::new(),
+
+            (P::Sealing, E::Captured) => (P::Transferring, vec![A::SendCapture]),
+            (P::Sealing, E::SealRefused(why)) => (P::Done(MoveEnd::NotSealed(why)), vec![]),
+            (P::Sealing, E::Deadline) => (
+                P::Done(MoveEnd::NotSealed(
+                    "the deadline passed before a turn boundary".into(),
+                )),
+                vec![A::CancelSeal],
+            ),
+            (P::Sealing, _) => return Vec::new(),
+
+            (P::Transferring, E::RelayReady) => {
+                (P::HandedOver { resent: false }, vec![A::Handover])
+            }
+            (P::Transferring, E::Refused(why) | E::Aborted(why)) => {
+                (P::Done(MoveEnd::Restored(why)), vec![A::Resume])
+            }
+            (P::Transferring, E::Silence) => (
+                P::Done(MoveEnd::Restored("the target did not answer".into())),
+                vec![A::Resume],
+            ),
+            (P::Transferring, E::Deadline) => (
+                P::Done(MoveEnd::Restored(
+                    "the deadline passed before relay-ready".into(),
+                )),
+                vec![A::Resume],
+            ),
+            (P::Transferring, _) => return Vec::new(),
+
+            (P::HandedOver { .. }, E::Committed) => (P::Done(MoveEnd::Moved), vec![A::Release]),
+            (P::HandedOver { resent: false }, E::Silence) => {
+                (P::HandedOver { resent: true }, vec![A::ResendHandover])
+            }
+            (P::HandedOver { resent: true }, E::Silence)
+            | (P::HandedOver { .. }, E::Aborted(_)) => {
+                (P::Fencing { force_stop: false }, vec![A::FenceReclaim])
+            }
+            (P::HandedOver { .. }, E::Deadline) => {
+                (P::Fencing { force_stop: true }, vec![A::FenceForceStop])
+            }
+            (P::HandedOver { .. }, _) => return Vec::new(),
+
+            // A commit may still arrive while the fence is asked; the store decides either way.
+            (P::Fencing { force_stop }, E::FenceWon) => {
+                if *force_stop {
+                    (P::Done(MoveEnd::ForceStopped), vec![A::ForceStop])
+                } else {
+                    (P::Done(MoveEnd::Reclaimed), vec![A::Resume])
+                }
+            }
+            (P::Fencing { .. }, E::FenceLost) => (P::Done(MoveEnd::Moved), vec![A::Release]),
+            (P::Fencing { force_stop }, E::FenceUnknown) => {
+                let again = if *force_stop {
+                    A::FenceForceStop
+                } else {
+                    A::FenceReclaim
+                };
+                (
+                    P::Fencing {
+                        force_stop: *force_stop,
+                    },
+                    vec![again],
+                )
+            }
+            (P::Fencing { force_stop: false }, E::Deadline) => {
+                (P::Fencing { force_stop: true }, vec![A::FenceForceStop])
+            }
+            (P::Fencing { .. }, _) => return Vec::new(),
+        };
+        self.phase = next;
+        actions
+    }
+}
+
+/// What happened, as the target sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetEvent {
+    /// Every chunk arrived and checked out, and the unit was restored into a gated queue.
+    Restored,
+    /// The transfer or the restore failed.
+    RestoreFailed(String),
+    /// A relay record arrived.
+    Relay,
+    /// The source starts resending its relay records: they replace what came before.
+    RelayReset,
+    /// The cutover arrived with the source's count and checksum of relay records.
+    Cutover {
+        /// Whether the records received match it.
+        matches: bool,
+    },
+    /// The conditional write of the new owner won.
+    CommitWon,
+    /// It lost: the source took the unit back (or it changed otherwise).
+    CommitLost,
+    /// The store did not answer; whether the write landed is unknown.
+    CommitUnknown,
+    /// A re-read after an unknown write found this node recorded as owner.
+    ReadShowsOwner,
+    /// A re-read found someone else (or nothing) recorded.
+    ReadShowsOther,
+    /// The source went silent before the cutover.
+    Silence,
+}
+
+/// What the target shell must do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetAction {
+    /// Tell the source the unit is restored and may be relayed.
+    SendRelayReady,
+    /// Tell the source the unit was refused, with the reason.
+    SendRefused(String),
+    /// Keep the relay record.
+    KeepRelay,
+    /// Drop the relay records kept so far (a resent batch replaces them).
+    ClearRelay,
+    /// Write this node as the owner, conditional on the record as the source last read it.
+    Commit,
+    /// Read the record back after a write whose result did not arrive.
+    ReadBack,
+    /// Open the unit: saved work, relay records, then later arrivals.
+    Open,
+    /// Tell the source the unit is committed here.
+    SendCommitted,
+    /// Drop the staged unit; what reached its queue follows the real owner.
+    Discard,
+    /// Tell the source this node gave up.
+    SendAborted(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TargetPhase {
+    Staging,
+    Ready,
+    Committing,
+    ReadingBack,
+    Open,
+    Gone,
+}
+
+/// The target side of one move.
+#[derive(Debug, Clone)]
+pub struct TargetMachine {
+    phase: TargetPhase,
+}
+
+impl Default for TargetMachine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TargetMachine {
+    /// A move whose manifest just arrived.
+    pub fn new() -> Self {
+        TargetMachine {
+            phase: TargetPhase::Staging,
+        }
+    }
+
+    /// Whether the move is over on this side (opened or given up).
+    pub fn finished(&self) -> bool {
+        matches!(self.phase, TargetPhase::Open | TargetPhase::Gone)
+    }
+
+    /// Whether the unit opened here.
+    pub fn opened(&self) -> bool {
+        self.phase == TargetPhase::Open
+    }
+
+    /// Feeds one event; returns what to do, in order.
+    pub fn on(&mut self, event: TargetEvent) -> Vec<TargetAction> {
+        use TargetAction as A;
+        use TargetEvent as E;
+        use TargetPhase as P;
+        let (next, actions) = match (&self.phase, event) {
+            (P::Open | P::Gone, _) => return Vec::new(),
+            (P::Staging, E::Restored) => (P::Ready, vec![A::SendRelayReady]),
+            (P::Staging, E::RestoreFailed(why)) => (P::Gone, vec![A::Discard, A::SendRefused(why)]),
+            (P::Staging, E::Silence) => (P::Gone, vec![A::Discard]),
+            (P::Staging, _) => return Vec::new(),
+
+            (P::Ready, E::RelayReset) => (P::Ready, vec![A::ClearRelay]),
+            (P::Ready, E::Relay) => (P::Ready, vec![A::KeepRelay]),
+            (P::Ready, E::Cutover { matches: true }) => (P::Committing, vec![A::Commit]),
+            // Records are missing (the link dropped some): wait for the source to resend them all.
+            (P::Ready, E::Cutover { matches: false }) => (P::Ready, vec![]),
+            (P::Ready, E::Silence) => (
+                P::Gone,
+                vec![A::Discard, A::SendAborted("no cutover came".into())],
+            ),
+            (P::Ready, _) => return Vec::new(),
+
+            (P::Committing, E::CommitWon) => (P::Open, vec![A::Open, A::SendCommitted]),
+            (P::Committing, E::CommitLost) => (
+                P::Gone,
+                vec![
+                    A::Discard,
+                    A::SendAborted("the authority record changed".into()),
+                ],
+            ),
+            (P::Committing, E::CommitUnknown) => (P::ReadingBack, vec![A::ReadBack]),
+            (P::Committing, _) => return Vec::new(),
+
+            (P::ReadingBack, E::ReadShowsOwner) => (P::Open, vec![A::Open, A::SendCommitted]),
+            (P::ReadingBack, E::ReadShowsOther) => (
+                P::Gone,
+                vec![
+                    A::Discard,
+                    A::SendAborted("the authority record changed".into()),
+                ],
+            ),
+            (P::ReadingBack, E::CommitUnknown) => (P::ReadingBack, vec![A::ReadBack]),
+            (P::ReadingBack, _) => return Vec::new(),
+        };
+        self.phase = next;
+        actions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use SourceAction as SA;
+    use SourceEvent as SE;
+    use TargetAction as TA;
+    use TargetEvent as TE;
+
+    fn source_at_handover() -> SourceMachine {
+        let mut s = SourceMachine::new();
+        assert_eq!(s.on(SE::Captured), vec![SA::SendCapture]);
+        assert_eq!(s.on(SE::RelayReady), vec![SA::Handover]);
+        assert!(s.handed_over());
+        s
+    }
+
+    #[test]
+    fn the_happy_path_moves_the_unit() {
+        let mut s = source_at_handover();
+        let mut t = TargetMachine::new();
+        assert_eq!(t.on(TE::Restored), vec![TA::SendRelayReady]);
+        assert_eq!(t.on(TE::Relay), vec![TA::KeepRelay]);
+        assert_eq!(t.on(TE::Cutover { matches: true }), vec![TA::Commit]);
+        assert_eq!(t.on(TE::CommitWon), vec![TA::Open, TA::SendCommitted]);
+        assert!(t.opened());
+        assert_eq!(s.on(SE::Committed), vec![SA::Release]);
+        assert_eq!(s.end(), Some(&MoveEnd::Moved));
+    }
+
+    #[test]
+    fn any_failure_before_relay_ready_restores_on_the_source() {
+        for event in [SE::Refused("checksum".into()), SE::Silence, SE::Deadline] {
+            let mut s = SourceMachine::new();
+            s.on(SE::Captured);
+            assert_eq!(s.on(event), vec![SA::Resume]);
+            assert!(matches!(s.end(), Some(MoveEnd::Restored(_))));
+            assert!(!s.handed_over());
+        }
+        let mut t = TargetMachine::new();
+        assert_eq!(
+            t.on(TE::RestoreFailed("no factory".into())),
+            vec![TA::Discard, TA::SendRefused("no factory".into())]
+        );
+    }
+
+    #[test]
+    fn a_seal_that_never_comes_is_cancelled_at_the_deadline() {
+        let mut s = SourceMachine::new();
+        assert_eq!(s.on(SE::Deadline), vec![SA::CancelSeal]);
+        assert!(matches!(s.end(), Some(MoveEnd::NotSealed(_))));
+        // A capture racing the cancel changes nothing.
+        assert!(s.on(SE::Captured).is_empty());
+    }
+
+    #[test]
+    fn a_lost_cutover_is_resent_whole_and_the_target_replaces_its_span() {
+        let mut s = source_at_handover();
+        let mut t = TargetMachine::new();
+        t.on(TE::Restored);
+        // The first record got through, the second and the cutover were lost with the link.
+        t.on(TE::Relay);
+        assert_eq!(s.on(SE::Silence), vec![SA::ResendHandover]);
+        assert_eq!(t.on(TE::RelayReset), vec![TA::ClearRelay]);
+        t.on(TE::Relay);
+        t.on(TE::Relay);
+        assert_eq!(t.on(TE::Cutover { matches: true }), vec![TA::Commit]);
+        t.on(TE::CommitWon);
+        assert_eq!(s.on(SE::Committed), vec![SA::Release]);
+    }
+
+    #[test]
+    fn a_cutover_whose_records_do_not_match_waits_for_the_resend() {
+        let mut t = TargetMachine::new();
+        t.on(TE::Restored);
+        assert!(t.on(TE::Cutover { matches: false }).is_empty());
+        // A late record of the first batch is kept, but only the resent batch can match.
+        assert_eq!(t.on(TE::Relay), vec![TA::KeepRelay]);
+        assert_eq!(t.on(TE::RelayReset), vec![TA::ClearRelay]);
+        assert_eq!(t.on(TE::Relay), vec![TA::KeepRelay]);
+        assert_eq!(t.on(TE::Cutover { matches: true }), vec![TA::Commit]);
+    }
+
+    #[test]
+    fn a_target_that_dies_after_relay_ready_is_fenced_out_and_never_two_own_it() {
+        let mut s = source_at_handover();
+        assert_eq!(s.on(SE::Silence), vec![SA::ResendHandover]);
+        assert_eq!(s.on(SE::Silence), vec![SA::FenceReclaim]);
+        assert_eq!(s.on(SE::FenceWon), vec![SA::Resume]);
+        assert_eq!(s.end(), Some(&MoveEnd::Reclaimed));
+        // The target, had it come back, loses its own conditional write.
+        let mut t = TargetMachine::new();
+        t.on(TE::Restored);
+        t.on(TE::Cutover { matches: true });
+        assert_eq!(
+            t.on(TE::CommitLost),
+            vec![
+                TA::Discard,
+                TA::SendAborted("the authority record changed".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_commit_that_wins_the_race_with_the_fence_keeps_the_unit_moved() {
+        let mut s = source_at_handover();
+        s.on(SE::Silence);
+        s.on(SE::Silence);
+        assert_eq!(s.on(SE::FenceLost), vec![SA::Release]);
+        assert_eq!(s.end(), Some(&MoveEnd::Moved));
+    }
+
+    #[test]
+    fn a_store_write_whose_result_is_lost_is_read_back_not_guessed() {
+        let mut t = TargetMachine::new();
+        t.on(TE::Restored);
+        t.on(TE::Cutover { matches: true });
+        assert_eq!(t.on(TE::CommitUnknown), vec![TA::ReadBack]);
+        assert_eq!(t.on(TE::CommitUnknown), vec![TA::ReadBack]);
+        assert_eq!(t.on(TE::ReadShowsOwner), vec![TA::Open, TA::SendCommitted]);
+        let mut s = source_at_handover();
+        s.on(SE::Silence);
+        s.on(SE::Silence);
+        assert_eq!(s.on(SE::FenceUnknown), vec![SA::FenceReclaim]);
+        assert_eq!(s.on(SE::FenceLost), vec![SA::Release]);
+    }
+
+    #[test]
+    fn the_deadline_past_the_point_of_no_return_force_stops_unless_the_target_committed() {
+        let mut s = source_at_handover();
+        assert_eq!(s.on(SE::Deadline), vec![SA::FenceForceStop]);
+        assert_eq!(s.on(SE::FenceWon), vec![SA::ForceStop]);
+        assert_eq!(s.end(), Some(&MoveEnd::ForceStopped));
+        let mut s = source_at_handover();
+        s.on(SE::Deadline);
+        assert_eq!(s.on(SE::FenceLost), vec![SA::Release]);
+        assert_eq!(s.end(), Some(&MoveEnd::Moved));
+    }
+
+    #[test]
+    fn a_target_abort_after_handover_is_fenced_then_resumed() {
+        let mut s = source_at_handover();
+        assert_eq!(
+            s.on(SE::Aborted("record changed".into())),
+            vec![SA::FenceReclaim]
+        );
+        assert_eq!(s.on(SE::FenceWon), vec![SA::Resume]);
+    }
+}

@@ -1,0 +1,445 @@
+//! The source side of a move, as an async shell around [`SourceMachine`]: it seals the lane, ships
+//! the capture, hands over, and carries out whatever the machine decides.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::RelocationId;
+use super::capture::{Capture, QueuedOp, relay_digest};
+use super::frames::{RecordAt, RelocFrame};
+use super::protocol::{MoveEnd, SourceAction, SourceEvent, SourceMachine};
+use crate::cluster::authority::{Stage, unit_key};
+use crate::cluster::frames::Frame;
+use crate::ids::{NodeId, UnitId};
+use crate::node::{Control, LaneTx, Node, NodeState};
+use crate::registry::PolicyKind;
+use crate::store::{BatchOutcome, Condition, Op};
+
+/// How long the source waits for the target at each step before it calls it silence.
+const STEP: Duration = Duration::from_secs(5);
+
+/// Why a unit could not start to move (nothing was sealed; it runs on where it was).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum MoveError {
+    /// The unit is not hosted on this node.
+    #[error("{id} is not hosted on this node; move it from the node that hosts it")]
+    NotHosted {
+        /// The unit.
+        id: UnitId,
+    },
+    /// An Actor in a SpotWide spot moves with its spot.
+    #[error("{id} is a member of SpotWide {spot} and moves with it; move the spot")]
+    MovesWithSpot {
+        /// The actor.
+        id: UnitId,
+        /// Its spot.
+        spot: UnitId,
+    },
+    /// The unit's factory says it is bound to its node.
+    #[error("{id} is registered with RelocationPolicy::Disabled and stays on its node")]
+    RelocationDisabled {
+        /// The unit.
+        id: UnitId,
+    },
+    /// No node can take the unit.
+    #[error("no node can take {id}: {reason}")]
+    NoTarget {
+        /// The unit.
+        id: UnitId,
+        /// Why not.
+        reason: String,
+    },
+    /// The node is not serving.
+    #[error("this node is {state}; moves start only while it serves")]
+    NotServing {
+        /// Its state.
+        state: NodeState,
+    },
+}
+
+/// What one move did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveReport {
+    /// The move's id (it is on every log line of the move).
+    pub relocation: RelocationId,
+    /// The unit.
+    pub unit: UnitId,
+    /// Where it was.
+    pub from: NodeId,
+    /// Where it was sent.
+    pub to: NodeId,
+    /// How it ended.
+    pub end: MoveEnd,
+    /// Bytes of the capture.
+    pub bytes: u64,
+    /// From the seal to the cutover being sent (S0 to S1), if it got that far.
+    pub interruption: Option<Duration>,
+    /// From the seal until the source heard the target opened it, if it did.
+    pub pause: Option<Duration>,
+}
+
+impl Node {
+    /// Moves one unit (a SpotWide spot with its members, an actor, an Instance Spot) to `target`,
+    /// or to a node placement picks. Runs the whole procedure; see the relocation contract.
+    pub async fn move_unit(
+        &self,
+        id: &UnitId,
+        target: Option<NodeId>,
+    ) -> Result<MoveReport, MoveError> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let target = self.pick_target(id, target, None)?;
+        Ok(self.move_to(id, target, deadline).await)
+    }
+
+    /// Checks that `id` can move from here and picks its target.
+    pub(crate) fn pick_target(
+        &self,
+        id: &UnitId,
+        target: Option<NodeId>,
+        version: Option<&str>,
+    ) -> Result<NodeId, MoveError> {
+        let state = self.state();
+        if !matches!(state, NodeState::Serving | NodeState::Relocating) {
+            return Err(MoveError::NotServing { state });
+        }
+        let entry = self
+            .core
+            .directory
+            .get(id)
+            .ok_or_else(|| MoveError::NotHosted { id: id.clone() })?;
+        let info = entry.factory.info();
+        if info.policy == PolicyKind::Disabled {
+            return Err(MoveError::RelocationDisabled { id: id.clone() });
+        }
+        let view: Vec<_> = self
+            .cluster_view()
+            .into_iter()
+            .filter(|d| d.node != *self.id())
+            .collect();
+        let type_name = info.type_name.to_string();
+        match target {
+            Some(t) => {
+                let ok = view.iter().any(|d| {
+                    d.node == t
+                        && d.state == NodeState::Serving
+                        && d.factories.contains(&type_name)
+                        && version.is_none_or(|v| d.app_version == v)
+                });
+                if ok {
+                    Ok(t)
+                } else {
+                    Err(MoveError::NoTarget {
+                        id: id.clone(),
+                        reason: format!("{t} is not a serving node with factory {type_name:?}"),
+                    })
+                }
+            }
+            None => crate::cluster::placement::place(&view, &type_name, version).ok_or_else(|| {
+                MoveError::NoTarget {
+                    id: id.clone(),
+                    reason: format!("no other serving node has factory {type_name:?} and room"),
+                }
+            }),
+        }
+    }
+
+    /// Runs one move to `target`, ending by `deadline` one way or another.
+    pub(crate) async fn move_to(
+        &self,
+        id: &UnitId,
+        target: NodeId,
+        deadline: Instant,
+    ) -> MoveReport {
+        let rel = RelocationId::random();
+        let span = tracing::info_span!("relocation", relocation = %rel, unit = %id, to = %target);
+        let _entered = span.enter();
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        self.core.moves.outgoing.lock().insert(rel, events_tx);
+        let lane = self.core.directory.get(id).map(|e| e.lane);
+        let mut run = SourceRun {
+            node: self.clone(),
+            lane,
+            rel,
+            id: id.clone(),
+            target: target.clone(),
+            machine: SourceMachine::new(),
+            records: Vec::new(),
+            relayed: Vec::new(),
+            bytes: 0,
+            sealed_at: None,
+            cut_at: None,
+            committed_at: None,
+        };
+        run.go(&mut events, deadline).await;
+        self.core.moves.outgoing.lock().remove(&rel);
+        let end = run
+            .machine
+            .end()
+            .cloned()
+            .unwrap_or_else(|| MoveEnd::NotSealed("the move did not finish".into()));
+        tracing::info!(?end, bytes = run.bytes, "move ended");
+        let elapsed = |t: Option<Instant>| match (run.sealed_at, t) {
+            (Some(s), Some(t)) => Some(t.duration_since(s)),
+            _ => None,
+        };
+        MoveReport {
+            relocation: rel,
+            unit: id.clone(),
+            from: self.id().clone(),
+            to: target,
+            end,
+            bytes: run.bytes,
+            interruption: elapsed(run.cut_at),
+            pause: elapsed(run.committed_at),
+        }
+    }
+}
+
+struct SourceRun {
+    node: Node,
+    /// The unit's lane, held here because the handover removes it from the directory.
+    lane: Option<Arc<LaneTx>>,
+    rel: RelocationId,
+    id: UnitId,
+    target: NodeId,
+    machine: SourceMachine,
+    records: Vec<RecordAt>,
+    relayed: Vec<QueuedOp>,
+    bytes: u64,
+    sealed_at: Option<Instant>,
+    cut_at: Option<Instant>,
+    committed_at: Option<Instant>,
+}
+
+impl SourceRun {
+    fn lane(&self, control: Control) -> bool {
+        self.lane
+            .as_ref()
+            .is_some_and(|lane| lane.ctl.send(control).is_ok())
+    }
+
+    async fn go(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>, deadline: Instant) {
+        let (done, sealed) = oneshot::channel();
+        if !self.lane(Control::Seal {
+            rel: self.rel,
+            done,
+        }) {
+            self.feed(
+                SourceEvent::SealRefused("the unit stopped".into()),
+                deadline,
+            )
+            .await;
+            return;
+        }
+        let capture = match tokio::time::timeout_at(deadline, sealed).await {
+            Ok(Ok(Ok(capture))) => capture,
+            Ok(Ok(Err(why))) => {
+                self.feed(SourceEvent::SealRefused(why), deadline).await;
+                return;
+            }
+            Ok(Err(_)) => {
+                self.feed(
+                    SourceEvent::SealRefused("the unit stopped".into()),
+                    deadline,
+                )
+                .await;
+                return;
+            }
+            Err(_) => {
+                self.feed(SourceEvent::Deadline, deadline).await;
+                return;
+            }
+        };
+        self.sealed_at = Some(Instant::now());
+        if capture.unit != self.id {
+            // An actor of a SpotWide room: the room is the unit.
+            self.lane(Control::Resume { rel: self.rel });
+            self.feed(
+                SourceEvent::SealRefused(format!("{} moves with {}", self.id, capture.unit)),
+                deadline,
+            )
+            .await;
+            return;
+        }
+        self.feed(SourceEvent::Captured, deadline).await;
+        if let Err(why) = self.send_capture(&capture).await {
+            self.feed(SourceEvent::Refused(why), deadline).await;
+        }
+        while self.machine.end().is_none() {
+            let wait = (Instant::now() + STEP).min(deadline);
+            let event = match tokio::time::timeout_at(wait, events.recv()).await {
+                Ok(Some(event)) => event,
+                Ok(None) => SourceEvent::Silence,
+                Err(_) if Instant::now() >= deadline => SourceEvent::Deadline,
+                Err(_) => SourceEvent::Silence,
+            };
+            self.feed(event, deadline).await;
+        }
+    }
+
+    /// Reads the records of every cell, then sends the manifest and the chunks.
+    async fn send_capture(&mut self, capture: &Capture) -> Result<(), String> {
+        let mut records = Vec::with_capacity(capture.cells.len());
+        for cell in &capture.cells {
+            let key = unit_key(&cell.id);
+            let found = self
+                .node
+                .store()
+                .get(&key)
+                .await
+                .map_err(|e| format!("the location store could not be read: {e}"))?;
+            let Some(v) = found else {
+                return Err(format!("{} has no authority record", cell.id));
+            };
+            let record = crate::cluster::authority::UnitRecord::decode(&key, &v.value)
+                .map_err(|e| e.to_string())?;
+            if record.owner != *self.node.id() {
+                return Err(format!(
+                    "{} is recorded on {}, not here",
+                    cell.id, record.owner
+                ));
+            }
+            records.push(RecordAt {
+                id: cell.id.clone(),
+                record,
+                version: v.version,
+            });
+        }
+        self.records = records.clone();
+        let (manifest, chunks) = capture.pack().map_err(|e| e.to_string())?;
+        self.bytes = manifest.len;
+        let offer = RelocFrame::Offer {
+            rel: self.rel,
+            unit: self.id.clone(),
+            records,
+            manifest,
+        };
+        self.send(offer)?;
+        for (index, bytes) in chunks.into_iter().enumerate() {
+            self.send(RelocFrame::Chunk {
+                rel: self.rel,
+                index: index as u32,
+                bytes,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn send(&self, frame: RelocFrame) -> Result<(), String> {
+        self.node
+            .mesh_send(&self.target, Frame::Reloc(frame))
+            .map_err(|e| format!("the target is unreachable: {e}"))
+    }
+
+    /// Feeds an event and carries out the actions, feeding back their results until none is left.
+    async fn feed(&mut self, event: SourceEvent, deadline: Instant) {
+        let mut pending = vec![event];
+        while let Some(event) = pending.pop() {
+            if event == SourceEvent::Committed {
+                self.committed_at = Some(Instant::now());
+            }
+            for action in self.machine.on(event) {
+                if let Some(next) = self.act(action, deadline).await {
+                    pending.push(next);
+                }
+            }
+        }
+    }
+
+    async fn act(&mut self, action: SourceAction, deadline: Instant) -> Option<SourceEvent> {
+        let rel = self.rel;
+        match action {
+            // The capture is sent by `go` right after the machine asks for it.
+            SourceAction::SendCapture => None,
+            SourceAction::CancelSeal => {
+                self.lane(Control::CancelSeal { rel });
+                None
+            }
+            SourceAction::Handover => {
+                let (done, relayed) = oneshot::channel();
+                let target = self.target.clone();
+                if !self.lane(Control::Handover { rel, target, done }) {
+                    return Some(SourceEvent::Silence);
+                }
+                self.relayed = relayed.await.unwrap_or_default();
+                self.cut_at = Some(Instant::now());
+                None
+            }
+            SourceAction::ResendHandover => {
+                let _ = self.send(RelocFrame::RelayReset { rel });
+                for op in self.relayed.clone() {
+                    let _ = self.send(RelocFrame::Relay { rel, op });
+                }
+                let (count, crc) = relay_digest(&self.relayed);
+                let _ = self.send(RelocFrame::Cutover { rel, count, crc });
+                None
+            }
+            SourceAction::Resume => {
+                self.lane(Control::Resume { rel });
+                None
+            }
+            SourceAction::Release => {
+                self.lane(Control::Release { rel });
+                None
+            }
+            SourceAction::ForceStop => {
+                self.lane(Control::ForceStop { rel });
+                None
+            }
+            SourceAction::FenceReclaim => Some(self.fence(false, deadline).await),
+            SourceAction::FenceForceStop => Some(self.fence(true, deadline).await),
+        }
+    }
+
+    /// The conditional write that decides, after the point of no return, who owns the unit:
+    /// gated on every record being as the source read it before the move.
+    ///
+    /// While the store cannot answer it asks again; past the deadline a reclaim turns into a
+    /// force-stop, and a force-stop that still cannot be written gives the unit up here without
+    /// it (the record then still names this node, and recovery can act on it): never two owners.
+    async fn fence(&self, force_stop: bool, deadline: Instant) -> SourceEvent {
+        loop {
+            match self.fence_once(force_stop).await {
+                SourceEvent::FenceUnknown if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                SourceEvent::FenceUnknown if force_stop => {
+                    tracing::error!("force-stop not recorded: the store is unreachable");
+                    return SourceEvent::FenceWon;
+                }
+                SourceEvent::FenceUnknown => return SourceEvent::Deadline,
+                decided => return decided,
+            }
+        }
+    }
+
+    async fn fence_once(&self, force_stop: bool) -> SourceEvent {
+        let mut conditions = Vec::with_capacity(self.records.len());
+        let mut ops = Vec::with_capacity(self.records.len());
+        for at in &self.records {
+            let key = unit_key(&at.id);
+            let mut record = at.record.clone();
+            if force_stop {
+                record.stage = Stage::ForceStopped;
+            } else {
+                record.owner_generation += 1;
+            }
+            conditions.push(Condition::version(key.clone(), at.version));
+            ops.push(Op::put(key, record.encode()));
+        }
+        let write = self.node.store().batch(conditions, ops);
+        match tokio::time::timeout(STEP, write).await {
+            Ok(Ok(BatchOutcome::Committed { .. })) => SourceEvent::FenceWon,
+            Ok(Ok(BatchOutcome::Conflict { .. })) => SourceEvent::FenceLost,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "fence write failed; asking again");
+                SourceEvent::FenceUnknown
+            }
+            Err(_) => SourceEvent::FenceUnknown,
+        }
+    }
+}

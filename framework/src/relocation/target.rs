@@ -1,0 +1,239 @@
+//! The target side of a move, as an async shell around [`TargetMachine`]: it assembles and
+//! restores the unit into a gated lane, keeps the relay records, commits ownership in the store,
+//! and opens the unit.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+
+use super::RelocationId;
+use super::capture::{Assembly, QueuedOp, relay_digest};
+use super::frames::{RecordAt, RelocFrame};
+use super::protocol::{SourceEvent, TargetAction, TargetEvent, TargetMachine};
+use crate::cluster::authority::{Stage, UnitRecord, unit_key};
+use crate::cluster::frames::Frame;
+use crate::ids::{NodeId, UnitId};
+use crate::node::{Control, Lane, LaneTx, Node};
+use crate::store::{BatchOutcome, Condition, Op};
+
+/// How long a staged unit waits for its source before it is given up.
+const SILENCE: Duration = Duration::from_secs(30);
+
+/// The moves a node takes part in, on either side.
+#[derive(Default)]
+pub(crate) struct Moves {
+    /// Moves from this node: where the target's answers go.
+    pub outgoing: Mutex<HashMap<RelocationId, mpsc::UnboundedSender<SourceEvent>>>,
+    /// Moves to this node: the staged units.
+    incoming: Mutex<HashMap<RelocationId, Staging>>,
+}
+
+struct Staging {
+    source: NodeId,
+    unit: UnitId,
+    records: Vec<RecordAt>,
+    assembly: Option<Assembly>,
+    machine: TargetMachine,
+    lane: Option<Arc<LaneTx>>,
+    relay: Vec<QueuedOp>,
+    /// The relay record being fed to the machine.
+    arriving: Option<QueuedOp>,
+}
+
+impl Node {
+    /// A frame of a move arrived from `from`.
+    pub(crate) fn on_reloc(&self, from: NodeId, frame: RelocFrame) {
+        let to_source = |rel: RelocationId, event: SourceEvent| {
+            if let Some(waiting) = self.core.moves.outgoing.lock().get(&rel) {
+                let _ = waiting.send(event);
+            }
+        };
+        match frame {
+            RelocFrame::Offer {
+                rel,
+                unit,
+                records,
+                manifest,
+            } => {
+                let staging = Staging {
+                    source: from,
+                    unit,
+                    records,
+                    assembly: Some(Assembly::new(manifest)),
+                    machine: TargetMachine::new(),
+                    lane: None,
+                    relay: Vec::new(),
+                    arriving: None,
+                };
+                self.core.moves.incoming.lock().insert(rel, staging);
+                let node = self.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(SILENCE).await;
+                    node.target_event(rel, TargetEvent::Silence);
+                });
+            }
+            RelocFrame::Chunk { rel, index, bytes } => self.on_chunk(rel, index, &bytes),
+            RelocFrame::RelayReset { rel } => self.target_event(rel, TargetEvent::RelayReset),
+            RelocFrame::Relay { rel, op } => {
+                if let Some(staging) = self.core.moves.incoming.lock().get_mut(&rel) {
+                    staging.arriving = Some(op);
+                }
+                self.target_event(rel, TargetEvent::Relay);
+            }
+            RelocFrame::Cutover { rel, count, crc } => {
+                let matches = self
+                    .core
+                    .moves
+                    .incoming
+                    .lock()
+                    .get(&rel)
+                    .is_some_and(|s| relay_digest(&s.relay) == (count, crc));
+                self.target_event(rel, TargetEvent::Cutover { matches });
+            }
+            RelocFrame::RelayReady { rel } => to_source(rel, SourceEvent::RelayReady),
+            RelocFrame::Refused { rel, reason } => to_source(rel, SourceEvent::Refused(reason)),
+            RelocFrame::Committed { rel } => to_source(rel, SourceEvent::Committed),
+            RelocFrame::Aborted { rel, reason } => to_source(rel, SourceEvent::Aborted(reason)),
+        }
+    }
+
+    fn on_chunk(&self, rel: RelocationId, index: u32, bytes: &[u8]) {
+        let finished = {
+            let mut incoming = self.core.moves.incoming.lock();
+            let Some(staging) = incoming.get_mut(&rel) else {
+                return;
+            };
+            let Some(assembly) = staging.assembly.as_mut() else {
+                return;
+            };
+            match assembly.add(index, bytes) {
+                Ok(false) => return,
+                Ok(true) => staging.assembly.take().map(Assembly::finish),
+                Err(error) => Some(Err(error)),
+            }
+        };
+        let event = match finished {
+            Some(Ok(capture)) => match Lane::restore(self, capture) {
+                Ok(lane) => {
+                    if let Some(staging) = self.core.moves.incoming.lock().get_mut(&rel) {
+                        staging.lane = Some(lane);
+                    }
+                    TargetEvent::Restored
+                }
+                Err(reason) => TargetEvent::RestoreFailed(reason),
+            },
+            Some(Err(error)) => TargetEvent::RestoreFailed(error.to_string()),
+            None => return,
+        };
+        self.target_event(rel, event);
+    }
+
+    /// Feeds an event to a staged move and carries out its actions.
+    fn target_event(&self, rel: RelocationId, event: TargetEvent) {
+        let mut incoming = self.core.moves.incoming.lock();
+        let Some(staging) = incoming.get_mut(&rel) else {
+            return;
+        };
+        for action in staging.machine.on(event) {
+            let reply = |frame: RelocFrame| {
+                if let Err(error) = self.mesh_send(&staging.source, Frame::Reloc(frame)) {
+                    tracing::warn!(relocation = %rel, %error, "answer to the source not sent");
+                }
+            };
+            match action {
+                TargetAction::SendRelayReady => reply(RelocFrame::RelayReady { rel }),
+                TargetAction::SendRefused(reason) => reply(RelocFrame::Refused { rel, reason }),
+                TargetAction::SendCommitted => reply(RelocFrame::Committed { rel }),
+                TargetAction::SendAborted(reason) => reply(RelocFrame::Aborted { rel, reason }),
+                TargetAction::KeepRelay => staging.relay.extend(staging.arriving.take()),
+                TargetAction::ClearRelay => staging.relay.clear(),
+                TargetAction::Commit => {
+                    tokio::spawn(self.clone().commit(rel, staging.records.clone()));
+                }
+                TargetAction::ReadBack => {
+                    tokio::spawn(self.clone().read_back(rel, staging.records.clone()));
+                }
+                TargetAction::Open => {
+                    let relay = std::mem::take(&mut staging.relay);
+                    if let Some(lane) = &staging.lane {
+                        let _ = lane.ctl.send(Control::OpenMoved { relay });
+                    }
+                    tracing::info!(relocation = %rel, unit = %staging.unit, "unit opened here");
+                }
+                TargetAction::Discard => {
+                    if let Some(lane) = staging.lane.take() {
+                        let _ = lane.ctl.send(Control::Discard);
+                    }
+                }
+            }
+        }
+        if staging.machine.finished() {
+            incoming.remove(&rel);
+        }
+    }
+
+    /// The records this node writes when it takes the unit over.
+    fn owned_here(&self, records: &[RecordAt]) -> (Vec<Condition>, Vec<Op>) {
+        let lease_generation = self.core.lease.lock().generation;
+        records
+            .iter()
+            .map(|at| {
+                let key = unit_key(&at.id);
+                let record = self.taken_over(&at.record, lease_generation);
+                (
+                    Condition::version(key.clone(), at.version),
+                    Op::put(key, record.encode()),
+                )
+            })
+            .unzip()
+    }
+
+    fn taken_over(&self, record: &UnitRecord, lease_generation: u64) -> UnitRecord {
+        UnitRecord {
+            owner: self.id().clone(),
+            lease_generation,
+            object_generation: record.object_generation,
+            owner_generation: record.owner_generation + 1,
+            factory: record.factory.clone(),
+            stage: Stage::Active,
+            spot: record.spot.clone(),
+        }
+    }
+
+    /// Writes this node as owner of every record, conditional on each being as the source read it.
+    async fn commit(self, rel: RelocationId, records: Vec<RecordAt>) {
+        let (conditions, ops) = self.owned_here(&records);
+        let event = match self.store().batch(conditions, ops).await {
+            Ok(BatchOutcome::Committed { .. }) => TargetEvent::CommitWon,
+            Ok(BatchOutcome::Conflict { .. }) => TargetEvent::CommitLost,
+            Err(error) => {
+                tracing::warn!(relocation = %rel, %error, "commit result unknown; reading back");
+                TargetEvent::CommitUnknown
+            }
+        };
+        self.target_event(rel, event);
+    }
+
+    /// After a commit whose result did not arrive: is this node recorded as owner?
+    async fn read_back(self, rel: RelocationId, records: Vec<RecordAt>) {
+        let Some(first) = records.first() else {
+            self.target_event(rel, TargetEvent::ReadShowsOther);
+            return;
+        };
+        let want_generation = first.record.owner_generation + 1;
+        let event = match self.read_record(&first.id).await {
+            Ok(Some(now)) if now.owner == *self.id() && now.owner_generation == want_generation => {
+                TargetEvent::ReadShowsOwner
+            }
+            Ok(_) => TargetEvent::ReadShowsOther,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                TargetEvent::CommitUnknown
+            }
+        };
+        self.target_event(rel, event);
+    }
+}
