@@ -31,6 +31,7 @@ pub use registry::{
     AdapterError, ExecutionMode, FactoryKind, OnPanic, PolicyKind, ReadinessMode, Registration,
     Registry, RelocationPolicy, SerdeAdapter, StateAdapter,
 };
+pub use relocation::{MoveError, MoveReport, RelocationId};
 pub use timer::{OverrunPolicy, Tick};
 
 /// The guide's code blocks, compiled and run as doctests so they stay true to the code.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use ferry::relocation::protocol::MoveEnd;
 use ferry::{
-    ActorId, AdapterError, Behavior, Ctx, OverrunPolicy, Registration, Registry,
+    ActorId, AdapterError, Behavior, Ctx, MessageError, OverrunPolicy, Registration, Registry,
     RelocationPolicy, SpotId, StateAdapter, Tick, UnitId,
 };
 use ferry_tests::cluster::Cluster;
@@ -142,7 +142,10 @@ async fn a_room_moves_with_its_state_and_keeps_answering() {
         .expect("created");
     n1.tell(&r, Cmd::Log("a".into())).expect("told");
     // From another node (a request, so the next read comes after it).
-    let _: Room = n2.request(&r, Cmd::Log("b".into()), T).await.expect("logged");
+    let _: Room = n2
+        .request(&r, Cmd::Log("b".into()), T)
+        .await
+        .expect("logged");
     assert_eq!(get(n1, &r).await.log, log(&["a", "b"]));
     let before = n1
         .read_record(&UnitId::Spot(r.clone()))
@@ -159,7 +162,10 @@ async fn a_room_moves_with_its_state_and_keeps_answering() {
     assert!(n2.hosts(&UnitId::Spot(r.clone())));
     assert!(!n1.hosts(&UnitId::Spot(r.clone())));
 
-    n1.tell(&r, Cmd::Log("c".into())).expect("told");
+    let _: Room = n1
+        .request(&r, Cmd::Log("c".into()), T)
+        .await
+        .expect("logged");
     assert_eq!(get(n2, &r).await.log, log(&["a", "b", "c"]));
     let after = n1
         .read_record(&UnitId::Spot(r.clone()))
@@ -170,4 +176,409 @@ async fn a_room_moves_with_its_state_and_keeps_answering() {
     assert_eq!(after.object_generation, before.object_generation);
     assert_eq!(after.owner_generation, before.owner_generation + 1);
     cluster.shutdown().await;
+}
+
+/// A hooked restore on the target: the test hears when it starts and decides when it ends.
+struct Gate {
+    started: std::sync::mpsc::Receiver<()>,
+    release: std::sync::mpsc::Sender<()>,
+}
+
+fn gated(fail: bool) -> (Hooked, Gate) {
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let hooked = Hooked {
+        started: Some(Arc::new(Mutex::new(started_tx))),
+        release: Some(Arc::new(Mutex::new(release_rx))),
+        fail,
+    };
+    (hooked, Gate { started, release })
+}
+
+impl Gate {
+    /// Waits (off the async threads) until the target starts restoring.
+    async fn wait_started(&self) {
+        tokio::task::block_in_place(|| self.started.recv_timeout(T)).expect("restore started");
+    }
+}
+
+/// Starts n1 (plain) and n2 whose restores go through `hooked`.
+async fn source_and_hooked_target(hooked: Hooked) -> Cluster {
+    let mut cluster = Cluster::start(1, registry).await;
+    cluster.add("n2", registry_with(hooked)).await;
+    cluster
+}
+
+/// Q1, Q2 queued before the seal and H1, H2 held during it: where do they run, and in what order?
+async fn queued_and_held(fail_restore: bool) -> (Cluster, SpotId, ferry::MoveReport) {
+    let (hooked, gate) = gated(fail_restore);
+    let cluster = source_and_hooked_target(hooked).await;
+    let (n1, n2) = (cluster.nodes[0].clone(), cluster.nodes[1].clone());
+    let r = spot("r");
+    n1.create_spot_on(n1.id(), "room", &r)
+        .await
+        .expect("created");
+    let _: Room = n1
+        .request(&r, Cmd::Log("before".into()), T)
+        .await
+        .expect("logged");
+    // Q1 and Q2 are queued, then the move seals the room at its next turn boundary.
+    n1.tell(&r, Cmd::Log("Q1".into())).expect("told");
+    n1.tell(&r, Cmd::Log("Q2".into())).expect("told");
+    let mover = {
+        let n1 = n1.clone();
+        let id = UnitId::Spot(r.clone());
+        let to = n2.id().clone();
+        tokio::spawn(async move { n1.move_unit(&id, Some(to)).await })
+    };
+    // The capture is on the target: the room is sealed, so H1 and H2 are held on the source.
+    gate.wait_started().await;
+    n1.tell(&r, Cmd::Log("H1".into())).expect("told");
+    n1.tell(&r, Cmd::Log("H2".into())).expect("told");
+    gate.release.send(()).expect("released");
+    let report = mover.await.expect("mover ran").expect("move started");
+    (cluster, r, report)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn queued_and_held_messages_run_on_the_target_in_order_and_none_during_restore() {
+    let (cluster, r, report) = queued_and_held(false).await;
+    assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
+    let n2 = &cluster.nodes[1];
+    assert!(n2.hosts(&UnitId::Spot(r.clone())));
+    assert_eq!(
+        get(n2, &r).await.log,
+        log(&["before", "Q1", "Q2", "H1", "H2"])
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failure_before_relay_ready_restores_everything_on_the_source_in_order() {
+    let (cluster, r, report) = queued_and_held(true).await;
+    assert!(matches!(report.end, MoveEnd::Restored(_)), "{report:?}");
+    let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
+    assert!(n1.hosts(&UnitId::Spot(r.clone())));
+    assert!(!n2.hosts(&UnitId::Spot(r.clone())));
+    assert_eq!(
+        get(n1, &r).await.log,
+        log(&["before", "Q1", "Q2", "H1", "H2"])
+    );
+    let record = n1
+        .read_record(&UnitId::Spot(r.clone()))
+        .await
+        .expect("store")
+        .expect("record");
+    assert_eq!(record.owner, *n1.id());
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_in_flight_during_a_move_gets_exactly_one_terminal() {
+    let cluster = Cluster::start(3, registry).await;
+    let (n1, n2, n3) = (&cluster.nodes[0], &cluster.nodes[1], &cluster.nodes[2]);
+    let r = spot("r");
+    n1.create_spot_on(n1.id(), "room", &r)
+        .await
+        .expect("created");
+    let mut asks = Vec::new();
+    for i in 0..300 {
+        let node = [n1, n2, n3][i % 3].clone();
+        let to = r.clone();
+        asks.push(tokio::spawn(async move {
+            node.request::<Cmd, Room>(&to, Cmd::Log(format!("{i}")), T)
+                .await
+        }));
+        if i == 100 {
+            let (n1, id, to) = (n1.clone(), UnitId::Spot(r.clone()), n2.id().clone());
+            asks.push(tokio::spawn(async move {
+                let report = n1.move_unit(&id, Some(to)).await.expect("move started");
+                assert_eq!(report.end, MoveEnd::Moved);
+                Err(MessageError::NotServing {
+                    state: "mover".into(),
+                })
+            }));
+        }
+    }
+    let mut ok = 0;
+    for ask in asks {
+        match ask.await.expect("task ran") {
+            Ok(_) => ok += 1,
+            Err(MessageError::NotServing { state }) if state == "mover" => {}
+            Err(e) => panic!("a request ended with {e}"),
+        }
+    }
+    assert_eq!(ok, 300);
+    let room = get(n3, &r).await;
+    let mut seen = room.log.clone();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 300, "every request ran exactly once");
+    assert!(n2.hosts(&UnitId::Spot(r.clone())));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_wide_room_moves_with_its_members_and_no_join_or_leave_callbacks() {
+    let cluster = Cluster::start(2, registry).await;
+    let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let r = spot("r");
+    n1.create_spot_on(n1.id(), "room", &r)
+        .await
+        .expect("created");
+    let players: Vec<ActorId> = (0..3)
+        .map(|i| ActorId::new(format!("p{i}")).expect("id"))
+        .collect();
+    for p in &players {
+        n1.create_actor("player", p).await.expect("player");
+        n1.join(p, &r).await.expect("joined");
+        let _: Room = n1
+            .request(p, Cmd::Log(format!("hello from {p}")), T)
+            .await
+            .expect("ok");
+    }
+    let before = get(n1, &r).await;
+    assert_eq!(before.joined, 3);
+    let generation =
+        |id: UnitId| async move { n1.read_record(&id).await.expect("store").expect("record") };
+    let p0_before = generation(UnitId::Actor(players[0].clone())).await;
+
+    // An actor of the room moves with the room, not alone.
+    let alone = n1
+        .move_unit(&UnitId::Actor(players[0].clone()), Some(n2.id().clone()))
+        .await
+        .expect("started");
+    assert!(matches!(alone.end, MoveEnd::NotSealed(_)), "{alone:?}");
+
+    let report = n1
+        .move_unit(&UnitId::Spot(r.clone()), Some(n2.id().clone()))
+        .await
+        .expect("started");
+    assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
+    for p in &players {
+        assert!(
+            n2.hosts(&UnitId::Actor(p.clone())),
+            "{p} moved with its room"
+        );
+        let state = get(n1, p).await;
+        assert_eq!((state.joined, state.left), (1, 0), "no callbacks for {p}");
+        assert_eq!(state.log, vec![format!("hello from {p}")]);
+    }
+    let after = get(n2, &r).await;
+    assert_eq!((after.joined, after.left), (3, 0));
+    let p0_after = generation(UnitId::Actor(players[0].clone())).await;
+    assert_eq!(p0_after.owner, *n2.id());
+    assert_eq!(p0_after.object_generation, p0_before.object_generation);
+    assert_eq!(p0_after.owner_generation, p0_before.owner_generation + 1);
+    // Membership is intact on the target: a member can leave there.
+    n2.leave(&players[0]).await.expect("left on the target");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_resume_on_the_target_without_being_registered_again() {
+    let cluster = Cluster::start(2, registry).await;
+    let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let r = spot("r");
+    n1.create_spot_on(n1.id(), "room", &r)
+        .await
+        .expect("created");
+    let _: Room = n1
+        .request(
+            &r,
+            Cmd::Every {
+                name: "beat".into(),
+                ms: 10,
+            },
+            T,
+        )
+        .await
+        .expect("set");
+    let _: Room = n1
+        .request(
+            &r,
+            Cmd::After {
+                name: "end".into(),
+                ms: 400,
+            },
+            T,
+        )
+        .await
+        .expect("set");
+    // Let a few beats happen here.
+    for _ in 0..1000 {
+        if get(n1, &r).await.ticks.len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let report = n1
+        .move_unit(&UnitId::Spot(r.clone()), Some(n2.id().clone()))
+        .await
+        .expect("started");
+    assert_eq!(report.end, MoveEnd::Moved);
+    let moved_at = get(n2, &r).await.ticks.len();
+    // Wait for the one-shot to fire on the target, and more beats with it.
+    let mut room = get(n2, &r).await;
+    for _ in 0..1000 {
+        if room.ticks.iter().any(|t| t.name == "end") && room.ticks.len() > moved_at + 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        room = get(n2, &r).await;
+    }
+    let ends: Vec<&Tick> = room.ticks.iter().filter(|t| t.name == "end").collect();
+    assert_eq!(ends.len(), 1, "the one-shot fired once");
+    let beats: Vec<&Tick> = room.ticks.iter().filter(|t| t.name == "beat").collect();
+    assert!(beats.len() > moved_at, "beats went on after the move");
+    for pair in beats.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        assert_eq!(
+            b.delivery_index,
+            a.delivery_index + 1,
+            "no beat doubled or lost"
+        );
+        assert_eq!(
+            b.scheduled_index,
+            a.scheduled_index + 1 + b.skipped,
+            "every slot is accounted for"
+        );
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recreate_moves_queue_and_timers_but_not_state_and_disabled_never_moves() {
+    let cluster = Cluster::start(2, registry).await;
+    let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let (fresh, pinned) = (spot("fresh"), spot("pinned"));
+    n1.create_spot_on(n1.id(), "fresh", &fresh)
+        .await
+        .expect("created");
+    n1.create_spot_on(n1.id(), "pinned", &pinned)
+        .await
+        .expect("created");
+    let _: Room = n1
+        .request(&fresh, Cmd::Log("gone".into()), T)
+        .await
+        .expect("ok");
+    let _: Room = n1
+        .request(
+            &fresh,
+            Cmd::Every {
+                name: "beat".into(),
+                ms: 50,
+            },
+            T,
+        )
+        .await
+        .expect("ok");
+    let report = n1
+        .move_unit(&UnitId::Spot(fresh.clone()), Some(n2.id().clone()))
+        .await
+        .expect("started");
+    assert_eq!(report.end, MoveEnd::Moved);
+    let room = get(n2, &fresh).await;
+    assert!(room.log.is_empty(), "Recreate rebuilds the state");
+    // The timer came along: it ticks on the target without being set again.
+    let mut room = room;
+    for _ in 0..1000 {
+        if !room.ticks.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        room = get(n2, &fresh).await;
+    }
+    assert!(!room.ticks.is_empty());
+    let err = n1
+        .move_unit(&UnitId::Spot(pinned.clone()), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ferry::MoveError::RelocationDisabled { .. }),
+        "{err}"
+    );
+    assert!(n1.hosts(&UnitId::Spot(pinned.clone())));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_with_a_stale_route_reaches_the_moved_unit_and_learns_the_new_route() {
+    let cluster = Cluster::start(3, registry).await;
+    let (n1, n2, n3) = (&cluster.nodes[0], &cluster.nodes[1], &cluster.nodes[2]);
+    let r = spot("r");
+    n1.create_spot_on(n1.id(), "room", &r)
+        .await
+        .expect("created");
+    let id = UnitId::Spot(r.clone());
+    let _ = get(n3, &r).await;
+    assert_eq!(n3.cached_route(&id), Some(n1.id().clone()));
+    let report = n1
+        .move_unit(&id, Some(n2.id().clone()))
+        .await
+        .expect("started");
+    assert_eq!(report.end, MoveEnd::Moved);
+    assert_eq!(
+        n3.cached_route(&id),
+        Some(n1.id().clone()),
+        "n3 has not heard yet"
+    );
+    let _: Room = n3
+        .request(&r, Cmd::Log("via n1".into()), T)
+        .await
+        .expect("followed");
+    assert_eq!(get(n2, &r).await.log, log(&["via n1"]));
+    for _ in 0..500 {
+        if n3.cached_route(&id) == Some(n2.id().clone()) {
+            break;
+        }
+        let _ = get(n3, &r).await;
+    }
+    assert_eq!(n3.cached_route(&id), Some(n2.id().clone()));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_target_that_dies_after_relay_ready_never_leaves_two_owners() {
+    let (hooked, gate) = gated(false);
+    let cluster = source_and_hooked_target(hooked).await;
+    let (n1, n2) = (cluster.nodes[0].clone(), cluster.nodes[1].clone());
+    let r = spot("r");
+    let id = UnitId::Spot(r.clone());
+    n1.create_spot_on(n1.id(), "room", &r)
+        .await
+        .expect("created");
+    let _: Room = n1
+        .request(&r, Cmd::Log("before".into()), T)
+        .await
+        .expect("ok");
+    let mover = {
+        let (n1, id, to) = (n1.clone(), id.clone(), n2.id().clone());
+        tokio::spawn(async move { n1.move_unit(&id, Some(to)).await })
+    };
+    gate.wait_started().await;
+    let held = {
+        let n1 = n1.clone();
+        let r = r.clone();
+        tokio::spawn(async move {
+            n1.request::<Cmd, Room>(&r, Cmd::Log("held".into()), T)
+                .await
+        })
+    };
+    gate.release.send(()).expect("released");
+    // The target dies right after it restored the unit (relay-ready is on its way).
+    n2.abort().await;
+    let report = mover.await.expect("mover ran").expect("started");
+    assert!(
+        matches!(report.end, MoveEnd::Restored(_) | MoveEnd::Reclaimed),
+        "{report:?}"
+    );
+    assert!(n1.hosts(&id), "the unit runs on the source again");
+    let record = n1.read_record(&id).await.expect("store").expect("record");
+    assert_eq!(record.owner, *n1.id(), "one owner, recorded");
+    // The request held during the move got exactly one terminal (its reply, or an error).
+    let _ = held.await.expect("task ran");
+    let room = get(&n1, &r).await;
+    assert_eq!(room.log[0], "before");
+    n1.shutdown().await;
 }

@@ -271,7 +271,7 @@ impl Node {
     }
 
     /// A message arrived from a peer.
-    fn on_deliver(&self, deliver: Deliver) {
+    fn on_deliver(&self, from: NodeId, deliver: Deliver) {
         let Deliver {
             to,
             payload,
@@ -319,8 +319,11 @@ impl Node {
             tokio::spawn(async move { node.activate_here(&type_name, id, vec![deliver]).await });
             return;
         }
-        // Not here (any more): look the owner up and tell the sender where it went.
-        self.core.router.forget(&deliver.to);
+        // Not here (any more): follow the route this node knows (a move points it), unless it
+        // leads back where the message came from; then look the owner up again.
+        if self.cached_route(&deliver.to).as_ref() == Some(&from) {
+            self.core.router.forget(&deliver.to);
+        }
         let node = self.clone();
         let (id, origin) = (deliver.to.clone(), deliver.origin.clone());
         self.route(deliver);
@@ -344,7 +347,7 @@ impl Node {
     pub(crate) async fn serve_mesh(self, mut inbound: mpsc::Receiver<Inbound<Frame>>) {
         while let Some(Inbound { from, frame }) = inbound.recv().await {
             match frame {
-                Frame::Deliver(deliver) => self.on_deliver(deliver),
+                Frame::Deliver(deliver) => self.on_deliver(from, deliver),
                 Frame::Reply { request, terminal } => self
                     .core
                     .replies

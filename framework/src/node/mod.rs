@@ -800,10 +800,21 @@ impl Node {
             .map_err(|error| unavailable(id, &error))
     }
 
-    /// Closes every unit (each runs `on_closing`), answers what was queued, releases the units'
-    /// records and the lease, and leaves the mesh.
-    pub async fn shutdown(&self) {
-        self.set_state(NodeState::Draining);
+    /// Stops the node at once, as a crash would: no turn or callback runs any more, nothing is
+    /// released (records keep naming it, its lease runs out on its own), and it leaves the mesh.
+    /// For tests and fault drills; `shutdown` is the orderly way.
+    pub async fn abort(&self) {
+        self.fence("aborted");
+        self.core.stop.cancel();
+        self.close_lanes().await;
+        if let Some(mesh) = &self.core.mesh {
+            mesh.close().await;
+        }
+        self.set_state(NodeState::Stopped);
+    }
+
+    /// Sends every lane its close and waits for all of them.
+    async fn close_lanes(&self) -> Vec<UnitId> {
         let mut waits = Vec::new();
         let mut seen: Vec<Arc<lane::LaneTx>> = Vec::new();
         let mut ids = Vec::new();
@@ -821,6 +832,14 @@ impl Node {
         for wait in waits {
             let _ = wait.await;
         }
+        ids
+    }
+
+    /// Closes every unit (each runs `on_closing`), answers what was queued, releases the units'
+    /// records and the lease, and leaves the mesh.
+    pub async fn shutdown(&self) {
+        self.set_state(NodeState::Draining);
+        let ids = self.close_lanes().await;
         self.core.stop.cancel();
         for chunk in ids.chunks(64) {
             let deletes = chunk.iter().map(|id| self.delete_own_record(id));

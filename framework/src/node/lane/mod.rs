@@ -195,6 +195,7 @@ impl Lane {
                         None => break,
                     },
                     Some(envelope) = self.data.recv() => self.hold.push(envelope),
+                    else => break,
                 }
                 continue;
             }
@@ -237,6 +238,8 @@ impl Lane {
                 Some(control) = self.ctl.recv() => self.control(control),
                 Some(envelope) = self.data.recv() => self.backlog.push_back(envelope),
                 () = sleep_until(due), if due.is_some() => {}
+                // No sender is left anywhere: nothing can reach these units any more.
+                else => break,
             }
         }
         // Nothing is hosted here any more; whatever still arrives follows its unit or ends.
