@@ -31,7 +31,10 @@ pub use registry::{
     AdapterError, ExecutionMode, FactoryKind, OnPanic, PolicyKind, ReadinessMode, Registration,
     Registry, RelocationPolicy, SerdeAdapter, StateAdapter,
 };
-pub use relocation::{MoveError, MoveReport, RelocationId};
+pub use relocation::{
+    BlockedReason, HostStatus, MoveError, MoveReport, RelocateMode, RelocateOptions,
+    RelocateOutcome, RelocationEvent, RelocationId,
+};
 pub use timer::{OverrunPolicy, Tick};
 
 /// The guide's code blocks, compiled and run as doctests so they stay true to the code.

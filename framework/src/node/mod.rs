@@ -150,6 +150,8 @@ pub(crate) struct NodeCore {
     pub(crate) stop: CancellationToken,
     /// The moves this node takes part in.
     pub(crate) moves: crate::relocation::Moves,
+    /// Its host operation (a drain), status and events.
+    pub(crate) host: crate::relocation::HostOp,
 }
 
 impl fmt::Debug for Node {
@@ -215,6 +217,7 @@ impl Node {
             view: RwLock::new(Vec::new()),
             stop: CancellationToken::new(),
             moves: crate::relocation::Moves::default(),
+            host: crate::relocation::HostOp::new(),
         };
         let node = Node {
             core: Arc::new(core),
@@ -257,6 +260,7 @@ impl Node {
     pub(crate) fn set_state(&self, state: NodeState) {
         self.core.state.store(state as u8, Ordering::Release);
         self.core.state_tx.send_replace(state);
+        self.core.host.status.send_modify(|s| s.state = state);
     }
 
     /// Follows the lifecycle state: the receiver sees every change from now on.

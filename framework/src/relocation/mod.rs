@@ -6,13 +6,19 @@
 //! - `frames`: what source and target say to each other on the mesh.
 //! - `source`: the async shell of the source side: seal, transfer, handover, fence.
 //! - `target`: the async shell of the target side: restore, relay, commit, open.
+//! - `host`: draining a whole node within a deadline and budget, with status and events.
 
 pub mod capture;
 pub(crate) mod frames;
+mod host;
 pub mod protocol;
 mod source;
 mod target;
 
+pub(crate) use host::HostOp;
+pub use host::{
+    BlockedReason, HostStatus, RelocateMode, RelocateOptions, RelocateOutcome, RelocationEvent,
+};
 pub use source::{MoveError, MoveReport};
 pub(crate) use target::Moves;
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::RelocationId;
@@ -92,7 +92,7 @@ impl Node {
     ) -> Result<MoveReport, MoveError> {
         let deadline = Instant::now() + Duration::from_secs(30);
         let target = self.pick_target(id, target, None)?;
-        Ok(self.move_to(id, target, deadline).await)
+        Ok(self.move_to(id, target, deadline, None).await)
     }
 
     /// Checks that `id` can move from here and picks its target.
@@ -147,12 +147,14 @@ impl Node {
         }
     }
 
-    /// Runs one move to `target`, ending by `deadline` one way or another.
+    /// Runs one move to `target`, ending by `deadline` one way or another; with a `budget`, the
+    /// capture's bytes (in KiB) are taken from it while they are in flight.
     pub(crate) async fn move_to(
         &self,
         id: &UnitId,
         target: NodeId,
         deadline: Instant,
+        budget: Option<Arc<Semaphore>>,
     ) -> MoveReport {
         let rel = RelocationId::random();
         let span = tracing::info_span!("relocation", relocation = %rel, unit = %id, to = %target);
@@ -163,6 +165,8 @@ impl Node {
         let mut run = SourceRun {
             node: self.clone(),
             lane,
+            budget,
+            permit: None,
             rel,
             id: id.clone(),
             target: target.clone(),
@@ -203,6 +207,9 @@ struct SourceRun {
     node: Node,
     /// The unit's lane, held here because the handover removes it from the directory.
     lane: Option<Arc<LaneTx>>,
+    /// The drain's in-flight byte budget, if any, and this move's share of it.
+    budget: Option<Arc<Semaphore>>,
+    permit: Option<OwnedSemaphorePermit>,
     rel: RelocationId,
     id: UnitId,
     target: NodeId,
@@ -312,6 +319,12 @@ impl SourceRun {
         self.records = records.clone();
         let (manifest, chunks) = capture.pack().map_err(|e| e.to_string())?;
         self.bytes = manifest.len;
+        if let Some(budget) = self.budget.clone() {
+            let kib = u32::try_from(manifest.len.div_ceil(1024))
+                .unwrap_or(u32::MAX)
+                .clamp(1, super::host::BUDGET_KIB);
+            self.permit = budget.acquire_many_owned(kib).await.ok();
+        }
         let offer = RelocFrame::Offer {
             rel: self.rel,
             unit: self.id.clone(),

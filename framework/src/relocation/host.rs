@@ -1,0 +1,493 @@
+//! Host operations: drain every unit off this node (planned maintenance or a rolling update),
+//! with a deadline, a status stream, events and metrics.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Semaphore, broadcast, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::protocol::MoveEnd;
+use super::source::{MoveError, MoveReport};
+use crate::ids::{NodeId, UnitId};
+use crate::node::{Node, NodeState};
+use crate::registry::{ExecutionMode, FactoryKind, PolicyKind};
+
+/// Why a host drain is asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RelocateMode {
+    /// Maintenance: move every unit to any serving node of the same version.
+    PlannedMaintenance,
+    /// A rolling update: move every unit to nodes of `target_version` only.
+    RollingUpdate {
+        /// The application version the units go to.
+        target_version: String,
+    },
+}
+
+/// What `relocate` is asked to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelocateOptions {
+    /// Why.
+    pub mode: RelocateMode,
+    /// How long it may take; past it no unit is sealed, units before relay-ready go back, and a
+    /// unit past the point of no return that has not opened is force-stopped.
+    pub deadline: Duration,
+}
+
+impl Default for RelocateOptions {
+    fn default() -> Self {
+        RelocateOptions {
+            mode: RelocateMode::PlannedMaintenance,
+            deadline: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why a drain did not move every unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BlockedReason {
+    /// No serving node could take some unit (factory, version or capacity).
+    TargetUnavailable,
+    /// The location store could not be reached.
+    StoreUnavailable,
+    /// Some unit's factory is registered with `RelocationPolicy::Disabled`.
+    RelocationDisabled,
+    /// A target could not restore some unit's state.
+    StateIncompatible,
+    /// The deadline passed with units still here.
+    DeadlineExceeded,
+    /// Some move failed for another reason (see the events).
+    RelocationFailed,
+    /// The node is not serving (still starting, or failed).
+    RuntimeNotReady,
+    /// The node is shutting down.
+    ShutdownRequested,
+    /// Another drain with other options is running.
+    OperationInProgress,
+}
+
+/// How a drain ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RelocateOutcome {
+    /// Every unit moved; the node hosts none and is `Relocated`.
+    Relocated {
+        /// How many units moved.
+        moved: usize,
+    },
+    /// Some unit did not move; those stay and run here, and the node serves again.
+    Blocked {
+        /// The main reason.
+        reason: BlockedReason,
+        /// The units that stayed.
+        stayed: Vec<UnitId>,
+    },
+    /// At the deadline some units were past the point of no return and had not opened on their
+    /// target: they run nowhere now (recovery can rebuild them from their records).
+    ForceStopped {
+        /// Those units.
+        units: Vec<UnitId>,
+        /// The units that stayed here.
+        stayed: Vec<UnitId>,
+    },
+}
+
+/// Where a host operation stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostStatus {
+    /// The node's state.
+    pub state: NodeState,
+    /// Units in the drain's inventory.
+    pub total: usize,
+    /// Units moved so far.
+    pub moved: usize,
+    /// Units that failed to move so far (they stay here).
+    pub failed: usize,
+    /// Bytes of state moved so far.
+    pub bytes: u64,
+    /// Whether the node hosts nothing and moves nothing: it can be stopped without loss.
+    pub safe_to_shutdown: bool,
+}
+
+/// What happens during a drain, as it happens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelocationEvent {
+    /// A drain started with this many units.
+    Started {
+        /// Units in the inventory.
+        units: usize,
+    },
+    /// A unit moved.
+    UnitMoved(MoveReport),
+    /// A unit did not move.
+    UnitFailed {
+        /// The unit.
+        unit: UnitId,
+        /// Why.
+        reason: String,
+    },
+    /// The drain ended.
+    Completed(RelocateOutcome),
+}
+
+/// How many moves a drain runs at once.
+const IN_FLIGHT: usize = 128;
+/// The in-flight byte budget of a drain, in KiB (16 MiB).
+pub(crate) const BUDGET_KIB: u32 = 16 * 1024;
+
+/// The host operation of a node: one at a time.
+pub(crate) struct HostOp {
+    running:
+        parking_lot::Mutex<Option<(RelocateOptions, watch::Receiver<Option<RelocateOutcome>>)>>,
+    pub status: watch::Sender<HostStatus>,
+    pub events: broadcast::Sender<RelocationEvent>,
+}
+
+impl HostOp {
+    pub fn new() -> Self {
+        HostOp {
+            running: parking_lot::Mutex::new(None),
+            status: watch::Sender::new(HostStatus {
+                state: NodeState::Preparing,
+                total: 0,
+                moved: 0,
+                failed: 0,
+                bytes: 0,
+                safe_to_shutdown: false,
+            }),
+            events: broadcast::Sender::new(1024),
+        }
+    }
+}
+
+impl Node {
+    /// Follows the host status (progress of a drain, SafeToShutdown).
+    pub fn watch_status(&self) -> watch::Receiver<HostStatus> {
+        self.core.host.status.subscribe()
+    }
+
+    /// Follows relocation events from now on.
+    pub fn relocation_events(&self) -> broadcast::Receiver<RelocationEvent> {
+        self.core.host.events.subscribe()
+    }
+
+    fn emit(&self, event: RelocationEvent) {
+        let _ = self.core.host.events.send(event);
+    }
+
+    /// Moves every relocatable unit off this node before `options.deadline`. A second call with
+    /// the same options joins the first; with other options it is `Blocked(OperationInProgress)`.
+    pub async fn relocate(&self, options: RelocateOptions) -> RelocateOutcome {
+        let done = {
+            let mut running = self.core.host.running.lock();
+            if let Some((current, outcome)) = &*running {
+                if *current != options {
+                    return blocked(BlockedReason::OperationInProgress, Vec::new());
+                }
+                Err(outcome.clone())
+            } else {
+                match self.state() {
+                    NodeState::Serving | NodeState::Relocated => {}
+                    NodeState::Draining | NodeState::Stopped => {
+                        return blocked(BlockedReason::ShutdownRequested, Vec::new());
+                    }
+                    _ => return blocked(BlockedReason::RuntimeNotReady, Vec::new()),
+                }
+                let (tx, rx) = watch::channel(None);
+                *running = Some((options.clone(), rx));
+                Ok(tx)
+            }
+        };
+        match done {
+            Err(mut joined) => match joined.wait_for(Option::is_some).await {
+                Ok(outcome) => outcome
+                    .clone()
+                    .unwrap_or_else(|| blocked(BlockedReason::RelocationFailed, Vec::new())),
+                Err(_) => blocked(BlockedReason::RelocationFailed, Vec::new()),
+            },
+            Ok(tx) => {
+                let span = tracing::info_span!("drain", node = %self.id(), mode = ?options.mode);
+                let _entered = span.enter();
+                let outcome = self.drain(&options).await;
+                tracing::info!(?outcome, "drain ended");
+                self.emit(RelocationEvent::Completed(outcome.clone()));
+                let _ = tx.send(Some(outcome.clone()));
+                *self.core.host.running.lock() = None;
+                outcome
+            }
+        }
+    }
+
+    fn publish_status(&self, edit: impl FnOnce(&mut HostStatus)) {
+        let state = self.state();
+        let units = self.unit_count();
+        self.core.host.status.send_modify(|s| {
+            edit(s);
+            s.state = state;
+            s.safe_to_shutdown =
+                units == 0 && matches!(state, NodeState::Relocated | NodeState::Stopped);
+        });
+    }
+
+    async fn drain(&self, options: &RelocateOptions) -> RelocateOutcome {
+        let deadline = Instant::now() + options.deadline;
+        let version = match &options.mode {
+            RelocateMode::PlannedMaintenance => None,
+            RelocateMode::RollingUpdate { target_version } => Some(target_version.clone()),
+        };
+        self.set_state(NodeState::Relocating);
+        // Tell the cluster first, so no new unit is placed here.
+        if let Err(reason) = self.refresh_until(deadline).await {
+            tracing::warn!(%reason, "store unreachable; drain blocked");
+            self.set_state(NodeState::Serving);
+            return blocked(BlockedReason::StoreUnavailable, self.inventory());
+        }
+        let units = self.inventory();
+        self.publish_status(|s| {
+            *s = HostStatus {
+                total: units.len(),
+                ..s.clone()
+            }
+        });
+        self.emit(RelocationEvent::Started { units: units.len() });
+
+        let mut stayed: Vec<(UnitId, BlockedReason)> = Vec::new();
+        let mut movable = Vec::new();
+        for unit in units {
+            match self.core.directory.get(&unit) {
+                Some(e) if e.factory.info().policy == PolicyKind::Disabled => {
+                    self.emit(RelocationEvent::UnitFailed {
+                        unit: unit.clone(),
+                        reason: "RelocationPolicy::Disabled".into(),
+                    });
+                    stayed.push((unit, BlockedReason::RelocationDisabled));
+                }
+                Some(_) => movable.push(unit),
+                None => {}
+            }
+        }
+
+        let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+        let budget = Arc::new(Semaphore::new(BUDGET_KIB as usize));
+        let mut planned: BTreeMap<NodeId, u64> = BTreeMap::new();
+        let mut moves = JoinSet::new();
+        let mut force_stopped = Vec::new();
+        for unit in movable {
+            let target = loop {
+                match self.pick_spread(&unit, version.as_deref(), &planned) {
+                    Ok(t) => break Some(t),
+                    Err(MoveError::NoTarget { .. }) if Instant::now() < deadline => {
+                        // Maybe a node of the right kind is on its way: look again.
+                        let wait = self.config().refresh.min(deadline - Instant::now());
+                        tokio::time::sleep(wait).await;
+                        if self.refresh_membership().await.is_err() {
+                            continue;
+                        }
+                    }
+                    Err(_) => break None,
+                }
+            };
+            let Some(target) = target else {
+                stayed.push((unit, BlockedReason::TargetUnavailable));
+                continue;
+            };
+            *planned.entry(target.clone()).or_default() += 1;
+            let Ok(Ok(slot)) =
+                tokio::time::timeout_at(deadline, slots.clone().acquire_owned()).await
+            else {
+                stayed.push((unit, BlockedReason::DeadlineExceeded));
+                continue;
+            };
+            let node = self.clone();
+            let budget = budget.clone();
+            moves.spawn(async move {
+                let report = node.move_to(&unit, target, deadline, Some(budget)).await;
+                drop(slot);
+                (unit, report)
+            });
+            // Collect what finished meanwhile, so progress is reported as it goes.
+            while let Some(Ok((unit, report))) = moves.try_join_next() {
+                self.account(unit, report, &mut stayed, &mut force_stopped);
+            }
+        }
+        while let Some(joined) = moves.join_next().await {
+            if let Ok((unit, report)) = joined {
+                self.account(unit, report, &mut stayed, &mut force_stopped);
+            }
+        }
+        let outcome = if !force_stopped.is_empty() {
+            RelocateOutcome::ForceStopped {
+                units: force_stopped,
+                stayed: stayed.into_iter().map(|(u, _)| u).collect(),
+            }
+        } else if stayed.is_empty() {
+            RelocateOutcome::Relocated {
+                moved: self.core.host.status.borrow().moved,
+            }
+        } else {
+            let reason = main_reason(&stayed);
+            blocked(reason, stayed.into_iter().map(|(u, _)| u).collect())
+        };
+        let next = match outcome {
+            RelocateOutcome::Relocated { .. } => NodeState::Relocated,
+            _ => NodeState::Serving,
+        };
+        self.set_state(next);
+        let _ = self.refresh_membership().await;
+        self.publish_status(|_| {});
+        outcome
+    }
+
+    fn account(
+        &self,
+        unit: UnitId,
+        report: MoveReport,
+        stayed: &mut Vec<(UnitId, BlockedReason)>,
+        force_stopped: &mut Vec<UnitId>,
+    ) {
+        match &report.end {
+            MoveEnd::Moved => {
+                metrics::counter!("ferry_relocation_units_moved_total").increment(1);
+                metrics::counter!("ferry_relocation_bytes_total").increment(report.bytes);
+                if let Some(i) = report.interruption {
+                    metrics::histogram!("ferry_relocation_interruption_seconds")
+                        .record(i.as_secs_f64());
+                }
+                let bytes = report.bytes;
+                self.publish_status(|s| {
+                    s.moved += 1;
+                    s.bytes += bytes;
+                });
+                self.emit(RelocationEvent::UnitMoved(report));
+            }
+            MoveEnd::ForceStopped => {
+                metrics::counter!("ferry_relocation_units_failed_total").increment(1);
+                self.publish_status(|s| s.failed += 1);
+                self.emit(RelocationEvent::UnitFailed {
+                    unit: unit.clone(),
+                    reason: "force-stopped at the deadline past the point of no return".into(),
+                });
+                force_stopped.push(unit);
+            }
+            end => {
+                metrics::counter!("ferry_relocation_units_failed_total").increment(1);
+                let reason = match end {
+                    MoveEnd::NotSealed(why) if why.contains("deadline") => {
+                        BlockedReason::DeadlineExceeded
+                    }
+                    MoveEnd::Restored(why) if why.contains("deadline") => {
+                        BlockedReason::DeadlineExceeded
+                    }
+                    MoveEnd::Restored(why)
+                        if why.contains("restored") || why.contains("factory") =>
+                    {
+                        BlockedReason::StateIncompatible
+                    }
+                    _ => BlockedReason::RelocationFailed,
+                };
+                self.publish_status(|s| s.failed += 1);
+                self.emit(RelocationEvent::UnitFailed {
+                    unit: unit.clone(),
+                    reason: format!("{end:?}"),
+                });
+                stayed.push((unit, reason));
+            }
+        }
+    }
+
+    /// Like `pick_target`, spreading a drain's units evenly: what this drain already sent to a node
+    /// counts as load there.
+    fn pick_spread(
+        &self,
+        unit: &UnitId,
+        version: Option<&str>,
+        planned: &BTreeMap<NodeId, u64>,
+    ) -> Result<NodeId, MoveError> {
+        // Validate as a single move would (hosted here, not disabled).
+        self.pick_target(unit, None, version)?;
+        let Some(entry) = self.core.directory.get(unit) else {
+            return Err(MoveError::NotHosted { id: unit.clone() });
+        };
+        let type_name = entry.factory.info().type_name.to_string();
+        let view: Vec<_> = self
+            .cluster_view()
+            .into_iter()
+            .filter(|d| d.node != *self.id())
+            .map(|mut d| {
+                d.units += planned.get(&d.node).copied().unwrap_or(0);
+                d
+            })
+            .collect();
+        crate::cluster::placement::place(&view, &type_name, version).ok_or_else(|| {
+            MoveError::NoTarget {
+                id: unit.clone(),
+                reason: "no serving node with room".into(),
+            }
+        })
+    }
+
+    /// Publishes this node's state, retrying until the store answers or the deadline passes.
+    async fn refresh_until(&self, deadline: Instant) -> Result<(), String> {
+        loop {
+            match self.refresh_membership().await {
+                Ok(()) => return Ok(()),
+                Err(error) if Instant::now() + Duration::from_millis(100) >= deadline => {
+                    return Err(error.to_string());
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    /// The units this node hosts, one id per unit, in the order a drain moves them: PerActor spot
+    /// shells, then actors, then rooms and Instance Spots.
+    fn inventory(&self) -> Vec<UnitId> {
+        let mut by_lane: Vec<(usize, Vec<(UnitId, FactoryKind)>)> = Vec::new();
+        for (id, entry) in self.core.directory.all() {
+            let key = Arc::as_ptr(&entry.lane) as usize;
+            let kind = entry.factory.info().kind;
+            match by_lane.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, ids)) => ids.push((id, kind)),
+                None => by_lane.push((key, vec![(id, kind)])),
+            }
+        }
+        let mut units: Vec<(u8, UnitId)> = by_lane
+            .into_iter()
+            .filter_map(|(_, ids)| {
+                let spot = ids.iter().find(|(id, _)| matches!(id, UnitId::Spot(_)));
+                let (id, kind) = spot.or(ids.first())?.clone();
+                let batch = match kind {
+                    FactoryKind::UserSpot(ExecutionMode::PerActor) => 0,
+                    FactoryKind::Actor => 1,
+                    _ => 2,
+                };
+                Some((batch, id))
+            })
+            .collect();
+        units.sort();
+        units.into_iter().map(|(_, id)| id).collect()
+    }
+}
+
+fn blocked(reason: BlockedReason, stayed: Vec<UnitId>) -> RelocateOutcome {
+    RelocateOutcome::Blocked { reason, stayed }
+}
+
+/// The reason that says most about why units stayed: the deadline, then missing targets, then
+/// the rest.
+fn main_reason(stayed: &[(UnitId, BlockedReason)]) -> BlockedReason {
+    const ORDER: [BlockedReason; 5] = [
+        BlockedReason::DeadlineExceeded,
+        BlockedReason::TargetUnavailable,
+        BlockedReason::StateIncompatible,
+        BlockedReason::RelocationFailed,
+        BlockedReason::RelocationDisabled,
+    ];
+    ORDER
+        .into_iter()
+        .find(|r| stayed.iter().any(|(_, s)| s == r))
+        .unwrap_or(BlockedReason::RelocationFailed)
+}
