@@ -1,6 +1,13 @@
-//! The `ferry` command: run the demo, and (as the product grows) nodes, drains and benchmarks.
+//! The `ferry` command: the demo and development certificates.
+//!
+//! Layout, in the order an operator meets them:
+//! - [`demo`]: live rooms on an embedded node, and a report of what the players saw.
+//! - [`node_ids`]: node ids as operators type them, checked the same way everywhere.
+//! - [`certs`]: a development cluster CA and node certificates, written as files.
 
+mod certs;
 mod demo;
+mod node_ids;
 
 use clap::{Parser, Subcommand};
 
@@ -16,6 +23,26 @@ struct Cli {
 enum Command {
     /// Run live rooms with players on an embedded node and print a report.
     Demo(demo::DemoArgs),
+    /// Make a development cluster CA and a certificate for each node.
+    Certs(certs::CertsArgs),
+}
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error(transparent)]
+    Demo(#[from] demo::DemoError),
+    #[error(transparent)]
+    Certs(#[from] certs::CertsError),
+}
+
+/// An error as one line: scripts and supervisors read errors line by line.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn main() -> std::process::ExitCode {
@@ -39,13 +66,14 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Demo(args) => demo::run(args).await,
+            Command::Demo(args) => demo::run(args).await.map_err(Failure::from),
+            Command::Certs(args) => certs::run(args).map_err(Failure::from),
         }
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error}");
+            eprintln!("error: {}", one_line(&error.to_string()));
             std::process::ExitCode::FAILURE
         }
     }
