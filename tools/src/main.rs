@@ -1,12 +1,16 @@
-//! The `ferry` command: the demo and development certificates.
+//! The `ferry` command: the demo, development certificates, and node processes.
 //!
 //! Layout, in the order an operator meets them:
 //! - [`demo`]: live rooms on an embedded node, and a report of what the players saw.
 //! - [`node_ids`]: node ids as operators type them, checked the same way everywhere.
 //! - [`certs`]: a development cluster CA and node certificates, written as files.
+//! - [`config`]: the TOML file of one node, its defaults and its checks.
+//! - [`node_cmd`]: one node process, from its config file until SIGTERM.
 
 mod certs;
+mod config;
 mod demo;
+mod node_cmd;
 mod node_ids;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +29,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Make a development cluster CA and a certificate for each node.
     Certs(certs::CertsArgs),
+    /// Run one node of a cluster, configured by a TOML file, until SIGTERM or Ctrl-C.
+    Node(node_cmd::NodeArgs),
 }
 
 /// Why a command failed.
@@ -34,6 +40,8 @@ enum Failure {
     Demo(#[from] demo::DemoError),
     #[error(transparent)]
     Certs(#[from] certs::CertsError),
+    #[error(transparent)]
+    Node(#[from] node_cmd::NodeError),
 }
 
 /// An error as one line: scripts and supervisors read errors line by line.
@@ -68,6 +76,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Demo(args) => demo::run(args).await.map_err(Failure::from),
             Command::Certs(args) => certs::run(args).map_err(Failure::from),
+            Command::Node(args) => node_cmd::run(args).await.map_err(Failure::from),
         }
     });
     match result {
