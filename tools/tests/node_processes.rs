@@ -56,8 +56,8 @@ struct NodeProcess {
     id: String,
     child: Child,
     log: PathBuf,
-    /// Kept open so the node never writes to a closed pipe.
-    _stdout: tokio::io::Lines<BufReader<ChildStdout>>,
+    /// Its stdout, kept open after the ready line so the node never writes to a closed pipe.
+    stdout: tokio::io::Lines<BufReader<ChildStdout>>,
 }
 
 /// The node processes of a test. Dropping it (a failed test) kills those still running.
@@ -90,15 +90,15 @@ impl Processes {
             .spawn()
             .expect("ferry node starts");
         let stdout = child.stdout.take().expect("piped stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        // Owned from here on, so a failure below kills it.
-        let line = within(&format!("{node}'s ready line"), lines.next_line()).await;
+        // Owned by the guard before anything can fail, so a failure below kills it.
         self.0.push(NodeProcess {
             id: node.to_owned(),
             child,
             log: log.clone(),
-            _stdout: lines,
+            stdout: BufReader::new(stdout).lines(),
         });
+        let stdout = &mut self.0.last_mut().expect("just pushed").stdout;
+        let line = within(&format!("{node}'s ready line"), stdout.next_line()).await;
         let line = line
             .expect("stdout readable")
             .unwrap_or_else(|| panic!("{node} exited before it was ready:\n{}", read_log(&log)));
