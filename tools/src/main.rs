@@ -1,6 +1,17 @@
-//! The `ferry` command: run the demo, and (as the product grows) nodes, drains and benchmarks.
+//! The `ferry` command: the demo, development certificates, and node processes.
+//!
+//! Layout, in the order an operator meets them:
+//! - [`demo`]: live rooms on an embedded node, and a report of what the players saw.
+//! - [`node_ids`]: node ids as operators type them, checked the same way everywhere.
+//! - [`certs`]: a development cluster CA and node certificates, written as files.
+//! - [`config`]: the TOML file of one node, its defaults and its checks.
+//! - [`node_cmd`]: one node process, from its config file until SIGTERM.
 
+mod certs;
+mod config;
 mod demo;
+mod node_cmd;
+mod node_ids;
 
 use clap::{Parser, Subcommand};
 
@@ -16,6 +27,30 @@ struct Cli {
 enum Command {
     /// Run live rooms with players on an embedded node and print a report.
     Demo(demo::DemoArgs),
+    /// Make a development cluster CA and a certificate for each node.
+    Certs(certs::CertsArgs),
+    /// Run one node of a cluster, configured by a TOML file, until SIGTERM or Ctrl-C.
+    Node(node_cmd::NodeArgs),
+}
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error(transparent)]
+    Demo(#[from] demo::DemoError),
+    #[error(transparent)]
+    Certs(#[from] certs::CertsError),
+    #[error(transparent)]
+    Node(#[from] node_cmd::NodeError),
+}
+
+/// An error as one line: scripts and supervisors read errors line by line.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn main() -> std::process::ExitCode {
@@ -25,6 +60,8 @@ fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in log files and journals.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -39,13 +76,15 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Demo(args) => demo::run(args).await,
+            Command::Demo(args) => demo::run(args).await.map_err(Failure::from),
+            Command::Certs(args) => certs::run(args).map_err(Failure::from),
+            Command::Node(args) => node_cmd::run(args).await.map_err(Failure::from),
         }
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error}");
+            eprintln!("error: {}", one_line(&error.to_string()));
             std::process::ExitCode::FAILURE
         }
     }

@@ -1,0 +1,505 @@
+//! The TOML file `ferry node` reads: what each key means, its default, and the checks that turn
+//! a file into settings a node can start with.
+//!
+//! Every key is listed in `docs/configuration.md`; a unit test below keeps [`KEYS`] and the
+//! [`NodeFile`] fields in step, so the list printed for an unknown key is always complete.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ferry::NodeId;
+use serde::Deserialize;
+
+use crate::node_ids::{BadNodeId, node_id};
+
+/// Default of `app_version`.
+pub const DEFAULT_APP_VERSION: &str = "1";
+/// Default of `store`.
+pub const DEFAULT_STORE: &str = "memory";
+/// Default of `store_prefix`.
+pub const DEFAULT_STORE_PREFIX: &str = "ferry";
+/// Default of `capacity` (the framework's default).
+pub const DEFAULT_CAPACITY: u64 = 1_000_000;
+/// Default of `weight` (the framework's default).
+pub const DEFAULT_WEIGHT: u32 = 1;
+/// Default of `lease_ttl_ms` (the framework's default).
+pub const DEFAULT_LEASE_TTL_MS: u64 = 10_000;
+/// Default of `refresh_ms` (the framework's default).
+pub const DEFAULT_REFRESH_MS: u64 = 1_000;
+
+/// Every key a node config may hold, in the order the documentation lists them.
+pub const KEYS: &[&str] = &[
+    "id",
+    "app_version",
+    "mesh_listen",
+    "certs",
+    "store",
+    "store_prefix",
+    "capacity",
+    "weight",
+    "lease_ttl_ms",
+    "refresh_ms",
+];
+
+/// A node config file as written, before its values are checked.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeFile {
+    /// This node's id, unique in the cluster (required).
+    pub id: String,
+    /// The application version this node runs.
+    #[serde(default = "default_app_version")]
+    pub app_version: String,
+    /// Where the mesh listens (UDP); port 0 picks a free one.
+    #[serde(default = "default_mesh_listen")]
+    pub mesh_listen: SocketAddr,
+    /// The directory `ferry certs` wrote: `ca.pem` and this node's certificate and key (required).
+    /// A relative path is taken from the directory of the config file.
+    pub certs: PathBuf,
+    /// The location store: `"memory"` or a `redis://` URL.
+    #[serde(default = "default_store")]
+    pub store: String,
+    /// The namespace of every redis key; nodes of one cluster must agree on it.
+    #[serde(default = "default_store_prefix")]
+    pub store_prefix: String,
+    /// How many units this node takes at most; placement skips a full node.
+    #[serde(default = "default_capacity")]
+    pub capacity: u64,
+    /// Preference among equally loaded nodes (higher first).
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// How long the owner lease lasts without renewal, in milliseconds.
+    #[serde(default = "default_lease_ttl_ms")]
+    pub lease_ttl_ms: u64,
+    /// How often the node republishes itself and rereads its peers, in milliseconds.
+    #[serde(default = "default_refresh_ms")]
+    pub refresh_ms: u64,
+}
+
+fn default_app_version() -> String {
+    DEFAULT_APP_VERSION.to_owned()
+}
+
+/// Default of `mesh_listen`: loopback, on a free port picked at start.
+fn default_mesh_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+fn default_store() -> String {
+    DEFAULT_STORE.to_owned()
+}
+
+fn default_store_prefix() -> String {
+    DEFAULT_STORE_PREFIX.to_owned()
+}
+
+fn default_capacity() -> u64 {
+    DEFAULT_CAPACITY
+}
+
+fn default_weight() -> u32 {
+    DEFAULT_WEIGHT
+}
+
+fn default_lease_ttl_ms() -> u64 {
+    DEFAULT_LEASE_TTL_MS
+}
+
+fn default_refresh_ms() -> u64 {
+    DEFAULT_REFRESH_MS
+}
+
+/// Which location store a node uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreChoice {
+    /// An in-process store: the node is a cluster of one.
+    Memory,
+    /// A redis-server shared by the cluster.
+    Redis {
+        /// Where to connect.
+        url: String,
+        /// The namespace of the cluster's keys.
+        prefix: String,
+    },
+}
+
+/// A checked node config: everything `ferry node` needs to start a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSettings {
+    /// This node's id.
+    pub id: NodeId,
+    /// The application version it runs.
+    pub app_version: String,
+    /// Where the mesh listens.
+    pub mesh_listen: SocketAddr,
+    /// The certificate directory, resolved against the config file's directory.
+    pub certs: PathBuf,
+    /// The location store.
+    pub store: StoreChoice,
+    /// The most units it takes.
+    pub capacity: u64,
+    /// Its placement preference.
+    pub weight: u32,
+    /// The owner lease's time to live.
+    pub lease_ttl: Duration,
+    /// The membership refresh period.
+    pub refresh: Duration,
+}
+
+/// Why a node config could not be used. Each names the file, the problem and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error(
+        "cannot read the node config {}: {source}; pass --config with the path of a TOML file \
+         (docs/configuration.md has an example)",
+        path.display()
+    )]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not TOML.
+    #[error(
+        "the node config {} is not valid TOML{at}: {message}; fix the syntax (docs/configuration.md \
+         has an example)",
+        path.display()
+    )]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// Where, as " (line L, column C)", or empty.
+        at: String,
+        /// What the parser said.
+        message: String,
+    },
+    /// A key the node does not know: a typo, or a setting of another version.
+    #[error(
+        "the node config {} has an unknown key `{key}`; the keys are {}",
+        path.display(),
+        KEYS.join(", ")
+    )]
+    UnknownKey {
+        /// The file.
+        path: PathBuf,
+        /// The key.
+        key: String,
+    },
+    /// A required key is missing or a value has the wrong type.
+    #[error(
+        "the node config {} cannot be used{at}: {message}; docs/configuration.md lists every key \
+         and its type",
+        path.display()
+    )]
+    Value {
+        /// The file.
+        path: PathBuf,
+        /// Where, as " (line L, column C)", or empty.
+        at: String,
+        /// What the parser said.
+        message: String,
+    },
+    /// The `id` is not a usable node id.
+    #[error("the node config {} has a bad `id`: {source}", path.display())]
+    Id {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with the id.
+        source: BadNodeId,
+    },
+    /// A value is well-typed but out of range.
+    #[error("the node config {} has a bad `{key}`: {reason}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The key.
+        key: &'static str,
+        /// What is wrong and what to write instead.
+        reason: String,
+    },
+}
+
+/// Reads and checks the node config at `path`.
+pub fn load(path: &Path) -> Result<NodeSettings, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let base = path.parent().unwrap_or_else(|| Path::new(""));
+    parse(path, base, &text)
+}
+
+/// Checks config `text` (read from `path`); relative `certs` paths are taken from `base`.
+pub fn parse(path: &Path, base: &Path, text: &str) -> Result<NodeSettings, ConfigError> {
+    // Syntax first, then unknown keys, then values: each error then says the one thing to fix.
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| ConfigError::Syntax {
+            path: path.to_owned(),
+            at: position(text, &e),
+            message: e.message().trim().to_owned(),
+        })?;
+    if let Some(key) = table.keys().find(|key| !KEYS.contains(&key.as_str())) {
+        return Err(ConfigError::UnknownKey {
+            path: path.to_owned(),
+            key: key.clone(),
+        });
+    }
+    let file: NodeFile = toml::from_str(text).map_err(|e| ConfigError::Value {
+        path: path.to_owned(),
+        at: position(text, &e),
+        message: e.message().trim().to_owned(),
+    })?;
+    check(path, base, file)
+}
+
+fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, ConfigError> {
+    let invalid = |key: &'static str, reason: String| ConfigError::Invalid {
+        path: path.to_owned(),
+        key,
+        reason,
+    };
+    let id = node_id(&file.id).map_err(|source| ConfigError::Id {
+        path: path.to_owned(),
+        source,
+    })?;
+    if file.app_version.trim().is_empty() {
+        return Err(invalid(
+            "app_version",
+            "it is empty; write the version your application runs, such as \"1\"".to_owned(),
+        ));
+    }
+    let store = if file.store == "memory" {
+        StoreChoice::Memory
+    } else if file.store.starts_with("redis://") {
+        if file.store_prefix.is_empty() || file.store_prefix.contains(['{', '}']) {
+            return Err(invalid(
+                "store_prefix",
+                format!(
+                    "{:?} must be non-empty and contain no '{{' or '}}'",
+                    file.store_prefix
+                ),
+            ));
+        }
+        StoreChoice::Redis {
+            url: file.store,
+            prefix: file.store_prefix,
+        }
+    } else {
+        return Err(invalid(
+            "store",
+            format!(
+                "{:?} is neither \"memory\" nor a redis:// URL such as \"redis://127.0.0.1:6379/\"",
+                redact(&file.store)
+            ),
+        ));
+    };
+    if file.lease_ttl_ms == 0 {
+        return Err(invalid(
+            "lease_ttl_ms",
+            format!("it must be above 0; the default is {DEFAULT_LEASE_TTL_MS}"),
+        ));
+    }
+    if file.refresh_ms == 0 {
+        return Err(invalid(
+            "refresh_ms",
+            format!("it must be above 0; the default is {DEFAULT_REFRESH_MS}"),
+        ));
+    }
+    Ok(NodeSettings {
+        id,
+        app_version: file.app_version,
+        mesh_listen: file.mesh_listen,
+        certs: base.join(file.certs),
+        store,
+        capacity: file.capacity,
+        weight: file.weight,
+        lease_ttl: Duration::from_millis(file.lease_ttl_ms),
+        refresh: Duration::from_millis(file.refresh_ms),
+    })
+}
+
+/// " (line L, column C: `the line`)" of a parse error, or empty if the parser gave no place.
+fn position(text: &str, error: &toml::de::Error) -> String {
+    let Some(span) = error.span() else {
+        return String::new();
+    };
+    let start = span.start.min(text.len());
+    if !text.is_char_boundary(start) {
+        return String::new();
+    }
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    let line = text[..start].matches('\n').count() + 1;
+    let column = text[line_start..start].chars().count() + 1;
+    let source = text[line_start..line_end].trim();
+    if source.is_empty() {
+        format!(" (line {line}, column {column})")
+    } else {
+        format!(" (line {line}, column {column}: `{source}`)")
+    }
+}
+
+/// A store URL fit for messages: a password in it is replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    // The authority ends at the first '/'; user info is what precedes its last '@'.
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_ok(text: &str) -> NodeSettings {
+        match parse(Path::new("node.toml"), Path::new("/etc/ferry"), text) {
+            Ok(settings) => settings,
+            Err(error) => panic!("config refused: {error}"),
+        }
+    }
+
+    fn parse_err(text: &str) -> String {
+        match parse(Path::new("node.toml"), Path::new("/etc/ferry"), text) {
+            Ok(settings) => panic!("config accepted: {settings:?}"),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_frameworks() {
+        let s = parse_ok("id = \"a\"\ncerts = \"certs\"\n");
+        let framework = ferry::NodeConfig::new(s.id.clone());
+        assert_eq!(s.app_version, framework.app_version);
+        assert_eq!(s.capacity, framework.capacity);
+        assert_eq!(s.weight, framework.weight);
+        assert_eq!(s.lease_ttl, framework.lease_ttl);
+        assert_eq!(s.refresh, framework.refresh);
+        assert_eq!(s.mesh_listen.to_string(), "127.0.0.1:0");
+        assert_eq!(s.store, StoreChoice::Memory);
+        assert_eq!(s.certs, Path::new("/etc/ferry/certs"));
+    }
+
+    /// A file that sets every key.
+    const FULL: &str = r#"
+        id = "n1"
+        app_version = "7"
+        mesh_listen = "0.0.0.0:4433"
+        certs = "/var/lib/ferry/certs"
+        store = "redis://127.0.0.1:6379/"
+        store_prefix = "game"
+        capacity = 5
+        weight = 3
+        lease_ttl_ms = 3000
+        refresh_ms = 250
+    "#;
+
+    #[test]
+    fn every_key_is_read() {
+        let s = parse_ok(FULL);
+        assert_eq!(s.id.as_str(), "n1");
+        assert_eq!(s.app_version, "7");
+        assert_eq!(s.mesh_listen.to_string(), "0.0.0.0:4433");
+        assert_eq!(s.certs, Path::new("/var/lib/ferry/certs"));
+        assert_eq!(
+            s.store,
+            StoreChoice::Redis {
+                url: "redis://127.0.0.1:6379/".into(),
+                prefix: "game".into()
+            }
+        );
+        assert_eq!((s.capacity, s.weight), (5, 3));
+        assert_eq!(s.lease_ttl, Duration::from_millis(3000));
+        assert_eq!(s.refresh, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn the_key_list_matches_the_file_type() {
+        let table: toml::Table = FULL.parse().expect("TOML");
+        let mut written: Vec<&str> = table.keys().map(String::as_str).collect();
+        let mut listed = KEYS.to_vec();
+        written.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(written, listed, "FULL sets every listed key once");
+        // serde refuses anything else, even without the key check in front of it.
+        let direct: Result<NodeFile, _> = toml::from_str("id = \"a\"\ncerts = \"c\"\nzone = 1\n");
+        assert!(direct.is_err_and(|e| e.message().contains("unknown field")));
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let e = parse_err("id = \"a\"\ncerts = [\n");
+        assert!(e.contains("not valid TOML (line 2"), "{e}");
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\ncolour = \"red\"\n");
+        assert!(e.contains("unknown key `colour`"), "{e}");
+        let e = parse_err("certs = \"c\"\n");
+        assert!(e.contains("missing field `id`"), "{e}");
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\ncapacity = \"lots\"\n");
+        assert!(e.contains("line 3") && e.contains("capacity"), "{e}");
+        let e = parse_err("id = \"\"\ncerts = \"c\"\n");
+        assert!(e.contains("bad `id`"), "{e}");
+        let e = parse_err("id = \"a b\"\ncerts = \"c\"\n");
+        assert!(e.contains("spaces"), "{e}");
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nstore = \"mysql://u:pw@db/\"\n");
+        assert!(e.contains("bad `store`") && !e.contains("pw"), "{e}");
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nrefresh_ms = 0\n");
+        assert!(e.contains("bad `refresh_ms`"), "{e}");
+    }
+
+    const GUIDE: &str = include_str!("../../docs/configuration.md");
+
+    #[test]
+    fn the_guide_lists_every_key_with_its_true_default() {
+        // Rows of the key table: | `key` | type | default | meaning |
+        let rows: Vec<(String, String)> = GUIDE
+            .lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                let key = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+                Some((key.to_owned(), (*cells.get(3)?).to_owned()))
+            })
+            .collect();
+        let keys: Vec<&str> = rows.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, KEYS, "the guide's table lists every key, in order");
+        // Writing each documented default explicitly changes nothing.
+        let mut explicit = String::from("id = \"a\"\ncerts = \"c\"\n");
+        for (key, default) in &rows {
+            if default != "required" {
+                let literal = default.trim_matches('`');
+                explicit.push_str(&format!("{key} = {literal}\n"));
+            }
+        }
+        assert_eq!(parse_ok(&explicit), parse_ok("id = \"a\"\ncerts = \"c\"\n"));
+    }
+
+    #[test]
+    fn the_guides_examples_are_valid() {
+        let mut blocks = 0;
+        let mut rest = GUIDE;
+        while let Some(start) = rest.find("```toml\n") {
+            let body = &rest[start + 8..];
+            let end = body.find("```").expect("closed block");
+            parse_ok(&body[..end]);
+            blocks += 1;
+            rest = &body[end + 3..];
+        }
+        assert_eq!(blocks, 2);
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("redis://:secret@10.0.0.1:6379/0"),
+            "redis://***@10.0.0.1:6379/0"
+        );
+        assert_eq!(redact("redis://10.0.0.1:6379/"), "redis://10.0.0.1:6379/");
+    }
+}

@@ -1,0 +1,212 @@
+//! `ferry node`: one node process, configured by a TOML file, serving until it is told to stop.
+//!
+//! The process prints one line, `ready <node-id> mesh=<addr>`, once the node serves: supervisors
+//! and tests wait for it instead of guessing how long start-up takes. SIGTERM or Ctrl-C shut the
+//! node down cleanly (its units close and release their records, its lease is given back) and the
+//! process exits 0. A node that loses its owner lease can no longer run turns; it shuts down and
+//! exits non-zero so that a supervisor restarts it with a fresh lease.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use ferry::mesh::{NodeTls, TlsError};
+use ferry::store::{LocationStore, MemoryStore, RedisStore, RedisStoreConfig, StoreError};
+use ferry::{MeshSettings, Node, NodeConfig, NodeId, NodeState, Registry, StartError};
+use ferry_samples::{chat, ping};
+
+use crate::config::{self, ConfigError, NodeSettings, StoreChoice, redact};
+
+/// Which config file to run.
+#[derive(Args, Debug, Clone)]
+pub struct NodeArgs {
+    /// The node's TOML config (keys and defaults: docs/configuration.md).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+}
+
+/// Why the node did not start, or stopped on its own.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The config file is missing or wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The certificates in `certs` are missing or do not fit this node.
+    #[error("cannot load the mesh certificates of node {node} from {}: {source}", dir.display())]
+    Certs {
+        /// The node.
+        node: NodeId,
+        /// The certificate directory.
+        dir: PathBuf,
+        /// Why.
+        source: TlsError,
+    },
+    /// No redis-server answered at the configured URL.
+    #[error(
+        "cannot reach the redis store at {url} ({detail}); check that redis-server runs there and \
+         that `store` in the config names it"
+    )]
+    StoreUnreachable {
+        /// The URL, without any password.
+        url: String,
+        /// What the connection attempt reported.
+        detail: String,
+    },
+    /// The redis store refused the settings.
+    #[error("cannot use the redis store at {url}: {source}")]
+    Store {
+        /// The URL, without any password.
+        url: String,
+        /// Why.
+        source: StoreError,
+    },
+    /// The node itself refused to start.
+    #[error("node {node} did not start: {source}")]
+    Start {
+        /// The node.
+        node: NodeId,
+        /// Why.
+        source: StartError,
+    },
+    /// The signal handlers could not be installed, so the node could not be stopped cleanly.
+    #[error("cannot listen for SIGTERM and Ctrl-C: {0}")]
+    Signal(std::io::Error),
+    /// The ready line could not be written.
+    #[error("cannot write the ready line to stdout: {0}")]
+    Stdout(std::io::Error),
+    /// The node lost its owner lease and stopped running turns.
+    #[error(
+        "node {0} lost its owner lease and stopped running turns; it shut down so it can be \
+         restarted with a fresh lease (check the store's health and the network to it)"
+    )]
+    LeaseLost(NodeId),
+}
+
+/// The factories every `ferry node` hosts: the sample chat room, chatter and ping spot.
+pub fn registry() -> Registry {
+    let mut registry = Registry::new();
+    registry
+        .register(chat::room())
+        .register(chat::chatter())
+        .register(ping::ping());
+    registry
+}
+
+/// Runs the node of `args.config` until SIGTERM or Ctrl-C.
+pub async fn run(args: NodeArgs) -> Result<(), NodeError> {
+    let settings = config::load(&args.config)?;
+    let config = node_config(&settings).await?;
+    // Installed before the node starts, so a stop request during start-up is not lost: it is
+    // acted on as soon as the node serves.
+    let mut stop = StopSignals::install().map_err(NodeError::Signal)?;
+    let node = Node::start(config, registry())
+        .await
+        .map_err(|source| NodeError::Start {
+            node: settings.id.clone(),
+            source,
+        })?;
+    let mesh = node
+        .mesh_addr()
+        .map_or_else(|| "none".to_owned(), |addr| addr.to_string());
+    let printed = {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "ready {} mesh={mesh}", node.id()).and_then(|()| stdout.flush())
+    };
+    if let Err(error) = printed {
+        node.shutdown().await;
+        return Err(NodeError::Stdout(error));
+    }
+    let mut state = node.watch_state();
+    let lease_lost = async move {
+        // The sender lives as long as the node, so an error here cannot mean a lost lease.
+        if state.wait_for(|s| *s == NodeState::Error).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let outcome = tokio::select! {
+        () = stop.recv() => {
+            tracing::info!(node = %node.id(), "stop requested; shutting down");
+            Ok(())
+        }
+        () = lease_lost => Err(NodeError::LeaseLost(node.id().clone())),
+    };
+    node.shutdown().await;
+    outcome
+}
+
+/// Turns checked settings into a node config: loads the certificates and connects the store.
+async fn node_config(settings: &NodeSettings) -> Result<NodeConfig, NodeError> {
+    let tls =
+        NodeTls::load(&settings.certs, settings.id.clone()).map_err(|source| NodeError::Certs {
+            node: settings.id.clone(),
+            dir: settings.certs.clone(),
+            source,
+        })?;
+    let store: Arc<dyn LocationStore> = match &settings.store {
+        StoreChoice::Memory => Arc::new(MemoryStore::new()),
+        StoreChoice::Redis { url, prefix } => Arc::new(
+            RedisStore::connect(url, RedisStoreConfig::new(prefix.clone()))
+                .await
+                .map_err(|source| store_error(url, source))?,
+        ),
+    };
+    let mut config = NodeConfig::new(settings.id.clone())
+        .app_version(settings.app_version.clone())
+        .store(store)
+        .mesh(MeshSettings::new(settings.mesh_listen, tls));
+    config.capacity = settings.capacity;
+    config.weight = settings.weight;
+    config.lease_ttl = settings.lease_ttl;
+    config.refresh = settings.refresh;
+    Ok(config)
+}
+
+fn store_error(url: &str, source: StoreError) -> NodeError {
+    let url = redact(url);
+    match source {
+        StoreError::Unavailable { reason } => NodeError::StoreUnreachable {
+            url,
+            detail: reason,
+        },
+        StoreError::Timeout { after, .. } => NodeError::StoreUnreachable {
+            url,
+            detail: format!("no answer within {after:?}"),
+        },
+        source => NodeError::Store { url, source },
+    }
+}
+
+/// The requests to stop: SIGTERM (what supervisors send) and Ctrl-C.
+struct StopSignals {
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Self {
+                term: signal(SignalKind::terminate())?,
+                interrupt: signal(SignalKind::interrupt())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    /// Waits for the first stop request.
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,38 @@
+//! Every subcommand explains itself with `--help`.
+
+mod common;
+
+use common::ferry;
+
+#[test]
+fn every_subcommand_has_help() {
+    for (command, flags) in [
+        ("demo", &["--rooms", "--json"][..]),
+        ("certs", &["--out", "--nodes", "--force"][..]),
+        ("node", &["--config"][..]),
+    ] {
+        let out = ferry()
+            .args([command, "--help"])
+            .output()
+            .expect("the ferry binary runs");
+        assert!(out.status.success(), "ferry {command} --help failed");
+        let help = String::from_utf8_lossy(&out.stdout);
+        for flag in flags {
+            assert!(
+                help.contains(flag),
+                "ferry {command} --help lacks {flag}: {help}"
+            );
+        }
+    }
+    let out = ferry()
+        .arg("--help")
+        .output()
+        .expect("the ferry binary runs");
+    let help = String::from_utf8_lossy(&out.stdout);
+    for command in ["demo", "certs", "node"] {
+        assert!(
+            help.contains(command),
+            "ferry --help lacks {command}: {help}"
+        );
+    }
+}

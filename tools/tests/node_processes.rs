@@ -1,0 +1,423 @@
+//! A cluster of `ferry node` processes on a real redis-server, as an operator runs one: certificates
+//! from `ferry certs`, one config file per node, the `ready` line awaited, SIGTERM to stop. A driver
+//! node inside the test joins the same cluster to place spots and talk to them over the mesh.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{TempDir, certs};
+use ferry::cluster::authority::{node_key, unit_key};
+use ferry::mesh::NodeTls;
+use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
+use ferry::{MeshSettings, Node, NodeConfig, NodeId, Registry, SpotId, UnitId};
+use ferry_samples::ping::{self, PingMsg, PingReport};
+use ferry_tests::redis_server::RedisServer;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
+
+/// How long one request may take.
+const T: Duration = Duration::from_secs(10);
+
+/// A bound on waits for events that have no timeout of their own (a ready line, a link, an exit),
+/// so that a broken build fails instead of hanging. Far above what any of them needs.
+const HANG_GUARD: Duration = Duration::from_secs(120);
+
+/// The redis key prefix of this test's cluster.
+const PREFIX: &str = "tools-processes";
+
+/// The application version every node of the test runs.
+const VERSION: &str = "7";
+
+/// Awaits `fut`, failing the test if it hangs.
+async fn within<F: Future>(what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(HANG_GUARD, fut).await {
+        Ok(out) => out,
+        Err(_) => panic!("{what}: still waiting after {HANG_GUARD:?}"),
+    }
+}
+
+fn id(text: &str) -> NodeId {
+    NodeId::new(text).expect("valid node id")
+}
+
+fn spot(text: &str) -> SpotId {
+    SpotId::new(text).expect("valid spot id")
+}
+
+/// One `ferry node` process.
+struct NodeProcess {
+    id: String,
+    child: Child,
+    log: PathBuf,
+    /// Its stdout, kept open after the ready line so the node never writes to a closed pipe.
+    stdout: tokio::io::Lines<BufReader<ChildStdout>>,
+}
+
+/// The node processes of a test. Dropping it (a failed test) kills those still running.
+#[derive(Default)]
+struct Processes(Vec<NodeProcess>);
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for p in &mut self.0 {
+            // Already reaped processes refuse this; that is fine.
+            let _ = p.child.start_kill();
+        }
+    }
+}
+
+impl Processes {
+    /// Starts `ferry node --config config` and returns the mesh address from its ready line.
+    async fn start(&mut self, node: &str, config: &Path, logs: &Path) -> SocketAddr {
+        let log = logs.join(format!("{node}.log"));
+        let stderr = std::fs::File::create(&log).expect("log file");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .arg("node")
+            .arg("--config")
+            .arg(config)
+            .env("RUST_LOG", "warn,ferry=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("ferry node starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        // Owned by the guard before anything can fail, so a failure below kills it.
+        self.0.push(NodeProcess {
+            id: node.to_owned(),
+            child,
+            log: log.clone(),
+            stdout: BufReader::new(stdout).lines(),
+        });
+        let stdout = &mut self.0.last_mut().expect("just pushed").stdout;
+        let line = within(&format!("{node}'s ready line"), stdout.next_line()).await;
+        let line = line
+            .expect("stdout readable")
+            .unwrap_or_else(|| panic!("{node} exited before it was ready:\n{}", read_log(&log)));
+        let addr = line
+            .strip_prefix(&format!("ready {node} mesh="))
+            .unwrap_or_else(|| panic!("{node} printed {line:?}, not its ready line"));
+        addr.parse().expect("a socket address in the ready line")
+    }
+
+    /// Sends SIGTERM to every process, waits for each to exit, and returns how each ended.
+    async fn terminate_all(&mut self) -> Vec<(String, ExitStatus, String)> {
+        for p in &self.0 {
+            let pid = p.child.id().expect("still running").to_string();
+            let status = std::process::Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .expect("kill runs");
+            assert!(status.success(), "SIGTERM to {}", p.id);
+        }
+        let mut ended = Vec::new();
+        for i in 0..self.0.len() {
+            ended.push(self.wait(i).await);
+        }
+        ended
+    }
+
+    /// Waits for the `i`th process to exit and returns its id, exit status and log.
+    async fn wait(&mut self, i: usize) -> (String, ExitStatus, String) {
+        let p = &mut self.0[i];
+        let status = match tokio::time::timeout(HANG_GUARD, p.child.wait()).await {
+            Ok(status) => status.expect("exit status"),
+            Err(_) => {
+                let _ = p.child.start_kill();
+                panic!("{} did not exit:\n{}", p.id, read_log(&p.log));
+            }
+        };
+        (p.id.clone(), status, read_log(&p.log))
+    }
+}
+
+fn read_log(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| format!("(no log: {e})"))
+}
+
+async fn report(driver: &Node, id: &SpotId) -> PingReport {
+    driver
+        .request(id, PingMsg::Report, T)
+        .await
+        .expect("report")
+}
+
+/// Asks `id` for its report until `done` holds; each ask is a real round trip over the mesh.
+async fn report_until(
+    driver: &Node,
+    id: &SpotId,
+    done: impl Fn(&PingReport) -> bool,
+) -> PingReport {
+    for _ in 0..10_000 {
+        let r = report(driver, id).await;
+        if done(&r) {
+            return r;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!(
+        "{id} never reached the expected state: {:?}",
+        report(driver, id).await
+    )
+}
+
+/// The store revision of each node's descriptor.
+async fn descriptor_versions(store: &Arc<dyn LocationStore>, nodes: &[NodeId]) -> Vec<u64> {
+    let mut versions = Vec::new();
+    for node in nodes {
+        let found = store.get(&node_key(node)).await.expect("store read");
+        versions.push(found.expect("descriptor published").version);
+    }
+    versions
+}
+
+/// Waits until every node in `nodes` has republished its descriptor twice. A node publishes at the
+/// start of each membership refresh and then reads every live peer, so the second publication
+/// proves that a whole refresh ran after this call began: every node live by then is its peer.
+async fn wait_two_refreshes(store: &Arc<dyn LocationStore>, nodes: &[NodeId]) {
+    let mut last = descriptor_versions(store, nodes).await;
+    let mut changes = vec![0_u32; nodes.len()];
+    within("two membership refreshes of every process", async {
+        while changes.iter().any(|c| *c < 2) {
+            tokio::task::yield_now().await;
+            let now = descriptor_versions(store, nodes).await;
+            for ((seen, old), new) in changes.iter_mut().zip(&mut last).zip(now) {
+                if new != *old {
+                    *seen += 1;
+                    *old = new;
+                }
+            }
+        }
+    })
+    .await;
+}
+
+fn node_config(id: &str, redis_url: &str) -> String {
+    format!(
+        r#"id = "{id}"
+app_version = "{VERSION}"
+mesh_listen = "127.0.0.1:0"
+certs = "certs"
+store = "{redis_url}"
+store_prefix = "{PREFIX}"
+capacity = 1000
+weight = 2
+lease_ttl_ms = 10000
+refresh_ms = 200
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_node_processes_on_redis_exchange_tells_and_requests_across_all_pairs() {
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let tmp = TempDir::new("processes");
+    let certs_dir = tmp.path().join("certs");
+    certs(&certs_dir, "p1,p2,p3,driver");
+
+    let names = ["p1", "p2", "p3"];
+    let mut processes = Processes::default();
+    let mut addrs = BTreeMap::new();
+    for name in names {
+        let config = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(&config, node_config(name, &redis.url())).expect("config written");
+        let addr = processes.start(name, &config, tmp.path()).await;
+        addrs.insert(name.to_owned(), addr);
+    }
+
+    // The driver: same store and prefix, a certificate from the same CA, no room for spots.
+    let store: Arc<dyn LocationStore> = Arc::new(
+        RedisStore::connect(&redis.url(), RedisStoreConfig::new(PREFIX))
+            .await
+            .expect("redis store"),
+    );
+    let tls = NodeTls::load(&certs_dir, id("driver")).expect("driver certificate");
+    let mut mesh = MeshSettings::new("127.0.0.1:0".parse().expect("addr"), tls);
+    mesh.initial_rtt = Duration::from_millis(10);
+    let mut config = NodeConfig::new(id("driver"))
+        .app_version(VERSION)
+        .store(store.clone())
+        .mesh(mesh);
+    config.capacity = 0;
+    config.refresh = Duration::from_millis(200);
+    let mut registry = Registry::new();
+    registry.register(ping::ping());
+    let driver = Node::start(config, registry).await.expect("driver starts");
+
+    let mut view = Vec::new();
+    for _ in 0..1_000 {
+        driver.refresh_membership().await.expect("membership read");
+        view = driver.cluster_view();
+        if view.len() == 4 {
+            break;
+        }
+    }
+    let seen: BTreeMap<String, _> = view.iter().map(|d| (d.node.to_string(), d)).collect();
+    assert_eq!(
+        seen.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["driver", "p1", "p2", "p3"],
+        "the driver sees every process"
+    );
+    for name in names {
+        let d = seen[name];
+        assert_eq!(
+            d.mesh_addr,
+            Some(addrs[name]),
+            "{name} publishes the address it printed"
+        );
+        assert_eq!(d.app_version, VERSION, "{name}'s app_version");
+        assert_eq!(
+            (d.capacity, d.weight),
+            (1000, 2),
+            "{name}'s capacity and weight"
+        );
+        let mut factories = d.factories.clone();
+        factories.sort();
+        assert_eq!(
+            factories,
+            ["chat-room", "chatter", "ping"],
+            "{name}'s factories"
+        );
+    }
+    let nodes: Vec<NodeId> = names.iter().map(|n| id(n)).collect();
+    for node in &nodes {
+        within(&format!("link to {node}"), driver.wait_peer_ready(node))
+            .await
+            .expect("peer link up");
+    }
+    // A process learns of nodes that started after it from their dial or its next refresh; wait
+    // for the refresh so that every process knows every other before spots talk.
+    wait_two_refreshes(&store, &nodes).await;
+
+    let spots: Vec<SpotId> = (1..=3).map(|i| spot(&format!("p-spot-{i}"))).collect();
+    for (node, id) in nodes.iter().zip(&spots) {
+        driver
+            .create_spot_on(node, ping::PING, id)
+            .await
+            .expect("spot created");
+    }
+    for (node, id) in nodes.iter().zip(&spots) {
+        assert_eq!(
+            report(&driver, id).await.node,
+            node.as_str(),
+            "{id} lives in {node}"
+        );
+    }
+
+    const PINGS: u64 = 100;
+    let others =
+        |id: &SpotId| -> Vec<SpotId> { spots.iter().filter(|o| *o != id).cloned().collect() };
+    for id in &spots {
+        driver
+            .tell(
+                id,
+                PingMsg::PingOthers {
+                    to: others(id),
+                    count: PINGS,
+                },
+            )
+            .expect("told");
+    }
+    let in_order: Vec<u64> = (0..PINGS).collect();
+    for id in &spots {
+        let r = report_until(&driver, id, |r| {
+            r.pings.len() == 2 && r.pings.values().all(|v| v.len() as u64 >= PINGS)
+        })
+        .await;
+        let want: BTreeMap<String, Vec<u64>> = others(id)
+            .iter()
+            .map(|o| (o.to_string(), in_order.clone()))
+            .collect();
+        assert_eq!(
+            r.pings, want,
+            "pings to {id}: each once, in order, from each other process"
+        );
+    }
+
+    for id in &spots {
+        driver
+            .tell(id, PingMsg::AskOthers { to: others(id) })
+            .expect("told");
+    }
+    for id in &spots {
+        let r = report_until(&driver, id, |r| r.answers.len() == 2).await;
+        let want: BTreeMap<String, Result<u64, String>> = others(id)
+            .iter()
+            .map(|o| (o.to_string(), Ok(2 * PINGS)))
+            .collect();
+        assert_eq!(
+            r.answers, want,
+            "requests from {id} to the spots in the other processes"
+        );
+    }
+
+    driver.shutdown().await;
+    for (name, status, log) in processes.terminate_all().await {
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "{name} exits 0 after SIGTERM:\n{log}"
+        );
+        assert!(!log.contains("panicked"), "{name} panicked:\n{log}");
+    }
+    // A stopped node leaves the cluster: its descriptor and its spot's record are gone.
+    for (node, id) in nodes.iter().zip(&spots) {
+        let descriptor = store.get(&node_key(node)).await.expect("store read");
+        assert!(descriptor.is_none(), "{node} withdrew its descriptor");
+        let record = store
+            .get(&unit_key(&UnitId::Spot(id.clone())))
+            .await
+            .expect("store read");
+        assert!(record.is_none(), "{node} released {id}");
+    }
+    drop(processes);
+    drop(redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_process_that_loses_its_lease_shuts_down_and_exits_non_zero() {
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let tmp = TempDir::new("lease");
+    certs(&tmp.path().join("certs"), "p1");
+    let config = tmp.path().join("p1.toml");
+    let text =
+        node_config("p1", &redis.url()).replace("lease_ttl_ms = 10000", "lease_ttl_ms = 600");
+    std::fs::write(&config, text).expect("config written");
+    let mut processes = Processes::default();
+    processes.start("p1", &config, tmp.path()).await;
+
+    // Someone else takes p1's lease (a second p1 started by mistake, say): the running one can no
+    // longer prove it owns its units, and must stop rather than act as their owner.
+    let store = RedisStore::connect(&redis.url(), RedisStoreConfig::new(PREFIX))
+        .await
+        .expect("redis store");
+    store
+        .acquire_lease(&id("p1"), Duration::from_secs(30))
+        .await
+        .expect("lease taken");
+    let (_, status, log) = processes.wait(0).await;
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "p1 exits 1 once its lease is gone:\n{log}"
+    );
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: ") && last.contains("lost its owner lease"),
+        "the last line says why:\n{log}"
+    );
+    drop(processes);
+    drop(redis);
+}
