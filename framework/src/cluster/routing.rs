@@ -129,7 +129,18 @@ impl Node {
                 return;
             }
             self.core.router.forget(&retry.to);
-            self.route(retry);
+            if matches!(error, crate::mesh::MeshError::UnknownPeer(_)) {
+                // A node that joined since the last membership read: learn of it and dial it first.
+                let node = self.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = node.refresh_membership().await {
+                        tracing::debug!(%error, "membership not refreshed");
+                    }
+                    node.route(retry);
+                });
+            } else {
+                self.route(retry);
+            }
         }
     }
 
