@@ -26,7 +26,9 @@ pub mod timer;
 pub use behavior::{Behavior, Ctx, Message, ReadyOutcome};
 pub use error::{DeferError, MessageError, RegistrationError, StartError, UnitError};
 pub use ids::{ActorId, InvalidId, NodeId, ObjectGeneration, SpotId, UnitId};
-pub use node::{MeshSettings, Node, NodeConfig, NodeState, Target};
+pub use node::{
+    MeshSettings, Node, NodeConfig, NodeState, ReplyTo, ShutdownOutcome, ShutdownReason, Target,
+};
 pub use registry::{
     AdapterError, ExecutionMode, FactoryKind, OnPanic, PolicyKind, ReadinessMode, Registration,
     Registry, RelocationPolicy, SerdeAdapter, StateAdapter,

@@ -1,4 +1,5 @@
 //! Shared harness for the Ferry integration tests.
 
 pub mod cluster;
+pub mod faults;
 pub mod redis_server;

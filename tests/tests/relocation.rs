@@ -107,6 +107,10 @@ fn registry_with(adapter: Hooked) -> Registry {
         Registration::actor("player", |_| Room::default())
             .policy(RelocationPolicy::PreserveState(Arc::new(adapter))),
     );
+    // A room restored through the plain serde adapter, whatever the hooks.
+    reg.register(
+        Registration::spot("player-room", |_| Room::default()).policy(RelocationPolicy::serde()),
+    );
     reg.register(
         Registration::spot("fresh", |_| Room::default()).policy(RelocationPolicy::Recreate),
     );
@@ -581,4 +585,78 @@ async fn a_target_that_dies_after_relay_ready_never_leaves_two_owners() {
     let room = get(&n1, &r).await;
     assert_eq!(room.log[0], "before");
     n1.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deadline_mid_drain_sends_unready_units_back_and_force_stops_those_past_no_return() {
+    use ferry::{RelocateMode, RelocateOptions, RelocateOutcome};
+    use ferry_tests::faults::HeldStore;
+
+    // n2 restores "room" through a gate, and its writes can be held: its commits then hang.
+    let (hooked, gate) = gated(false);
+    let mut cluster = Cluster::start(1, registry).await;
+    let held = HeldStore::new(cluster.store.clone());
+    let config = cluster.config("n2").store(held.clone());
+    cluster.add_with(config, registry_with(hooked)).await;
+    let (n1, n2) = (cluster.nodes[0].clone(), cluster.nodes[1].clone());
+    // "a" moves freely up to its commit; "b" waits in its restore past the deadline.
+    let (a, b) = (spot("a"), spot("b"));
+    n1.create_spot_on(n1.id(), "player-room", &a)
+        .await
+        .expect("a");
+    n1.create_spot_on(n1.id(), "room", &b).await.expect("b");
+    let _: Room = n1.request(&b, Cmd::Log("b0".into()), T).await.expect("ok");
+    held.hold();
+    let drain = {
+        let n1 = n1.clone();
+        tokio::spawn(async move {
+            n1.relocate(RelocateOptions {
+                mode: RelocateMode::PlannedMaintenance,
+                deadline: Duration::from_millis(1500),
+            })
+            .await
+        })
+    };
+    gate.wait_started().await;
+    // "b" is sealed: these are held on n1; "a" is handed over and its commit hangs on n2.
+    n1.tell(&b, Cmd::Log("b1".into())).expect("told");
+    n1.tell(&b, Cmd::Log("b2".into())).expect("told");
+    let ask_a = {
+        let n1 = n1.clone();
+        let a = a.clone();
+        tokio::spawn(async move { n1.request::<Cmd, Room>(&a, Cmd::Log("a1".into()), T).await })
+    };
+    let outcome = drain.await.expect("drain ran");
+    assert_eq!(
+        outcome,
+        RelocateOutcome::ForceStopped {
+            units: vec![UnitId::Spot(a.clone())],
+            stayed: vec![UnitId::Spot(b.clone())],
+        }
+    );
+    gate.release.send(()).expect("released");
+    held.release();
+    // The request to "a" got exactly one terminal: an error, since "a" runs nowhere now.
+    let answer = ask_a.await.expect("asked");
+    assert!(answer.is_err(), "{answer:?}");
+    assert!(!n1.hosts(&UnitId::Spot(a.clone())));
+    let record = n1
+        .read_record(&UnitId::Spot(a.clone()))
+        .await
+        .expect("store")
+        .expect("record");
+    assert_eq!(record.stage, ferry::cluster::authority::Stage::ForceStopped);
+    // "b" went back to n1 with its messages in order.
+    assert!(n1.hosts(&UnitId::Spot(b.clone())));
+    assert_eq!(get(&n1, &b).await.log, log(&["b0", "b1", "b2"]));
+    // n2 lost its commit race for "a" and let it go.
+    for _ in 0..500 {
+        if !n2.hosts(&UnitId::Spot(a.clone())) {
+            break;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!n2.hosts(&UnitId::Spot(a.clone())));
+    cluster.shutdown().await;
 }

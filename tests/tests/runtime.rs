@@ -799,3 +799,68 @@ async fn shutdown_closes_every_unit_and_refuses_new_work() {
     ));
     assert_eq!(node.unit_count(), 0);
 }
+
+/// Polls a request once, so it is sent (queued on its unit) before the test goes on; a request
+/// already answered in that one poll gives its answer.
+async fn send_now<F: std::future::Future + Unpin>(request: &mut F) -> Option<F::Output> {
+    tokio::time::timeout(Duration::ZERO, request).await.ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_accepted_work_before_closing() {
+    let (reg, _events) = probes();
+    let node = node(reg).await;
+    let p = actor("p");
+    node.create_actor("player", &p).await.expect("p");
+    for _ in 0..500 {
+        node.tell(&p, Cmd::Add(1)).expect("told");
+    }
+    let mut last = Box::pin(node.request::<Cmd, Answer>(&p, Cmd::Get, T));
+    let early = send_now(&mut last).await;
+    let outcome = node.shutdown().await;
+    assert_eq!(outcome, ferry::ShutdownOutcome::Stopped);
+    let answer = match early {
+        Some(answer) => answer,
+        None => last.await,
+    };
+    assert_eq!(answer, Ok(Answer::Value(500)), "queued work ran first");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_still_busy_at_the_shutdown_deadline_is_closed_and_its_queue_answered() {
+    let (tx, _events) = mpsc::unbounded_channel();
+    let (release, gate) = std::sync::mpsc::channel();
+    let gate = Arc::new(std::sync::Mutex::new(gate));
+    let mut reg = Registry::new();
+    reg.register(Registration::actor("slow", move |_| Probe {
+        gate: Some(gate.clone()),
+        ..Probe::new(&tx)
+    }));
+    let node = node(reg).await;
+    let p = actor("p");
+    node.create_actor("slow", &p).await.expect("actor");
+    let mut blocked = Box::pin(node.request::<Cmd, Answer>(&p, Cmd::Block, T));
+    assert!(
+        send_now(&mut blocked).await.is_none(),
+        "blocked until released"
+    );
+    let mut queued = Box::pin(node.request::<Cmd, Answer>(&p, Cmd::Get, T));
+    assert!(
+        send_now(&mut queued).await.is_none(),
+        "queued behind the blocked turn"
+    );
+    // The handler is stuck past the deadline: the shutdown does not wait for it.
+    let outcome = node.shutdown_within(Duration::from_millis(200)).await;
+    assert_eq!(
+        outcome,
+        ferry::ShutdownOutcome::ForceStopped {
+            reason: ferry::ShutdownReason::DeadlineExceeded
+        }
+    );
+    release.send(()).expect("released");
+    assert!(matches!(
+        queued.await,
+        Err(MessageError::UnitStopped { .. })
+    ));
+    assert_eq!(blocked.await, Ok(Answer::Ok), "the running turn finished");
+}

@@ -810,15 +810,16 @@ impl Node {
     pub async fn abort(&self) {
         self.fence("aborted");
         self.core.stop.cancel();
-        self.close_lanes().await;
+        self.close_lanes(Duration::ZERO).await;
         if let Some(mesh) = &self.core.mesh {
             mesh.close().await;
         }
         self.set_state(NodeState::Stopped);
     }
 
-    /// Sends every lane its close and waits for all of them.
-    async fn close_lanes(&self) -> Vec<UnitId> {
+    /// Closes every lane, letting each finish its queued work for up to `grace`; what is left then
+    /// is closed at once. Returns the units that were hosted, and whether all finished in time.
+    async fn close_lanes(&self, grace: Duration) -> (Vec<UnitId>, bool) {
         let mut waits = Vec::new();
         let mut seen: Vec<Arc<lane::LaneTx>> = Vec::new();
         let mut ids = Vec::new();
@@ -829,22 +830,40 @@ impl Node {
             }
             seen.push(entry.lane.clone());
             let (done, wait) = oneshot::channel();
-            if entry.lane.ctl.send(Control::Close { done }).is_ok() {
-                waits.push(wait);
+            let now = grace.is_zero();
+            if entry.lane.ctl.send(Control::Close { done, now }).is_ok() {
+                waits.push((entry.lane, wait));
             }
         }
-        for wait in waits {
-            let _ = wait.await;
+        let until = tokio::time::Instant::now() + grace;
+        let mut in_time = true;
+        for (lane, wait) in waits {
+            let mut wait = wait;
+            if tokio::time::timeout_at(until, &mut wait).await.is_err() {
+                // Closed as soon as its turn returns; a handler stuck for good is not waited for.
+                in_time = false;
+                let (done, _) = oneshot::channel();
+                let _ = lane.ctl.send(Control::Close { done, now: true });
+            }
         }
-        ids
+        (ids, in_time)
     }
 
-    /// Closes every unit (each runs `on_closing`), answers what was queued, releases the units'
-    /// records and the lease, and leaves the mesh.
-    pub async fn shutdown(&self) {
+    /// Shuts down within 30 seconds; see [`Node::shutdown_within`].
+    pub async fn shutdown(&self) -> ShutdownOutcome {
+        self.shutdown_within(Duration::from_secs(30)).await
+    }
+
+    /// Stops taking new work, lets every unit finish what it had accepted, closes them (each runs
+    /// `on_closing`), releases their records and the lease, and leaves the mesh. Units still busy at
+    /// the deadline are closed at once, their queued requests ending with `UnitStopped`.
+    pub async fn shutdown_within(&self, deadline: Duration) -> ShutdownOutcome {
         self.set_state(NodeState::Draining);
-        let ids = self.close_lanes().await;
+        let (ids, in_time) = self
+            .close_lanes(deadline.max(Duration::from_millis(1)))
+            .await;
         self.core.stop.cancel();
+        let mut released = true;
         for chunk in ids.chunks(64) {
             let deletes = chunk.iter().map(|id| self.delete_own_record(id));
             for (id, result) in chunk
@@ -852,6 +871,7 @@ impl Node {
                 .zip(futures_util::future::join_all(deletes).await)
             {
                 if let Err(error) = result {
+                    released = false;
                     tracing::warn!(unit = %id, %error, "record not released at shutdown");
                 }
             }
@@ -861,8 +881,43 @@ impl Node {
             mesh.close().await;
         }
         self.set_state(NodeState::Stopped);
-        tracing::info!(node = %self.id(), "node stopped");
+        self.core
+            .host
+            .status
+            .send_modify(|s| s.safe_to_shutdown = true);
+        let outcome = match (in_time, released) {
+            (true, true) => ShutdownOutcome::Stopped,
+            (false, _) => ShutdownOutcome::ForceStopped {
+                reason: ShutdownReason::DeadlineExceeded,
+            },
+            (true, false) => ShutdownOutcome::ForceStopped {
+                reason: ShutdownReason::TeardownFailed,
+            },
+        };
+        tracing::info!(node = %self.id(), ?outcome, "node stopped");
+        outcome
     }
+}
+
+/// How a shutdown ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ShutdownOutcome {
+    /// Every unit finished its accepted work and closed; records and lease were released.
+    Stopped,
+    /// Not everything ended cleanly.
+    ForceStopped {
+        /// Why.
+        reason: ShutdownReason,
+    },
+}
+
+/// Why a shutdown was forced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ShutdownReason {
+    /// Some unit was still busy at the deadline; its queued requests ended with `UnitStopped`.
+    DeadlineExceeded,
+    /// Some record could not be released (the store was unreachable); recovery will clear it.
+    TeardownFailed,
 }
 
 /// Which factory kinds may create this kind of id, and its name for errors.

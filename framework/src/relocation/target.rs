@@ -115,20 +115,29 @@ impl Node {
                 Err(error) => Some(Err(error)),
             }
         };
-        let event = match finished {
-            Some(Ok(capture)) => match Lane::restore(self, capture) {
+        let capture = match finished {
+            Some(Ok(capture)) => capture,
+            Some(Err(error)) => {
+                self.target_event(rel, TargetEvent::RestoreFailed(error.to_string()));
+                return;
+            }
+            None => return,
+        };
+        // Restoring runs application adapters, which may take a while for a large state: off the
+        // mesh's inbound task, so frames of other moves keep flowing.
+        let node = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let event = match Lane::restore(&node, capture) {
                 Ok(lane) => {
-                    if let Some(staging) = self.core.moves.incoming.lock().get_mut(&rel) {
+                    if let Some(staging) = node.core.moves.incoming.lock().get_mut(&rel) {
                         staging.lane = Some(lane);
                     }
                     TargetEvent::Restored
                 }
                 Err(reason) => TargetEvent::RestoreFailed(reason),
-            },
-            Some(Err(error)) => TargetEvent::RestoreFailed(error.to_string()),
-            None => return,
-        };
-        self.target_event(rel, event);
+            };
+            node.target_event(rel, event);
+        });
     }
 
     /// Feeds an event to a staged move and carries out its actions.

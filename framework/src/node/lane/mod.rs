@@ -59,8 +59,12 @@ pub(crate) enum Control {
     Member { actor: ActorId, joined: bool },
     /// Send the Actor hosted here back to its node's Entry Spot.
     Leave { actor: ActorId, done: Done },
-    /// Close every unit of this lane (the node is shutting down).
-    Close { done: oneshot::Sender<()> },
+    /// Close every unit of this lane (the node is shutting down): after the work already queued
+    /// has run, or at once (`now`), answering what is queued with `UnitStopped`.
+    Close {
+        done: oneshot::Sender<()>,
+        now: bool,
+    },
     /// Stop one unit (with its members, for a SpotWide spot), running its closing callbacks.
     Stop { unit: UnitId, done: Done },
     /// Start running turns: the unit is recorded as owned here.
@@ -133,6 +137,8 @@ pub(crate) struct Lane {
     hold: Vec<Envelope>,
     /// What was relayed at the handover, kept (encoded) until the target commits.
     relayed: Vec<Envelope>,
+    /// Set when the node shuts down: close once the queued work has run.
+    closing: Option<oneshot::Sender<()>>,
 }
 
 impl Lane {
@@ -171,6 +177,7 @@ impl Lane {
             moving: None,
             hold: Vec::new(),
             relayed: Vec::new(),
+            closing: None,
         };
         (tx, lane)
     }
@@ -229,6 +236,11 @@ impl Lane {
             }
             if let Ok(envelope) = self.data.try_recv() {
                 self.dispatch(envelope);
+                continue;
+            }
+            if let Some(done) = self.closing.take() {
+                // Everything accepted has run.
+                self.close_all(done);
                 continue;
             }
             let due = self.next_due;
@@ -524,14 +536,11 @@ impl Lane {
             Control::ForceStop { rel } => self.force_stop(rel),
             Control::OpenMoved { relay } => self.open_moved(relay),
             Control::Discard => self.discard(),
-            Control::Close { done } => {
-                let ids: Vec<UnitId> = self.cells.keys().cloned().collect();
-                // Closing the spot closes its members; actors first keeps on_member_left quiet.
-                for id in ids {
-                    self.stop_unit(&id, StopKind::ByNode);
-                }
-                let _ = done.send(());
+            Control::Close { done, now: false } if self.open && !self.node.fenced() => {
+                // Finish what was accepted first; the loop closes once the queues are empty.
+                self.closing = Some(done);
             }
+            Control::Close { done, .. } => self.close_all(done),
         }
     }
 
@@ -560,6 +569,15 @@ impl Lane {
         }
         self.cells.clear();
         self.sys.clear();
+    }
+
+    /// Closes every unit of the lane now.
+    fn close_all(&mut self, done: oneshot::Sender<()>) {
+        let ids: Vec<UnitId> = self.cells.keys().cloned().collect();
+        for id in ids {
+            self.stop_unit(&id, StopKind::ByNode);
+        }
+        let _ = done.send(());
     }
 
     fn primary_spot(&self) -> Option<UnitId> {
