@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry::mesh::ClusterCa;
-use ferry::store::{LocationStore, MemoryStore};
+use ferry::store::{LocationStore, MemoryStore, RedisStore, RedisStoreConfig};
 use ferry::{MeshSettings, Node, NodeConfig, NodeId, Registry};
+
+use crate::redis_server::RedisServer;
 
 /// Nodes that know each other. Shut it down at the end of the test.
 pub struct Cluster {
@@ -15,6 +17,17 @@ pub struct Cluster {
     /// The store they share.
     pub store: Arc<dyn LocationStore>,
     ca: ClusterCa,
+    /// The redis-server behind the store, if it is Redis; it lives as long as the cluster.
+    redis: Option<RedisServer>,
+}
+
+/// Which location store a test cluster runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The in-process `MemoryStore`.
+    Memory,
+    /// A `RedisStore` on a real redis-server that the cluster starts and stops.
+    Redis,
 }
 
 /// A node config for tests: loopback mesh, a short initial round-trip, fast refresh.
@@ -36,6 +49,27 @@ impl Cluster {
         Self::start_on(n, store, registry).await
     }
 
+    /// Starts `n` nodes on the given backend; `None` (after one line saying why) when Redis is
+    /// asked for and redis-server is not installed.
+    pub async fn start_with(
+        backend: Backend,
+        n: usize,
+        registry: impl Fn() -> Registry,
+    ) -> Option<Cluster> {
+        match backend {
+            Backend::Memory => Some(Self::start(n, registry).await),
+            Backend::Redis => {
+                let redis = RedisServer::start_or_skip().await?;
+                let store = RedisStore::connect(&redis.url(), RedisStoreConfig::default())
+                    .await
+                    .expect("redis store");
+                let mut cluster = Self::start_on(n, Arc::new(store), registry).await;
+                cluster.redis = Some(redis);
+                Some(cluster)
+            }
+        }
+    }
+
     /// Like [`Cluster::start`], on a given store.
     pub async fn start_on(
         n: usize,
@@ -47,6 +81,7 @@ impl Cluster {
             nodes: Vec::new(),
             store,
             ca,
+            redis: None,
         };
         for i in 1..=n {
             cluster.add(&format!("n{i}"), registry()).await;
@@ -98,10 +133,12 @@ impl Cluster {
             .expect("node in cluster")
     }
 
-    /// Shuts every node down (every server the test started is stopped).
+    /// Shuts every node down, then the redis-server if there is one: every server the test
+    /// started is stopped.
     pub async fn shutdown(self) {
         for node in &self.nodes {
             node.shutdown().await;
         }
+        drop(self.redis);
     }
 }

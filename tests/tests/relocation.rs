@@ -8,7 +8,7 @@ use ferry::{
     ActorId, AdapterError, Behavior, Ctx, MessageError, OverrunPolicy, Registration, Registry,
     RelocationPolicy, SpotId, StateAdapter, Tick, UnitId,
 };
-use ferry_tests::cluster::Cluster;
+use ferry_tests::cluster::{Backend, Cluster};
 use serde::{Deserialize, Serialize};
 
 const T: Duration = Duration::from_secs(10);
@@ -136,9 +136,10 @@ fn log(lines: &[&str]) -> Vec<String> {
     lines.iter().map(|s| s.to_string()).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_room_moves_with_its_state_and_keeps_answering() {
-    let cluster = Cluster::start(2, registry).await;
+async fn a_room_moves_with_its_state_and_keeps_answering(backend: Backend) {
+    let Some(cluster) = Cluster::start_with(backend, 2, registry).await else {
+        return;
+    };
     let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
     let r = spot("r");
     n1.create_spot_on(n1.id(), "room", &r)
@@ -207,16 +208,19 @@ impl Gate {
 }
 
 /// Starts n1 (plain) and n2 whose restores go through `hooked`.
-async fn source_and_hooked_target(hooked: Hooked) -> Cluster {
-    let mut cluster = Cluster::start(1, registry).await;
+async fn source_and_hooked_target(backend: Backend, hooked: Hooked) -> Option<Cluster> {
+    let mut cluster = Cluster::start_with(backend, 1, registry).await?;
     cluster.add("n2", registry_with(hooked)).await;
-    cluster
+    Some(cluster)
 }
 
 /// Q1, Q2 queued before the seal and H1, H2 held during it: where do they run, and in what order?
-async fn queued_and_held(fail_restore: bool) -> (Cluster, SpotId, ferry::MoveReport) {
+async fn queued_and_held(
+    backend: Backend,
+    fail_restore: bool,
+) -> Option<(Cluster, SpotId, ferry::MoveReport)> {
     let (hooked, gate) = gated(fail_restore);
-    let cluster = source_and_hooked_target(hooked).await;
+    let cluster = source_and_hooked_target(backend, hooked).await?;
     let (n1, n2) = (cluster.nodes[0].clone(), cluster.nodes[1].clone());
     let r = spot("r");
     n1.create_spot_on(n1.id(), "room", &r)
@@ -241,12 +245,15 @@ async fn queued_and_held(fail_restore: bool) -> (Cluster, SpotId, ferry::MoveRep
     n1.tell(&r, Cmd::Log("H2".into())).expect("told");
     gate.release.send(()).expect("released");
     let report = mover.await.expect("mover ran").expect("move started");
-    (cluster, r, report)
+    Some((cluster, r, report))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn queued_and_held_messages_run_on_the_target_in_order_and_none_during_restore() {
-    let (cluster, r, report) = queued_and_held(false).await;
+async fn queued_and_held_messages_run_on_the_target_in_order_and_none_during_restore(
+    backend: Backend,
+) {
+    let Some((cluster, r, report)) = queued_and_held(backend, false).await else {
+        return;
+    };
     assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
     let n2 = &cluster.nodes[1];
     assert!(n2.hosts(&UnitId::Spot(r.clone())));
@@ -257,9 +264,10 @@ async fn queued_and_held_messages_run_on_the_target_in_order_and_none_during_res
     cluster.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_failure_before_relay_ready_restores_everything_on_the_source_in_order() {
-    let (cluster, r, report) = queued_and_held(true).await;
+async fn a_failure_before_relay_ready_restores_everything_on_the_source_in_order(backend: Backend) {
+    let Some((cluster, r, report)) = queued_and_held(backend, true).await else {
+        return;
+    };
     assert!(matches!(report.end, MoveEnd::Restored(_)), "{report:?}");
     let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
     assert!(n1.hosts(&UnitId::Spot(r.clone())));
@@ -277,9 +285,10 @@ async fn a_failure_before_relay_ready_restores_everything_on_the_source_in_order
     cluster.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_request_in_flight_during_a_move_gets_exactly_one_terminal() {
-    let cluster = Cluster::start(3, registry).await;
+async fn every_request_in_flight_during_a_move_gets_exactly_one_terminal(backend: Backend) {
+    let Some(cluster) = Cluster::start_with(backend, 3, registry).await else {
+        return;
+    };
     let (n1, n2, n3) = (&cluster.nodes[0], &cluster.nodes[1], &cluster.nodes[2]);
     let r = spot("r");
     n1.create_spot_on(n1.id(), "room", &r)
@@ -322,9 +331,10 @@ async fn every_request_in_flight_during_a_move_gets_exactly_one_terminal() {
     cluster.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_spot_wide_room_moves_with_its_members_and_no_join_or_leave_callbacks() {
-    let cluster = Cluster::start(2, registry).await;
+async fn a_spot_wide_room_moves_with_its_members_and_no_join_or_leave_callbacks(backend: Backend) {
+    let Some(cluster) = Cluster::start_with(backend, 2, registry).await else {
+        return;
+    };
     let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
     let r = spot("r");
     n1.create_spot_on(n1.id(), "room", &r)
@@ -506,9 +516,12 @@ async fn recreate_moves_queue_and_timers_but_not_state_and_disabled_never_moves(
     cluster.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sender_with_a_stale_route_reaches_the_moved_unit_and_learns_the_new_route() {
-    let cluster = Cluster::start(3, registry).await;
+async fn a_sender_with_a_stale_route_reaches_the_moved_unit_and_learns_the_new_route(
+    backend: Backend,
+) {
+    let Some(cluster) = Cluster::start_with(backend, 3, registry).await else {
+        return;
+    };
     let (n1, n2, n3) = (&cluster.nodes[0], &cluster.nodes[1], &cluster.nodes[2]);
     let r = spot("r");
     n1.create_spot_on(n1.id(), "room", &r)
@@ -545,7 +558,9 @@ async fn a_sender_with_a_stale_route_reaches_the_moved_unit_and_learns_the_new_r
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_target_that_dies_after_relay_ready_never_leaves_two_owners() {
     let (hooked, gate) = gated(false);
-    let cluster = source_and_hooked_target(hooked).await;
+    let cluster = source_and_hooked_target(Backend::Memory, hooked)
+        .await
+        .expect("memory backend");
     let (n1, n2) = (cluster.nodes[0].clone(), cluster.nodes[1].clone());
     let r = spot("r");
     let id = UnitId::Spot(r.clone());
@@ -573,17 +588,25 @@ async fn a_target_that_dies_after_relay_ready_never_leaves_two_owners() {
     // The target dies right after it restored the unit (relay-ready is on its way).
     n2.abort().await;
     let report = mover.await.expect("mover ran").expect("started");
-    assert!(
-        matches!(report.end, MoveEnd::Restored(_) | MoveEnd::Reclaimed),
-        "{report:?}"
-    );
-    assert!(n1.hosts(&id), "the unit runs on the source again");
     let record = n1.read_record(&id).await.expect("store").expect("record");
-    assert_eq!(record.owner, *n1.id(), "one owner, recorded");
+    match report.end {
+        // The target committed before it died: it is the one owner (recovery takes it from there).
+        MoveEnd::Moved => {
+            assert_eq!(record.owner, *n2.id(), "{report:?}");
+            assert!(!n1.hosts(&id));
+        }
+        MoveEnd::Restored(_) | MoveEnd::Reclaimed => {
+            assert_eq!(record.owner, *n1.id(), "{report:?}");
+            assert!(
+                n1.hosts(&id),
+                "the unit runs on the source again: {report:?}"
+            );
+            assert_eq!(get(&n1, &r).await.log[0], "before");
+        }
+        _ => panic!("unexpected end: {report:?}"),
+    }
     // The request held during the move got exactly one terminal (its reply, or an error).
     let _ = held.await.expect("task ran");
-    let room = get(&n1, &r).await;
-    assert_eq!(room.log[0], "before");
     n1.shutdown().await;
 }
 
@@ -660,3 +683,31 @@ async fn a_deadline_mid_drain_sends_unready_units_back_and_force_stops_those_pas
     assert!(!n2.hosts(&UnitId::Spot(a.clone())));
     cluster.shutdown().await;
 }
+
+/// Runs each scenario twice: on the in-process store and on a real redis-server.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use super::Backend;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn memory() {
+                super::$name(Backend::Memory).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn redis() {
+                super::$name(Backend::Redis).await
+            }
+        }
+    )*};
+}
+
+on_both_stores!(
+    a_room_moves_with_its_state_and_keeps_answering,
+    queued_and_held_messages_run_on_the_target_in_order_and_none_during_restore,
+    a_failure_before_relay_ready_restores_everything_on_the_source_in_order,
+    every_request_in_flight_during_a_move_gets_exactly_one_terminal,
+    a_spot_wide_room_moves_with_its_members_and_no_join_or_leave_callbacks,
+    a_sender_with_a_stale_route_reaches_the_moved_unit_and_learns_the_new_route,
+);

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use super::frames::{Deliver, Frame, MAX_HOPS};
 use crate::error::MessageError;
 use crate::ids::{NodeId, UnitId};
-use crate::mesh::Inbound;
+use crate::mesh::{Inbound, MeshError};
 use crate::node::{Node, Payload};
 use crate::registry::FactoryKind;
 
@@ -22,6 +22,8 @@ const SHARDS: usize = 16;
 enum Route {
     /// The unit's owner, as last learned.
     Known(NodeId),
+    /// This node handed the unit over to that node: certain, whatever the store says yet.
+    Moved(NodeId),
     /// A lookup is under way; these wait for it, in arrival order.
     Resolving(Vec<Deliver>),
 }
@@ -47,7 +49,16 @@ impl Router {
     /// Forgets what is known of a unit's owner (not a lookup under way).
     pub fn forget(&self, id: &UnitId) {
         let mut shard = self.shard(id).lock();
-        if matches!(shard.get(id), Some(Route::Known(_))) {
+        if matches!(shard.get(id), Some(Route::Known(_) | Route::Moved(_))) {
+            shard.remove(id);
+        }
+    }
+
+    /// Forgets a learned route that leads back to `node` (a message bouncing between two nodes);
+    /// a route this node's own handover set stays.
+    fn forget_if_known(&self, id: &UnitId, node: &NodeId) {
+        let mut shard = self.shard(id).lock();
+        if matches!(shard.get(id), Some(Route::Known(owner)) if owner == node) {
             shard.remove(id);
         }
     }
@@ -57,13 +68,15 @@ impl Router {
         for shard in &self.shards {
             shard
                 .lock()
-                .retain(|_, route| !matches!(route, Route::Known(owner) if owner == node));
+                .retain(|_, route| {
+                    !matches!(route, Route::Known(owner) | Route::Moved(owner) if owner == node)
+                });
         }
     }
 
     /// Points a unit at a new owner, whatever was known (a move hands it over).
     pub fn point(&self, id: UnitId, owner: NodeId) {
-        self.shard(&id).lock().insert(id, Route::Known(owner));
+        self.shard(&id).lock().insert(id, Route::Moved(owner));
     }
 
     /// Learns a unit's owner, unless a lookup is under way (it will learn it itself).
@@ -79,7 +92,7 @@ impl Node {
     /// Where this node believes a unit it does not host lives, if it has a route cached.
     pub fn cached_route(&self, id: &UnitId) -> Option<NodeId> {
         match self.core.router.shard(id).lock().get(id) {
-            Some(Route::Known(owner)) => Some(owner.clone()),
+            Some(Route::Known(owner) | Route::Moved(owner)) => Some(owner.clone()),
             _ => None,
         }
     }
@@ -90,7 +103,9 @@ impl Node {
         let known = {
             let mut shard = router.shard(&deliver.to).lock();
             match shard.get_mut(&deliver.to) {
-                Some(Route::Known(owner)) if owner != self.id() => Some(owner.clone()),
+                Some(Route::Known(owner) | Route::Moved(owner)) if owner != self.id() => {
+                    Some(owner.clone())
+                }
                 Some(Route::Resolving(waiting)) => {
                     waiting.push(deliver);
                     return;
@@ -111,6 +126,14 @@ impl Node {
 
     /// Hands a message to the mesh for `owner`; if the owner is unreachable, looks it up again.
     fn send_deliver(&self, owner: &NodeId, deliver: Deliver) {
+        if let Some((retry, error)) = self.try_deliver(owner, deliver) {
+            self.retry_deliver(retry, error);
+        }
+    }
+
+    /// Hands a message to the mesh; on failure gives it back (one hop further) with the error.
+    /// Takes no lock, so it may run under a router shard's lock.
+    fn try_deliver(&self, owner: &NodeId, deliver: Deliver) -> Option<(Deliver, MeshError)> {
         let retry = Deliver {
             to: deliver.to.clone(),
             payload: deliver.payload.clone(),
@@ -119,43 +142,71 @@ impl Node {
             origin: deliver.origin.clone(),
             hops: deliver.hops.saturating_add(1),
         };
-        if let Err(error) = self.mesh_send(owner, Frame::Deliver(deliver)) {
-            tracing::debug!(%owner, %error, unit = %retry.to, "owner unreachable; looking it up again");
-            if retry.hops > MAX_HOPS {
-                self.give_up(retry, |id| MessageError::Unreachable {
-                    id,
-                    reason: error.to_string(),
-                });
-                return;
+        match self.mesh_send(owner, Frame::Deliver(deliver)) {
+            Ok(()) => None,
+            Err(error) => {
+                tracing::debug!(%owner, %error, unit = %retry.to, "owner unreachable; looking it up again");
+                Some((retry, error))
             }
-            self.core.router.forget(&retry.to);
-            if matches!(error, crate::mesh::MeshError::UnknownPeer(_)) {
-                // A node that joined since the last membership read: learn of it and dial it first.
-                let node = self.clone();
-                tokio::spawn(async move {
-                    if let Err(error) = node.refresh_membership().await {
-                        tracing::debug!(%error, "membership not refreshed");
-                    }
-                    node.route(retry);
-                });
-            } else {
-                self.route(retry);
-            }
+        }
+    }
+
+    /// After a failed hand-over to the mesh: look the owner up again (after learning of new
+    /// nodes, if the owner was unknown), or give up past the hop bound. Call it with no lock held.
+    fn retry_deliver(&self, retry: Deliver, error: MeshError) {
+        if retry.hops > MAX_HOPS {
+            self.give_up(retry, |id| MessageError::Unreachable {
+                id,
+                reason: error.to_string(),
+            });
+            return;
+        }
+        self.core.router.forget(&retry.to);
+        if matches!(error, MeshError::UnknownPeer(_)) {
+            // A node that joined since the last membership read: learn of it and dial it first.
+            let node = self.clone();
+            tokio::spawn(async move {
+                if let Err(error) = node.refresh_membership().await {
+                    tracing::debug!(%error, "membership not refreshed");
+                }
+                node.route(retry);
+            });
+        } else {
+            self.route(retry);
+        }
+    }
+
+    /// Sends what waited for a lookup to its owner, in order, and records the route, under the
+    /// shard's lock (so later messages queue behind); failures are retried after it.
+    fn flush(&self, id: UnitId, owner: NodeId, waiting: Vec<Deliver>) {
+        let failed: Vec<(Deliver, MeshError)> = {
+            let mut shard = self.core.router.shard(&id).lock();
+            let failed = waiting
+                .into_iter()
+                .filter_map(|d| self.try_deliver(&owner, d))
+                .collect();
+            shard.insert(id, Route::Known(owner));
+            failed
+        };
+        for (retry, error) in failed {
+            self.retry_deliver(retry, error);
         }
     }
 
     /// Looks up a unit's owner in the store and sends what waited for it.
     async fn resolve(self, id: UnitId) {
         let found = self.read_record(&id).await;
-        let shard_lock = self.core.router.shard(&id);
-        let waiting = match shard_lock.lock().remove(&id) {
-            Some(Route::Resolving(waiting)) => waiting,
-            Some(known) => {
-                // Someone learned the route meanwhile; keep it.
-                shard_lock.lock().insert(id.clone(), known);
-                Vec::new()
+        let waiting = {
+            let mut shard = self.core.router.shard(&id).lock();
+            match shard.remove(&id) {
+                Some(Route::Resolving(waiting)) => waiting,
+                Some(known) => {
+                    // Someone learned the route meanwhile; keep it.
+                    shard.insert(id.clone(), known);
+                    Vec::new()
+                }
+                None => Vec::new(),
             }
-            None => Vec::new(),
         };
         match found {
             Ok(Some(record)) if record.owner == *self.id() => {
@@ -163,13 +214,7 @@ impl Node {
                     self.deliver_here(deliver);
                 }
             }
-            Ok(Some(record)) => {
-                let mut shard = shard_lock.lock();
-                for deliver in waiting {
-                    self.send_deliver(&record.owner, deliver);
-                }
-                shard.insert(id, Route::Known(record.owner));
-            }
+            Ok(Some(record)) => self.flush(id, record.owner, waiting),
             Ok(None) => self.activate_or_drop(id, waiting).await,
             Err(error) => {
                 for deliver in waiting {
@@ -195,11 +240,7 @@ impl Node {
             .unwrap_or_else(|| self.id().clone());
         if target != *self.id() {
             // That node activates it when the first of these arrives.
-            let mut shard = self.core.router.shard(&id).lock();
-            for deliver in waiting {
-                self.send_deliver(&target, deliver);
-            }
-            shard.insert(id, Route::Known(target));
+            self.flush(id, target, waiting);
             return;
         }
         self.activate_here(&type_name, id, waiting).await;
@@ -332,9 +373,7 @@ impl Node {
         }
         // Not here (any more): follow the route this node knows (a move points it), unless it
         // leads back where the message came from; then look the owner up again.
-        if self.cached_route(&deliver.to).as_ref() == Some(&from) {
-            self.core.router.forget(&deliver.to);
-        }
+        self.core.router.forget_if_known(&deliver.to, &from);
         let node = self.clone();
         let (id, origin) = (deliver.to.clone(), deliver.origin.clone());
         self.route(deliver);

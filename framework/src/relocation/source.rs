@@ -229,6 +229,21 @@ impl SourceRun {
             .is_some_and(|lane| lane.ctl.send(control).is_ok())
     }
 
+    /// Runs the unit on the source again and waits until it does.
+    async fn resume(&self) {
+        let Some(me) = self.lane.clone() else {
+            return;
+        };
+        let (done, resumed) = oneshot::channel();
+        if self.lane(Control::Resume {
+            rel: self.rel,
+            me,
+            done,
+        }) {
+            let _ = resumed.await;
+        }
+    }
+
     async fn go(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>, deadline: Instant) {
         let (done, sealed) = oneshot::channel();
         if !self.lane(Control::Seal {
@@ -264,7 +279,7 @@ impl SourceRun {
         self.sealed_at = Some(Instant::now());
         if capture.unit != self.id {
             // An actor of a SpotWide room: the room is the unit.
-            self.lane(Control::Resume { rel: self.rel });
+            self.resume().await;
             self.feed(
                 SourceEvent::SealRefused(format!("{} moves with {}", self.id, capture.unit)),
                 deadline,
@@ -392,7 +407,7 @@ impl SourceRun {
                 None
             }
             SourceAction::Resume => {
-                self.lane(Control::Resume { rel });
+                self.resume().await;
                 None
             }
             SourceAction::Release => {

@@ -83,8 +83,13 @@ pub(crate) enum Control {
         target: NodeId,
         done: oneshot::Sender<Vec<QueuedOp>>,
     },
-    /// Run the unit here again (the move failed before commit, or was fenced back).
-    Resume { rel: RelocationId },
+    /// Run the unit here again (the move failed before commit, or was fenced back). `me` is the
+    /// lane's own handle, to route the unit's ids here again after a handover removed them.
+    Resume {
+        rel: RelocationId,
+        me: Arc<LaneTx>,
+        done: oneshot::Sender<()>,
+    },
     /// The target committed: drop this copy.
     Release { rel: RelocationId },
     /// Past the point of no return at the deadline: end what is held and drop the unit.
@@ -531,7 +536,10 @@ impl Lane {
             Control::Seal { rel, done } => self.seal(rel, done),
             Control::CancelSeal { rel } => self.cancel_seal(rel),
             Control::Handover { rel, target, done } => self.handover(rel, target, done),
-            Control::Resume { rel } => self.resume(rel),
+            Control::Resume { rel, me, done } => {
+                self.resume(rel, Some(&me));
+                let _ = done.send(());
+            }
             Control::Release { rel } => self.release(rel),
             Control::ForceStop { rel } => self.force_stop(rel),
             Control::OpenMoved { relay } => self.open_moved(relay),

@@ -163,8 +163,8 @@ impl Lane {
         };
         self.moving = Some(Moving::Held { rel, signaled });
         if done.send(Ok(capture)).is_err() {
-            // Nobody waits for it any more: carry on here.
-            self.resume(rel);
+            // Nobody waits for it any more: carry on here (nothing was handed over).
+            self.resume(rel, None);
         }
     }
 
@@ -281,7 +281,7 @@ impl Lane {
     }
 
     /// Runs the unit here again: saved work, then what was held, in their original order.
-    pub(super) fn resume(&mut self, rel: RelocationId) {
+    pub(super) fn resume(&mut self, rel: RelocationId, me: Option<&Arc<LaneTx>>) {
         let (handed, signaled) = match self.moving {
             Some(Moving::Held { rel: r, signaled }) if r == rel => (false, signaled),
             Some(Moving::Handed { rel: r, signaled }) if r == rel => (true, signaled),
@@ -293,7 +293,7 @@ impl Lane {
                 let Some(factory) = node.core.factory(&cell.info().type_name) else {
                     continue;
                 };
-                let Some(lane) = self.me.upgrade() else {
+                let Some(lane) = me.cloned().or_else(|| self.me.upgrade()) else {
                     continue;
                 };
                 node.core
