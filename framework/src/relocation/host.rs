@@ -350,12 +350,6 @@ impl Node {
     ) {
         match &report.end {
             MoveEnd::Moved => {
-                metrics::counter!("ferry_relocation_units_moved_total").increment(1);
-                metrics::counter!("ferry_relocation_bytes_total").increment(report.bytes);
-                if let Some(i) = report.interruption {
-                    metrics::histogram!("ferry_relocation_interruption_seconds")
-                        .record(i.as_secs_f64());
-                }
                 let bytes = report.bytes;
                 self.publish_status(|s| {
                     s.moved += 1;
@@ -364,7 +358,6 @@ impl Node {
                 self.emit(RelocationEvent::UnitMoved(report));
             }
             MoveEnd::ForceStopped => {
-                metrics::counter!("ferry_relocation_units_failed_total").increment(1);
                 self.publish_status(|s| s.failed += 1);
                 self.emit(RelocationEvent::UnitFailed {
                     unit: unit.clone(),
@@ -373,7 +366,6 @@ impl Node {
                 force_stopped.push(unit);
             }
             end => {
-                metrics::counter!("ferry_relocation_units_failed_total").increment(1);
                 let reason = match end {
                     MoveEnd::NotSealed(why) if why.contains("deadline") => {
                         BlockedReason::DeadlineExceeded

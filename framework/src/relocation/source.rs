@@ -186,6 +186,7 @@ impl Node {
             .cloned()
             .unwrap_or_else(|| MoveEnd::NotSealed("the move did not finish".into()));
         tracing::info!(?end, bytes = run.bytes, "move ended");
+        record_metrics(&end, run.bytes, run.sealed_at, run.cut_at);
         let elapsed = |t: Option<Instant>| match (run.sealed_at, t) {
             (Some(s), Some(t)) => Some(t.duration_since(s)),
             _ => None,
@@ -200,6 +201,21 @@ impl Node {
             interruption: elapsed(run.cut_at),
             pause: elapsed(run.committed_at),
         }
+    }
+}
+
+/// The per-move metrics: units moved and failed, bytes moved, and the S0 -> S1 interruption.
+fn record_metrics(end: &MoveEnd, bytes: u64, sealed: Option<Instant>, cut: Option<Instant>) {
+    match end {
+        MoveEnd::Moved => {
+            metrics::counter!("ferry_relocation_units_moved_total").increment(1);
+            metrics::counter!("ferry_relocation_bytes_total").increment(bytes);
+        }
+        _ => metrics::counter!("ferry_relocation_units_failed_total").increment(1),
+    }
+    if let (Some(s0), Some(s1)) = (sealed, cut) {
+        metrics::histogram!("ferry_relocation_interruption_seconds")
+            .record(s1.duration_since(s0).as_secs_f64());
     }
 }
 

@@ -168,7 +168,8 @@ impl Node {
                 TargetAction::Open => {
                     let relay = std::mem::take(&mut staging.relay);
                     if let Some(lane) = &staging.lane {
-                        let _ = lane.ctl.send(Control::OpenMoved { relay });
+                        let committed = tokio::time::Instant::now();
+                        let _ = lane.ctl.send(Control::OpenMoved { relay, committed });
                     }
                     tracing::info!(relocation = %rel, unit = %staging.unit, "unit opened here");
                 }

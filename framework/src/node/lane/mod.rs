@@ -95,7 +95,10 @@ pub(crate) enum Control {
     /// Past the point of no return at the deadline: end what is held and drop the unit.
     ForceStop { rel: RelocationId },
     /// On the target: open the restored unit with these relay records behind its saved work.
-    OpenMoved { relay: Vec<QueuedOp> },
+    OpenMoved {
+        relay: Vec<QueuedOp>,
+        committed: Instant,
+    },
     /// Give up a unit that never opened (another node owns it): what was queued follows the owner.
     Discard,
 }
@@ -542,7 +545,12 @@ impl Lane {
             }
             Control::Release { rel } => self.release(rel),
             Control::ForceStop { rel } => self.force_stop(rel),
-            Control::OpenMoved { relay } => self.open_moved(relay),
+            Control::OpenMoved { relay, committed } => {
+                self.open_moved(relay);
+                // S2 (committed) -> S3 (dispatch open on the target).
+                metrics::histogram!("ferry_relocation_target_resume_seconds")
+                    .record(committed.elapsed().as_secs_f64());
+            }
             Control::Discard => self.discard(),
             Control::Close { done, now: false } if self.open && !self.node.fenced() => {
                 // Finish what was accepted first; the loop closes once the queues are empty.
