@@ -24,6 +24,7 @@ pub mod store;
 pub mod timer;
 
 pub use behavior::{Behavior, Ctx, Message, ReadyOutcome};
+pub use cluster::recovery::RecoveryEvent;
 pub use error::{DeferError, MessageError, RegistrationError, StartError, UnitError};
 pub use ids::{ActorId, InvalidId, NodeId, ObjectGeneration, SpotId, UnitId};
 pub use node::{

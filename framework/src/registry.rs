@@ -148,6 +148,8 @@ pub struct FactoryInfo {
     pub on_panic: OnPanic,
     /// Whether its units are brought back eagerly after a crash or cold start.
     pub remembered: bool,
+    /// Whether recovery rebuilds its units on a survivor when their node dies.
+    pub recoverable: bool,
     pub(crate) msg_type: TypeId,
     pub(crate) msg_type_name: &'static str,
 }
@@ -192,6 +194,7 @@ impl<B: Behavior> Registration<B> {
                     readiness: ReadinessMode::AnyTurnBoundary,
                     on_panic: OnPanic::Stop,
                     remembered: false,
+                    recoverable: true,
                     msg_type: TypeId::of::<B::Msg>(),
                     msg_type_name: std::any::type_name::<B::Msg>(),
                 },
@@ -234,6 +237,9 @@ impl<B: Behavior> Registration<B> {
 
     /// The relocation policy (default: `Recreate`).
     pub fn policy(mut self, policy: RelocationPolicy<B>) -> Self {
+        if policy.kind() == PolicyKind::Disabled {
+            self.factory.info.recoverable = false;
+        }
         self.factory.info.policy = policy.kind();
         self.factory.policy = policy;
         self
@@ -251,9 +257,18 @@ impl<B: Behavior> Registration<B> {
         self
     }
 
-    /// Brings this factory's units back eagerly after a crash or a cold start.
+    /// Brings this factory's units back eagerly after a crash or a cold start of the cluster,
+    /// instead of on their next message (for Instance Spots, which otherwise come back lazily).
     pub fn remembered(mut self, remembered: bool) -> Self {
         self.factory.info.remembered = remembered;
+        self
+    }
+
+    /// Whether recovery rebuilds this factory's units on a survivor when their node dies
+    /// (default: yes, unless the policy is `Disabled`). A unit that is not is stopped with its
+    /// node and its id freed.
+    pub fn recoverable(mut self, recoverable: bool) -> Self {
+        self.factory.info.recoverable = recoverable;
         self
     }
 }

@@ -38,6 +38,8 @@ pub struct UnitRecord {
     pub stage: Stage,
     /// For an Actor: the User Spot it is a member of.
     pub spot: Option<SpotId>,
+    /// Whether recovery rebuilds it on a survivor when its owner dies (otherwise its id is freed).
+    pub recoverable: bool,
 }
 
 impl UnitRecord {
@@ -77,6 +79,23 @@ pub fn unit_of_key(key: &str) -> Option<UnitId> {
 
 /// The prefix of every unit record.
 pub const UNIT_PREFIX: &str = "u/";
+/// The prefix of every remembered unit: units brought back eagerly after a crash or a cold start.
+pub const REMEMBERED_PREFIX: &str = "r/";
+
+/// The store key that remembers a unit (its value is the factory's type name).
+pub fn remembered_key(id: &UnitId) -> String {
+    match id {
+        UnitId::Spot(s) => format!("{REMEMBERED_PREFIX}s/{s}"),
+        UnitId::Actor(a) => format!("{REMEMBERED_PREFIX}a/{a}"),
+    }
+}
+
+/// The unit a remembered key names, if it is one.
+pub fn unit_of_remembered_key(key: &str) -> Option<UnitId> {
+    key.strip_prefix(REMEMBERED_PREFIX)
+        .and_then(|rest| unit_of_key(&format!("u/{rest}")))
+}
+
 /// The prefix of every node descriptor.
 pub const NODE_PREFIX: &str = "n/";
 
@@ -147,6 +166,7 @@ mod tests {
             factory: "room".into(),
             stage: Stage::Active,
             spot: None,
+            recoverable: true,
         };
         assert_eq!(UnitRecord::decode("k", &r.encode()).unwrap(), r);
         assert!(matches!(

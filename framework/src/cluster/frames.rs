@@ -69,7 +69,23 @@ pub(crate) enum Call {
         /// Whether an existing unit is fine.
         or_get: bool,
     },
+    /// Rebuild a unit of a dead node on the receiving node, if its record is still at `version`.
+    Recover {
+        /// The unit.
+        id: UnitId,
+        /// The version of the dead owner's record.
+        version: u64,
+        /// That record.
+        previous: crate::cluster::authority::UnitRecord,
+    },
+    /// Activate an Instance Spot on the receiving node (placement chose it).
+    Activate {
+        /// The factory.
+        type_name: String,
+        /// The spot.
+        id: UnitId,
+    },
 }
 
-/// What a `Create` call answers.
+/// What a `Create`, `Recover` or `Activate` call answers.
 pub(crate) type CreateAnswer = Result<bool, UnitError>;

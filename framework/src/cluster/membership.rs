@@ -42,6 +42,7 @@ impl Node {
             .batch(Vec::new(), vec![Op::put(node_key(self.id()), me.encode())])
             .await?;
         let mut live = Vec::new();
+        let mut dead = Vec::new();
         let mut after: Option<String> = None;
         loop {
             let page = self
@@ -56,6 +57,8 @@ impl Node {
                 let lease = self.store().lease_of(&descriptor.node).await?;
                 if lease.is_some_and(|l| l.generation == descriptor.lease_generation) {
                     live.push(descriptor);
+                } else {
+                    dead.push(descriptor.node);
                 }
             }
             match page.next {
@@ -86,6 +89,7 @@ impl Node {
             }
         }
         *self.core.view.write() = live;
+        *self.core.dead.write() = dead;
         Ok(())
     }
 
@@ -143,6 +147,7 @@ impl Node {
 
     async fn keep_membership(self) {
         let every = self.config().refresh.max(Duration::from_millis(10));
+        let mut first = true;
         loop {
             tokio::select! {
                 () = self.core.stop.cancelled() => return,
@@ -150,6 +155,16 @@ impl Node {
             }
             if let Err(error) = self.refresh_membership().await {
                 tracing::warn!(%error, "membership not refreshed");
+                continue;
+            }
+            // The coordinator recovers dead nodes' units (while any record names one), and once
+            // after it starts, in case the whole cluster cold-started with remembered units.
+            let pending = !self.core.dead.read().is_empty();
+            if (pending || first) && self.is_coordinator() {
+                first = false;
+                if let Err(error) = self.recover_now().await {
+                    tracing::warn!(%error, "recovery pass incomplete; the next one retries");
+                }
             }
         }
     }

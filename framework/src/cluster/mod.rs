@@ -7,9 +7,11 @@
 //! - `routing`: the route cache, store lookups, forwarding and activation; inbound frames.
 //! - `frames`: what nodes say to each other on the mesh.
 //! - `membership`: the owner lease, descriptors, and learning peers.
+//! - [`recovery`]: rebuilding a dead node's units on the survivors.
 
 pub mod authority;
 pub(crate) mod frames;
 mod membership;
 pub mod placement;
+pub mod recovery;
 pub(crate) mod routing;

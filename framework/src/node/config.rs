@@ -54,6 +54,9 @@ pub struct NodeConfig {
     pub lease_ttl: Duration,
     /// How often the node republishes its descriptor and rereads its peers'.
     pub refresh: Duration,
+    /// The system-wide default for recovery: whether units of a node that died are rebuilt on the
+    /// survivors (a factory can opt out with `Registration::recoverable(false)`).
+    pub recover_units: bool,
 }
 
 impl NodeConfig {
@@ -68,6 +71,7 @@ impl NodeConfig {
             mesh: None,
             lease_ttl: Duration::from_secs(10),
             refresh: Duration::from_secs(1),
+            recover_units: true,
         }
     }
 
@@ -100,6 +104,7 @@ impl fmt::Debug for NodeConfig {
             .field("mesh", &self.mesh.as_ref().map(|m| m.listen))
             .field("lease_ttl", &self.lease_ttl)
             .field("refresh", &self.refresh)
+            .field("recover_units", &self.recover_units)
             .finish_non_exhaustive()
     }
 }

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +36,7 @@ use self::envelope::Terminal;
 pub(crate) use self::lane::{Control, Lane, LaneTx};
 use self::replies::Replies;
 use crate::behavior::Message;
-use crate::cluster::authority::{NodeDescriptor, Stage, UnitRecord, unit_key};
+use crate::cluster::authority::{NodeDescriptor, Stage, UnitRecord, remembered_key, unit_key};
 use crate::cluster::frames::{Call, CreateAnswer, Deliver, Frame};
 use crate::cluster::routing::Router;
 use crate::error::{MessageError, StartError, UnitError};
@@ -140,6 +141,10 @@ pub(crate) struct NodeCore {
     pub(crate) replies: Replies,
     state: AtomicU8,
     state_tx: tokio::sync::watch::Sender<NodeState>,
+    /// Recovery events, for whoever follows them.
+    pub(crate) recovery: tokio::sync::broadcast::Sender<crate::cluster::recovery::RecoveryEvent>,
+    /// Nodes whose descriptor is in the store but whose lease has lapsed, as last read.
+    pub(crate) dead: RwLock<Vec<NodeId>>,
     /// Set when the owner lease may have lapsed: no turn starts any more.
     fenced: AtomicBool,
     pub(crate) mesh: Option<Mesh<Frame>>,
@@ -173,6 +178,14 @@ impl NodeCore {
     pub(crate) fn factory(&self, type_name: &str) -> Option<Arc<dyn AnyFactory>> {
         self.factories.get(type_name).cloned()
     }
+}
+
+/// How a unit is claimed in the store when it is built here.
+pub(crate) enum Claim {
+    /// A new unit: no record may exist (with `or_get`, an existing one is fine).
+    New { or_get: bool },
+    /// A recovery: the record must still be the one read from the dead owner, at this version.
+    Recover { version: u64, previous: UnitRecord },
 }
 
 /// How long a node waits for another node to answer a call (a remote creation).
@@ -210,6 +223,8 @@ impl Node {
             replies: Replies::new(),
             state: AtomicU8::new(NodeState::Preparing as u8),
             state_tx: tokio::sync::watch::Sender::new(NodeState::Preparing),
+            recovery: tokio::sync::broadcast::Sender::new(1024),
+            dead: RwLock::new(Vec::new()),
             fenced: AtomicBool::new(false),
             mesh,
             router: Router::new(),
@@ -335,6 +350,28 @@ impl Node {
             .map(|_| ())
     }
 
+    /// Activates an Instance Spot on a given node (if it is not active anywhere yet) instead of
+    /// waiting for a message to activate it where placement would. `Ok(true)` if this call did.
+    pub async fn activate_on(
+        &self,
+        node: &NodeId,
+        type_name: &str,
+        id: &SpotId,
+    ) -> Result<bool, UnitError> {
+        let unit = UnitId::Spot(id.clone());
+        let wanted: KindCheck = |k| k == FactoryKind::InstanceSpot;
+        if node == self.id() {
+            return self
+                .create_here(type_name, unit, true, wanted, "instance spot")
+                .await;
+        }
+        let call = Call::Activate {
+            type_name: type_name.to_owned(),
+            id: unit,
+        };
+        self.call::<CreateAnswer>(node, call).await?
+    }
+
     /// Creates an Actor in this node's Entry Spot.
     pub async fn create_actor(&self, type_name: &str, id: &ActorId) -> Result<(), UnitError> {
         self.create(type_name, UnitId::Actor(id.clone()), false)
@@ -361,7 +398,7 @@ impl Node {
         id: UnitId,
         or_get: bool,
     ) -> Result<bool, UnitError> {
-        let (wanted, kind) = kind_check(&id);
+        let (wanted, kind) = kind_of(&id);
         if target == *self.id() {
             self.create_here(type_name, id, or_get, wanted, kind).await
         } else {
@@ -397,8 +434,7 @@ impl Node {
         })
     }
 
-    /// Creates a unit on this node: the lane is set up gated (arrivals queue, nothing runs), the
-    /// store is asked to record this node as owner if no one is, and only then the lane opens.
+    /// Creates a unit on this node (or finds it exists); see [`Node::claim_here`].
     pub(crate) async fn create_here(
         &self,
         type_name: &str,
@@ -407,6 +443,23 @@ impl Node {
         wanted: KindCheck,
         kind: &'static str,
     ) -> Result<bool, UnitError> {
+        self.claim_here(type_name, id, Claim::New { or_get }, wanted, kind)
+            .await
+    }
+
+    /// Builds a unit on this node and claims it in the store: the lane is set up gated (arrivals
+    /// queue, nothing runs), the store is asked to record this node as owner (if no one is, or, for a
+    /// recovery, if the record is still the dead owner's), and only then the lane opens.
+    /// `Ok(true)` if this call claimed it.
+    pub(crate) async fn claim_here(
+        &self,
+        type_name: &str,
+        id: UnitId,
+        claim: Claim,
+        wanted: KindCheck,
+        kind: &'static str,
+    ) -> Result<bool, UnitError> {
+        let or_get = matches!(claim, Claim::New { or_get: true } | Claim::Recover { .. });
         let factory = self
             .core
             .factories
@@ -421,13 +474,25 @@ impl Node {
             if let Some(existing) = shard.get(&id) {
                 return existing_answer(id, &existing.factory.info().type_name, type_name, or_get);
             }
-            let cell =
-                Arc::clone(factory)
-                    .build_cell(&id)
-                    .ok_or_else(|| UnitError::NotAllowed {
+            // A factory that panics fails this creation, not the node.
+            let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                Arc::clone(factory).build_cell(&id)
+            }));
+            let cell = match built {
+                Ok(Some(cell)) => cell,
+                Ok(None) => {
+                    return Err(UnitError::NotAllowed {
                         id: id.clone(),
                         reason: format!("factory {type_name:?} does not build this kind of unit"),
-                    })?;
+                    });
+                }
+                Err(_) => {
+                    return Err(UnitError::NotAllowed {
+                        id: id.clone(),
+                        reason: format!("factory {type_name:?} panicked while building it"),
+                    });
+                }
+            };
             let lane = Lane::start_gated(self.clone(), cell);
             shard.insert(
                 id.clone(),
@@ -438,23 +503,50 @@ impl Node {
             );
             lane
         };
-        let record = UnitRecord {
-            owner: self.id().clone(),
-            lease_generation: self.core.lease.lock().generation,
-            object_generation: ObjectGeneration(rand::random()),
-            owner_generation: 1,
-            factory: type_name.to_owned(),
-            stage: Stage::Active,
-            spot: None,
-        };
+        let info = factory.info();
+        let lease_generation = self.core.lease.lock().generation;
         let key = unit_key(&id);
-        let written = self
-            .store()
-            .batch(
-                vec![Condition::absent(key.clone())],
-                vec![Op::put(key.clone(), record.encode())],
-            )
-            .await;
+        let (record, conditions, mut ops) = match &claim {
+            Claim::New { .. } => {
+                let record = UnitRecord {
+                    owner: self.id().clone(),
+                    lease_generation,
+                    object_generation: ObjectGeneration(rand::random()),
+                    owner_generation: 1,
+                    factory: type_name.to_owned(),
+                    stage: Stage::Active,
+                    spot: None,
+                    recoverable: info.recoverable && self.config().recover_units,
+                };
+                (record, vec![Condition::absent(key.clone())], Vec::new())
+            }
+            Claim::Recover { version, previous } => {
+                let record = UnitRecord {
+                    owner: self.id().clone(),
+                    lease_generation,
+                    // A recreated unit is a fresh start: a new incarnation.
+                    object_generation: ObjectGeneration(rand::random()),
+                    owner_generation: previous.owner_generation + 1,
+                    factory: type_name.to_owned(),
+                    stage: Stage::Active,
+                    spot: None,
+                    recoverable: previous.recoverable,
+                };
+                (
+                    record,
+                    vec![Condition::version(key.clone(), *version)],
+                    Vec::new(),
+                )
+            }
+        };
+        ops.push(Op::put(key.clone(), record.encode()));
+        if info.remembered {
+            ops.push(Op::put(
+                remembered_key(&id),
+                Bytes::from(type_name.to_owned()),
+            ));
+        }
+        let written = self.store().batch(conditions, ops).await;
         let committed = match written {
             Ok(BatchOutcome::Committed { .. }) => Ok(true),
             Ok(BatchOutcome::Conflict { .. }) => Ok(false),
@@ -465,12 +557,17 @@ impl Node {
                 Err(_) => Err(error),
             },
         };
-        match committed {
-            Ok(true) => {
+        match (committed, claim) {
+            (Ok(true), _) => {
                 let _ = lane.ctl.send(Control::Open);
                 Ok(true)
             }
-            Ok(false) => {
+            // Someone else recovered it first: nothing to do.
+            (Ok(false), Claim::Recover { .. }) => {
+                let _ = lane.ctl.send(Control::Discard);
+                Ok(false)
+            }
+            (Ok(false), Claim::New { .. }) => {
                 let _ = lane.ctl.send(Control::Discard);
                 match self.read_record(&id).await {
                     Ok(Some(existing)) => existing_answer(id, &existing.factory, type_name, or_get),
@@ -481,7 +578,7 @@ impl Node {
                     Err(error) => Err(unavailable(&id, &error)),
                 }
             }
-            Err(error) => {
+            (Err(error), _) => {
                 let _ = lane.ctl.send(Control::Discard);
                 Err(unavailable(&id, &error))
             }
@@ -714,7 +811,7 @@ impl Node {
     }
 
     /// Asks another node to do something and waits for its typed answer.
-    async fn call<A: Message>(&self, to: &NodeId, call: Call) -> Result<A, UnitError> {
+    pub(crate) async fn call<A: Message>(&self, to: &NodeId, call: Call) -> Result<A, UnitError> {
         let (request, answer) = self.core.replies.open();
         if let Err(error) = self.mesh_send(to, Frame::Call { request, call }) {
             self.core.replies.forget(request);
@@ -746,9 +843,28 @@ impl Node {
                 id,
                 or_get,
             } => {
-                let (wanted, kind) = kind_check(&id);
+                let (wanted, kind) = kind_of(&id);
                 let answer: CreateAnswer =
                     self.create_here(&type_name, id, or_get, wanted, kind).await;
+                postcard::to_allocvec(&answer)
+            }
+            Call::Recover {
+                id,
+                version,
+                previous,
+            } => {
+                let (wanted, kind) = recover_kind_of(&id);
+                let type_name = previous.factory.clone();
+                let claim = Claim::Recover { version, previous };
+                let answer: CreateAnswer =
+                    self.claim_here(&type_name, id, claim, wanted, kind).await;
+                postcard::to_allocvec(&answer)
+            }
+            Call::Activate { type_name, id } => {
+                let wanted: KindCheck = |k| k == FactoryKind::InstanceSpot;
+                let answer: CreateAnswer = self
+                    .create_here(&type_name, id, true, wanted, "instance spot")
+                    .await;
                 postcard::to_allocvec(&answer)
             }
         };
@@ -769,22 +885,26 @@ impl Node {
     pub(crate) fn release_record(&self, id: UnitId) {
         let node = self.clone();
         tokio::spawn(async move {
-            if let Err(error) = node.delete_own_record(&id).await {
+            if let Err(error) = node.delete_own_record(&id, true).await {
                 tracing::warn!(unit = %id, %error, "record of a stopped unit not released");
             }
         });
     }
 
-    async fn delete_own_record(&self, id: &UnitId) -> Result<(), StoreError> {
+    /// Deletes a unit's record if it still names this node. A unit that ended for good is also
+    /// forgotten as remembered (`forget`); one that stops with its node (shutdown) stays remembered,
+    /// so a cold start of the cluster brings it back.
+    async fn delete_own_record(&self, id: &UnitId, forget: bool) -> Result<(), StoreError> {
         let key = unit_key(id);
         if let Some(v) = self.store().get(&key).await?
             && UnitRecord::decode(&key, &v.value)?.owner == *self.id()
         {
+            let mut ops = vec![Op::delete(key.clone())];
+            if forget {
+                ops.push(Op::delete(remembered_key(id)));
+            }
             self.store()
-                .batch(
-                    vec![Condition::version(key.clone(), v.version)],
-                    vec![Op::delete(key)],
-                )
+                .batch(vec![Condition::version(key, v.version)], ops)
                 .await?;
         }
         Ok(())
@@ -799,7 +919,7 @@ impl Node {
             done,
         };
         self.control(id, control, result).await?;
-        self.delete_own_record(id)
+        self.delete_own_record(id, true)
             .await
             .map_err(|error| unavailable(id, &error))
     }
@@ -865,7 +985,7 @@ impl Node {
         self.core.stop.cancel();
         let mut released = true;
         for chunk in ids.chunks(64) {
-            let deletes = chunk.iter().map(|id| self.delete_own_record(id));
+            let deletes = chunk.iter().map(|id| self.delete_own_record(id, false));
             for (id, result) in chunk
                 .iter()
                 .zip(futures_util::future::join_all(deletes).await)
@@ -920,8 +1040,19 @@ pub enum ShutdownReason {
     TeardownFailed,
 }
 
+/// Which factory kinds may rebuild this kind of id after a crash: Instance Spots too.
+pub(crate) fn recover_kind_of(id: &UnitId) -> (KindCheck, &'static str) {
+    match id {
+        UnitId::Spot(_) => (
+            |k| matches!(k, FactoryKind::UserSpot(_) | FactoryKind::InstanceSpot),
+            "spot",
+        ),
+        UnitId::Actor(_) => (|k| k == FactoryKind::Actor, "actor"),
+    }
+}
+
 /// Which factory kinds may create this kind of id, and its name for errors.
-fn kind_check(id: &UnitId) -> (KindCheck, &'static str) {
+pub(crate) fn kind_of(id: &UnitId) -> (KindCheck, &'static str) {
     match id {
         UnitId::Spot(_) => (|k| matches!(k, FactoryKind::UserSpot(_)), "spot"),
         UnitId::Actor(_) => (|k| k == FactoryKind::Actor, "actor"),

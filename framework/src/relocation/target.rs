@@ -210,6 +210,7 @@ impl Node {
             factory: record.factory.clone(),
             stage: Stage::Active,
             spot: record.spot.clone(),
+            recoverable: record.recoverable,
         }
     }
 

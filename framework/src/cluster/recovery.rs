@@ -1,0 +1,397 @@
+//! Crash recovery: when a node's lease lapses it is dead to the cluster, and one deterministic
+//! survivor (the coordinator: the serving node with the lowest id) brings its units back.
+//!
+//! One scan of the store collects the dead node's units and counts every survivor's. Relocatable
+//! units are rebuilt fresh on the survivors by a balanced fill; each rebuild is a conditional write
+//! gated on the record still naming the dead node, so a repeated or resumed pass (a successor
+//! coordinator) does nothing twice. A rebuild that fails leaves the record naming the dead node,
+//! and the next pass (every refresh period, while any record names a dead node) retries it.
+//! Units that are not recoverable, and Instance Spots that are not remembered, have their ids freed
+//! instead (an Instance Spot comes back on its next message). Remembered units are also brought
+//! back after a cold start of the whole cluster.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tokio::sync::broadcast;
+
+use super::authority::{
+    NODE_PREFIX, NodeDescriptor, REMEMBERED_PREFIX, UNIT_PREFIX, UnitRecord, node_key, unit_of_key,
+    unit_of_remembered_key,
+};
+use super::frames::{Call, CreateAnswer};
+use crate::ids::{NodeId, UnitId};
+use crate::node::{Claim, Node, NodeState};
+use crate::registry::FactoryKind;
+use crate::store::{Condition, Op, StoreError, Versioned};
+
+/// What recovery does, as it happens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecoveryEvent {
+    /// A pass started for a dead node (`None`: remembered units after a cold start).
+    Started {
+        /// The dead node.
+        dead: Option<NodeId>,
+    },
+    /// These units were rebuilt on survivors (or freed, if not recoverable).
+    Completed {
+        /// The dead node.
+        dead: Option<NodeId>,
+        /// The units dealt with.
+        ids: Vec<UnitId>,
+    },
+    /// These units could not be rebuilt in this pass; the next pass retries them.
+    Failed {
+        /// The dead node.
+        dead: Option<NodeId>,
+        /// The units still waiting.
+        ids: Vec<UnitId>,
+    },
+}
+
+/// The most records read per page.
+const PAGE: usize = 1024;
+
+/// How many orphans each survivor gets: the emptiest are raised to a common level, the remainder
+/// goes one each to the emptiest, ties broken by node id. Pure, so every coordinator computes the
+/// same plan from the same tally.
+pub fn balanced_fill(survivors: &BTreeMap<NodeId, u64>, orphans: u64) -> BTreeMap<NodeId, u64> {
+    let mut share: BTreeMap<NodeId, u64> = survivors.keys().map(|n| (n.clone(), 0)).collect();
+    if survivors.is_empty() {
+        return share;
+    }
+    let mut left = orphans;
+    while left > 0 {
+        // The emptiest survivor now (units plus its share so far); ties by node id.
+        let Some((node, _)) = survivors
+            .iter()
+            .map(|(n, c)| (n, c + share.get(n).copied().unwrap_or(0)))
+            .min_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(b.0)))
+        else {
+            break;
+        };
+        if let Some(s) = share.get_mut(node) {
+            *s += 1;
+        }
+        left -= 1;
+    }
+    share
+}
+
+impl Node {
+    /// Follows recovery events from now on.
+    pub fn recovery_events(&self) -> broadcast::Receiver<RecoveryEvent> {
+        self.core.recovery.subscribe()
+    }
+
+    fn recovery_event(&self, event: RecoveryEvent) {
+        tracing::info!(?event, "recovery");
+        let _ = self.core.recovery.send(event);
+    }
+
+    /// Whether this node coordinates recovery: the serving node with the lowest id.
+    pub fn is_coordinator(&self) -> bool {
+        self.state() == NodeState::Serving
+            && self
+                .cluster_view()
+                .iter()
+                .filter(|d| d.state == NodeState::Serving)
+                .map(|d| &d.node)
+                .min()
+                == Some(self.id())
+    }
+
+    /// Runs one recovery pass now, if this node is the coordinator: rebuilds or frees the units of
+    /// dead nodes, and brings back remembered units that no node hosts. Idempotent.
+    pub async fn recover_now(&self) -> Result<(), StoreError> {
+        if !self.is_coordinator() {
+            return Ok(());
+        }
+        let records = self.scan_values(UNIT_PREFIX).await?;
+        let live: BTreeSet<NodeId> = self.cluster_view().into_iter().map(|d| d.node).collect();
+        let mut tally: BTreeMap<NodeId, u64> = BTreeMap::new();
+        let mut orphans: BTreeMap<NodeId, Vec<(UnitId, UnitRecord, u64)>> = BTreeMap::new();
+        let mut recorded = BTreeSet::new();
+        for (key, value) in records {
+            let (Some(id), Ok(record)) =
+                (unit_of_key(&key), UnitRecord::decode(&key, &value.value))
+            else {
+                continue;
+            };
+            recorded.insert(id.clone());
+            if live.contains(&record.owner) {
+                *tally.entry(record.owner.clone()).or_default() += 1;
+            } else {
+                orphans
+                    .entry(record.owner.clone())
+                    .or_default()
+                    .push((id, record, value.version));
+            }
+        }
+        for (dead, units) in orphans {
+            self.recover_node(dead, units, &mut tally).await;
+        }
+        self.bring_back_remembered(&recorded).await?;
+        self.forget_dead_descriptors().await
+    }
+
+    /// Rebuilds or frees one dead node's units.
+    async fn recover_node(
+        &self,
+        dead: NodeId,
+        units: Vec<(UnitId, UnitRecord, u64)>,
+        tally: &mut BTreeMap<NodeId, u64>,
+    ) {
+        self.recovery_event(RecoveryEvent::Started {
+            dead: Some(dead.clone()),
+        });
+        let view = self.cluster_view();
+        let mut done = Vec::new();
+        let mut failed = Vec::new();
+        let mut by_factory: BTreeMap<String, Vec<(UnitId, UnitRecord, u64)>> = BTreeMap::new();
+        for (id, record, version) in units {
+            let info = self.core.factory(&record.factory).map(|f| f.info().clone());
+            let lazy_instance = info
+                .as_ref()
+                .is_some_and(|i| i.kind == FactoryKind::InstanceSpot && !i.remembered);
+            if !record.recoverable || lazy_instance {
+                match self.free_id(&id, version).await {
+                    Ok(()) => done.push(id),
+                    Err(_) => failed.push(id),
+                }
+            } else {
+                by_factory
+                    .entry(record.factory.clone())
+                    .or_default()
+                    .push((id, record, version));
+            }
+        }
+        for (factory, mut units) in by_factory {
+            units.sort_by(|a, b| a.0.cmp(&b.0));
+            let survivors: BTreeMap<NodeId, u64> = view
+                .iter()
+                .filter(|d| d.state == NodeState::Serving && d.factories.contains(&factory))
+                .map(|d| (d.node.clone(), tally.get(&d.node).copied().unwrap_or(0)))
+                .collect();
+            let share = balanced_fill(&survivors, units.len() as u64);
+            let mut slots = share
+                .iter()
+                .flat_map(|(node, n)| std::iter::repeat_n(node.clone(), *n as usize));
+            for (id, record, version) in units {
+                let Some(target) = slots.next() else {
+                    failed.push(id);
+                    continue;
+                };
+                match self.rebuild_on(&target, &id, record, version).await {
+                    Ok(()) => {
+                        *tally.entry(target).or_default() += 1;
+                        done.push(id);
+                    }
+                    Err(reason) => {
+                        tracing::warn!(unit = %id, %target, %reason, "rebuild failed; the next pass retries");
+                        failed.push(id);
+                    }
+                }
+            }
+        }
+        if !done.is_empty() {
+            self.recovery_event(RecoveryEvent::Completed {
+                dead: Some(dead.clone()),
+                ids: done,
+            });
+        }
+        if !failed.is_empty() {
+            self.recovery_event(RecoveryEvent::Failed {
+                dead: Some(dead),
+                ids: failed,
+            });
+        }
+    }
+
+    /// Rebuilds a unit on `target`, gated on its record still being the dead owner's.
+    async fn rebuild_on(
+        &self,
+        target: &NodeId,
+        id: &UnitId,
+        previous: UnitRecord,
+        version: u64,
+    ) -> Result<(), String> {
+        let type_name = previous.factory.clone();
+        let claim = Claim::Recover { version, previous };
+        let result = if target == self.id() {
+            let (wanted, kind) = crate::node::recover_kind_of(id);
+            self.claim_here(&type_name, id.clone(), claim, wanted, kind)
+                .await
+        } else {
+            let Claim::Recover { version, previous } = claim else {
+                return Err("not a recovery".into());
+            };
+            let call = Call::Recover {
+                id: id.clone(),
+                version,
+                previous,
+            };
+            self.call::<CreateAnswer>(target, call)
+                .await
+                .and_then(|answer| answer)
+        };
+        result.map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// Frees the id of a unit that is not rebuilt, while its record still names the dead node.
+    async fn free_id(&self, id: &UnitId, version: u64) -> Result<(), StoreError> {
+        let key = super::authority::unit_key(id);
+        self.store()
+            .batch(
+                vec![Condition::version(key.clone(), version)],
+                vec![Op::delete(key)],
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// After a cold start: remembered units that no node hosts are created again, where placement
+    /// puts them.
+    async fn bring_back_remembered(&self, recorded: &BTreeSet<UnitId>) -> Result<(), StoreError> {
+        let remembered = self.scan_values(REMEMBERED_PREFIX).await?;
+        let missing: Vec<(UnitId, String)> = remembered
+            .into_iter()
+            .filter_map(|(key, value)| {
+                let id = unit_of_remembered_key(&key)?;
+                let factory = String::from_utf8(value.value.to_vec()).ok()?;
+                (!recorded.contains(&id)).then_some((id, factory))
+            })
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        self.recovery_event(RecoveryEvent::Started { dead: None });
+        let (mut done, mut failed) = (Vec::new(), Vec::new());
+        for (id, factory) in missing {
+            let result = match &id {
+                UnitId::Spot(spot) => match self.core.factory(&factory).map(|f| f.info().kind) {
+                    Some(FactoryKind::InstanceSpot) => {
+                        self.activate_remembered(&factory, spot).await
+                    }
+                    _ => self.get_or_create_spot(&factory, spot).await.map(|_| ()),
+                },
+                UnitId::Actor(actor) => self.create_actor(&factory, actor).await,
+            };
+            match result {
+                Ok(()) | Err(crate::error::UnitError::AlreadyExists { .. }) => done.push(id),
+                Err(error) => {
+                    tracing::warn!(unit = %id, %error, "remembered unit not brought back yet");
+                    failed.push(id);
+                }
+            }
+        }
+        if !done.is_empty() {
+            self.recovery_event(RecoveryEvent::Completed {
+                dead: None,
+                ids: done,
+            });
+        }
+        if !failed.is_empty() {
+            self.recovery_event(RecoveryEvent::Failed {
+                dead: None,
+                ids: failed,
+            });
+        }
+        Ok(())
+    }
+
+    /// Activates a remembered Instance Spot where placement puts it.
+    async fn activate_remembered(
+        &self,
+        factory: &str,
+        spot: &crate::ids::SpotId,
+    ) -> Result<(), crate::error::UnitError> {
+        let target = crate::cluster::placement::place(&self.cluster_view(), factory, None)
+            .unwrap_or_else(|| self.id().clone());
+        self.activate_on(&target, factory, spot).await.map(|_| ())
+    }
+
+    /// Removes the descriptors of dead nodes that no record names any more.
+    async fn forget_dead_descriptors(&self) -> Result<(), StoreError> {
+        let live: BTreeSet<NodeId> = self.cluster_view().into_iter().map(|d| d.node).collect();
+        let records = self.scan_values(UNIT_PREFIX).await?;
+        let owners: BTreeSet<NodeId> = records
+            .iter()
+            .filter_map(|(k, v)| UnitRecord::decode(k, &v.value).ok())
+            .map(|r| r.owner)
+            .collect();
+        for (key, value) in self.scan_values(NODE_PREFIX).await? {
+            let Ok(descriptor) = NodeDescriptor::decode(&key, &value.value) else {
+                continue;
+            };
+            if live.contains(&descriptor.node) || owners.contains(&descriptor.node) {
+                continue;
+            }
+            let key = node_key(&descriptor.node);
+            self.store()
+                .batch(
+                    vec![Condition::version(key.clone(), value.version)],
+                    vec![Op::delete(key)],
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Every key and value under a prefix, page by page.
+    async fn scan_values(&self, prefix: &str) -> Result<Vec<(String, Versioned)>, StoreError> {
+        let mut all = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.store().scan(prefix, after.as_deref(), PAGE).await?;
+            all.extend(page.items);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tally(counts: &[(&str, u64)]) -> BTreeMap<NodeId, u64> {
+        counts
+            .iter()
+            .map(|(n, c)| (NodeId::new(n).unwrap(), *c))
+            .collect()
+    }
+
+    fn shares(plan: &BTreeMap<NodeId, u64>) -> Vec<(String, u64)> {
+        plan.iter().map(|(n, s)| (n.to_string(), *s)).collect()
+    }
+
+    #[test]
+    fn the_emptiest_are_raised_to_a_common_level_first() {
+        let plan = balanced_fill(&tally(&[("a", 10), ("b", 2), ("c", 4)]), 6);
+        // b is raised to c's level (2), then both share the rest (2 each): b 8, c 8, a 10.
+        assert_eq!(
+            shares(&plan),
+            vec![("a".into(), 0), ("b".into(), 4), ("c".into(), 2)]
+        );
+    }
+
+    #[test]
+    fn the_remainder_goes_to_the_emptiest_with_ties_by_node_id() {
+        let plan = balanced_fill(&tally(&[("c", 0), ("a", 0), ("b", 0)]), 4);
+        assert_eq!(
+            shares(&plan),
+            vec![("a".into(), 2), ("b".into(), 1), ("c".into(), 1)]
+        );
+        let total: u64 = plan.values().sum();
+        assert_eq!(total, 4);
+    }
+
+    #[test]
+    fn every_coordinator_computes_the_same_plan() {
+        let t = tally(&[("x", 3), ("y", 1), ("z", 1)]);
+        assert_eq!(balanced_fill(&t, 7), balanced_fill(&t.clone(), 7));
+        assert!(balanced_fill(&BTreeMap::new(), 3).is_empty());
+    }
+}

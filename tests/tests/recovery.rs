@@ -1,0 +1,252 @@
+//! Crash recovery: a node dies, its units come back on the survivors, evenly, exactly once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use ferry::{
+    ActorId, Behavior, Ctx, MessageError, Node, RecoveryEvent, Registration, Registry,
+    RelocationPolicy, SpotId, Target, UnitId,
+};
+use ferry_tests::cluster::Cluster;
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+const T: Duration = Duration::from_secs(10);
+
+/// A unit that counts what it is told (its state is lost in a crash: it comes back fresh).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Counter(u64);
+
+impl Behavior for Counter {
+    type Msg = u64;
+    type Reply = u64;
+
+    fn handle(&mut self, _ctx: &mut Ctx<'_>, n: u64) -> u64 {
+        self.0 += n;
+        self.0
+    }
+}
+
+fn registry_with(flaky: Arc<AtomicBool>) -> Registry {
+    let mut reg = Registry::new();
+    reg.register(
+        Registration::spot("room", |_| Counter::default()).policy(RelocationPolicy::serde()),
+    );
+    reg.register(Registration::actor("player", |_| Counter::default()));
+    reg.register(
+        Registration::spot("pinned", |_| Counter::default()).policy(RelocationPolicy::Disabled),
+    );
+    reg.register(Registration::instance("lazy", |_| Counter::default()));
+    reg.register(Registration::instance("kept", |_| Counter::default()).remembered(true));
+    reg.register(Registration::spot("flaky", move |_| {
+        // Fails the first build after the flag is raised, as a start-up that cannot reach its data.
+        if flaky.swap(false, Ordering::SeqCst) {
+            panic!("cannot load state yet");
+        }
+        Counter::default()
+    }));
+    reg
+}
+
+fn registry() -> Registry {
+    registry_with(Arc::new(AtomicBool::new(false)))
+}
+
+fn spot(id: &str) -> SpotId {
+    SpotId::new(id).expect("valid id")
+}
+
+fn unit(id: &str) -> UnitId {
+    UnitId::Spot(spot(id))
+}
+
+/// Waits for a `Completed` event that covers all of `ids`.
+async fn completed(events: &mut broadcast::Receiver<RecoveryEvent>, ids: &[UnitId]) {
+    let mut missing: Vec<UnitId> = ids.to_vec();
+    let until = tokio::time::Instant::now() + T;
+    while !missing.is_empty() {
+        let event = tokio::time::timeout_at(until, events.recv())
+            .await
+            .unwrap_or_else(|_| panic!("not recovered in time: {missing:?}"))
+            .expect("events open");
+        if let RecoveryEvent::Completed { ids, .. } = event {
+            missing.retain(|m| !ids.contains(m));
+        }
+    }
+}
+
+fn hosts(cluster: &[&Node], id: &UnitId) -> usize {
+    cluster.iter().filter(|n| n.hosts(id)).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_nodes_units_come_back_on_the_survivors_evenly_and_once() {
+    let mut cluster = Cluster::start(2, registry).await;
+    let mut config = cluster.config("n3");
+    config.lease_ttl = Duration::from_millis(600);
+    let n3 = cluster.add_with(config, registry()).await;
+    let (n1, n2) = (cluster.nodes[0].clone(), cluster.nodes[1].clone());
+    n1.create_spot_on(n1.id(), "room", &spot("old-1"))
+        .await
+        .expect("room");
+    n1.create_spot_on(n1.id(), "room", &spot("old-2"))
+        .await
+        .expect("room");
+    let rooms: Vec<UnitId> = (0..6).map(|i| unit(&format!("room-{i}"))).collect();
+    for r in &rooms {
+        let UnitId::Spot(s) = r else { unreachable!() };
+        n3.create_spot_on(n3.id(), "room", s).await.expect("room");
+        let _: u64 = n1.request(s, 5u64, T).await.expect("counted");
+    }
+    let players: Vec<ActorId> = (0..2)
+        .map(|i| ActorId::new(format!("p{i}")).expect("id"))
+        .collect();
+    for p in &players {
+        n3.create_actor("player", p).await.expect("player");
+    }
+    n3.create_spot_on(n3.id(), "pinned", &spot("pinned"))
+        .await
+        .expect("pinned");
+    n3.activate_on(n3.id(), "lazy", &spot("lazy"))
+        .await
+        .expect("lazy");
+    n3.activate_on(n3.id(), "kept", &spot("kept"))
+        .await
+        .expect("kept");
+    assert!(n3.hosts(&unit("lazy")) && n3.hosts(&unit("kept")));
+    let before = n1
+        .read_record(&rooms[0])
+        .await
+        .expect("store")
+        .expect("record");
+
+    let mut events = n1.recovery_events();
+    n3.abort().await;
+    let mut back: Vec<UnitId> = rooms.clone();
+    back.extend(players.iter().map(|p| UnitId::Actor(p.clone())));
+    back.push(unit("kept"));
+    let mut all = back.clone();
+    all.push(unit("pinned"));
+    all.push(unit("lazy"));
+    completed(&mut events, &all).await;
+
+    let survivors = [&n1, &n2];
+    for id in &back {
+        assert_eq!(
+            hosts(&survivors, id),
+            1,
+            "{id} runs on exactly one survivor"
+        );
+    }
+    // Evenly: the survivors end within one unit of each other (n1 had two already).
+    let (c1, c2) = (n1.unit_count(), n2.unit_count());
+    assert_eq!(c1 + c2, 2 + back.len());
+    assert!(c1.abs_diff(c2) <= 1, "{c1} vs {c2}");
+    // A rebuilt unit is a fresh start under the same id, one owner generation later.
+    let after = n1
+        .read_record(&rooms[0])
+        .await
+        .expect("store")
+        .expect("record");
+    assert_ne!(after.owner, *n3.id());
+    assert_eq!(after.owner_generation, before.owner_generation + 1);
+    let UnitId::Spot(r0) = &rooms[0] else {
+        unreachable!()
+    };
+    assert_eq!(
+        n2.request::<u64, u64>(r0, 0, T).await,
+        Ok(0),
+        "state after a crash is fresh"
+    );
+    // The pinned room is gone, its id free; the lazy instance comes back on its next message.
+    assert!(
+        n1.read_record(&unit("pinned"))
+            .await
+            .expect("store")
+            .is_none()
+    );
+    assert!(matches!(
+        n1.request::<u64, u64>(&spot("pinned"), 0, T).await,
+        Err(MessageError::UnknownId { .. })
+    ));
+    assert_eq!(
+        hosts(&survivors, &unit("lazy")),
+        0,
+        "not brought back eagerly"
+    );
+    // Once n2 has read that n3 is gone (every refresh period), placement no longer picks it.
+    n2.refresh_membership().await.expect("membership read");
+    assert_eq!(
+        n2.request::<u64, u64>(Target::instance("lazy", spot("lazy")), 1, T)
+            .await,
+        Ok(1)
+    );
+    // Another pass (a successor coordinator, say) changes nothing.
+    let counts = (n1.unit_count(), n2.unit_count());
+    n1.recover_now().await.expect("pass");
+    n2.recover_now().await.expect("not the coordinator: no-op");
+    assert_eq!((n1.unit_count(), n2.unit_count()), counts);
+    n1.shutdown().await;
+    n2.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_that_fails_is_retried_until_it_lands() {
+    let flaky = Arc::new(AtomicBool::new(false));
+    let f = flaky.clone();
+    let mut cluster = Cluster::start(1, move || registry_with(f.clone())).await;
+    let mut config = cluster.config("n2");
+    config.lease_ttl = Duration::from_millis(600);
+    let n2 = cluster.add_with(config, registry_with(flaky.clone())).await;
+    let n1 = cluster.nodes[0].clone();
+    n2.create_spot_on(n2.id(), "flaky", &spot("f"))
+        .await
+        .expect("created");
+    let mut events = n1.recovery_events();
+    flaky.store(true, Ordering::SeqCst);
+    n2.abort().await;
+    // The first pass fails to build it and says so; a later pass lands it.
+    loop {
+        let event = tokio::time::timeout(T, events.recv())
+            .await
+            .expect("event")
+            .expect("open");
+        if let RecoveryEvent::Failed { ids, .. } = &event {
+            assert_eq!(ids, &vec![unit("f")]);
+            break;
+        }
+    }
+    completed(&mut events, &[unit("f")]).await;
+    assert!(n1.hosts(&unit("f")));
+    n1.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remembered_units_come_back_eagerly_after_a_cold_start() {
+    let cluster = Cluster::start(1, registry).await;
+    let n1 = cluster.nodes[0].clone();
+    let _: u64 = n1
+        .request(Target::instance("kept", spot("kept")), 1u64, T)
+        .await
+        .expect("kept");
+    let _: u64 = n1
+        .request(Target::instance("lazy", spot("lazy")), 1u64, T)
+        .await
+        .expect("lazy");
+    let store = cluster.store.clone();
+    cluster.shutdown().await;
+    // The whole cluster was down; a new node comes up on the same store.
+    let cold = Cluster::start_on(1, store, registry).await;
+    let n = cold.nodes[0].clone();
+    let mut events = n.recovery_events();
+    if !n.hosts(&unit("kept")) {
+        completed(&mut events, &[unit("kept")]).await;
+    }
+    assert!(n.hosts(&unit("kept")), "brought back without a message");
+    assert!(
+        !n.hosts(&unit("lazy")),
+        "a plain instance waits for its next message"
+    );
+    cold.shutdown().await;
+}
