@@ -45,4 +45,7 @@ pub use timer::{OverrunPolicy, Tick};
 pub mod guide {
     #[doc = include_str!("../../docs/concepts.md")]
     pub struct Concepts;
+
+    #[doc = include_str!("../../docs/relocation.md")]
+    pub struct Relocation;
 }
