@@ -3,6 +3,11 @@
 //! Layout, in the order a bench uses them:
 //! - [`Counter`] and [`registry`]: the trivial unit every bench talks to.
 //! - [`runtime`]: the tokio runtime every bench runs on, Ferry and baseline alike.
+//! - [`cross`]: two Ferry nodes on one store, talking real QUIC on loopback.
+//! - [`bare`]: the baseline for [`cross`]: a quinn endpoint pair exchanging the same frames.
+
+pub mod bare;
+pub mod cross;
 
 use ferry::{Behavior, Ctx, Registration, Registry};
 use tokio::runtime::Runtime;
