@@ -5,14 +5,16 @@
 //!
 //! - `cross_tell`: N tells, then one request to know they all ran.
 //! - `cross_request`: one request and its reply.
+//! - `cross_request_percentiles`: the same round trip, each one recorded; p50/p99/p99.9 are printed.
 
 use std::hint::black_box;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ferry_benches::bare::QuinnPair;
 use ferry_benches::cross::NodePair;
 use ferry_benches::runtime;
+use hdrhistogram::Histogram;
 
 const N: u64 = 10_000;
 
@@ -75,9 +77,90 @@ fn request(c: &mut Criterion) {
     });
 }
 
+/// Round trips from 1 µs to 10 s, to three significant digits.
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1_000, 10_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Records one round trip.
+fn record(hist: &mut Histogram<u64>, took: Duration) {
+    hist.saturating_record(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX));
+}
+
+fn micros(hist: &Histogram<u64>, q: f64) -> f64 {
+    hist.value_at_quantile(q) as f64 / 1_000.0
+}
+
+fn request_percentiles(c: &mut Criterion) {
+    let rt = runtime();
+    let pair = rt.block_on(NodePair::start());
+    let mut quinn = rt.block_on(QuinnPair::start());
+    let mut ferry_hist = histogram();
+    let mut quinn_hist = histogram();
+    let mut group = c.benchmark_group("cross_request_percentiles");
+    group.bench_function("ferry", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let start = Instant::now();
+                    black_box(pair.request(1).await);
+                    let took = start.elapsed();
+                    record(&mut ferry_hist, took);
+                    total += took;
+                }
+                total
+            })
+        })
+    });
+    group.bench_function("quinn", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let start = Instant::now();
+                    black_box(quinn.request(1).await);
+                    let took = start.elapsed();
+                    record(&mut quinn_hist, took);
+                    total += took;
+                }
+                total
+            })
+        })
+    });
+    group.finish();
+    rt.block_on(async {
+        pair.shutdown().await;
+        quinn.shutdown().await;
+    });
+
+    eprintln!("\ncross-node request round trip, every timed iteration (warm-up included):");
+    eprintln!(
+        "{:<6} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "", "samples", "p50 µs", "p99 µs", "p99.9 µs", "max µs"
+    );
+    for (name, hist) in [("ferry", &ferry_hist), ("quinn", &quinn_hist)] {
+        eprintln!(
+            "{:<6} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+            name,
+            hist.len(),
+            micros(hist, 0.5),
+            micros(hist, 0.99),
+            micros(hist, 0.999),
+            hist.max() as f64 / 1_000.0
+        );
+    }
+    eprintln!(
+        "ratio ferry/quinn: p50 {:.2}, p99 {:.2}, p99.9 {:.2}",
+        micros(&ferry_hist, 0.5) / micros(&quinn_hist, 0.5),
+        micros(&ferry_hist, 0.99) / micros(&quinn_hist, 0.99),
+        micros(&ferry_hist, 0.999) / micros(&quinn_hist, 0.999)
+    );
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = tell, request
+    targets = tell, request, request_percentiles
 }
 criterion_main!(benches);
