@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use ferry::{ActorId, Behavior, Ctx, Node, NodeConfig, NodeId, Registration, Registry};
+use ferry::{ActorId, Node, NodeConfig, NodeId};
+use ferry_benches::{COUNTER, registry, runtime};
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, oneshot};
 
@@ -15,38 +16,18 @@ const N: u64 = 10_000;
 const UNITS: usize = 1_000;
 const T: Duration = Duration::from_secs(10);
 
-/// Counts what it is told; answers its count.
-struct Counter(u64);
-
-impl Behavior for Counter {
-    type Msg = u64;
-    type Reply = u64;
-
-    fn handle(&mut self, _ctx: &mut Ctx<'_>, n: u64) -> u64 {
-        self.0 += n;
-        self.0
-    }
-}
-
-fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 fn ferry_node(rt: &Runtime, units: usize) -> (Node, Vec<ActorId>) {
     rt.block_on(async {
-        let mut reg = Registry::new();
-        reg.register(Registration::actor("counter", |_| Counter(0)));
-        let node = Node::start(NodeConfig::new(NodeId::new("bench").expect("id")), reg)
-            .await
-            .expect("node");
+        let node = Node::start(
+            NodeConfig::new(NodeId::new("bench").expect("id")),
+            registry(),
+        )
+        .await
+        .expect("node");
         let mut ids = Vec::new();
         for i in 0..units {
             let id = ActorId::new(format!("c{i}")).expect("id");
-            node.create_actor("counter", &id).await.expect("created");
+            node.create_actor(COUNTER, &id).await.expect("created");
             ids.push(id);
         }
         (node, ids)
