@@ -360,3 +360,47 @@ async fn a_drain_whose_store_is_down_is_blocked_store_unavailable() {
         node.abort().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_nobody_can_take_does_not_hold_back_the_others() {
+    let mut cluster = Cluster::start(1, registry).await;
+    let mut lonely = registry();
+    lonely.register(Registration::spot("lonely", |_| Round::default()));
+    let n1 = cluster.nodes[0].clone();
+    // Only n0 has the "lonely" factory: no other node can take that unit.
+    let mut config = cluster.config("n0");
+    config.refresh = Duration::from_millis(100);
+    let n0 = cluster.add_with(config, lonely).await;
+    n0.create_spot_on(n0.id(), "lonely", &spot("alone"))
+        .await
+        .expect("lonely");
+    for i in 0..5 {
+        n0.create_spot_on(n0.id(), "room", &spot(&format!("r{i}")))
+            .await
+            .expect("room");
+    }
+    let outcome = n0.relocate(opts(Duration::from_millis(800))).await;
+    assert_eq!(
+        outcome,
+        RelocateOutcome::Blocked {
+            reason: BlockedReason::TargetUnavailable,
+            stayed: vec![UnitId::Spot(spot("alone"))],
+        }
+    );
+    assert_eq!(n1.unit_count(), 5, "the rooms moved");
+    let status = n0.watch_status().borrow().clone();
+    assert_eq!((status.moved, status.failed), (5, 1));
+    // A second drain counts its own units only.
+    n1.create_spot_on(n1.id(), "room", &spot("late"))
+        .await
+        .expect("room");
+    let outcome = n1.relocate(opts(Duration::from_secs(5))).await;
+    assert_eq!(outcome, RelocateOutcome::Relocated { moved: 6 });
+    let again = n0.relocate(opts(Duration::from_millis(300))).await;
+    assert!(
+        matches!(again, RelocateOutcome::Blocked { .. }),
+        "{again:?}"
+    );
+    assert_eq!(n0.watch_status().borrow().moved, 0);
+    cluster.shutdown().await;
+}

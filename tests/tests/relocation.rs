@@ -357,12 +357,14 @@ async fn a_spot_wide_room_moves_with_its_members_and_no_join_or_leave_callbacks(
         |id: UnitId| async move { n1.read_record(&id).await.expect("store").expect("record") };
     let p0_before = generation(UnitId::Actor(players[0].clone())).await;
 
-    // An actor of the room moves with the room, not alone.
+    // An actor of the room moves with the room, not alone: refused before anything is sealed.
     let alone = n1
         .move_unit(&UnitId::Actor(players[0].clone()), Some(n2.id().clone()))
-        .await
-        .expect("started");
-    assert!(matches!(alone.end, MoveEnd::NotSealed(_)), "{alone:?}");
+        .await;
+    assert!(
+        matches!(alone, Err(ferry::MoveError::MovesWithSpot { .. })),
+        "{alone:?}"
+    );
 
     let report = n1
         .move_unit(&UnitId::Spot(r.clone()), Some(n2.id().clone()))

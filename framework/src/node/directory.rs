@@ -78,6 +78,16 @@ impl Directory {
             .collect()
     }
 
+    /// The spot whose lane this is, if one is hosted on it (an actor in a SpotWide room).
+    pub fn spot_sharing(&self, lane: &Arc<LaneTx>) -> Option<UnitId> {
+        self.shards.iter().find_map(|s| {
+            s.read()
+                .iter()
+                .find(|(id, e)| matches!(id, UnitId::Spot(_)) && Arc::ptr_eq(&e.lane, lane))
+                .map(|(id, _)| id.clone())
+        })
+    }
+
     /// How many units this node hosts.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.read().len()).sum()

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, broadcast, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::protocol::MoveEnd;
 use super::source::{MoveError, MoveReport};
@@ -210,8 +211,7 @@ impl Node {
             },
             Ok(tx) => {
                 let span = tracing::info_span!("drain", node = %self.id(), mode = ?options.mode);
-                let _entered = span.enter();
-                let outcome = self.drain(&options).await;
+                let outcome = self.drain(&options).instrument(span).await;
                 tracing::info!(?outcome, "drain ended");
                 self.emit(RelocationEvent::Completed(outcome.clone()));
                 let _ = tx.send(Some(outcome.clone()));
@@ -249,6 +249,9 @@ impl Node {
         self.publish_status(|s| {
             *s = HostStatus {
                 total: units.len(),
+                moved: 0,
+                failed: 0,
+                bytes: 0,
                 ..s.clone()
             }
         });
@@ -259,10 +262,7 @@ impl Node {
         for unit in units {
             match self.core.directory.get(&unit) {
                 Some(e) if e.factory.info().policy == PolicyKind::Disabled => {
-                    self.emit(RelocationEvent::UnitFailed {
-                        unit: unit.clone(),
-                        reason: "RelocationPolicy::Disabled".into(),
-                    });
+                    self.not_moved(&unit, "RelocationPolicy::Disabled");
                     stayed.push((unit, BlockedReason::RelocationDisabled));
                 }
                 Some(_) => movable.push(unit),
@@ -275,43 +275,53 @@ impl Node {
         let mut planned: BTreeMap<NodeId, u64> = BTreeMap::new();
         let mut moves = JoinSet::new();
         let mut force_stopped = Vec::new();
-        for unit in movable {
-            let target = loop {
-                match self.pick_spread(&unit, version.as_deref(), &planned) {
-                    Ok(t) => break Some(t),
-                    Err(MoveError::NoTarget { .. }) if Instant::now() < deadline => {
-                        // Maybe a node of the right kind is on its way: look again.
-                        let wait = self.config().refresh.min(deadline - Instant::now());
-                        tokio::time::sleep(wait).await;
-                        if self.refresh_membership().await.is_err() {
-                            continue;
-                        }
+        // Units with a target start at once; the others wait (for a node of the right kind to
+        // come up) without holding back the rest.
+        let mut waiting: Vec<UnitId> = movable;
+        loop {
+            let mut still = Vec::new();
+            for unit in std::mem::take(&mut waiting) {
+                let target = match self.pick_spread(&unit, version.as_deref(), &planned) {
+                    Ok(target) => target,
+                    Err(MoveError::NoTarget { .. }) => {
+                        still.push(unit);
+                        continue;
                     }
-                    Err(_) => break None,
+                    // Gone or stopped meanwhile: nothing to move.
+                    Err(_) => continue,
+                };
+                *planned.entry(target.clone()).or_default() += 1;
+                let Ok(Ok(slot)) =
+                    tokio::time::timeout_at(deadline, slots.clone().acquire_owned()).await
+                else {
+                    self.not_moved(&unit, "the deadline passed before it could start");
+                    stayed.push((unit, BlockedReason::DeadlineExceeded));
+                    continue;
+                };
+                let node = self.clone();
+                let budget = budget.clone();
+                moves.spawn(async move {
+                    let report = node.move_to(&unit, target, deadline, Some(budget)).await;
+                    drop(slot);
+                    (unit, report)
+                });
+                // Collect what finished meanwhile, so progress is reported as it goes.
+                while let Some(Ok((unit, report))) = moves.try_join_next() {
+                    self.account(unit, report, &mut stayed, &mut force_stopped);
                 }
-            };
-            let Some(target) = target else {
-                stayed.push((unit, BlockedReason::TargetUnavailable));
-                continue;
-            };
-            *planned.entry(target.clone()).or_default() += 1;
-            let Ok(Ok(slot)) =
-                tokio::time::timeout_at(deadline, slots.clone().acquire_owned()).await
-            else {
-                stayed.push((unit, BlockedReason::DeadlineExceeded));
-                continue;
-            };
-            let node = self.clone();
-            let budget = budget.clone();
-            moves.spawn(async move {
-                let report = node.move_to(&unit, target, deadline, Some(budget)).await;
-                drop(slot);
-                (unit, report)
-            });
-            // Collect what finished meanwhile, so progress is reported as it goes.
-            while let Some(Ok((unit, report))) = moves.try_join_next() {
-                self.account(unit, report, &mut stayed, &mut force_stopped);
             }
+            waiting = still;
+            if waiting.is_empty() || Instant::now() >= deadline {
+                break;
+            }
+            // Maybe a node of the right kind is on its way: look again.
+            let wait = self.config().refresh.min(deadline - Instant::now());
+            tokio::time::sleep(wait).await;
+            let _ = self.refresh_membership().await;
+        }
+        for unit in waiting {
+            self.not_moved(&unit, "no serving node can take it");
+            stayed.push((unit, BlockedReason::TargetUnavailable));
         }
         while let Some(joined) = moves.join_next().await {
             if let Ok((unit, report)) = joined {
@@ -339,6 +349,15 @@ impl Node {
         let _ = self.refresh_membership().await;
         self.publish_status(|_| {});
         outcome
+    }
+
+    /// A unit that stays: counted as failed and told on the event stream.
+    fn not_moved(&self, unit: &UnitId, reason: &str) {
+        self.publish_status(|s| s.failed += 1);
+        self.emit(RelocationEvent::UnitFailed {
+            unit: unit.clone(),
+            reason: reason.to_owned(),
+        });
     }
 
     fn account(

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::RelocationId;
 use super::capture::{Capture, QueuedOp, relay_digest};
@@ -115,6 +116,14 @@ impl Node {
         if info.policy == PolicyKind::Disabled {
             return Err(MoveError::RelocationDisabled { id: id.clone() });
         }
+        if let UnitId::Actor(_) = id
+            && let Some(spot) = self.core.directory.spot_sharing(&entry.lane)
+        {
+            return Err(MoveError::MovesWithSpot {
+                id: id.clone(),
+                spot,
+            });
+        }
         let view: Vec<_> = self
             .cluster_view()
             .into_iter()
@@ -158,7 +167,19 @@ impl Node {
     ) -> MoveReport {
         let rel = RelocationId::random();
         let span = tracing::info_span!("relocation", relocation = %rel, unit = %id, to = %target);
-        let _entered = span.enter();
+        self.move_in_span(rel, id, target, deadline, budget)
+            .instrument(span)
+            .await
+    }
+
+    async fn move_in_span(
+        &self,
+        rel: RelocationId,
+        id: &UnitId,
+        target: NodeId,
+        deadline: Instant,
+        budget: Option<Arc<Semaphore>>,
+    ) -> MoveReport {
         let (events_tx, mut events) = mpsc::unbounded_channel();
         self.core.moves.outgoing.lock().insert(rel, events_tx);
         let lane = self.core.directory.get(id).map(|e| e.lane);

@@ -147,6 +147,9 @@ pub(crate) struct Lane {
     relayed: Vec<Envelope>,
     /// Set when the node shuts down: close once the queued work has run.
     closing: Option<oneshot::Sender<()>>,
+    /// Whether this lane was restored from a move's capture: its backlog is then the source's
+    /// saved work, which the source keeps too.
+    restored: bool,
 }
 
 impl Lane {
@@ -186,6 +189,7 @@ impl Lane {
             hold: Vec::new(),
             relayed: Vec::new(),
             closing: None,
+            restored: false,
         };
         (tx, lane)
     }
@@ -571,11 +575,16 @@ impl Lane {
         }
     }
 
-    /// Gives up every unit of a lane that never opened: their queued messages follow the owner.
+    /// Gives up every unit of a lane that never opened: what reached it follows the owner. A
+    /// restored unit's saved work is dropped, not sent on: the source still has it and runs it.
     fn discard(&mut self) {
         let ids: Vec<UnitId> = self.cells.keys().cloned().collect();
         for id in &ids {
             self.unregister(id);
+        }
+        if self.restored {
+            self.backlog.clear();
+            self.ticks.clear();
         }
         while let Ok(envelope) = self.data.try_recv() {
             self.backlog.push_back(envelope);

@@ -411,6 +411,7 @@ impl Lane {
             lane.cells.insert(cell.id().clone(), cell);
         }
         lane.open = false;
+        lane.restored = true;
         lane.sys = capture
             .callbacks
             .into_iter()
