@@ -148,6 +148,7 @@ impl Node {
     async fn keep_membership(self) {
         let every = self.config().refresh.max(Duration::from_millis(10));
         let mut first = true;
+        let mut last_sweep = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 () = self.core.stop.cancelled() => return,
@@ -157,11 +158,14 @@ impl Node {
                 tracing::warn!(%error, "membership not refreshed");
                 continue;
             }
-            // The coordinator recovers dead nodes' units (while any record names one), and once
-            // after it starts, in case the whole cluster cold-started with remembered units.
+            // The coordinator recovers dead nodes' units (while any record names one), once after
+            // it starts (the whole cluster may have cold-started with remembered units), and on a
+            // slower sweep for orphans no dead node points at (force-stopped units).
             let pending = !self.core.dead.read().is_empty();
-            if (pending || first) && self.is_coordinator() {
+            let sweep = last_sweep.elapsed() >= self.config().recovery_sweep;
+            if (pending || first || sweep) && self.is_coordinator() {
                 first = false;
+                last_sweep = tokio::time::Instant::now();
                 if let Err(error) = self.recover_now().await {
                     tracing::warn!(%error, "recovery pass incomplete; the next one retries");
                 }

@@ -7,8 +7,9 @@
 //! coordinator) does nothing twice. A rebuild that fails leaves the record naming the dead node,
 //! and the next pass (every refresh period, while any record names a dead node) retries it.
 //! Units that are not recoverable, and Instance Spots that are not remembered, have their ids freed
-//! instead (an Instance Spot comes back on its next message). Remembered units are also brought
-//! back after a cold start of the whole cluster.
+//! instead (an Instance Spot comes back on its next message). Units force-stopped at a drain's
+//! deadline are rebuilt the same way. Remembered units are also brought back after a cold start of
+//! the whole cluster.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -118,7 +119,9 @@ impl Node {
                 continue;
             };
             recorded.insert(id.clone());
-            if live.contains(&record.owner) {
+            // A force-stopped unit runs nowhere, whoever the record names: it is an orphan too.
+            if live.contains(&record.owner) && record.stage != super::authority::Stage::ForceStopped
+            {
                 *tally.entry(record.owner.clone()).or_default() += 1;
             } else {
                 orphans

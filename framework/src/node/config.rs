@@ -57,6 +57,9 @@ pub struct NodeConfig {
     /// The system-wide default for recovery: whether units of a node that died are rebuilt on the
     /// survivors (a factory can opt out with `Registration::recoverable(false)`).
     pub recover_units: bool,
+    /// How often the recovery coordinator sweeps the store for orphans even when no node is known
+    /// to be dead (units force-stopped at a drain's deadline are found this way).
+    pub recovery_sweep: Duration,
 }
 
 impl NodeConfig {
@@ -72,6 +75,7 @@ impl NodeConfig {
             lease_ttl: Duration::from_secs(10),
             refresh: Duration::from_secs(1),
             recover_units: true,
+            recovery_sweep: Duration::from_secs(10),
         }
     }
 
@@ -105,6 +109,7 @@ impl fmt::Debug for NodeConfig {
             .field("lease_ttl", &self.lease_ttl)
             .field("refresh", &self.refresh)
             .field("recover_units", &self.recover_units)
+            .field("recovery_sweep", &self.recovery_sweep)
             .finish_non_exhaustive()
     }
 }
