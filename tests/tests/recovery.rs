@@ -250,3 +250,36 @@ async fn remembered_units_come_back_eagerly_after_a_cold_start() {
     );
     cold.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_switched_to_not_recoverable_is_freed_not_rebuilt() {
+    let mut cluster = Cluster::start(1, registry).await;
+    let mut config = cluster.config("n2");
+    config.lease_ttl = Duration::from_millis(600);
+    let n2 = cluster.add_with(config, registry()).await;
+    let n1 = cluster.nodes[0].clone();
+    for id in ["keep", "drop"] {
+        n2.create_spot_on(n2.id(), "room", &spot(id))
+            .await
+            .expect("room");
+    }
+    n1.set_recoverable(&unit("drop"), false)
+        .await
+        .expect("switched");
+    assert!(matches!(
+        n1.set_recoverable(&unit("nobody"), false).await,
+        Err(ferry::UnitError::UnknownId { .. })
+    ));
+    let mut events = n1.recovery_events();
+    n2.abort().await;
+    completed(&mut events, &[unit("keep"), unit("drop")]).await;
+    assert!(n1.hosts(&unit("keep")));
+    assert!(!n1.hosts(&unit("drop")));
+    assert!(
+        n1.read_record(&unit("drop"))
+            .await
+            .expect("store")
+            .is_none()
+    );
+    n1.shutdown().await;
+}

@@ -89,6 +89,43 @@ impl Node {
         let _ = self.core.recovery.send(event);
     }
 
+    /// Switches recovery on or off for one unit, over its factory's and the system's default: a unit
+    /// that is not recoverable is stopped with its node and its id freed.
+    pub async fn set_recoverable(
+        &self,
+        id: &UnitId,
+        recoverable: bool,
+    ) -> Result<(), crate::error::UnitError> {
+        let key = super::authority::unit_key(id);
+        let unavailable = |e: StoreError| crate::error::UnitError::Unavailable {
+            what: format!("setting recovery for {id}"),
+            reason: e.to_string(),
+        };
+        // A concurrent write (a move, say) changes the version: read again and retry.
+        for _ in 0..8 {
+            let Some(current) = self.store().get(&key).await.map_err(unavailable)? else {
+                return Err(crate::error::UnitError::UnknownId { id: id.clone() });
+            };
+            let mut record = UnitRecord::decode(&key, &current.value).map_err(unavailable)?;
+            record.recoverable = recoverable;
+            let written = self
+                .store()
+                .batch(
+                    vec![Condition::version(key.clone(), current.version)],
+                    vec![Op::put(key.clone(), record.encode())],
+                )
+                .await
+                .map_err(unavailable)?;
+            if let crate::store::BatchOutcome::Committed { .. } = written {
+                return Ok(());
+            }
+        }
+        Err(crate::error::UnitError::Unavailable {
+            what: format!("setting recovery for {id}"),
+            reason: "its record kept changing; retry".into(),
+        })
+    }
+
     /// Whether this node coordinates recovery: the serving node with the lowest id.
     pub fn is_coordinator(&self) -> bool {
         self.state() == NodeState::Serving
