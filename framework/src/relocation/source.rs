@@ -466,7 +466,7 @@ impl SourceRun {
     /// While the store cannot answer it asks again; past the deadline a reclaim turns into a
     /// force-stop, and a force-stop that still cannot be written gives the unit up here without
     /// it (the record then still names this node, and recovery can act on it): never two owners.
-    async fn fence(&self, force_stop: bool, deadline: Instant) -> SourceEvent {
+    async fn fence(&mut self, force_stop: bool, deadline: Instant) -> SourceEvent {
         loop {
             match self.fence_once(force_stop).await {
                 SourceEvent::FenceUnknown if Instant::now() < deadline => {
@@ -482,7 +482,42 @@ impl SourceRun {
         }
     }
 
-    async fn fence_once(&self, force_stop: bool) -> SourceEvent {
+    async fn fence_once(&mut self, force_stop: bool) -> SourceEvent {
+        // A conflict means the record changed; only a commit by the target means the unit is
+        // theirs. Any other change (a recovery switch, say) is read back and the fence tried again.
+        for _ in 0..4 {
+            match self.fence_write(force_stop).await {
+                SourceEvent::FenceLost => match self.reread_records().await {
+                    Ok(true) => return SourceEvent::FenceLost,
+                    Ok(false) => continue,
+                    Err(()) => return SourceEvent::FenceUnknown,
+                },
+                decided => return decided,
+            }
+        }
+        SourceEvent::FenceUnknown
+    }
+
+    /// Reads the unit's records again: `Ok(true)` if the target is recorded as owner; otherwise
+    /// the fence's conditions are updated to what the store holds now.
+    async fn reread_records(&mut self) -> Result<bool, ()> {
+        for at in &mut self.records {
+            let key = unit_key(&at.id);
+            let Ok(Some(now)) = self.node.store().get(&key).await else {
+                return Err(());
+            };
+            let record = crate::cluster::authority::UnitRecord::decode(&key, &now.value)
+                .map_err(|_| ())?;
+            if record.owner == self.target {
+                return Ok(true);
+            }
+            at.record = record;
+            at.version = now.version;
+        }
+        Ok(false)
+    }
+
+    async fn fence_write(&self, force_stop: bool) -> SourceEvent {
         let mut conditions = Vec::with_capacity(self.records.len());
         let mut ops = Vec::with_capacity(self.records.len());
         for at in &self.records {
