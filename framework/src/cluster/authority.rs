@@ -45,17 +45,30 @@ pub struct UnitRecord {
 impl UnitRecord {
     /// Encodes the record as a store value.
     pub fn encode(&self) -> Bytes {
-        // A record of ids and integers always encodes.
-        Bytes::from(postcard::to_allocvec(self).unwrap_or_default())
+        encode(self)
     }
 
     /// Decodes a store value; a value that does not decode is reported as corrupt.
     pub fn decode(key: &str, value: &[u8]) -> Result<Self, StoreError> {
-        postcard::from_bytes(value).map_err(|e| StoreError::Corrupt {
-            key: key.to_owned(),
-            reason: format!("authority record does not decode: {e}"),
-        })
+        decode(key, value, "authority record")
     }
+}
+
+/// Encodes a store value. Records of ids, strings and integers always encode.
+fn encode<T: Serialize>(value: &T) -> Bytes {
+    Bytes::from(postcard::to_allocvec(value).unwrap_or_default())
+}
+
+/// Decodes a store value, reporting one that does not decode as corrupt.
+fn decode<T: for<'de> Deserialize<'de>>(
+    key: &str,
+    value: &[u8],
+    what: &str,
+) -> Result<T, StoreError> {
+    postcard::from_bytes(value).map_err(|e| StoreError::Corrupt {
+        key: key.to_owned(),
+        reason: format!("{what} does not decode: {e}"),
+    })
 }
 
 /// The store key of a unit's authority record.
@@ -130,15 +143,12 @@ pub struct NodeDescriptor {
 impl NodeDescriptor {
     /// Encodes the descriptor as a store value.
     pub fn encode(&self) -> Bytes {
-        Bytes::from(postcard::to_allocvec(self).unwrap_or_default())
+        encode(self)
     }
 
     /// Decodes a store value.
     pub fn decode(key: &str, value: &[u8]) -> Result<Self, StoreError> {
-        postcard::from_bytes(value).map_err(|e| StoreError::Corrupt {
-            key: key.to_owned(),
-            reason: format!("node descriptor does not decode: {e}"),
-        })
+        decode(key, value, "node descriptor")
     }
 }
 

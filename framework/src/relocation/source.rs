@@ -506,8 +506,8 @@ impl SourceRun {
             let Ok(Some(now)) = self.node.store().get(&key).await else {
                 return Err(());
             };
-            let record = crate::cluster::authority::UnitRecord::decode(&key, &now.value)
-                .map_err(|_| ())?;
+            let record =
+                crate::cluster::authority::UnitRecord::decode(&key, &now.value).map_err(|_| ())?;
             if record.owner == self.target {
                 return Ok(true);
             }
