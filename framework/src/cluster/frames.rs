@@ -89,3 +89,37 @@ pub(crate) enum Call {
 
 /// What a `Create`, `Recover` or `Activate` call answers.
 pub(crate) type CreateAnswer = Result<bool, UnitError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever a peer sends, decoding a frame ends in a value or an error, never a panic.
+        #[test]
+        fn arbitrary_bytes_never_panic_the_frame_decoder(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = postcard::from_bytes::<Frame>(&bytes);
+        }
+
+        /// Deliveries round-trip exactly.
+        #[test]
+        fn deliveries_round_trip(payload in proptest::collection::vec(any::<u8>(), 0..256), hops in any::<u8>(), request in any::<u64>()) {
+            let frame = Frame::Deliver(Deliver {
+                to: UnitId::Spot(crate::ids::SpotId::new("room").unwrap()),
+                payload: payload.clone().into(),
+                reply: Some(ReplyTo { node: NodeId::new("n1").unwrap(), request }),
+                activate: None,
+                origin: NodeId::new("n2").unwrap(),
+                hops,
+            });
+            let bytes = postcard::to_allocvec(&frame).unwrap();
+            let Frame::Deliver(back) = postcard::from_bytes::<Frame>(&bytes).unwrap() else {
+                panic!("not a delivery");
+            };
+            prop_assert_eq!(back.payload.to_vec(), payload);
+            prop_assert_eq!(back.hops, hops);
+            prop_assert_eq!(back.reply.map(|r| r.request), Some(request));
+        }
+    }
+}
