@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::ids::NodeId;
 use crate::mesh::NodeTls;
+use crate::session::SessionSettings;
 use crate::store::{LocationStore, MemoryStore};
 
 /// How a node joins the mesh.
@@ -54,6 +55,8 @@ pub struct NodeConfig {
     pub lease_ttl: Duration,
     /// How often the node republishes its descriptor and rereads its peers'.
     pub refresh: Duration,
+    /// The listener for game clients, if this node is a gateway.
+    pub sessions: Option<SessionSettings>,
 }
 
 impl NodeConfig {
@@ -68,6 +71,7 @@ impl NodeConfig {
             mesh: None,
             lease_ttl: Duration::from_secs(10),
             refresh: Duration::from_secs(1),
+            sessions: None,
         }
     }
 
@@ -80,6 +84,12 @@ impl NodeConfig {
     /// Joins the mesh with these settings.
     pub fn mesh(mut self, mesh: MeshSettings) -> Self {
         self.mesh = Some(mesh);
+        self
+    }
+
+    /// Accepts game clients with these settings.
+    pub fn sessions(mut self, sessions: SessionSettings) -> Self {
+        self.sessions = Some(sessions);
         self
     }
 
@@ -100,6 +110,7 @@ impl fmt::Debug for NodeConfig {
             .field("mesh", &self.mesh.as_ref().map(|m| m.listen))
             .field("lease_ttl", &self.lease_ttl)
             .field("refresh", &self.refresh)
+            .field("sessions", &self.sessions.as_ref().map(|s| s.listen))
             .finish_non_exhaustive()
     }
 }

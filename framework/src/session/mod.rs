@@ -7,6 +7,8 @@
 //! - `limits`: the token bucket that paces a client.
 //! - `machine`: one session as a plain state machine (events in, actions out, time passed in):
 //!   authentication, bindings, inputs held while a bound Actor moves, pushes put back in order.
+//! - `frames`: what gateways and the nodes running bound Actors say to each other on the mesh.
+//! - `hub`: the async shell: the listener, a task per session, and the mesh side of bindings.
 //!
 //! An Actor's binding (gateway node, session, next push number) is part of the Actor: it is
 //! captured and restored with it, so `ctx.push` reaches the gateway from wherever the Actor runs,
@@ -17,6 +19,8 @@
 //! move commits, the source tells the gateways the new owner and they release what they held,
 //! before any newer input; if the move is abandoned, they release it to the source.
 
+pub(crate) mod frames;
+pub(crate) mod hub;
 mod limits;
 pub(crate) mod machine;
 pub mod tls;
