@@ -10,11 +10,13 @@
 //! - [`relocation`]: moving live units between nodes, one at a time or a whole host drained.
 //! - [`session`]: game clients on QUIC: authentication, Actors bound to sessions, inputs held
 //!   while a bound Actor moves, pushes in order from wherever it runs.
+//! - [`client`]: the client library bots, samples and tests connect with.
 //! - [`mesh`]: QUIC between nodes with mutual TLS by node id, and ordered, size-limited frames.
 //! - [`store`]: the location store, the authority on where every unit lives (memory or redis).
 //! - [`error`]: the typed errors callers see.
 
 pub mod behavior;
+pub mod client;
 pub mod cluster;
 pub mod error;
 pub mod ids;
