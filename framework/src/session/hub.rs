@@ -472,9 +472,10 @@ async fn accept_loop(node: Node, endpoint: Endpoint, stop: CancellationToken) {
         let Some(hub) = node.core.sessions.as_ref() else {
             break;
         };
-        hub.tasks
-            .lock()
-            .spawn(run_session(node.clone(), incoming, stop.clone()));
+        let mut tasks = hub.tasks.lock();
+        // Sessions that ended leave their task in the set until reaped.
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(run_session(node.clone(), incoming, stop.clone()));
     }
 }
 
