@@ -14,6 +14,8 @@ use tokio::time::Instant;
 use crate::error::{DeferError, MessageError};
 use crate::ids::{ActorId, SpotId, UnitId};
 use crate::node::Node;
+use crate::session::frames::SessionFrame;
+use crate::session::{PushError, SessionBinding};
 use crate::timer::{OverrunPolicy, Tick, TimerSet};
 
 /// Anything that can be sent to a unit or returned from one. Local delivery passes it by value;
@@ -92,6 +94,8 @@ pub struct Ctx<'a> {
     pub(crate) now: std::cell::Cell<Option<Instant>>,
     pub(crate) timers: &'a mut TimerSet,
     pub(crate) membership: &'a Membership,
+    /// The client session bound to this unit, if any: pushes go there, numbered.
+    pub(crate) binding: &'a mut Option<SessionBinding>,
     pub(crate) effects: &'a mut TurnEffects,
 }
 
@@ -199,6 +203,49 @@ impl Ctx<'_> {
             Membership::Actor { spot } => spot.as_ref(),
             Membership::Spot { .. } => None,
         }
+    }
+
+    /// Pushes a message to the client session bound to this Actor, wherever the session's
+    /// connection lives and wherever this Actor runs: pushes reach the client in the order they
+    /// were made, also across a move.
+    ///
+    /// Sent at once (not when the turn ends). Fails when no session is bound, and when the
+    /// gateway cannot be reached now; then nothing was sent and the order is kept.
+    pub fn push<M: Message>(&mut self, msg: M) -> Result<(), PushError> {
+        let Some(binding) = self.binding.as_mut() else {
+            return Err(PushError::NotBound {
+                id: self.unit.clone(),
+            });
+        };
+        let UnitId::Actor(actor) = self.unit else {
+            return Err(PushError::NotBound {
+                id: self.unit.clone(),
+            });
+        };
+        let payload = postcard::to_allocvec(&msg).map_err(|e| PushError::Encode {
+            reason: e.to_string(),
+        })?;
+        let gateway = binding.session.gateway.clone();
+        let frame = SessionFrame::Push {
+            session: binding.session.session,
+            actor: actor.clone(),
+            epoch: binding.session.epoch,
+            seq: binding.next_push,
+            payload: payload.into(),
+        };
+        self.node
+            .to_gateway(&gateway, frame)
+            .map_err(|e| PushError::Unreachable {
+                gateway,
+                reason: e.to_string(),
+            })?;
+        binding.next_push += 1;
+        Ok(())
+    }
+
+    /// Whether a client session is bound to this Actor now.
+    pub fn is_bound(&self) -> bool {
+        self.binding.is_some()
     }
 
     /// Stops this unit when the turn ends; its queued requests get `UnitStopped`.

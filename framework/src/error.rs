@@ -194,6 +194,9 @@ pub enum StartError {
     /// The mesh could not start.
     #[error("the mesh could not start: {0}")]
     Mesh(#[from] crate::mesh::MeshError),
+    /// The client listener could not start.
+    #[error("the client listener could not start: {0}")]
+    Sessions(#[from] crate::session::SessionError),
 }
 
 fn list(errors: &[RegistrationError]) -> String {

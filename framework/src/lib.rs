@@ -8,11 +8,15 @@
 //! - [`node`]: the runtime of one host: lanes that run turns, routing by id, requests and replies.
 //! - [`cluster`]: authority records, placement, routing across nodes, membership and leases.
 //! - [`relocation`]: moving live units between nodes, one at a time or a whole host drained.
+//! - [`session`]: game clients on QUIC: authentication, Actors bound to sessions, inputs held
+//!   while a bound Actor moves, pushes in order from wherever it runs.
+//! - [`client`]: the client library bots, samples and tests connect with.
 //! - [`mesh`]: QUIC between nodes with mutual TLS by node id, and ordered, size-limited frames.
 //! - [`store`]: the location store, the authority on where every unit lives (memory or redis).
 //! - [`error`]: the typed errors callers see.
 
 pub mod behavior;
+pub mod client;
 pub mod cluster;
 pub mod error;
 pub mod ids;
@@ -20,6 +24,7 @@ pub mod mesh;
 pub mod node;
 pub mod registry;
 pub mod relocation;
+pub mod session;
 pub mod store;
 pub mod timer;
 
@@ -37,6 +42,9 @@ pub use registry::{
 pub use relocation::{
     BlockedReason, HostStatus, MoveError, MoveReport, RelocateMode, RelocateOptions,
     RelocateOutcome, RelocationEvent, RelocationId,
+};
+pub use session::{
+    Authenticator, Identity, PushError, SessionLimits, SessionSettings, SessionTls, StaticTokens,
 };
 pub use timer::{OverrunPolicy, Tick};
 

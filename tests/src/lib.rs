@@ -3,3 +3,4 @@
 pub mod cluster;
 pub mod faults;
 pub mod redis_server;
+pub mod sessions;

@@ -31,6 +31,8 @@ pub(crate) enum Frame {
     },
     /// A frame of a move between two nodes.
     Reloc(crate::relocation::frames::RelocFrame),
+    /// About client sessions: binds, pushes, seals and releases.
+    Session(crate::session::frames::SessionFrame),
     /// An operation one node asks of another; answered with a `Reply`.
     Call {
         /// The request number on the asking node.
@@ -45,8 +47,10 @@ pub(crate) enum Frame {
 pub(crate) struct Deliver {
     /// The unit.
     pub to: UnitId,
-    /// The message, postcard-encoded.
+    /// The message, postcard-encoded (empty for a session change).
     pub payload: Bytes,
+    /// A change to the Actor's session binding, instead of a message.
+    pub session: Option<crate::session::SessionOp>,
     /// Where the reply goes, for a request.
     pub reply: Option<ReplyTo>,
     /// The Instance Spot factory to activate if the unit does not exist yet.
@@ -112,6 +116,7 @@ mod tests {
                 activate: None,
                 origin: NodeId::new("n2").unwrap(),
                 hops,
+                session: None,
             });
             let bytes = postcard::to_allocvec(&frame).unwrap();
             let Frame::Deliver(back) = postcard::from_bytes::<Frame>(&bytes).unwrap() else {

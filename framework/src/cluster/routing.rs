@@ -14,7 +14,7 @@ use super::frames::{Deliver, Frame, MAX_HOPS};
 use crate::error::MessageError;
 use crate::ids::{NodeId, UnitId};
 use crate::mesh::{Inbound, MeshError};
-use crate::node::{Node, Payload};
+use crate::node::{Node, Payload, ReplyTo};
 use crate::registry::FactoryKind;
 
 const SHARDS: usize = 16;
@@ -124,6 +124,55 @@ impl Node {
         }
     }
 
+    /// Sends an already-encoded message, or a session change, to a unit: through `via` when the
+    /// sender knows which node to hand it to (a gateway sends a bound Actor's inputs to the node
+    /// it last heard runs it, never by a route that could change under a stream of inputs), else
+    /// by the route cache. A node that does not host the unit any more forwards it by its routes.
+    pub(crate) fn send_encoded(
+        &self,
+        to: UnitId,
+        payload: Payload,
+        reply: Option<ReplyTo>,
+        via: Option<&NodeId>,
+    ) {
+        let reply_to = reply.clone();
+        let mut envelope = crate::node::Envelope { to, payload, reply };
+        let here = via.is_none_or(|v| v == self.id());
+        if here {
+            envelope = match self.push(envelope, None) {
+                Ok(None) => return,
+                Ok(Some(envelope)) => envelope,
+                Err(error) => {
+                    match reply_to {
+                        Some(reply_to) => self.complete(reply_to, Err(error)),
+                        None => tracing::debug!(%error, "encoded message refused"),
+                    }
+                    return;
+                }
+            };
+        }
+        let crate::node::Envelope { to, payload, reply } = envelope;
+        let Ok((payload, session)) = payload.into_wire(|p| match p {
+            Payload::Encoded(bytes) => Ok(bytes),
+            other => Err(other.type_name().to_owned()),
+        }) else {
+            return;
+        };
+        let deliver = Deliver {
+            to,
+            payload,
+            session,
+            reply,
+            activate: None,
+            origin: self.id().clone(),
+            hops: 0,
+        };
+        match via {
+            Some(owner) if !here => self.send_deliver(owner, deliver),
+            _ => self.route(deliver),
+        }
+    }
+
     /// Hands a message to the mesh for `owner`; if the owner is unreachable, looks it up again.
     fn send_deliver(&self, owner: &NodeId, deliver: Deliver) {
         if let Some((retry, error)) = self.try_deliver(owner, deliver) {
@@ -137,6 +186,7 @@ impl Node {
         let retry = Deliver {
             to: deliver.to.clone(),
             payload: deliver.payload.clone(),
+            session: deliver.session.clone(),
             reply: deliver.reply.clone(),
             activate: deliver.activate.clone(),
             origin: deliver.origin.clone(),
@@ -295,7 +345,7 @@ impl Node {
         let id = deliver.to.clone();
         let envelope = crate::node::Envelope {
             to: deliver.to,
-            payload: Payload::Encoded(deliver.payload),
+            payload: Payload::from_wire(deliver.payload, deliver.session),
             reply: deliver.reply,
         };
         match self.push(envelope, None) {
@@ -327,6 +377,7 @@ impl Node {
         let Deliver {
             to,
             payload,
+            session,
             reply,
             activate,
             origin,
@@ -335,7 +386,7 @@ impl Node {
         let reply_to = reply.clone();
         let envelope = crate::node::Envelope {
             to,
-            payload: Payload::Encoded(payload),
+            payload: Payload::from_wire(payload, session),
             reply,
         };
         let envelope = match self.push(envelope, None) {
@@ -349,12 +400,15 @@ impl Node {
                 return;
             }
         };
-        let Payload::Encoded(payload) = envelope.payload else {
-            return;
+        let (payload, session) = match envelope.payload {
+            Payload::Encoded(payload) => (payload, None),
+            Payload::Session(op) => (bytes::Bytes::new(), Some(op)),
+            _ => return,
         };
         let deliver = Deliver {
             to: envelope.to,
             payload,
+            session,
             reply: envelope.reply,
             activate,
             origin,
@@ -404,6 +458,7 @@ impl Node {
                     .complete(request, terminal.map(Payload::Encoded)),
                 Frame::RouteHint { id, owner } => self.core.router.learn(id, owner),
                 Frame::Reloc(frame) => self.on_reloc(from, frame),
+                Frame::Session(frame) => self.on_session_frame(from, frame),
                 Frame::Call { request, call } => {
                     tokio::spawn(self.clone().answer_call(from, request, call));
                 }

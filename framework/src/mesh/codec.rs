@@ -173,11 +173,10 @@ impl<T: Serialize> Encoder<T> for FrameCodec<T> {
     }
 }
 
-impl<T: DeserializeOwned> Decoder for FrameCodec<T> {
-    type Item = T;
-    type Error = DecodeError;
-
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<T>, DecodeError> {
+impl<T> FrameCodec<T> {
+    /// Takes the next whole frame body off `src`, checked against the limit but not decoded: for
+    /// readers that look at a frame (its enum tag, say) before decoding it.
+    pub fn decode_body(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, DecodeError> {
         if !self.head_checked && src.len() >= HEADER {
             let mut head = [0; HEADER];
             head.copy_from_slice(&src[..HEADER]);
@@ -191,6 +190,29 @@ impl<T: DeserializeOwned> Decoder for FrameCodec<T> {
             return Ok(None);
         };
         self.head_checked = false;
+        Ok(Some(body))
+    }
+
+    /// [`FrameCodec::decode_body`] at the end of the stream: a frame cut off is `Truncated`.
+    pub fn decode_body_eof(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, DecodeError> {
+        match self.decode_body(src)? {
+            Some(body) => Ok(Some(body)),
+            None if src.is_empty() && !self.head_checked => Ok(None),
+            None => Err(DecodeError::Truncated {
+                buffered: src.len() + if self.head_checked { HEADER } else { 0 },
+            }),
+        }
+    }
+}
+
+impl<T: DeserializeOwned> Decoder for FrameCodec<T> {
+    type Item = T;
+    type Error = DecodeError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<T>, DecodeError> {
+        let Some(body) = self.decode_body(src)? else {
+            return Ok(None);
+        };
         let (value, rest) =
             postcard::take_from_bytes::<T>(&body).map_err(|source| DecodeError::Malformed {
                 len: body.len(),

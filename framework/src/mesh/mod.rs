@@ -18,7 +18,7 @@
 pub mod codec;
 mod handshake;
 mod link;
-mod socket;
+pub(crate) mod socket;
 pub mod tls;
 
 use std::fmt;

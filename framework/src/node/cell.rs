@@ -15,6 +15,7 @@ use crate::registry::{
     AdapterError, ExecutionMode, FactoryInfo, FactoryKind, ReadinessMode, RelocationPolicy,
     TypedFactory,
 };
+use crate::session::SessionBinding;
 use crate::timer::TimerSnapshot;
 use crate::timer::{Tick, TimerSet};
 
@@ -23,6 +24,9 @@ pub(crate) trait AnyFactory: Send + Sync + 'static {
     fn info(&self) -> &FactoryInfo;
     /// A fresh cell for `id`, or `None` if the id is of the wrong kind for this factory.
     fn build_cell(self: Arc<Self>, id: &UnitId) -> Option<Box<dyn UnitCell>>;
+    /// Whether `bytes` are one whole message of this factory's type (a gateway checks client
+    /// input with it before sending it on).
+    fn check_message(&self, bytes: &[u8]) -> Result<(), String>;
 }
 
 impl<B: Behavior> AnyFactory for TypedFactory<B> {
@@ -43,8 +47,17 @@ impl<B: Behavior> AnyFactory for TypedFactory<B> {
             behavior,
             timers: TimerSet::default(),
             membership,
+            binding: None,
             factory: self,
         }))
+    }
+
+    fn check_message(&self, bytes: &[u8]) -> Result<(), String> {
+        match postcard::take_from_bytes::<B::Msg>(bytes) {
+            Ok((_, [])) => Ok(()),
+            Ok((_, rest)) => Err(format!("{} bytes are left over after it", rest.len())),
+            Err(e) => Err(e.to_string()),
+        }
     }
 }
 
@@ -82,6 +95,9 @@ pub(crate) trait UnitCell: Send {
     fn info(&self) -> &FactoryInfo;
     fn membership(&self) -> &Membership;
     fn membership_mut(&mut self) -> &mut Membership;
+    /// The client session bound to this unit (an Actor), which moves with it.
+    fn binding(&self) -> Option<&SessionBinding>;
+    fn binding_mut(&mut self) -> &mut Option<SessionBinding>;
     fn next_due(&self) -> Option<Instant>;
     fn take_due(&mut self, now: Instant) -> Vec<Tick>;
     /// Runs one turn. A message turn returns its reply.
@@ -105,6 +121,7 @@ struct Cell<B: Behavior> {
     behavior: B,
     timers: TimerSet,
     membership: Membership,
+    binding: Option<SessionBinding>,
     factory: Arc<TypedFactory<B>>,
 }
 
@@ -123,6 +140,14 @@ impl<B: Behavior> UnitCell for Cell<B> {
 
     fn membership_mut(&mut self) -> &mut Membership {
         &mut self.membership
+    }
+
+    fn binding(&self) -> Option<&SessionBinding> {
+        self.binding.as_ref()
+    }
+
+    fn binding_mut(&mut self) -> &mut Option<SessionBinding> {
+        &mut self.binding
     }
 
     fn next_due(&self) -> Option<Instant> {
@@ -144,6 +169,7 @@ impl<B: Behavior> UnitCell for Cell<B> {
             now: std::cell::Cell::new(None),
             timers: &mut self.timers,
             membership: &self.membership,
+            binding: &mut self.binding,
             effects,
         };
         let b = &mut self.behavior;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::ids::NodeId;
 use crate::mesh::NodeTls;
+use crate::session::SessionSettings;
 use crate::store::{LocationStore, MemoryStore};
 
 /// How a node joins the mesh.
@@ -60,6 +61,8 @@ pub struct NodeConfig {
     /// How often the recovery coordinator sweeps the store for orphans even when no node is known
     /// to be dead (units force-stopped at a drain's deadline are found this way).
     pub recovery_sweep: Duration,
+    /// The listener for game clients, if this node is a gateway.
+    pub sessions: Option<SessionSettings>,
 }
 
 impl NodeConfig {
@@ -76,6 +79,7 @@ impl NodeConfig {
             refresh: Duration::from_secs(1),
             recover_units: true,
             recovery_sweep: Duration::from_secs(10),
+            sessions: None,
         }
     }
 
@@ -88,6 +92,12 @@ impl NodeConfig {
     /// Joins the mesh with these settings.
     pub fn mesh(mut self, mesh: MeshSettings) -> Self {
         self.mesh = Some(mesh);
+        self
+    }
+
+    /// Accepts game clients with these settings.
+    pub fn sessions(mut self, sessions: SessionSettings) -> Self {
+        self.sessions = Some(sessions);
         self
     }
 
@@ -110,6 +120,7 @@ impl fmt::Debug for NodeConfig {
             .field("refresh", &self.refresh)
             .field("recover_units", &self.recover_units)
             .field("recovery_sweep", &self.recovery_sweep)
+            .field("sessions", &self.sessions.as_ref().map(|s| s.listen))
             .finish_non_exhaustive()
     }
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::behavior::Message;
 use crate::error::MessageError;
 use crate::ids::{NodeId, UnitId};
+use crate::session::SessionOp;
 
 /// A message body: by value on its own node, encoded once it has crossed the mesh or moved.
 pub(crate) enum Payload {
@@ -16,6 +17,8 @@ pub(crate) enum Payload {
         type_name: &'static str,
     },
     Encoded(Bytes),
+    /// A change to an Actor's session binding: the framework applies it, in queue order.
+    Session(SessionOp),
     /// What a tell's turn yields: nobody reads it.
     Empty,
 }
@@ -33,6 +36,7 @@ impl Payload {
         match self {
             Payload::Local { type_name, .. } => type_name,
             Payload::Encoded(_) => "encoded bytes",
+            Payload::Session(_) => "a session binding change",
             Payload::Empty => "nothing",
         }
     }
@@ -47,7 +51,27 @@ impl Payload {
             Payload::Encoded(bytes) => {
                 postcard::from_bytes(&bytes).map_err(|e| format!("undecodable bytes ({e})"))
             }
+            Payload::Session(_) => Err("a session binding change".to_owned()),
             Payload::Empty => Err("nothing".to_owned()),
+        }
+    }
+
+    /// The body as it travels: a session change as such, anything else encoded by `encode`.
+    pub fn into_wire(
+        self,
+        encode: impl FnOnce(Payload) -> Result<Bytes, String>,
+    ) -> Result<(Bytes, Option<SessionOp>), String> {
+        match self {
+            Payload::Session(op) => Ok((Bytes::new(), Some(op))),
+            other => encode(other).map(|bytes| (bytes, None)),
+        }
+    }
+
+    /// The body from how it travels.
+    pub fn from_wire(bytes: Bytes, session: Option<SessionOp>) -> Payload {
+        match session {
+            Some(op) => Payload::Session(op),
+            None => Payload::Encoded(bytes),
         }
     }
 }

@@ -157,6 +157,8 @@ pub(crate) struct NodeCore {
     pub(crate) moves: crate::relocation::Moves,
     /// Its host operation (a drain), status and events.
     pub(crate) host: crate::relocation::HostOp,
+    /// The client listener and its sessions, if this node accepts game clients.
+    pub(crate) sessions: Option<crate::session::hub::Hub>,
 }
 
 impl fmt::Debug for Node {
@@ -216,6 +218,10 @@ impl Node {
             }
             None => (None, None),
         };
+        let sessions = match &config.sessions {
+            Some(settings) => Some(crate::session::hub::Hub::bind(settings)?),
+            None => None,
+        };
         let core = NodeCore {
             config,
             factories: registry.factories,
@@ -233,6 +239,7 @@ impl Node {
             stop: CancellationToken::new(),
             moves: crate::relocation::Moves::default(),
             host: crate::relocation::HostOp::new(),
+            sessions,
         };
         let node = Node {
             core: Arc::new(core),
@@ -243,6 +250,9 @@ impl Node {
         node.set_state(NodeState::Serving);
         node.refresh_membership().await?;
         node.spawn_keepers();
+        if let Some(hub) = &node.core.sessions {
+            hub.start(&node);
+        }
         tracing::info!(node = %node.id(), "node serving");
         Ok(node)
     }
@@ -739,6 +749,7 @@ impl Node {
         self.route(Deliver {
             to,
             payload: bytes.into(),
+            session: None,
             reply,
             activate: target.activate.map(|a| a.to_string()),
             origin: self.id().clone(),
@@ -930,6 +941,9 @@ impl Node {
     pub async fn abort(&self) {
         self.fence("aborted");
         self.core.stop.cancel();
+        if let Some(hub) = &self.core.sessions {
+            hub.abort().await;
+        }
         self.close_lanes(Duration::ZERO).await;
         if let Some(mesh) = &self.core.mesh {
             mesh.close().await;
@@ -977,8 +991,17 @@ impl Node {
     /// Stops taking new work, lets every unit finish what it had accepted, closes them (each runs
     /// `on_closing`), releases their records and the lease, and leaves the mesh. Units still busy at
     /// the deadline are closed at once, their queued requests ending with `UnitStopped`.
+    ///
+    /// Client sessions are closed first, each with a reason its client reads (and reconnects on).
     pub async fn shutdown_within(&self, deadline: Duration) -> ShutdownOutcome {
         self.set_state(NodeState::Draining);
+        if let Some(hub) = &self.core.sessions {
+            let reason = format!(
+                "node {} is shutting down; connect to another node",
+                self.id()
+            );
+            hub.shutdown(self, &reason).await;
+        }
         let (ids, in_time) = self
             .close_lanes(deadline.max(Duration::from_millis(1)))
             .await;

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::behavior::ReadyOutcome;
 use crate::ids::{ActorId, SpotId, UnitId};
 use crate::node::ReplyTo;
+use crate::session::{SessionBinding, SessionOp};
 use crate::timer::{Tick, TimerSnapshot};
 
 /// The largest chunk of a capture on the wire.
@@ -17,8 +18,10 @@ pub const CHUNK: usize = 256 * 1024;
 pub struct QueuedOp {
     /// The unit it is for (the spot or one of its members).
     pub to: UnitId,
-    /// The message, encoded.
+    /// The message, encoded (empty for a session change).
     pub payload: Bytes,
+    /// A change to the Actor's session binding, applied in its place in the queue.
+    pub session: Option<SessionOp>,
     /// Where its terminal goes, for a request.
     pub reply: Option<ReplyTo>,
 }
@@ -80,6 +83,8 @@ pub struct CellCapture {
     pub timers: Vec<TimerSnapshot>,
     /// Its membership.
     pub membership: MembershipData,
+    /// The client session bound to it (an Actor's), with the number of its next push.
+    pub binding: Option<SessionBinding>,
 }
 
 /// Everything that moves with a unit.
@@ -249,12 +254,14 @@ mod tests {
                 state: Some(vec![7u8; state_len]),
                 timers: Vec::new(),
                 membership: MembershipData::Spot(vec![ActorId::new("p1").unwrap()]),
+                binding: None,
             }],
             callbacks: Vec::new(),
             ticks: Vec::new(),
             journal: vec![QueuedOp {
                 to: UnitId::Spot(SpotId::new("room").unwrap()),
                 payload: Bytes::from_static(b"q1"),
+                session: None,
                 reply: None,
             }],
         }
@@ -316,7 +323,12 @@ mod tests {
         fn captures_round_trip_through_chunks(state_len in 0usize..(3 * CHUNK), ops in 0usize..20) {
             let mut c = capture(state_len);
             c.journal = (0..ops)
-                .map(|i| QueuedOp { to: c.unit.clone(), payload: Bytes::from(vec![i as u8; i]), reply: None })
+                .map(|i| QueuedOp {
+                    to: c.unit.clone(),
+                    payload: Bytes::from(vec![i as u8; i]),
+                    reply: None,
+                    session: None,
+                })
                 .collect();
             let (manifest, chunks) = c.pack().unwrap();
             let mut a = Assembly::new(manifest);

@@ -8,12 +8,34 @@
 //! The point of no return is the source's handover (relay and cutover). Before it, any failure
 //! restores the unit on the source. After it, the source may only take the unit back by a
 //! conditional write that wins against a target that never committed; whichever write wins owns it.
+//!
+//! Client sessions bound to the unit's Actors are part of the move: before the lane is sealed,
+//! their gateways are told to hold those Actors' inputs, and the seal waits for every
+//! acknowledgement; Actors found bound only at the capture have their gateways told then, and
+//! the handover waits for those. Whichever way the move ends, the gateways are told where the
+//! Actors run now (target, source, or nowhere), and release what they held there.
+
+use std::collections::BTreeSet;
+
+use crate::ids::NodeId;
 
 /// What happened, as the source sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceEvent {
+    /// The lane answered which gateways hold sessions bound to the unit's Actors (none, often);
+    /// from now on it holds back new binds until the move ends.
+    Quiesced {
+        /// The gateway nodes.
+        gateways: BTreeSet<NodeId>,
+    },
+    /// A gateway holds the inputs of the unit's Actors it was told about; every input it sent
+    /// before is queued here.
+    GatewaySealed(NodeId),
     /// The lane reached a turn boundary and captured the unit.
-    Captured,
+    Captured {
+        /// Gateways of sessions bound since the lane was asked, not told to hold inputs yet.
+        late: BTreeSet<NodeId>,
+    },
     /// The unit cannot be sealed (it stopped, or it is not relocatable).
     SealRefused(String),
     /// The target restored the unit into a queue that does not run yet.
@@ -36,9 +58,26 @@ pub enum SourceEvent {
     FenceUnknown,
 }
 
+/// Where the gateways of a move's bound Actors send what they held, and inputs from now on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionsTo {
+    /// The target: the move committed.
+    Target,
+    /// The source: the move was abandoned, and the unit runs there again.
+    Source,
+    /// Nowhere: the unit was force-stopped; the gateways unbind its Actors.
+    Nowhere,
+}
+
 /// What the source shell must do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceAction {
+    /// Tell these gateways to hold the inputs of the unit's Actors, and acknowledge.
+    SealGateways(BTreeSet<NodeId>),
+    /// Seal the lane at its next turn boundary and capture the unit.
+    SealUnit,
+    /// Tell every gateway told to seal where the unit's Actors run now.
+    ReleaseSessions(SessionsTo),
     /// Send the manifest and the chunks of the capture.
     SendCapture,
     /// Stop waiting for a seal that has not happened.
@@ -76,10 +115,24 @@ pub enum MoveEnd {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum SourcePhase {
+    /// Asking the lane for the gateways of its bound sessions.
+    Quiescing,
+    /// Waiting for these gateways to hold inputs.
+    SealingSessions {
+        pending: BTreeSet<NodeId>,
+    },
     Sealing,
-    Transferring,
-    HandedOver { resent: bool },
-    Fencing { force_stop: bool },
+    /// Shipping the capture; the handover waits for relay-ready and for late gateways.
+    Transferring {
+        pending: BTreeSet<NodeId>,
+        relay_ready: bool,
+    },
+    HandedOver {
+        resent: bool,
+    },
+    Fencing {
+        force_stop: bool,
+    },
     Done(MoveEnd),
 }
 
@@ -87,6 +140,8 @@ enum SourcePhase {
 #[derive(Debug, Clone)]
 pub struct SourceMachine {
     phase: SourcePhase,
+    /// Whether any gateway was told to seal (it must then hear how the move ended).
+    sessions: bool,
 }
 
 impl Default for SourceMachine {
@@ -96,11 +151,21 @@ impl Default for SourceMachine {
 }
 
 impl SourceMachine {
-    /// A move whose seal was just asked for.
+    /// A move that just asked its lane for the gateways of its bound sessions.
     pub fn new() -> Self {
         SourceMachine {
-            phase: SourcePhase::Sealing,
+            phase: SourcePhase::Quiescing,
+            sessions: false,
         }
+    }
+
+    /// The actions that end a move: `then`, and news for the gateways if any was sealed.
+    fn ending(&self, then: Option<SourceAction>, to: SessionsTo) -> Vec<SourceAction> {
+        let mut actions: Vec<SourceAction> = then.into_iter().collect();
+        if self.sessions {
+            actions.push(SourceAction::ReleaseSessions(to));
+        }
+        actions
     }
 
     /// How the move ended, once it has.
@@ -130,35 +195,137 @@ impl SourceMachine {
         let (next, actions) = match (&self.phase, event) {
             (P::Done(_), _) => return Vec::new(),
 
-            (P::Sealing, E::Captured) => (P::Transferring, vec![A::SendCapture]),
-            (P::Sealing, E::SealRefused(why)) => (P::Done(MoveEnd::NotSealed(why)), vec![]),
+            (P::Quiescing, E::Quiesced { gateways }) if gateways.is_empty() => {
+                (P::Sealing, vec![A::SealUnit])
+            }
+            (P::Quiescing, E::Quiesced { gateways }) => {
+                self.sessions = true;
+                (
+                    P::SealingSessions {
+                        pending: gateways.clone(),
+                    },
+                    vec![A::SealGateways(gateways)],
+                )
+            }
+            (P::Quiescing, E::SealRefused(why)) => (P::Done(MoveEnd::NotSealed(why)), vec![]),
+            (P::Quiescing, E::Deadline) => (
+                P::Done(MoveEnd::NotSealed(
+                    "the deadline passed before the unit answered".into(),
+                )),
+                vec![A::CancelSeal],
+            ),
+            (P::Quiescing, _) => return Vec::new(),
+
+            (P::SealingSessions { pending }, E::GatewaySealed(gateway)) => {
+                let mut pending = pending.clone();
+                pending.remove(&gateway);
+                if pending.is_empty() {
+                    (P::Sealing, vec![A::SealUnit])
+                } else {
+                    (P::SealingSessions { pending }, vec![])
+                }
+            }
+            (P::SealingSessions { pending }, E::Silence | E::Deadline) => {
+                let why = format!(
+                    "session gateways {} did not acknowledge the seal",
+                    names(pending)
+                );
+                let mut actions = vec![A::CancelSeal];
+                actions.extend(self.ending(None, SessionsTo::Source));
+                (P::Done(MoveEnd::NotSealed(why)), actions)
+            }
+            (P::SealingSessions { .. }, _) => return Vec::new(),
+
+            (P::Sealing, E::Captured { late }) if late.is_empty() => (
+                P::Transferring {
+                    pending: late,
+                    relay_ready: false,
+                },
+                vec![A::SendCapture],
+            ),
+            (P::Sealing, E::Captured { late }) => {
+                self.sessions = true;
+                (
+                    P::Transferring {
+                        pending: late.clone(),
+                        relay_ready: false,
+                    },
+                    vec![A::SealGateways(late), A::SendCapture],
+                )
+            }
+            (P::Sealing, E::SealRefused(why)) => (
+                P::Done(MoveEnd::NotSealed(why)),
+                self.ending(None, SessionsTo::Source),
+            ),
             (P::Sealing, E::Deadline) => (
                 P::Done(MoveEnd::NotSealed(
                     "the deadline passed before a turn boundary".into(),
                 )),
-                vec![A::CancelSeal],
+                self.ending(Some(A::CancelSeal), SessionsTo::Source),
             ),
             (P::Sealing, _) => return Vec::new(),
 
-            (P::Transferring, E::RelayReady) => {
+            (P::Transferring { pending, .. }, E::RelayReady) if pending.is_empty() => {
                 (P::HandedOver { resent: false }, vec![A::Handover])
             }
-            (P::Transferring, E::Refused(why) | E::Aborted(why)) => {
-                (P::Done(MoveEnd::Restored(why)), vec![A::Resume])
-            }
-            (P::Transferring, E::Silence) => (
-                P::Done(MoveEnd::Restored("the target did not answer".into())),
-                vec![A::Resume],
+            (P::Transferring { pending, .. }, E::RelayReady) => (
+                P::Transferring {
+                    pending: pending.clone(),
+                    relay_ready: true,
+                },
+                vec![],
             ),
-            (P::Transferring, E::Deadline) => (
+            (
+                P::Transferring {
+                    pending,
+                    relay_ready,
+                },
+                E::GatewaySealed(gateway),
+            ) => {
+                let mut pending = pending.clone();
+                pending.remove(&gateway);
+                if pending.is_empty() && *relay_ready {
+                    (P::HandedOver { resent: false }, vec![A::Handover])
+                } else {
+                    (
+                        P::Transferring {
+                            pending,
+                            relay_ready: *relay_ready,
+                        },
+                        vec![],
+                    )
+                }
+            }
+            (P::Transferring { .. }, E::Refused(why) | E::Aborted(why)) => (
+                P::Done(MoveEnd::Restored(why)),
+                self.ending(Some(A::Resume), SessionsTo::Source),
+            ),
+            (P::Transferring { pending, .. }, E::Silence) => {
+                let why = if pending.is_empty() {
+                    "the target did not answer".to_owned()
+                } else {
+                    format!(
+                        "session gateways {} did not acknowledge the seal",
+                        names(pending)
+                    )
+                };
+                (
+                    P::Done(MoveEnd::Restored(why)),
+                    self.ending(Some(A::Resume), SessionsTo::Source),
+                )
+            }
+            (P::Transferring { .. }, E::Deadline) => (
                 P::Done(MoveEnd::Restored(
                     "the deadline passed before relay-ready".into(),
                 )),
-                vec![A::Resume],
+                self.ending(Some(A::Resume), SessionsTo::Source),
             ),
-            (P::Transferring, _) => return Vec::new(),
+            (P::Transferring { .. }, _) => return Vec::new(),
 
-            (P::HandedOver { .. }, E::Committed) => (P::Done(MoveEnd::Moved), vec![A::Release]),
+            (P::HandedOver { .. }, E::Committed) => (
+                P::Done(MoveEnd::Moved),
+                self.ending(Some(A::Release), SessionsTo::Target),
+            ),
             (P::HandedOver { resent: false }, E::Silence) => {
                 (P::HandedOver { resent: true }, vec![A::ResendHandover])
             }
@@ -174,12 +341,21 @@ impl SourceMachine {
             // A commit may still arrive while the fence is asked; the store decides either way.
             (P::Fencing { force_stop }, E::FenceWon) => {
                 if *force_stop {
-                    (P::Done(MoveEnd::ForceStopped), vec![A::ForceStop])
+                    (
+                        P::Done(MoveEnd::ForceStopped),
+                        self.ending(Some(A::ForceStop), SessionsTo::Nowhere),
+                    )
                 } else {
-                    (P::Done(MoveEnd::Reclaimed), vec![A::Resume])
+                    (
+                        P::Done(MoveEnd::Reclaimed),
+                        self.ending(Some(A::Resume), SessionsTo::Source),
+                    )
                 }
             }
-            (P::Fencing { .. }, E::FenceLost) => (P::Done(MoveEnd::Moved), vec![A::Release]),
+            (P::Fencing { .. }, E::FenceLost) => (
+                P::Done(MoveEnd::Moved),
+                self.ending(Some(A::Release), SessionsTo::Target),
+            ),
             (P::Fencing { force_stop }, E::FenceUnknown) => {
                 let again = if *force_stop {
                     A::FenceForceStop
@@ -201,6 +377,14 @@ impl SourceMachine {
         self.phase = next;
         actions
     }
+}
+
+fn names(nodes: &BTreeSet<NodeId>) -> String {
+    nodes
+        .iter()
+        .map(NodeId::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// What happened, as the target sees it.
@@ -356,9 +540,28 @@ mod tests {
     use TargetAction as TA;
     use TargetEvent as TE;
 
-    fn source_at_handover() -> SourceMachine {
+    fn none() -> BTreeSet<NodeId> {
+        BTreeSet::new()
+    }
+
+    fn gateways(ids: &[&str]) -> BTreeSet<NodeId> {
+        ids.iter().map(|id| NodeId::new(*id).unwrap()).collect()
+    }
+
+    fn node(id: &str) -> NodeId {
+        NodeId::new(id).unwrap()
+    }
+
+    /// A move of a unit with no session bound, sealed and captured.
+    fn source_captured() -> SourceMachine {
         let mut s = SourceMachine::new();
-        assert_eq!(s.on(SE::Captured), vec![SA::SendCapture]);
+        assert_eq!(s.on(SE::Quiesced { gateways: none() }), vec![SA::SealUnit]);
+        assert_eq!(s.on(SE::Captured { late: none() }), vec![SA::SendCapture]);
+        s
+    }
+
+    fn source_at_handover() -> SourceMachine {
+        let mut s = source_captured();
         assert_eq!(s.on(SE::RelayReady), vec![SA::Handover]);
         assert!(s.handed_over());
         s
@@ -380,8 +583,7 @@ mod tests {
     #[test]
     fn any_failure_before_relay_ready_restores_on_the_source() {
         for event in [SE::Refused("checksum".into()), SE::Silence, SE::Deadline] {
-            let mut s = SourceMachine::new();
-            s.on(SE::Captured);
+            let mut s = source_captured();
             assert_eq!(s.on(event), vec![SA::Resume]);
             assert!(matches!(s.end(), Some(MoveEnd::Restored(_))));
             assert!(!s.handed_over());
@@ -399,7 +601,112 @@ mod tests {
         assert_eq!(s.on(SE::Deadline), vec![SA::CancelSeal]);
         assert!(matches!(s.end(), Some(MoveEnd::NotSealed(_))));
         // A capture racing the cancel changes nothing.
-        assert!(s.on(SE::Captured).is_empty());
+        assert!(s.on(SE::Captured { late: none() }).is_empty());
+        let mut s = SourceMachine::new();
+        s.on(SE::Quiesced { gateways: none() });
+        assert_eq!(s.on(SE::Deadline), vec![SA::CancelSeal]);
+        assert!(matches!(s.end(), Some(MoveEnd::NotSealed(_))));
+    }
+
+    #[test]
+    fn the_lane_is_sealed_only_once_every_gateway_holds_its_inputs() {
+        let mut s = SourceMachine::new();
+        let gs = gateways(&["g1", "g2"]);
+        assert_eq!(
+            s.on(SE::Quiesced {
+                gateways: gs.clone()
+            }),
+            vec![SA::SealGateways(gs)]
+        );
+        assert!(s.on(SE::GatewaySealed(node("g2"))).is_empty());
+        // A target's early word changes nothing before the capture.
+        assert!(s.on(SE::RelayReady).is_empty());
+        assert_eq!(s.on(SE::GatewaySealed(node("g1"))), vec![SA::SealUnit]);
+        assert_eq!(s.on(SE::Captured { late: none() }), vec![SA::SendCapture]);
+        assert_eq!(s.on(SE::RelayReady), vec![SA::Handover]);
+        assert_eq!(
+            s.on(SE::Committed),
+            vec![SA::Release, SA::ReleaseSessions(SessionsTo::Target)]
+        );
+        assert_eq!(s.end(), Some(&MoveEnd::Moved));
+    }
+
+    #[test]
+    fn a_gateway_that_never_acknowledges_leaves_the_unit_unsealed_and_releases_the_others() {
+        let mut s = SourceMachine::new();
+        s.on(SE::Quiesced {
+            gateways: gateways(&["g1", "g2"]),
+        });
+        s.on(SE::GatewaySealed(node("g1")));
+        assert_eq!(
+            s.on(SE::Silence),
+            vec![SA::CancelSeal, SA::ReleaseSessions(SessionsTo::Source)]
+        );
+        match s.end() {
+            Some(MoveEnd::NotSealed(why)) => assert!(why.contains("g2"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_session_bound_just_before_the_capture_is_sealed_before_the_handover() {
+        let mut s = SourceMachine::new();
+        s.on(SE::Quiesced { gateways: none() });
+        let late = gateways(&["g"]);
+        assert_eq!(
+            s.on(SE::Captured { late: late.clone() }),
+            vec![SA::SealGateways(late), SA::SendCapture]
+        );
+        // Relay-ready alone does not hand over: the gateway may still have inputs on the way.
+        assert!(s.on(SE::RelayReady).is_empty());
+        assert_eq!(s.on(SE::GatewaySealed(node("g"))), vec![SA::Handover]);
+        assert_eq!(
+            s.on(SE::Committed),
+            vec![SA::Release, SA::ReleaseSessions(SessionsTo::Target)]
+        );
+    }
+
+    #[test]
+    fn an_abandoned_move_releases_the_gateways_to_the_source_and_a_force_stop_to_nowhere() {
+        let sealed = || {
+            let mut s = SourceMachine::new();
+            s.on(SE::Quiesced {
+                gateways: gateways(&["g"]),
+            });
+            s.on(SE::GatewaySealed(node("g")));
+            s.on(SE::Captured { late: none() });
+            s
+        };
+        let mut s = sealed();
+        assert_eq!(
+            s.on(SE::Refused("no factory".into())),
+            vec![SA::Resume, SA::ReleaseSessions(SessionsTo::Source)]
+        );
+        let mut s = sealed();
+        s.on(SE::RelayReady);
+        s.on(SE::Silence);
+        s.on(SE::Silence);
+        assert_eq!(
+            s.on(SE::FenceWon),
+            vec![SA::Resume, SA::ReleaseSessions(SessionsTo::Source)]
+        );
+        let mut s = sealed();
+        s.on(SE::RelayReady);
+        s.on(SE::Deadline);
+        assert_eq!(
+            s.on(SE::FenceWon),
+            vec![SA::ForceStop, SA::ReleaseSessions(SessionsTo::Nowhere)]
+        );
+        // A lane that refuses the seal after the gateways held their inputs lets them go too.
+        let mut s = SourceMachine::new();
+        s.on(SE::Quiesced {
+            gateways: gateways(&["g"]),
+        });
+        s.on(SE::GatewaySealed(node("g")));
+        assert_eq!(
+            s.on(SE::SealRefused("stopped".into())),
+            vec![SA::ReleaseSessions(SessionsTo::Source)]
+        );
     }
 
     #[test]

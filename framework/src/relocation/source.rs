@@ -1,6 +1,7 @@
 //! The source side of a move, as an async shell around [`SourceMachine`]: it seals the lane, ships
 //! the capture, hands over, and carries out whatever the machine decides.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,12 +13,14 @@ use tracing::Instrument;
 use super::RelocationId;
 use super::capture::{Capture, QueuedOp, relay_digest};
 use super::frames::{RecordAt, RelocFrame};
-use super::protocol::{MoveEnd, SourceAction, SourceEvent, SourceMachine};
+use super::protocol::{MoveEnd, SessionsTo, SourceAction, SourceEvent, SourceMachine};
 use crate::cluster::authority::{Stage, unit_key};
 use crate::cluster::frames::Frame;
-use crate::ids::{NodeId, UnitId};
+use crate::ids::{ActorId, NodeId, UnitId};
 use crate::node::{Control, LaneTx, Node, NodeState};
 use crate::registry::PolicyKind;
+use crate::session::SessionBinding;
+use crate::session::frames::{BoundActor, SessionFrame};
 use crate::store::{BatchOutcome, Condition, Op};
 
 /// How long the source waits for the target at each step before it calls it silence.
@@ -181,7 +184,11 @@ impl Node {
         budget: Option<Arc<Semaphore>>,
     ) -> MoveReport {
         let (events_tx, mut events) = mpsc::unbounded_channel();
-        self.core.moves.outgoing.lock().insert(rel, events_tx);
+        self.core
+            .moves
+            .outgoing
+            .lock()
+            .insert(rel, events_tx.clone());
         let lane = self.core.directory.get(id).map(|e| e.lane);
         let mut run = SourceRun {
             node: self.clone(),
@@ -192,6 +199,9 @@ impl Node {
             id: id.clone(),
             target: target.clone(),
             machine: SourceMachine::new(),
+            events: events_tx,
+            capture: None,
+            bindings: BTreeMap::new(),
             records: Vec::new(),
             relayed: Vec::new(),
             bytes: 0,
@@ -251,6 +261,12 @@ struct SourceRun {
     id: UnitId,
     target: NodeId,
     machine: SourceMachine,
+    /// Where this move's events go: a gateway on this node acknowledges through it.
+    events: mpsc::UnboundedSender<SourceEvent>,
+    /// The unit as sealed, until it is sent.
+    capture: Option<Capture>,
+    /// The sessions bound to the unit's Actors, by gateway; `true` once that gateway was told.
+    bindings: BTreeMap<NodeId, Vec<(BoundActor, bool)>>,
     records: Vec<RecordAt>,
     relayed: Vec<QueuedOp>,
     bytes: u64,
@@ -282,52 +298,8 @@ impl SourceRun {
     }
 
     async fn go(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>, deadline: Instant) {
-        let (done, sealed) = oneshot::channel();
-        if !self.lane(Control::Seal {
-            rel: self.rel,
-            done,
-        }) {
-            self.feed(
-                SourceEvent::SealRefused("the unit stopped".into()),
-                deadline,
-            )
-            .await;
-            return;
-        }
-        let capture = match tokio::time::timeout_at(deadline, sealed).await {
-            Ok(Ok(Ok(capture))) => capture,
-            Ok(Ok(Err(why))) => {
-                self.feed(SourceEvent::SealRefused(why), deadline).await;
-                return;
-            }
-            Ok(Err(_)) => {
-                self.feed(
-                    SourceEvent::SealRefused("the unit stopped".into()),
-                    deadline,
-                )
-                .await;
-                return;
-            }
-            Err(_) => {
-                self.feed(SourceEvent::Deadline, deadline).await;
-                return;
-            }
-        };
-        self.sealed_at = Some(Instant::now());
-        if capture.unit != self.id {
-            // An actor of a SpotWide room: the room is the unit.
-            self.resume().await;
-            self.feed(
-                SourceEvent::SealRefused(format!("{} moves with {}", self.id, capture.unit)),
-                deadline,
-            )
-            .await;
-            return;
-        }
-        self.feed(SourceEvent::Captured, deadline).await;
-        if let Err(why) = self.send_capture(&capture).await {
-            self.feed(SourceEvent::Refused(why), deadline).await;
-        }
+        let first = self.quiesce(deadline).await;
+        self.feed(first, deadline).await;
         while self.machine.end().is_none() {
             let wait = (Instant::now() + STEP).min(deadline);
             let event = match tokio::time::timeout_at(wait, events.recv()).await {
@@ -338,6 +310,143 @@ impl SourceRun {
             };
             self.feed(event, deadline).await;
         }
+    }
+
+    /// Asks the lane for the sessions bound to the unit's Actors (it holds back new binds from
+    /// now on), and notes them by gateway.
+    async fn quiesce(&mut self, deadline: Instant) -> SourceEvent {
+        let (done, answer) = oneshot::channel();
+        let control = Control::Quiesce {
+            rel: self.rel,
+            unit: self.id.clone(),
+            done,
+        };
+        if !self.lane(control) {
+            return SourceEvent::SealRefused("the unit stopped".into());
+        }
+        match tokio::time::timeout_at(deadline, answer).await {
+            Ok(Ok(Ok(bindings))) => {
+                let gateways = self.note_bindings(bindings);
+                SourceEvent::Quiesced { gateways }
+            }
+            Ok(Ok(Err(why))) => SourceEvent::SealRefused(why),
+            Ok(Err(_)) => SourceEvent::SealRefused("the unit stopped".into()),
+            Err(_) => SourceEvent::Deadline,
+        }
+    }
+
+    /// Adds bindings not seen yet; returns the gateways that have some not yet told to seal.
+    fn note_bindings(
+        &mut self,
+        bindings: impl IntoIterator<Item = (ActorId, SessionBinding)>,
+    ) -> BTreeSet<NodeId> {
+        for (actor, binding) in bindings {
+            let bound = BoundActor {
+                actor,
+                session: binding.session.session,
+                epoch: binding.session.epoch,
+            };
+            let at = self.bindings.entry(binding.session.gateway).or_default();
+            if !at.iter().any(|(b, _)| *b == bound) {
+                at.push((bound, false));
+            }
+        }
+        self.bindings
+            .iter()
+            .filter(|(_, actors)| actors.iter().any(|(_, told)| !told))
+            .map(|(gateway, _)| gateway.clone())
+            .collect()
+    }
+
+    /// Tells these gateways to hold the inputs of the Actors they were not told about yet.
+    fn seal_gateways(&mut self, gateways: &BTreeSet<NodeId>) {
+        for gateway in gateways {
+            let Some(at) = self.bindings.get_mut(gateway) else {
+                continue;
+            };
+            let actors: Vec<BoundActor> = at
+                .iter_mut()
+                .filter(|(_, told)| !*told)
+                .map(|(bound, told)| {
+                    *told = true;
+                    bound.clone()
+                })
+                .collect();
+            let frame = SessionFrame::Seal {
+                rel: self.rel,
+                actors,
+            };
+            // A gateway on this node acknowledges through `on_session_frame` at once.
+            if let Err(error) = self.node.to_gateway(gateway, frame) {
+                // Not a peer any more (or hopelessly behind): its sessions went with it.
+                tracing::warn!(%gateway, %error, "seal not sent; moving without that gateway");
+                let _ = self
+                    .events
+                    .send(SourceEvent::GatewaySealed(gateway.clone()));
+            }
+        }
+    }
+
+    /// Tells every gateway told to seal where the unit's Actors run now.
+    fn release_sessions(&self, to: SessionsTo) {
+        let owner = match to {
+            SessionsTo::Target => Some(self.target.clone()),
+            SessionsTo::Source => Some(self.node.id().clone()),
+            SessionsTo::Nowhere => None,
+        };
+        for (gateway, actors) in &self.bindings {
+            let actors: Vec<BoundActor> = actors
+                .iter()
+                .filter(|(_, told)| *told)
+                .map(|(bound, _)| bound.clone())
+                .collect();
+            if actors.is_empty() {
+                continue;
+            }
+            let frame = SessionFrame::Release {
+                rel: self.rel,
+                actors,
+                owner: owner.clone(),
+            };
+            if let Err(error) = self.node.to_gateway(gateway, frame) {
+                tracing::warn!(%gateway, %error, "release not sent to a session gateway");
+            }
+        }
+    }
+
+    /// Seals the lane at its next turn boundary and waits for the capture.
+    async fn seal_unit(&mut self, deadline: Instant) -> SourceEvent {
+        let (done, sealed) = oneshot::channel();
+        if !self.lane(Control::Seal {
+            rel: self.rel,
+            done,
+        }) {
+            return SourceEvent::SealRefused("the unit stopped".into());
+        }
+        let capture = match tokio::time::timeout_at(deadline, sealed).await {
+            Ok(Ok(Ok(capture))) => capture,
+            Ok(Ok(Err(why))) => return SourceEvent::SealRefused(why),
+            Ok(Err(_)) => return SourceEvent::SealRefused("the unit stopped".into()),
+            Err(_) => return SourceEvent::Deadline,
+        };
+        self.sealed_at = Some(Instant::now());
+        if capture.unit != self.id {
+            // An actor of a SpotWide room: the room is the unit.
+            self.resume().await;
+            return SourceEvent::SealRefused(format!("{} moves with {}", self.id, capture.unit));
+        }
+        // Actors that joined the unit since it was asked may have sessions of their own.
+        let bound: Vec<(ActorId, SessionBinding)> = capture
+            .cells
+            .iter()
+            .filter_map(|cell| match (&cell.id, &cell.binding) {
+                (UnitId::Actor(actor), Some(binding)) => Some((actor.clone(), binding.clone())),
+                _ => None,
+            })
+            .collect();
+        let late = self.note_bindings(bound);
+        self.capture = Some(capture);
+        SourceEvent::Captured { late }
     }
 
     /// Reads the records of every cell, then sends the manifest and the chunks.
@@ -418,8 +527,22 @@ impl SourceRun {
     async fn act(&mut self, action: SourceAction, deadline: Instant) -> Option<SourceEvent> {
         let rel = self.rel;
         match action {
-            // The capture is sent by `go` right after the machine asks for it.
-            SourceAction::SendCapture => None,
+            SourceAction::SealGateways(gateways) => {
+                self.seal_gateways(&gateways);
+                None
+            }
+            SourceAction::SealUnit => Some(self.seal_unit(deadline).await),
+            SourceAction::ReleaseSessions(to) => {
+                self.release_sessions(to);
+                None
+            }
+            SourceAction::SendCapture => {
+                let capture = self.capture.take()?;
+                match self.send_capture(&capture).await {
+                    Ok(()) => None,
+                    Err(why) => Some(SourceEvent::Refused(why)),
+                }
+            }
             SourceAction::CancelSeal => {
                 self.lane(Control::CancelSeal { rel });
                 None

@@ -14,11 +14,12 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 mod moving;
+mod sessions;
 
 use self::moving::Moving;
 use super::cell::{ReplyMode, Turn, TurnReply, UnitCell};
 use super::directory::Entry;
-use super::envelope::Envelope;
+use super::envelope::{Envelope, Payload};
 use crate::behavior::{Membership, TurnEffects};
 use crate::cluster::frames::Deliver;
 use crate::error::{MessageError, UnitError};
@@ -27,6 +28,7 @@ use crate::node::Node;
 use crate::registry::{ExecutionMode, FactoryKind, OnPanic};
 use crate::relocation::RelocationId;
 use crate::relocation::capture::{Capture, QueuedOp, ReadyOutcomeData};
+use crate::session::SessionBinding;
 use crate::timer::Tick;
 
 /// How many turns a lane runs before it lets other tasks on its thread go.
@@ -74,6 +76,14 @@ pub(crate) enum Control {
     Seal {
         rel: RelocationId,
         done: oneshot::Sender<Result<Capture, String>>,
+    },
+    /// A move is about to seal this unit: answer the client sessions bound to its Actors, and
+    /// hold back new binds (they stay queued, and move with the unit) until the move ends, so
+    /// that every bound session is one the move told to hold its inputs.
+    Quiesce {
+        rel: RelocationId,
+        unit: UnitId,
+        done: oneshot::Sender<Result<Vec<(ActorId, SessionBinding)>, String>>,
     },
     /// Stop waiting for a seal that has not happened yet.
     CancelSeal { rel: RelocationId },
@@ -150,6 +160,10 @@ pub(crate) struct Lane {
     /// Whether this lane was restored from a move's capture: its backlog is then the source's
     /// saved work, which the source keeps too.
     restored: bool,
+    /// The move about to seal this lane, which holds back new session binds.
+    quiescing: Option<RelocationId>,
+    /// Binds held back meanwhile, in arrival order.
+    deferred: Vec<Envelope>,
 }
 
 impl Lane {
@@ -190,6 +204,8 @@ impl Lane {
             relayed: Vec::new(),
             closing: None,
             restored: false,
+            quiescing: None,
+            deferred: Vec::new(),
         };
         (tx, lane)
     }
@@ -298,10 +314,11 @@ impl Lane {
             }
             return;
         };
-        match cell.encode(envelope.payload) {
-            Ok(payload) => self.node.route(Deliver {
+        match envelope.payload.into_wire(|p| cell.encode(p)) {
+            Ok((payload, session)) => self.node.route(Deliver {
                 to: id,
                 payload,
+                session,
                 reply,
                 activate: None,
                 origin: self.node.id().clone(),
@@ -323,6 +340,13 @@ impl Lane {
             return;
         }
         let Envelope { to, payload, reply } = envelope;
+        let payload = match payload {
+            Payload::Session(op) => {
+                self.session_op(to, op, reply);
+                return;
+            }
+            other => other,
+        };
         let mode = match &reply {
             None => ReplyMode::Drop,
             Some(r) if r.node == *self.node.id() => ReplyMode::Local,
@@ -395,6 +419,11 @@ impl Lane {
     /// Stops a unit (with its members, for a SpotWide spot): unregisters it, then answers what was
     /// queued for it with `UnitStopped`.
     fn stop_unit(&mut self, id: &UnitId, kind: StopKind) {
+        if !self.cells.contains_key(id) {
+            return;
+        }
+        // Binds held back for a move are queued work like any other: they end with the unit.
+        self.requeue_deferred();
         let Some(cell) = self.cells.get(id) else {
             return;
         };
@@ -423,6 +452,12 @@ impl Lane {
                 self.turn_quietly(unit, Turn::Closing);
             }
         }
+        let reason = match kind {
+            StopKind::Requested => "the Actor stopped",
+            StopKind::Panicked => "the Actor failed (its handler panicked)",
+            StopKind::ByNode => "the node running the Actor stopped it",
+        };
+        self.unbind_gone(&gone, reason);
         for unit in &gone {
             self.unregister(unit);
             self.cells.remove(unit);
@@ -541,6 +576,9 @@ impl Lane {
             }
             Control::Open => self.open = true,
             Control::Seal { rel, done } => self.seal(rel, done),
+            Control::Quiesce { rel, unit, done } => {
+                let _ = done.send(self.quiesce(rel, &unit));
+            }
             Control::CancelSeal { rel } => self.cancel_seal(rel),
             Control::Handover { rel, target, done } => self.handover(rel, target, done),
             Control::Resume { rel, me, done } => {

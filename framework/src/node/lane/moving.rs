@@ -69,7 +69,7 @@ impl Lane {
         rel: RelocationId,
         done: oneshot::Sender<Result<Capture, String>>,
     ) {
-        if !self.open || self.moving.is_some() {
+        if !self.open || self.moving.is_some() || self.quiescing.is_some_and(|q| q != rel) {
             let _ = done.send(Err("the unit is not running here, or already moving".into()));
             return;
         }
@@ -86,6 +86,9 @@ impl Lane {
             && *pending == rel
         {
             self.moving = None;
+        }
+        if self.quiescing == Some(rel) && self.moving.is_none() {
+            self.end_quiesce();
         }
     }
 
@@ -116,6 +119,8 @@ impl Lane {
             return;
         };
         let now = Instant::now();
+        // Binds held back for this move are saved work too, ahead of what is still queued.
+        self.end_quiesce();
         // Everything accepted so far is saved work.
         while let Ok(envelope) = self.data.try_recv() {
             self.backlog.push_back(envelope);
@@ -141,6 +146,7 @@ impl Lane {
                     state,
                     timers: cell.timer_snapshot(now),
                     membership: membership_data(cell.membership()),
+                    binding: cell.binding().cloned(),
                 }),
                 Err(error) => {
                     let _ = done.send(Err(format!("{id} could not be captured: {error}")));
@@ -182,16 +188,17 @@ impl Lane {
                 continue;
             };
             let Envelope { to, payload, reply } = envelope;
-            match cell.encode(payload) {
-                Ok(bytes) => {
+            match payload.into_wire(|p| cell.encode(p)) {
+                Ok((bytes, session)) => {
                     ops.push(QueuedOp {
                         to: to.clone(),
                         payload: bytes.clone(),
+                        session: session.clone(),
                         reply: reply.clone(),
                     });
                     kept.push_back(Envelope {
                         to,
-                        payload: Payload::Encoded(bytes),
+                        payload: Payload::from_wire(bytes, session),
                         reply,
                     });
                 }
@@ -371,7 +378,7 @@ impl Lane {
     pub(super) fn open_moved(&mut self, relay: Vec<QueuedOp>) {
         self.backlog.extend(relay.into_iter().map(|op| Envelope {
             to: op.to,
-            payload: Payload::Encoded(op.payload),
+            payload: Payload::from_wire(op.payload, op.session),
             reply: op.reply,
         }));
         self.open = true;
@@ -393,6 +400,7 @@ impl Lane {
                     .map_err(|e| format!("{} could not be restored: {e}", c.id))?;
             }
             cell.set_timers(TimerSet::restore(c.timers, now));
+            *cell.binding_mut() = c.binding;
             *cell.membership_mut() = match c.membership {
                 MembershipData::Spot(members) => Membership::Spot {
                     members: members.into_iter().collect(),
@@ -429,7 +437,7 @@ impl Lane {
             .into_iter()
             .map(|op| Envelope {
                 to: op.to,
-                payload: Payload::Encoded(op.payload),
+                payload: Payload::from_wire(op.payload, op.session),
                 reply: op.reply,
             })
             .collect();

@@ -1,0 +1,1096 @@
+//! One session as a plain state machine: events in, actions out, time passed in as a value.
+//!
+//! It knows nothing of sockets, the mesh or the clock; the hub feeds it what the client sent and
+//! what the nodes running its Actors said, and carries out what it asks. So the orders that
+//! matter (an input held while its Actor moves, releases that arrive out of order after two
+//! quick moves, a push overtaken by a later one from another node) are unit tests below.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::limits::TokenBucket;
+use super::wire::{AnnouncedLimits, ClientFrame, CloseCode, PROTOCOL_VERSION, ServerFrame};
+use super::{Identity, SessionId, SessionLimits};
+use crate::ids::{ActorId, NodeId};
+use crate::relocation::RelocationId;
+
+/// What happened to the session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// A frame from the client, decoded.
+    Client(ClientFrame),
+    /// A frame from the client that could not be used (it did not decode, was too large, or
+    /// is not a message its Actor takes).
+    BadFrame { code: CloseCode, reason: String },
+    /// The authenticator's verdict on the Hello's token.
+    Authenticated(Result<Identity, String>),
+    /// The authenticator's verdict on a bind.
+    Authorized {
+        actor: ActorId,
+        verdict: Result<(), String>,
+    },
+    /// The node running the Actor applied the bind (with the Actor's factory), or could not.
+    Bound {
+        actor: ActorId,
+        epoch: u32,
+        owner: NodeId,
+        verdict: Result<String, String>,
+    },
+    /// The Actor let the binding go: another session bound it, or it stopped.
+    Unbound {
+        actor: ActorId,
+        epoch: u32,
+        reason: String,
+    },
+    /// The Actor pushed a message.
+    Push {
+        actor: ActorId,
+        epoch: u32,
+        seq: u64,
+        payload: Bytes,
+    },
+    /// A move of the Actor is about to seal it: hold its inputs.
+    Seal {
+        rel: RelocationId,
+        actor: ActorId,
+        epoch: u32,
+    },
+    /// That move ended: the Actor runs on `owner` (`None`: it was stopped).
+    Release {
+        rel: RelocationId,
+        actor: ActorId,
+        epoch: u32,
+        owner: Option<NodeId>,
+    },
+    /// The client's outbound queue is full.
+    SlowReader,
+    /// Time passed: check the deadlines.
+    Tick,
+    /// The gateway node is shutting down.
+    Shutdown { reason: String },
+    /// The connection is gone.
+    ClientGone { reason: String },
+}
+
+/// What the hub must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Write a frame to the client.
+    Send(ServerFrame),
+    /// Ask the authenticator about this token, and feed back [`Event::Authenticated`].
+    Authenticate { token: Bytes },
+    /// Ask the authenticator about this bind, and feed back [`Event::Authorized`].
+    Authorize { actor: ActorId },
+    /// Deliver an input to the Actor through `owner`.
+    Forward {
+        actor: ActorId,
+        owner: NodeId,
+        payload: Bytes,
+    },
+    /// Send a bind to the Actor, wherever it lives.
+    RequestBind { actor: ActorId, epoch: u32 },
+    /// Send an unbind to the Actor, through `via` if known.
+    RequestUnbind {
+        actor: ActorId,
+        epoch: u32,
+        via: Option<NodeId>,
+    },
+    /// End the session: tell the client why, then close the connection. Always the last action.
+    Close { code: CloseCode, reason: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    /// Waiting for the Hello.
+    Greeting,
+    /// The authenticator is asked.
+    Authenticating,
+    Open(Identity),
+    Closed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    /// The bind is on its way to the Actor: inputs are held.
+    Binding,
+    /// Inputs go to `owner`.
+    Open { owner: NodeId },
+    /// The Actor is moving: inputs are held until every seal is released. `last_owner` is where
+    /// inputs went before, the one place they may still go without overtaking older ones.
+    Sealed {
+        last_owner: NodeId,
+        since: Instant,
+        seals: Vec<Seal>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seal {
+    rel: RelocationId,
+    /// `Some` once released: the owner it was released to.
+    released: Option<Option<NodeId>>,
+}
+
+#[derive(Debug, Clone)]
+struct Binding {
+    epoch: u32,
+    phase: Phase,
+    /// Inputs held while binding or sealed, in the order the client sent them.
+    inputs: VecDeque<Bytes>,
+    /// The number of the next push to deliver.
+    next_push: u64,
+    /// Pushes that arrived ahead of a missing one.
+    early: BTreeMap<u64, Bytes>,
+    /// Since when a push is missing.
+    gap_since: Option<Instant>,
+    /// The Actor's factory, once bound: the hub checks inputs against its message type.
+    type_name: Option<String>,
+}
+
+impl Binding {
+    fn held(&self) -> usize {
+        self.inputs.len() + self.early.len()
+    }
+
+    /// Where inputs may be sent now without overtaking older ones (none while binding).
+    fn safe_owner(&self) -> Option<&NodeId> {
+        match &self.phase {
+            Phase::Binding => None,
+            Phase::Open { owner } => Some(owner),
+            Phase::Sealed { last_owner, .. } => Some(last_owner),
+        }
+    }
+}
+
+/// One client session.
+#[derive(Debug)]
+pub(crate) struct SessionMachine {
+    id: SessionId,
+    node: NodeId,
+    limits: SessionLimits,
+    opened: Instant,
+    state: State,
+    bucket: TokenBucket,
+    bindings: BTreeMap<ActorId, Binding>,
+    next_epoch: u32,
+}
+
+impl SessionMachine {
+    /// A session whose connection was just accepted.
+    pub fn new(id: SessionId, node: NodeId, limits: SessionLimits, now: Instant) -> Self {
+        SessionMachine {
+            id,
+            node,
+            limits,
+            opened: now,
+            state: State::Greeting,
+            bucket: TokenBucket::new(limits.rate_per_second, limits.rate_burst, now),
+            bindings: BTreeMap::new(),
+            next_epoch: 1,
+        }
+    }
+
+    /// Whether the session has ended.
+    #[cfg(test)]
+    pub fn is_closed(&self) -> bool {
+        self.state == State::Closed
+    }
+
+    /// The client's identity, once authenticated.
+    pub fn identity(&self) -> Option<&Identity> {
+        match &self.state {
+            State::Open(identity) => Some(identity),
+            _ => None,
+        }
+    }
+
+    /// The factory of a bound Actor, if the bind told it.
+    pub fn type_of(&self, actor: &ActorId) -> Option<&str> {
+        self.bindings.get(actor)?.type_name.as_deref()
+    }
+
+    /// The Actors bound (or being bound) now.
+    #[cfg(test)]
+    pub fn bound(&self) -> Vec<ActorId> {
+        self.bindings.keys().cloned().collect()
+    }
+
+    /// When [`Event::Tick`] must be fed next, if ever.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match self.state {
+            State::Closed => None,
+            State::Greeting | State::Authenticating => Some(self.opened + self.limits.auth_timeout),
+            State::Open(_) => self
+                .bindings
+                .values()
+                .flat_map(|b| {
+                    let sealed = match &b.phase {
+                        Phase::Sealed { since, .. } => Some(*since),
+                        _ => None,
+                    };
+                    [sealed, b.gap_since]
+                })
+                .flatten()
+                .min()
+                .map(|t| t + self.limits.seal_timeout),
+        }
+    }
+
+    fn held(&self) -> usize {
+        self.bindings.values().map(Binding::held).sum()
+    }
+
+    /// Feeds one event; returns what to do, in order.
+    pub fn on(&mut self, event: Event, now: Instant) -> Vec<Action> {
+        if self.state == State::Closed {
+            return Vec::new();
+        }
+        match event {
+            Event::Client(frame) => self.client(frame, now),
+            Event::BadFrame { code, reason } => self.close(code, reason),
+            Event::Authenticated(verdict) => self.authenticated(verdict),
+            Event::Authorized { actor, verdict } => self.authorized(actor, verdict),
+            Event::Bound {
+                actor,
+                epoch,
+                owner,
+                verdict,
+            } => self.bound_answer(actor, epoch, owner, verdict),
+            Event::Unbound {
+                actor,
+                epoch,
+                reason,
+            } => self.unbound(actor, epoch, reason),
+            Event::Push {
+                actor,
+                epoch,
+                seq,
+                payload,
+            } => self.push(actor, epoch, seq, payload, now),
+            Event::Seal { rel, actor, epoch } => {
+                self.seal(rel, &actor, epoch, now);
+                Vec::new()
+            }
+            Event::Release {
+                rel,
+                actor,
+                epoch,
+                owner,
+            } => self.release(rel, actor, epoch, owner),
+            Event::SlowReader => self.close(
+                CloseCode::SlowReader,
+                format!(
+                    "more than {} frames waited for the client to read them; read pushes as they \
+                     come, or raise max_outbound",
+                    self.limits.max_outbound
+                ),
+            ),
+            Event::Tick => self.tick(now),
+            Event::Shutdown { reason } => self.close(CloseCode::Shutdown, reason),
+            Event::ClientGone { reason } => self.close(CloseCode::Normal, reason),
+        }
+    }
+
+    fn client(&mut self, frame: ClientFrame, now: Instant) -> Vec<Action> {
+        match (&self.state, frame) {
+            (State::Greeting, ClientFrame::Hello { version, token }) => {
+                if version != PROTOCOL_VERSION {
+                    return self.close(
+                        CloseCode::Protocol,
+                        format!(
+                            "protocol version {version} is not supported; this gateway speaks \
+                             version {PROTOCOL_VERSION}: update the client"
+                        ),
+                    );
+                }
+                self.state = State::Authenticating;
+                vec![Action::Authenticate { token }]
+            }
+            (State::Greeting | State::Authenticating, frame) => self.close(
+                CloseCode::Unauthenticated,
+                format!(
+                    "the first frame must be Hello with a token, not {}; authenticate first",
+                    frame.kind()
+                ),
+            ),
+            (State::Closed, _) => Vec::new(),
+            (State::Open(_), frame) => {
+                if !self.bucket.take(now) {
+                    return self.close(
+                        CloseCode::RateLimited,
+                        format!(
+                            "the client sent faster than {} frames per second (bursts of {}); \
+                             send less often",
+                            self.limits.rate_per_second, self.limits.rate_burst
+                        ),
+                    );
+                }
+                match frame {
+                    ClientFrame::Hello { .. } => self.close(
+                        CloseCode::Protocol,
+                        "Hello was sent twice; send it once, as the first frame".to_owned(),
+                    ),
+                    ClientFrame::Bind { actor } => self.bind(actor),
+                    ClientFrame::Unbind { actor } => self.unbind(actor),
+                    ClientFrame::Input { actor, payload } => self.input(actor, payload),
+                    ClientFrame::Bye => {
+                        self.close(CloseCode::Normal, "the client said goodbye".to_owned())
+                    }
+                }
+            }
+        }
+    }
+
+    fn authenticated(&mut self, verdict: Result<Identity, String>) -> Vec<Action> {
+        if self.state != State::Authenticating {
+            return Vec::new();
+        }
+        match verdict {
+            Ok(identity) => {
+                self.state = State::Open(identity);
+                vec![Action::Send(ServerFrame::Welcome {
+                    session: self.id,
+                    node: self.node.clone(),
+                    limits: AnnouncedLimits {
+                        max_frame: u32::try_from(self.limits.max_frame).unwrap_or(u32::MAX),
+                        rate_per_second: self.limits.rate_per_second,
+                        rate_burst: self.limits.rate_burst,
+                    },
+                })]
+            }
+            Err(reason) => self.close(
+                CloseCode::Unauthenticated,
+                format!("the token was refused: {reason}"),
+            ),
+        }
+    }
+
+    fn bind(&mut self, actor: ActorId) -> Vec<Action> {
+        if let Some(binding) = self.bindings.get(&actor) {
+            // Bound already (or on its way): say so once more, nothing changes.
+            return match binding.phase {
+                Phase::Binding => Vec::new(),
+                _ => vec![Action::Send(ServerFrame::Bound { actor })],
+            };
+        }
+        if self.bindings.len() >= self.limits.max_bindings {
+            let reason = format!(
+                "this session has {} Actors bound, the most it may; unbind one first",
+                self.limits.max_bindings
+            );
+            return vec![Action::Send(ServerFrame::BindRefused { actor, reason })];
+        }
+        vec![Action::Authorize { actor }]
+    }
+
+    fn authorized(&mut self, actor: ActorId, verdict: Result<(), String>) -> Vec<Action> {
+        if let Err(reason) = verdict {
+            return vec![Action::Send(ServerFrame::BindRefused { actor, reason })];
+        }
+        if self.bindings.contains_key(&actor) {
+            return Vec::new();
+        }
+        let epoch = self.next_epoch;
+        self.next_epoch = self.next_epoch.wrapping_add(1);
+        self.bindings.insert(
+            actor.clone(),
+            Binding {
+                epoch,
+                phase: Phase::Binding,
+                inputs: VecDeque::new(),
+                next_push: 0,
+                early: BTreeMap::new(),
+                gap_since: None,
+                type_name: None,
+            },
+        );
+        vec![Action::RequestBind { actor, epoch }]
+    }
+
+    fn unbind(&mut self, actor: ActorId) -> Vec<Action> {
+        let mut actions = match self.bindings.remove(&actor) {
+            Some(binding) => Self::let_go(&actor, binding),
+            None => Vec::new(),
+        };
+        actions.push(Action::Send(ServerFrame::Unbound {
+            actor,
+            reason: "unbound at the client's request".to_owned(),
+        }));
+        actions
+    }
+
+    /// Lets a binding go: what it held goes where inputs went last (nothing newer follows it),
+    /// and the Actor is told to unbind.
+    fn let_go(actor: &ActorId, binding: Binding) -> Vec<Action> {
+        let via = binding.safe_owner().cloned();
+        let mut actions = Vec::new();
+        if let Some(owner) = &via {
+            actions.extend(binding.inputs.into_iter().map(|payload| Action::Forward {
+                actor: actor.clone(),
+                owner: owner.clone(),
+                payload,
+            }));
+        }
+        actions.push(Action::RequestUnbind {
+            actor: actor.clone(),
+            epoch: binding.epoch,
+            via,
+        });
+        actions
+    }
+
+    fn input(&mut self, actor: ActorId, payload: Bytes) -> Vec<Action> {
+        let Some(binding) = self.bindings.get_mut(&actor) else {
+            let reason =
+                format!("input dropped: this session has not bound {actor}; bind it first");
+            return vec![Action::Send(ServerFrame::Unbound { actor, reason })];
+        };
+        match &binding.phase {
+            Phase::Open { owner } => vec![Action::Forward {
+                owner: owner.clone(),
+                actor,
+                payload,
+            }],
+            Phase::Binding | Phase::Sealed { .. } => {
+                binding.inputs.push_back(payload);
+                self.check_held(&actor)
+            }
+        }
+    }
+
+    fn check_held(&mut self, actor: &ActorId) -> Vec<Action> {
+        if self.held() <= self.limits.max_held {
+            return Vec::new();
+        }
+        self.close(
+            CloseCode::TooManyHeld,
+            format!(
+                "more than {} messages were held while {actor} was moving or being bound; send \
+                 less while a move is under way, or raise max_held",
+                self.limits.max_held
+            ),
+        )
+    }
+
+    fn bound_answer(
+        &mut self,
+        actor: ActorId,
+        epoch: u32,
+        owner: NodeId,
+        verdict: Result<String, String>,
+    ) -> Vec<Action> {
+        let current = self
+            .bindings
+            .get(&actor)
+            .filter(|b| b.epoch == epoch && b.phase == Phase::Binding)
+            .is_some();
+        if !current {
+            // A bind this session gave up on (or replaced) took effect late: undo it.
+            return match verdict {
+                Ok(_) => vec![Action::RequestUnbind {
+                    actor,
+                    epoch,
+                    via: Some(owner),
+                }],
+                Err(_) => Vec::new(),
+            };
+        }
+        match verdict {
+            Ok(type_name) => {
+                let Some(binding) = self.bindings.get_mut(&actor) else {
+                    return Vec::new();
+                };
+                binding.type_name = Some(type_name);
+                binding.phase = Phase::Open {
+                    owner: owner.clone(),
+                };
+                let mut actions = vec![Action::Send(ServerFrame::Bound {
+                    actor: actor.clone(),
+                })];
+                actions.extend(binding.inputs.drain(..).map(|payload| Action::Forward {
+                    actor: actor.clone(),
+                    owner: owner.clone(),
+                    payload,
+                }));
+                actions
+            }
+            Err(reason) => {
+                self.bindings.remove(&actor);
+                vec![Action::Send(ServerFrame::BindRefused { actor, reason })]
+            }
+        }
+    }
+
+    fn unbound(&mut self, actor: ActorId, epoch: u32, reason: String) -> Vec<Action> {
+        if self.bindings.get(&actor).is_none_or(|b| b.epoch != epoch) {
+            return Vec::new();
+        }
+        let Some(binding) = self.bindings.remove(&actor) else {
+            return Vec::new();
+        };
+        // The Actor has its new binding already: only what this session held still goes to it.
+        let mut actions: Vec<Action> = Self::let_go(&actor, binding)
+            .into_iter()
+            .filter(|a| matches!(a, Action::Forward { .. }))
+            .collect();
+        actions.push(Action::Send(ServerFrame::Unbound { actor, reason }));
+        actions
+    }
+
+    fn push(
+        &mut self,
+        actor: ActorId,
+        epoch: u32,
+        seq: u64,
+        payload: Bytes,
+        now: Instant,
+    ) -> Vec<Action> {
+        let Some(binding) = self.bindings.get_mut(&actor).filter(|b| b.epoch == epoch) else {
+            return Vec::new();
+        };
+        if seq < binding.next_push {
+            return Vec::new();
+        }
+        if seq > binding.next_push {
+            binding.early.insert(seq, payload);
+            binding.gap_since.get_or_insert(now);
+            return self.check_held(&actor);
+        }
+        let mut actions = vec![Action::Send(ServerFrame::Push {
+            actor: actor.clone(),
+            payload,
+        })];
+        binding.next_push += 1;
+        while let Some(payload) = binding.early.remove(&binding.next_push) {
+            actions.push(Action::Send(ServerFrame::Push {
+                actor: actor.clone(),
+                payload,
+            }));
+            binding.next_push += 1;
+        }
+        binding.gap_since = if binding.early.is_empty() {
+            None
+        } else {
+            Some(now)
+        };
+        actions
+    }
+
+    fn seal(&mut self, rel: RelocationId, actor: &ActorId, epoch: u32, now: Instant) {
+        let Some(binding) = self.bindings.get_mut(actor).filter(|b| b.epoch == epoch) else {
+            return;
+        };
+        let seal = Seal {
+            rel,
+            released: None,
+        };
+        match &mut binding.phase {
+            // The bind's answer comes from whoever runs the Actor; nothing was sent yet.
+            Phase::Binding => {}
+            Phase::Open { owner } => {
+                binding.phase = Phase::Sealed {
+                    last_owner: owner.clone(),
+                    since: now,
+                    seals: vec![seal],
+                };
+            }
+            // The next move started before this gateway heard the last one end.
+            Phase::Sealed { seals, .. } => seals.push(seal),
+        }
+    }
+
+    fn release(
+        &mut self,
+        rel: RelocationId,
+        actor: ActorId,
+        epoch: u32,
+        owner: Option<NodeId>,
+    ) -> Vec<Action> {
+        let Some(binding) = self.bindings.get_mut(&actor).filter(|b| b.epoch == epoch) else {
+            return Vec::new();
+        };
+        let Phase::Sealed { seals, .. } = &mut binding.phase else {
+            return Vec::new();
+        };
+        let Some(seal) = seals.iter_mut().find(|s| s.rel == rel) else {
+            return Vec::new();
+        };
+        seal.released = Some(owner);
+        if seals.iter().any(|s| s.released.is_none()) {
+            return Vec::new();
+        }
+        // Seals arrive in the order of the moves, releases in any order: the last move decides.
+        let Some(Some(last)) = seals.last().map(|s| s.released.clone()) else {
+            return Vec::new();
+        };
+        match last {
+            Some(owner) => {
+                binding.phase = Phase::Open {
+                    owner: owner.clone(),
+                };
+                binding
+                    .inputs
+                    .drain(..)
+                    .map(|payload| Action::Forward {
+                        actor: actor.clone(),
+                        owner: owner.clone(),
+                        payload,
+                    })
+                    .collect()
+            }
+            None => {
+                self.bindings.remove(&actor);
+                vec![Action::Send(ServerFrame::Unbound {
+                    actor,
+                    reason: "the Actor was stopped while it moved; what it had not handled is lost"
+                        .to_owned(),
+                })]
+            }
+        }
+    }
+
+    fn tick(&mut self, now: Instant) -> Vec<Action> {
+        match self.state {
+            State::Greeting | State::Authenticating => {
+                if now >= self.opened + self.limits.auth_timeout {
+                    return self.close(
+                        CloseCode::Unauthenticated,
+                        format!(
+                            "no Hello within {:?}; send Hello with a token as the first frame",
+                            self.limits.auth_timeout
+                        ),
+                    );
+                }
+                Vec::new()
+            }
+            State::Open(_) => {
+                let timeout = self.limits.seal_timeout;
+                for (actor, binding) in &self.bindings {
+                    if let Phase::Sealed { since, .. } = binding.phase
+                        && now >= since + timeout
+                    {
+                        let reason = format!(
+                            "{actor} was moving between nodes for longer than the seal timeout of \
+                             {timeout:?}; connect again and bind it"
+                        );
+                        return self.close(CloseCode::SealTimeout, reason);
+                    }
+                    if let Some(since) = binding.gap_since
+                        && now >= since + timeout
+                    {
+                        let reason = format!(
+                            "push {} of {actor} never arrived within {timeout:?}; connect again \
+                             and bind it",
+                            binding.next_push
+                        );
+                        return self.close(CloseCode::SealTimeout, reason);
+                    }
+                }
+                Vec::new()
+            }
+            State::Closed => Vec::new(),
+        }
+    }
+
+    /// Ends the session: every binding is let go (held inputs still reach their Actor), then the
+    /// client is told why.
+    fn close(&mut self, code: CloseCode, reason: String) -> Vec<Action> {
+        self.state = State::Closed;
+        let mut actions = Vec::new();
+        for (actor, binding) in std::mem::take(&mut self.bindings) {
+            actions.extend(Self::let_go(&actor, binding));
+        }
+        actions.push(Action::Close { code, reason });
+        actions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn actor(id: &str) -> ActorId {
+        ActorId::new(id).unwrap()
+    }
+
+    fn node(id: &str) -> NodeId {
+        NodeId::new(id).unwrap()
+    }
+
+    fn input(a: &str, n: u8) -> Event {
+        Event::Client(ClientFrame::Input {
+            actor: actor(a),
+            payload: Bytes::from(vec![n]),
+        })
+    }
+
+    fn forwards(actions: &[Action]) -> Vec<(String, u8)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Forward { owner, payload, .. } => Some((owner.to_string(), payload[0])),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn closed(actions: &[Action]) -> Option<CloseCode> {
+        actions.iter().find_map(|a| match a {
+            Action::Close { code, .. } => Some(*code),
+            _ => None,
+        })
+    }
+
+    /// An authenticated session with `a` bound on node `s`.
+    fn open_with(limits: SessionLimits, t: Instant) -> SessionMachine {
+        let mut m = SessionMachine::new(SessionId(7), node("g"), limits, t);
+        let token = Bytes::from_static(b"t");
+        let hello = ClientFrame::Hello {
+            version: PROTOCOL_VERSION,
+            token: token.clone(),
+        };
+        assert_eq!(
+            m.on(Event::Client(hello), t),
+            vec![Action::Authenticate { token }]
+        );
+        let welcome = m.on(Event::Authenticated(Ok(Identity::new("p"))), t);
+        assert!(matches!(
+            welcome[..],
+            [Action::Send(ServerFrame::Welcome { .. })]
+        ));
+        let bind = m.on(Event::Client(ClientFrame::Bind { actor: actor("a") }), t);
+        assert_eq!(bind, vec![Action::Authorize { actor: actor("a") }]);
+        let request = m.on(
+            Event::Authorized {
+                actor: actor("a"),
+                verdict: Ok(()),
+            },
+            t,
+        );
+        assert_eq!(
+            request,
+            vec![Action::RequestBind {
+                actor: actor("a"),
+                epoch: 1
+            }]
+        );
+        m
+    }
+
+    fn bound(m: &mut SessionMachine, owner: &str, t: Instant) -> Vec<Action> {
+        m.on(
+            Event::Bound {
+                actor: actor("a"),
+                epoch: 1,
+                owner: node(owner),
+                verdict: Ok("player".into()),
+            },
+            t,
+        )
+    }
+
+    #[test]
+    fn inputs_sent_while_binding_are_held_then_go_first_to_the_owner() {
+        let t = Instant::now();
+        let mut m = open_with(SessionLimits::default(), t);
+        assert!(m.on(input("a", 1), t).is_empty());
+        assert!(m.on(input("a", 2), t).is_empty());
+        let actions = bound(&mut m, "s", t);
+        assert_eq!(
+            actions[0],
+            Action::Send(ServerFrame::Bound { actor: actor("a") })
+        );
+        assert_eq!(forwards(&actions), vec![("s".into(), 1), ("s".into(), 2)]);
+        assert_eq!(forwards(&m.on(input("a", 3), t)), vec![("s".into(), 3)]);
+        assert_eq!(m.type_of(&actor("a")), Some("player"));
+    }
+
+    #[test]
+    fn a_sealed_actor_holds_inputs_and_the_release_sends_them_to_the_new_owner_first() {
+        let t = Instant::now();
+        let mut m = open_with(SessionLimits::default(), t);
+        bound(&mut m, "s", t);
+        let rel = RelocationId(1);
+        m.on(
+            Event::Seal {
+                rel,
+                actor: actor("a"),
+                epoch: 1,
+            },
+            t,
+        );
+        assert!(m.on(input("a", 1), t).is_empty());
+        assert!(m.on(input("a", 2), t).is_empty());
+        let released = m.on(
+            Event::Release {
+                rel,
+                actor: actor("a"),
+                epoch: 1,
+                owner: Some(node("t")),
+            },
+            t,
+        );
+        assert_eq!(forwards(&released), vec![("t".into(), 1), ("t".into(), 2)]);
+        assert_eq!(forwards(&m.on(input("a", 3), t)), vec![("t".into(), 3)]);
+    }
+
+    #[test]
+    fn an_abandoned_move_releases_held_inputs_to_the_source() {
+        let t = Instant::now();
+        let mut m = open_with(SessionLimits::default(), t);
+        bound(&mut m, "s", t);
+        let rel = RelocationId(1);
+        m.on(
+            Event::Seal {
+                rel,
+                actor: actor("a"),
+                epoch: 1,
+            },
+            t,
+        );
+        m.on(input("a", 1), t);
+        let released = m.on(
+            Event::Release {
+                rel,
+                actor: actor("a"),
+                epoch: 1,
+                owner: Some(node("s")),
+            },
+            t,
+        );
+        assert_eq!(forwards(&released), vec![("s".into(), 1)]);
+    }
+
+    #[test]
+    fn two_quick_moves_whose_releases_cross_hold_until_both_and_follow_the_last() {
+        let t = Instant::now();
+        let mut m = open_with(SessionLimits::default(), t);
+        bound(&mut m, "x", t);
+        let (r1, r2) = (RelocationId(1), RelocationId(2));
+        let seal = |rel| Event::Seal {
+            rel,
+            actor: actor("a"),
+            epoch: 1,
+        };
+        let release = |rel, owner: &str| Event::Release {
+            rel,
+            actor: actor("a"),
+            epoch: 1,
+            owner: Some(node(owner)),
+        };
+        m.on(seal(r1), t);
+        m.on(input("a", 1), t);
+        // y opened the Actor and started the next move before x's release got here.
+        m.on(seal(r2), t);
+        m.on(input("a", 2), t);
+        assert!(forwards(&m.on(release(r2, "z"), t)).is_empty());
+        let out = m.on(release(r1, "y"), t);
+        assert_eq!(forwards(&out), vec![("z".into(), 1), ("z".into(), 2)]);
+    }
+
+    #[test]
+    fn pushes_from_two_nodes_are_delivered_by_their_numbers() {
+        let t = Instant::now();
+        let mut m = open_with(SessionLimits::default(), t);
+        bound(&mut m, "s", t);
+        let push = |seq: u64| Event::Push {
+            actor: actor("a"),
+            epoch: 1,
+            seq,
+            payload: Bytes::from(vec![seq as u8]),
+        };
+        let pushed = |actions: Vec<Action>| -> Vec<u8> {
+            actions
+                .into_iter()
+                .filter_map(|a| match a {
+                    Action::Send(ServerFrame::Push { payload, .. }) => Some(payload[0]),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(pushed(m.on(push(0), t)), vec![0]);
+        // The target's first pushes overtake the source's last one.
+        assert!(pushed(m.on(push(2), t)).is_empty());
+        assert!(pushed(m.on(push(3), t)).is_empty());
+        assert!(m.next_deadline().is_some());
+        assert_eq!(pushed(m.on(push(1), t)), vec![1, 2, 3]);
+        assert_eq!(m.next_deadline(), None);
+        // A duplicate is dropped.
+        assert!(pushed(m.on(push(1), t)).is_empty());
+        // A push of an older bind of the same Actor does not pass for this one.
+        let stale = Event::Push {
+            actor: actor("a"),
+            epoch: 0,
+            seq: 4,
+            payload: Bytes::new(),
+        };
+        assert!(m.on(stale, t).is_empty());
+    }
+
+    #[test]
+    fn a_missing_push_closes_the_session_after_the_seal_timeout() {
+        let t = Instant::now();
+        let mut m = open_with(SessionLimits::default(), t);
+        bound(&mut m, "s", t);
+        m.on(
+            Event::Push {
+                actor: actor("a"),
+                epoch: 1,
+                seq: 1,
+                payload: Bytes::new(),
+            },
+            t,
+        );
+        let later = t + SessionLimits::default().seal_timeout;
+        assert_eq!(m.next_deadline(), Some(later));
+        assert_eq!(
+            closed(&m.on(Event::Tick, later)),
+            Some(CloseCode::SealTimeout)
+        );
+    }
+
+    #[test]
+    fn a_seal_that_outlives_its_timeout_closes_the_session_and_held_inputs_still_follow() {
+        let t = Instant::now();
+        let limits = SessionLimits {
+            seal_timeout: Duration::from_millis(300),
+            ..SessionLimits::default()
+        };
+        let mut m = open_with(limits, t);
+        bound(&mut m, "s", t);
+        m.on(
+            Event::Seal {
+                rel: RelocationId(1),
+                actor: actor("a"),
+                epoch: 1,
+            },
+            t,
+        );
+        m.on(input("a", 1), t);
+        assert!(m.on(Event::Tick, t + Duration::from_millis(299)).is_empty());
+        let actions = m.on(Event::Tick, t + Duration::from_millis(300));
+        assert_eq!(closed(&actions), Some(CloseCode::SealTimeout));
+        // The input goes where inputs went last: it cannot overtake anything there.
+        assert_eq!(forwards(&actions), vec![("s".into(), 1)]);
+        assert!(actions.contains(&Action::RequestUnbind {
+            actor: actor("a"),
+            epoch: 1,
+            via: Some(node("s"))
+        }));
+        assert!(m.is_closed());
+        assert!(m.on(input("a", 2), t).is_empty());
+    }
+
+    #[test]
+    fn too_many_held_inputs_close_the_session() {
+        let t = Instant::now();
+        let limits = SessionLimits {
+            max_held: 2,
+            ..SessionLimits::default()
+        };
+        let mut m = open_with(limits, t);
+        m.on(input("a", 1), t);
+        m.on(input("a", 2), t);
+        assert_eq!(
+            closed(&m.on(input("a", 3), t)),
+            Some(CloseCode::TooManyHeld)
+        );
+    }
+
+    #[test]
+    fn frames_before_the_hello_and_a_late_hello_are_refused() {
+        let t = Instant::now();
+        let mut m = SessionMachine::new(SessionId(1), node("g"), SessionLimits::default(), t);
+        let bind = Event::Client(ClientFrame::Bind { actor: actor("a") });
+        assert_eq!(closed(&m.on(bind, t)), Some(CloseCode::Unauthenticated));
+
+        let mut m = SessionMachine::new(SessionId(1), node("g"), SessionLimits::default(), t);
+        let late = t + SessionLimits::default().auth_timeout;
+        assert_eq!(m.next_deadline(), Some(late));
+        assert_eq!(
+            closed(&m.on(Event::Tick, late)),
+            Some(CloseCode::Unauthenticated)
+        );
+
+        let mut m = open_with(SessionLimits::default(), t);
+        let again = Event::Client(ClientFrame::Hello {
+            version: PROTOCOL_VERSION,
+            token: Bytes::new(),
+        });
+        assert_eq!(closed(&m.on(again, t)), Some(CloseCode::Protocol));
+    }
+
+    #[test]
+    fn a_client_over_its_rate_is_closed() {
+        let t = Instant::now();
+        let limits = SessionLimits {
+            rate_per_second: 10,
+            rate_burst: 5,
+            ..SessionLimits::default()
+        };
+        let mut m = open_with(limits, t);
+        bound(&mut m, "s", t);
+        // The bind took one token.
+        for n in 0..4 {
+            assert_eq!(closed(&m.on(input("a", n), t)), None);
+        }
+        assert_eq!(
+            closed(&m.on(input("a", 9), t)),
+            Some(CloseCode::RateLimited)
+        );
+    }
+
+    #[test]
+    fn binds_over_the_limit_are_refused_and_a_replaced_binding_is_reported() {
+        let t = Instant::now();
+        let limits = SessionLimits {
+            max_bindings: 1,
+            ..SessionLimits::default()
+        };
+        let mut m = open_with(limits, t);
+        bound(&mut m, "s", t);
+        let refused = m.on(Event::Client(ClientFrame::Bind { actor: actor("b") }), t);
+        assert!(matches!(
+            refused[..],
+            [Action::Send(ServerFrame::BindRefused { .. })]
+        ));
+        let out = m.on(
+            Event::Unbound {
+                actor: actor("a"),
+                epoch: 1,
+                reason: "another session bound it".into(),
+            },
+            t,
+        );
+        assert!(matches!(
+            out[..],
+            [Action::Send(ServerFrame::Unbound { .. })]
+        ));
+        assert!(m.bound().is_empty());
+        // An input for it now is dropped with a word, not a close.
+        let dropped = m.on(input("a", 1), t);
+        assert!(matches!(
+            dropped[..],
+            [Action::Send(ServerFrame::Unbound { .. })]
+        ));
+    }
+
+    #[test]
+    fn a_bind_answered_after_the_session_gave_up_on_it_is_undone() {
+        let t = Instant::now();
+        let mut m = open_with(SessionLimits::default(), t);
+        m.on(Event::Client(ClientFrame::Unbind { actor: actor("a") }), t);
+        assert_eq!(
+            bound(&mut m, "s", t),
+            vec![Action::RequestUnbind {
+                actor: actor("a"),
+                epoch: 1,
+                via: Some(node("s"))
+            }]
+        );
+    }
+}

@@ -1,0 +1,283 @@
+//! Game client sessions: players connect to a gateway node over QUIC, authenticate, bind their
+//! Actors, and keep their connection while those Actors (or their rooms) move between nodes.
+//!
+//! Layout, in the order a client's input flows:
+//! - [`wire`]: the client protocol: frames each way, length-delimited postcard with a size limit.
+//! - [`tls`]: the gateway's server certificate, and the trust a client gives it.
+//! - `limits`: the token bucket that paces a client.
+//! - `machine`: one session as a plain state machine (events in, actions out, time passed in):
+//!   authentication, bindings, inputs held while a bound Actor moves, pushes put back in order.
+//! - `frames`: what gateways and the nodes running bound Actors say to each other on the mesh.
+//! - `hub`: the async shell: the listener, a task per session, and the mesh side of bindings.
+//!
+//! An Actor's binding (gateway node, session, next push number) is part of the Actor: it is
+//! captured and restored with it, so `ctx.push` reaches the gateway from wherever the Actor runs,
+//! and the gateway puts pushes back in order by their numbers even when two nodes sent them.
+//! Before a move seals a unit, its source asks the gateways of the unit's bound Actors to hold
+//! those Actors' inputs, and waits for their acknowledgements (sent on the same ordered mesh
+//! stream as the inputs, so every input sent before is already queued on the source). After the
+//! move commits, the source tells the gateways the new owner and they release what they held,
+//! before any newer input; if the move is abandoned, they release it to the source.
+
+pub(crate) mod frames;
+pub(crate) mod hub;
+mod limits;
+pub(crate) mod machine;
+pub mod tls;
+pub mod wire;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use tls::SessionTls;
+pub use wire::CloseCode;
+
+use crate::ids::{ActorId, NodeId};
+
+/// One client session on its gateway node. Random, so a restarted gateway never reuses one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SessionId(pub u64);
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// Which session an Actor is bound to: the gateway node holding the client's connection, the
+/// session there, and which bind of that session (a session that binds an Actor again starts a
+/// new epoch, so a late push of the old binding cannot pass for one of the new).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SessionRef {
+    /// The gateway node.
+    pub gateway: NodeId,
+    /// The session on it.
+    pub session: SessionId,
+    /// The bind within the session.
+    pub epoch: u32,
+}
+
+/// An Actor's binding as it moves with the Actor: where its pushes go, and the number of its next
+/// push, which the gateway uses to deliver pushes in order whichever node sent them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionBinding {
+    /// The session.
+    pub session: SessionRef,
+    /// The number of the next push.
+    pub next_push: u64,
+}
+
+/// A change to an Actor's binding. It travels to the Actor like a message (queued in order with
+/// its messages, captured and relayed with them when it moves), but the framework applies it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SessionOp {
+    /// Bind the Actor to this session, replacing any other.
+    Bind(SessionRef),
+    /// Unbind it, if it is still bound to this session.
+    Unbind(SessionRef),
+}
+
+/// Who a client is, as the application's [`Authenticator`] decided from its token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// A name for logs and for [`Authenticator::authorize_bind`].
+    pub name: String,
+}
+
+impl Identity {
+    /// An identity with this name.
+    pub fn new(name: impl Into<String>) -> Self {
+        Identity { name: name.into() }
+    }
+}
+
+/// The application's hook that decides who a client is and which Actors it may bind.
+///
+/// It runs on the session's task, between two frames of that client: keep it quick (check a
+/// signature, look up a cache), and do slow work (a database) before the player connects.
+pub trait Authenticator: Send + Sync + 'static {
+    /// Checks the token of the client's first frame. `Err` closes the session with that reason.
+    fn authenticate(&self, token: &[u8]) -> Result<Identity, String>;
+
+    /// Whether `identity` may bind `actor`; `Err` refuses the bind with that reason (the session
+    /// stays open). Every bind is allowed by default.
+    fn authorize_bind(&self, _identity: &Identity, _actor: &ActorId) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// An [`Authenticator`] from a fixed table of tokens, for demos, tests and tools.
+#[derive(Debug, Clone, Default)]
+pub struct StaticTokens {
+    tokens: HashMap<Vec<u8>, Identity>,
+}
+
+impl StaticTokens {
+    /// An empty table: every token is refused.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Accepts `token` as the client called `name`.
+    pub fn with(mut self, token: impl Into<Vec<u8>>, name: impl Into<String>) -> Self {
+        self.tokens.insert(token.into(), Identity::new(name));
+        self
+    }
+}
+
+impl Authenticator for StaticTokens {
+    fn authenticate(&self, token: &[u8]) -> Result<Identity, String> {
+        self.tokens
+            .get(token)
+            .cloned()
+            .ok_or_else(|| "unknown token; ask the game service for a fresh one".to_owned())
+    }
+}
+
+/// The limits a gateway holds each session to. Every one has a default that suits a game client
+/// on the internet; crossing one ends that session with a reason, and nothing else.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SessionLimits {
+    /// The largest frame body a client may send, in bytes (default 64 KiB).
+    pub max_frame: usize,
+    /// Inputs (and out-of-order pushes) a session may have held while its Actors move (default 256).
+    pub max_held: usize,
+    /// Frames per second a client may send on average (default 200).
+    pub rate_per_second: u32,
+    /// Frames a client may send in one burst above that rate (default 400).
+    pub rate_burst: u32,
+    /// How long inputs may be held for a moving Actor, and a missing push waited for, before the
+    /// session is closed (default 3 s).
+    pub seal_timeout: Duration,
+    /// How long a new connection has to authenticate (default 5 s).
+    pub auth_timeout: Duration,
+    /// How many Actors one session may bind at once (default 16); more binds are refused.
+    pub max_bindings: usize,
+    /// Frames waiting to be written to a client that reads too slowly (default 1024).
+    pub max_outbound: usize,
+    /// How long a connection may be silent before it is dropped (default 30 s; clients keep it
+    /// alive with pings).
+    pub idle_timeout: Duration,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits {
+            max_frame: 64 * 1024,
+            max_held: 256,
+            rate_per_second: 200,
+            rate_burst: 400,
+            seal_timeout: Duration::from_secs(3),
+            auth_timeout: Duration::from_secs(5),
+            max_bindings: 16,
+            max_outbound: 1024,
+            idle_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// How a node accepts game clients: where, with which certificate, who may connect, and the
+/// limits each session is held to.
+#[derive(Clone)]
+pub struct SessionSettings {
+    /// Where the client listener binds (UDP); port 0 picks a free one, see `Node::session_addr`.
+    pub listen: SocketAddr,
+    /// The certificate clients verify.
+    pub tls: SessionTls,
+    /// Who a client is, from its token.
+    pub authenticator: Arc<dyn Authenticator>,
+    /// The limits of each session.
+    pub limits: SessionLimits,
+}
+
+impl SessionSettings {
+    /// Settings with the default limits.
+    pub fn new(listen: SocketAddr, tls: SessionTls, authenticator: impl Authenticator) -> Self {
+        SessionSettings {
+            listen,
+            tls,
+            authenticator: Arc::new(authenticator),
+            limits: SessionLimits::default(),
+        }
+    }
+}
+
+impl fmt::Debug for SessionSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionSettings")
+            .field("listen", &self.listen)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the client listener could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The listen address could not be bound.
+    #[error(
+        "could not bind the client listener on {addr}: {source}; pick a free port or stop what holds it"
+    )]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The certificate could not be used.
+    #[error(transparent)]
+    Tls(#[from] tls::SessionTlsError),
+    /// A limit is out of range.
+    #[error("invalid session limits: {0}")]
+    Limits(String),
+}
+
+/// Why `ctx.push` did not send.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PushError {
+    /// No session is bound to this unit.
+    #[error("{id} has no session bound; a client must bind it before it can be pushed to")]
+    NotBound {
+        /// The unit.
+        id: crate::ids::UnitId,
+    },
+    /// The message could not be encoded.
+    #[error("the push could not be encoded with postcard: {reason}")]
+    Encode {
+        /// What postcard said.
+        reason: String,
+    },
+    /// The gateway holding the session cannot be reached now; the push was not sent.
+    #[error("gateway {gateway} cannot be reached ({reason}); the push was not sent")]
+    Unreachable {
+        /// The gateway node.
+        gateway: NodeId,
+        /// What the mesh said.
+        reason: String,
+    },
+}
+
+impl SessionLimits {
+    pub(crate) fn validate(&self) -> Result<(), SessionError> {
+        let bad = |what: &str| Err(SessionError::Limits(what.to_owned()));
+        if self.max_frame == 0 || self.max_frame > u32::MAX as usize {
+            return bad("max_frame must be between 1 byte and 4 GiB");
+        }
+        if self.rate_per_second == 0 || self.rate_burst == 0 {
+            return bad("rate_per_second and rate_burst must be at least 1");
+        }
+        if self.max_outbound == 0 || self.max_bindings == 0 {
+            return bad("max_outbound and max_bindings must be at least 1");
+        }
+        if self.seal_timeout.is_zero() || self.auth_timeout.is_zero() || self.idle_timeout.is_zero()
+        {
+            return bad("seal_timeout, auth_timeout and idle_timeout must be non-zero");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,213 @@
+//! The client protocol. A client opens one bidirectional QUIC stream (ALPN [`ALPN`]) and both
+//! sides write frames on it: a 4-byte big-endian length, then a postcard body (see
+//! [`crate::mesh::codec::FrameCodec`]), never longer than the gateway's `max_frame`.
+//!
+//! The first client frame is [`ClientFrame::Hello`]; the gateway answers
+//! [`ServerFrame::Welcome`] or closes. A gateway that ends a session writes
+//! [`ServerFrame::Closing`] with the reason, then closes the connection with the same code and
+//! reason, so a client learns why whichever arrives first.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::SessionId;
+use crate::ids::{ActorId, NodeId};
+
+/// The ALPN protocol of the client listener; anything else fails the TLS handshake.
+pub const ALPN: &[u8] = b"ferry-client/1";
+
+/// The protocol version a client states in its Hello.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// What a client sends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientFrame {
+    /// The first frame: the protocol version and the token the application's authenticator checks.
+    Hello {
+        /// [`PROTOCOL_VERSION`].
+        version: u16,
+        /// The credential, opaque to Ferry.
+        token: Bytes,
+    },
+    /// Bind this Actor to the session: its pushes come here, this client's inputs go to it.
+    Bind {
+        /// The Actor.
+        actor: ActorId,
+    },
+    /// Stop being bound to this Actor.
+    Unbind {
+        /// The Actor.
+        actor: ActorId,
+    },
+    /// A message for a bound Actor, postcard-encoded as the Actor's message type.
+    Input {
+        /// The Actor.
+        actor: ActorId,
+        /// The message.
+        payload: Bytes,
+    },
+    /// The client is leaving; the gateway closes the session.
+    Bye,
+}
+
+impl ClientFrame {
+    /// The frame's name, for close reasons.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ClientFrame::Hello { .. } => "Hello",
+            ClientFrame::Bind { .. } => "Bind",
+            ClientFrame::Unbind { .. } => "Unbind",
+            ClientFrame::Input { .. } => "Input",
+            ClientFrame::Bye => "Bye",
+        }
+    }
+}
+
+/// The limits a gateway announces in its Welcome, so a client can pace itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnnouncedLimits {
+    /// The largest frame body the gateway accepts.
+    pub max_frame: u32,
+    /// Frames per second on average.
+    pub rate_per_second: u32,
+    /// Frames in one burst above that.
+    pub rate_burst: u32,
+}
+
+/// What a gateway sends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ServerFrame {
+    /// The token was accepted.
+    Welcome {
+        /// The session's id on its gateway.
+        session: SessionId,
+        /// The gateway node.
+        node: NodeId,
+        /// The limits the session is held to.
+        limits: AnnouncedLimits,
+    },
+    /// The Actor is bound to this session.
+    Bound {
+        /// The Actor.
+        actor: ActorId,
+    },
+    /// The bind was refused; the session stays open.
+    BindRefused {
+        /// The Actor.
+        actor: ActorId,
+        /// Why.
+        reason: String,
+    },
+    /// The Actor is no longer bound to this session.
+    Unbound {
+        /// The Actor.
+        actor: ActorId,
+        /// Why (another session bound it, the client asked, the Actor stopped...).
+        reason: String,
+    },
+    /// A message the Actor pushed, postcard-encoded as the type it pushed.
+    Push {
+        /// The Actor.
+        actor: ActorId,
+        /// The message.
+        payload: Bytes,
+    },
+    /// The session ends; the connection closes next with the same code and reason.
+    Closing {
+        /// What kind of end.
+        code: CloseCode,
+        /// Why, for people.
+        reason: String,
+    },
+}
+
+/// Why a session ended; also the QUIC application close code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(u32)]
+pub enum CloseCode {
+    /// The client said goodbye.
+    Normal = 0,
+    /// The gateway node is shutting down: reconnect to another node.
+    Shutdown = 1,
+    /// No valid Hello, or the token was refused.
+    Unauthenticated = 2,
+    /// A frame did not decode.
+    Malformed = 3,
+    /// A frame was over the size limit.
+    TooLarge = 4,
+    /// A frame of a type this gateway does not know.
+    UnknownFrame = 5,
+    /// An input that is not a message its Actor takes.
+    BadInput = 6,
+    /// Frames in an order the protocol does not allow (a second Hello, a wrong version).
+    Protocol = 7,
+    /// The client sent faster than its rate limit.
+    RateLimited = 8,
+    /// Too many inputs were held while the client's Actors moved.
+    TooManyHeld = 9,
+    /// A bound Actor took longer to move than the seal timeout (or a push went missing).
+    SealTimeout = 10,
+    /// The client read its pushes too slowly.
+    SlowReader = 11,
+    /// The gateway could not go on (a push over the frame limit, an internal error).
+    Internal = 12,
+}
+
+impl CloseCode {
+    const ALL: [CloseCode; 13] = [
+        CloseCode::Normal,
+        CloseCode::Shutdown,
+        CloseCode::Unauthenticated,
+        CloseCode::Malformed,
+        CloseCode::TooLarge,
+        CloseCode::UnknownFrame,
+        CloseCode::BadInput,
+        CloseCode::Protocol,
+        CloseCode::RateLimited,
+        CloseCode::TooManyHeld,
+        CloseCode::SealTimeout,
+        CloseCode::SlowReader,
+        CloseCode::Internal,
+    ];
+
+    /// The code as a QUIC application error code.
+    pub fn to_u32(self) -> u32 {
+        self as u32
+    }
+
+    /// The code of a QUIC application error code, if it is one of these.
+    pub fn from_u64(code: u64) -> Option<CloseCode> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|c| u64::from(c.to_u32()) == code)
+    }
+
+    /// Whether a client should connect again (to another node) after this end: true when the
+    /// session ended for the server's reasons, false when the client's input ended it.
+    pub fn retryable(self) -> bool {
+        matches!(
+            self,
+            CloseCode::Shutdown
+                | CloseCode::SealTimeout
+                | CloseCode::SlowReader
+                | CloseCode::Internal
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn close_codes_round_trip_and_only_server_side_ends_are_retried() {
+        for code in CloseCode::ALL {
+            assert_eq!(CloseCode::from_u64(u64::from(code.to_u32())), Some(code));
+        }
+        assert_eq!(CloseCode::from_u64(999), None);
+        assert!(CloseCode::Shutdown.retryable());
+        assert!(!CloseCode::RateLimited.retryable());
+        assert!(!CloseCode::Malformed.retryable());
+    }
+}

@@ -1,0 +1,902 @@
+//! Game client sessions over real QUIC on loopback: players keep their connection and their
+//! order while their room moves, ride out a gateway that shuts down, and a client that misbehaves
+//! loses its own session and nothing else.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use ferry::client::{Client, ClientError, ClientEvent};
+use ferry::relocation::protocol::MoveEnd;
+use ferry::session::wire::{ClientFrame, CloseCode, PROTOCOL_VERSION, ServerFrame};
+use ferry::{
+    ActorId, AdapterError, Behavior, Ctx, ExecutionMode, Node, OverrunPolicy, Registration,
+    Registry, RelocationPolicy, SessionLimits, SpotId, StateAdapter, Tick, UnitId,
+};
+use ferry_tests::cluster::Cluster;
+use ferry_tests::sessions::{Gateways, RawClient};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+const T: Duration = Duration::from_secs(10);
+
+/// A player: records its inputs, echoes each one to its session, and pushes numbered ticks.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+struct Player {
+    inputs: Vec<u64>,
+    ticks: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum PlayerMsg {
+    Input(u64),
+    Get,
+    Ticks { ms: u64 },
+    Flood { count: u32, size: u32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+enum PlayerPush {
+    Echo(u64),
+    Tick(u64),
+    Blob(Vec<u8>),
+}
+
+impl Behavior for Player {
+    type Msg = PlayerMsg;
+    type Reply = Vec<u64>;
+
+    fn handle(&mut self, ctx: &mut Ctx<'_>, msg: PlayerMsg) -> Vec<u64> {
+        match msg {
+            PlayerMsg::Input(n) => {
+                self.inputs.push(n);
+                let _ = ctx.push(PlayerPush::Echo(n));
+            }
+            PlayerMsg::Get => {}
+            PlayerMsg::Ticks { ms } => ctx.set_timer(
+                "tick",
+                Duration::from_millis(ms),
+                OverrunPolicy::SkipLateTicks,
+            ),
+            PlayerMsg::Flood { count, size } => {
+                for _ in 0..count {
+                    let _ = ctx.push(PlayerPush::Blob(vec![7; size as usize]));
+                }
+            }
+        }
+        self.inputs.clone()
+    }
+
+    fn on_tick(&mut self, ctx: &mut Ctx<'_>, _tick: &Tick) {
+        if ctx.push(PlayerPush::Tick(self.ticks)).is_ok() {
+            self.ticks += 1;
+        }
+    }
+}
+
+/// A room that does nothing but hold its players.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+struct Room;
+
+impl Behavior for Room {
+    type Msg = ();
+    type Reply = ();
+
+    fn handle(&mut self, _ctx: &mut Ctx<'_>, _msg: ()) {}
+}
+
+/// The room's adapter, with a restore the test can hold and make fail.
+#[derive(Clone, Default)]
+struct Hooked {
+    started: Option<Arc<Mutex<std::sync::mpsc::Sender<()>>>>,
+    release: Option<Arc<Mutex<std::sync::mpsc::Receiver<()>>>>,
+    fail: bool,
+}
+
+impl StateAdapter<Room> for Hooked {
+    fn capture(&self, unit: &Room) -> Result<Vec<u8>, AdapterError> {
+        ferry::SerdeAdapter.capture(unit)
+    }
+
+    fn restore(&self, unit: &mut Room, bytes: &[u8]) -> Result<(), AdapterError> {
+        if let Some(started) = &self.started {
+            let _ = started.lock().map(|s| s.send(()));
+        }
+        if let Some(release) = &self.release {
+            let _ = release.lock().map(|r| r.recv());
+        }
+        if self.fail {
+            return Err(AdapterError("restore refused on purpose".into()));
+        }
+        ferry::SerdeAdapter.restore(unit, bytes)
+    }
+}
+
+/// A restore on the target that the test hears start and lets end.
+struct Gate {
+    started: std::sync::mpsc::Receiver<()>,
+    release: std::sync::mpsc::Sender<()>,
+}
+
+impl Gate {
+    fn new(fail: bool) -> (Hooked, Gate) {
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel();
+        let hooked = Hooked {
+            started: Some(Arc::new(Mutex::new(started_tx))),
+            release: Some(Arc::new(Mutex::new(release_rx))),
+            fail,
+        };
+        (hooked, Gate { started, release })
+    }
+
+    async fn wait_started(&self) {
+        tokio::task::block_in_place(|| self.started.recv_timeout(T)).expect("restore started");
+    }
+
+    fn open(&self) {
+        self.release.send(()).expect("released");
+    }
+}
+
+fn registry_with(room: Hooked) -> Registry {
+    let mut reg = Registry::new();
+    reg.register(
+        Registration::actor("player", |_| Player::default()).policy(RelocationPolicy::serde()),
+    );
+    reg.register(
+        Registration::spot("room", |_| Room)
+            .mode(ExecutionMode::SpotWide)
+            .policy(RelocationPolicy::PreserveState(Arc::new(room))),
+    );
+    reg
+}
+
+fn registry() -> Registry {
+    registry_with(Hooked::default())
+}
+
+fn actor(id: &str) -> ActorId {
+    ActorId::new(id).expect("valid id")
+}
+
+fn spot(id: &str) -> SpotId {
+    SpotId::new(id).expect("valid id")
+}
+
+fn fast() -> SessionLimits {
+    SessionLimits {
+        rate_per_second: 100_000,
+        rate_burst: 100_000,
+        ..SessionLimits::default()
+    }
+}
+
+async fn inputs(node: &Node, who: &ActorId) -> Vec<u64> {
+    node.request(who, PlayerMsg::Get, T)
+        .await
+        .expect("player answers")
+}
+
+/// Waits for the next echo, keeping ticks aside.
+async fn next_echo(client: &mut Client, ticks: &mut Vec<u64>) -> u64 {
+    loop {
+        match client.recv::<PlayerPush>().await.expect("session open") {
+            ClientEvent::Push {
+                msg: PlayerPush::Echo(n),
+                ..
+            } => return n,
+            ClientEvent::Push {
+                msg: PlayerPush::Tick(t),
+                ..
+            } => ticks.push(t),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// Sends inputs `from..to` and waits for their echoes, checking they come back in order.
+async fn round_trip(client: &mut Client, who: &ActorId, from: u64, to: u64) {
+    for n in from..to {
+        client.send(who, &PlayerMsg::Input(n)).expect("sent");
+    }
+    let mut ticks = Vec::new();
+    for n in from..to {
+        assert_eq!(next_echo(client, &mut ticks).await, n);
+    }
+}
+
+/// A player on `node` with a client of its own on `gateway`, to show a neighbour's trouble
+/// changes nothing for it.
+struct Bystander {
+    client: Client,
+    who: ActorId,
+    sent: u64,
+}
+
+impl Bystander {
+    async fn start(gateways: &Gateways, gateway: &Node, node: &Node) -> Bystander {
+        let who = actor("bystander");
+        node.create_actor("player", &who).await.expect("created");
+        let client = Client::connect(gateways.client(&[gateway]))
+            .await
+            .expect("connected");
+        client.bind(&who).await.expect("bound");
+        let mut b = Bystander {
+            client,
+            who,
+            sent: 0,
+        };
+        b.more().await;
+        b
+    }
+
+    async fn more(&mut self) {
+        round_trip(&mut self.client, &self.who, self.sent, self.sent + 20).await;
+        self.sent += 20;
+    }
+
+    /// Plays on, then checks the player got every input once, in order, on one connection.
+    async fn check(mut self, node: &Node) {
+        self.more().await;
+        assert_eq!(
+            inputs(node, &self.who).await,
+            (0..self.sent).collect::<Vec<_>>()
+        );
+        assert_eq!(self.client.session().connects, 1);
+    }
+}
+
+/// One node that accepts clients with `limits`.
+async fn one_node(limits: SessionLimits) -> (Cluster, Gateways, Node) {
+    let gateways = Gateways::new();
+    let mut cluster = Cluster::start(0, registry).await;
+    let node = gateways.add(&mut cluster, "n1", registry(), limits).await;
+    (cluster, gateways, node)
+}
+
+/// Sends inputs `0..n`, a few at a time, while `unit` makes the moves `hops` (each once its
+/// `after` echoes came back), and every move must succeed; returns the echoes and ticks received.
+async fn play_while_moving(
+    client: &mut Client,
+    who: &ActorId,
+    unit: UnitId,
+    hops: Vec<(Node, Node, u64)>,
+    n: u64,
+) -> (Vec<u64>, Vec<u64>) {
+    const WINDOW: u64 = 24;
+    let (echoed_tx, echoed) = watch::channel(0u64);
+    let mover = tokio::spawn(async move {
+        let mut echoed = echoed;
+        let mut reports = Vec::new();
+        for (from, to, after) in hops {
+            echoed
+                .wait_for(|n| *n >= after)
+                .await
+                .expect("client running");
+            let report = from
+                .move_unit(&unit, Some(to.id().clone()))
+                .await
+                .expect("move starts");
+            reports.push(report);
+        }
+        reports
+    });
+    let (mut sent, mut echoes, mut ticks) = (0u64, Vec::new(), Vec::new());
+    while echoes.len() < n as usize {
+        while sent < n && sent < echoes.len() as u64 + WINDOW {
+            client.send(who, &PlayerMsg::Input(sent)).expect("sent");
+            sent += 1;
+        }
+        echoes.push(next_echo(client, &mut ticks).await);
+        echoed_tx.send_replace(echoes.len() as u64);
+    }
+    for report in mover.await.expect("mover ran") {
+        assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
+    }
+    (echoes, ticks)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bound_player_keeps_its_connection_and_its_order_while_its_room_moves_between_three_nodes()
+ {
+    let gateways = Gateways::new();
+    let mut cluster = Cluster::start(0, registry).await;
+    for id in ["n1", "n2", "n3"] {
+        gateways.add(&mut cluster, id, registry(), fast()).await;
+    }
+    let (n1, n2, n3) = (
+        cluster.nodes[0].clone(),
+        cluster.nodes[1].clone(),
+        cluster.nodes[2].clone(),
+    );
+    let (r, p) = (spot("r"), actor("p"));
+    n2.create_spot_on(n2.id(), "room", &r).await.expect("room");
+    n2.create_actor("player", &p).await.expect("player");
+    n2.join(&p, &r).await.expect("joined");
+
+    // The player's client is on n1; the room moves n2 -> n3 (both away from the gateway),
+    // n3 -> n1 (onto the gateway), n1 -> n2 (off it again).
+    let mut client = Client::connect(gateways.client(&[&n1]))
+        .await
+        .expect("connected");
+    let first = client.session();
+    client.bind(&p).await.expect("bound");
+    n2.tell(&p, PlayerMsg::Ticks { ms: 2 }).expect("ticks on");
+
+    const N: u64 = 900;
+    let hops = vec![
+        (n2.clone(), n3.clone(), 150),
+        (n3.clone(), n1.clone(), 400),
+        (n1.clone(), n2.clone(), 650),
+    ];
+    let (echoes, ticks) =
+        play_while_moving(&mut client, &p, UnitId::Spot(r.clone()), hops, N).await;
+    assert!(n2.hosts(&UnitId::Spot(r.clone())) && n2.hosts(&UnitId::Actor(p.clone())));
+
+    let all: Vec<u64> = (0..N).collect();
+    assert_eq!(echoes, all, "every echo came once, in order");
+    assert_eq!(
+        inputs(&n3, &p).await,
+        all,
+        "every input arrived once, in order"
+    );
+    assert!(!ticks.is_empty());
+    assert_eq!(
+        ticks,
+        (0..ticks.len() as u64).collect::<Vec<_>>(),
+        "ticks in order, none lost"
+    );
+    let now = client.session();
+    assert_eq!(
+        (now.session, now.connects),
+        (first.session, 1),
+        "never reconnected"
+    );
+    client.close().await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bound_player_alone_keeps_its_order_while_it_moves_onto_its_gateway_and_off_again() {
+    let gateways = Gateways::new();
+    let mut cluster = Cluster::start(0, registry).await;
+    let n1 = gateways.add(&mut cluster, "n1", registry(), fast()).await;
+    let n2 = gateways.add(&mut cluster, "n2", registry(), fast()).await;
+    let p = actor("p");
+    n1.create_actor("player", &p).await.expect("player");
+    let mut client = Client::connect(gateways.client(&[&n2]))
+        .await
+        .expect("connected");
+    client.bind(&p).await.expect("bound");
+    n1.tell(&p, PlayerMsg::Ticks { ms: 2 }).expect("ticks on");
+    const N: u64 = 500;
+    let hops = vec![(n1.clone(), n2.clone(), 100), (n2.clone(), n1.clone(), 300)];
+    let (echoes, ticks) =
+        play_while_moving(&mut client, &p, UnitId::Actor(p.clone()), hops, N).await;
+    let all: Vec<u64> = (0..N).collect();
+    assert_eq!(echoes, all);
+    assert_eq!(inputs(&n2, &p).await, all);
+    assert_eq!(ticks, (0..ticks.len() as u64).collect::<Vec<_>>());
+    assert!(n1.hosts(&UnitId::Actor(p.clone())));
+    assert_eq!(client.session().connects, 1);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_push_over_the_clients_frame_limit_ends_the_session_without_a_reconnect() {
+    let (cluster, gateways, n1) = one_node(SessionLimits::default()).await;
+    let me = actor("p");
+    n1.create_actor("player", &me).await.expect("created");
+    let mut config = gateways.client(&[&n1]);
+    config.max_frame = 512;
+    let mut client = Client::connect(config).await.expect("connected");
+    client.bind(&me).await.expect("bound");
+    round_trip(&mut client, &me, 0, 3).await;
+    n1.tell(
+        &me,
+        PlayerMsg::Flood {
+            count: 1,
+            size: 1000,
+        },
+    )
+    .expect("told");
+    match client.recv::<PlayerPush>().await {
+        Err(ClientError::Closed { code, reason }) => {
+            assert_eq!(code, Some(CloseCode::TooLarge), "{reason}");
+            assert!(reason.contains("max_frame"), "{reason}");
+        }
+        other => panic!("expected the session to end, got {other:?}"),
+    }
+    assert_eq!(client.session().connects, 1);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inputs_held_for_an_abandoned_move_reach_the_source_in_order() {
+    let gateways = Gateways::new();
+    let (hooked, gate) = Gate::new(true);
+    let mut cluster = Cluster::start(0, registry).await;
+    let n1 = gateways.add(&mut cluster, "n1", registry(), fast()).await;
+    let n2 = gateways
+        .add(&mut cluster, "n2", registry_with(hooked), fast())
+        .await;
+    let (r, p) = (spot("r"), actor("p"));
+    n1.create_spot_on(n1.id(), "room", &r).await.expect("room");
+    n1.create_actor("player", &p).await.expect("player");
+    n1.join(&p, &r).await.expect("joined");
+    // The gateway is the target, whose restore fails.
+    let mut client = Client::connect(gateways.client(&[&n2]))
+        .await
+        .expect("connected");
+    client.bind(&p).await.expect("bound");
+    round_trip(&mut client, &p, 0, 10).await;
+
+    let mover = {
+        let (n1, room, to) = (n1.clone(), UnitId::Spot(r.clone()), n2.id().clone());
+        tokio::spawn(async move { n1.move_unit(&room, Some(to)).await })
+    };
+    gate.wait_started().await;
+    // The room is sealed, its capture on the target: these are held at the gateway.
+    for n in 10..30 {
+        client.send(&p, &PlayerMsg::Input(n)).expect("sent");
+    }
+    gate.open();
+    let report = mover.await.expect("mover ran").expect("move starts");
+    assert!(matches!(report.end, MoveEnd::Restored(_)), "{report:?}");
+    let mut ticks = Vec::new();
+    for n in 10..30 {
+        assert_eq!(next_echo(&mut client, &mut ticks).await, n);
+    }
+    round_trip(&mut client, &p, 30, 40).await;
+    assert!(n1.hosts(&UnitId::Actor(p.clone())));
+    assert_eq!(inputs(&n2, &p).await, (0..40).collect::<Vec<_>>());
+    assert_eq!(client.session().connects, 1);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_move_that_outlives_the_seal_timeout_closes_the_session_with_a_reason() {
+    let gateways = Gateways::new();
+    let (hooked, gate) = Gate::new(false);
+    let limits = SessionLimits {
+        seal_timeout: Duration::from_millis(300),
+        ..fast()
+    };
+    let mut cluster = Cluster::start(0, registry).await;
+    let n1 = gateways.add(&mut cluster, "n1", registry(), limits).await;
+    let n2 = gateways
+        .add(&mut cluster, "n2", registry_with(hooked), limits)
+        .await;
+    let (r, p) = (spot("r"), actor("p"));
+    n1.create_spot_on(n1.id(), "room", &r).await.expect("room");
+    n1.create_actor("player", &p).await.expect("player");
+    n1.join(&p, &r).await.expect("joined");
+    let mut config = gateways.client(&[&n1]);
+    config.reconnect = None;
+    let mut client = Client::connect(config).await.expect("connected");
+    client.bind(&p).await.expect("bound");
+    round_trip(&mut client, &p, 0, 5).await;
+
+    let mover = {
+        let (n1, room, to) = (n1.clone(), UnitId::Spot(r.clone()), n2.id().clone());
+        tokio::spawn(async move { n1.move_unit(&room, Some(to)).await })
+    };
+    gate.wait_started().await;
+    client.send(&p, &PlayerMsg::Input(5)).expect("sent");
+    let ended = loop {
+        match client.recv::<PlayerPush>().await {
+            Ok(ClientEvent::Push { .. }) => continue,
+            other => break other,
+        }
+    };
+    match ended {
+        Err(ClientError::Closed { code, reason }) => {
+            assert_eq!(code, Some(CloseCode::SealTimeout), "{reason}");
+            assert!(reason.contains("seal timeout"), "{reason}");
+        }
+        other => panic!("expected the session to close, got {other:?}"),
+    }
+    gate.open();
+    let report = mover.await.expect("mover ran").expect("move starts");
+    assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
+    // The input held when the session closed still reached the player.
+    assert_eq!(inputs(&n1, &p).await, (0..6).collect::<Vec<_>>());
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_whose_gateway_shuts_down_reconnects_elsewhere_binds_again_and_plays_on() {
+    let gateways = Gateways::new();
+    let mut cluster = Cluster::start(0, registry).await;
+    let n1 = gateways.add(&mut cluster, "n1", registry(), fast()).await;
+    let n2 = gateways.add(&mut cluster, "n2", registry(), fast()).await;
+    let p = actor("p");
+    n2.create_actor("player", &p).await.expect("player");
+    let mut client = Client::connect(gateways.client(&[&n1, &n2]))
+        .await
+        .expect("connected");
+    assert_eq!(client.session().node, *n1.id());
+    client.bind(&p).await.expect("bound");
+    round_trip(&mut client, &p, 0, 50).await;
+
+    n1.shutdown().await;
+    match client.recv::<PlayerPush>().await.expect("reconnected") {
+        ClientEvent::Reconnected { reason, session } => {
+            assert!(reason.contains("shutting down"), "{reason}");
+            assert_eq!(session.node, *n2.id());
+            assert_eq!(session.connects, 2);
+        }
+        other => panic!("expected a reconnect, got {other:?}"),
+    }
+    round_trip(&mut client, &p, 50, 100).await;
+    assert_eq!(inputs(&n2, &p).await, (0..100).collect::<Vec<_>>());
+    client.close().await;
+    n2.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_session_binding_a_player_takes_it_over_and_the_first_is_told_why() {
+    let (cluster, gateways, n1) = one_node(fast()).await;
+    let (p, q) = (actor("p"), actor("q"));
+    n1.create_actor("player", &p).await.expect("player");
+    n1.create_actor("player", &q).await.expect("player");
+    let mut first = Client::connect(gateways.client(&[&n1]))
+        .await
+        .expect("connected");
+    first.bind(&p).await.expect("bound");
+    first.bind(&q).await.expect("bound");
+    round_trip(&mut first, &p, 0, 5).await;
+
+    let mut second = Client::connect(gateways.client(&[&n1]))
+        .await
+        .expect("connected");
+    second.bind(&p).await.expect("bound");
+    match first.recv::<PlayerPush>().await.expect("still open") {
+        ClientEvent::Unbound { actor, reason } => {
+            assert_eq!(actor, p);
+            assert!(reason.contains("another session"), "{reason}");
+        }
+        other => panic!("expected an unbind, got {other:?}"),
+    }
+    assert!(matches!(
+        first.send(&p, &PlayerMsg::Input(99)),
+        Err(ClientError::NotBound { .. })
+    ));
+    round_trip(&mut second, &p, 5, 10).await;
+    // The first session goes on with its other player.
+    round_trip(&mut first, &q, 0, 5).await;
+    assert_eq!(inputs(&n1, &p).await, (0..10).collect::<Vec<_>>());
+    cluster.shutdown().await;
+}
+
+/// A client that authenticates and binds `victim`, for the bad-input cases.
+async fn raw_bound(gateways: &Gateways, node: &Node, victim: &ActorId) -> RawClient {
+    node.create_actor("player", victim).await.expect("created");
+    let mut raw = RawClient::connect(
+        node.session_addr().expect("gateway"),
+        &gateways.ca_pem,
+        None,
+    )
+    .await;
+    raw.hello().await;
+    raw.frame(&ClientFrame::Bind {
+        actor: victim.clone(),
+    })
+    .await;
+    assert_eq!(
+        raw.next().await,
+        Some(ServerFrame::Bound {
+            actor: victim.clone()
+        })
+    );
+    raw
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_malformed_frame_ends_that_session_only() {
+    let (cluster, gateways, n1) = one_node(SessionLimits::default()).await;
+    let bystander = Bystander::start(&gateways, &n1, &n1).await;
+    let mut raw = raw_bound(&gateways, &n1, &actor("bad")).await;
+    // An Input frame whose Actor id is cut short.
+    raw.body(&[3, 40, b'x']).await;
+    let (code, reason) = raw.ended().await;
+    assert_eq!(code, Some(CloseCode::Malformed), "{reason}");
+    assert!(reason.contains("malformed"), "{reason}");
+    bystander.check(&n1).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frame_over_the_size_limit_ends_that_session_only() {
+    let limits = SessionLimits {
+        max_frame: 1024,
+        ..SessionLimits::default()
+    };
+    let (cluster, gateways, n1) = one_node(limits).await;
+    let bystander = Bystander::start(&gateways, &n1, &n1).await;
+    let mut raw = raw_bound(&gateways, &n1, &actor("big")).await;
+    // Only the length is sent: the gateway refuses it from its first four bytes.
+    raw.bytes(&1025u32.to_be_bytes()).await;
+    let (code, reason) = raw.ended().await;
+    assert_eq!(code, Some(CloseCode::TooLarge), "{reason}");
+    assert!(
+        reason.contains("1025") && reason.contains("1024"),
+        "{reason}"
+    );
+    // The client library refuses to send one at all.
+    let client = Client::connect(gateways.client(&[&n1]))
+        .await
+        .expect("connected");
+    let me = actor("big");
+    client.bind(&me).await.expect("bound");
+    let huge = PlayerMsg::Flood { count: 0, size: 0 };
+    client.send(&me, &huge).expect("a small one goes");
+    assert!(matches!(
+        client.send(&me, &vec![0u8; 2000]),
+        Err(ClientError::TooLarge { max: 1024 })
+    ));
+    bystander.check(&n1).await;
+    drop(client);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unknown_frame_type_ends_that_session_only() {
+    let (cluster, gateways, n1) = one_node(SessionLimits::default()).await;
+    let bystander = Bystander::start(&gateways, &n1, &n1).await;
+    let mut raw = raw_bound(&gateways, &n1, &actor("odd")).await;
+    raw.body(&[99, 1, 2, 3]).await;
+    let (code, reason) = raw.ended().await;
+    assert_eq!(code, Some(CloseCode::UnknownFrame), "{reason}");
+    assert!(reason.contains("frame type 99"), "{reason}");
+    bystander.check(&n1).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_input_its_player_does_not_take_ends_that_session_only() {
+    let (cluster, gateways, n1) = one_node(SessionLimits::default()).await;
+    let bystander = Bystander::start(&gateways, &n1, &n1).await;
+    let me = actor("confused");
+    n1.create_actor("player", &me).await.expect("created");
+    let mut config = gateways.client(&[&n1]);
+    config.reconnect = None;
+    let mut client = Client::connect(config).await.expect("connected");
+    client.bind(&me).await.expect("bound");
+    client.send(&me, &"not a player message").expect("sent");
+    match client.recv::<PlayerPush>().await {
+        Err(ClientError::Closed { code, reason }) => {
+            assert_eq!(code, Some(CloseCode::BadInput), "{reason}");
+            assert!(reason.contains("PlayerMsg"), "{reason}");
+        }
+        other => panic!("expected the session to close, got {other:?}"),
+    }
+    assert!(inputs(&n1, &me).await.is_empty());
+    bystander.check(&n1).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn frames_before_authentication_or_a_refused_token_end_that_session_only() {
+    let limits = SessionLimits {
+        auth_timeout: Duration::from_millis(300),
+        ..SessionLimits::default()
+    };
+    let (cluster, gateways, n1) = one_node(limits).await;
+    let bystander = Bystander::start(&gateways, &n1, &n1).await;
+    let addr = n1.session_addr().expect("gateway");
+
+    let mut raw = RawClient::connect(addr, &gateways.ca_pem, None).await;
+    raw.frame(&ClientFrame::Bind {
+        actor: actor("bystander"),
+    })
+    .await;
+    let (code, reason) = raw.ended().await;
+    assert_eq!(code, Some(CloseCode::Unauthenticated), "{reason}");
+    assert!(reason.contains("authenticate first"), "{reason}");
+
+    // Silence past the authentication timeout.
+    let raw = RawClient::connect(addr, &gateways.ca_pem, None).await;
+    let (code, reason) = RawClient::close_reason(&raw.conn).await;
+    assert_eq!(code, Some(CloseCode::Unauthenticated), "{reason}");
+
+    let mut raw = RawClient::connect(addr, &gateways.ca_pem, None).await;
+    raw.frame(&ClientFrame::Hello {
+        version: PROTOCOL_VERSION,
+        token: Bytes::from_static(b"stolen"),
+    })
+    .await;
+    let (code, reason) = raw.ended().await;
+    assert_eq!(code, Some(CloseCode::Unauthenticated), "{reason}");
+
+    let mut config = gateways.client(&[&n1]);
+    config.token = b"stolen".to_vec();
+    match Client::connect(config).await {
+        Err(ClientError::Rejected { reason }) => assert!(reason.contains("token"), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    bystander.check(&n1).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_faster_than_its_rate_is_closed_and_others_lose_nothing() {
+    let limits = SessionLimits {
+        rate_per_second: 50,
+        // The bystander's two rounds and its bind fit in one burst; the spammer's 200 do not.
+        rate_burst: 45,
+        ..SessionLimits::default()
+    };
+    let (cluster, gateways, n1) = one_node(limits).await;
+    let bystander = Bystander::start(&gateways, &n1, &n1).await;
+    let me = actor("spammer");
+    n1.create_actor("player", &me).await.expect("created");
+    let mut config = gateways.client(&[&n1]);
+    config.reconnect = None;
+    let mut client = Client::connect(config).await.expect("connected");
+    client.bind(&me).await.expect("bound");
+    for n in 0..200 {
+        if client.send(&me, &PlayerMsg::Input(n)).is_err() {
+            break;
+        }
+    }
+    let ended = loop {
+        match client.recv::<PlayerPush>().await {
+            Ok(ClientEvent::Push { .. }) => continue,
+            other => break other,
+        }
+    };
+    match ended {
+        Err(ClientError::Closed { code, reason }) => {
+            assert_eq!(code, Some(CloseCode::RateLimited), "{reason}");
+            assert!(reason.contains("50 frames per second"), "{reason}");
+        }
+        other => panic!("expected the session to close, got {other:?}"),
+    }
+    // What got through before the limit did, in order.
+    let got = inputs(&n1, &me).await;
+    assert!(got.len() < 200);
+    assert_eq!(got, (0..got.len() as u64).collect::<Vec<_>>());
+    bystander.check(&n1).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn too_many_inputs_held_during_a_move_close_that_session_only() {
+    let gateways = Gateways::new();
+    let (hooked, gate) = Gate::new(false);
+    let limits = SessionLimits {
+        max_held: 5,
+        ..SessionLimits::default()
+    };
+    let mut cluster = Cluster::start(0, registry).await;
+    let n1 = gateways.add(&mut cluster, "n1", registry(), limits).await;
+    let n2 = gateways
+        .add(&mut cluster, "n2", registry_with(hooked), limits)
+        .await;
+    // The bystander plays on n1 in a room that does not move.
+    let bystander = Bystander::start(&gateways, &n1, &n1).await;
+    let (r, p) = (spot("r"), actor("p"));
+    n1.create_spot_on(n1.id(), "room", &r).await.expect("room");
+    n1.create_actor("player", &p).await.expect("player");
+    n1.join(&p, &r).await.expect("joined");
+    let mut config = gateways.client(&[&n1]);
+    config.reconnect = None;
+    let mut client = Client::connect(config).await.expect("connected");
+    client.bind(&p).await.expect("bound");
+    let mover = {
+        let (n1, room, to) = (n1.clone(), UnitId::Spot(r.clone()), n2.id().clone());
+        tokio::spawn(async move { n1.move_unit(&room, Some(to)).await })
+    };
+    gate.wait_started().await;
+    for n in 0..6 {
+        client.send(&p, &PlayerMsg::Input(n)).expect("sent");
+    }
+    match client.recv::<PlayerPush>().await {
+        Err(ClientError::Closed { code, reason }) => {
+            assert_eq!(code, Some(CloseCode::TooManyHeld), "{reason}");
+            assert!(reason.contains("more than 5"), "{reason}");
+        }
+        other => panic!("expected the session to close, got {other:?}"),
+    }
+    gate.open();
+    let report = mover.await.expect("mover ran").expect("move starts");
+    assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
+    bystander.check(&n1).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn binds_over_the_limit_are_refused_and_the_session_goes_on() {
+    let limits = SessionLimits {
+        max_bindings: 2,
+        ..SessionLimits::default()
+    };
+    let (cluster, gateways, n1) = one_node(limits).await;
+    let players: Vec<ActorId> = ["a", "b", "c"].iter().map(|id| actor(id)).collect();
+    for p in &players {
+        n1.create_actor("player", p).await.expect("created");
+    }
+    let mut client = Client::connect(gateways.client(&[&n1]))
+        .await
+        .expect("connected");
+    client.bind(&players[0]).await.expect("bound");
+    client.bind(&players[1]).await.expect("bound");
+    match client.bind(&players[2]).await {
+        Err(ClientError::BindRefused { reason, .. }) => {
+            assert!(reason.contains("the most it may"), "{reason}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // A bind of an Actor that exists nowhere is refused too.
+    assert!(matches!(
+        client.bind(&actor("ghost")).await,
+        Err(ClientError::BindRefused { .. })
+    ));
+    round_trip(&mut client, &players[1], 0, 5).await;
+    client.unbind(&players[0]).expect("unbound");
+    match client.recv::<PlayerPush>().await.expect("open") {
+        ClientEvent::Unbound { actor, .. } => assert_eq!(actor, players[0]),
+        other => panic!("expected the unbind, got {other:?}"),
+    }
+    client
+        .bind(&players[2])
+        .await
+        .expect("room for one more now");
+    round_trip(&mut client, &players[2], 0, 5).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_that_does_not_read_its_pushes_is_closed_and_others_lose_nothing() {
+    let limits = SessionLimits {
+        max_outbound: 64,
+        ..SessionLimits::default()
+    };
+    let (cluster, gateways, n1) = one_node(limits).await;
+    let bystander = Bystander::start(&gateways, &n1, &n1).await;
+    let me = actor("sleepy");
+    n1.create_actor("player", &me).await.expect("created");
+    let addr = n1.session_addr().expect("gateway");
+    let mut raw = RawClient::connect(addr, &gateways.ca_pem, Some(4096)).await;
+    raw.hello().await;
+    raw.frame(&ClientFrame::Bind { actor: me.clone() }).await;
+    assert_eq!(
+        raw.next().await,
+        Some(ServerFrame::Bound { actor: me.clone() })
+    );
+    // The client stops reading; its player pushes far more than its window and queue hold.
+    n1.tell(
+        &me,
+        PlayerMsg::Flood {
+            count: 200,
+            size: 1000,
+        },
+    )
+    .expect("told");
+    let (code, reason) = RawClient::close_reason(&raw.conn).await;
+    assert_eq!(code, Some(CloseCode::SlowReader), "{reason}");
+    assert!(reason.contains("read pushes"), "{reason}");
+    bystander.check(&n1).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silent_connection_is_dropped_after_the_idle_timeout() {
+    let limits = SessionLimits {
+        idle_timeout: Duration::from_millis(300),
+        ..SessionLimits::default()
+    };
+    let (cluster, gateways, n1) = one_node(limits).await;
+    let bystander = Bystander::start(&gateways, &n1, &n1).await;
+    let mut raw =
+        RawClient::connect(n1.session_addr().expect("gateway"), &gateways.ca_pem, None).await;
+    raw.hello().await;
+    // This client sends no keep-alives.
+    let (code, reason) = RawClient::close_reason(&raw.conn).await;
+    assert_eq!(code, None);
+    assert!(reason.contains("timed out"), "{reason}");
+    bystander.check(&n1).await;
+    cluster.shutdown().await;
+}
