@@ -27,7 +27,7 @@ use crate::ids::{ActorId, NodeId, SpotId, UnitId};
 use crate::node::Node;
 use crate::registry::{ExecutionMode, FactoryKind, OnPanic};
 use crate::relocation::RelocationId;
-use crate::relocation::capture::{Capture, QueuedOp, ReadyOutcomeData};
+use crate::relocation::capture::{Capture, PendingCallback, QueuedOp};
 use crate::session::SessionBinding;
 use crate::timer::Tick;
 
@@ -125,23 +125,13 @@ enum StopKind {
     ByNode,
 }
 
-/// A framework callback to run as a turn.
-enum SysTurn {
-    Start,
-    MemberJoined(ActorId),
-    MemberLeft(ActorId),
-    Joined(SpotId),
-    Left(SpotId),
-    ReadyCompleted(ReadyOutcomeData),
-}
-
 /// The state of one running lane.
 pub(crate) struct Lane {
     node: Node,
     cells: HashMap<UnitId, Box<dyn UnitCell>>,
     data: mpsc::UnboundedReceiver<Envelope>,
     ctl: mpsc::UnboundedReceiver<Control>,
-    sys: VecDeque<(UnitId, SysTurn)>,
+    sys: VecDeque<(UnitId, PendingCallback)>,
     backlog: VecDeque<Envelope>,
     next_due: Option<Instant>,
     /// Whether turns run yet: a lane for a unit not yet recorded as owned here only queues.
@@ -173,7 +163,7 @@ impl Lane {
         let id = cell.id().clone();
         let (tx, mut lane) = Lane::new(node, cell);
         lane.open = false;
-        lane.sys.push_back((id, SysTurn::Start));
+        lane.sys.push_back((id, PendingCallback::Start));
         tokio::spawn(lane.run());
         tx
     }
@@ -359,14 +349,14 @@ impl Lane {
         }
     }
 
-    fn system_turn(&mut self, id: &UnitId, turn: SysTurn) {
+    fn system_turn(&mut self, id: &UnitId, turn: PendingCallback) {
         let turn = match &turn {
-            SysTurn::Start => Turn::Start,
-            SysTurn::MemberJoined(a) => Turn::MemberJoined(a),
-            SysTurn::MemberLeft(a) => Turn::MemberLeft(a),
-            SysTurn::Joined(s) => Turn::Joined(s),
-            SysTurn::Left(s) => Turn::Left(s),
-            SysTurn::ReadyCompleted(o) => Turn::ReadyCompleted((*o).into()),
+            PendingCallback::Start => Turn::Start,
+            PendingCallback::MemberJoined(a) => Turn::MemberJoined(a),
+            PendingCallback::MemberLeft(a) => Turn::MemberLeft(a),
+            PendingCallback::Joined(s) => Turn::Joined(s),
+            PendingCallback::Left(s) => Turn::Left(s),
+            PendingCallback::ReadyCompleted(o) => Turn::ReadyCompleted((*o).into()),
         };
         self.turn(id, turn);
     }
@@ -407,7 +397,7 @@ impl Lane {
                 let restart = cell.info().on_panic == OnPanic::Restart;
                 if restart {
                     cell.rebuild();
-                    self.sys.push_front((id.clone(), SysTurn::Start));
+                    self.sys.push_front((id.clone(), PendingCallback::Start));
                 } else {
                     self.stop_unit(id, StopKind::Panicked);
                 }
@@ -535,8 +525,8 @@ impl Lane {
                 self.cells.insert(actor.clone(), cell);
                 self.backlog.extend(backlog);
                 self.sys
-                    .push_back((spot_unit, SysTurn::MemberJoined(actor_id.clone())));
-                self.sys.push_back((actor, SysTurn::Joined(spot)));
+                    .push_back((spot_unit, PendingCallback::MemberJoined(actor_id.clone())));
+                self.sys.push_back((actor, PendingCallback::Joined(spot)));
                 let _ = done.send(Ok(()));
             }
             Control::Member { actor, joined } => {
@@ -553,9 +543,9 @@ impl Lane {
                     };
                     if changed {
                         let turn = if joined {
-                            SysTurn::MemberJoined(actor)
+                            PendingCallback::MemberJoined(actor)
                         } else {
-                            SysTurn::MemberLeft(actor)
+                            PendingCallback::MemberLeft(actor)
                         };
                         self.sys.push_back((spot, turn));
                     }
@@ -679,7 +669,7 @@ impl Lane {
                 actor,
                 joined: true,
             });
-            self.sys.push_back((id, SysTurn::Joined(spot)));
+            self.sys.push_back((id, PendingCallback::Joined(spot)));
             let _ = done.send(Ok(()));
             return;
         }
@@ -742,7 +732,8 @@ impl Lane {
         let spot_unit = UnitId::Spot(spot.clone());
         if !self.cells.contains_key(&spot_unit) {
             // A PerActor member: it stays in its own lane.
-            self.sys.push_back((id, SysTurn::Left(spot.clone())));
+            self.sys
+                .push_back((id, PendingCallback::Left(spot.clone())));
             self.node.notify_member(&spot, actor, false);
             return Ok(());
         }
@@ -756,10 +747,11 @@ impl Lane {
             members.remove(&actor);
         }
         self.sys
-            .push_back((spot_unit, SysTurn::MemberLeft(actor.clone())));
+            .push_back((spot_unit, PendingCallback::MemberLeft(actor.clone())));
         let node = self.node.clone();
         let (tx, mut lane) = Lane::new(node, cell);
-        lane.sys.push_back((id.clone(), SysTurn::Left(spot)));
+        lane.sys
+            .push_back((id.clone(), PendingCallback::Left(spot)));
         let node = self.node.clone();
         let mut shard = node.core.directory.lock(&id);
         if let Some(entry) = shard.get_mut(&id) {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::{Lane, LaneTx, SysTurn};
+use super::{Lane, LaneTx};
 use crate::behavior::Membership;
 use crate::cluster::frames::Frame;
 use crate::error::MessageError;
@@ -101,7 +101,7 @@ impl Lane {
                 // No move is prepared: the spot carries on, and hears so before its next turn.
                 self.sys.push_front((
                     id.clone(),
-                    SysTurn::ReadyCompleted(ReadyOutcomeData::Continued),
+                    PendingCallback::ReadyCompleted(ReadyOutcomeData::Continued),
                 ));
             }
         }
@@ -155,11 +155,7 @@ impl Lane {
             }
         }
         let journal = self.encode_in_place(Side::Backlog);
-        let callbacks = self
-            .sys
-            .iter()
-            .map(|(id, turn)| (id.clone(), turn.to_data()))
-            .collect();
+        let callbacks = self.sys.iter().cloned().collect();
         let capture = Capture {
             unit,
             cells,
@@ -315,7 +311,7 @@ impl Lane {
         if signaled && let Some(primary) = self.primary() {
             self.sys.push_front((
                 primary,
-                SysTurn::ReadyCompleted(ReadyOutcomeData::Continued),
+                PendingCallback::ReadyCompleted(ReadyOutcomeData::Continued),
             ));
         }
         self.moving = None;
@@ -420,15 +416,11 @@ impl Lane {
         }
         lane.open = false;
         lane.restored = true;
-        lane.sys = capture
-            .callbacks
-            .into_iter()
-            .map(|(id, c)| (id, SysTurn::from_data(c)))
-            .collect();
+        lane.sys = capture.callbacks.into_iter().collect();
         if lane.app_signaled() {
             lane.sys.push_front((
                 capture.unit.clone(),
-                SysTurn::ReadyCompleted(ReadyOutcomeData::Relocated),
+                PendingCallback::ReadyCompleted(ReadyOutcomeData::Relocated),
             ));
         }
         lane.ticks = capture.ticks.into();
@@ -486,29 +478,5 @@ fn membership_data(m: &Membership) -> MembershipData {
     match m {
         Membership::Spot { members } => MembershipData::Spot(members.iter().cloned().collect()),
         Membership::Actor { spot } => MembershipData::Actor(spot.clone()),
-    }
-}
-
-impl SysTurn {
-    fn to_data(&self) -> PendingCallback {
-        match self {
-            SysTurn::Start => PendingCallback::Start,
-            SysTurn::MemberJoined(a) => PendingCallback::MemberJoined(a.clone()),
-            SysTurn::MemberLeft(a) => PendingCallback::MemberLeft(a.clone()),
-            SysTurn::Joined(s) => PendingCallback::Joined(s.clone()),
-            SysTurn::Left(s) => PendingCallback::Left(s.clone()),
-            SysTurn::ReadyCompleted(o) => PendingCallback::ReadyCompleted(*o),
-        }
-    }
-
-    fn from_data(c: PendingCallback) -> SysTurn {
-        match c {
-            PendingCallback::Start => SysTurn::Start,
-            PendingCallback::MemberJoined(a) => SysTurn::MemberJoined(a),
-            PendingCallback::MemberLeft(a) => SysTurn::MemberLeft(a),
-            PendingCallback::Joined(s) => SysTurn::Joined(s),
-            PendingCallback::Left(s) => SysTurn::Left(s),
-            PendingCallback::ReadyCompleted(o) => SysTurn::ReadyCompleted(o),
-        }
     }
 }
