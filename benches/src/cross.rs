@@ -30,7 +30,8 @@ pub struct NodePair {
     pub spot: SpotId,
 }
 
-fn config(id: &str, store: Arc<dyn LocationStore>, ca: &ClusterCa) -> NodeConfig {
+/// A node config: loopback mesh with a certificate from `ca`, on `store`.
+pub(crate) fn config(id: &str, store: Arc<dyn LocationStore>, ca: &ClusterCa) -> NodeConfig {
     let node = NodeId::new(id).expect("a valid node id");
     let tls = ca.node_tls(&node).expect("a node certificate");
     let mut mesh = MeshSettings::new("127.0.0.1:0".parse().expect("an address"), tls);

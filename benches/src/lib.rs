@@ -5,9 +5,11 @@
 //! - [`runtime`]: the tokio runtime every bench runs on, Ferry and baseline alike.
 //! - [`cross`]: two Ferry nodes on one store, talking real QUIC on loopback.
 //! - [`bare`]: the baseline for [`cross`]: a quinn endpoint pair exchanging the same frames.
+//! - [`rooms`]: rooms with state on a cluster, for the relocation benches, and their baseline.
 
 pub mod bare;
 pub mod cross;
+pub mod rooms;
 
 use ferry::{Behavior, Ctx, Registration, Registry};
 use tokio::runtime::Runtime;
