@@ -424,12 +424,15 @@ impl SourceRun {
             return SourceEvent::SealRefused("the unit stopped".into());
         }
         let capture = match tokio::time::timeout_at(deadline, sealed).await {
-            Ok(Ok(Ok(capture))) => capture,
+            Ok(Ok(Ok((capture, sealed_at)))) => {
+                // The pause counts from the seal at the lane, its capture and encoding included.
+                self.sealed_at = Some(sealed_at);
+                capture
+            }
             Ok(Ok(Err(why))) => return SourceEvent::SealRefused(why),
             Ok(Err(_)) => return SourceEvent::SealRefused("the unit stopped".into()),
             Err(_) => return SourceEvent::Deadline,
         };
-        self.sealed_at = Some(Instant::now());
         if capture.unit != self.id {
             // An actor of a SpotWide room: the room is the unit.
             self.resume().await;

@@ -75,7 +75,7 @@ pub(crate) enum Control {
     /// turn) and capture the unit.
     Seal {
         rel: RelocationId,
-        done: oneshot::Sender<Result<Capture, String>>,
+        done: oneshot::Sender<Result<(Capture, Instant), String>>,
     },
     /// A move is about to seal this unit: answer the client sessions bound to its Actors, and
     /// hold back new binds (they stay queued, and move with the unit) until the move ends, so

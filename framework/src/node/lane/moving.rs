@@ -29,7 +29,7 @@ pub(crate) enum Moving {
     /// Asked to seal; an ApplicationSignaled spot seals after its next deferring turn.
     SealPending {
         rel: RelocationId,
-        done: oneshot::Sender<Result<Capture, String>>,
+        done: oneshot::Sender<Result<(Capture, Instant), String>>,
     },
     /// Captured: no turn runs, arrivals are held.
     Held { rel: RelocationId, signaled: bool },
@@ -67,7 +67,7 @@ impl Lane {
     pub(super) fn seal(
         &mut self,
         rel: RelocationId,
-        done: oneshot::Sender<Result<Capture, String>>,
+        done: oneshot::Sender<Result<(Capture, Instant), String>>,
     ) {
         if !self.open || self.moving.is_some() || self.quiescing.is_some_and(|q| q != rel) {
             let _ = done.send(Err("the unit is not running here, or already moving".into()));
@@ -111,7 +111,7 @@ impl Lane {
     fn capture(
         &mut self,
         rel: RelocationId,
-        done: oneshot::Sender<Result<Capture, String>>,
+        done: oneshot::Sender<Result<(Capture, Instant), String>>,
         signaled: bool,
     ) {
         let Some(unit) = self.primary() else {
@@ -164,7 +164,7 @@ impl Lane {
             journal,
         };
         self.moving = Some(Moving::Held { rel, signaled });
-        if done.send(Ok(capture)).is_err() {
+        if done.send(Ok((capture, now))).is_err() {
             // Nobody waits for it any more: carry on here (nothing was handed over).
             self.resume(rel, None);
         }
