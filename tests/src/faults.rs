@@ -1,8 +1,13 @@
-//! Faults to inject into a real store: a wrapper that holds conditional writes until released, to
-//! make a node's commit slow on purpose.
+//! Faults to inject: a store wrapper that holds conditional writes until released (a slow commit),
+//! and a state adapter whose restores a test can hold or fail (a slow or broken target).
 
-use std::sync::Arc;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use ferry::{AdapterError, SerdeAdapter, StateAdapter};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use ferry::NodeId;
 use ferry::store::{
@@ -83,5 +88,64 @@ impl LocationStore for HeldStore {
 
     fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
         self.inner.release_lease(lease)
+    }
+}
+
+/// The serde adapter with hooks: a test hears when a restore starts, decides when it ends, and can
+/// make it fail.
+#[derive(Clone, Default)]
+pub struct Hooked {
+    started: Option<Arc<Mutex<mpsc::Sender<()>>>>,
+    release: Option<Arc<Mutex<mpsc::Receiver<()>>>>,
+    fail: bool,
+}
+
+impl<B: Serialize + DeserializeOwned + Send + 'static> StateAdapter<B> for Hooked {
+    fn capture(&self, unit: &B) -> Result<Vec<u8>, AdapterError> {
+        SerdeAdapter.capture(unit)
+    }
+
+    fn restore(&self, unit: &mut B, bytes: &[u8]) -> Result<(), AdapterError> {
+        if let Some(started) = &self.started {
+            let _ = started.lock().map(|s| s.send(()));
+        }
+        if let Some(release) = &self.release {
+            let _ = release.lock().map(|r| r.recv());
+        }
+        if self.fail {
+            return Err(AdapterError("restore refused on purpose".into()));
+        }
+        SerdeAdapter.restore(unit, bytes)
+    }
+}
+
+/// The test's side of a [`Hooked`] restore.
+pub struct Gate {
+    started: mpsc::Receiver<()>,
+    release: mpsc::Sender<()>,
+}
+
+impl Gate {
+    /// A hooked adapter whose restores wait for this gate (and then fail, with `fail`).
+    pub fn new(fail: bool) -> (Hooked, Gate) {
+        let (started_tx, started) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel();
+        let hooked = Hooked {
+            started: Some(Arc::new(Mutex::new(started_tx))),
+            release: Some(Arc::new(Mutex::new(release_rx))),
+            fail,
+        };
+        (hooked, Gate { started, release })
+    }
+
+    /// Waits (off the async threads) until a restore starts.
+    pub async fn wait_started(&self) {
+        tokio::task::block_in_place(|| self.started.recv_timeout(Duration::from_secs(10)))
+            .expect("restore started");
+    }
+
+    /// Lets the waiting restore go on.
+    pub fn open(&self) {
+        self.release.send(()).expect("released");
     }
 }

@@ -1,14 +1,15 @@
 //! Moving live units between nodes over real QUIC: order, terminals, rooms, timers, failures.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ferry::relocation::protocol::MoveEnd;
 use ferry::{
-    ActorId, AdapterError, Behavior, Ctx, MessageError, OverrunPolicy, Registration, Registry,
-    RelocationPolicy, SpotId, StateAdapter, Tick, UnitId,
+    ActorId, Behavior, Ctx, MessageError, OverrunPolicy, Registration, Registry, RelocationPolicy,
+    SpotId, Tick, UnitId,
 };
 use ferry_tests::cluster::{Backend, Cluster};
+use ferry_tests::faults::{Gate, Hooked};
 use serde::{Deserialize, Serialize};
 
 const T: Duration = Duration::from_secs(10);
@@ -66,34 +67,6 @@ impl Behavior for Room {
 
     fn on_left(&mut self, _ctx: &mut Ctx<'_>, _spot: &SpotId) {
         self.left += 1;
-    }
-}
-
-/// The serde adapter, with hooks a test uses to hold a restore, or to fail it.
-#[derive(Clone, Default)]
-struct Hooked {
-    /// Told when a restore starts; the restore then waits for `release`.
-    started: Option<Arc<Mutex<std::sync::mpsc::Sender<()>>>>,
-    release: Option<Arc<Mutex<std::sync::mpsc::Receiver<()>>>>,
-    fail: bool,
-}
-
-impl StateAdapter<Room> for Hooked {
-    fn capture(&self, unit: &Room) -> Result<Vec<u8>, AdapterError> {
-        ferry::SerdeAdapter.capture(unit)
-    }
-
-    fn restore(&self, unit: &mut Room, bytes: &[u8]) -> Result<(), AdapterError> {
-        if let Some(started) = &self.started {
-            let _ = started.lock().map(|s| s.send(()));
-        }
-        if let Some(release) = &self.release {
-            let _ = release.lock().map(|r| r.recv());
-        }
-        if self.fail {
-            return Err(AdapterError("restore refused on purpose".into()));
-        }
-        ferry::SerdeAdapter.restore(unit, bytes)
     }
 }
 
@@ -183,30 +156,6 @@ async fn a_room_moves_with_its_state_and_keeps_answering(backend: Backend) {
     cluster.shutdown().await;
 }
 
-/// A hooked restore on the target: the test hears when it starts and decides when it ends.
-struct Gate {
-    started: std::sync::mpsc::Receiver<()>,
-    release: std::sync::mpsc::Sender<()>,
-}
-
-fn gated(fail: bool) -> (Hooked, Gate) {
-    let (started_tx, started) = std::sync::mpsc::channel();
-    let (release, release_rx) = std::sync::mpsc::channel();
-    let hooked = Hooked {
-        started: Some(Arc::new(Mutex::new(started_tx))),
-        release: Some(Arc::new(Mutex::new(release_rx))),
-        fail,
-    };
-    (hooked, Gate { started, release })
-}
-
-impl Gate {
-    /// Waits (off the async threads) until the target starts restoring.
-    async fn wait_started(&self) {
-        tokio::task::block_in_place(|| self.started.recv_timeout(T)).expect("restore started");
-    }
-}
-
 /// Starts n1 (plain) and n2 whose restores go through `hooked`.
 async fn source_and_hooked_target(backend: Backend, hooked: Hooked) -> Option<Cluster> {
     let mut cluster = Cluster::start_with(backend, 1, registry).await?;
@@ -219,7 +168,7 @@ async fn queued_and_held(
     backend: Backend,
     fail_restore: bool,
 ) -> Option<(Cluster, SpotId, ferry::MoveReport)> {
-    let (hooked, gate) = gated(fail_restore);
+    let (hooked, gate) = Gate::new(fail_restore);
     let cluster = source_and_hooked_target(backend, hooked).await?;
     let (n1, n2) = (cluster.nodes[0].clone(), cluster.nodes[1].clone());
     let r = spot("r");
@@ -243,7 +192,7 @@ async fn queued_and_held(
     gate.wait_started().await;
     n1.tell(&r, Cmd::Log("H1".into())).expect("told");
     n1.tell(&r, Cmd::Log("H2".into())).expect("told");
-    gate.release.send(()).expect("released");
+    gate.open();
     let report = mover.await.expect("mover ran").expect("move started");
     Some((cluster, r, report))
 }
@@ -559,7 +508,7 @@ async fn a_sender_with_a_stale_route_reaches_the_moved_unit_and_learns_the_new_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_target_that_dies_after_relay_ready_never_leaves_two_owners() {
-    let (hooked, gate) = gated(false);
+    let (hooked, gate) = Gate::new(false);
     let cluster = source_and_hooked_target(Backend::Memory, hooked)
         .await
         .expect("memory backend");
@@ -586,7 +535,7 @@ async fn a_target_that_dies_after_relay_ready_never_leaves_two_owners() {
                 .await
         })
     };
-    gate.release.send(()).expect("released");
+    gate.open();
     // The target dies right after it restored the unit (relay-ready is on its way).
     n2.abort().await;
     let report = mover.await.expect("mover ran").expect("started");
@@ -618,7 +567,7 @@ async fn a_deadline_mid_drain_sends_unready_units_back_and_force_stops_those_pas
     use ferry_tests::faults::HeldStore;
 
     // n2 restores "room" through a gate, and its writes can be held: its commits then hang.
-    let (hooked, gate) = gated(false);
+    let (hooked, gate) = Gate::new(false);
     let mut cluster = Cluster::start(1, registry).await;
     let held = HeldStore::new(cluster.store.clone());
     let config = cluster.config("n2").store(held.clone());
@@ -659,7 +608,7 @@ async fn a_deadline_mid_drain_sends_unready_units_back_and_force_stops_those_pas
             stayed: vec![UnitId::Spot(b.clone())],
         }
     );
-    gate.release.send(()).expect("released");
+    gate.open();
     held.release();
     // The request to "a" got exactly one terminal: an error, since "a" runs nowhere now.
     let answer = ask_a.await.expect("asked");

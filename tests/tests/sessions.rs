@@ -2,7 +2,7 @@
 //! order while their room moves, ride out a gateway that shuts down, and a client that misbehaves
 //! loses its own session and nothing else.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -10,10 +10,11 @@ use ferry::client::{Client, ClientError, ClientEvent};
 use ferry::relocation::protocol::MoveEnd;
 use ferry::session::wire::{ClientFrame, CloseCode, PROTOCOL_VERSION, ServerFrame};
 use ferry::{
-    ActorId, AdapterError, Behavior, Ctx, ExecutionMode, Node, OverrunPolicy, Registration,
-    Registry, RelocationPolicy, SessionLimits, SpotId, StateAdapter, Tick, UnitId,
+    ActorId, Behavior, Ctx, ExecutionMode, Node, OverrunPolicy, Registration, Registry,
+    RelocationPolicy, SessionLimits, SpotId, Tick, UnitId,
 };
 use ferry_tests::cluster::Cluster;
+use ferry_tests::faults::{Gate, Hooked};
 use ferry_tests::sessions::{Gateways, RawClient};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -83,60 +84,6 @@ impl Behavior for Room {
     type Reply = ();
 
     fn handle(&mut self, _ctx: &mut Ctx<'_>, _msg: ()) {}
-}
-
-/// The room's adapter, with a restore the test can hold and make fail.
-#[derive(Clone, Default)]
-struct Hooked {
-    started: Option<Arc<Mutex<std::sync::mpsc::Sender<()>>>>,
-    release: Option<Arc<Mutex<std::sync::mpsc::Receiver<()>>>>,
-    fail: bool,
-}
-
-impl StateAdapter<Room> for Hooked {
-    fn capture(&self, unit: &Room) -> Result<Vec<u8>, AdapterError> {
-        ferry::SerdeAdapter.capture(unit)
-    }
-
-    fn restore(&self, unit: &mut Room, bytes: &[u8]) -> Result<(), AdapterError> {
-        if let Some(started) = &self.started {
-            let _ = started.lock().map(|s| s.send(()));
-        }
-        if let Some(release) = &self.release {
-            let _ = release.lock().map(|r| r.recv());
-        }
-        if self.fail {
-            return Err(AdapterError("restore refused on purpose".into()));
-        }
-        ferry::SerdeAdapter.restore(unit, bytes)
-    }
-}
-
-/// A restore on the target that the test hears start and lets end.
-struct Gate {
-    started: std::sync::mpsc::Receiver<()>,
-    release: std::sync::mpsc::Sender<()>,
-}
-
-impl Gate {
-    fn new(fail: bool) -> (Hooked, Gate) {
-        let (started_tx, started) = std::sync::mpsc::channel();
-        let (release, release_rx) = std::sync::mpsc::channel();
-        let hooked = Hooked {
-            started: Some(Arc::new(Mutex::new(started_tx))),
-            release: Some(Arc::new(Mutex::new(release_rx))),
-            fail,
-        };
-        (hooked, Gate { started, release })
-    }
-
-    async fn wait_started(&self) {
-        tokio::task::block_in_place(|| self.started.recv_timeout(T)).expect("restore started");
-    }
-
-    fn open(&self) {
-        self.release.send(()).expect("released");
-    }
 }
 
 fn registry_with(room: Hooked) -> Registry {
