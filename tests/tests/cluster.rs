@@ -248,3 +248,28 @@ async fn a_node_that_loses_its_lease_stops_running_turns() {
     assert!(matches!(err, MessageError::NotServing { .. }), "{err}");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_joins_by_its_seed_list_and_reports_its_peers() {
+    let cluster = Cluster::start(1, registry).await;
+    let n1 = &cluster.nodes[0];
+    // n2 shares no store with n1: only its seed list can lead it there.
+    let own_store: std::sync::Arc<dyn ferry::store::LocationStore> =
+        std::sync::Arc::new(ferry::store::MemoryStore::new());
+    let mut config = cluster.config("n2").store(own_store);
+    if let Some(mesh) = config.mesh.as_mut() {
+        mesh.seeds = vec![(n1.id().clone(), n1.mesh_addr().expect("n1 listens"))];
+    }
+    let n2 = ferry::Node::start(config, registry())
+        .await
+        .expect("n2 starts");
+    n2.wait_peer_ready(n1.id())
+        .await
+        .expect("linked through the seed");
+    let peers = n2.peers();
+    assert_eq!(peers.len(), 1);
+    assert_eq!(peers[0].node, *n1.id());
+    assert_eq!(peers[0].state, ferry::mesh::PeerState::Ready);
+    n2.shutdown().await;
+    cluster.shutdown().await;
+}

@@ -68,9 +68,16 @@ impl Node {
         }
         if let Some(mesh) = &self.core.mesh {
             let known: Vec<_> = mesh.peers();
+            // Seeds stay: they were configured, not learned from the store.
+            let seeds: Vec<&crate::ids::NodeId> = self
+                .config()
+                .mesh
+                .iter()
+                .flat_map(|m| m.seeds.iter().map(|(n, _)| n))
+                .collect();
             for gone in known
                 .iter()
-                .filter(|p| !live.iter().any(|d| d.node == p.node))
+                .filter(|p| !live.iter().any(|d| d.node == p.node) && !seeds.contains(&&p.node))
             {
                 tracing::info!(peer = %gone.node, "peer left the cluster");
                 mesh.remove_peer(&gone.node);

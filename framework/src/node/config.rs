@@ -21,6 +21,8 @@ pub struct MeshSettings {
     pub max_frame: usize,
     /// The smallest round-trip the mesh assumes before it measured one (see `MeshConfig::initial_rtt`).
     pub initial_rtt: Duration,
+    /// Peers to dial at start, before (and besides) those learned from the store's descriptors.
+    pub seeds: Vec<(crate::ids::NodeId, SocketAddr)>,
 }
 
 impl MeshSettings {
@@ -31,6 +33,7 @@ impl MeshSettings {
             tls,
             max_frame: crate::mesh::DEFAULT_MAX_FRAME,
             initial_rtt: Duration::from_millis(100),
+            seeds: Vec::new(),
         }
     }
 }

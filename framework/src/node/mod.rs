@@ -214,6 +214,9 @@ impl Node {
                 mesh_config.max_frame = settings.max_frame;
                 mesh_config.initial_rtt = settings.initial_rtt;
                 let (mesh, inbound) = Mesh::bind(mesh_config).await?;
+                for (peer, addr) in &settings.seeds {
+                    mesh.add_peer(peer.clone(), *addr)?;
+                }
                 (Some(mesh), Some(inbound))
             }
             None => (None, None),
@@ -270,6 +273,11 @@ impl Node {
     /// The location store this node uses.
     pub fn store(&self) -> &Arc<dyn LocationStore> {
         &self.core.config.store
+    }
+
+    /// The mesh peers and where each link stands (admitted and ready, connecting, backing off).
+    pub fn peers(&self) -> Vec<crate::mesh::PeerInfo> {
+        self.core.mesh.as_ref().map(Mesh::peers).unwrap_or_default()
     }
 
     /// Where this node's mesh listens, if it has one.
