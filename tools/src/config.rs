@@ -27,6 +27,8 @@ pub const DEFAULT_WEIGHT: u32 = 1;
 pub const DEFAULT_LEASE_TTL_MS: u64 = 10_000;
 /// Default of `refresh_ms` (the framework's default).
 pub const DEFAULT_REFRESH_MS: u64 = 1_000;
+/// Default of `recovery_sweep_ms` (the framework's default).
+pub const DEFAULT_RECOVERY_SWEEP_MS: u64 = 10_000;
 
 /// Every key a node config may hold, in the order the documentation lists them.
 pub const KEYS: &[&str] = &[
@@ -40,6 +42,8 @@ pub const KEYS: &[&str] = &[
     "weight",
     "lease_ttl_ms",
     "refresh_ms",
+    "recover_units",
+    "recovery_sweep_ms",
 ];
 
 /// A node config file as written, before its values are checked.
@@ -75,6 +79,20 @@ pub struct NodeFile {
     /// How often the node republishes itself and rereads its peers, in milliseconds.
     #[serde(default = "default_refresh_ms")]
     pub refresh_ms: u64,
+    /// Whether the units of a node that died are rebuilt on the survivors.
+    #[serde(default = "default_recover_units")]
+    pub recover_units: bool,
+    /// How often the recovery coordinator sweeps for orphans, in milliseconds.
+    #[serde(default = "default_recovery_sweep_ms")]
+    pub recovery_sweep_ms: u64,
+}
+
+fn default_recover_units() -> bool {
+    true
+}
+
+fn default_recovery_sweep_ms() -> u64 {
+    DEFAULT_RECOVERY_SWEEP_MS
 }
 
 fn default_app_version() -> String {
@@ -145,6 +163,10 @@ pub struct NodeSettings {
     pub lease_ttl: Duration,
     /// The membership refresh period.
     pub refresh: Duration,
+    /// Whether dead nodes' units are rebuilt on the survivors.
+    pub recover_units: bool,
+    /// The recovery coordinator's sweep period.
+    pub recovery_sweep: Duration,
 }
 
 /// Why a node config could not be used. Each names the file, the problem and the fix.
@@ -309,6 +331,12 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
             format!("it must be above 0; the default is {DEFAULT_REFRESH_MS}"),
         ));
     }
+    if file.recovery_sweep_ms == 0 {
+        return Err(invalid(
+            "recovery_sweep_ms",
+            format!("it must be above 0; the default is {DEFAULT_RECOVERY_SWEEP_MS}"),
+        ));
+    }
     Ok(NodeSettings {
         id,
         app_version: file.app_version,
@@ -319,6 +347,8 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
         weight: file.weight,
         lease_ttl: Duration::from_millis(file.lease_ttl_ms),
         refresh: Duration::from_millis(file.refresh_ms),
+        recover_units: file.recover_units,
+        recovery_sweep: Duration::from_millis(file.recovery_sweep_ms),
     })
 }
 
@@ -383,6 +413,8 @@ mod tests {
         assert_eq!(s.weight, framework.weight);
         assert_eq!(s.lease_ttl, framework.lease_ttl);
         assert_eq!(s.refresh, framework.refresh);
+        assert_eq!(s.recover_units, framework.recover_units);
+        assert_eq!(s.recovery_sweep, framework.recovery_sweep);
         assert_eq!(s.mesh_listen.to_string(), "127.0.0.1:0");
         assert_eq!(s.store, StoreChoice::Memory);
         assert_eq!(s.certs, Path::new("/etc/ferry/certs"));
@@ -400,6 +432,8 @@ mod tests {
         weight = 3
         lease_ttl_ms = 3000
         refresh_ms = 250
+        recover_units = false
+        recovery_sweep_ms = 2000
     "#;
 
     #[test]
@@ -419,6 +453,8 @@ mod tests {
         assert_eq!((s.capacity, s.weight), (5, 3));
         assert_eq!(s.lease_ttl, Duration::from_millis(3000));
         assert_eq!(s.refresh, Duration::from_millis(250));
+        assert!(!s.recover_units);
+        assert_eq!(s.recovery_sweep, Duration::from_millis(2000));
     }
 
     #[test]

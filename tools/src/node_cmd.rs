@@ -159,6 +159,8 @@ async fn node_config(settings: &NodeSettings) -> Result<NodeConfig, NodeError> {
     config.weight = settings.weight;
     config.lease_ttl = settings.lease_ttl;
     config.refresh = settings.refresh;
+    config.recover_units = settings.recover_units;
+    config.recovery_sweep = settings.recovery_sweep;
     Ok(config)
 }
 
