@@ -217,13 +217,14 @@ fn refusal_for(e: &DecodeError) -> Option<Refusal> {
     Some(Refusal::new(code, e.to_string()))
 }
 
+/// A QUIC idle timeout, or why the duration cannot be one (for the config error of the caller).
+pub(crate) fn idle_timeout(d: std::time::Duration) -> Result<quinn::IdleTimeout, String> {
+    quinn::IdleTimeout::try_from(d)
+        .map_err(|_| format!("idle_timeout {d:?} is too long for QUIC; use at most a few minutes"))
+}
+
 fn transport(config: &MeshConfig) -> Result<quinn::TransportConfig, MeshError> {
-    let idle = quinn::IdleTimeout::try_from(config.idle_timeout).map_err(|_| {
-        MeshError::Config(format!(
-            "idle_timeout {:?} is too long for QUIC; use at most a few minutes",
-            config.idle_timeout
-        ))
-    })?;
+    let idle = idle_timeout(config.idle_timeout).map_err(MeshError::Config)?;
     let mut transport = quinn::TransportConfig::default();
     transport
         .keep_alive_interval(Some(config.keep_alive))

@@ -73,12 +73,7 @@ impl Hub {
     pub fn bind(settings: &SessionSettings) -> Result<Hub, SessionError> {
         settings.limits.validate()?;
         let limits = settings.limits;
-        let idle = quinn::IdleTimeout::try_from(limits.idle_timeout).map_err(|_| {
-            SessionError::Limits(format!(
-                "idle_timeout {:?} is too long for QUIC; use at most a few minutes",
-                limits.idle_timeout
-            ))
-        })?;
+        let idle = crate::mesh::idle_timeout(limits.idle_timeout).map_err(SessionError::Limits)?;
         let mut transport = quinn::TransportConfig::default();
         transport
             .max_idle_timeout(Some(idle))
