@@ -19,7 +19,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use parking_lot::{Mutex, RwLock};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use quinn::{Connection, ConnectionError, Endpoint, RecvStream, Runtime, SendStream};
+use quinn::{Connection, ConnectionError, Endpoint, RecvStream, SendStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio_util::codec::FramedRead;
@@ -31,7 +31,7 @@ use super::handshake::{
     Backoff, CloseCode, Hello, Holding, Refusal, Verdict, Wire, check_hello, check_welcome,
     judge_inbound,
 };
-use super::socket::Tracked;
+use super::socket::bind_endpoint;
 use super::tls;
 use super::{Direction, Inbound, MeshConfig, MeshError, MeshFrame, PeerInfo, PeerState};
 use crate::ids::NodeId;
@@ -256,18 +256,8 @@ impl<F: MeshFrame> Shared<F> {
             addr: config.listen,
             source,
         };
-        let socket = std::net::UdpSocket::bind(config.listen).map_err(bind_err)?;
-        let runtime = Arc::new(quinn::TokioRuntime);
-        let (socket, socket_released) =
-            Tracked::new(runtime.wrap_udp_socket(socket).map_err(bind_err)?);
-        let endpoint = Endpoint::new_with_abstract_socket(
-            quinn::EndpointConfig::default(),
-            Some(server),
-            socket,
-            runtime,
-        )
-        .map_err(bind_err)?;
-        let local_addr = endpoint.local_addr().map_err(bind_err)?;
+        let (endpoint, local_addr, socket_released) =
+            bind_endpoint(config.listen, server).map_err(bind_err)?;
 
         let instance = rand::random::<u64>();
         let encoder = FrameCodec::<Wire<F>>::new(config.max_frame);

@@ -15,6 +15,27 @@ use quinn::udp::{RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
 use tokio::sync::oneshot;
 
+/// A bound endpoint, its address, and the report that quinn has let go of its socket.
+pub(crate) type BoundEndpoint = (quinn::Endpoint, SocketAddr, oneshot::Receiver<()>);
+
+/// Binds a QUIC endpoint on `listen` over a tracked socket, serving with `server`.
+pub(crate) fn bind_endpoint(
+    listen: SocketAddr,
+    server: quinn::ServerConfig,
+) -> io::Result<BoundEndpoint> {
+    let socket = std::net::UdpSocket::bind(listen)?;
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let (socket, released) = Tracked::new(quinn::Runtime::wrap_udp_socket(&*runtime, socket)?);
+    let endpoint = quinn::Endpoint::new_with_abstract_socket(
+        quinn::EndpointConfig::default(),
+        Some(server),
+        socket,
+        runtime,
+    )?;
+    let local_addr = endpoint.local_addr()?;
+    Ok((endpoint, local_addr, released))
+}
+
 /// Wraps a socket; the receiver returned by [`Tracked::new`] resolves once every
 /// reference to the inner socket is gone.
 pub(crate) struct Tracked {

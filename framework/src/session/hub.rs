@@ -28,7 +28,7 @@ use super::wire::{ClientFrame, CloseCode, ServerFrame};
 use super::{Authenticator, SessionError, SessionId, SessionLimits, SessionOp, SessionRef};
 use crate::ids::{ActorId, NodeId, UnitId};
 use crate::mesh::codec::{DecodeError, EncodeError, FrameCodec};
-use crate::mesh::socket::Tracked;
+use crate::mesh::socket::bind_endpoint;
 use crate::node::{Node, Payload, ReplyTo};
 use crate::relocation::protocol::SourceEvent;
 
@@ -87,18 +87,8 @@ impl Hub {
             addr: settings.listen,
             source,
         };
-        let socket = std::net::UdpSocket::bind(settings.listen).map_err(bind_err)?;
-        let runtime = Arc::new(quinn::TokioRuntime);
-        let (socket, socket_released) =
-            Tracked::new(quinn::Runtime::wrap_udp_socket(&*runtime, socket).map_err(bind_err)?);
-        let endpoint = Endpoint::new_with_abstract_socket(
-            quinn::EndpointConfig::default(),
-            Some(server),
-            socket,
-            runtime,
-        )
-        .map_err(bind_err)?;
-        let local_addr = endpoint.local_addr().map_err(bind_err)?;
+        let (endpoint, local_addr, socket_released) =
+            bind_endpoint(settings.listen, server).map_err(bind_err)?;
         Ok(Hub {
             limits,
             authenticator: settings.authenticator.clone(),
