@@ -19,6 +19,9 @@ pub mod behavior;
 pub mod client;
 pub mod cluster;
 pub mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ids;
 pub mod mesh;
 pub mod node;

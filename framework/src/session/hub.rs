@@ -465,7 +465,7 @@ async fn accept_loop(node: Node, endpoint: Endpoint, stop: CancellationToken) {
 }
 
 /// What a session's reader can meet.
-enum ReadError {
+pub(crate) enum ReadError {
     /// The stream or connection failed: the client is gone.
     Io(std::io::Error),
     /// The client sent something unusable.
@@ -500,9 +500,14 @@ impl From<DecodeError> for ReadError {
 }
 
 /// Client frames, told apart: unknown kinds from malformed ones.
-struct ClientDecoder(FrameCodec<ClientFrame>);
+pub(crate) struct ClientDecoder(FrameCodec<ClientFrame>);
 
 impl ClientDecoder {
+    /// A decoder refusing frames over `max_frame` bytes.
+    pub(crate) fn new(max_frame: usize) -> Self {
+        ClientDecoder(FrameCodec::new(max_frame))
+    }
+
     fn frame(body: &BytesMut) -> Result<ClientFrame, ReadError> {
         if let Ok((kind, _)) = postcard::take_from_bytes::<u32>(body)
             && kind >= CLIENT_FRAME_KINDS
@@ -642,7 +647,7 @@ async fn run_session(node: Node, incoming: quinn::Incoming, stop: CancellationTo
 
 /// Reads the client's frames into the machine until the session ends.
 async fn read_frames(node: &Node, hub: &Hub, live: &Arc<Live>, recv: RecvStream) {
-    let mut reader = FramedRead::new(recv, ClientDecoder(FrameCodec::new(hub.limits.max_frame)));
+    let mut reader = FramedRead::new(recv, ClientDecoder::new(hub.limits.max_frame));
     loop {
         let deadline = live.machine.lock().next_deadline();
         let event = tokio::select! {
