@@ -662,3 +662,72 @@ on_both_stores!(
     a_spot_wide_room_moves_with_its_members_and_no_join_or_leave_callbacks,
     a_sender_with_a_stale_route_reaches_the_moved_unit_and_learns_the_new_route,
 );
+
+/// Fills a room's log with `bytes` of text, so its capture is at least that big.
+async fn fill(node: &ferry::Node, room: &SpotId, bytes: usize) {
+    let _: Room = node
+        .request(room, Cmd::Log("x".repeat(bytes)), T)
+        .await
+        .expect("room answers");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_unit_over_the_sources_max_state_stays_and_keeps_answering() {
+    let store: Arc<dyn ferry::store::LocationStore> = Arc::new(ferry::store::MemoryStore::new());
+    let mut cluster = Cluster::start_on(0, store, registry).await;
+    let mut small = cluster.config("n1");
+    small.max_state = 1024;
+    let n1 = cluster.add_with(small, registry()).await;
+    let n2 = cluster.add("n2", registry()).await;
+    let r = spot("big");
+    n1.create_spot_on(n1.id(), "room", &r)
+        .await
+        .expect("created");
+    fill(&n1, &r, 4096).await;
+
+    let report = n1
+        .move_unit(&UnitId::Spot(r.clone()), Some(n2.id().clone()))
+        .await
+        .expect("move ran");
+
+    let (MoveEnd::Restored(reason) | MoveEnd::NotSealed(reason)) = &report.end else {
+        panic!("the move should have been refused, got {:?}", report.end);
+    };
+    assert!(reason.contains("max_state"), "reason: {reason}");
+    assert!(n1.hosts(&UnitId::Spot(r.clone())));
+    assert_eq!(
+        get(&n2, r.clone()).await.log.len(),
+        1,
+        "still answers from n1"
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_offer_over_the_targets_max_state_is_refused_and_the_unit_stays() {
+    let store: Arc<dyn ferry::store::LocationStore> = Arc::new(ferry::store::MemoryStore::new());
+    let mut cluster = Cluster::start_on(0, store, registry).await;
+    let n1 = cluster.add("n1", registry()).await;
+    let mut small = cluster.config("n2");
+    small.max_state = 1024;
+    let n2 = cluster.add_with(small, registry()).await;
+    let r = spot("big");
+    n1.create_spot_on(n1.id(), "room", &r)
+        .await
+        .expect("created");
+    fill(&n1, &r, 4096).await;
+
+    let report = n1
+        .move_unit(&UnitId::Spot(r.clone()), Some(n2.id().clone()))
+        .await
+        .expect("move ran");
+
+    let MoveEnd::Restored(reason) = &report.end else {
+        panic!("the target should have refused, got {:?}", report.end);
+    };
+    assert!(reason.contains("n2's max_state"), "reason: {reason}");
+    assert!(n1.hosts(&UnitId::Spot(r.clone())));
+    fill(&n2, &r, 10).await;
+    assert_eq!(get(&n1, r).await.log.len(), 2, "keeps running on n1");
+    cluster.shutdown().await;
+}

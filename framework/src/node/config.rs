@@ -10,6 +10,10 @@ use crate::mesh::NodeTls;
 use crate::session::SessionSettings;
 use crate::store::{LocationStore, MemoryStore};
 
+/// The default [`NodeConfig::max_state`]: 64 MiB, far above a game room's state and small enough
+/// that a hostile offer cannot make a node buffer gigabytes.
+pub const DEFAULT_MAX_STATE: u64 = 64 * 1024 * 1024;
+
 /// How a node joins the mesh.
 #[derive(Debug, Clone)]
 pub struct MeshSettings {
@@ -66,6 +70,10 @@ pub struct NodeConfig {
     pub recovery_sweep: Duration,
     /// The listener for game clients, if this node is a gateway.
     pub sessions: Option<SessionSettings>,
+    /// The largest capture (a unit's state, queued messages and timers, encoded) this node sends
+    /// or takes in a move. A bigger unit stays where it runs, and an offer over it is refused
+    /// before any of it is buffered.
+    pub max_state: u64,
 }
 
 impl NodeConfig {
@@ -82,6 +90,7 @@ impl NodeConfig {
             refresh: Duration::from_secs(1),
             recover_units: true,
             recovery_sweep: Duration::from_secs(10),
+            max_state: DEFAULT_MAX_STATE,
             sessions: None,
         }
     }
@@ -123,6 +132,7 @@ impl fmt::Debug for NodeConfig {
             .field("refresh", &self.refresh)
             .field("recover_units", &self.recover_units)
             .field("recovery_sweep", &self.recovery_sweep)
+            .field("max_state", &self.max_state)
             .field("sessions", &self.sessions.as_ref().map(|s| s.listen))
             .finish_non_exhaustive()
     }

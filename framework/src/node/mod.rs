@@ -14,7 +14,7 @@ mod envelope;
 mod lane;
 mod replies;
 
-pub use config::{MeshSettings, NodeConfig};
+pub use config::{DEFAULT_MAX_STATE, MeshSettings, NodeConfig};
 pub use envelope::ReplyTo;
 pub(crate) use envelope::{Envelope, Payload};
 

@@ -483,6 +483,14 @@ impl SourceRun {
         self.records = records.clone();
         let (manifest, chunks) = capture.pack().map_err(|e| e.to_string())?;
         self.bytes = manifest.len;
+        let max = self.node.config().max_state;
+        if manifest.len > max {
+            return Err(format!(
+                "its capture is {} bytes, over this node's max_state of {max}; keep less state in \
+                 the unit or raise max_state on every node",
+                manifest.len
+            ));
+        }
         if let Some(budget) = self.budget.clone() {
             let kib = u32::try_from(manifest.len.div_ceil(1024))
                 .unwrap_or(u32::MAX)

@@ -58,6 +58,21 @@ impl Node {
                 records,
                 manifest,
             } => {
+                let max = self.config().max_state;
+                if manifest.len > max {
+                    let reason = format!(
+                        "{unit}'s capture is {} bytes, over {}'s max_state of {max}; keep less \
+                         state in the unit or raise max_state on every node",
+                        manifest.len,
+                        self.id()
+                    );
+                    tracing::warn!(relocation = %rel, %reason, "offer refused");
+                    let refused = Frame::Reloc(RelocFrame::Refused { rel, reason });
+                    if let Err(error) = self.mesh_send(&from, refused) {
+                        tracing::debug!(relocation = %rel, %error, "refusal not sent");
+                    }
+                    return;
+                }
                 let staging = Staging {
                     source: from,
                     unit,
