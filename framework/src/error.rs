@@ -74,6 +74,15 @@ pub enum MessageError {
         /// What failed.
         reason: String,
     },
+    /// The node already has its limit of requests waiting for replies; nothing was sent.
+    #[error(
+        "{limit} requests are already waiting for replies on this node; wait for some to end, \
+         or raise max_requests_in_flight"
+    )]
+    TooManyRequests {
+        /// The node's `max_requests_in_flight`.
+        limit: usize,
+    },
     /// Where the unit lives could not be read or reached; nothing was delivered.
     #[error("{id} could not be reached: {reason}; retry once the store and mesh are back")]
     Unreachable {

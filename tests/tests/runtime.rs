@@ -864,3 +864,104 @@ async fn a_unit_still_busy_at_the_shutdown_deadline_is_closed_and_its_queue_answ
     ));
     assert_eq!(blocked.await, Ok(Answer::Ok), "the running turn finished");
 }
+
+/// A unit that, told to, holds its turn until the test lets it go: a stuck unit.
+struct Stuck {
+    started: std::sync::mpsc::Sender<()>,
+    release: Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl Behavior for Stuck {
+    type Msg = bool;
+    type Reply = ();
+
+    fn handle(&mut self, _ctx: &mut Ctx<'_>, hold: bool) {
+        if hold {
+            self.started.send(()).expect("test listens");
+            self.release
+                .lock()
+                .expect("lock")
+                .recv_timeout(T)
+                .expect("released");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_past_max_requests_in_flight_fails_at_once_and_places_come_back() {
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let release_rx = Arc::new(std::sync::Mutex::new(release_rx));
+    let mut registry = Registry::new();
+    registry.register(Registration::spot("stuck", move |_| Stuck {
+        started: started_tx.clone(),
+        release: release_rx.clone(),
+    }));
+    let mut config = NodeConfig::new(NodeId::new("n1").expect("id"));
+    config.max_requests_in_flight = 2;
+    let node = Node::start(config, registry).await.expect("node starts");
+    let (a, b) = (spot("a"), spot("b"));
+    node.create_spot("stuck", &a).await.expect("created");
+    node.create_spot("stuck", &b).await.expect("created");
+
+    // Two requests wait on stuck units: each opened its place before its handler started.
+    let waiting: Vec<_> = [a.clone(), b.clone()]
+        .into_iter()
+        .map(|id| {
+            let node = node.clone();
+            tokio::spawn(async move { node.request::<bool, ()>(id, true, T).await })
+        })
+        .collect();
+    for _ in 0..2 {
+        tokio::task::block_in_place(|| started.recv_timeout(T)).expect("handler started");
+    }
+
+    let refused = node.request::<bool, ()>(a.clone(), false, T).await;
+    assert!(
+        matches!(refused, Err(MessageError::TooManyRequests { limit: 2 })),
+        "got {refused:?}"
+    );
+
+    release.send(()).expect("release a");
+    release.send(()).expect("release b");
+    for request in waiting {
+        request
+            .await
+            .expect("task")
+            .expect("answered once released");
+    }
+    node.request::<bool, ()>(a, false, T)
+        .await
+        .expect("places freed by answered requests");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_that_timed_out_gives_its_place_back() {
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let release_rx = Arc::new(std::sync::Mutex::new(release_rx));
+    let mut registry = Registry::new();
+    registry.register(Registration::spot("stuck", move |_| Stuck {
+        started: started_tx.clone(),
+        release: release_rx.clone(),
+    }));
+    let mut config = NodeConfig::new(NodeId::new("n1").expect("id"));
+    config.max_requests_in_flight = 1;
+    let node = Node::start(config, registry).await.expect("node starts");
+    let (a, b) = (spot("a"), spot("b"));
+    node.create_spot("stuck", &a).await.expect("created");
+    node.create_spot("stuck", &b).await.expect("created");
+
+    let timed_out = node
+        .request::<bool, ()>(a, true, Duration::from_millis(50))
+        .await;
+    assert!(matches!(timed_out, Err(MessageError::Timeout { .. })));
+    tokio::task::block_in_place(|| started.recv_timeout(T)).expect("handler started");
+
+    node.request::<bool, ()>(b, false, T)
+        .await
+        .expect("the timed-out request no longer holds the only place");
+    release.send(()).expect("release a");
+    node.shutdown().await;
+}

@@ -74,6 +74,10 @@ pub struct NodeConfig {
     /// or takes in a move. A bigger unit stays where it runs, and an offer over it is refused
     /// before any of it is buffered.
     pub max_state: u64,
+    /// How many requests this node's callers (and its units' workers) may have waiting for
+    /// replies at once; a request past it fails at once with `TooManyRequests`, so a stuck unit
+    /// cannot make its callers pile up without bound.
+    pub max_requests_in_flight: usize,
 }
 
 impl NodeConfig {
@@ -91,6 +95,7 @@ impl NodeConfig {
             recover_units: true,
             recovery_sweep: Duration::from_secs(10),
             max_state: DEFAULT_MAX_STATE,
+            max_requests_in_flight: 100_000,
             sessions: None,
         }
     }
@@ -133,6 +138,7 @@ impl fmt::Debug for NodeConfig {
             .field("recover_units", &self.recover_units)
             .field("recovery_sweep", &self.recovery_sweep)
             .field("max_state", &self.max_state)
+            .field("max_requests_in_flight", &self.max_requests_in_flight)
             .field("sessions", &self.sessions.as_ref().map(|s| s.listen))
             .finish_non_exhaustive()
     }

@@ -138,7 +138,7 @@ pub(crate) struct NodeCore {
     config: NodeConfig,
     factories: HashMap<Arc<str>, Arc<dyn AnyFactory>>,
     pub(crate) directory: Directory,
-    pub(crate) replies: Replies,
+    pub(crate) replies: Arc<Replies>,
     state: AtomicU8,
     state_tx: tokio::sync::watch::Sender<NodeState>,
     /// Recovery events, for whoever follows them.
@@ -225,11 +225,12 @@ impl Node {
             Some(settings) => Some(crate::session::hub::Hub::bind(settings)?),
             None => None,
         };
+        let replies = Arc::new(Replies::new(config.max_requests_in_flight));
         let core = NodeCore {
             config,
             factories: registry.factories,
             directory: Directory::new(),
-            replies: Replies::new(),
+            replies,
             state: AtomicU8::new(NodeState::Preparing as u8),
             state_tx: tokio::sync::watch::Sender::new(NodeState::Preparing),
             recovery: tokio::sync::broadcast::Sender::new(1024),
@@ -700,22 +701,22 @@ impl Node {
     ) -> Result<R, MessageError> {
         let target = to.into();
         let id = target.id.clone();
-        let (request, answer) = self.core.replies.open();
+        let mut waiting =
+            self.core
+                .replies
+                .open()
+                .ok_or_else(|| MessageError::TooManyRequests {
+                    limit: self.core.replies.limit(),
+                })?;
         let reply = ReplyTo {
             node: self.id().clone(),
-            request,
+            request: waiting.request,
         };
-        if let Err(error) = self.send::<M>(target, msg, Some(reply)) {
-            self.core.replies.forget(request);
-            return Err(error);
-        }
-        let reply = match tokio::time::timeout(timeout, answer).await {
+        self.send::<M>(target, msg, Some(reply))?;
+        let reply = match tokio::time::timeout(timeout, &mut waiting.answer).await {
             Ok(Ok(terminal)) => terminal?,
             Ok(Err(_)) => return Err(MessageError::UnitStopped { id }),
-            Err(_) => {
-                self.core.replies.forget(request);
-                return Err(MessageError::Timeout { id, after: timeout });
-            }
+            Err(_) => return Err(MessageError::Timeout { id, after: timeout }),
         };
         reply.take::<R>().map_err(|_| MessageError::WrongReplyType {
             id,
@@ -831,26 +832,24 @@ impl Node {
 
     /// Asks another node to do something and waits for its typed answer.
     pub(crate) async fn call<A: Message>(&self, to: &NodeId, call: Call) -> Result<A, UnitError> {
-        let (request, answer) = self.core.replies.open();
-        if let Err(error) = self.mesh_send(to, Frame::Call { request, call }) {
-            self.core.replies.forget(request);
-            return Err(UnitError::Unavailable {
-                what: format!("asking node {to}"),
-                reason: error.to_string(),
-            });
-        }
         let failed = |reason: String| UnitError::Unavailable {
             what: format!("asking node {to}"),
             reason,
         };
-        match tokio::time::timeout(CALL_TIMEOUT, answer).await {
+        let Some(mut waiting) = self.core.replies.open() else {
+            return Err(failed(format!(
+                "{} requests are already waiting for replies on this node",
+                self.core.replies.limit()
+            )));
+        };
+        let request = waiting.request;
+        self.mesh_send(to, Frame::Call { request, call })
+            .map_err(|error| failed(error.to_string()))?;
+        match tokio::time::timeout(CALL_TIMEOUT, &mut waiting.answer).await {
             Ok(Ok(Ok(payload))) => payload.take::<A>().map_err(failed),
             Ok(Ok(Err(error))) => Err(failed(error.to_string())),
             Ok(Err(_)) => Err(failed("the call was dropped".to_owned())),
-            Err(_) => {
-                self.core.replies.forget(request);
-                Err(failed(format!("no answer within {CALL_TIMEOUT:?}")))
-            }
+            Err(_) => Err(failed(format!("no answer within {CALL_TIMEOUT:?}"))),
         }
     }
 

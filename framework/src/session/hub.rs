@@ -268,32 +268,40 @@ impl Hub {
 
     /// Sends a bind to the Actor, as a request so that a missing Actor is answered too.
     fn request_bind(&self, node: &Node, session: SessionId, actor: ActorId, epoch: u32) {
-        let (request, answer) = node.core.replies.open();
-        let reply = ReplyTo {
-            node: node.id().clone(),
-            request,
-        };
-        let op = SessionOp::Bind(SessionRef {
-            gateway: node.id().clone(),
-            session,
-            epoch,
-        });
-        node.send_encoded(
-            UnitId::Actor(actor.clone()),
-            Payload::Session(op),
-            Some(reply),
-            None,
-        );
+        let waiting = node.core.replies.open();
+        if let Some(waiting) = &waiting {
+            let reply = ReplyTo {
+                node: node.id().clone(),
+                request: waiting.request,
+            };
+            let op = SessionOp::Bind(SessionRef {
+                gateway: node.id().clone(),
+                session,
+                epoch,
+            });
+            node.send_encoded(
+                UnitId::Actor(actor.clone()),
+                Payload::Session(op),
+                Some(reply),
+                None,
+            );
+        }
         let node = node.clone();
+        // The verdict is fed from a task: this runs under the session's lock.
         tokio::spawn(async move {
             // Success arrives as a `Bound` frame ahead of this reply; only failures matter here.
-            let failed = match tokio::time::timeout(BIND_TIMEOUT, answer).await {
-                Ok(Ok(Ok(_))) => return,
-                Ok(Ok(Err(error))) => error.to_string(),
-                Ok(Err(_)) => "the bind was dropped".to_owned(),
-                Err(_) => {
-                    node.core.replies.forget(request);
-                    format!("the Actor did not answer within {BIND_TIMEOUT:?}")
+            let failed = match waiting {
+                None => format!(
+                    "{} requests are already waiting for replies on the gateway",
+                    node.core.replies.limit()
+                ),
+                Some(mut waiting) => {
+                    match tokio::time::timeout(BIND_TIMEOUT, &mut waiting.answer).await {
+                        Ok(Ok(Ok(_))) => return,
+                        Ok(Ok(Err(error))) => error.to_string(),
+                        Ok(Err(_)) => "the bind was dropped".to_owned(),
+                        Err(_) => format!("the Actor did not answer within {BIND_TIMEOUT:?}"),
+                    }
                 }
             };
             if let Some(hub) = node.core.sessions.as_ref() {
