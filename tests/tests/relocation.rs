@@ -731,3 +731,37 @@ async fn an_offer_over_the_targets_max_state_is_refused_and_the_unit_stays() {
     assert_eq!(get(&n1, r).await.log.len(), 2, "keeps running on n1");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_moves_report_accounts_for_its_pause_phase_by_phase() {
+    let cluster = Cluster::start(2, registry).await;
+    let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let r = spot("timed");
+    n1.create_spot_on(n1.id(), "room", &r)
+        .await
+        .expect("created");
+    fill(n1, &r, 4096).await;
+
+    let report = n1
+        .move_unit(&UnitId::Spot(r.clone()), Some(n2.id().clone()))
+        .await
+        .expect("move ran");
+
+    assert_eq!(report.end, MoveEnd::Moved);
+    let pause = report.pause.expect("a moved unit has a pause");
+    let p = report.phases;
+    // What the target measured reached the source's report.
+    assert!(p.restore > Duration::ZERO, "{p:?}");
+    assert!(p.commit > Duration::ZERO, "{p:?}");
+    assert!(
+        p.capture > Duration::ZERO && p.encode > Duration::ZERO,
+        "{p:?}"
+    );
+    // The pause phases are disjoint parts of the pause.
+    let within: Duration = p.named()[1..].iter().map(|(_, d)| *d).sum();
+    assert!(
+        within <= pause,
+        "phases {within:?} exceed the pause {pause:?}: {p:?}"
+    );
+    cluster.shutdown().await;
+}

@@ -10,9 +10,9 @@ use crate::mesh::NodeTls;
 use crate::session::SessionSettings;
 use crate::store::{LocationStore, MemoryStore};
 
-/// The default [`NodeConfig::max_state`]: 64 MiB, far above a game room's state and small enough
+/// The default [`NodeConfig::max_state`]: 128 MiB, far above a game room's state and small enough
 /// that a hostile offer cannot make a node buffer gigabytes.
-pub const DEFAULT_MAX_STATE: u64 = 64 * 1024 * 1024;
+pub const DEFAULT_MAX_STATE: u64 = 128 * 1024 * 1024;
 
 /// How a node joins the mesh.
 #[derive(Debug, Clone)]

@@ -1,5 +1,7 @@
 //! What the source and the target of a move say to each other, on the ordered mesh stream.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
@@ -32,8 +34,12 @@ pub(crate) enum RelocFrame {
         index: u32,
         bytes: Bytes,
     },
-    /// Target → source: restored into a queue that does not run yet; relay may start.
-    RelayReady { rel: RelocationId },
+    /// Target → source: restored into a queue that does not run yet; relay may start. With how
+    /// long the restore took there.
+    RelayReady {
+        rel: RelocationId,
+        restore: Duration,
+    },
     /// Target → source: the unit was refused.
     Refused { rel: RelocationId, reason: String },
     /// Source → target: relay records sent again follow; drop the ones before.
@@ -46,8 +52,8 @@ pub(crate) enum RelocFrame {
         count: u32,
         crc: u32,
     },
-    /// Target → source: recorded as owner and open.
-    Committed { rel: RelocationId },
+    /// Target → source: recorded as owner and open. With how long the store commit took there.
+    Committed { rel: RelocationId, commit: Duration },
     /// Target → source: gave up before committing.
     Aborted { rel: RelocationId, reason: String },
 }

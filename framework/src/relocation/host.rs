@@ -122,7 +122,7 @@ pub enum RelocationEvent {
         units: usize,
     },
     /// A unit moved.
-    UnitMoved(MoveReport),
+    UnitMoved(Box<MoveReport>),
     /// A unit did not move.
     UnitFailed {
         /// The unit.
@@ -374,7 +374,7 @@ impl Node {
                     s.moved += 1;
                     s.bytes += bytes;
                 });
-                self.emit(RelocationEvent::UnitMoved(report));
+                self.emit(RelocationEvent::UnitMoved(Box::new(report)));
             }
             MoveEnd::ForceStopped => {
                 self.publish_status(|s| s.failed += 1);

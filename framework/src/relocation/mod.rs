@@ -11,6 +11,7 @@
 pub mod capture;
 pub(crate) mod frames;
 mod host;
+mod phases;
 pub mod protocol;
 mod source;
 mod target;
@@ -19,6 +20,7 @@ pub(crate) use host::HostOp;
 pub use host::{
     BlockedReason, HostStatus, RelocateMode, RelocateOptions, RelocateOutcome, RelocationEvent,
 };
+pub use phases::MovePhases;
 pub use source::{MoveError, MoveReport};
 pub(crate) use target::Moves;
 

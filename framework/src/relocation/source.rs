@@ -13,7 +13,9 @@ use tracing::Instrument;
 use super::RelocationId;
 use super::capture::{Capture, QueuedOp, relay_digest};
 use super::frames::{RecordAt, RelocFrame};
+use super::phases::{MovePhases, TargetPhases};
 use super::protocol::{MoveEnd, SessionsTo, SourceAction, SourceEvent, SourceMachine};
+use super::target::Outgoing;
 use crate::cluster::authority::{Stage, unit_key};
 use crate::cluster::frames::Frame;
 use crate::ids::{ActorId, NodeId, UnitId};
@@ -84,6 +86,8 @@ pub struct MoveReport {
     pub interruption: Option<Duration>,
     /// From the seal until the source heard the target opened it, if it did.
     pub pause: Option<Duration>,
+    /// Where the time went, phase by phase.
+    pub phases: MovePhases,
 }
 
 impl Node {
@@ -184,11 +188,11 @@ impl Node {
         budget: Option<Arc<Semaphore>>,
     ) -> MoveReport {
         let (events_tx, mut events) = mpsc::unbounded_channel();
-        self.core
-            .moves
-            .outgoing
-            .lock()
-            .insert(rel, events_tx.clone());
+        let outgoing = Outgoing {
+            events: events_tx.clone(),
+            target: TargetPhases::default(),
+        };
+        self.core.moves.outgoing.lock().insert(rel, outgoing);
         let lane = self.core.directory.get(id).map(|e| e.lane);
         let mut run = SourceRun {
             node: self.clone(),
@@ -205,19 +209,30 @@ impl Node {
             records: Vec::new(),
             relayed: Vec::new(),
             bytes: 0,
+            phases: MovePhases::default(),
             sealed_at: None,
+            offered_at: None,
+            ready_at: None,
             cut_at: None,
             committed_at: None,
         };
         run.go(&mut events, deadline).await;
-        self.core.moves.outgoing.lock().remove(&rel);
+        let reported = self
+            .core
+            .moves
+            .outgoing
+            .lock()
+            .remove(&rel)
+            .map(|o| o.target)
+            .unwrap_or_default();
+        let phases = run.phases(reported);
         let end = run
             .machine
             .end()
             .cloned()
             .unwrap_or_else(|| MoveEnd::NotSealed("the move did not finish".into()));
         tracing::info!(?end, bytes = run.bytes, "move ended");
-        record_metrics(&end, run.bytes, run.sealed_at, run.cut_at);
+        record_metrics(&end, run.bytes, run.sealed_at, run.cut_at, &phases);
         let elapsed = |t: Option<Instant>| match (run.sealed_at, t) {
             (Some(s), Some(t)) => Some(t.duration_since(s)),
             _ => None,
@@ -231,16 +246,28 @@ impl Node {
             bytes: run.bytes,
             interruption: elapsed(run.cut_at),
             pause: elapsed(run.committed_at),
+            phases,
         }
     }
 }
 
-/// The per-move metrics: units moved and failed, bytes moved, and the S0 -> S1 interruption.
-fn record_metrics(end: &MoveEnd, bytes: u64, sealed: Option<Instant>, cut: Option<Instant>) {
+/// The per-move metrics: units moved and failed, bytes moved, the S0 -> S1 interruption, and the
+/// phases of each move that got through.
+fn record_metrics(
+    end: &MoveEnd,
+    bytes: u64,
+    sealed: Option<Instant>,
+    cut: Option<Instant>,
+    phases: &MovePhases,
+) {
     match end {
         MoveEnd::Moved => {
             metrics::counter!("ferry_relocation_units_moved_total").increment(1);
             metrics::counter!("ferry_relocation_bytes_total").increment(bytes);
+            for (phase, took) in phases.named() {
+                metrics::histogram!("ferry_relocation_phase_seconds", "phase" => phase)
+                    .record(took.as_secs_f64());
+            }
         }
         _ => metrics::counter!("ferry_relocation_units_failed_total").increment(1),
     }
@@ -270,12 +297,35 @@ struct SourceRun {
     records: Vec<RecordAt>,
     relayed: Vec<QueuedOp>,
     bytes: u64,
+    /// The phases the source measures itself.
+    phases: MovePhases,
     sealed_at: Option<Instant>,
+    /// When the offer went out, and when the target answered it was ready for the relay.
+    offered_at: Option<Instant>,
+    ready_at: Option<Instant>,
     cut_at: Option<Instant>,
     committed_at: Option<Instant>,
 }
 
 impl SourceRun {
+    /// The source's phases with the target's, the round trips less what the target spent in them.
+    fn phases(&self, target: TargetPhases) -> MovePhases {
+        let between = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
+            (Some(a), Some(b)) => b.saturating_duration_since(a),
+            _ => Duration::ZERO,
+        };
+        let reached =
+            |end: Option<Instant>, d: Duration| if end.is_some() { d } else { Duration::ZERO };
+        MovePhases {
+            transfer: between(self.offered_at, self.ready_at).saturating_sub(target.restore),
+            restore: reached(self.ready_at, target.restore),
+            handover: between(self.ready_at, self.cut_at),
+            commit: reached(self.committed_at, target.commit),
+            commit_wait: between(self.cut_at, self.committed_at).saturating_sub(target.commit),
+            ..self.phases
+        }
+    }
+
     fn lane(&self, control: Control) -> bool {
         self.lane
             .as_ref()
@@ -416,6 +466,7 @@ impl SourceRun {
 
     /// Seals the lane at its next turn boundary and waits for the capture.
     async fn seal_unit(&mut self, deadline: Instant) -> SourceEvent {
+        let asked = Instant::now();
         let (done, sealed) = oneshot::channel();
         if !self.lane(Control::Seal {
             rel: self.rel,
@@ -427,6 +478,8 @@ impl SourceRun {
             Ok(Ok(Ok((capture, sealed_at)))) => {
                 // The pause counts from the seal at the lane, its capture and encoding included.
                 self.sealed_at = Some(sealed_at);
+                self.phases.seal_wait = sealed_at.saturating_duration_since(asked);
+                self.phases.capture = sealed_at.elapsed();
                 capture
             }
             Ok(Ok(Err(why))) => return SourceEvent::SealRefused(why),
@@ -454,6 +507,7 @@ impl SourceRun {
 
     /// Reads the records of every cell, then sends the manifest and the chunks.
     async fn send_capture(&mut self, capture: &Capture) -> Result<(), String> {
+        let reading = Instant::now();
         let mut records = Vec::with_capacity(capture.cells.len());
         for cell in &capture.cells {
             let key = unit_key(&cell.id);
@@ -481,7 +535,10 @@ impl SourceRun {
             });
         }
         self.records = records.clone();
+        let encoding = Instant::now();
+        self.phases.store_read = encoding.duration_since(reading);
         let (manifest, chunks) = capture.pack().map_err(|e| e.to_string())?;
+        self.phases.encode = encoding.elapsed();
         self.bytes = manifest.len;
         let max = self.node.config().max_state;
         if manifest.len > max {
@@ -497,6 +554,7 @@ impl SourceRun {
                 .clamp(1, super::host::BUDGET_KIB);
             self.permit = budget.acquire_many_owned(kib).await.ok();
         }
+        self.offered_at = Some(Instant::now());
         let offer = RelocFrame::Offer {
             rel: self.rel,
             unit: self.id.clone(),
@@ -524,8 +582,10 @@ impl SourceRun {
     async fn feed(&mut self, event: SourceEvent, deadline: Instant) {
         let mut pending = vec![event];
         while let Some(event) = pending.pop() {
-            if event == SourceEvent::Committed {
-                self.committed_at = Some(Instant::now());
+            match event {
+                SourceEvent::RelayReady => self.ready_at = Some(Instant::now()),
+                SourceEvent::Committed => self.committed_at = Some(Instant::now()),
+                _ => {}
             }
             for action in self.machine.on(event) {
                 if let Some(next) = self.act(action, deadline).await {

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use super::RelocationId;
 use super::capture::{Assembly, QueuedOp, relay_digest};
 use super::frames::{RecordAt, RelocFrame};
+use super::phases::TargetPhases;
 use super::protocol::{SourceEvent, TargetAction, TargetEvent, TargetMachine};
 use crate::cluster::authority::{Stage, UnitRecord, unit_key};
 use crate::cluster::frames::Frame;
@@ -26,9 +27,17 @@ const SILENCE: Duration = Duration::from_secs(30);
 #[derive(Default)]
 pub(crate) struct Moves {
     /// Moves from this node: where the target's answers go.
-    pub outgoing: Mutex<HashMap<RelocationId, mpsc::UnboundedSender<SourceEvent>>>,
+    pub outgoing: Mutex<HashMap<RelocationId, Outgoing>>,
     /// Moves to this node: the staged units.
     incoming: Mutex<HashMap<RelocationId, Staging>>,
+}
+
+/// A move from this node, as the target's answers reach it.
+pub(crate) struct Outgoing {
+    /// The move's events.
+    pub events: mpsc::UnboundedSender<SourceEvent>,
+    /// What the target reported of its phases so far.
+    pub target: TargetPhases,
 }
 
 struct Staging {
@@ -38,6 +47,10 @@ struct Staging {
     assembly: Option<Assembly>,
     machine: TargetMachine,
     lane: Option<Arc<LaneTx>>,
+    /// How long the restore took, for the source's report.
+    restored_in: Duration,
+    /// How long the store commit took.
+    committed_in: Duration,
     relay: Vec<QueuedOp>,
     /// The relay record being fed to the machine.
     arriving: Option<QueuedOp>,
@@ -48,7 +61,12 @@ impl Node {
     pub(crate) fn on_reloc(&self, from: NodeId, frame: RelocFrame) {
         let to_source = |rel: RelocationId, event: SourceEvent| {
             if let Some(waiting) = self.core.moves.outgoing.lock().get(&rel) {
-                let _ = waiting.send(event);
+                let _ = waiting.events.send(event);
+            }
+        };
+        let reported = |rel: RelocationId, note: &dyn Fn(&mut TargetPhases)| {
+            if let Some(waiting) = self.core.moves.outgoing.lock().get_mut(&rel) {
+                note(&mut waiting.target);
             }
         };
         match frame {
@@ -80,6 +98,8 @@ impl Node {
                     assembly: Some(Assembly::new(manifest)),
                     machine: TargetMachine::new(),
                     lane: None,
+                    restored_in: Duration::ZERO,
+                    committed_in: Duration::ZERO,
                     relay: Vec::new(),
                     arriving: None,
                 };
@@ -108,9 +128,15 @@ impl Node {
                     .is_some_and(|s| relay_digest(&s.relay) == (count, crc));
                 self.target_event(rel, TargetEvent::Cutover { matches });
             }
-            RelocFrame::RelayReady { rel } => to_source(rel, SourceEvent::RelayReady),
+            RelocFrame::RelayReady { rel, restore } => {
+                reported(rel, &|t| t.restore = restore);
+                to_source(rel, SourceEvent::RelayReady);
+            }
             RelocFrame::Refused { rel, reason } => to_source(rel, SourceEvent::Refused(reason)),
-            RelocFrame::Committed { rel } => to_source(rel, SourceEvent::Committed),
+            RelocFrame::Committed { rel, commit } => {
+                reported(rel, &|t| t.commit = commit);
+                to_source(rel, SourceEvent::Committed);
+            }
             RelocFrame::Aborted { rel, reason } => to_source(rel, SourceEvent::Aborted(reason)),
         }
     }
@@ -142,10 +168,12 @@ impl Node {
         // mesh's inbound task, so frames of other moves keep flowing.
         let node = self.clone();
         tokio::task::spawn_blocking(move || {
+            let started = tokio::time::Instant::now();
             let event = match Lane::restore(&node, capture) {
                 Ok(lane) => {
                     if let Some(staging) = node.core.moves.incoming.lock().get_mut(&rel) {
                         staging.lane = Some(lane);
+                        staging.restored_in = started.elapsed();
                     }
                     TargetEvent::Restored
                 }
@@ -168,9 +196,15 @@ impl Node {
                 }
             };
             match action {
-                TargetAction::SendRelayReady => reply(RelocFrame::RelayReady { rel }),
+                TargetAction::SendRelayReady => reply(RelocFrame::RelayReady {
+                    rel,
+                    restore: staging.restored_in,
+                }),
                 TargetAction::SendRefused(reason) => reply(RelocFrame::Refused { rel, reason }),
-                TargetAction::SendCommitted => reply(RelocFrame::Committed { rel }),
+                TargetAction::SendCommitted => reply(RelocFrame::Committed {
+                    rel,
+                    commit: staging.committed_in,
+                }),
                 TargetAction::SendAborted(reason) => reply(RelocFrame::Aborted { rel, reason }),
                 TargetAction::KeepRelay => staging.relay.extend(staging.arriving.take()),
                 TargetAction::ClearRelay => staging.relay.clear(),
@@ -232,7 +266,12 @@ impl Node {
     /// Writes this node as owner of every record, conditional on each being as the source read it.
     async fn commit(self, rel: RelocationId, records: Vec<RecordAt>) {
         let (conditions, ops) = self.owned_here(&records);
-        let event = match self.store().batch(conditions, ops).await {
+        let started = tokio::time::Instant::now();
+        let outcome = self.store().batch(conditions, ops).await;
+        if let Some(staging) = self.core.moves.incoming.lock().get_mut(&rel) {
+            staging.committed_in = started.elapsed();
+        }
+        let event = match outcome {
             Ok(BatchOutcome::Committed { .. }) => TargetEvent::CommitWon,
             Ok(BatchOutcome::Conflict { .. }) => TargetEvent::CommitLost,
             Err(error) => {

@@ -430,7 +430,7 @@ impl Node {
         match frame {
             SessionFrame::SealAck { rel } => {
                 if let Some(waiting) = self.core.moves.outgoing.lock().get(&rel) {
-                    let _ = waiting.send(SourceEvent::GatewaySealed(from));
+                    let _ = waiting.events.send(SourceEvent::GatewaySealed(from));
                 }
             }
             SessionFrame::Seal { rel, actors } => {
