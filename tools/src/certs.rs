@@ -74,7 +74,9 @@ pub enum CertsError {
     #[error(transparent)]
     Tls(#[from] TlsError),
     /// The gateway certificate could not be made.
-    #[error("could not make the gateway certificate for {names:?}: {source}; pass DNS names such as --gateway localhost")]
+    #[error(
+        "could not make the gateway certificate for {names:?}: {source}; pass DNS names such as --gateway localhost"
+    )]
     Gateway {
         /// The names asked for.
         names: Vec<String>,

@@ -543,7 +543,10 @@ mod tests {
         assert_eq!(s.store, StoreChoice::Memory);
         assert_eq!(s.certs, Path::new("/etc/ferry/certs"));
         assert!(s.seeds.is_empty());
-        assert_eq!(s.admin.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:0"));
+        assert_eq!(
+            s.admin.map(|a| a.to_string()).as_deref(),
+            Some("127.0.0.1:0")
+        );
         assert_eq!(s.sessions, None);
     }
 
@@ -590,7 +593,10 @@ mod tests {
         assert_eq!(s.recovery_sweep, Duration::from_millis(2000));
         let seeds: Vec<String> = s.seeds.iter().map(|(n, a)| format!("{n}={a}")).collect();
         assert_eq!(seeds, ["p2=10.0.0.12:7000", "p@3=10.0.0.13:7000"]);
-        assert_eq!(s.admin.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:7100"));
+        assert_eq!(
+            s.admin.map(|a| a.to_string()).as_deref(),
+            Some("127.0.0.1:7100")
+        );
         assert_eq!(
             s.sessions,
             Some(GatewayFiles {
@@ -636,15 +642,24 @@ mod tests {
         let e = parse_err("id = \"a\"\ncerts = \"c\"\nrefresh_ms = 0\n");
         assert!(e.contains("bad `refresh_ms`"), "{e}");
         let e = parse_err("id = \"a\"\ncerts = \"c\"\nseeds = [\"10.0.0.1:7000\"]\n");
-        assert!(e.contains("bad `seeds`") && e.contains("<node-id>@<ip>:<port>"), "{e}");
+        assert!(
+            e.contains("bad `seeds`") && e.contains("<node-id>@<ip>:<port>"),
+            "{e}"
+        );
         let e = parse_err("id = \"a\"\ncerts = \"c\"\nseeds = [\"p2@host\"]\n");
         assert!(e.contains("bad `seeds`") && e.contains("no ip:port"), "{e}");
         let e = parse_err("id = \"a\"\ncerts = \"c\"\nadmin = \"localhost\"\n");
         assert!(e.contains("bad `admin`") && e.contains("\"off\""), "{e}");
         let e = parse_err("id = \"a\"\ncerts = \"c\"\nsessions_listen = \"127.0.0.1:0\"\n");
-        assert!(e.contains("bad `sessions_cert`") && e.contains("required"), "{e}");
+        assert!(
+            e.contains("bad `sessions_cert`") && e.contains("required"),
+            "{e}"
+        );
         let e = parse_err("id = \"a\"\ncerts = \"c\"\nsessions_tokens = \"t.txt\"\n");
-        assert!(e.contains("bad `sessions_tokens`") && e.contains("\"off\""), "{e}");
+        assert!(
+            e.contains("bad `sessions_tokens`") && e.contains("\"off\""),
+            "{e}"
+        );
     }
 
     const GUIDE: &str = include_str!("../../docs/configuration.md");

@@ -48,7 +48,9 @@ pub enum DrainError {
     #[error(transparent)]
     Client(#[from] ClientError),
     /// The drain ended with units left on the node.
-    #[error("the drain of {addr} was blocked ({reason:?}): {stayed} units stayed on the node and run there again; {advice}")]
+    #[error(
+        "the drain of {addr} was blocked ({reason:?}): {stayed} units stayed on the node and run there again; {advice}"
+    )]
     Blocked {
         /// The node's admin address.
         addr: String,
@@ -60,7 +62,9 @@ pub enum DrainError {
         advice: &'static str,
     },
     /// The deadline passed with units past the point of no return.
-    #[error("the drain of {addr} hit its deadline: {lost} units were force-stopped and run nowhere until recovery rebuilds them from their records, and {stayed} stayed on the node; drain again with a longer --deadline")]
+    #[error(
+        "the drain of {addr} hit its deadline: {lost} units were force-stopped and run nowhere until recovery rebuilds them from their records, and {stayed} stayed on the node; drain again with a longer --deadline"
+    )]
     ForceStopped {
         /// The node's admin address.
         addr: String,
@@ -192,7 +196,11 @@ impl Display {
             Display::Bar(bar) => {
                 bar.set_length(progress.total as u64);
                 bar.set_position(progress.moved as u64);
-                bar.set_message(format!("{} failed, {}", progress.failed, bytes(progress.bytes)));
+                bar.set_message(format!(
+                    "{} failed, {}",
+                    progress.failed,
+                    bytes(progress.bytes)
+                ));
             }
             Display::Lines { prefix, last } => {
                 if *last != Some(progress) {
@@ -255,7 +263,15 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        for bad in ["30", "s", "30h", "-1s", "0s", "1441m", "99999999999999999999s"] {
+        for bad in [
+            "30",
+            "s",
+            "30h",
+            "-1s",
+            "0s",
+            "1441m",
+            "99999999999999999999s",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad} accepted");
         }
     }

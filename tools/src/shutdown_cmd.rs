@@ -7,7 +7,9 @@ use clap::Args;
 
 use crate::admin::wire::{ShutdownRequest, millis};
 use crate::admin::{AdminClient, ClientError};
-use crate::drain_cmd::{DrainError, EXIT_BLOCKED, EXIT_FORCE_STOPPED, parse_duration, with_progress};
+use crate::drain_cmd::{
+    DrainError, EXIT_BLOCKED, EXIT_FORCE_STOPPED, parse_duration, with_progress,
+};
 
 /// The exit codes, for `--help`.
 const EXIT_CODES: &str = "Exit codes: 0 every unit moved and the node stopped cleanly; 1 the \
@@ -59,9 +61,7 @@ impl ShutdownError {
     pub fn exit_code(&self) -> u8 {
         match self {
             ShutdownError::Client(_) => 1,
-            ShutdownError::Drain { drain, .. } if drain.exit_code() == EXIT_BLOCKED => {
-                EXIT_BLOCKED
-            }
+            ShutdownError::Drain { drain, .. } if drain.exit_code() == EXIT_BLOCKED => EXIT_BLOCKED,
             ShutdownError::Drain { .. } | ShutdownError::Unclean { .. } => EXIT_FORCE_STOPPED,
         }
     }

@@ -77,7 +77,9 @@ fn render(s: &StatusBody) -> String {
     }
     out.push_str(&format!(
         "  last drain        {}\n",
-        s.last_drain.as_ref().map_or("none yet".to_owned(), describe)
+        s.last_drain
+            .as_ref()
+            .map_or("none yet".to_owned(), describe)
     ));
     out.push_str(&format!(
         "  safe to shut down {}\n",

@@ -9,6 +9,9 @@ pub mod client;
 pub mod server;
 pub mod wire;
 
+#[cfg(test)]
+mod tests;
+
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 pub use client::{AdminClient, ClientError};

@@ -425,7 +425,9 @@ async fn read_json<T: DeserializeOwned + Default>(body: Body, example: &str) -> 
     let bytes = axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
         Refusal::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the body is over {MAX_BODY} bytes; send a small JSON object such as {example}"),
+            format!(
+                "the body is over {MAX_BODY} bytes; send a small JSON object such as {example}"
+            ),
         )
     })?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -434,7 +436,9 @@ async fn read_json<T: DeserializeOwned + Default>(body: Body, example: &str) -> 
     serde_json::from_slice(&bytes).map_err(|e| {
         Refusal::new(
             StatusCode::BAD_REQUEST,
-            format!("the body is not the JSON this route takes ({e}); send an object such as {example}"),
+            format!(
+                "the body is not the JSON this route takes ({e}); send an object such as {example}"
+            ),
         )
     })
 }

@@ -126,9 +126,11 @@ impl RelocateRequest {
         let mode = match (self.mode, &self.version) {
             (Mode::Maintenance, None) => RelocateMode::PlannedMaintenance,
             (Mode::Maintenance, Some(_)) => {
-                return Err("`version` is only for mode \"rolling-update\"; leave it out for \
+                return Err(
+                    "`version` is only for mode \"rolling-update\"; leave it out for \
                             \"maintenance\""
-                    .to_owned());
+                        .to_owned(),
+                );
             }
             (Mode::RollingUpdate, Some(version)) if !version.trim().is_empty() => {
                 RelocateMode::RollingUpdate {
@@ -207,9 +209,7 @@ impl DrainReport {
     pub fn new(outcome: &RelocateOutcome, status: &HostStatus, elapsed: Duration) -> Self {
         let names = |units: &[ferry::UnitId]| units.iter().map(ToString::to_string).collect();
         let (kind, reason, stayed, force_stopped) = match outcome {
-            RelocateOutcome::Relocated { .. } => {
-                (Outcome::Relocated, None, Vec::new(), Vec::new())
-            }
+            RelocateOutcome::Relocated { .. } => (Outcome::Relocated, None, Vec::new(), Vec::new()),
             RelocateOutcome::Blocked { reason, stayed } => {
                 (Outcome::Blocked, Some(*reason), names(stayed), Vec::new())
             }
