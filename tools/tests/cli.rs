@@ -11,7 +11,10 @@ fn every_subcommand_has_help() {
         ("certs", &["--out", "--nodes", "--gateway", "--force"][..]),
         ("node", &["--config"][..]),
         ("status", &["<ADDR>", "--json"][..]),
-        ("drain", &["<ADDR>", "--rolling-update", "--deadline", "Exit codes: 0"][..]),
+        (
+            "drain",
+            &["<ADDR>", "--rolling-update", "--deadline", "Exit codes: 0"][..],
+        ),
         ("shutdown", &["<ADDR>", "--deadline", "Exit codes: 0"][..]),
     ] {
         let out = ferry()

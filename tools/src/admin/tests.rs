@@ -337,3 +337,74 @@ async fn a_rolling_update_waits_for_the_new_version_one_operation_at_a_time_then
     assert_eq!(admin.stopped.borrow().as_ref(), Some(&report));
     cluster.shutdown().await;
 }
+
+const RUNBOOK: &str = include_str!("../../../docs/operations.md");
+
+/// The bodies of the runbook's code blocks of one language.
+fn blocks(language: &str) -> Vec<&'static str> {
+    let fence = format!("```{language}\n");
+    let mut found = Vec::new();
+    let mut rest = RUNBOOK;
+    while let Some(start) = rest.find(&fence) {
+        let body = &rest[start + fence.len()..];
+        let end = body.find("```").expect("closed block");
+        found.push(&body[..end]);
+        rest = &body[end + 3..];
+    }
+    found
+}
+
+#[test]
+fn the_runbooks_json_is_what_the_endpoint_takes_and_answers() {
+    let examples = blocks("json");
+    assert_eq!(examples.len(), 4);
+    for example in examples {
+        let fits = serde_json::from_str::<StatusBody>(example).is_ok()
+            || serde_json::from_str::<ShutdownReport>(example).is_ok()
+            || serde_json::from_str::<super::wire::RelocateRequest>(example)
+                .is_ok_and(|r| r.options().is_ok())
+            || serde_json::from_str::<super::wire::ShutdownRequest>(example).is_ok();
+        assert!(fits, "the runbook's JSON fits no route: {example}");
+    }
+}
+
+#[test]
+fn every_metric_in_the_runbook_is_recorded() {
+    let sources = [
+        include_str!("server.rs"),
+        include_str!("../../../framework/src/relocation/source.rs"),
+        include_str!("../../../framework/src/node/lane/mod.rs"),
+    ];
+    let named: Vec<&str> = RUNBOOK
+        .split('`')
+        .filter(|word| word.starts_with("ferry_") && !word.contains(' '))
+        .collect();
+    assert!(named.len() >= 14, "{named:?}");
+    for metric in named {
+        let quoted = format!("\"{metric}\"");
+        assert!(
+            sources.iter().any(|s| s.contains(&quoted)),
+            "{metric} is in the runbook but recorded nowhere"
+        );
+    }
+}
+
+#[test]
+fn every_command_in_the_runbook_parses() {
+    use clap::Parser;
+    let mut commands = 0;
+    for block in blocks("sh") {
+        for line in block.lines().filter(|l| l.starts_with("ferry ")) {
+            let words = line
+                .split('#')
+                .next()
+                .unwrap_or_default()
+                .split_whitespace();
+            if let Err(error) = crate::Cli::try_parse_from(words) {
+                panic!("`{line}` does not parse: {error}");
+            }
+            commands += 1;
+        }
+    }
+    assert!(commands >= 6, "{commands} commands");
+}
