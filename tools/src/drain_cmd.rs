@@ -8,7 +8,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::admin::wire::{
-    DrainReport, Mode, Outcome, ProgressBody, RelocateRequest, advice, millis,
+    DrainReport, Mode, Outcome, ProgressBody, RelocateRequest, StatusBody, advice, millis,
 };
 use crate::admin::{AdminClient, ClientError};
 
@@ -154,7 +154,7 @@ pub async fn with_progress<T>(
             }
             _ = poll.tick() => {
                 // Progress is a courtesy: a status that fails to come does not stop the drain.
-                if let Ok(status) = client.status().await
+                if let Ok(status) = client.status::<StatusBody>().await
                     && status.running.is_some()
                 {
                     display.show(status.progress);

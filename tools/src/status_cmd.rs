@@ -31,10 +31,10 @@ pub enum StatusError {
 pub async fn run(args: StatusArgs) -> Result<(), StatusError> {
     let client = AdminClient::new(&args.addr)?;
     if args.json {
-        let status = client.status_json().await?;
+        let status: serde_json::Value = client.status().await?;
         println!("{}", serde_json::to_string_pretty(&status)?);
     } else {
-        print!("{}", render(&client.status().await?));
+        print!("{}", render(&client.status::<StatusBody>().await?));
     }
     Ok(())
 }

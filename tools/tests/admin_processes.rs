@@ -11,11 +11,10 @@ use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::processes::{Processes, wait_two_refreshes, within};
+use common::processes::{Processes, driver, wait_two_refreshes, within};
 use common::{TempDir, certs, one_line_failure};
-use ferry::mesh::NodeTls;
-use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
-use ferry::{MeshSettings, Node, NodeConfig, NodeId, Registry, SpotId};
+use ferry::store::LocationStore;
+use ferry::{Node, NodeId, Registry, SpotId};
 use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::redis_server::RedisServer;
 use serde_json::Value;
@@ -50,26 +49,11 @@ seeds = [{}]
     )
 }
 
-/// Starts the test's driver node: same store and CA, room for no unit, so it never takes one.
-async fn driver(redis: &RedisServer, certs_dir: &Path) -> (Node, Arc<dyn LocationStore>) {
-    let store: Arc<dyn LocationStore> = Arc::new(
-        RedisStore::connect(&redis.url(), RedisStoreConfig::new(PREFIX))
-            .await
-            .expect("redis store"),
-    );
-    let tls = NodeTls::load(certs_dir, id("driver")).expect("driver certificate");
-    let mut mesh = MeshSettings::new("127.0.0.1:0".parse().expect("addr"), tls);
-    mesh.initial_rtt = Duration::from_millis(10);
-    let mut config = NodeConfig::new(id("driver"))
-        .app_version(VERSION)
-        .store(store.clone())
-        .mesh(mesh);
-    config.capacity = 0;
-    config.refresh = Duration::from_millis(200);
+/// Starts the test's driver node, with the ping factory.
+async fn start_driver(redis: &RedisServer, certs_dir: &Path) -> (Node, Arc<dyn LocationStore>) {
     let mut registry = Registry::new();
     registry.register(ping::ping());
-    let node = Node::start(config, registry).await.expect("driver starts");
-    (node, store)
+    driver(&redis.url(), PREFIX, VERSION, certs_dir, registry).await
 }
 
 /// Waits until the driver links to every node and all of them know each other.
@@ -179,7 +163,7 @@ async fn drain_moves_every_unit_off_a_node_process_and_shutdown_stops_it() {
         admins.push(ready.admin());
     }
     let p1 = admins[0].as_str();
-    let (driver, store) = driver(&redis, &certs_dir).await;
+    let (driver, store) = start_driver(&redis, &certs_dir).await;
     let nodes = [id("p1"), id("p2"), id("p3")];
     settle(&driver, &store, &nodes).await;
 
@@ -353,7 +337,7 @@ async fn a_drain_with_nowhere_to_go_exits_3_with_the_reason() {
     std::fs::write(&config, node_config("p1", &redis.url(), &[])).expect("config");
     let mut processes = Processes::default();
     let p1 = processes.start("p1", &config, tmp.path()).await.admin();
-    let (driver, store) = driver(&redis, &certs_dir).await;
+    let (driver, store) = start_driver(&redis, &certs_dir).await;
     settle(&driver, &store, &[id("p1")]).await;
     let rooms: Vec<SpotId> = (0..2)
         .map(|i| SpotId::new(format!("stuck-{i}")).expect("id"))

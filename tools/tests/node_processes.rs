@@ -5,15 +5,13 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::processes::{Processes, wait_two_refreshes, within};
+use common::processes::{Processes, driver, wait_two_refreshes, within};
 use common::{TempDir, certs};
 use ferry::cluster::authority::{node_key, unit_key};
-use ferry::mesh::NodeTls;
 use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
-use ferry::{MeshSettings, Node, NodeConfig, NodeId, Registry, SpotId, UnitId};
+use ferry::{Node, NodeId, Registry, SpotId, UnitId};
 use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::redis_server::RedisServer;
 
@@ -95,24 +93,9 @@ async fn three_node_processes_on_redis_exchange_tells_and_requests_across_all_pa
         addrs.insert(name.to_owned(), ready.mesh);
     }
 
-    // The driver: same store and prefix, a certificate from the same CA, no room for spots.
-    let store: Arc<dyn LocationStore> = Arc::new(
-        RedisStore::connect(&redis.url(), RedisStoreConfig::new(PREFIX))
-            .await
-            .expect("redis store"),
-    );
-    let tls = NodeTls::load(&certs_dir, id("driver")).expect("driver certificate");
-    let mut mesh = MeshSettings::new("127.0.0.1:0".parse().expect("addr"), tls);
-    mesh.initial_rtt = Duration::from_millis(10);
-    let mut config = NodeConfig::new(id("driver"))
-        .app_version(VERSION)
-        .store(store.clone())
-        .mesh(mesh);
-    config.capacity = 0;
-    config.refresh = Duration::from_millis(200);
     let mut registry = Registry::new();
     registry.register(ping::ping());
-    let driver = Node::start(config, registry).await.expect("driver starts");
+    let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
 
     let mut view = Vec::new();
     for _ in 0..1_000 {

@@ -11,9 +11,7 @@ use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::wire::{
-    DrainReport, ErrorBody, RelocateRequest, ShutdownReport, ShutdownRequest, StatusBody,
-};
+use super::wire::{DrainReport, ErrorBody, RelocateRequest, ShutdownReport, ShutdownRequest};
 
 /// How long connecting may take.
 const CONNECT: Duration = Duration::from_secs(5);
@@ -115,32 +113,34 @@ impl AdminClient {
         &self.addr
     }
 
-    /// `GET /status`.
-    pub async fn status(&self) -> Result<StatusBody, ClientError> {
-        let body = self.call(Method::GET, "/status", None, QUICK).await?;
-        self.decode(&body)
-    }
-
-    /// `GET /status`, as the node sent it.
-    pub async fn status_json(&self) -> Result<serde_json::Value, ClientError> {
+    /// `GET /status`, as a [`StatusBody`] or as the JSON the node sent.
+    pub async fn status<T: DeserializeOwned>(&self) -> Result<T, ClientError> {
         let body = self.call(Method::GET, "/status", None, QUICK).await?;
         self.decode(&body)
     }
 
     /// `POST /relocate`: answers once the drain has ended.
     pub async fn relocate(&self, request: &RelocateRequest) -> Result<DrainReport, ClientError> {
-        let wait = super::wire::deadline(request.deadline_ms).unwrap_or_default() + SETTLE;
-        let body = self
-            .call(Method::POST, "/relocate", Some(json(request)), wait)
-            .await?;
-        self.decode(&body)
+        self.operate("/relocate", request, request.deadline_ms)
+            .await
     }
 
     /// `POST /shutdown`: answers once the node has stopped.
     pub async fn shutdown(&self, request: &ShutdownRequest) -> Result<ShutdownReport, ClientError> {
-        let wait = super::wire::deadline(request.deadline_ms).unwrap_or_default() + SETTLE;
+        self.operate("/shutdown", request, request.deadline_ms)
+            .await
+    }
+
+    /// A host operation, waited for until a while past its deadline.
+    async fn operate<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        request: &impl Serialize,
+        deadline_ms: Option<u64>,
+    ) -> Result<T, ClientError> {
+        let wait = super::wire::deadline(deadline_ms).unwrap_or_default() + SETTLE;
         let body = self
-            .call(Method::POST, "/shutdown", Some(json(request)), wait)
+            .call(Method::POST, path, Some(json(request)), wait)
             .await?;
         self.decode(&body)
     }

@@ -361,15 +361,7 @@ fn record_gauges(node: &Node) {
     let id = node.id().to_string();
     let host = node.watch_status().borrow().clone();
     let state = node.state();
-    for each in [
-        NodeState::Preparing,
-        NodeState::Serving,
-        NodeState::Relocating,
-        NodeState::Relocated,
-        NodeState::Draining,
-        NodeState::Stopped,
-        NodeState::Error,
-    ] {
+    for each in NodeState::ALL {
         metrics::gauge!("ferry_node_state", "node" => id.clone(), "state" => each.to_string())
             .set(f64::from(u8::from(each == state)));
     }

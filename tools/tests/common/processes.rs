@@ -8,9 +8,10 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry::NodeId;
 use ferry::cluster::authority::node_key;
-use ferry::store::LocationStore;
+use ferry::mesh::NodeTls;
+use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
+use ferry::{MeshSettings, Node, NodeConfig, NodeId, Registry};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -197,4 +198,33 @@ pub async fn wait_two_refreshes(store: &Arc<dyn LocationStore>, nodes: &[NodeId]
         }
     })
     .await;
+}
+
+/// Starts a test's driver node: it joins the processes' cluster (same redis `prefix`, a certificate
+/// `ferry certs` wrote for `driver` in `certs_dir`, the same `version`) to place units and talk to
+/// them, with room for no unit, so that it never takes one.
+pub async fn driver(
+    redis_url: &str,
+    prefix: &str,
+    version: &str,
+    certs_dir: &Path,
+    registry: Registry,
+) -> (Node, Arc<dyn LocationStore>) {
+    let store: Arc<dyn LocationStore> = Arc::new(
+        RedisStore::connect(redis_url, RedisStoreConfig::new(prefix))
+            .await
+            .expect("redis store"),
+    );
+    let id = NodeId::new("driver").expect("valid node id");
+    let tls = NodeTls::load(certs_dir, id.clone()).expect("driver certificate");
+    let mut mesh = MeshSettings::new("127.0.0.1:0".parse().expect("addr"), tls);
+    mesh.initial_rtt = Duration::from_millis(10);
+    let mut config = NodeConfig::new(id)
+        .app_version(version)
+        .store(store.clone())
+        .mesh(mesh);
+    config.capacity = 0;
+    config.refresh = Duration::from_millis(200);
+    let node = Node::start(config, registry).await.expect("driver starts");
+    (node, store)
 }
