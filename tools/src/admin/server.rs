@@ -52,6 +52,11 @@ pub enum AdminError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The bound socket could not say its address.
+    #[error(
+        "cannot read the address of the admin endpoint: {0}; set `admin` to \"off\" to run without it"
+    )]
+    Address(std::io::Error),
 }
 
 /// A running admin endpoint. Dropping it leaves the server running until the process ends; call
@@ -77,10 +82,7 @@ impl AdminServer {
         node: Node,
         metrics: PrometheusHandle,
     ) -> Result<AdminServer, AdminError> {
-        let addr = listener.local_addr().map_err(|source| AdminError::Bind {
-            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
-            source,
-        })?;
+        let addr = listener.local_addr().map_err(AdminError::Address)?;
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "the admin endpoint has no authentication and listens beyond loopback: keep it on a private network");
         }
