@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use ferry::NodeId;
-use ferry::mesh::{ClusterCa, TlsError, node_file_stem};
+use ferry::mesh::{ClusterCa, TlsError, node_file_stem, write_pem};
 
 use crate::node_ids::{BadNodeId, node_id};
 
@@ -22,6 +22,10 @@ pub struct CertsArgs {
     /// Node ids to issue certificates for, separated by commas (for example p1,p2,p3).
     #[arg(long, value_name = "IDS", value_delimiter = ',', required = true)]
     nodes: Vec<String>,
+    /// Also write gateway.pem and gateway.key: a self-signed certificate for these DNS names
+    /// (separated by commas), for nodes that accept game clients. Clients trust gateway.pem.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    gateway: Vec<String>,
     /// Replace an existing CA in DIR with a new one. Nodes whose certificates the old CA signed
     /// will no longer be trusted by, or trust, the nodes issued now.
     #[arg(long)]
@@ -69,6 +73,17 @@ pub enum CertsError {
     /// A certificate could not be made or written.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// The gateway certificate could not be made.
+    #[error(
+        "could not make the gateway certificate for {names:?}: {source}; pass DNS names such as --gateway localhost"
+    )]
+    Gateway {
+        /// The names asked for.
+        names: Vec<String>,
+        /// What rcgen said.
+        source: rcgen::Error,
+    },
+
     /// The summary could not be printed.
     #[error("could not write to stdout: {0}")]
     Stdout(#[from] std::io::Error),
@@ -139,8 +154,33 @@ pub fn run(args: CertsArgs) -> Result<(), CertsError> {
             key.display()
         )?;
     }
+    if !args.gateway.is_empty() {
+        let (pem, key) = write_gateway(&dir, &args.gateway)?;
+        writeln!(
+            out,
+            "wrote the gateway certificate {} and its key {} for {} (clients trust the certificate)",
+            pem.display(),
+            key.display(),
+            args.gateway.join(", ")
+        )?;
+    }
     out.flush()?;
     Ok(())
+}
+
+/// Writes `gateway.pem` and `gateway.key`: a fresh self-signed certificate for `names`.
+fn write_gateway(dir: &Path, names: &[String]) -> Result<(PathBuf, PathBuf), CertsError> {
+    let cert = rcgen::generate_simple_self_signed(names.to_vec()).map_err(|source| {
+        CertsError::Gateway {
+            names: names.to_vec(),
+            source,
+        }
+    })?;
+    let pem = dir.join("gateway.pem");
+    let key = dir.join("gateway.key");
+    write_pem(&pem, &cert.cert.pem(), false)?;
+    write_pem(&key, &cert.signing_key.serialize_pem(), true)?;
+    Ok((pem, key))
 }
 
 /// The certificate and key files of `node` in `dir`, as the framework names them.

@@ -29,6 +29,10 @@ pub const DEFAULT_LEASE_TTL_MS: u64 = 10_000;
 pub const DEFAULT_REFRESH_MS: u64 = 1_000;
 /// Default of `recovery_sweep_ms` (the framework's default).
 pub const DEFAULT_RECOVERY_SWEEP_MS: u64 = 10_000;
+/// Default of `admin`: loopback only, on a free port the `ready` line shows.
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:0";
+/// The value of `admin` and `sessions_listen` that turns them off.
+pub const OFF: &str = "off";
 
 /// Every key a node config may hold, in the order the documentation lists them.
 pub const KEYS: &[&str] = &[
@@ -44,6 +48,12 @@ pub const KEYS: &[&str] = &[
     "refresh_ms",
     "recover_units",
     "recovery_sweep_ms",
+    "seeds",
+    "admin",
+    "sessions_listen",
+    "sessions_cert",
+    "sessions_key",
+    "sessions_tokens",
 ];
 
 /// A node config file as written, before its values are checked.
@@ -85,6 +95,29 @@ pub struct NodeFile {
     /// How often the recovery coordinator sweeps for orphans, in milliseconds.
     #[serde(default = "default_recovery_sweep_ms")]
     pub recovery_sweep_ms: u64,
+    /// Peers to dial at start, as `"<node-id>@<ip>:<port>"`.
+    #[serde(default)]
+    pub seeds: Vec<String>,
+    /// Where the admin endpoint listens (HTTP), or `"off"`.
+    #[serde(default = "default_admin")]
+    pub admin: String,
+    /// Where game clients connect (QUIC), or `"off"`: this node is then no gateway.
+    #[serde(default = "default_off")]
+    pub sessions_listen: String,
+    /// The PEM certificate chain the gateway shows game clients.
+    pub sessions_cert: Option<PathBuf>,
+    /// The PEM private key of `sessions_cert`.
+    pub sessions_key: Option<PathBuf>,
+    /// The file of tokens game clients may connect with, one `<token> [name]` a line.
+    pub sessions_tokens: Option<PathBuf>,
+}
+
+fn default_admin() -> String {
+    DEFAULT_ADMIN.to_owned()
+}
+
+fn default_off() -> String {
+    OFF.to_owned()
 }
 
 fn default_recover_units() -> bool {
@@ -167,6 +200,26 @@ pub struct NodeSettings {
     pub recover_units: bool,
     /// The recovery coordinator's sweep period.
     pub recovery_sweep: Duration,
+    /// The peers dialled at start.
+    pub seeds: Vec<(NodeId, SocketAddr)>,
+    /// Where the admin endpoint listens, if it is on.
+    pub admin: Option<SocketAddr>,
+    /// The client gateway, if this node is one.
+    pub sessions: Option<GatewayFiles>,
+}
+
+/// Where a gateway node listens for game clients, and the files it reads for them. Relative paths
+/// are already resolved against the config file's directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayFiles {
+    /// Where the client listener binds.
+    pub listen: SocketAddr,
+    /// The certificate chain shown to clients.
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+    /// The tokens file.
+    pub tokens: PathBuf,
 }
 
 /// Why a node config could not be used. Each names the file, the problem and the fix.
@@ -294,6 +347,13 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
             "it is empty; write the version your application runs, such as \"1\"".to_owned(),
         ));
     }
+    let seeds = file
+        .seeds
+        .iter()
+        .map(|seed| parse_seed(seed).map_err(|reason| invalid("seeds", reason)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let admin = optional_addr(&file.admin).map_err(|reason| invalid("admin", reason))?;
+    let sessions = gateway(base, &file).map_err(|(key, reason)| invalid(key, reason))?;
     let store = if file.store == "memory" {
         StoreChoice::Memory
     } else if file.store.starts_with("redis://") {
@@ -349,7 +409,71 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
         refresh: Duration::from_millis(file.refresh_ms),
         recover_units: file.recover_units,
         recovery_sweep: Duration::from_millis(file.recovery_sweep_ms),
+        seeds,
+        admin,
+        sessions,
     })
+}
+
+/// A seed as `<node-id>@<ip>:<port>`.
+fn parse_seed(seed: &str) -> Result<(NodeId, SocketAddr), String> {
+    let usage = "write each seed as \"<node-id>@<ip>:<port>\", such as \"p1@10.0.0.11:7000\"";
+    let Some((id, addr)) = seed.rsplit_once('@') else {
+        return Err(format!("{seed:?} has no '@'; {usage}"));
+    };
+    let id = node_id(id).map_err(|e| format!("{seed:?}: {e}; {usage}"))?;
+    let addr = addr
+        .parse()
+        .map_err(|_| format!("{seed:?} has no ip:port after '@'; {usage}"))?;
+    Ok((id, addr))
+}
+
+/// An `ip:port`, or `None` for `"off"`.
+fn optional_addr(text: &str) -> Result<Option<SocketAddr>, String> {
+    if text == OFF {
+        return Ok(None);
+    }
+    text.parse().map(Some).map_err(|_| {
+        format!("{text:?} is neither \"off\" nor an ip:port such as \"127.0.0.1:7100\"")
+    })
+}
+
+/// The gateway settings: all four `sessions_*` keys, or only an off `sessions_listen`.
+fn gateway(base: &Path, file: &NodeFile) -> Result<Option<GatewayFiles>, (&'static str, String)> {
+    let listen =
+        optional_addr(&file.sessions_listen).map_err(|reason| ("sessions_listen", reason))?;
+    let files = [
+        ("sessions_cert", &file.sessions_cert),
+        ("sessions_key", &file.sessions_key),
+        ("sessions_tokens", &file.sessions_tokens),
+    ];
+    let Some(listen) = listen else {
+        return match files.iter().find(|(_, path)| path.is_some()) {
+            Some((key, _)) => Err((
+                *key,
+                "it is set but `sessions_listen` is \"off\"; set `sessions_listen` to make \
+                 this node a gateway, or remove the key"
+                    .to_owned(),
+            )),
+            None => Ok(None),
+        };
+    };
+    let required = |(key, path): (&'static str, &Option<PathBuf>)| match path {
+        Some(path) => Ok(base.join(path)),
+        None => Err((
+            key,
+            "it is required when `sessions_listen` is set (docs/configuration.md says what it \
+             holds)"
+                .to_owned(),
+        )),
+    };
+    let [cert, key, tokens] = files;
+    Ok(Some(GatewayFiles {
+        listen,
+        cert: required(cert)?,
+        key: required(key)?,
+        tokens: required(tokens)?,
+    }))
 }
 
 /// " (line L, column C: `the line`)" of a parse error, or empty if the parser gave no place.
@@ -418,6 +542,12 @@ mod tests {
         assert_eq!(s.mesh_listen.to_string(), "127.0.0.1:0");
         assert_eq!(s.store, StoreChoice::Memory);
         assert_eq!(s.certs, Path::new("/etc/ferry/certs"));
+        assert!(s.seeds.is_empty());
+        assert_eq!(
+            s.admin.map(|a| a.to_string()).as_deref(),
+            Some("127.0.0.1:0")
+        );
+        assert_eq!(s.sessions, None);
     }
 
     /// A file that sets every key.
@@ -434,6 +564,12 @@ mod tests {
         refresh_ms = 250
         recover_units = false
         recovery_sweep_ms = 2000
+        seeds = ["p2@10.0.0.12:7000", "p@3@10.0.0.13:7000"]
+        admin = "127.0.0.1:7100"
+        sessions_listen = "0.0.0.0:7400"
+        sessions_cert = "gateway.pem"
+        sessions_key = "/secret/gateway.key"
+        sessions_tokens = "tokens.txt"
     "#;
 
     #[test]
@@ -455,6 +591,23 @@ mod tests {
         assert_eq!(s.refresh, Duration::from_millis(250));
         assert!(!s.recover_units);
         assert_eq!(s.recovery_sweep, Duration::from_millis(2000));
+        let seeds: Vec<String> = s.seeds.iter().map(|(n, a)| format!("{n}={a}")).collect();
+        assert_eq!(seeds, ["p2=10.0.0.12:7000", "p@3=10.0.0.13:7000"]);
+        assert_eq!(
+            s.admin.map(|a| a.to_string()).as_deref(),
+            Some("127.0.0.1:7100")
+        );
+        assert_eq!(
+            s.sessions,
+            Some(GatewayFiles {
+                listen: "0.0.0.0:7400".parse().expect("addr"),
+                cert: "/etc/ferry/gateway.pem".into(),
+                key: "/secret/gateway.key".into(),
+                tokens: "/etc/ferry/tokens.txt".into(),
+            })
+        );
+        let off = parse_ok("id = \"a\"\ncerts = \"c\"\nadmin = \"off\"\n");
+        assert_eq!(off.admin, None);
     }
 
     #[test]
@@ -488,6 +641,25 @@ mod tests {
         assert!(e.contains("bad `store`") && !e.contains("pw"), "{e}");
         let e = parse_err("id = \"a\"\ncerts = \"c\"\nrefresh_ms = 0\n");
         assert!(e.contains("bad `refresh_ms`"), "{e}");
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nseeds = [\"10.0.0.1:7000\"]\n");
+        assert!(
+            e.contains("bad `seeds`") && e.contains("<node-id>@<ip>:<port>"),
+            "{e}"
+        );
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nseeds = [\"p2@host\"]\n");
+        assert!(e.contains("bad `seeds`") && e.contains("no ip:port"), "{e}");
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nadmin = \"localhost\"\n");
+        assert!(e.contains("bad `admin`") && e.contains("\"off\""), "{e}");
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nsessions_listen = \"127.0.0.1:0\"\n");
+        assert!(
+            e.contains("bad `sessions_cert`") && e.contains("required"),
+            "{e}"
+        );
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nsessions_tokens = \"t.txt\"\n");
+        assert!(
+            e.contains("bad `sessions_tokens`") && e.contains("\"off\""),
+            "{e}"
+        );
     }
 
     const GUIDE: &str = include_str!("../../docs/configuration.md");
@@ -508,7 +680,8 @@ mod tests {
         // Writing each documented default explicitly changes nothing.
         let mut explicit = String::from("id = \"a\"\ncerts = \"c\"\n");
         for (key, default) in &rows {
-            if default != "required" {
+            // "required" and "none" are no values: the key has no default to write.
+            if default != "required" && default != "none" {
                 let literal = default.trim_matches('`');
                 explicit.push_str(&format!("{key} = {literal}\n"));
             }

@@ -6,12 +6,20 @@
 //! - [`certs`]: a development cluster CA and node certificates, written as files.
 //! - [`config`]: the TOML file of one node, its defaults and its checks.
 //! - [`node_cmd`]: one node process, from its config file until SIGTERM.
+//! - [`gateway`]: a node's client gateway, from its certificate and tokens files.
+//! - [`admin`]: the admin endpoint each node serves, and the client the commands below use.
+//! - [`status_cmd`], [`drain_cmd`], [`shutdown_cmd`]: what an operator does to a running node.
 
+mod admin;
 mod certs;
 mod config;
 mod demo;
+mod drain_cmd;
+mod gateway;
 mod node_cmd;
 mod node_ids;
+mod shutdown_cmd;
+mod status_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -31,6 +39,12 @@ enum Command {
     Certs(certs::CertsArgs),
     /// Run one node of a cluster, configured by a TOML file, until SIGTERM or Ctrl-C.
     Node(node_cmd::NodeArgs),
+    /// Show what a running node is doing, from its admin endpoint.
+    Status(status_cmd::StatusArgs),
+    /// Move every unit off a running node (maintenance or a rolling update).
+    Drain(drain_cmd::DrainArgs),
+    /// Drain a running node, then stop it.
+    Shutdown(shutdown_cmd::ShutdownArgs),
 }
 
 /// Why a command failed.
@@ -42,6 +56,23 @@ enum Failure {
     Certs(#[from] certs::CertsError),
     #[error(transparent)]
     Node(#[from] node_cmd::NodeError),
+    #[error(transparent)]
+    Status(#[from] status_cmd::StatusError),
+    #[error(transparent)]
+    Drain(#[from] drain_cmd::DrainError),
+    #[error(transparent)]
+    Shutdown(#[from] shutdown_cmd::ShutdownError),
+}
+
+impl Failure {
+    /// The process exit code: 1, or a command's own code for an outcome scripts tell apart.
+    fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Drain(error) => error.exit_code(),
+            Failure::Shutdown(error) => error.exit_code(),
+            _ => 1,
+        }
+    }
 }
 
 /// An error as one line: scripts and supervisors read errors line by line.
@@ -79,13 +110,16 @@ fn main() -> std::process::ExitCode {
             Command::Demo(args) => demo::run(args).await.map_err(Failure::from),
             Command::Certs(args) => certs::run(args).map_err(Failure::from),
             Command::Node(args) => node_cmd::run(args).await.map_err(Failure::from),
+            Command::Status(args) => status_cmd::run(args).await.map_err(Failure::from),
+            Command::Drain(args) => drain_cmd::run(args).await.map_err(Failure::from),
+            Command::Shutdown(args) => shutdown_cmd::run(args).await.map_err(Failure::from),
         }
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", one_line(&error.to_string()));
-            std::process::ExitCode::FAILURE
+            std::process::ExitCode::from(error.exit_code())
         }
     }
 }

@@ -1,9 +1,11 @@
 //! `ferry node`: one node process, configured by a TOML file, serving until it is told to stop.
 //!
-//! The process prints one line, `ready <node-id> mesh=<addr>`, once the node serves: supervisors
-//! and tests wait for it instead of guessing how long start-up takes. SIGTERM or Ctrl-C shut the
-//! node down cleanly (its units close and release their records, its lease is given back) and the
-//! process exits 0. A node that loses its owner lease can no longer run turns; it shuts down and
+//! The process prints one line, `ready <node-id> mesh=<addr> admin=<addr> sessions=<addr>` (the
+//! last two only when on), once the node serves: supervisors and tests wait for it instead of
+//! guessing how long start-up takes. SIGTERM or Ctrl-C shut the node down cleanly (its units close
+//! and release their records, its lease is given back) and the process exits 0. So does a
+//! `POST /shutdown` on the admin endpoint, after it drained the node; it exits non-zero if that
+//! lost anything. A node that loses its owner lease can no longer run turns; it shuts down and
 //! exits non-zero so that a supervisor restarts it with a fresh lease.
 
 use std::io::Write;
@@ -16,7 +18,9 @@ use ferry::store::{LocationStore, MemoryStore, RedisStore, RedisStoreConfig, Sto
 use ferry::{MeshSettings, Node, NodeConfig, NodeId, NodeState, Registry, StartError};
 use ferry_samples::{chat, ping};
 
+use crate::admin::{self, AdminError, AdminServer, MetricsError};
 use crate::config::{self, ConfigError, NodeSettings, StoreChoice, redact};
+use crate::gateway::{self, GatewayError};
 
 /// Which config file to run.
 #[derive(Args, Debug, Clone)]
@@ -75,6 +79,28 @@ pub enum NodeError {
     /// The ready line could not be written.
     #[error("cannot write the ready line to stdout: {0}")]
     Stdout(std::io::Error),
+    /// The client gateway's files are missing or wrong.
+    #[error(transparent)]
+    Gateway(#[from] GatewayError),
+    /// The admin endpoint could not start.
+    #[error(transparent)]
+    Admin(#[from] AdminError),
+    /// The metrics recorder could not be installed.
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    /// A shutdown asked on the admin endpoint lost something.
+    #[error(
+        "node {node} stopped, but not cleanly: the drain ended {drain:?} and the stop ended \
+         {stop:?}; the node's log names the units concerned"
+    )]
+    UncleanShutdown {
+        /// The node.
+        node: NodeId,
+        /// How its drain ended.
+        drain: admin::wire::Outcome,
+        /// How its stop ended.
+        stop: ferry::ShutdownOutcome,
+    },
     /// The node lost its owner lease and stopped running turns.
     #[error(
         "node {0} lost its owner lease and stopped running turns; it shut down so it can be \
@@ -97,6 +123,12 @@ pub fn registry() -> Registry {
 pub async fn run(args: NodeArgs) -> Result<(), NodeError> {
     let settings = config::load(&args.config)?;
     let config = node_config(&settings).await?;
+    // Bound before the node starts, so a taken port fails before the node joins the cluster.
+    let admin_listener = match settings.admin {
+        Some(addr) => Some(AdminServer::bind(addr).await?),
+        None => None,
+    };
+    let metrics = admin::install_metrics()?;
     // Installed before the node starts, so a stop request during start-up is not lost: it is
     // acted on as soon as the node serves.
     let mut stop = StopSignals::install().map_err(NodeError::Signal)?;
@@ -106,15 +138,19 @@ pub async fn run(args: NodeArgs) -> Result<(), NodeError> {
             node: settings.id.clone(),
             source,
         })?;
-    let mesh = node
-        .mesh_addr()
-        .map_or_else(|| "none".to_owned(), |addr| addr.to_string());
-    let printed = {
-        let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "ready {} mesh={mesh}", node.id()).and_then(|()| stdout.flush())
+    let admin = match admin_listener {
+        Some(listener) => match AdminServer::start(listener, node.clone(), metrics) {
+            Ok(server) => Some(server),
+            Err(error) => {
+                node.shutdown().await;
+                return Err(error.into());
+            }
+        },
+        None => None,
     };
-    if let Err(error) = printed {
+    if let Err(error) = print_ready(&node, admin.as_ref()) {
         node.shutdown().await;
+        close(admin).await;
         return Err(NodeError::Stdout(error));
     }
     let mut state = node.watch_state();
@@ -124,15 +160,57 @@ pub async fn run(args: NodeArgs) -> Result<(), NodeError> {
             std::future::pending::<()>().await;
         }
     };
+    let stopped = async {
+        match &admin {
+            Some(admin) => admin.stopped().await,
+            None => std::future::pending().await,
+        }
+    };
     let outcome = tokio::select! {
         () = stop.recv() => {
             tracing::info!(node = %node.id(), "stop requested; shutting down");
             Ok(())
         }
         () = lease_lost => Err(NodeError::LeaseLost(node.id().clone())),
+        report = stopped => match report {
+            Some(report) if !report.clean => Err(NodeError::UncleanShutdown {
+                node: node.id().clone(),
+                drain: report.drain.outcome,
+                stop: report.shutdown,
+            }),
+            _ => Ok(()),
+        },
     };
-    node.shutdown().await;
+    // A shutdown on the admin endpoint has stopped it already.
+    if node.state() != NodeState::Stopped {
+        node.shutdown().await;
+    }
+    close(admin).await;
     outcome
+}
+
+/// Prints `ready <id> mesh=<addr>`, then ` admin=<addr>` and ` sessions=<addr>` when on.
+fn print_ready(node: &Node, admin: Option<&AdminServer>) -> std::io::Result<()> {
+    let mut line = format!("ready {}", node.id());
+    let addrs = [
+        ("mesh", node.mesh_addr()),
+        ("admin", admin.map(AdminServer::local_addr)),
+        ("sessions", node.session_addr()),
+    ];
+    for (name, addr) in addrs {
+        if let Some(addr) = addr {
+            line.push_str(&format!(" {name}={addr}"));
+        }
+    }
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}")?;
+    stdout.flush()
+}
+
+async fn close(admin: Option<AdminServer>) {
+    if let Some(admin) = admin {
+        admin.close().await;
+    }
 }
 
 /// Turns checked settings into a node config: loads the certificates and connects the store.
@@ -151,10 +229,15 @@ async fn node_config(settings: &NodeSettings) -> Result<NodeConfig, NodeError> {
                 .map_err(|source| store_error(url, source))?,
         ),
     };
+    let mut mesh = MeshSettings::new(settings.mesh_listen, tls);
+    mesh.seeds = settings.seeds.clone();
     let mut config = NodeConfig::new(settings.id.clone())
         .app_version(settings.app_version.clone())
         .store(store)
-        .mesh(MeshSettings::new(settings.mesh_listen, tls));
+        .mesh(mesh);
+    if let Some(files) = &settings.sessions {
+        config = config.sessions(gateway::settings(files)?);
+    }
     config.capacity = settings.capacity;
     config.weight = settings.weight;
     config.lease_ttl = settings.lease_ttl;

@@ -8,8 +8,14 @@ use common::ferry;
 fn every_subcommand_has_help() {
     for (command, flags) in [
         ("demo", &["--rooms", "--json"][..]),
-        ("certs", &["--out", "--nodes", "--force"][..]),
+        ("certs", &["--out", "--nodes", "--gateway", "--force"][..]),
         ("node", &["--config"][..]),
+        ("status", &["<ADDR>", "--json"][..]),
+        (
+            "drain",
+            &["<ADDR>", "--rolling-update", "--deadline", "Exit codes: 0"][..],
+        ),
+        ("shutdown", &["<ADDR>", "--deadline", "Exit codes: 0"][..]),
     ] {
         let out = ferry()
             .args([command, "--help"])
@@ -29,7 +35,7 @@ fn every_subcommand_has_help() {
         .output()
         .expect("the ferry binary runs");
     let help = String::from_utf8_lossy(&out.stdout);
-    for command in ["demo", "certs", "node"] {
+    for command in ["demo", "certs", "node", "status", "drain", "shutdown"] {
         assert!(
             help.contains(command),
             "ferry --help lacks {command}: {help}"

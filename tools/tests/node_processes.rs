@@ -5,29 +5,18 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
+use common::processes::{Processes, driver, wait_two_refreshes, within};
 use common::{TempDir, certs};
 use ferry::cluster::authority::{node_key, unit_key};
-use ferry::mesh::NodeTls;
 use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
-use ferry::{MeshSettings, Node, NodeConfig, NodeId, Registry, SpotId, UnitId};
+use ferry::{Node, NodeId, Registry, SpotId, UnitId};
 use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::redis_server::RedisServer;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStdout, Command};
 
 /// How long one request may take.
 const T: Duration = Duration::from_secs(10);
-
-/// A bound on waits for events that have no timeout of their own (a ready line, a link, an exit),
-/// so that a broken build fails instead of hanging. Far above what any of them needs.
-const HANG_GUARD: Duration = Duration::from_secs(120);
 
 /// The redis key prefix of this test's cluster.
 const PREFIX: &str = "tools-processes";
@@ -35,112 +24,12 @@ const PREFIX: &str = "tools-processes";
 /// The application version every node of the test runs.
 const VERSION: &str = "7";
 
-/// Awaits `fut`, failing the test if it hangs.
-async fn within<F: Future>(what: &str, fut: F) -> F::Output {
-    match tokio::time::timeout(HANG_GUARD, fut).await {
-        Ok(out) => out,
-        Err(_) => panic!("{what}: still waiting after {HANG_GUARD:?}"),
-    }
-}
-
 fn id(text: &str) -> NodeId {
     NodeId::new(text).expect("valid node id")
 }
 
 fn spot(text: &str) -> SpotId {
     SpotId::new(text).expect("valid spot id")
-}
-
-/// One `ferry node` process.
-struct NodeProcess {
-    id: String,
-    child: Child,
-    log: PathBuf,
-    /// Its stdout, kept open after the ready line so the node never writes to a closed pipe.
-    stdout: tokio::io::Lines<BufReader<ChildStdout>>,
-}
-
-/// The node processes of a test. Dropping it (a failed test) kills those still running.
-#[derive(Default)]
-struct Processes(Vec<NodeProcess>);
-
-impl Drop for Processes {
-    fn drop(&mut self) {
-        for p in &mut self.0 {
-            // Already reaped processes refuse this; that is fine.
-            let _ = p.child.start_kill();
-        }
-    }
-}
-
-impl Processes {
-    /// Starts `ferry node --config config` and returns the mesh address from its ready line.
-    async fn start(&mut self, node: &str, config: &Path, logs: &Path) -> SocketAddr {
-        let log = logs.join(format!("{node}.log"));
-        let stderr = std::fs::File::create(&log).expect("log file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ferry"))
-            .arg("node")
-            .arg("--config")
-            .arg(config)
-            .env("RUST_LOG", "warn,ferry=info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("ferry node starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        // Owned by the guard before anything can fail, so a failure below kills it.
-        self.0.push(NodeProcess {
-            id: node.to_owned(),
-            child,
-            log: log.clone(),
-            stdout: BufReader::new(stdout).lines(),
-        });
-        let stdout = &mut self.0.last_mut().expect("just pushed").stdout;
-        let line = within(&format!("{node}'s ready line"), stdout.next_line()).await;
-        let line = line
-            .expect("stdout readable")
-            .unwrap_or_else(|| panic!("{node} exited before it was ready:\n{}", read_log(&log)));
-        let addr = line
-            .strip_prefix(&format!("ready {node} mesh="))
-            .unwrap_or_else(|| panic!("{node} printed {line:?}, not its ready line"));
-        addr.parse().expect("a socket address in the ready line")
-    }
-
-    /// Sends SIGTERM to every process, waits for each to exit, and returns how each ended.
-    async fn terminate_all(&mut self) -> Vec<(String, ExitStatus, String)> {
-        for p in &self.0 {
-            let pid = p.child.id().expect("still running").to_string();
-            let status = std::process::Command::new("kill")
-                .args(["-TERM", &pid])
-                .status()
-                .expect("kill runs");
-            assert!(status.success(), "SIGTERM to {}", p.id);
-        }
-        let mut ended = Vec::new();
-        for i in 0..self.0.len() {
-            ended.push(self.wait(i).await);
-        }
-        ended
-    }
-
-    /// Waits for the `i`th process to exit and returns its id, exit status and log.
-    async fn wait(&mut self, i: usize) -> (String, ExitStatus, String) {
-        let p = &mut self.0[i];
-        let status = match tokio::time::timeout(HANG_GUARD, p.child.wait()).await {
-            Ok(status) => status.expect("exit status"),
-            Err(_) => {
-                let _ = p.child.start_kill();
-                panic!("{} did not exit:\n{}", p.id, read_log(&p.log));
-            }
-        };
-        (p.id.clone(), status, read_log(&p.log))
-    }
-}
-
-fn read_log(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| format!("(no log: {e})"))
 }
 
 async fn report(driver: &Node, id: &SpotId) -> PingReport {
@@ -167,37 +56,6 @@ async fn report_until(
         "{id} never reached the expected state: {:?}",
         report(driver, id).await
     )
-}
-
-/// The store revision of each node's descriptor.
-async fn descriptor_versions(store: &Arc<dyn LocationStore>, nodes: &[NodeId]) -> Vec<u64> {
-    let mut versions = Vec::new();
-    for node in nodes {
-        let found = store.get(&node_key(node)).await.expect("store read");
-        versions.push(found.expect("descriptor published").version);
-    }
-    versions
-}
-
-/// Waits until every node in `nodes` has republished its descriptor twice. A node publishes at the
-/// start of each membership refresh and then reads every live peer, so the second publication
-/// proves that a whole refresh ran after this call began: every node live by then is its peer.
-async fn wait_two_refreshes(store: &Arc<dyn LocationStore>, nodes: &[NodeId]) {
-    let mut last = descriptor_versions(store, nodes).await;
-    let mut changes = vec![0_u32; nodes.len()];
-    within("two membership refreshes of every process", async {
-        while changes.iter().any(|c| *c < 2) {
-            tokio::task::yield_now().await;
-            let now = descriptor_versions(store, nodes).await;
-            for ((seen, old), new) in changes.iter_mut().zip(&mut last).zip(now) {
-                if new != *old {
-                    *seen += 1;
-                    *old = new;
-                }
-            }
-        }
-    })
-    .await;
 }
 
 fn node_config(id: &str, redis_url: &str) -> String {
@@ -231,28 +89,13 @@ async fn three_node_processes_on_redis_exchange_tells_and_requests_across_all_pa
     for name in names {
         let config = tmp.path().join(format!("{name}.toml"));
         std::fs::write(&config, node_config(name, &redis.url())).expect("config written");
-        let addr = processes.start(name, &config, tmp.path()).await;
-        addrs.insert(name.to_owned(), addr);
+        let ready = processes.start(name, &config, tmp.path()).await;
+        addrs.insert(name.to_owned(), ready.mesh);
     }
 
-    // The driver: same store and prefix, a certificate from the same CA, no room for spots.
-    let store: Arc<dyn LocationStore> = Arc::new(
-        RedisStore::connect(&redis.url(), RedisStoreConfig::new(PREFIX))
-            .await
-            .expect("redis store"),
-    );
-    let tls = NodeTls::load(&certs_dir, id("driver")).expect("driver certificate");
-    let mut mesh = MeshSettings::new("127.0.0.1:0".parse().expect("addr"), tls);
-    mesh.initial_rtt = Duration::from_millis(10);
-    let mut config = NodeConfig::new(id("driver"))
-        .app_version(VERSION)
-        .store(store.clone())
-        .mesh(mesh);
-    config.capacity = 0;
-    config.refresh = Duration::from_millis(200);
     let mut registry = Registry::new();
     registry.register(ping::ping());
-    let driver = Node::start(config, registry).await.expect("driver starts");
+    let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
 
     let mut view = Vec::new();
     for _ in 0..1_000 {

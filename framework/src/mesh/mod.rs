@@ -34,7 +34,7 @@ use tokio_util::sync::DropGuard;
 pub use codec::{DEFAULT_MAX_FRAME, DecodeError, EncodeError, FrameCodec};
 pub use handshake::CloseCode;
 pub(crate) use link::idle_timeout;
-pub use tls::{ClusterCa, NodeCert, NodeTls, TlsError, node_dns_name, node_file_stem};
+pub use tls::{ClusterCa, NodeCert, NodeTls, TlsError, node_dns_name, node_file_stem, write_pem};
 
 use crate::ids::NodeId;
 

@@ -226,8 +226,8 @@ fn read_text(path: &Path) -> Result<String, TlsError> {
     })
 }
 
-/// Writes `text` to `path`; a private key is made readable by its owner only.
-fn write_text(path: &Path, text: &str, private: bool) -> Result<(), TlsError> {
+/// Writes PEM `text` to `path`; a private key is made readable by its owner only.
+pub fn write_pem(path: &Path, text: &str, private: bool) -> Result<(), TlsError> {
     let err = |source| TlsError::Write {
         path: path.to_owned(),
         source,
@@ -334,8 +334,8 @@ impl ClusterCa {
     /// Writes `ca.pem` and `ca.key` (owner-only) into `dir`.
     pub fn write_files(&self, dir: &Path) -> Result<(), TlsError> {
         let (cert, key) = self.to_pem();
-        write_text(&dir.join("ca.pem"), &cert, false)?;
-        write_text(&dir.join("ca.key"), &key, true)
+        write_pem(&dir.join("ca.pem"), &cert, false)?;
+        write_pem(&dir.join("ca.key"), &key, true)
     }
 
     /// Issues the certificate of `node`, with a fresh key, usable to both dial and accept.
@@ -424,8 +424,8 @@ impl NodeCert {
     /// Writes `<stem>.pem` and `<stem>.key` (owner-only) into `dir`.
     pub fn write_files(&self, dir: &Path) -> Result<(), TlsError> {
         let stem = node_file_stem(&self.node);
-        write_text(&dir.join(format!("{stem}.pem")), &self.cert_pem, false)?;
-        write_text(&dir.join(format!("{stem}.key")), &self.key_pem, true)
+        write_pem(&dir.join(format!("{stem}.pem")), &self.cert_pem, false)?;
+        write_pem(&dir.join(format!("{stem}.key")), &self.key_pem, true)
     }
 }
 

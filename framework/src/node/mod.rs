@@ -65,7 +65,8 @@ pub enum NodeState {
 }
 
 impl NodeState {
-    const ALL: [NodeState; 7] = [
+    /// Every state, in lifecycle order (for status pages and metrics that list them all).
+    pub const ALL: [NodeState; 7] = [
         NodeState::Preparing,
         NodeState::Serving,
         NodeState::Relocating,

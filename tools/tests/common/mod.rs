@@ -3,6 +3,8 @@
 // Each test file uses a part of this module.
 #![allow(dead_code)]
 
+pub mod processes;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,0 +1,243 @@
+//! A small HTTP/1.1 client for the admin endpoint: one request per connection, JSON in and out,
+//! every failure an error that names the address and what to check.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::{Method, Request, StatusCode, header};
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::wire::{DrainReport, ErrorBody, RelocateRequest, ShutdownReport, ShutdownRequest};
+
+/// How long connecting may take.
+const CONNECT: Duration = Duration::from_secs(5);
+
+/// How long a quick request (status) may take.
+const QUICK: Duration = Duration::from_secs(10);
+
+/// How long past its deadline a drain or shutdown may take to answer: the moves in flight at
+/// the deadline settle, and the node stops.
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// The largest answer read: a status with many peers is far smaller.
+const MAX_ANSWER: usize = 4 * 1024 * 1024;
+
+/// Why a request to an admin endpoint failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The address is not `HOST:PORT`.
+    #[error(
+        "bad admin address {addr:?}: {reason}; pass HOST:PORT, such as 127.0.0.1:7100 (the \
+         admin= part of the node's ready line)"
+    )]
+    BadAddress {
+        /// The address as given.
+        addr: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Nothing answered there.
+    #[error(
+        "cannot reach the admin endpoint at {addr}: {reason}; check that the node runs and that \
+         {addr} is the admin= address of its ready line"
+    )]
+    Unreachable {
+        /// The address.
+        addr: String,
+        /// What the connection attempt said.
+        reason: String,
+    },
+    /// Something answered, but not as an admin endpoint does.
+    #[error(
+        "{addr} did not answer as a ferry admin endpoint ({reason}); check that it is the admin= \
+         address of the node's ready line"
+    )]
+    NotAdmin {
+        /// The address.
+        addr: String,
+        /// What was wrong with the answer.
+        reason: String,
+    },
+    /// The node refused the request, saying why.
+    #[error("node at {addr} refused {what} ({status}): {message}")]
+    Refused {
+        /// The address.
+        addr: String,
+        /// The request.
+        what: String,
+        /// The HTTP status.
+        status: StatusCode,
+        /// The node's explanation.
+        message: String,
+    },
+}
+
+/// The admin endpoint of one node.
+#[derive(Debug, Clone)]
+pub struct AdminClient {
+    addr: String,
+}
+
+impl AdminClient {
+    /// A client for `addr`: `HOST:PORT`, with or without a leading `http://`.
+    pub fn new(addr: &str) -> Result<Self, ClientError> {
+        let bad = |reason: &str| ClientError::BadAddress {
+            addr: addr.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let trimmed = addr.strip_prefix("http://").unwrap_or(addr);
+        let trimmed = trimmed.strip_suffix('/').unwrap_or(trimmed);
+        if trimmed.contains('/') || trimmed.contains("://") {
+            return Err(bad("it is not HOST:PORT"));
+        }
+        let Some((host, port)) = trimmed.rsplit_once(':') else {
+            return Err(bad("it has no port"));
+        };
+        if host.is_empty() {
+            return Err(bad("it has no host"));
+        }
+        if port.parse::<u16>().map_or(true, |p| p == 0) {
+            return Err(bad("the port is not a number from 1 to 65535"));
+        }
+        Ok(AdminClient {
+            addr: trimmed.to_owned(),
+        })
+    }
+
+    /// The address, as requests name it.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// `GET /status`, as a [`StatusBody`] or as the JSON the node sent.
+    pub async fn status<T: DeserializeOwned>(&self) -> Result<T, ClientError> {
+        let body = self.call(Method::GET, "/status", None, QUICK).await?;
+        self.decode(&body)
+    }
+
+    /// `POST /relocate`: answers once the drain has ended.
+    pub async fn relocate(&self, request: &RelocateRequest) -> Result<DrainReport, ClientError> {
+        self.operate("/relocate", request, request.deadline_ms)
+            .await
+    }
+
+    /// `POST /shutdown`: answers once the node has stopped.
+    pub async fn shutdown(&self, request: &ShutdownRequest) -> Result<ShutdownReport, ClientError> {
+        self.operate("/shutdown", request, request.deadline_ms)
+            .await
+    }
+
+    /// A host operation, waited for until a while past its deadline.
+    async fn operate<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        request: &impl Serialize,
+        deadline_ms: Option<u64>,
+    ) -> Result<T, ClientError> {
+        let wait = super::wire::deadline(deadline_ms).unwrap_or_default() + SETTLE;
+        let body = self
+            .call(Method::POST, path, Some(json(request)), wait)
+            .await?;
+        self.decode(&body)
+    }
+
+    fn decode<T: DeserializeOwned>(&self, body: &[u8]) -> Result<T, ClientError> {
+        serde_json::from_slice(body).map_err(|e| self.not_admin(format!("unexpected JSON: {e}")))
+    }
+
+    fn not_admin(&self, reason: String) -> ClientError {
+        ClientError::NotAdmin {
+            addr: self.addr.clone(),
+            reason,
+        }
+    }
+
+    /// One request on a fresh connection; a 2xx answer's body, or the node's refusal.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        wait: Duration,
+    ) -> Result<Bytes, ClientError> {
+        let unreachable = |reason: String| ClientError::Unreachable {
+            addr: self.addr.clone(),
+            reason,
+        };
+        let stream = tokio::time::timeout(CONNECT, self.connect())
+            .await
+            .map_err(|_| unreachable(format!("no connection within {CONNECT:?}")))??;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| self.not_admin(e.to_string()))?;
+        // Drives the connection; it ends when the answer is read and the sender dropped.
+        tokio::spawn(connection);
+        let has_body = body.is_some();
+        let mut request = Request::builder()
+            .method(method.clone())
+            .uri(path)
+            .header(header::HOST, &self.addr);
+        if has_body {
+            request = request.header(header::CONTENT_TYPE, "application/json");
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| self.not_admin(e.to_string()))?;
+        let exchange = async {
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|e| self.not_admin(e.to_string()))?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), MAX_ANSWER)
+                .collect()
+                .await
+                .map_err(|e| self.not_admin(format!("the answer could not be read: {e}")))?
+                .to_bytes();
+            Ok::<_, ClientError>((status, body))
+        };
+        let (status, body) = tokio::time::timeout(wait, exchange)
+            .await
+            .map_err(|_| self.not_admin(format!("no answer within {wait:?}")))??;
+        if status.is_success() {
+            return Ok(body);
+        }
+        let message = serde_json::from_slice::<ErrorBody>(&body)
+            .map(|e| e.error)
+            .map_err(|_| self.not_admin(format!("{status} without a JSON error")))?;
+        Err(ClientError::Refused {
+            addr: self.addr.clone(),
+            what: format!("{method} {path}"),
+            status,
+            message,
+        })
+    }
+
+    async fn connect(&self) -> Result<tokio::net::TcpStream, ClientError> {
+        let unreachable = |reason: String| ClientError::Unreachable {
+            addr: self.addr.clone(),
+            reason,
+        };
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host(&self.addr)
+            .await
+            .map_err(|e| unreachable(format!("the host name does not resolve ({e})")))?
+            .collect();
+        let mut last = "the host name resolves to no address".to_owned();
+        for addr in addrs {
+            match tokio::net::TcpStream::connect(addr).await {
+                Ok(stream) => return Ok(stream),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(unreachable(last))
+    }
+}
+
+fn json(value: &impl Serialize) -> Vec<u8> {
+    // These request types are plain structs of strings and numbers: encoding cannot fail.
+    serde_json::to_vec(value).unwrap_or_default()
+}

@@ -1,0 +1,438 @@
+//! The admin endpoint of one node: status, drain, shutdown and metrics over HTTP, for the
+//! `ferry` CLI, scripts and Prometheus.
+//!
+//! Drains and shutdowns run on tasks of their own, so a client that gives up waiting (or a
+//! dropped connection) never cuts one short; only one runs at a time. Every refusal is a 4xx
+//! with a JSON body that says what to do.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use ferry::{Node, NodeState, RelocateMode, RelocateOptions};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::wire::{
+    DrainReport, ErrorBody, Mode, PeerBody, ProgressBody, RelocateRequest, RunningBody,
+    ShutdownReport, ShutdownRequest, StatusBody, millis,
+};
+
+/// The largest request body taken: every valid one is far smaller.
+const MAX_BODY: usize = 16 * 1024;
+
+/// How long closing the endpoint waits for answers still being written.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// The routes, for error messages.
+const ROUTES: &str = "GET /status, POST /relocate, POST /shutdown and GET /metrics";
+
+/// Why the admin endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The listen address could not be bound.
+    #[error(
+        "cannot listen for the admin endpoint on {addr}: {source}; pick a free port in `admin`, \
+         or set it to \"off\""
+    )]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The bound socket could not say its address.
+    #[error(
+        "cannot read the address of the admin endpoint: {0}; set `admin` to \"off\" to run without it"
+    )]
+    Address(std::io::Error),
+}
+
+/// A running admin endpoint. Dropping it leaves the server running until the process ends; call
+/// [`AdminServer::close`] to stop it.
+pub struct AdminServer {
+    addr: SocketAddr,
+    stopped: watch::Receiver<Option<ShutdownReport>>,
+    close: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl AdminServer {
+    /// Binds `addr` (before the node starts, so a taken port fails fast).
+    pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, AdminError> {
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| AdminError::Bind { addr, source })
+    }
+
+    /// Serves `node` on `listener`, rendering `metrics` for `GET /metrics`.
+    pub fn start(
+        listener: tokio::net::TcpListener,
+        node: Node,
+        metrics: PrometheusHandle,
+    ) -> Result<AdminServer, AdminError> {
+        let addr = listener.local_addr().map_err(AdminError::Address)?;
+        if !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "the admin endpoint has no authentication and listens beyond loopback: keep it on a private network");
+        }
+        let (stopped_tx, stopped) = watch::channel(None);
+        let (close, mut closing) = watch::channel(false);
+        let router = router(node, metrics, stopped_tx);
+        let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
+            // An error means the sender is gone, which is also a reason to stop.
+            let _ = closing.wait_for(|close| *close).await;
+        });
+        let task = tokio::spawn(async move {
+            if let Err(error) = serve.await {
+                tracing::error!(%error, "the admin endpoint stopped");
+            }
+        });
+        Ok(AdminServer {
+            addr,
+            stopped,
+            close,
+            task,
+        })
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Resolves once `POST /shutdown` has stopped the node, with its report.
+    pub fn stopped(&self) -> impl Future<Output = Option<ShutdownReport>> + use<> {
+        let mut stopped = self.stopped.clone();
+        async move {
+            match stopped.wait_for(Option::is_some).await {
+                Ok(report) => report.clone(),
+                // The server is gone: no shutdown will be asked for any more.
+                Err(_) => std::future::pending().await,
+            }
+        }
+    }
+
+    /// Stops taking requests, lets answers in flight be written (for a few seconds at most),
+    /// and stops.
+    pub async fn close(mut self) {
+        let _ = self.close.send(true);
+        if tokio::time::timeout(CLOSE_GRACE, &mut self.task)
+            .await
+            .is_err()
+        {
+            self.task.abort();
+        }
+    }
+}
+
+/// The routes over one node; `stopped` is told the report of a shutdown.
+pub fn router(
+    node: Node,
+    metrics: PrometheusHandle,
+    stopped: watch::Sender<Option<ShutdownReport>>,
+) -> Router {
+    let shared = Arc::new(Shared {
+        node,
+        metrics,
+        ops: watch::Sender::new(Ops::default()),
+        stopped,
+    });
+    Router::new()
+        .route("/status", get(status))
+        .route("/relocate", post(relocate))
+        .route("/shutdown", post(shutdown))
+        .route("/metrics", get(render_metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(wrong_method)
+        .with_state(shared)
+}
+
+/// What every handler shares.
+struct Shared {
+    node: Node,
+    metrics: PrometheusHandle,
+    ops: watch::Sender<Ops>,
+    stopped: watch::Sender<Option<ShutdownReport>>,
+}
+
+/// The host operation running now, and how the last drain ended.
+#[derive(Default)]
+struct Ops {
+    running: Option<Running>,
+    last_drain: Option<DrainReport>,
+}
+
+struct Running {
+    operation: &'static str,
+    options: RelocateOptions,
+    started: Instant,
+}
+
+impl Shared {
+    /// Claims the one slot for a host operation, or says which one holds it.
+    fn claim(&self, operation: &'static str, options: &RelocateOptions) -> Result<(), Refusal> {
+        let mut busy = None;
+        self.ops.send_if_modified(|ops| match &ops.running {
+            Some(running) => {
+                busy = Some(running.operation);
+                false
+            }
+            None => {
+                ops.running = Some(Running {
+                    operation,
+                    options: options.clone(),
+                    started: Instant::now(),
+                });
+                true
+            }
+        });
+        match busy {
+            None => Ok(()),
+            Some(other) => Err(Refusal::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "node {} is already running a {other}; wait for it to end (`ferry status` \
+                     shows its progress), then ask again",
+                    self.node.id()
+                ),
+            )),
+        }
+    }
+
+    /// Drains the node and remembers the report.
+    async fn drain(&self, options: RelocateOptions) -> DrainReport {
+        let started = Instant::now();
+        let outcome = self.node.relocate(options).await;
+        let status = self.node.watch_status().borrow().clone();
+        let report = DrainReport::new(&outcome, &status, started.elapsed());
+        self.ops
+            .send_modify(|ops| ops.last_drain = Some(report.clone()));
+        report
+    }
+
+    fn release(&self) {
+        self.ops.send_modify(|ops| ops.running = None);
+    }
+}
+
+/// A request refused: its status and what to do.
+#[derive(Debug)]
+struct Refusal {
+    status: StatusCode,
+    error: String,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, error: impl Into<String>) -> Self {
+        Refusal {
+            status,
+            error: error.into(),
+        }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (self.status, Json(ErrorBody { error: self.error })).into_response()
+    }
+}
+
+async fn status(State(shared): State<Arc<Shared>>) -> Json<StatusBody> {
+    let node = &shared.node;
+    let host = node.watch_status().borrow().clone();
+    let ops = shared.ops.borrow();
+    let running = ops.running.as_ref().map(|r| {
+        let (mode, version) = match &r.options.mode {
+            RelocateMode::PlannedMaintenance => (Mode::Maintenance, None),
+            RelocateMode::RollingUpdate { target_version } => {
+                (Mode::RollingUpdate, Some(target_version.clone()))
+            }
+        };
+        RunningBody {
+            operation: r.operation.to_owned(),
+            mode,
+            version,
+            elapsed_ms: millis(r.started.elapsed()),
+        }
+    });
+    Json(StatusBody {
+        node: node.id().to_string(),
+        state: node.state().to_string(),
+        app_version: node.config().app_version.clone(),
+        units: node.unit_count(),
+        sessions: node.session_addr().map(|_| node.session_count()),
+        peers: node
+            .peers()
+            .into_iter()
+            .map(|p| PeerBody {
+                node: p.node.to_string(),
+                link: format!("{:?}", p.state),
+                addr: p.addr.map(|a| a.to_string()),
+            })
+            .collect(),
+        progress: ProgressBody::from(&host),
+        safe_to_shutdown: host.safe_to_shutdown,
+        running,
+        last_drain: ops.last_drain.clone(),
+    })
+}
+
+async fn relocate(
+    State(shared): State<Arc<Shared>>,
+    body: Body,
+) -> Result<Json<DrainReport>, Refusal> {
+    let request: RelocateRequest = read_json(body, "{\"mode\": \"maintenance\"}").await?;
+    let options = request
+        .options()
+        .map_err(|e| Refusal::new(StatusCode::UNPROCESSABLE_ENTITY, e))?;
+    shared.claim("drain", &options)?;
+    let task = shared.clone();
+    let report = tokio::spawn(async move {
+        let report = task.drain(options).await;
+        task.release();
+        report
+    });
+    report.await.map(Json).map_err(task_failed)
+}
+
+async fn shutdown(
+    State(shared): State<Arc<Shared>>,
+    body: Body,
+) -> Result<Json<ShutdownReport>, Refusal> {
+    let request: ShutdownRequest = read_json(body, "{\"deadline_ms\": 30000}").await?;
+    let deadline = super::wire::deadline(request.deadline_ms)
+        .map_err(|e| Refusal::new(StatusCode::UNPROCESSABLE_ENTITY, e))?;
+    let options = RelocateOptions {
+        mode: RelocateMode::PlannedMaintenance,
+        deadline,
+    };
+    shared.claim("shutdown", &options)?;
+    let task = shared.clone();
+    let report = tokio::spawn(async move {
+        let until = Instant::now() + deadline;
+        let drain = task.drain(options).await;
+        let shutdown = task
+            .node
+            .shutdown_within(until.saturating_duration_since(Instant::now()))
+            .await;
+        let clean = drain.outcome == super::wire::Outcome::Relocated
+            && shutdown == ferry::ShutdownOutcome::Stopped;
+        let report = ShutdownReport {
+            drain,
+            shutdown,
+            clean,
+        };
+        // The slot stays taken: the node is stopped, nothing else can run on it.
+        task.stopped.send_replace(Some(report.clone()));
+        report
+    });
+    report.await.map(Json).map_err(task_failed)
+}
+
+fn task_failed(error: tokio::task::JoinError) -> Refusal {
+    tracing::error!(%error, "an admin operation failed");
+    Refusal::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("the operation failed inside the node ({error}); its log says more"),
+    )
+}
+
+async fn render_metrics(State(shared): State<Arc<Shared>>) -> Response {
+    record_gauges(&shared.node);
+    shared.metrics.run_upkeep();
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        shared.metrics.render(),
+    )
+        .into_response()
+}
+
+/// Sets the node's gauges just before a scrape reads them.
+fn record_gauges(node: &Node) {
+    let id = node.id().to_string();
+    let host = node.watch_status().borrow().clone();
+    let state = node.state();
+    for each in NodeState::ALL {
+        metrics::gauge!("ferry_node_state", "node" => id.clone(), "state" => each.to_string())
+            .set(f64::from(u8::from(each == state)));
+    }
+    let ready = node
+        .peers()
+        .iter()
+        .filter(|p| p.state == ferry::mesh::PeerState::Ready)
+        .count();
+    let gauges = [
+        ("ferry_node_units", node.unit_count() as f64),
+        ("ferry_node_sessions", node.session_count() as f64),
+        ("ferry_node_peers_ready", ready as f64),
+        ("ferry_drain_units", host.total as f64),
+        ("ferry_drain_moved_units", host.moved as f64),
+        ("ferry_drain_failed_units", host.failed as f64),
+        ("ferry_drain_bytes", host.bytes as f64),
+        (
+            "ferry_node_safe_to_shutdown",
+            f64::from(u8::from(host.safe_to_shutdown)),
+        ),
+    ];
+    for (name, value) in gauges {
+        metrics::gauge!(name, "node" => id.clone()).set(value);
+    }
+}
+
+async fn not_found(method: Method, uri: Uri) -> Refusal {
+    Refusal::new(
+        StatusCode::NOT_FOUND,
+        format!(
+            "there is no {method} {}; the routes are {ROUTES}",
+            uri.path()
+        ),
+    )
+}
+
+async fn wrong_method(method: Method, uri: Uri) -> Refusal {
+    let right = match uri.path() {
+        "/status" | "/metrics" => "GET",
+        _ => "POST",
+    };
+    Refusal::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{} takes {right}, not {method}; the routes are {ROUTES}",
+            uri.path()
+        ),
+    )
+}
+
+/// Reads a JSON body of at most [`MAX_BODY`] bytes; an empty body is the default request.
+async fn read_json<T: DeserializeOwned + Default>(body: Body, example: &str) -> Result<T, Refusal> {
+    let bytes = axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
+        Refusal::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the body is over {MAX_BODY} bytes; send a small JSON object such as {example}"
+            ),
+        )
+    })?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(&bytes).map_err(|e| {
+        Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the body is not the JSON this route takes ({e}); send an object such as {example}"
+            ),
+        )
+    })
+}

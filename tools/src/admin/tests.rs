@@ -1,0 +1,410 @@
+//! The admin routes driven directly (no socket): every refusal, one drain at a time, a rolling
+//! update that waits for a node of the new version, and a shutdown. The nodes are real: an
+//! in-process cluster on real QUIC over loopback.
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use ferry::{NodeState, Registry, SpotId};
+use ferry_samples::ping::{self, PingMsg, PingReport};
+use ferry_tests::cluster::Cluster;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+use super::server::router;
+use super::wire::{DrainReport, Outcome, ShutdownReport, StatusBody};
+
+fn registry() -> Registry {
+    let mut registry = Registry::new();
+    registry.register(ping::ping());
+    registry
+}
+
+struct Admin {
+    router: Router,
+    stopped: watch::Receiver<Option<ShutdownReport>>,
+}
+
+fn admin(cluster: &Cluster, node: &str) -> Admin {
+    let (tx, stopped) = watch::channel(None);
+    let metrics = PrometheusBuilder::new().build_recorder().handle();
+    Admin {
+        router: router(cluster.node(node).clone(), metrics, tx),
+        stopped,
+    }
+}
+
+/// One request; the status and the body as JSON (`Null` when it is not JSON).
+async fn call(
+    router: &Router,
+    method: &str,
+    path: &str,
+    body: impl Into<Body>,
+) -> (StatusCode, Value) {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .body(body.into())
+        .expect("request");
+    let response = router.clone().oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn status(router: &Router) -> StatusBody {
+    let (code, body) = call(router, "GET", "/status", "").await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    serde_json::from_value(body).expect("a status")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_request_gets_a_4xx_with_a_json_error_and_changes_nothing() {
+    let cluster = Cluster::start(1, registry).await;
+    let admin = admin(&cluster, "n1");
+    let big = format!("{{\"version\": \"{}\"}}", "x".repeat(20_000));
+    let cases: Vec<(&str, &str, String, StatusCode, &str)> = vec![
+        (
+            "GET",
+            "/nope",
+            String::new(),
+            StatusCode::NOT_FOUND,
+            "the routes are",
+        ),
+        (
+            "POST",
+            "/",
+            String::new(),
+            StatusCode::NOT_FOUND,
+            "there is no POST /",
+        ),
+        (
+            "DELETE",
+            "/status",
+            String::new(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "takes GET",
+        ),
+        (
+            "GET",
+            "/relocate",
+            String::new(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "takes POST",
+        ),
+        (
+            "PUT",
+            "/shutdown",
+            String::new(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "takes POST",
+        ),
+        (
+            "POST",
+            "/metrics",
+            String::new(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "takes GET",
+        ),
+        (
+            "POST",
+            "/relocate",
+            "{".into(),
+            StatusCode::BAD_REQUEST,
+            "not the JSON",
+        ),
+        (
+            "POST",
+            "/relocate",
+            "[]".into(),
+            StatusCode::BAD_REQUEST,
+            "such as {\"mode\"",
+        ),
+        (
+            "POST",
+            "/relocate",
+            r#"{"mode":"sideways"}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "unknown variant",
+        ),
+        (
+            "POST",
+            "/relocate",
+            r#"{"colour":1}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "unknown field",
+        ),
+        (
+            "POST",
+            "/relocate",
+            r#"{"deadline_ms":-5}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "integer `-5`",
+        ),
+        (
+            "POST",
+            "/relocate",
+            r#"{"deadline_ms":0}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "must be above 0",
+        ),
+        (
+            "POST",
+            "/relocate",
+            r#"{"deadline_ms":86400001}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "at most",
+        ),
+        (
+            "POST",
+            "/relocate",
+            r#"{"mode":"rolling-update"}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "needs a non-empty `version`",
+        ),
+        (
+            "POST",
+            "/relocate",
+            r#"{"mode":"rolling-update","version":" "}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "needs a non-empty `version`",
+        ),
+        (
+            "POST",
+            "/relocate",
+            r#"{"version":"2"}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "only for mode",
+        ),
+        (
+            "POST",
+            "/relocate",
+            big,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "over 16384 bytes",
+        ),
+        (
+            "POST",
+            "/shutdown",
+            "{\"deadline_ms\":\"soon\"}".into(),
+            StatusCode::BAD_REQUEST,
+            "not the JSON",
+        ),
+        (
+            "POST",
+            "/shutdown",
+            r#"{"deadline_ms":0}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "must be above 0",
+        ),
+        (
+            "POST",
+            "/shutdown",
+            r#"{"mode":"maintenance"}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "unknown field",
+        ),
+    ];
+    for (method, path, body, want, says) in cases {
+        let (code, answer) = call(&admin.router, method, path, body).await;
+        assert_eq!(code, want, "{method} {path}: {answer}");
+        let error = answer["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{method} {path}: JSON error, got {answer}"));
+        assert!(error.contains(says), "{method} {path}: {error}");
+    }
+    // Nothing ran: the node serves as before, no drain was started.
+    let s = status(&admin.router).await;
+    assert_eq!(
+        (s.state.as_str(), s.running, s.last_drain),
+        ("Serving", None, None)
+    );
+    assert!(admin.stopped.borrow().is_none());
+    let (code, _) = call(&admin.router, "GET", "/metrics", "").await;
+    assert_eq!(code, StatusCode::OK);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_with_nowhere_to_go_is_blocked_and_the_units_stay() {
+    let cluster = Cluster::start(1, registry).await;
+    let admin = admin(&cluster, "n1");
+    let n1 = cluster.node("n1");
+    let room = SpotId::new("lonely").expect("id");
+    n1.create_spot(ping::PING, &room).await.expect("spot");
+    let (code, body) = call(&admin.router, "POST", "/relocate", r#"{"deadline_ms":300}"#).await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    let report: DrainReport = serde_json::from_value(body).expect("a drain report");
+    assert_eq!(report.outcome, Outcome::Blocked);
+    assert_eq!(report.reason, Some(ferry::BlockedReason::TargetUnavailable));
+    assert_eq!((report.moved, report.stayed.len()), (0, 1));
+    let s = status(&admin.router).await;
+    assert_eq!(
+        (s.state.as_str(), s.units, s.safe_to_shutdown),
+        ("Serving", 1, false)
+    );
+    assert_eq!(s.last_drain, Some(report));
+    // The unit runs on, where it was.
+    let r: PingReport = n1
+        .request(&room, PingMsg::Report, std::time::Duration::from_secs(10))
+        .await
+        .expect("report");
+    assert_eq!(r.node, "n1");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_waits_for_the_new_version_one_operation_at_a_time_then_shutdown_stops() {
+    let mut cluster = Cluster::start(1, registry).await;
+    let admin = admin(&cluster, "n1");
+    let n1 = cluster.node("n1").clone();
+    let room = SpotId::new("room").expect("id");
+    n1.create_spot(ping::PING, &room).await.expect("spot");
+    n1.tell(
+        &room,
+        PingMsg::Ping {
+            from: SpotId::new("before").expect("id"),
+            n: 7,
+        },
+    )
+    .expect("told");
+
+    let router = admin.router.clone();
+    let drain = tokio::spawn(async move {
+        let body = json!({"mode": "rolling-update", "version": "2", "deadline_ms": 120_000});
+        call(&router, "POST", "/relocate", body.to_string()).await
+    });
+    // The drain shows on /status as soon as it holds the slot.
+    let running = loop {
+        if let Some(running) = status(&admin.router).await.running {
+            break running;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(running.operation, "drain");
+    assert_eq!(running.version.as_deref(), Some("2"));
+    for path in ["/relocate", "/shutdown"] {
+        let (code, body) = call(&admin.router, "POST", path, "").await;
+        assert_eq!(code, StatusCode::CONFLICT, "{path}: {body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("already running a drain")),
+            "{body}"
+        );
+    }
+
+    // A node of the new version comes up: the drain moves the room there and ends.
+    let config = cluster.config("n2").app_version("2");
+    cluster.add_with(config, registry()).await;
+    let (code, body) = drain.await.expect("drain task");
+    assert_eq!(code, StatusCode::OK, "{body}");
+    let report: DrainReport = serde_json::from_value(body).expect("a drain report");
+    assert_eq!(
+        (report.outcome, report.moved, report.reason),
+        (Outcome::Relocated, 1, None)
+    );
+    assert!(report.bytes > 0, "{report:?}");
+    let s = status(&admin.router).await;
+    assert_eq!(
+        (s.state.as_str(), s.units, s.safe_to_shutdown),
+        ("Relocated", 0, true)
+    );
+    assert_eq!(s.progress.moved, 1);
+    let r: PingReport = n1
+        .request(&room, PingMsg::Report, std::time::Duration::from_secs(10))
+        .await
+        .expect("report");
+    assert_eq!(r.node, "n2");
+    assert_eq!(
+        r.pings.get("before"),
+        Some(&vec![7]),
+        "its state moved with it"
+    );
+
+    let (code, body) = call(&admin.router, "POST", "/shutdown", "").await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    let report: ShutdownReport = serde_json::from_value(body).expect("a shutdown report");
+    assert!(report.clean, "{report:?}");
+    assert_eq!(n1.state(), NodeState::Stopped);
+    assert_eq!(admin.stopped.borrow().as_ref(), Some(&report));
+    cluster.shutdown().await;
+}
+
+const RUNBOOK: &str = include_str!("../../../docs/operations.md");
+
+/// The bodies of the runbook's code blocks of one language.
+fn blocks(language: &str) -> Vec<&'static str> {
+    let fence = format!("```{language}\n");
+    let mut found = Vec::new();
+    let mut rest = RUNBOOK;
+    while let Some(start) = rest.find(&fence) {
+        let body = &rest[start + fence.len()..];
+        let end = body.find("```").expect("closed block");
+        found.push(&body[..end]);
+        rest = &body[end + 3..];
+    }
+    found
+}
+
+#[test]
+fn the_runbooks_json_is_what_the_endpoint_takes_and_answers() {
+    let examples = blocks("json");
+    assert_eq!(examples.len(), 4);
+    for example in examples {
+        let fits = serde_json::from_str::<StatusBody>(example).is_ok()
+            || serde_json::from_str::<ShutdownReport>(example).is_ok()
+            || serde_json::from_str::<super::wire::RelocateRequest>(example)
+                .is_ok_and(|r| r.options().is_ok())
+            || serde_json::from_str::<super::wire::ShutdownRequest>(example).is_ok();
+        assert!(fits, "the runbook's JSON fits no route: {example}");
+    }
+}
+
+#[test]
+fn every_metric_in_the_runbook_is_recorded() {
+    let sources = [
+        include_str!("server.rs"),
+        include_str!("../../../framework/src/relocation/source.rs"),
+        include_str!("../../../framework/src/node/lane/mod.rs"),
+    ];
+    let named: Vec<&str> = RUNBOOK
+        .split('`')
+        .filter(|word| word.starts_with("ferry_") && !word.contains(' '))
+        .collect();
+    assert!(named.len() >= 14, "{named:?}");
+    for metric in named {
+        let quoted = format!("\"{metric}\"");
+        assert!(
+            sources.iter().any(|s| s.contains(&quoted)),
+            "{metric} is in the runbook but recorded nowhere"
+        );
+    }
+}
+
+#[test]
+fn every_command_in_the_runbook_parses() {
+    use clap::Parser;
+    let mut commands = 0;
+    for block in blocks("sh") {
+        for line in block.lines().filter(|l| l.starts_with("ferry ")) {
+            let words = line
+                .split('#')
+                .next()
+                .unwrap_or_default()
+                .split_whitespace();
+            if let Err(error) = crate::Cli::try_parse_from(words) {
+                panic!("`{line}` does not parse: {error}");
+            }
+            commands += 1;
+        }
+    }
+    assert!(commands >= 6, "{commands} commands");
+}

@@ -1,0 +1,305 @@
+//! The JSON the admin endpoint speaks: what each route takes and answers. The server and the
+//! CLI share these types, so the two cannot drift apart.
+
+use std::time::Duration;
+
+use ferry::{BlockedReason, HostStatus, RelocateMode, RelocateOptions, RelocateOutcome};
+use serde::{Deserialize, Serialize};
+
+/// The deadline of a drain or shutdown when a request names none (the framework's default).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The longest deadline a request may ask for: a day. Longer is surely a typo.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// `GET /status`: the node, its peers, and where its host operation stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusBody {
+    /// The node's id.
+    pub node: String,
+    /// Its lifecycle state (`Serving`, `Relocating`, `Relocated`, ...).
+    pub state: String,
+    /// The application version it runs.
+    pub app_version: String,
+    /// Units (spots and actors) it hosts now.
+    pub units: usize,
+    /// Game client sessions it holds now, if it is a gateway.
+    pub sessions: Option<usize>,
+    /// Its mesh peers.
+    pub peers: Vec<PeerBody>,
+    /// The drain running now or the last one: counts so far.
+    pub progress: ProgressBody,
+    /// Whether it hosts nothing and moves nothing: stopping it loses nothing.
+    pub safe_to_shutdown: bool,
+    /// The host operation running now, if any.
+    pub running: Option<RunningBody>,
+    /// How the last drain ended, if one ended since the node started.
+    pub last_drain: Option<DrainReport>,
+}
+
+/// One mesh peer as `/status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerBody {
+    /// The peer's node id.
+    pub node: String,
+    /// Where the link stands: `Ready`, `Connecting`, `Backoff` or `Waiting`.
+    pub link: String,
+    /// The peer's mesh address, if known.
+    pub addr: Option<String>,
+}
+
+/// The counts of the drain running now, or of the last one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgressBody {
+    /// Units in the drain's inventory.
+    pub total: usize,
+    /// Units moved so far.
+    pub moved: usize,
+    /// Units that failed to move so far (they stay on the node).
+    pub failed: usize,
+    /// Bytes of state moved so far.
+    pub bytes: u64,
+}
+
+impl From<&HostStatus> for ProgressBody {
+    fn from(status: &HostStatus) -> Self {
+        ProgressBody {
+            total: status.total,
+            moved: status.moved,
+            failed: status.failed,
+            bytes: status.bytes,
+        }
+    }
+}
+
+/// Which host operation runs, since when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningBody {
+    /// `drain` or `shutdown`.
+    pub operation: String,
+    /// `maintenance` or `rolling-update`.
+    pub mode: Mode,
+    /// The version units go to, for a rolling update.
+    pub version: Option<String>,
+    /// How long it has run, in milliseconds.
+    pub elapsed_ms: u64,
+}
+
+/// Why a node is drained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Move every unit to any serving node of the same version.
+    #[default]
+    Maintenance,
+    /// Move every unit to nodes of the given version only.
+    RollingUpdate,
+}
+
+impl Mode {
+    /// The name requests use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Maintenance => "maintenance",
+            Mode::RollingUpdate => "rolling-update",
+        }
+    }
+}
+
+/// `POST /relocate`: how to drain. Every field may be left out: an empty body drains for
+/// maintenance within 30 seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelocateRequest {
+    /// Why; `maintenance` by default.
+    #[serde(default)]
+    pub mode: Mode,
+    /// The version to move to; required for `rolling-update`, refused otherwise.
+    pub version: Option<String>,
+    /// How long the drain may take, in milliseconds (30000 by default).
+    pub deadline_ms: Option<u64>,
+}
+
+impl RelocateRequest {
+    /// The framework's options for this request, or what is wrong with it.
+    pub fn options(&self) -> Result<RelocateOptions, String> {
+        let mode = match (self.mode, &self.version) {
+            (Mode::Maintenance, None) => RelocateMode::PlannedMaintenance,
+            (Mode::Maintenance, Some(_)) => {
+                return Err(
+                    "`version` is only for mode \"rolling-update\"; leave it out for \
+                            \"maintenance\""
+                        .to_owned(),
+                );
+            }
+            (Mode::RollingUpdate, Some(version)) if !version.trim().is_empty() => {
+                RelocateMode::RollingUpdate {
+                    target_version: version.clone(),
+                }
+            }
+            (Mode::RollingUpdate, _) => {
+                return Err("mode \"rolling-update\" needs a non-empty `version`: the \
+                            application version the units go to"
+                    .to_owned());
+            }
+        };
+        Ok(RelocateOptions {
+            mode,
+            deadline: deadline(self.deadline_ms)?,
+        })
+    }
+}
+
+/// `POST /shutdown`: how long the drain before the stop may take.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShutdownRequest {
+    /// How long the drain and the stop may take together, in milliseconds (30000 by default).
+    pub deadline_ms: Option<u64>,
+}
+
+/// A deadline in milliseconds checked against its bounds, or the default.
+pub fn deadline(ms: Option<u64>) -> Result<Duration, String> {
+    let Some(ms) = ms else {
+        return Ok(DEFAULT_DEADLINE);
+    };
+    let deadline = Duration::from_millis(ms);
+    if deadline.is_zero() || deadline > MAX_DEADLINE {
+        return Err(format!(
+            "`deadline_ms` is {ms}; it must be above 0 and at most {} (a day)",
+            MAX_DEADLINE.as_millis()
+        ));
+    }
+    Ok(deadline)
+}
+
+/// How a drain ended, as `POST /relocate` answers and `/status` remembers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainReport {
+    /// `Relocated`, `Blocked` or `ForceStopped`.
+    pub outcome: Outcome,
+    /// Why it was blocked, when it was.
+    pub reason: Option<BlockedReason>,
+    /// Units moved off the node.
+    pub moved: usize,
+    /// Bytes of state moved.
+    pub bytes: u64,
+    /// Units that stayed on the node and run there again.
+    pub stayed: Vec<String>,
+    /// Units that were past the point of no return at the deadline and run nowhere now, until
+    /// recovery rebuilds them from their records.
+    pub force_stopped: Vec<String>,
+    /// How long the drain took, in milliseconds.
+    pub elapsed_ms: u64,
+}
+
+/// The kinds of drain outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// Every unit moved: the node hosts none.
+    Relocated,
+    /// Some units stayed.
+    Blocked,
+    /// Some units run nowhere until recovery rebuilds them.
+    ForceStopped,
+}
+
+impl DrainReport {
+    /// The report of `outcome`; `status` is the host status when the drain ended.
+    pub fn new(outcome: &RelocateOutcome, status: &HostStatus, elapsed: Duration) -> Self {
+        let names = |units: &[ferry::UnitId]| units.iter().map(ToString::to_string).collect();
+        let (kind, reason, stayed, force_stopped) = match outcome {
+            RelocateOutcome::Relocated { .. } => (Outcome::Relocated, None, Vec::new(), Vec::new()),
+            RelocateOutcome::Blocked { reason, stayed } => {
+                (Outcome::Blocked, Some(*reason), names(stayed), Vec::new())
+            }
+            RelocateOutcome::ForceStopped { units, stayed } => {
+                (Outcome::ForceStopped, None, names(stayed), names(units))
+            }
+        };
+        // A drain refused before it took inventory moved nothing; the host status still holds
+        // the counts of the drain before it.
+        let refused = matches!(
+            reason,
+            Some(
+                BlockedReason::RuntimeNotReady
+                    | BlockedReason::ShutdownRequested
+                    | BlockedReason::OperationInProgress
+                    | BlockedReason::StoreUnavailable
+            )
+        );
+        let (moved, bytes) = match outcome {
+            RelocateOutcome::Relocated { moved } => (*moved, status.bytes),
+            _ if refused => (0, 0),
+            _ => (status.moved, status.bytes),
+        };
+        DrainReport {
+            outcome: kind,
+            reason,
+            moved,
+            bytes,
+            stayed,
+            force_stopped,
+            elapsed_ms: millis(elapsed),
+        }
+    }
+}
+
+/// `POST /shutdown` answers this once the node has stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShutdownReport {
+    /// How the drain before the stop ended.
+    pub drain: DrainReport,
+    /// `Stopped`, or `ForceStopped` when some unit was closed at the deadline or some record
+    /// could not be released.
+    pub shutdown: ferry::ShutdownOutcome,
+    /// Whether nothing was lost: every unit moved and the node stopped cleanly.
+    pub clean: bool,
+}
+
+/// Every error the admin endpoint answers with: what went wrong and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// One sentence for a person.
+    pub error: String,
+}
+
+/// What an operator can do about a blocked drain.
+pub fn advice(reason: BlockedReason) -> &'static str {
+    match reason {
+        BlockedReason::TargetUnavailable => {
+            "no serving node could take them: start a node (of the target version, for a \
+             rolling update) that registers their factories and has room, then drain again"
+        }
+        BlockedReason::StoreUnavailable => {
+            "the location store could not be reached: check redis and the network to it, then \
+             drain again"
+        }
+        BlockedReason::RelocationDisabled => {
+            "their factories are registered with RelocationPolicy::Disabled: they stay until the \
+             node stops"
+        }
+        BlockedReason::StateIncompatible => {
+            "a target could not restore their state: the target nodes' logs say why (often a \
+             state format the new version cannot read)"
+        }
+        BlockedReason::DeadlineExceeded => {
+            "the deadline passed first: drain again, with a longer --deadline if it keeps passing"
+        }
+        BlockedReason::RelocationFailed => {
+            "some moves failed: the node's log names each unit and why; drain again to retry"
+        }
+        BlockedReason::RuntimeNotReady => {
+            "the node is not serving (still starting, or it lost its lease): check `ferry status`"
+        }
+        BlockedReason::ShutdownRequested => "the node is shutting down",
+        BlockedReason::OperationInProgress => {
+            "another drain is running: wait for it (`ferry status` shows its progress)"
+        }
+    }
+}
+
+/// A duration in whole milliseconds, saturating.
+pub fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}

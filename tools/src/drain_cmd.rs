@@ -1,0 +1,285 @@
+//! `ferry drain ADDR`: moves every unit off a node through its admin endpoint, showing progress,
+//! and exits 0 only when all of them moved.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::admin::wire::{
+    DrainReport, Mode, Outcome, ProgressBody, RelocateRequest, StatusBody, advice, millis,
+};
+use crate::admin::{AdminClient, ClientError};
+
+/// The exit code of a drain that ended Blocked: the units that stayed run on the node again.
+pub const EXIT_BLOCKED: u8 = 3;
+/// The exit code of a drain that ended ForceStopped: some units run nowhere until recovery
+/// rebuilds them.
+pub const EXIT_FORCE_STOPPED: u8 = 4;
+
+/// How often progress is read from `/status` while the drain runs.
+const POLL: Duration = Duration::from_millis(200);
+
+/// The exit codes, for `--help`.
+const EXIT_CODES: &str = "Exit codes: 0 every unit moved (Relocated); 1 the drain did not run \
+    (bad address, node unreachable, request refused); 2 bad arguments; 3 Blocked: some units \
+    stayed and run on the node again (the reason is printed); 4 ForceStopped: some units run \
+    nowhere until recovery rebuilds them.";
+
+/// Which node, and how to drain it.
+#[derive(Args, Debug, Clone)]
+#[command(after_help = EXIT_CODES)]
+pub struct DrainArgs {
+    /// The node's admin endpoint, HOST:PORT (the admin= part of its ready line).
+    addr: String,
+    /// A rolling update: move the units only to nodes of this application version.
+    #[arg(long, value_name = "VERSION")]
+    rolling_update: Option<String>,
+    /// How long the drain may take, such as 500ms, 30s or 2m; units still there then stay.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    deadline: Duration,
+}
+
+/// Why the drain did not move every unit.
+#[derive(Debug, thiserror::Error)]
+pub enum DrainError {
+    /// The request did not get through.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The drain ended with units left on the node.
+    #[error(
+        "the drain of {addr} was blocked ({reason:?}): {stayed} units stayed on the node and run there again; {advice}"
+    )]
+    Blocked {
+        /// The node's admin address.
+        addr: String,
+        /// Why.
+        reason: ferry::BlockedReason,
+        /// How many units stayed.
+        stayed: usize,
+        /// What to do.
+        advice: &'static str,
+    },
+    /// The deadline passed with units past the point of no return.
+    #[error(
+        "the drain of {addr} hit its deadline: {lost} units were force-stopped and run nowhere until recovery rebuilds them from their records, and {stayed} stayed on the node; drain again with a longer --deadline"
+    )]
+    ForceStopped {
+        /// The node's admin address.
+        addr: String,
+        /// How many units run nowhere.
+        lost: usize,
+        /// How many stayed.
+        stayed: usize,
+    },
+}
+
+impl DrainError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            DrainError::Client(_) => 1,
+            DrainError::Blocked { .. } => EXIT_BLOCKED,
+            DrainError::ForceStopped { .. } => EXIT_FORCE_STOPPED,
+        }
+    }
+
+    /// The error for a drain that did not relocate everything, if it did not.
+    pub fn from_report(addr: &str, report: &DrainReport) -> Option<DrainError> {
+        match report.outcome {
+            Outcome::Relocated => None,
+            Outcome::Blocked => {
+                let reason = report
+                    .reason
+                    .unwrap_or(ferry::BlockedReason::RelocationFailed);
+                Some(DrainError::Blocked {
+                    addr: addr.to_owned(),
+                    reason,
+                    stayed: report.stayed.len(),
+                    advice: advice(reason),
+                })
+            }
+            Outcome::ForceStopped => Some(DrainError::ForceStopped {
+                addr: addr.to_owned(),
+                lost: report.force_stopped.len(),
+                stayed: report.stayed.len(),
+            }),
+        }
+    }
+}
+
+/// Drains the node, shows its progress on stderr, and prints the result.
+pub async fn run(args: DrainArgs) -> Result<(), DrainError> {
+    let client = AdminClient::new(&args.addr)?;
+    let (mode, version) = match args.rolling_update {
+        Some(version) => (Mode::RollingUpdate, Some(version)),
+        None => (Mode::Maintenance, None),
+    };
+    let request = RelocateRequest {
+        mode,
+        version,
+        deadline_ms: Some(millis(args.deadline)),
+    };
+    let report = with_progress(&client, "draining", client.relocate(&request)).await?;
+    if let Some(error) = DrainError::from_report(client.addr(), &report) {
+        return Err(error);
+    }
+    println!(
+        "relocated: {} units moved off {} ({}) in {:.1} s; it hosts none and is safe to shut down",
+        report.moved,
+        client.addr(),
+        bytes(report.bytes),
+        report.elapsed_ms as f64 / 1000.0
+    );
+    Ok(())
+}
+
+/// Awaits `operation`, showing the node's drain progress meanwhile: a bar when stderr is a
+/// terminal, a line per change otherwise.
+pub async fn with_progress<T>(
+    client: &AdminClient,
+    what: &str,
+    operation: impl Future<Output = Result<T, ClientError>>,
+) -> Result<T, ClientError> {
+    let mut display = Display::new(client.addr(), what);
+    let mut operation = std::pin::pin!(operation);
+    let mut poll = tokio::time::interval(POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            result = &mut operation => {
+                display.finish();
+                return result;
+            }
+            _ = poll.tick() => {
+                // Progress is a courtesy: a status that fails to come does not stop the drain.
+                if let Ok(status) = client.status::<StatusBody>().await
+                    && status.running.is_some()
+                {
+                    display.show(status.progress);
+                }
+            }
+        }
+    }
+}
+
+/// Progress on stderr.
+enum Display {
+    Bar(ProgressBar),
+    Lines {
+        prefix: String,
+        last: Option<ProgressBody>,
+    },
+}
+
+impl Display {
+    fn new(addr: &str, what: &str) -> Self {
+        if !std::io::stderr().is_terminal() {
+            return Display::Lines {
+                prefix: format!("{what} {addr}"),
+                last: None,
+            };
+        }
+        let bar = ProgressBar::new(0);
+        if let Ok(style) = ProgressStyle::with_template(
+            "{prefix} [{bar:30}] {pos}/{len} units moved {msg} ({elapsed})",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_prefix(format!("{what} {addr}"));
+        Display::Bar(bar)
+    }
+
+    fn show(&mut self, progress: ProgressBody) {
+        match self {
+            Display::Bar(bar) => {
+                bar.set_length(progress.total as u64);
+                bar.set_position(progress.moved as u64);
+                bar.set_message(format!(
+                    "{} failed, {}",
+                    progress.failed,
+                    bytes(progress.bytes)
+                ));
+            }
+            Display::Lines { prefix, last } => {
+                if *last != Some(progress) {
+                    eprintln!(
+                        "{prefix}: {}/{} units moved, {} failed, {}",
+                        progress.moved,
+                        progress.total,
+                        progress.failed,
+                        bytes(progress.bytes)
+                    );
+                    *last = Some(progress);
+                }
+            }
+        }
+    }
+
+    fn finish(&self) {
+        if let Display::Bar(bar) = self {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// A byte count for people: B, KiB or MiB.
+pub fn bytes(n: u64) -> String {
+    const KIB: u64 = 1024;
+    match n {
+        n if n < KIB => format!("{n} B"),
+        n if n < KIB * KIB => format!("{:.1} KiB", n as f64 / KIB as f64),
+        n => format!("{:.1} MiB", n as f64 / (KIB * KIB) as f64),
+    }
+}
+
+/// A duration as typed on the command line: a whole number with `ms`, `s` or `m`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let usage = "write a whole number with ms, s or m, such as 500ms, 30s or 2m";
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{text:?} has no unit; {usage}"))?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} does not start with a number; {usage}"))?;
+    let duration = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        _ => return Err(format!("{text:?} has an unknown unit {unit:?}; {usage}")),
+    };
+    crate::admin::wire::deadline(Some(millis(duration)))
+        .map_err(|_| format!("{text:?} is out of range: it must be above 0 and at most 24h"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_read_with_their_unit_and_bounds() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        for bad in [
+            "30",
+            "s",
+            "30h",
+            "-1s",
+            "0s",
+            "1441m",
+            "99999999999999999999s",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn byte_counts_read_well() {
+        assert_eq!(bytes(12), "12 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(3 * 1024 * 1024), "3.0 MiB");
+    }
+}

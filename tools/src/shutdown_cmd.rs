@@ -1,0 +1,92 @@
+//! `ferry shutdown ADDR`: drains a node through its admin endpoint, then stops it; the node's
+//! process exits once it has answered.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::admin::wire::{ShutdownRequest, millis};
+use crate::admin::{AdminClient, ClientError};
+use crate::drain_cmd::{
+    DrainError, EXIT_BLOCKED, EXIT_FORCE_STOPPED, parse_duration, with_progress,
+};
+
+/// The exit codes, for `--help`.
+const EXIT_CODES: &str = "Exit codes: 0 every unit moved and the node stopped cleanly; 1 the \
+    shutdown did not run (bad address, node unreachable, request refused); 2 bad arguments; 3 \
+    the node stopped, but its drain was blocked, so the units that stayed were closed with it; \
+    4 the node stopped, but not cleanly (units force-stopped at the deadline, or records not \
+    released).";
+
+/// Which node, and how long it may take.
+#[derive(Args, Debug, Clone)]
+#[command(after_help = EXIT_CODES)]
+pub struct ShutdownArgs {
+    /// The node's admin endpoint, HOST:PORT (the admin= part of its ready line).
+    addr: String,
+    /// How long the drain and the stop may take together, such as 500ms, 30s or 2m.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    deadline: Duration,
+}
+
+/// Why the node did not stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum ShutdownError {
+    /// The request did not get through.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The node stopped, but its drain did not move every unit.
+    #[error("{addr} stopped, but {drain}")]
+    Drain {
+        /// The node's admin address.
+        addr: String,
+        /// How the drain ended.
+        drain: DrainError,
+    },
+    /// The node stopped, but not cleanly.
+    #[error(
+        "{addr} stopped, but not cleanly ({outcome:?}): some unit was closed at the deadline or \
+         some record was not released (recovery clears those); its log says which"
+    )]
+    Unclean {
+        /// The node's admin address.
+        addr: String,
+        /// How the stop ended.
+        outcome: ferry::ShutdownOutcome,
+    },
+}
+
+impl ShutdownError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ShutdownError::Client(_) => 1,
+            ShutdownError::Drain { drain, .. } if drain.exit_code() == EXIT_BLOCKED => EXIT_BLOCKED,
+            ShutdownError::Drain { .. } | ShutdownError::Unclean { .. } => EXIT_FORCE_STOPPED,
+        }
+    }
+}
+
+/// Drains and stops the node, showing the drain's progress on stderr.
+pub async fn run(args: ShutdownArgs) -> Result<(), ShutdownError> {
+    let client = AdminClient::new(&args.addr)?;
+    let request = ShutdownRequest {
+        deadline_ms: Some(millis(args.deadline)),
+    };
+    let report = with_progress(&client, "shutting down", client.shutdown(&request)).await?;
+    let addr = client.addr().to_owned();
+    if let Some(drain) = DrainError::from_report(&addr, &report.drain) {
+        return Err(ShutdownError::Drain { addr, drain });
+    }
+    if report.shutdown != ferry::ShutdownOutcome::Stopped {
+        return Err(ShutdownError::Unclean {
+            addr,
+            outcome: report.shutdown,
+        });
+    }
+    println!(
+        "stopped: {addr} moved its last {} units off and stopped cleanly",
+        report.drain.moved
+    );
+    Ok(())
+}

@@ -1,0 +1,110 @@
+//! `ferry status ADDR`: what a node is doing, from its admin endpoint.
+
+use clap::Args;
+
+use crate::admin::wire::{DrainReport, StatusBody};
+use crate::admin::{AdminClient, ClientError};
+use crate::drain_cmd::bytes;
+
+/// Which node, and how to print it.
+#[derive(Args, Debug, Clone)]
+pub struct StatusArgs {
+    /// The node's admin endpoint, HOST:PORT (the admin= part of its ready line).
+    addr: String,
+    /// Print the node's answer as JSON, as `GET /status` gives it.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Why the status could not be shown.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// The request did not get through.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The JSON could not be printed.
+    #[error("cannot print the status as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Prints the node's status.
+pub async fn run(args: StatusArgs) -> Result<(), StatusError> {
+    let client = AdminClient::new(&args.addr)?;
+    if args.json {
+        let status: serde_json::Value = client.status().await?;
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print!("{}", render(&client.status::<StatusBody>().await?));
+    }
+    Ok(())
+}
+
+/// The status as lines for a person.
+fn render(s: &StatusBody) -> String {
+    let mut out = format!("node {} (version {}): {}\n", s.node, s.app_version, s.state);
+    out.push_str(&format!("  units             {}\n", s.units));
+    if let Some(sessions) = s.sessions {
+        out.push_str(&format!("  client sessions   {sessions}\n"));
+    }
+    let peers: Vec<String> = s
+        .peers
+        .iter()
+        .map(|p| format!("{} {}", p.node, p.link))
+        .collect();
+    let peers = if peers.is_empty() {
+        "none".to_owned()
+    } else {
+        peers.join(", ")
+    };
+    out.push_str(&format!("  peers             {peers}\n"));
+    let p = s.progress;
+    match &s.running {
+        Some(r) => out.push_str(&format!(
+            "  running           {} ({}{}) for {:.1} s: {}/{} units moved, {} failed, {}\n",
+            r.operation,
+            r.mode.name(),
+            r.version
+                .as_ref()
+                .map(|v| format!(" to version {v}"))
+                .unwrap_or_default(),
+            r.elapsed_ms as f64 / 1000.0,
+            p.moved,
+            p.total,
+            p.failed,
+            bytes(p.bytes)
+        )),
+        None => out.push_str("  running           nothing\n"),
+    }
+    out.push_str(&format!(
+        "  last drain        {}\n",
+        s.last_drain
+            .as_ref()
+            .map_or("none yet".to_owned(), describe)
+    ));
+    out.push_str(&format!(
+        "  safe to shut down {}\n",
+        if s.safe_to_shutdown { "yes" } else { "no" }
+    ));
+    out
+}
+
+/// One drain report in a line.
+fn describe(r: &DrainReport) -> String {
+    let mut line = format!("{:?}", r.outcome);
+    if let Some(reason) = r.reason {
+        line.push_str(&format!(" ({reason:?})"));
+    }
+    line.push_str(&format!(
+        ": {} units moved ({}) in {:.1} s",
+        r.moved,
+        bytes(r.bytes),
+        r.elapsed_ms as f64 / 1000.0
+    ));
+    if !r.stayed.is_empty() {
+        line.push_str(&format!(", {} stayed", r.stayed.len()));
+    }
+    if !r.force_stopped.is_empty() {
+        line.push_str(&format!(", {} force-stopped", r.force_stopped.len()));
+    }
+    line
+}

@@ -1,0 +1,551 @@
+//! The operator commands against real `ferry node` processes on a real redis-server:
+//! `ferry status`, `ferry drain`, `ferry shutdown`, their exit codes and errors, and the admin
+//! endpoint's answers to bad requests. A driver node inside the test joins the same cluster to
+//! place units and check where they run.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Output;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::processes::{Processes, driver, wait_two_refreshes, within};
+use common::{TempDir, certs, one_line_failure};
+use ferry::store::LocationStore;
+use ferry::{Node, NodeId, Registry, SpotId};
+use ferry_samples::ping::{self, PingMsg, PingReport};
+use ferry_tests::redis_server::RedisServer;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// How long one request to a unit may take.
+const T: Duration = Duration::from_secs(10);
+
+/// The redis key prefix of these tests' clusters.
+const PREFIX: &str = "tools-admin";
+
+/// The application version every node runs.
+const VERSION: &str = "7";
+
+fn id(text: &str) -> NodeId {
+    NodeId::new(text).expect("valid node id")
+}
+
+/// A node's config: on redis, admin endpoint on a free loopback port (the default).
+fn node_config(id: &str, redis_url: &str, seeds: &[String]) -> String {
+    let seeds: Vec<String> = seeds.iter().map(|s| format!("{s:?}")).collect();
+    format!(
+        r#"id = "{id}"
+app_version = "{VERSION}"
+certs = "certs"
+store = "{redis_url}"
+store_prefix = "{PREFIX}"
+refresh_ms = 200
+seeds = [{}]
+"#,
+        seeds.join(", ")
+    )
+}
+
+/// Starts the test's driver node, with the ping factory.
+async fn start_driver(redis: &RedisServer, certs_dir: &Path) -> (Node, Arc<dyn LocationStore>) {
+    let mut registry = Registry::new();
+    registry.register(ping::ping());
+    driver(&redis.url(), PREFIX, VERSION, certs_dir, registry).await
+}
+
+/// Waits until the driver links to every node and all of them know each other.
+async fn settle(driver: &Node, store: &Arc<dyn LocationStore>, nodes: &[NodeId]) {
+    for node in nodes {
+        within(&format!("link to {node}"), async {
+            loop {
+                driver.refresh_membership().await.expect("membership read");
+                if driver.cluster_view().iter().any(|d| d.node == *node) {
+                    break;
+                }
+            }
+            driver.wait_peer_ready(node).await
+        })
+        .await
+        .expect("peer link up");
+    }
+    wait_two_refreshes(store, nodes).await;
+}
+
+/// Runs `ferry args...` to its end.
+async fn ferry(args: &[&str]) -> Output {
+    within(
+        &format!("ferry {args:?}"),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args(args)
+            .output(),
+    )
+    .await
+    .expect("the ferry binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `ferry status --json ADDR`, parsed.
+async fn status_json(addr: &str) -> Value {
+    let out = ferry(&["status", "--json", addr]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("status JSON")
+}
+
+/// Sends `request` as it is on a fresh connection and returns the status code and body.
+async fn raw_http(addr: &str, request: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("admin endpoint reachable");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("request sent");
+    let mut answer = String::new();
+    within("an HTTP answer", stream.read_to_string(&mut answer))
+        .await
+        .expect("answer read");
+    let code = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {answer:?}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
+
+fn get(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+}
+
+fn post(path: &str, body: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+async fn report(driver: &Node, spot: &SpotId) -> PingReport {
+    driver
+        .request(spot, PingMsg::Report, T)
+        .await
+        .expect("report")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_moves_every_unit_off_a_node_process_and_shutdown_stops_it() {
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let tmp = TempDir::new("admin-drain");
+    let certs_dir = tmp.path().join("certs");
+    certs(&certs_dir, "p1,p2,p3,driver");
+    let mut processes = Processes::default();
+    let mut admins = Vec::new();
+    let mut p1_seed = Vec::new();
+    for name in ["p1", "p2", "p3"] {
+        let config = tmp.path().join(format!("{name}.toml"));
+        // p2 and p3 dial p1 at start, from its ready line.
+        std::fs::write(&config, node_config(name, &redis.url(), &p1_seed)).expect("config");
+        let ready = processes.start(name, &config, tmp.path()).await;
+        if name == "p1" {
+            p1_seed.push(format!("p1@{}", ready.mesh));
+        }
+        assert!(ready.sessions.is_none(), "no gateway unless configured");
+        admins.push(ready.admin());
+    }
+    let p1 = admins[0].as_str();
+    let (driver, store) = start_driver(&redis, &certs_dir).await;
+    let nodes = [id("p1"), id("p2"), id("p3")];
+    settle(&driver, &store, &nodes).await;
+
+    const ROOMS: usize = 6;
+    let rooms: Vec<SpotId> = (0..ROOMS)
+        .map(|i| SpotId::new(format!("room-{i}")).expect("id"))
+        .collect();
+    let from = SpotId::new("driver-ping").expect("id");
+    for (i, room) in rooms.iter().enumerate() {
+        driver
+            .create_spot_on(&nodes[0], ping::PING, room)
+            .await
+            .expect("room created");
+        driver
+            .tell(
+                room,
+                PingMsg::Ping {
+                    from: from.clone(),
+                    n: i as u64,
+                },
+            )
+            .expect("told");
+        assert_eq!(report(&driver, room).await.node, "p1");
+    }
+
+    // ferry status, read by a person, then as JSON.
+    let out = ferry(&["status", p1]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.starts_with(&format!("node p1 (version {VERSION}): Serving\n")),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!("  units             {ROOMS}\n")),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("p2 Ready") && shown.contains("p3 Ready"),
+        "{shown}"
+    );
+    assert!(shown.contains("  last drain        none yet\n"), "{shown}");
+    assert!(shown.contains("  safe to shut down no\n"), "{shown}");
+    let s = status_json(p1).await;
+    assert_eq!(s["node"], "p1");
+    assert_eq!(s["state"], "Serving");
+    assert_eq!(s["app_version"], VERSION);
+    assert_eq!(s["units"], ROOMS);
+    assert_eq!(s["safe_to_shutdown"], false);
+
+    // ferry drain: every room moves to p2 or p3, with its state.
+    let out = ferry(&["drain", p1, "--deadline", "60s"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(
+        said.starts_with(&format!("relocated: {ROOMS} units moved off {p1} (")),
+        "{said}"
+    );
+    assert!(said.contains("safe to shut down"), "{said}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr
+            .lines()
+            .all(|l| l.starts_with(&format!("draining {p1}: "))),
+        "only progress lines on stderr: {stderr}"
+    );
+    let mut hosts = BTreeSet::new();
+    for (i, room) in rooms.iter().enumerate() {
+        let r = report(&driver, room).await;
+        assert!(
+            r.node == "p2" || r.node == "p3",
+            "{room} runs on {}",
+            r.node
+        );
+        assert_eq!(
+            r.pings.get(from.as_str()),
+            Some(&vec![i as u64]),
+            "{room} kept its state"
+        );
+        hosts.insert(r.node);
+    }
+    assert_eq!(hosts.len(), 2, "the rooms are spread over p2 and p3");
+    let s = status_json(p1).await;
+    assert_eq!(s["state"], "Relocated");
+    assert_eq!(s["units"], 0);
+    assert_eq!(s["safe_to_shutdown"], true);
+    assert_eq!(s["last_drain"]["outcome"], "Relocated");
+    assert_eq!(s["last_drain"]["moved"], ROOMS);
+    assert_eq!(s["progress"]["moved"], ROOMS);
+    let shown = text(&ferry(&["status", p1]).await.stdout);
+    assert!(shown.contains("  safe to shut down yes\n"), "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "  last drain        Relocated: {ROOMS} units moved ("
+        )),
+        "{shown}"
+    );
+
+    // What a scrape sees.
+    let (code, metrics) = raw_http(p1, &get("/metrics")).await;
+    assert_eq!(code, 200, "{metrics}");
+    for line in [
+        format!("ferry_relocation_units_moved_total {ROOMS}"),
+        "ferry_node_units{node=\"p1\"} 0".to_owned(),
+        "ferry_node_safe_to_shutdown{node=\"p1\"} 1".to_owned(),
+        "ferry_node_state{node=\"p1\",state=\"Relocated\"} 1".to_owned(),
+        "ferry_node_peers_ready{node=\"p1\"} 3".to_owned(),
+        format!("ferry_drain_moved_units{{node=\"p1\"}} {ROOMS}"),
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
+
+    // Bad requests to a real process: a 4xx with a JSON error each, and the node serves on.
+    for (request, code, says) in [
+        (get("/nope"), 404, "the routes are"),
+        (get("/relocate"), 405, "takes POST"),
+        (post("/relocate", "{"), 400, "not the JSON"),
+        (post("/relocate", r#"{"deadline_ms":0}"#), 422, "above 0"),
+        ("garbage\r\n\r\n".to_owned(), 400, ""),
+    ] {
+        let (got, body) = raw_http(p1, &request).await;
+        assert_eq!(got, code, "{request:?}: {body}");
+        if !says.is_empty() {
+            let error: Value = serde_json::from_str(&body).expect("a JSON error");
+            assert!(
+                error["error"].as_str().is_some_and(|e| e.contains(says)),
+                "{request:?}: {body}"
+            );
+        }
+    }
+    assert_eq!(status_json(p1).await["state"], "Relocated");
+
+    // ferry shutdown: nothing is left to move, the node stops, its process exits 0.
+    let out = ferry(&["shutdown", p1]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with(&format!("stopped: {p1} moved its last 0 units off")),
+        "{}",
+        text(&out.stdout)
+    );
+    let (name, status, log) = processes.wait(0).await;
+    assert_eq!((name.as_str(), status.code()), ("p1", Some(0)), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    let error = one_line_failure(&["status".as_ref(), p1.as_ref()]);
+    assert!(
+        error.contains(&format!("cannot reach the admin endpoint at {p1}")),
+        "{error}"
+    );
+
+    // The rooms still answer where they went; then everything stops.
+    for room in &rooms {
+        assert_ne!(report(&driver, room).await.node, "p1");
+    }
+    driver.shutdown().await;
+    for (name, status, log) in processes.terminate_all().await {
+        assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+    }
+    drop(processes);
+    drop(redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_with_nowhere_to_go_exits_3_with_the_reason() {
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let tmp = TempDir::new("admin-blocked");
+    let certs_dir = tmp.path().join("certs");
+    certs(&certs_dir, "p1,driver");
+    let config = tmp.path().join("p1.toml");
+    std::fs::write(&config, node_config("p1", &redis.url(), &[])).expect("config");
+    let mut processes = Processes::default();
+    let p1 = processes.start("p1", &config, tmp.path()).await.admin();
+    let (driver, store) = start_driver(&redis, &certs_dir).await;
+    settle(&driver, &store, &[id("p1")]).await;
+    let rooms: Vec<SpotId> = (0..2)
+        .map(|i| SpotId::new(format!("stuck-{i}")).expect("id"))
+        .collect();
+    for room in &rooms {
+        driver
+            .create_spot_on(&id("p1"), ping::PING, room)
+            .await
+            .expect("room created");
+    }
+
+    // The driver takes no units: no node can.
+    let out = ferry(&["drain", &p1, "--deadline", "500ms"]).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!(
+            "error: the drain of {p1} was blocked (TargetUnavailable): 2 units stayed on the node"
+        )),
+        "{stderr}"
+    );
+    assert!(last.contains("start a node"), "{last}");
+    let s = status_json(&p1).await;
+    assert_eq!(s["state"], "Serving");
+    assert_eq!(s["units"], 2);
+    assert_eq!(s["last_drain"]["reason"], "TargetUnavailable");
+    for room in &rooms {
+        assert_eq!(report(&driver, room).await.node, "p1", "{room} stayed");
+    }
+
+    // A rolling update to a version no node runs is blocked the same way.
+    let out = ferry(&["drain", &p1, "--rolling-update", "8", "--deadline", "300ms"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+
+    // Something that is not an admin endpoint: the redis-server.
+    let redis_addr = redis
+        .url()
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_owned();
+    let error = one_line_failure(&["status".as_ref(), redis_addr.as_ref()]);
+    assert!(
+        error.contains(&format!(
+            "{redis_addr} did not answer as a ferry admin endpoint"
+        )),
+        "{error}"
+    );
+
+    // Shutdown stops the node anyway, says what it could not move, and exits 3; the process
+    // itself exits 1, naming the unclean stop.
+    let out = ferry(&["shutdown", &p1, "--deadline", "500ms"]).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .starts_with(&format!(
+                "error: {p1} stopped, but the drain of {p1} was blocked (TargetUnavailable)"
+            )),
+        "{stderr}"
+    );
+    let (_, status, log) = processes.wait(0).await;
+    assert_eq!(status.code(), Some(1), "{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: node p1 stopped, but not cleanly"),
+        "{log}"
+    );
+    driver.shutdown().await;
+    drop(processes);
+    drop(redis);
+}
+
+#[test]
+fn bad_and_unreachable_addresses_are_one_line_errors() {
+    for (addr, says) in [
+        ("nowhere", "bad admin address \"nowhere\": it has no port"),
+        ("127.0.0.1:http", "bad admin address \"127.0.0.1:http\""),
+        ("http://127.0.0.1:7100/status", "it is not HOST:PORT"),
+        ("127.0.0.1:0", "not a number from 1 to 65535"),
+    ] {
+        for command in ["status", "drain", "shutdown"] {
+            let error = one_line_failure(&[command.as_ref(), addr.as_ref()]);
+            assert!(error.contains(says), "ferry {command} {addr}: {error}");
+            assert!(error.contains("HOST:PORT"), "{error}");
+        }
+    }
+    // A port that was free a moment ago: nothing listens there.
+    let free = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .to_string();
+    for command in ["status", "drain", "shutdown"] {
+        let error = one_line_failure(&[command.as_ref(), free.as_ref()]);
+        assert!(
+            error.contains(&format!("cannot reach the admin endpoint at {free}")),
+            "{error}"
+        );
+        assert!(error.contains("admin= address"), "{error}");
+    }
+    // Bad flags are usage errors: exit 2, naming the flag.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["drain", "127.0.0.1:7100", "--deadline", "soon"])
+        .output()
+        .expect("the ferry binary runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--deadline"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_bad_or_taken_admin_address_is_a_clear_config_error() {
+    let tmp = TempDir::new("admin-config");
+    certs(&tmp.path().join("certs"), "p1");
+    let config = tmp.path().join("p1.toml");
+    std::fs::write(
+        &config,
+        "id = \"p1\"\ncerts = \"certs\"\nadmin = \"localhost:7100\"\n",
+    )
+    .expect("config");
+    let error = one_line_failure(&["node".as_ref(), "--config".as_ref(), config.as_os_str()]);
+    assert!(
+        error.contains("bad `admin`") && error.contains("\"off\""),
+        "{error}"
+    );
+
+    let taken = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("a port");
+    let addr = taken.local_addr().expect("addr");
+    std::fs::write(
+        &config,
+        format!("id = \"p1\"\ncerts = \"certs\"\nadmin = \"{addr}\"\n"),
+    )
+    .expect("config");
+    let error = one_line_failure(&["node".as_ref(), "--config".as_ref(), config.as_os_str()]);
+    assert!(
+        error.contains(&format!("cannot listen for the admin endpoint on {addr}")),
+        "{error}"
+    );
+    drop(taken);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_node_prints_its_client_address_and_takes_clients_with_a_listed_token() {
+    use ferry::client::{Client, ClientConfig};
+
+    let tmp = TempDir::new("admin-gateway");
+    let out = ferry(&[
+        "certs",
+        "--out",
+        &tmp.path().join("certs").display().to_string(),
+        "--nodes",
+        "p1",
+        "--gateway",
+        "localhost",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("gateway.pem"),
+        "{}",
+        text(&out.stdout)
+    );
+    std::fs::write(tmp.path().join("tokens.txt"), "# players\nsecret-1 alice\n").expect("tokens");
+    let config = tmp.path().join("p1.toml");
+    std::fs::write(
+        &config,
+        r#"id = "p1"
+certs = "certs"
+admin = "off"
+sessions_listen = "127.0.0.1:0"
+sessions_cert = "certs/gateway.pem"
+sessions_key = "certs/gateway.key"
+sessions_tokens = "tokens.txt"
+"#,
+    )
+    .expect("config");
+    let mut processes = Processes::default();
+    let ready = processes.start("p1", &config, tmp.path()).await;
+    assert_eq!(ready.admin, None, "admin = \"off\"");
+    let gateway = ready.sessions.expect("sessions= in the ready line");
+
+    let ca = std::fs::read_to_string(tmp.path().join("certs/gateway.pem")).expect("gateway.pem");
+    let client = within(
+        "a client session",
+        Client::connect(ClientConfig::new(
+            vec![gateway],
+            "localhost",
+            ca.clone(),
+            "secret-1",
+        )),
+    )
+    .await
+    .expect("a listed token connects");
+    assert_eq!(client.session().node.as_str(), "p1");
+    client.close().await;
+    let mut stranger = ClientConfig::new(vec![gateway], "localhost", ca, "guess");
+    stranger.reconnect = None;
+    let refused = within("a refusal", Client::connect(stranger)).await;
+    assert!(refused.is_err(), "an unlisted token is refused");
+
+    for (name, status, log) in processes.terminate_all().await {
+        assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+    }
+}

@@ -1,0 +1,230 @@
+//! `ferry node` processes started by a test: the ready line awaited and read, SIGTERM to stop,
+//! and every process killed if the test fails.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry::cluster::authority::node_key;
+use ferry::mesh::NodeTls;
+use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
+use ferry::{MeshSettings, Node, NodeConfig, NodeId, Registry};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
+
+/// A bound on waits for events that have no timeout of their own (a ready line, a link, an exit),
+/// so that a broken build fails instead of hanging. Far above what any of them needs.
+pub const HANG_GUARD: Duration = Duration::from_secs(120);
+
+/// Awaits `fut`, failing the test if it hangs.
+pub async fn within<F: Future>(what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(HANG_GUARD, fut).await {
+        Ok(out) => out,
+        Err(_) => panic!("{what}: still waiting after {HANG_GUARD:?}"),
+    }
+}
+
+/// What a node's ready line says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ready {
+    /// Where its mesh listens.
+    pub mesh: SocketAddr,
+    /// Where its admin endpoint listens, if on.
+    pub admin: Option<SocketAddr>,
+    /// Where its client gateway listens, if on.
+    pub sessions: Option<SocketAddr>,
+}
+
+impl Ready {
+    /// Reads `ready <node> mesh=<addr>[ admin=<addr>][ sessions=<addr>]`.
+    pub fn parse(node: &str, line: &str) -> Ready {
+        let rest = line
+            .strip_prefix(&format!("ready {node} "))
+            .unwrap_or_else(|| panic!("{node} printed {line:?}, not its ready line"));
+        let mut ready = Ready {
+            mesh: SocketAddr::from(([0, 0, 0, 0], 0)),
+            admin: None,
+            sessions: None,
+        };
+        let mut names = Vec::new();
+        for part in rest.split(' ') {
+            let (name, addr) = part
+                .split_once('=')
+                .unwrap_or_else(|| panic!("{part:?} in {line:?} is not name=addr"));
+            let addr: SocketAddr = addr
+                .parse()
+                .unwrap_or_else(|_| panic!("{part:?} in {line:?} has no address"));
+            match name {
+                "mesh" => ready.mesh = addr,
+                "admin" => ready.admin = Some(addr),
+                "sessions" => ready.sessions = Some(addr),
+                other => panic!("unknown part {other:?} in {line:?}"),
+            }
+            names.push(name);
+        }
+        assert_eq!(names.first(), Some(&"mesh"), "mesh comes first: {line:?}");
+        ready
+    }
+
+    /// The admin address, which the test's config turned on.
+    pub fn admin(&self) -> String {
+        self.admin.expect("admin endpoint on").to_string()
+    }
+}
+
+/// One `ferry node` process.
+pub struct NodeProcess {
+    /// Its node id.
+    pub id: String,
+    child: Child,
+    log: PathBuf,
+    /// Its stdout, kept open after the ready line so the node never writes to a closed pipe.
+    stdout: tokio::io::Lines<BufReader<ChildStdout>>,
+}
+
+/// The node processes of a test. Dropping it (a failed test) kills those still running.
+#[derive(Default)]
+pub struct Processes(pub Vec<NodeProcess>);
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for p in &mut self.0 {
+            // Already reaped processes refuse this; that is fine.
+            let _ = p.child.start_kill();
+        }
+    }
+}
+
+impl Processes {
+    /// Starts `ferry node --config config` and returns what its ready line says.
+    pub async fn start(&mut self, node: &str, config: &Path, logs: &Path) -> Ready {
+        let log = logs.join(format!("{node}.log"));
+        let stderr = std::fs::File::create(&log).expect("log file");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .arg("node")
+            .arg("--config")
+            .arg(config)
+            .env("RUST_LOG", "warn,ferry=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("ferry node starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        // Owned by the guard before anything can fail, so a failure below kills it.
+        self.0.push(NodeProcess {
+            id: node.to_owned(),
+            child,
+            log: log.clone(),
+            stdout: BufReader::new(stdout).lines(),
+        });
+        let stdout = &mut self.0.last_mut().expect("just pushed").stdout;
+        let line = within(&format!("{node}'s ready line"), stdout.next_line()).await;
+        let line = line
+            .expect("stdout readable")
+            .unwrap_or_else(|| panic!("{node} exited before it was ready:\n{}", read_log(&log)));
+        Ready::parse(node, &line)
+    }
+
+    /// Sends SIGTERM to every process still running, waits for each to exit, and returns how
+    /// each ended.
+    pub async fn terminate_all(&mut self) -> Vec<(String, ExitStatus, String)> {
+        for p in &self.0 {
+            let Some(pid) = p.child.id() else {
+                continue;
+            };
+            let status = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .expect("kill runs");
+            assert!(status.success(), "SIGTERM to {}", p.id);
+        }
+        let mut ended = Vec::new();
+        for i in 0..self.0.len() {
+            ended.push(self.wait(i).await);
+        }
+        ended
+    }
+
+    /// Waits for the `i`th process to exit and returns its id, exit status and log.
+    pub async fn wait(&mut self, i: usize) -> (String, ExitStatus, String) {
+        let p = &mut self.0[i];
+        let status = match tokio::time::timeout(HANG_GUARD, p.child.wait()).await {
+            Ok(status) => status.expect("exit status"),
+            Err(_) => {
+                let _ = p.child.start_kill();
+                panic!("{} did not exit:\n{}", p.id, read_log(&p.log));
+            }
+        };
+        (p.id.clone(), status, read_log(&p.log))
+    }
+}
+
+/// A process's log, or why there is none.
+pub fn read_log(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| format!("(no log: {e})"))
+}
+
+/// The store revision of each node's descriptor.
+async fn descriptor_versions(store: &Arc<dyn LocationStore>, nodes: &[NodeId]) -> Vec<u64> {
+    let mut versions = Vec::new();
+    for node in nodes {
+        let found = store.get(&node_key(node)).await.expect("store read");
+        versions.push(found.expect("descriptor published").version);
+    }
+    versions
+}
+
+/// Waits until every node in `nodes` has republished its descriptor twice. A node publishes at the
+/// start of each membership refresh and then reads every live peer, so the second publication
+/// proves that a whole refresh ran after this call began: every node live by then is its peer.
+pub async fn wait_two_refreshes(store: &Arc<dyn LocationStore>, nodes: &[NodeId]) {
+    let mut last = descriptor_versions(store, nodes).await;
+    let mut changes = vec![0_u32; nodes.len()];
+    within("two membership refreshes of every process", async {
+        while changes.iter().any(|c| *c < 2) {
+            tokio::task::yield_now().await;
+            let now = descriptor_versions(store, nodes).await;
+            for ((seen, old), new) in changes.iter_mut().zip(&mut last).zip(now) {
+                if new != *old {
+                    *seen += 1;
+                    *old = new;
+                }
+            }
+        }
+    })
+    .await;
+}
+
+/// Starts a test's driver node: it joins the processes' cluster (same redis `prefix`, a certificate
+/// `ferry certs` wrote for `driver` in `certs_dir`, the same `version`) to place units and talk to
+/// them, with room for no unit, so that it never takes one.
+pub async fn driver(
+    redis_url: &str,
+    prefix: &str,
+    version: &str,
+    certs_dir: &Path,
+    registry: Registry,
+) -> (Node, Arc<dyn LocationStore>) {
+    let store: Arc<dyn LocationStore> = Arc::new(
+        RedisStore::connect(redis_url, RedisStoreConfig::new(prefix))
+            .await
+            .expect("redis store"),
+    );
+    let id = NodeId::new("driver").expect("valid node id");
+    let tls = NodeTls::load(certs_dir, id.clone()).expect("driver certificate");
+    let mut mesh = MeshSettings::new("127.0.0.1:0".parse().expect("addr"), tls);
+    mesh.initial_rtt = Duration::from_millis(10);
+    let mut config = NodeConfig::new(id)
+        .app_version(version)
+        .store(store.clone())
+        .mesh(mesh);
+    config.capacity = 0;
+    config.refresh = Duration::from_millis(200);
+    let node = Node::start(config, registry).await.expect("driver starts");
+    (node, store)
+}
