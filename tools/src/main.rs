@@ -7,11 +7,15 @@
 //! - [`config`]: the TOML file of one node, its defaults and its checks.
 //! - [`node_cmd`]: one node process, from its config file until SIGTERM.
 
+mod bots;
 mod certs;
 mod config;
 mod demo;
+mod drain_watch;
+mod local_cluster;
 mod node_cmd;
 mod node_ids;
+mod percentiles;
 
 use clap::{Parser, Subcommand};
 
@@ -25,12 +29,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run live rooms with players on an embedded node and print a report.
+    /// Run a three-node cluster in this process with bot players, drain a node while they play,
+    /// and print what moved and what the players saw.
     Demo(demo::DemoArgs),
     /// Make a development cluster CA and a certificate for each node.
     Certs(certs::CertsArgs),
     /// Run one node of a cluster, configured by a TOML file, until SIGTERM or Ctrl-C.
     Node(node_cmd::NodeArgs),
+    /// Play rooms of a running cluster with bot players through its client gateways, and report
+    /// what they saw.
+    Bots(bots::cmd::BotsArgs),
 }
 
 /// Why a command failed.
@@ -42,6 +50,8 @@ enum Failure {
     Certs(#[from] certs::CertsError),
     #[error(transparent)]
     Node(#[from] node_cmd::NodeError),
+    #[error(transparent)]
+    Bots(#[from] bots::cmd::BotsError),
 }
 
 /// An error as one line: scripts and supervisors read errors line by line.
@@ -79,6 +89,7 @@ fn main() -> std::process::ExitCode {
             Command::Demo(args) => demo::run(args).await.map_err(Failure::from),
             Command::Certs(args) => certs::run(args).map_err(Failure::from),
             Command::Node(args) => node_cmd::run(args).await.map_err(Failure::from),
+            Command::Bots(args) => bots::cmd::run(args).await.map_err(Failure::from),
         }
     });
     match result {
