@@ -6,6 +6,7 @@ use std::time::Duration;
 use ferry::client::{Client, ClientEvent};
 use ferry::relocation::protocol::MoveEnd;
 use ferry::{ActorId, Node, Registry, SessionLimits, SpotId, UnitId};
+use ferry_samples::chat::{self, ChatterMsg, Heard, Line};
 use ferry_samples::fps::{self, Phase, Snapshot};
 use ferry_tests::cluster::Cluster;
 use ferry_tests::sessions::Gateways;
@@ -21,6 +22,7 @@ const FPS: fps::Rules = fps::Rules { round_ticks: 12 };
 fn registry() -> Registry {
     let mut registry = Registry::new();
     fps::register(&mut registry, FPS);
+    chat::register(&mut registry);
     registry
 }
 
@@ -223,6 +225,163 @@ async fn an_fps_room_moves_only_between_rounds_and_keeps_scores_rounds_and_every
     assert!(wins > 0, "rounds were won: {room_report:?}");
     for bot in done {
         bot.client.close().await;
+    }
+    cluster.shutdown().await;
+}
+
+/// A chatter's client: says its lines one at a time, each once the one before came back.
+struct Speaker {
+    client: Client,
+    me: ActorId,
+    heard: Vec<Line>,
+}
+
+impl Speaker {
+    /// Says `count` lines, then listens until it heard `total` lines; says how many it heard so far
+    /// as it goes.
+    async fn chat(mut self, count: u64, total: usize, heard: watch::Sender<usize>) -> Self {
+        for n in 0..count {
+            let text = format!("{} {n}", self.me);
+            self.client
+                .send(&self.me, &ChatterMsg::Say(text.clone()))
+                .expect("line sent");
+            loop {
+                let line: Line = next_push(&mut self.client).await;
+                let mine = line.from == self.me && line.text == text;
+                self.heard.push(line);
+                heard.send_replace(self.heard.len());
+                if mine {
+                    break;
+                }
+            }
+        }
+        while self.heard.len() < total {
+            self.heard.push(next_push(&mut self.client).await);
+        }
+        self
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chat_clients_see_every_line_of_their_room_in_order_while_it_moves_and_members_come_and_go()
+{
+    const LINES: u64 = 60;
+    let (cluster, gateways, n1, n2) = two_nodes().await;
+    let room = spot("lobby");
+    let speakers = [actor("ann"), actor("ben"), actor("cid")];
+    let clients = room_with_clients(
+        &gateways,
+        (&n1, &n2),
+        (chat::ROOM, &room),
+        (chat::CHATTER, &speakers),
+    )
+    .await;
+    let total = speakers.len() * LINES as usize;
+    let mut heard = Vec::new();
+    let mut tasks = Vec::new();
+    for (client, me) in clients.into_iter().zip(&speakers) {
+        let speaker = Speaker {
+            client,
+            me: me.clone(),
+            heard: Vec::new(),
+        };
+        let (heard_tx, heard_rx) = watch::channel(0);
+        heard.push(heard_rx);
+        tasks.push(tokio::spawn(speaker.chat(LINES, total, heard_tx)));
+    }
+
+    // Move the room while they talk.
+    within("40 lines", heard[0].wait_for(|n| *n >= 40))
+        .await
+        .expect("speaker talking");
+    let report = n1
+        .move_unit(&UnitId::Spot(room.clone()), Some(n2.id().clone()))
+        .await
+        .expect("move starts");
+    assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
+
+    // A newcomer joins the room where it is now, listens a while and leaves.
+    let dan = actor("dan");
+    n2.create_actor(chat::CHATTER, &dan).await.expect("created");
+    let mut dan_client = Client::connect(gateways.client(&[&n1]))
+        .await
+        .expect("client connected");
+    dan_client.bind(&dan).await.expect("bound");
+    n2.join(&dan, &room).await.expect("joined");
+    let mut dan_heard: Vec<Line> = Vec::new();
+    for _ in 0..10 {
+        dan_heard.push(next_push(&mut dan_client).await);
+    }
+    n2.leave(&dan).await.expect("left");
+
+    let mut done = Vec::new();
+    for task in tasks {
+        done.push(task.await.expect("speaker talked"));
+    }
+    // One more line, said after the newcomer left: it must not reach it.
+    let ann = &mut done[0];
+    ann.client
+        .send(&ann.me, &ChatterMsg::Say("last".into()))
+        .expect("sent");
+    let last: Line = next_push(&mut ann.client).await;
+    assert_eq!((last.seq, last.text.as_str()), (total as u64, "last"));
+
+    let everything = done[0].heard.clone();
+    let seqs: Vec<u64> = everything.iter().map(|l| l.seq).collect();
+    assert_eq!(
+        seqs,
+        (0..total as u64).collect::<Vec<_>>(),
+        "every line once, in order"
+    );
+    for speaker in &done {
+        assert_eq!(
+            speaker.heard, everything,
+            "{} heard the same lines",
+            speaker.me
+        );
+        let own: Vec<&str> = everything
+            .iter()
+            .filter(|l| l.from == speaker.me)
+            .map(|l| l.text.as_str())
+            .collect();
+        let said: Vec<String> = (0..LINES).map(|n| format!("{} {n}", speaker.me)).collect();
+        assert_eq!(own, said, "{}'s lines in the order said", speaker.me);
+        assert_eq!(speaker.client.session().connects, 1, "never reconnected");
+    }
+
+    // The newcomer heard a run of lines with no gap, while it was a member, and nothing after.
+    let counted: Heard = n2
+        .request(&dan, ChatterMsg::Count, T)
+        .await
+        .expect("chatter answers");
+    while dan_heard.len() < counted.lines as usize {
+        dan_heard.push(next_push(&mut dan_client).await);
+    }
+    assert_eq!(counted.out_of_order, 0);
+    let first = dan_heard[0].seq;
+    let dan_seqs: Vec<u64> = dan_heard.iter().map(|l| l.seq).collect();
+    assert_eq!(
+        dan_seqs,
+        (first..first + dan_seqs.len() as u64).collect::<Vec<_>>()
+    );
+    assert!(first > 0 && *dan_seqs.last().expect("heard") < total as u64);
+    assert_eq!(
+        dan_heard,
+        everything[first as usize..first as usize + dan_heard.len()]
+    );
+
+    // The room kept its last 100 lines through the move.
+    let history: chat::RoomReply = n1
+        .request(&room, chat::RoomMsg::History, T)
+        .await
+        .expect("room answers");
+    let mut kept = everything[total + 1 - chat::HISTORY..].to_vec();
+    kept.push(last);
+    assert_eq!(history, chat::RoomReply::History(kept));
+
+    dan_client.close().await;
+    for speaker in done {
+        speaker.client.close().await;
     }
     cluster.shutdown().await;
 }
