@@ -5,6 +5,7 @@
 mod common;
 
 use std::ffi::OsStr;
+use std::path::PathBuf;
 
 use common::{TempDir, one_line_failure};
 use ferry::{ActorId, Registry, SessionLimits, SpotId};
@@ -19,8 +20,9 @@ fn registry() -> Registry {
     registry
 }
 
-/// Two gateway nodes; room `fps-0` with players `fps-0-p0` and `fps-0-p1` on the first.
-async fn cluster() -> (Cluster, Gateways) {
+/// Two gateway nodes; room `fps-0` with players `fps-0-p0` and `fps-0-p1` on the first; the
+/// gateways' CA written to `gateways.pem` in a temp dir.
+async fn cluster(name: &str) -> (Cluster, TempDir, PathBuf) {
     let gateways = Gateways::new();
     let mut cluster = Cluster::start(0, registry).await;
     for id in ["n1", "n2"] {
@@ -40,15 +42,15 @@ async fn cluster() -> (Cluster, Gateways) {
             .expect("player created");
         node.join(&player, &room).await.expect("player joined");
     }
-    (cluster, gateways)
+    let dir = TempDir::new(name);
+    let ca = dir.path().join("gateways.pem");
+    std::fs::write(&ca, &gateways.ca_pem).expect("CA written");
+    (cluster, dir, ca)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bots_play_the_rooms_of_a_cluster_and_see_every_input_applied_once_in_order() {
-    let (cluster, gateways) = cluster().await;
-    let dir = TempDir::new("bots");
-    let ca = dir.path().join("gateways.pem");
-    std::fs::write(&ca, &gateways.ca_pem).expect("CA written");
+    let (cluster, _dir, ca) = cluster("bots").await;
     let addrs: Vec<String> = cluster
         .nodes
         .iter()
@@ -86,10 +88,7 @@ async fn bots_play_the_rooms_of_a_cluster_and_see_every_input_applied_once_in_or
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_token_and_a_missing_ca_are_one_clear_line() {
-    let (cluster, gateways) = cluster().await;
-    let dir = TempDir::new("bots-errors");
-    let ca = dir.path().join("gateways.pem");
-    std::fs::write(&ca, &gateways.ca_pem).expect("CA written");
+    let (cluster, dir, ca) = cluster("bots-errors").await;
     let addr = cluster.nodes[0]
         .session_addr()
         .expect("gateway")
