@@ -59,4 +59,7 @@ pub mod guide {
 
     #[doc = include_str!("../../docs/relocation.md")]
     pub struct Relocation;
+
+    #[doc = include_str!("../../docs/getting-started.md")]
+    pub struct GettingStarted;
 }

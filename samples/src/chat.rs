@@ -2,10 +2,13 @@
 //!
 //! It moves with the serde adapter (`PreserveState`) at any turn boundary: one message is one whole
 //! state change, so the state between turns is always complete.
+//!
+//! A client binds its chatter Actor and sends [`ChatterMsg::Say`]; the chatter passes the text to its
+//! room, and pushes every [`Line`] the room tells it to the client, numbered by the room.
 
 use std::collections::VecDeque;
 
-use ferry::{ActorId, Behavior, Ctx, Registration, RelocationPolicy};
+use ferry::{ActorId, Behavior, Ctx, Registration, Registry, RelocationPolicy, UnitId};
 use serde::{Deserialize, Serialize};
 
 /// How many lines a room keeps.
@@ -89,13 +92,16 @@ impl Behavior for ChatRoom {
 /// What a chatter takes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ChatterMsg {
-    /// A line said in the chatter's room.
+    /// A line said in the chatter's room: pushed to its client.
     Heard(Line),
     /// Ask how many lines it heard.
     Count,
+    /// Say something in the chatter's room (what its client sends).
+    Say(String),
 }
 
-/// A member of a chat room that counts what it heard, and checks it heard it in order.
+/// A member of a chat room: it passes its client's lines to the room, pushes what it hears to the
+/// client, and counts what it heard and whether it came in order.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Chatter {
     heard: u64,
@@ -116,14 +122,41 @@ impl Behavior for Chatter {
     type Msg = ChatterMsg;
     type Reply = Heard;
 
-    fn handle(&mut self, _ctx: &mut Ctx<'_>, msg: ChatterMsg) -> Heard {
-        if let ChatterMsg::Heard(line) = msg {
-            self.heard += 1;
-            if self.last_seq.is_some_and(|last| line.seq <= last) {
-                self.out_of_order += 1;
+    fn handle(&mut self, ctx: &mut Ctx<'_>, msg: ChatterMsg) -> Heard {
+        match msg {
+            ChatterMsg::Heard(line) => {
+                self.heard += 1;
+                if self.last_seq.is_some_and(|last| line.seq <= last) {
+                    self.out_of_order += 1;
+                }
+                self.last_seq = Some(line.seq);
+                if ctx.is_bound()
+                    && let Err(error) = ctx.push(line)
+                {
+                    tracing::debug!(%error, "line not pushed");
+                }
             }
-            self.last_seq = Some(line.seq);
+            ChatterMsg::Say(text) => {
+                let (Some(room), UnitId::Actor(me)) = (ctx.spot(), ctx.id()) else {
+                    tracing::debug!(chatter = %ctx.id(), "line dropped: not in a room");
+                    return self.counts();
+                };
+                let say = RoomMsg::Say {
+                    from: me.clone(),
+                    text,
+                };
+                if let Err(error) = ctx.tell(room, say) {
+                    tracing::debug!(%room, %error, "line not delivered");
+                }
+            }
+            ChatterMsg::Count => {}
         }
+        self.counts()
+    }
+}
+
+impl Chatter {
+    fn counts(&self) -> Heard {
         Heard {
             lines: self.heard,
             out_of_order: self.out_of_order,
@@ -139,4 +172,9 @@ pub fn room() -> Registration<ChatRoom> {
 /// The chatter factory, state kept by the serde adapter.
 pub fn chatter() -> Registration<Chatter> {
     Registration::actor(CHATTER, |_| Chatter::default()).policy(RelocationPolicy::serde())
+}
+
+/// Registers the room and the chatter factories.
+pub fn register(registry: &mut Registry) {
+    registry.register(room()).register(chatter());
 }

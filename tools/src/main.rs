@@ -1,7 +1,10 @@
-//! The `ferry` command: the demo, development certificates, and node processes.
+//! The `ferry` command: the demo, bot players, node processes and what operators do to them.
 //!
-//! Layout, in the order an operator meets them:
-//! - [`demo`]: live rooms on an embedded node, and a report of what the players saw.
+//! Layout, in the order a user meets them:
+//! - [`demo`]: a three-node cluster in this process with bot players, a drain while they play,
+//!   and a report of what the players saw; built from [`local_cluster`], [`bots`],
+//!   [`drain_watch`] and [`percentiles`].
+//! - [`bots`]: bot players, real clients that check every input and tick they see.
 //! - [`node_ids`]: node ids as operators type them, checked the same way everywhere.
 //! - [`certs`]: a development cluster CA and node certificates, written as files.
 //! - [`config`]: the TOML file of one node, its defaults and its checks.
@@ -11,13 +14,17 @@
 //! - [`status_cmd`], [`drain_cmd`], [`shutdown_cmd`]: what an operator does to a running node.
 
 mod admin;
+mod bots;
 mod certs;
 mod config;
 mod demo;
 mod drain_cmd;
+mod drain_watch;
 mod gateway;
+mod local_cluster;
 mod node_cmd;
 mod node_ids;
+mod percentiles;
 mod shutdown_cmd;
 mod status_cmd;
 
@@ -33,7 +40,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run live rooms with players on an embedded node and print a report.
+    /// Run a three-node cluster in this process with bot players, drain a node while they play,
+    /// and print what moved and what the players saw.
     Demo(demo::DemoArgs),
     /// Make a development cluster CA and a certificate for each node.
     Certs(certs::CertsArgs),
@@ -45,6 +53,9 @@ enum Command {
     Drain(drain_cmd::DrainArgs),
     /// Drain a running node, then stop it.
     Shutdown(shutdown_cmd::ShutdownArgs),
+    /// Play rooms of a running cluster with bot players through its client gateways, and report
+    /// what they saw.
+    Bots(bots::cmd::BotsArgs),
 }
 
 /// Why a command failed.
@@ -62,6 +73,8 @@ enum Failure {
     Drain(#[from] drain_cmd::DrainError),
     #[error(transparent)]
     Shutdown(#[from] shutdown_cmd::ShutdownError),
+    #[error(transparent)]
+    Bots(#[from] bots::cmd::BotsError),
 }
 
 impl Failure {
@@ -113,6 +126,7 @@ fn main() -> std::process::ExitCode {
             Command::Status(args) => status_cmd::run(args).await.map_err(Failure::from),
             Command::Drain(args) => drain_cmd::run(args).await.map_err(Failure::from),
             Command::Shutdown(args) => shutdown_cmd::run(args).await.map_err(Failure::from),
+            Command::Bots(args) => bots::cmd::run(args).await.map_err(Failure::from),
         }
     });
     match result {

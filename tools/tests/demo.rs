@@ -1,41 +1,110 @@
-//! The demo, run as a user runs it: the real binary, its JSON report checked.
+//! The demo, run as a user runs it: the real binary starts its three-node cluster, bots play
+//! through the gateways, a node is drained, and the JSON report says what the players saw.
 
-use std::process::Command;
+mod common;
 
-#[test]
-fn the_demo_reports_every_line_heard_once_and_in_order() {
-    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
-        .args([
-            "demo",
-            "--rooms",
-            "3",
-            "--players",
-            "3",
-            "--lines",
-            "20",
-            "--json",
-        ])
+use std::ffi::OsStr;
+use std::process::Output;
+
+use common::{ferry, one_line_failure};
+use ferry_tests::redis_server::RedisServer;
+use serde_json::Value;
+
+/// Runs `ferry demo --json` with small sizes and extra `args`; returns the report once the run
+/// succeeded.
+fn demo(args: &[&str]) -> Value {
+    let out = ferry()
+        .args(["demo", "--rooms", "2", "--players", "2", "--seconds", "3"])
+        .args(args)
+        .arg("--json")
         .output()
         .expect("the ferry binary runs");
     assert!(
         out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        "ferry demo failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
     );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
-    assert_eq!(report["lines_said"], 3 * 3 * 20);
-    assert_eq!(report["lines_heard"], 3 * 3 * 3 * 20);
-    assert_eq!(report["lines_lost"], 0);
-    assert_eq!(report["lines_out_of_order"], 0);
+    serde_json::from_slice(&out.stdout).expect("the report is JSON")
+}
+
+/// Checks what every demo run must show: rooms moved, and no input lost, doubled or reordered.
+fn check(report: &Value, store: &str) {
+    assert_eq!(report["store"], store, "{report:#}");
+    assert_eq!(report["nodes"], 3);
+    let drain = &report["drain"];
+    assert_eq!(drain["outcome"], "relocated", "{report:#}");
+    assert!(drain["units_moved"].as_u64() > Some(0), "{report:#}");
+    assert_eq!(drain["units_failed"], 0);
+    assert!(drain["bytes_moved"].as_u64() > Some(0), "{report:#}");
+    assert_eq!(drain["pause"]["count"], drain["units_moved"], "{report:#}");
+    let bots = &report["bots"];
+    let games = report["games"].as_array().expect("games").len() as u64;
+    assert_eq!(bots["players"].as_u64(), Some(games * 2 * 2), "{report:#}");
+    assert!(bots["inputs_sent"].as_u64() > Some(0), "{report:#}");
+    assert_eq!(bots["inputs_applied"], bots["inputs_sent"], "{report:#}");
+    assert_eq!(bots["inputs"]["lost"], 0, "{report:#}");
+    assert_eq!(bots["inputs"]["duplicated"], 0, "{report:#}");
+    assert_eq!(bots["inputs"]["reordered"], 0, "{report:#}");
+    assert_eq!(
+        bots["errors"].as_array().map(Vec::len),
+        Some(0),
+        "{report:#}"
+    );
+    assert!(bots["tick_gaps"]["count"].as_u64() > Some(0), "{report:#}");
+    assert_eq!(bots["reconnected"], 0, "{report:#}");
 }
 
 #[test]
-fn a_bad_flag_is_a_clear_error() {
-    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
-        .args(["demo", "--rooms", "many"])
+fn the_demo_drains_a_node_while_bots_play_and_they_lose_nothing() {
+    check(&demo(&[]), "memory");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_runs_on_a_real_redis_server() {
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let url = redis.url();
+    let report = tokio::task::spawn_blocking(move || demo(&["--store", &url]))
+        .await
+        .expect("the demo ran");
+    check(&report, "redis");
+    drop(redis);
+}
+
+/// Runs `ferry demo` with `args` and returns its failed output.
+fn failing(args: &[&str]) -> Output {
+    let out = ferry()
+        .arg("demo")
+        .args(args)
         .output()
         .expect("the ferry binary runs");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--rooms"), "{err}");
+    assert!(!out.status.success(), "ferry demo {args:?} succeeded");
+    assert!(out.stdout.is_empty(), "no report on a bad flag");
+    out
+}
+
+#[test]
+fn bad_flags_are_refused_with_the_flag_named() {
+    for (args, named) in [
+        (&["--rooms", "many"][..], "--rooms"),
+        (&["--rooms", "0"][..], "--rooms"),
+        (&["--players", "1000"][..], "--players"),
+        (&["--store", "postgres://db"][..], "redis://"),
+        (&["--lines", "3"][..], "--lines"),
+    ] {
+        let err = String::from_utf8_lossy(&failing(args).stderr).into_owned();
+        assert!(err.contains(named), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn an_unreachable_redis_is_one_clear_line() {
+    // Port 1 on loopback: nothing listens there.
+    let args = ["demo", "--store", "redis://127.0.0.1:1/"];
+    let line = one_line_failure(&args.map(OsStr::new));
+    assert!(line.contains("redis://127.0.0.1:1/"), "{line}");
+    assert!(line.contains("redis-server"), "{line}");
 }

@@ -1,0 +1,124 @@
+//! `ferry bots`: a load generator with the demo's checks, for a running cluster. Bots connect to
+//! its client gateways, bind the player Actors of rooms that already exist (named as
+//! [`GameKind::room`] and [`GameKind::player`] say), play for a while, and report what they saw.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::games::GameKind;
+use super::{BotsSummary, GatewayAccess, Team};
+use crate::percentiles::readable_us;
+
+/// Where the cluster's gateways are, how to trust them, and how hard to play.
+#[derive(Args, Debug, Clone)]
+pub struct BotsArgs {
+    /// A client gateway of the cluster (`host:port`); repeat it, or separate with commas, to
+    /// spread the bots over several.
+    #[arg(
+        long = "cluster",
+        value_name = "ADDR",
+        required = true,
+        value_delimiter = ','
+    )]
+    gateways: Vec<SocketAddr>,
+    /// The PEM file of the CA (or self-signed certificate) the gateways present.
+    #[arg(long, value_name = "FILE")]
+    ca: PathBuf,
+    /// The token the gateways accept.
+    #[arg(long, value_name = "T")]
+    token: String,
+    /// The DNS name in the gateways' certificate.
+    #[arg(long, value_name = "NAME", default_value = "localhost")]
+    server_name: String,
+    /// The sample game the rooms run.
+    #[arg(long, value_enum, default_value_t = GameKind::Fps)]
+    game: GameKind,
+    /// Rooms to play, numbered from 0.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    rooms: u16,
+    /// Players in each room, numbered from 0.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    players: u16,
+    /// Seconds to play.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    seconds: u16,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Why `ferry bots` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BotsError {
+    /// The CA file could not be read.
+    #[error("cannot read the gateways' CA from {}: {source}; pass the PEM file with --ca", path.display())]
+    Ca {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A room or player id could not be made.
+    #[error(transparent)]
+    Id(#[from] ferry::InvalidId),
+    /// The bots saw inputs lost, duplicated or reordered, or could not play.
+    #[error("{0}")]
+    Players(String),
+    /// The report could not be written.
+    #[error("could not write the report: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Plays the rooms and prints what the bots saw; fails if any input was lost, duplicated or
+/// reordered, or a bot could not play.
+pub async fn run(args: BotsArgs) -> Result<(), BotsError> {
+    let ca_pem = std::fs::read_to_string(&args.ca).map_err(|source| BotsError::Ca {
+        path: args.ca.clone(),
+        source,
+    })?;
+    let access = GatewayAccess {
+        servers: args.gateways.clone(),
+        server_name: args.server_name.clone(),
+        ca_pem,
+        token: args.token.clone().into_bytes(),
+    };
+    let mut team = Team::new();
+    for r in 0..usize::from(args.rooms) {
+        for p in 0..usize::from(args.players) {
+            let config = access.client(team.size());
+            team.add(args.game, config, args.game.player(r, p)?);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(u64::from(args.seconds))).await;
+    let tallies = team.finish().await;
+    let summary = BotsSummary::of(&tallies);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print!("{}", text(&summary));
+    }
+    match summary.problem() {
+        Some(problem) => Err(BotsError::Players(problem)),
+        None => Ok(()),
+    }
+}
+
+fn text(s: &BotsSummary) -> String {
+    format!(
+        "{} bots: {} inputs sent, {} applied; lost {}, duplicated {}, reordered {}; \
+         tick gap p50 {} p99 {} longest {:.1} ms; {} reconnected\n",
+        s.players,
+        s.inputs_sent,
+        s.inputs_applied,
+        s.inputs.lost,
+        s.inputs.duplicated,
+        s.inputs.reordered,
+        readable_us(s.tick_gaps.p50_us),
+        readable_us(s.tick_gaps.p99_us),
+        s.longest_tick_gap_ms,
+        s.reconnected
+    )
+}

@@ -1,0 +1,189 @@
+//! Bot players: real game clients that play the sample games through the client gateways and
+//! check what they see. The demo runs them against its in-process cluster; `ferry bots` runs them
+//! against the gateways of running `ferry node` processes.
+//!
+//! Layout:
+//! - [`checks`]: numbered streams and tick gaps, checked one observation at a time.
+//! - [`player`]: one bot: connect, bind, send numbered inputs, read pushes, settle, tally.
+//! - [`games`]: how a bot plays each sample game, and the ids of its rooms and players.
+//! - [`cmd`]: the `ferry bots` command.
+
+pub mod checks;
+pub mod cmd;
+pub mod games;
+pub mod player;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ferry::ActorId;
+use ferry::client::{ClientConfig, Reconnect};
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use self::checks::Faults;
+use self::games::GameKind;
+use self::player::Tally;
+use crate::percentiles::{Durations, Percentiles};
+
+/// What a client needs to reach a cluster's gateways.
+#[derive(Debug, Clone)]
+pub struct GatewayAccess {
+    /// The gateway addresses.
+    pub servers: Vec<SocketAddr>,
+    /// The DNS name the gateways' certificate carries.
+    pub server_name: String,
+    /// The CA (or self-signed certificate) the gateways' certificate chains to, as PEM.
+    pub ca_pem: String,
+    /// The token the gateways' authenticator accepts.
+    pub token: Vec<u8>,
+}
+
+impl GatewayAccess {
+    /// A client config for bot number `n`: bots start on different gateways, so the load spreads,
+    /// and move on to the next one if theirs goes away.
+    pub fn client(&self, n: usize) -> ClientConfig {
+        let mut servers = self.servers.clone();
+        if !servers.is_empty() {
+            let first = n % servers.len();
+            servers.rotate_left(first);
+        }
+        let mut config = ClientConfig::new(
+            servers,
+            self.server_name.clone(),
+            self.ca_pem.clone(),
+            self.token.clone(),
+        );
+        config.reconnect = Some(Reconnect {
+            min_backoff: Duration::from_millis(20),
+            max_backoff: Duration::from_millis(500),
+            attempts: 10,
+        });
+        config
+    }
+}
+
+/// What all the bots saw, as the reports print and write it.
+#[derive(Debug, Clone, Serialize)]
+pub struct BotsSummary {
+    /// Bots that played.
+    pub players: u64,
+    /// Inputs they sent.
+    pub inputs_sent: u64,
+    /// Inputs the server reported applied.
+    pub inputs_applied: u64,
+    /// Inputs lost, applied twice, or applied out of order (all must be zero).
+    pub inputs: Faults,
+    /// Pushes received.
+    pub pushes: u64,
+    /// Server ticks received, and the time between consecutive ones each bot saw.
+    pub tick_gaps: Percentiles,
+    /// The longest time between two server ticks any bot saw, in milliseconds.
+    pub longest_tick_gap_ms: f64,
+    /// Bots whose client reconnected during the run.
+    pub reconnected: u64,
+    /// Bots that stopped early, and why.
+    pub errors: Vec<String>,
+}
+
+impl BotsSummary {
+    /// Sums the tallies of every bot.
+    pub fn of(tallies: &[Tally]) -> BotsSummary {
+        let mut inputs = Faults::default();
+        let mut gaps = Durations::new();
+        let mut longest = Duration::ZERO;
+        for tally in tallies {
+            inputs.add(tally.faults);
+            gaps.merge(&tally.ticks.gaps);
+            longest = longest.max(tally.ticks.longest);
+        }
+        BotsSummary {
+            players: tallies.len() as u64,
+            inputs_sent: tallies.iter().map(|t| t.sent).sum(),
+            inputs_applied: tallies.iter().map(|t| t.applied).sum(),
+            inputs,
+            pushes: tallies.iter().map(|t| t.pushes).sum(),
+            tick_gaps: gaps.summary(),
+            longest_tick_gap_ms: longest.as_secs_f64() * 1_000.0,
+            reconnected: tallies.iter().filter(|t| t.connects > 1).count() as u64,
+            errors: tallies.iter().filter_map(|t| t.error.clone()).collect(),
+        }
+    }
+
+    /// Whether every input arrived once and in order, and every bot played to the end.
+    pub fn is_clean(&self) -> bool {
+        self.inputs.is_clean() && self.errors.is_empty()
+    }
+
+    /// What went wrong, in one sentence, if anything did.
+    pub fn problem(&self) -> Option<String> {
+        if self.is_clean() {
+            return None;
+        }
+        let mut parts = Vec::new();
+        let Faults {
+            lost,
+            duplicated,
+            reordered,
+        } = self.inputs;
+        if !self.inputs.is_clean() {
+            parts.push(format!(
+                "the bots saw {lost} inputs lost, {duplicated} duplicated and {reordered} reordered"
+            ));
+        }
+        if let Some(first) = self.errors.first() {
+            parts.push(format!(
+                "{} bots stopped early (first: {first})",
+                self.errors.len()
+            ));
+        }
+        Some(parts.join("; "))
+    }
+}
+
+/// Bots playing together until they are told to stop.
+pub struct Team {
+    stop: watch::Sender<bool>,
+    bots: Vec<JoinHandle<Tally>>,
+}
+
+impl Default for Team {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Team {
+    /// A team with no bot yet.
+    pub fn new() -> Self {
+        Team {
+            stop: watch::Sender::new(false),
+            bots: Vec::new(),
+        }
+    }
+
+    /// Starts a bot playing `game` as Actor `me`, connecting with `config`.
+    pub fn add(&mut self, game: GameKind, config: ClientConfig, me: ActorId) {
+        let stopped = self.stop.subscribe();
+        self.bots.push(tokio::spawn(game.play(config, me, stopped)));
+    }
+
+    /// How many bots play.
+    pub fn size(&self) -> usize {
+        self.bots.len()
+    }
+
+    /// Tells every bot to stop sending, and returns each one's tally once it settled.
+    pub async fn finish(self) -> Vec<Tally> {
+        self.stop.send_replace(true);
+        let mut tallies = Vec::with_capacity(self.bots.len());
+        for bot in self.bots {
+            tallies.push(bot.await.unwrap_or_else(|error| Tally {
+                error: Some(format!("a bot task failed: {error}")),
+                ..Tally::default()
+            }));
+        }
+        tallies
+    }
+}

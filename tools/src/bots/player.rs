@@ -1,0 +1,140 @@
+//! One bot player: a real game client that connects to a gateway, binds its player Actor, sends
+//! numbered inputs at a steady rate, reads every push, and checks what it sees.
+
+use std::time::{Duration, Instant};
+
+use ferry::ActorId;
+use ferry::client::{Client, ClientConfig, ClientError, ClientEvent};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use super::checks::{Faults, TickGaps};
+
+/// A game as a bot plays it: the inputs it sends, and the checks it makes on what comes back.
+pub trait Game: Send + 'static {
+    /// What the bot sends its player Actor.
+    type Input: Serialize;
+    /// What the player Actor pushes to the bot.
+    type Push: DeserializeOwned;
+
+    /// The input numbered `seq` (0 for the first, then one more each time).
+    fn input(&mut self, seq: u64) -> Self::Input;
+
+    /// Takes a push; returns the server tick it was made at, for games that push every tick.
+    fn read(&mut self, push: Self::Push) -> Option<u64>;
+
+    /// Whether the server has applied the first `sent` inputs, by what it pushed so far.
+    fn caught_up(&self, sent: u64) -> bool;
+
+    /// How the first `sent` inputs fared, by what the server pushed so far.
+    fn faults(&self, sent: u64) -> Faults;
+}
+
+/// How a bot plays.
+#[derive(Debug, Clone)]
+pub struct Pace {
+    /// Time between two inputs.
+    pub every: Duration,
+    /// How long to wait, once the bot stopped sending, for the server to apply its last inputs
+    /// before counting the rest as lost.
+    pub settle: Duration,
+}
+
+/// What one bot saw.
+#[derive(Debug, Clone, Default)]
+pub struct Tally {
+    /// Inputs sent.
+    pub sent: u64,
+    /// Inputs the server reported applied (first reports only).
+    pub applied: u64,
+    /// Inputs lost, applied twice, or applied out of order.
+    pub faults: Faults,
+    /// Pushes received.
+    pub pushes: u64,
+    /// Times between server ticks received.
+    pub ticks: TickGaps,
+    /// Sessions the client held (1 if it never reconnected).
+    pub connects: u64,
+    /// Why the bot stopped early, if it did.
+    pub error: Option<String>,
+}
+
+/// Plays `game` as Actor `me` until `stop` turns true, then waits for the server to apply what it
+/// sent. A client error ends the bot early; the tally says why.
+pub async fn play<G: Game>(
+    config: ClientConfig,
+    me: ActorId,
+    mut game: G,
+    pace: Pace,
+    mut stop: watch::Receiver<bool>,
+) -> Tally {
+    let mut tally = Tally::default();
+    let mut client = match connect(config, &me).await {
+        Ok(client) => client,
+        Err(error) => {
+            tally.error = Some(format!("{me}: {error}"));
+            return tally;
+        }
+    };
+    let mut every = tokio::time::interval(pace.every);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sending = true;
+    let mut settle_by: Option<tokio::time::Instant> = None;
+    loop {
+        // Done once stopped and every input sent came back applied (or the settle time is up).
+        if !sending && game.caught_up(tally.sent) {
+            break;
+        }
+        let settle_wait = async {
+            match settle_by {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = every.tick(), if sending => {
+                if let Err(error) = client.send(&me, &game.input(tally.sent)) {
+                    tally.error = Some(format!("{me}: {error}"));
+                    break;
+                }
+                tally.sent += 1;
+            }
+            changed = stop.changed(), if sending => {
+                if changed.is_err() || *stop.borrow() {
+                    sending = false;
+                    settle_by = Some(tokio::time::Instant::now() + pace.settle);
+                }
+            }
+            () = settle_wait => break,
+            event = client.recv::<G::Push>() => match event {
+                Ok(ClientEvent::Push { msg, .. }) => {
+                    tally.pushes += 1;
+                    if let Some(tick) = game.read(msg) {
+                        tally.ticks.observe(tick, Instant::now());
+                    }
+                }
+                Ok(ClientEvent::Unbound { reason, .. }) => {
+                    tally.error = Some(format!("{me} was unbound: {reason}"));
+                    break;
+                }
+                Ok(ClientEvent::Reconnected { .. }) => {}
+                Err(error) => {
+                    tally.error = Some(format!("{me}: {error}"));
+                    break;
+                }
+            },
+        }
+    }
+    tally.faults = game.faults(tally.sent);
+    tally.applied = tally.sent - tally.faults.lost.min(tally.sent);
+    tally.connects = client.session().connects;
+    client.close().await;
+    tally
+}
+
+async fn connect(config: ClientConfig, me: &ActorId) -> Result<Client, ClientError> {
+    let client = Client::connect(config).await?;
+    client.bind(me).await?;
+    Ok(client)
+}
