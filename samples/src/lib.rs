@@ -32,3 +32,19 @@ pub fn registry() -> Registry {
     register_all(&mut registry);
     registry
 }
+
+/// The sample pages' code blocks, compiled and run as doctests so they stay true to the code.
+#[cfg(doctest)]
+pub mod guide {
+    #[doc = include_str!("../../docs/samples/README.md")]
+    pub struct Samples;
+
+    #[doc = include_str!("../../docs/samples/chat.md")]
+    pub struct Chat;
+
+    #[doc = include_str!("../../docs/samples/fps.md")]
+    pub struct Fps;
+
+    #[doc = include_str!("../../docs/samples/bingo.md")]
+    pub struct Bingo;
+}
