@@ -374,7 +374,8 @@ pub struct Watch {
     pub last: Option<Snapshot>,
     /// The longest step between the ticks of two snapshots in a row (1 when no tick was missed).
     pub longest_gap: u64,
-    /// Snapshots that went back: a tick not above the one before, a lower round, fewer inputs.
+    /// Snapshots that went back: a tick not above the one before, a lower round, fewer inputs
+    /// applied, or a player with fewer points or wins.
     pub went_back: u64,
     /// Every change of node seen.
     pub moves: Vec<SeenMove>,
@@ -385,9 +386,16 @@ impl Watch {
     pub fn see(&mut self, snapshot: Snapshot) {
         self.snapshots += 1;
         if let Some(last) = &self.last {
+            let lower_score = last.scores.iter().any(|(player, before)| {
+                snapshot
+                    .scores
+                    .get(player)
+                    .is_none_or(|now| now.points < before.points || now.wins < before.wins)
+            });
             if snapshot.tick <= last.tick
                 || snapshot.round < last.round
                 || snapshot.inputs.applied < last.inputs.applied
+                || lower_score
             {
                 self.went_back += 1;
             }
@@ -469,6 +477,36 @@ mod tests {
         fps.settle();
         let wins: Vec<u32> = fps.players.values().map(|p| p.score.wins).collect();
         assert_eq!(wins, vec![1, 1, 0]);
+    }
+
+    fn snapshot(tick: u64, round: u32, phase: Phase, node: &str, points: u64) -> Snapshot {
+        Snapshot {
+            tick,
+            round,
+            phase,
+            node: NodeId::new(node).expect("valid id"),
+            inputs: InputLog::default(),
+            scores: [(actor("p"), Score { points, wins: 0 })].into(),
+        }
+    }
+
+    #[test]
+    fn a_watch_sees_gaps_moves_and_anything_that_goes_back() {
+        let mut watch = Watch::default();
+        watch.see(snapshot(7, 1, Phase::Settle, "a", 5));
+        watch.see(snapshot(9, 2, Phase::Start, "b", 5));
+        assert_eq!((watch.longest_gap, watch.went_back), (2, 0));
+        let seen = SeenMove {
+            from: NodeId::new("a").expect("valid id"),
+            to: NodeId::new("b").expect("valid id"),
+            before: (1, Phase::Settle),
+            after: (2, Phase::Start),
+        };
+        assert_eq!(watch.moves, vec![seen]);
+        watch.see(snapshot(10, 2, Phase::Play, "b", 4));
+        watch.see(snapshot(10, 2, Phase::Play, "b", 4));
+        watch.see(snapshot(11, 1, Phase::Play, "b", 4));
+        assert_eq!((watch.snapshots, watch.went_back), (5, 3));
     }
 
     #[test]

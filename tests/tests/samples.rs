@@ -6,6 +6,7 @@ use std::time::Duration;
 use ferry::client::{Client, ClientEvent};
 use ferry::relocation::protocol::MoveEnd;
 use ferry::{ActorId, Node, Registry, SessionLimits, SpotId, UnitId};
+use ferry_samples::bingo::{self, Push};
 use ferry_samples::chat::{self, ChatterMsg, Heard, Line};
 use ferry_samples::fps::{self, Phase, Snapshot};
 use ferry_tests::cluster::Cluster;
@@ -19,10 +20,18 @@ const T: Duration = Duration::from_secs(30);
 /// Short FPS rounds, so a test plays several.
 const FPS: fps::Rules = fps::Rules { round_ticks: 12 };
 
+/// Quick bingo draws, so a test plays a round in about a second.
+const BINGO: bingo::Rules = bingo::Rules {
+    seats: 4,
+    draw_every: Duration::from_millis(25),
+    prize: 90,
+};
+
 fn registry() -> Registry {
     let mut registry = Registry::new();
     fps::register(&mut registry, FPS);
     chat::register(&mut registry);
+    bingo::register(&mut registry, BINGO);
     registry
 }
 
@@ -64,12 +73,13 @@ async fn room_with_clients(
         node.create_actor(player_kind, player)
             .await
             .expect("player created");
-        node.join(player, room).await.expect("player joined");
         let gateway = if i % 2 == 0 { node } else { other };
         let client = Client::connect(gateways.client(&[gateway]))
             .await
             .expect("client connected");
+        // Bound before it joins, so the client sees everything the room tells it.
         client.bind(player).await.expect("player bound");
+        node.join(player, room).await.expect("player joined");
         clients.push(client);
     }
     clients
@@ -237,10 +247,18 @@ struct Speaker {
 }
 
 impl Speaker {
-    /// Says `count` lines, then listens until it heard `total` lines; says how many it heard so far
-    /// as it goes.
-    async fn chat(mut self, count: u64, total: usize, heard: watch::Sender<usize>) -> Self {
+    /// Says `count` lines, waiting halfway until `resume` says go on, then listens until it heard
+    /// `total` lines; says how many it heard so far as it goes.
+    async fn chat(
+        mut self,
+        (count, total): (u64, usize),
+        heard: watch::Sender<usize>,
+        mut resume: watch::Receiver<bool>,
+    ) -> Self {
         for n in 0..count {
+            if n == count / 2 {
+                resume.wait_for(|go| *go).await.expect("test running");
+            }
             let text = format!("{} {n}", self.me);
             self.client
                 .send(&self.me, &ChatterMsg::Say(text.clone()))
@@ -277,6 +295,7 @@ async fn chat_clients_see_every_line_of_their_room_in_order_while_it_moves_and_m
     )
     .await;
     let total = speakers.len() * LINES as usize;
+    let (resume_tx, resume) = watch::channel(false);
     let mut heard = Vec::new();
     let mut tasks = Vec::new();
     for (client, me) in clients.into_iter().zip(&speakers) {
@@ -287,10 +306,14 @@ async fn chat_clients_see_every_line_of_their_room_in_order_while_it_moves_and_m
         };
         let (heard_tx, heard_rx) = watch::channel(0);
         heard.push(heard_rx);
-        tasks.push(tokio::spawn(speaker.chat(LINES, total, heard_tx)));
+        tasks.push(tokio::spawn(speaker.chat(
+            (LINES, total),
+            heard_tx,
+            resume.clone(),
+        )));
     }
 
-    // Move the room while they talk.
+    // Move the room while they talk (they stop halfway until the newcomer is in).
     within("40 lines", heard[0].wait_for(|n| *n >= 40))
         .await
         .expect("speaker talking");
@@ -308,6 +331,7 @@ async fn chat_clients_see_every_line_of_their_room_in_order_while_it_moves_and_m
         .expect("client connected");
     dan_client.bind(&dan).await.expect("bound");
     n2.join(&dan, &room).await.expect("joined");
+    resume_tx.send_replace(true);
     let mut dan_heard: Vec<Line> = Vec::new();
     for _ in 0..10 {
         dan_heard.push(next_push(&mut dan_client).await);
@@ -382,6 +406,267 @@ async fn chat_clients_see_every_line_of_their_room_in_order_while_it_moves_and_m
     dan_client.close().await;
     for speaker in done {
         speaker.client.close().await;
+    }
+    cluster.shutdown().await;
+}
+
+/// Receives a bingo client's pushes into `log` until one matches `until`; returns that one.
+async fn bingo_until(
+    client: &mut Client,
+    log: &mut Vec<Push>,
+    until: impl Fn(&Push) -> bool,
+) -> Push {
+    loop {
+        let push: Push = next_push(client).await;
+        log.push(push.clone());
+        if until(&push) {
+            return push;
+        }
+    }
+}
+
+/// The numbers of a round drawn in a log, in the order they came.
+fn drawn_in(log: &[Push], of: u32) -> Vec<u8> {
+    log.iter()
+        .filter_map(|p| match p {
+            Push::Drawn { round, number, .. } if *round == of => Some(*number),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Asks a client's player for its whole state and waits for it.
+async fn sync(client: &mut Client, me: &ActorId, log: &mut Vec<Push>) -> bingo::PlayerView {
+    client.send(me, &bingo::PlayerMsg::Sync).expect("sent");
+    match bingo_until(client, log, |p| matches!(p, Push::State(_))).await {
+        Push::State(view) => view,
+        other => panic!("expected a state, got {other:?}"),
+    }
+}
+
+/// Checks one round of a client's log against the game its room must have played: the card dealt,
+/// every number drawn in order with no gap and none twice, each marked exactly when on the card.
+fn check_round(log: &[Push], room: &SpotId, of: u32, me: &ActorId) {
+    let order = bingo::draw_order(room, of);
+    let mine = bingo::card(room, of, me);
+    let mut pushes = log.iter().filter(|p| match p {
+        Push::Dealt { round, .. } | Push::Drawn { round, .. } => *round == of,
+        _ => false,
+    });
+    let Some(Push::Dealt { card, marks, .. }) = pushes.next() else {
+        panic!("{me}: round {of} starts with its card: {log:?}");
+    };
+    assert_eq!(*card, mine, "{me}: the card of round {of}");
+    let mut position = (0..=order.len())
+        .find(|&k| card.marks(&order[..k]) == *marks)
+        .expect("marks are those of the numbers drawn before the card");
+    for push in pushes {
+        let Push::Drawn {
+            position: at,
+            number,
+            marked,
+            ..
+        } = push
+        else {
+            panic!("{me}: one card per round");
+        };
+        position += 1;
+        assert_eq!(
+            (*at, *number),
+            (position, order[position - 1]),
+            "{me}: round {of}"
+        );
+        assert_eq!(*marked, card.cell(*number).is_some(), "{me}: {number}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bingo_room_and_its_players_keep_cards_draws_marks_and_rewards_through_a_move() {
+    let (cluster, gateways, n1, n2) = two_nodes().await;
+    let room = spot("hall");
+    let players = [actor("ann"), actor("ben"), actor("cid")];
+    let mut clients = room_with_clients(
+        &gateways,
+        (&n1, &n2),
+        (bingo::ROOM, &room),
+        (bingo::PLAYER, &players),
+    )
+    .await;
+    let mut logs = vec![Vec::new(); players.len()];
+
+    // Move the room (its players with it) a few draws into the first round.
+    bingo_until(
+        &mut clients[0],
+        &mut logs[0],
+        |p| matches!(p, Push::Drawn { round: 1, position, .. } if *position >= 5),
+    )
+    .await;
+    let report = n1
+        .move_unit(&UnitId::Spot(room.clone()), Some(n2.id().clone()))
+        .await
+        .expect("move starts");
+    assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
+
+    // Still in round 1 (it lasts 40 draws in this room): the marks made before the move are there.
+    for ((client, me), log) in clients.iter_mut().zip(&players).zip(&mut logs) {
+        let view = sync(client, me, log).await;
+        let card = bingo::card(&room, 1, me);
+        assert_eq!((view.round, view.card), (1, Some(card)), "{me}");
+        assert_eq!(view.marks, card.marks(&drawn_in(log, 1)), "{me}");
+        assert_eq!(view.seat, None);
+    }
+
+    // Play to a few draws into round 2.
+    for (client, log) in clients.iter_mut().zip(&mut logs) {
+        bingo_until(client, log, |p| {
+            matches!(
+                p,
+                Push::Drawn {
+                    round: 2,
+                    position: 3,
+                    ..
+                }
+            )
+        })
+        .await;
+    }
+    let order = bingo::draw_order(&room, 1);
+    let cards: Vec<bingo::Card> = players.iter().map(|p| bingo::card(&room, 1, p)).collect();
+    let draws = (1..=order.len())
+        .find(|&k| {
+            cards
+                .iter()
+                .any(|c| bingo::Card::wins(&c.marks(&order[..k])))
+        })
+        .expect("someone wins");
+    assert_eq!(draws, 40, "the round this test counts on");
+    let winners: Vec<ActorId> = players
+        .iter()
+        .zip(&cards)
+        .filter(|(_, c)| bingo::Card::wins(&c.marks(&order[..draws])))
+        .map(|(p, _)| p.clone())
+        .collect();
+    let prize = BINGO.prize / winners.len() as u64;
+    for ((client, me), log) in clients.iter_mut().zip(&players).zip(&mut logs) {
+        check_round(log, &room, 1, me);
+        check_round(log, &room, 2, me);
+        assert_eq!(
+            drawn_in(log, 1),
+            order[..draws],
+            "{me}: no draw lost or repeated"
+        );
+        let over = Push::RoundOver {
+            round: 1,
+            winners: winners.clone(),
+            prize,
+        };
+        assert!(log.contains(&over), "{me}: {log:?}");
+        let view = sync(client, me, log).await;
+        let won = if winners.contains(me) { prize } else { 0 };
+        assert_eq!((view.round, view.rewards), (2, won), "{me}");
+        assert_eq!(client.session().connects, 1, "never reconnected");
+    }
+
+    let state: bingo::RoomReport = n1
+        .request(&room, bingo::RoomMsg::Report, T)
+        .await
+        .expect("room answers");
+    assert_eq!(state.round, 2);
+    assert_eq!(
+        state.results,
+        vec![bingo::RoundResult {
+            round: 1,
+            draws,
+            winners
+        }]
+    );
+    let dealt: Vec<(ActorId, bingo::Card)> = players
+        .iter()
+        .map(|p| (p.clone(), bingo::card(&room, 2, p)))
+        .collect();
+    assert_eq!(state.cards, dealt.into_iter().collect());
+    assert!(n2.hosts(&UnitId::Spot(room.clone())));
+    for client in clients {
+        client.close().await;
+    }
+    cluster.shutdown().await;
+}
+
+/// Asks the matchmaker for a seat through a player's client, and seats the player where it says.
+async fn find_room(node: &Node, client: &mut Client, me: &ActorId) -> SpotId {
+    client.send(me, &bingo::PlayerMsg::FindRoom).expect("sent");
+    let mut log = Vec::new();
+    let Push::Seated { room } =
+        bingo_until(client, &mut log, |p| matches!(p, Push::Seated { .. })).await
+    else {
+        unreachable!("bingo_until returns what matched");
+    };
+    if !node.hosts(&UnitId::Spot(room.clone())) {
+        node.create_spot_on(node.id(), bingo::ROOM, &room)
+            .await
+            .expect("room created");
+    }
+    node.join(me, &room).await.expect("joined");
+    room
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_bingo_matchmaker_rebuilds_what_it_knew_from_the_rooms_after_a_recreate_move() {
+    let (cluster, gateways, n1, n2) = two_nodes().await;
+    let mut seated = Vec::new();
+    for i in 1..=7 {
+        let me = actor(&format!("player-{i}"));
+        n1.create_actor(bingo::PLAYER, &me).await.expect("created");
+        let client = Client::connect(gateways.client(&[&n1]))
+            .await
+            .expect("connected");
+        client.bind(&me).await.expect("bound");
+        seated.push((me, client));
+    }
+    let mut rooms = Vec::new();
+    for (me, client) in &mut seated[..6] {
+        rooms.push(find_room(&n1, client, me).await);
+    }
+    let (one, two) = (
+        bingo::room_id(1).expect("id"),
+        bingo::room_id(2).expect("id"),
+    );
+    assert_eq!(
+        rooms,
+        [&one, &one, &one, &one, &two, &two].map(SpotId::clone)
+    );
+
+    // The matchmaker moves with Recreate: its state stays behind.
+    let matchmaker = UnitId::Spot(SpotId::new(bingo::MATCHMAKER_ID).expect("id"));
+    let (home, away) = if n1.hosts(&matchmaker) {
+        (&n1, &n2)
+    } else {
+        (&n2, &n1)
+    };
+    let report = home
+        .move_unit(&matchmaker, Some(away.id().clone()))
+        .await
+        .expect("move starts");
+    assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
+    assert!(away.hosts(&matchmaker));
+
+    // Fresh, it asks the rooms before it seats anyone: the next seat is the free one in bingo-2.
+    let (me, client) = &mut seated[6];
+    assert_eq!(find_room(&n1, client, me).await, two);
+    let known: bingo::MatchReport = n1
+        .request(matchmaker.clone(), bingo::MatchMsg::Report, T)
+        .await
+        .expect("matchmaker answers");
+    assert_eq!(
+        known,
+        bingo::MatchReport {
+            known: true,
+            rooms: vec![4, 3],
+            waiting: 0
+        }
+    );
+    for (_, client) in seated {
+        client.close().await;
     }
     cluster.shutdown().await;
 }
