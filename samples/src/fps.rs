@@ -38,8 +38,8 @@ pub struct Rules {
 }
 
 impl Default for Rules {
-    /// Two-second rounds. A move waits for the round to settle while the gateways hold the
-    /// players' inputs, so a round must stay shorter than the gateways' `seal_timeout` (3 s).
+    /// Two-second rounds: a move waits at most that long for the round to settle, while the
+    /// room plays on and the players' inputs keep flowing.
     fn default() -> Self {
         Rules { round_ticks: 60 }
     }

@@ -28,8 +28,12 @@ const BINGO: bingo::Rules = bingo::Rules {
 };
 
 fn registry() -> Registry {
+    registry_with(FPS)
+}
+
+fn registry_with(rounds: fps::Rules) -> Registry {
     let mut registry = Registry::new();
-    fps::register(&mut registry, FPS);
+    fps::register(&mut registry, rounds);
     chat::register(&mut registry);
     bingo::register(&mut registry, BINGO);
     registry
@@ -45,15 +49,28 @@ fn spot(id: &str) -> SpotId {
 
 /// Two nodes that both accept clients, pacing them no more than a bot needs.
 async fn two_nodes() -> (Cluster, Gateways, Node, Node) {
+    two_nodes_with(FPS, SessionLimits::default().seal_timeout).await
+}
+
+/// [`two_nodes`] with these FPS rounds, holding a moving Actor's inputs at most `seal_timeout`.
+async fn two_nodes_with(
+    rounds: fps::Rules,
+    seal_timeout: Duration,
+) -> (Cluster, Gateways, Node, Node) {
     let limits = SessionLimits {
         rate_per_second: 10_000,
         rate_burst: 10_000,
+        seal_timeout,
         ..SessionLimits::default()
     };
     let gateways = Gateways::new();
     let mut cluster = Cluster::start(0, registry).await;
-    let n1 = gateways.add(&mut cluster, "n1", registry(), limits).await;
-    let n2 = gateways.add(&mut cluster, "n2", registry(), limits).await;
+    let n1 = gateways
+        .add(&mut cluster, "n1", registry_with(rounds), limits)
+        .await;
+    let n2 = gateways
+        .add(&mut cluster, "n2", registry_with(rounds), limits)
+        .await;
     (cluster, gateways, n1, n2)
 }
 
@@ -147,7 +164,24 @@ impl FpsBot {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_fps_room_moves_only_between_rounds_and_keeps_scores_rounds_and_every_input() {
-    let (cluster, gateways, n1, n2) = two_nodes().await;
+    play_fps_through_a_move(two_nodes().await, Phase::Play).await;
+}
+
+/// Rounds of two seconds, and gateways that hold a moving Actor's inputs for at most one: the
+/// move, asked as a round starts, waits for the round to end without holding anyone's inputs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn players_inputs_are_not_held_while_an_fps_room_plays_out_its_round_before_a_move() {
+    let rounds = fps::Rules { round_ticks: 60 };
+    let nodes = two_nodes_with(rounds, Duration::from_secs(1)).await;
+    play_fps_through_a_move(nodes, Phase::Start).await;
+}
+
+/// Bots play an FPS room on n1; the room is moved to n2 once the first bot sees round 2 in
+/// `ask_in`; every bot checks every input and snapshot, and none reconnects.
+async fn play_fps_through_a_move(
+    (cluster, gateways, n1, n2): (Cluster, Gateways, Node, Node),
+    ask_in: Phase,
+) {
     let room = spot("arena");
     let players = [actor("alice"), actor("bob"), actor("carol")];
     let clients = room_with_clients(
@@ -179,7 +213,7 @@ async fn an_fps_room_moves_only_between_rounds_and_keeps_scores_rounds_and_every
     let first = &mut seen[0];
     let asked_in = within(
         "round 2",
-        first.wait_for(|(round, phase)| *round >= 2 && *phase == Phase::Play),
+        first.wait_for(|(round, phase)| *round >= 2 && *phase == ask_in),
     )
     .await
     .expect("bot playing")
@@ -257,7 +291,20 @@ impl Speaker {
     ) -> Self {
         for n in 0..count {
             if n == count / 2 {
-                resume.wait_for(|go| *go).await.expect("test running");
+                // Paused, but still listening, as a client does between its own lines.
+                loop {
+                    tokio::select! {
+                        biased;
+                        go = resume.wait_for(|go| *go) => {
+                            go.expect("test running");
+                            break;
+                        }
+                        line = next_push::<Line>(&mut self.client) => {
+                            self.heard.push(line);
+                            heard.send_replace(self.heard.len());
+                        }
+                    }
+                }
             }
             let text = format!("{} {n}", self.me);
             self.client

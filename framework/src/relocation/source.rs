@@ -377,12 +377,27 @@ impl SourceRun {
         match tokio::time::timeout_at(deadline, answer).await {
             Ok(Ok(Ok(bindings))) => {
                 let gateways = self.note_bindings(bindings);
+                // A spot that signals its own safe point may run on for a long while (the rest of
+                // a round): its gateways hold inputs only once it is sealed, as late gateways do,
+                // so players are not held up by that wait.
+                let gateways = if self.waits_for_the_app() {
+                    BTreeSet::new()
+                } else {
+                    gateways
+                };
                 SourceEvent::Quiesced { gateways }
             }
             Ok(Ok(Err(why))) => SourceEvent::SealRefused(why),
             Ok(Err(_)) => SourceEvent::SealRefused("the unit stopped".into()),
             Err(_) => SourceEvent::Deadline,
         }
+    }
+
+    /// Whether the unit seals only where the application says (`ApplicationSignaled`).
+    fn waits_for_the_app(&self) -> bool {
+        self.node.core.directory.get(&self.id).is_some_and(|entry| {
+            entry.factory.info().readiness == crate::registry::ReadinessMode::ApplicationSignaled
+        })
     }
 
     /// Adds bindings not seen yet; returns the gateways that have some not yet told to seal.
