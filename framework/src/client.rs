@@ -785,7 +785,8 @@ fn refuse(link: &Link, error: &DecodeError) -> Ended {
         DecodeError::TooLarge { len, max } => (
             CloseCode::TooLarge,
             format!(
-                "the gateway sent a {len}-byte frame, over this client's {max}-byte limit;                  raise ClientConfig::max_frame"
+                "the gateway sent a {len}-byte frame, over this client's {max}-byte limit; \
+                 raise ClientConfig::max_frame"
             ),
         ),
         other => (

@@ -404,3 +404,51 @@ async fn a_unit_nobody_can_take_does_not_hold_back_the_others() {
     assert_eq!(n0.watch_status().borrow().moved, 0);
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_during_a_drain_ends_it_blocked_and_keeps_the_node_stopped() {
+    let cluster = Cluster::start(2, registry).await;
+    let n1 = cluster.nodes[0].clone();
+    for i in 0..3 {
+        n1.create_spot_on(n1.id(), "room", &spot(&format!("r{i}")))
+            .await
+            .expect("room");
+    }
+    let mut state = n1.watch_state();
+    // Nothing runs version 2: the drain waits for such a node while the shutdown begins.
+    let drain = tokio::spawn({
+        let n1 = n1.clone();
+        async move {
+            n1.relocate(RelocateOptions {
+                mode: RelocateMode::RollingUpdate {
+                    target_version: "2".into(),
+                },
+                deadline: Duration::from_secs(30),
+            })
+            .await
+        }
+    });
+    tokio::time::timeout(T, state.wait_for(|s| *s == NodeState::Relocating))
+        .await
+        .expect("drain started in time")
+        .expect("node alive");
+    n1.shutdown().await;
+
+    let outcome = tokio::time::timeout(T, drain)
+        .await
+        .expect("the drain ends soon after the shutdown, not at its deadline")
+        .expect("drain task");
+    assert!(
+        matches!(
+            outcome,
+            RelocateOutcome::Blocked {
+                reason: BlockedReason::ShutdownRequested,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(n1.state(), NodeState::Stopped, "the drain did not undo it");
+    assert_eq!(n1.unit_count(), 0);
+    cluster.shutdown().await;
+}

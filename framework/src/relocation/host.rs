@@ -238,6 +238,16 @@ impl Node {
             RelocateMode::PlannedMaintenance => None,
             RelocateMode::RollingUpdate { target_version } => Some(target_version.clone()),
         };
+        // A fresh count before the state says a drain runs, so no reader mixes two drains' counts.
+        self.core.host.status.send_modify(|s| {
+            *s = HostStatus {
+                total: 0,
+                moved: 0,
+                failed: 0,
+                bytes: 0,
+                ..s.clone()
+            }
+        });
         self.set_state(NodeState::Relocating);
         // Tell the cluster first, so no new unit is placed here.
         if let Err(reason) = self.refresh_until(deadline).await {
@@ -246,15 +256,7 @@ impl Node {
             return blocked(BlockedReason::StoreUnavailable, self.inventory());
         }
         let units = self.inventory();
-        self.publish_status(|s| {
-            *s = HostStatus {
-                total: units.len(),
-                moved: 0,
-                failed: 0,
-                bytes: 0,
-                ..s.clone()
-            }
-        });
+        self.publish_status(|s| s.total = units.len());
         self.emit(RelocationEvent::Started { units: units.len() });
 
         let mut stayed: Vec<(UnitId, BlockedReason)> = Vec::new();
@@ -287,6 +289,12 @@ impl Node {
                         still.push(unit);
                         continue;
                     }
+                    // A shutdown began: what is left closes with the node.
+                    Err(MoveError::NotServing { .. }) => {
+                        self.not_moved(&unit, "the node began shutting down");
+                        stayed.push((unit, BlockedReason::ShutdownRequested));
+                        continue;
+                    }
                     // Gone or stopped meanwhile: nothing to move.
                     Err(_) => continue,
                 };
@@ -311,7 +319,8 @@ impl Node {
                 }
             }
             waiting = still;
-            if waiting.is_empty() || Instant::now() >= deadline {
+            let shutting_down = self.state() != NodeState::Relocating;
+            if waiting.is_empty() || Instant::now() >= deadline || shutting_down {
                 break;
             }
             // Maybe a node of the right kind is on its way: look again.
@@ -319,9 +328,20 @@ impl Node {
             tokio::time::sleep(wait).await;
             let _ = self.refresh_membership().await;
         }
+        let (why, reason) = if self.state() == NodeState::Relocating {
+            (
+                "no serving node can take it",
+                BlockedReason::TargetUnavailable,
+            )
+        } else {
+            (
+                "the node began shutting down",
+                BlockedReason::ShutdownRequested,
+            )
+        };
         for unit in waiting {
-            self.not_moved(&unit, "no serving node can take it");
-            stayed.push((unit, BlockedReason::TargetUnavailable));
+            self.not_moved(&unit, why);
+            stayed.push((unit, reason));
         }
         while let Some(joined) = moves.join_next().await {
             if let Ok((unit, report)) = joined {
@@ -345,7 +365,10 @@ impl Node {
             RelocateOutcome::Relocated { .. } => NodeState::Relocated,
             _ => NodeState::Serving,
         };
-        self.set_state(next);
+        // A shutdown that began meanwhile owns the state from then on.
+        if self.state() == NodeState::Relocating {
+            self.set_state(next);
+        }
         let _ = self.refresh_membership().await;
         self.publish_status(|_| {});
         outcome
@@ -490,7 +513,8 @@ fn blocked(reason: BlockedReason, stayed: Vec<UnitId>) -> RelocateOutcome {
 /// The reason that says most about why units stayed: the deadline, then missing targets, then
 /// the rest.
 fn main_reason(stayed: &[(UnitId, BlockedReason)]) -> BlockedReason {
-    const ORDER: [BlockedReason; 5] = [
+    const ORDER: [BlockedReason; 6] = [
+        BlockedReason::ShutdownRequested,
         BlockedReason::DeadlineExceeded,
         BlockedReason::TargetUnavailable,
         BlockedReason::StateIncompatible,
