@@ -29,6 +29,12 @@ pub const DEFAULT_LEASE_TTL_MS: u64 = 10_000;
 pub const DEFAULT_REFRESH_MS: u64 = 1_000;
 /// Default of `recovery_sweep_ms` (the framework's default).
 pub const DEFAULT_RECOVERY_SWEEP_MS: u64 = 10_000;
+/// Default of `max_frame_bytes` (the framework's default).
+pub const DEFAULT_MAX_FRAME_BYTES: usize = ferry::mesh::DEFAULT_MAX_FRAME;
+/// Default of `max_state_bytes` (the framework's default).
+pub const DEFAULT_MAX_STATE_BYTES: u64 = ferry::node::DEFAULT_MAX_STATE;
+/// Default of `max_requests_in_flight` (the framework's default).
+pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: usize = 100_000;
 /// Default of `admin`: loopback only, on a free port the `ready` line shows.
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:0";
 /// The value of `admin` and `sessions_listen` that turns them off.
@@ -48,6 +54,9 @@ pub const KEYS: &[&str] = &[
     "refresh_ms",
     "recover_units",
     "recovery_sweep_ms",
+    "max_frame_bytes",
+    "max_state_bytes",
+    "max_requests_in_flight",
     "seeds",
     "admin",
     "sessions_listen",
@@ -95,6 +104,15 @@ pub struct NodeFile {
     /// How often the recovery coordinator sweeps for orphans, in milliseconds.
     #[serde(default = "default_recovery_sweep_ms")]
     pub recovery_sweep_ms: u64,
+    /// The largest frame a peer node may send on the mesh, in bytes.
+    #[serde(default = "default_max_frame_bytes")]
+    pub max_frame_bytes: usize,
+    /// The largest capture of a unit this node sends or takes in a move, in bytes.
+    #[serde(default = "default_max_state_bytes")]
+    pub max_state_bytes: u64,
+    /// How many requests may wait for replies on this node at once.
+    #[serde(default = "default_max_requests_in_flight")]
+    pub max_requests_in_flight: usize,
     /// Peers to dial at start, as `"<node-id>@<ip>:<port>"`.
     #[serde(default)]
     pub seeds: Vec<String>,
@@ -118,6 +136,18 @@ fn default_admin() -> String {
 
 fn default_off() -> String {
     OFF.to_owned()
+}
+
+fn default_max_frame_bytes() -> usize {
+    DEFAULT_MAX_FRAME_BYTES
+}
+
+fn default_max_state_bytes() -> u64 {
+    DEFAULT_MAX_STATE_BYTES
+}
+
+fn default_max_requests_in_flight() -> usize {
+    DEFAULT_MAX_REQUESTS_IN_FLIGHT
 }
 
 fn default_recover_units() -> bool {
@@ -200,6 +230,12 @@ pub struct NodeSettings {
     pub recover_units: bool,
     /// The recovery coordinator's sweep period.
     pub recovery_sweep: Duration,
+    /// The largest mesh frame a peer may send.
+    pub max_frame: usize,
+    /// The largest capture a move sends or takes.
+    pub max_state: u64,
+    /// The requests that may wait for replies at once.
+    pub max_requests_in_flight: usize,
     /// The peers dialled at start.
     pub seeds: Vec<(NodeId, SocketAddr)>,
     /// Where the admin endpoint listens, if it is on.
@@ -397,6 +433,29 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
             format!("it must be above 0; the default is {DEFAULT_RECOVERY_SWEEP_MS}"),
         ));
     }
+    // A mesh frame carries a move's chunks (256 KiB) with their header.
+    const MIN_FRAME: usize = 512 * 1024;
+    if file.max_frame_bytes < MIN_FRAME {
+        return Err(invalid(
+            "max_frame_bytes",
+            format!(
+                "it must be at least {MIN_FRAME} (a move's chunks travel in single frames); the \
+                 default is {DEFAULT_MAX_FRAME_BYTES}"
+            ),
+        ));
+    }
+    if file.max_state_bytes == 0 {
+        return Err(invalid(
+            "max_state_bytes",
+            format!("it must be above 0; the default is {DEFAULT_MAX_STATE_BYTES}"),
+        ));
+    }
+    if file.max_requests_in_flight == 0 {
+        return Err(invalid(
+            "max_requests_in_flight",
+            format!("it must be above 0; the default is {DEFAULT_MAX_REQUESTS_IN_FLIGHT}"),
+        ));
+    }
     Ok(NodeSettings {
         id,
         app_version: file.app_version,
@@ -409,6 +468,9 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
         refresh: Duration::from_millis(file.refresh_ms),
         recover_units: file.recover_units,
         recovery_sweep: Duration::from_millis(file.recovery_sweep_ms),
+        max_frame: file.max_frame_bytes,
+        max_state: file.max_state_bytes,
+        max_requests_in_flight: file.max_requests_in_flight,
         seeds,
         admin,
         sessions,
@@ -539,6 +601,9 @@ mod tests {
         assert_eq!(s.refresh, framework.refresh);
         assert_eq!(s.recover_units, framework.recover_units);
         assert_eq!(s.recovery_sweep, framework.recovery_sweep);
+        assert_eq!(s.max_state, framework.max_state);
+        assert_eq!(s.max_requests_in_flight, framework.max_requests_in_flight);
+        assert_eq!(s.max_frame, ferry::mesh::DEFAULT_MAX_FRAME);
         assert_eq!(s.mesh_listen.to_string(), "127.0.0.1:0");
         assert_eq!(s.store, StoreChoice::Memory);
         assert_eq!(s.certs, Path::new("/etc/ferry/certs"));
@@ -564,6 +629,9 @@ mod tests {
         refresh_ms = 250
         recover_units = false
         recovery_sweep_ms = 2000
+        max_frame_bytes = 1048576
+        max_state_bytes = 4096
+        max_requests_in_flight = 64
         seeds = ["p2@10.0.0.12:7000", "p@3@10.0.0.13:7000"]
         admin = "127.0.0.1:7100"
         sessions_listen = "0.0.0.0:7400"
@@ -591,6 +659,10 @@ mod tests {
         assert_eq!(s.refresh, Duration::from_millis(250));
         assert!(!s.recover_units);
         assert_eq!(s.recovery_sweep, Duration::from_millis(2000));
+        assert_eq!(
+            (s.max_frame, s.max_state, s.max_requests_in_flight),
+            (1_048_576, 4096, 64)
+        );
         let seeds: Vec<String> = s.seeds.iter().map(|(n, a)| format!("{n}={a}")).collect();
         assert_eq!(seeds, ["p2=10.0.0.12:7000", "p@3=10.0.0.13:7000"]);
         assert_eq!(
@@ -621,6 +693,22 @@ mod tests {
         // serde refuses anything else, even without the key check in front of it.
         let direct: Result<NodeFile, _> = toml::from_str("id = \"a\"\ncerts = \"c\"\nzone = 1\n");
         assert!(direct.is_err_and(|e| e.message().contains("unknown field")));
+    }
+
+    #[test]
+    fn limits_out_of_range_are_refused_with_their_floor() {
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nmax_frame_bytes = 1000\n");
+        assert!(
+            e.contains("max_frame_bytes") && e.contains("at least 524288"),
+            "{e}"
+        );
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nmax_state_bytes = 0\n");
+        assert!(
+            e.contains("max_state_bytes") && e.contains("above 0"),
+            "{e}"
+        );
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nmax_requests_in_flight = 0\n");
+        assert!(e.contains("max_requests_in_flight"), "{e}");
     }
 
     #[test]

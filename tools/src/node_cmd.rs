@@ -231,6 +231,7 @@ async fn node_config(settings: &NodeSettings) -> Result<NodeConfig, NodeError> {
     };
     let mut mesh = MeshSettings::new(settings.mesh_listen, tls);
     mesh.seeds = settings.seeds.clone();
+    mesh.max_frame = settings.max_frame;
     let mut config = NodeConfig::new(settings.id.clone())
         .app_version(settings.app_version.clone())
         .store(store)
@@ -244,6 +245,8 @@ async fn node_config(settings: &NodeSettings) -> Result<NodeConfig, NodeError> {
     config.refresh = settings.refresh;
     config.recover_units = settings.recover_units;
     config.recovery_sweep = settings.recovery_sweep;
+    config.max_state = settings.max_state;
+    config.max_requests_in_flight = settings.max_requests_in_flight;
     Ok(config)
 }
 
