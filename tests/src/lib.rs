@@ -4,3 +4,5 @@ pub mod cluster;
 pub mod faults;
 pub mod redis_server;
 pub mod sessions;
+pub mod sim_cluster;
+pub mod sim_socket;
