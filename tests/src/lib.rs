@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod faults;
+pub mod invariants;
 pub mod redis_server;
 pub mod sessions;
 pub mod sim_cluster;

@@ -5,7 +5,7 @@
 //! After every step: no two nodes ran turns of one room from the same state (every turn is logged
 //! with the length of the room's log it grew), and every input a client had acknowledged, for a
 //! room that only ever moved gracefully, ran exactly once and in order. At the end: every request
-//! ended with one outcome. The seed is printed, so a failure replays the same faults:
+//! ended with one outcome. The seed is printed, so a failure replays the same faults and moves:
 //! `FERRY_TURMOIL_SEED=<seed> cargo test -p ferry-tests --test partitions -- --nocapture`. A longer
 //! run: `FERRY_TURMOIL_STEPS=100`.
 
@@ -22,6 +22,7 @@ use ferry::{
     Behavior, Ctx, NodeConfig, NodeId, Registration, Registry, RelocateOptions, RelocateOutcome,
     RelocationPolicy, SpotId, UnitId,
 };
+use ferry_tests::invariants::assert_exactly_once_in_order;
 use ferry_tests::sim_cluster::{SimNode, add_node};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -327,11 +328,11 @@ fn partitions_and_delays_keep_one_owner_and_exactly_once_for_graceful_moves() {
                 _ => Fault::None,
             };
             let window = Duration::from_millis(rng.random_range(100..12_000));
-            match fault {
-                Fault::Partition => turmoil::partition(a, b),
-                Fault::Hold => turmoil::hold(a, b),
-                Fault::None => {}
-            }
+            // Half the time the fault strikes a few milliseconds into the move, mid-transfer.
+            let lead = match rng.random_bool(0.5) {
+                true => Duration::from_millis(rng.random_range(1..40)),
+                false => Duration::ZERO,
+            };
 
             // A drain once, late enough that moves ran first; a move otherwise.
             let drain = !drain_tried && step >= steps / 2 && rng.random_ratio(1, 3);
@@ -340,7 +341,7 @@ fn partitions_and_delays_keep_one_owner_and_exactly_once_for_graceful_moves() {
                 let victim = serving[rng.random_range(0..serving.len())].clone();
                 drain_tried = true;
                 println!(
-                    "step {step}: {fault:?} {a}-{b} for {window:?}, drain {}",
+                    "step {step}: {fault:?} {a}-{b} for {window:?} after {lead:?}, drain {}",
                     victim.node.id()
                 );
                 tokio::task::spawn_local(async move {
@@ -367,7 +368,9 @@ fn partitions_and_delays_keep_one_owner_and_exactly_once_for_graceful_moves() {
                     .filter(|id| Some(id) != host.as_ref().map(|h| h.node.id()))
                     .collect();
                 let to = targets[rng.random_range(0..targets.len())].clone();
-                println!("step {step}: {fault:?} {a}-{b} for {window:?}, move {r} -> {to}");
+                println!(
+                    "step {step}: {fault:?} {a}-{b} for {window:?} after {lead:?}, move {r} -> {to}"
+                );
                 tokio::task::spawn_local(async move {
                     let Some(host) = host else {
                         return ("not running".to_owned(), Vec::new(), None);
@@ -385,6 +388,12 @@ fn partitions_and_delays_keep_one_owner_and_exactly_once_for_graceful_moves() {
                 })
             };
 
+            tokio::time::sleep(lead).await;
+            match fault {
+                Fault::Partition => turmoil::partition(a, b),
+                Fault::Hold => turmoil::hold(a, b),
+                Fault::None => {}
+            }
             tokio::time::sleep(window).await;
             match fault {
                 Fault::Partition => turmoil::repair(a, b),
@@ -420,7 +429,7 @@ fn partitions_and_delays_keep_one_owner_and_exactly_once_for_graceful_moves() {
                 let ran = request(host, r, None)
                     .await
                     .unwrap_or_else(|| panic!("step {step}: {r} answers on its own node"));
-                check_exactly_once(r, &acked, &ran);
+                assert_exactly_once_in_order(r, &acked, &ran);
             }
         }
 
@@ -445,21 +454,4 @@ fn partitions_and_delays_keep_one_owner_and_exactly_once_for_graceful_moves() {
         Ok(())
     });
     sim.run().expect("simulation");
-}
-
-/// Every acknowledged input is in the log once, in the order acknowledged; nothing ran twice
-/// (inputs that timed out may have run, once).
-fn check_exactly_once(r: &SpotId, acked: &[u64], ran: &[u64]) {
-    let acked_set: BTreeSet<u64> = acked.iter().copied().collect();
-    let ran_acked: Vec<u64> = ran
-        .iter()
-        .copied()
-        .filter(|n| acked_set.contains(n))
-        .collect();
-    assert_eq!(
-        ran_acked, acked,
-        "{r}: acknowledged inputs lost, doubled or reordered"
-    );
-    let distinct: BTreeSet<u64> = ran.iter().copied().collect();
-    assert_eq!(distinct.len(), ran.len(), "{r}: an input ran twice");
 }

@@ -22,7 +22,8 @@ use crate::store::BoxFuture;
 ///
 /// The default, [`OsSockets`], binds a real one. A network simulator (turmoil, for one)
 /// supplies its own sockets here, so a whole cluster can run over simulated links, with
-/// partitions and delays, on simulated time.
+/// partitions and delays, on simulated time. The sockets implement quinn 0.11's
+/// [`AsyncUdpSocket`]; the address a socket reports is the one the node publishes to its peers.
 pub trait SocketFactory: Send + Sync + fmt::Debug {
     /// Binds a socket on `addr`; port 0 picks a free one.
     fn bind(&self, addr: SocketAddr) -> BoxFuture<'_, io::Result<Arc<dyn AsyncUdpSocket>>>;
