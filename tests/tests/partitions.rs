@@ -35,11 +35,14 @@ const REQUEST: Duration = Duration::from_secs(3);
 /// The pause between one client's requests, so load does not outrun the simulated clock.
 const PACE: Duration = Duration::from_millis(20);
 
+/// Every turn that grew a room's log, by room and the log's length before it: which node ran it
+/// and with what input. Two owners running turns would grow one length twice.
+type Turns = BTreeMap<(UnitId, usize), BTreeSet<(NodeId, u64)>>;
+
 thread_local! {
-    /// Every turn that grew a room's log, by room and the log's length before it: which node ran
-    /// it and with what input. Two owners running turns would grow one length twice. A whole
-    /// simulation (every host) runs on one thread, so each test has its own ledger.
-    static TURNS: RefCell<BTreeMap<(UnitId, usize), BTreeSet<(NodeId, u64)>>> = RefCell::default();
+    /// The turns of this thread's simulation: every host of one runs on one thread, so each test
+    /// has its own.
+    static TURNS: RefCell<Turns> = RefCell::default();
 }
 
 /// A room that logs the inputs it runs.
@@ -296,12 +299,13 @@ fn partitions_and_delays_keep_one_owner_and_exactly_once_for_graceful_moves() {
                     };
                     load.borrow_mut().sent += 1;
                     let answer = request(&from, &r, Some(n)).await;
-                    let mut load = load.borrow_mut();
-                    load.ended += 1;
-                    if answer.is_some() {
-                        load.acked.push(n);
+                    {
+                        let mut load = load.borrow_mut();
+                        load.ended += 1;
+                        if answer.is_some() {
+                            load.acked.push(n);
+                        }
                     }
-                    drop(load);
                     n += 1;
                     tokio::time::sleep(PACE).await;
                 }
