@@ -2,5 +2,8 @@
 
 pub mod cluster;
 pub mod faults;
+pub mod invariants;
 pub mod redis_server;
 pub mod sessions;
+pub mod sim_cluster;
+pub mod sim_socket;

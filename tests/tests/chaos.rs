@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use ferry::{Behavior, Ctx, Node, Registration, Registry, RelocationPolicy, SpotId, UnitId};
 use ferry_tests::cluster::Cluster;
+use ferry_tests::invariants::assert_exactly_once_in_order;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -185,19 +186,7 @@ async fn chaos_keeps_one_owner_and_exactly_once_for_graceful_moves() {
             .request(&r, None::<u64>, Duration::from_secs(5))
             .await
             .expect("log");
-        // Every acknowledged input ran exactly once, in order (unacknowledged ones may have run).
-        let acked_set: BTreeSet<u64> = acked.iter().copied().collect();
-        let ran_acked: Vec<u64> = ran
-            .iter()
-            .copied()
-            .filter(|n| acked_set.contains(n))
-            .collect();
-        assert_eq!(
-            ran_acked, acked,
-            "{r}: acknowledged inputs lost, doubled or reordered"
-        );
-        let distinct: BTreeSet<u64> = ran.iter().copied().collect();
-        assert_eq!(distinct.len(), ran.len(), "{r}: an input ran twice");
+        assert_exactly_once_in_order(&r, &acked, &ran);
     }
     println!("chaos seed {seed}: ok ({crashes} crashes)");
     for n in &live {

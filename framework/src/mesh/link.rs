@@ -238,7 +238,7 @@ fn transport(config: &MeshConfig) -> Result<quinn::TransportConfig, MeshError> {
 
 impl<F: MeshFrame> Shared<F> {
     /// Binds the endpoint and starts the accept loop.
-    pub(crate) fn bind(
+    pub(crate) async fn bind(
         config: MeshConfig,
     ) -> Result<(Arc<Self>, mpsc::Receiver<Inbound<F>>), MeshError> {
         config.validate()?;
@@ -257,7 +257,9 @@ impl<F: MeshFrame> Shared<F> {
             source,
         };
         let (endpoint, local_addr, socket_released) =
-            bind_endpoint(config.listen, server).map_err(bind_err)?;
+            bind_endpoint(&*config.sockets, config.listen, server)
+                .await
+                .map_err(bind_err)?;
 
         let instance = rand::random::<u64>();
         let encoder = FrameCodec::<Wire<F>>::new(config.max_frame);

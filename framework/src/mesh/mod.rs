@@ -9,7 +9,8 @@
 //!   simultaneous connections survives, backoff, close codes.
 //! - `link`: the async shell: the endpoint, the accept loop, a task per peer that dials,
 //!   writes and replaces its connection, and a reader per connection.
-//! - `socket`: tells [`Mesh::close`] when the UDP port is free again.
+//! - `socket`: binds the UDP socket (see [`SocketFactory`]) and tells [`Mesh::close`] when
+//!   the port is free again.
 //!
 //! Frames to one peer arrive in the order [`Mesh::send`] queued them, because they all
 //! travel on one QUIC stream; a connection that drops loses what was in flight on it,
@@ -34,6 +35,7 @@ use tokio_util::sync::DropGuard;
 pub use codec::{DEFAULT_MAX_FRAME, DecodeError, EncodeError, FrameCodec};
 pub use handshake::CloseCode;
 pub(crate) use link::idle_timeout;
+pub use socket::{OsSockets, SocketFactory};
 pub use tls::{ClusterCa, NodeCert, NodeTls, TlsError, node_dns_name, node_file_stem, write_pem};
 
 use crate::ids::NodeId;
@@ -81,6 +83,9 @@ pub struct MeshConfig {
     pub send_queue: usize,
     /// Frames received but not yet taken from the inbound receiver before readers wait.
     pub inbound_queue: usize,
+    /// Where the endpoint's UDP socket comes from: the operating system unless a network
+    /// simulator supplies it.
+    pub sockets: Arc<dyn SocketFactory>,
 }
 
 impl MeshConfig {
@@ -100,6 +105,7 @@ impl MeshConfig {
             reconnect_max: Duration::from_secs(5),
             send_queue: 65_536,
             inbound_queue: 4_096,
+            sockets: Arc::new(OsSockets),
         }
     }
 
@@ -254,7 +260,7 @@ impl<F: MeshFrame> Mesh<F> {
     /// Binds the endpoint and starts accepting peers; frames from peers arrive on the
     /// returned receiver, which ends after [`Mesh::close`]. Must run inside a tokio runtime.
     pub async fn bind(config: MeshConfig) -> Result<(Self, mpsc::Receiver<Inbound<F>>), MeshError> {
-        let (shared, inbound) = link::Shared::bind(config)?;
+        let (shared, inbound) = link::Shared::bind(config).await?;
         let guard = Arc::new(shared.cancel.clone().drop_guard());
         Ok((
             Self {

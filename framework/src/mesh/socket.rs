@@ -1,8 +1,9 @@
-//! A UDP socket wrapper that reports when quinn has let go of the socket.
+//! The UDP socket under the mesh's QUIC endpoint: where it comes from, and when it is free.
 //!
-//! quinn closes its socket from a background driver some time after the endpoint is
-//! dropped. `Mesh::close` waits for this report, so when it returns the port is free
-//! and a restarted node can bind it again at once.
+//! A [`SocketFactory`] binds it: the operating system's by default, a simulated network's
+//! in fault tests. quinn closes the socket from a background driver some time after the
+//! endpoint is dropped; `Mesh::close` waits for the wrapper here to report that, so when
+//! it returns the port is free and a restarted node can bind it again at once.
 
 use std::fmt;
 use std::io::{self, IoSliceMut};
@@ -15,17 +16,43 @@ use quinn::udp::{RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
 use tokio::sync::oneshot;
 
+use crate::store::BoxFuture;
+
+/// Binds the UDP socket a mesh endpoint runs on.
+///
+/// The default, [`OsSockets`], binds a real one. A network simulator (turmoil, for one)
+/// supplies its own sockets here, so a whole cluster can run over simulated links, with
+/// partitions and delays, on simulated time. The sockets implement quinn 0.11's
+/// [`AsyncUdpSocket`]; the address a socket reports is the one the node publishes to its peers.
+pub trait SocketFactory: Send + Sync + fmt::Debug {
+    /// Binds a socket on `addr`; port 0 picks a free one.
+    fn bind(&self, addr: SocketAddr) -> BoxFuture<'_, io::Result<Arc<dyn AsyncUdpSocket>>>;
+}
+
+/// Binds operating-system UDP sockets, driven by tokio.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OsSockets;
+
+impl SocketFactory for OsSockets {
+    fn bind(&self, addr: SocketAddr) -> BoxFuture<'_, io::Result<Arc<dyn AsyncUdpSocket>>> {
+        Box::pin(async move {
+            let socket = std::net::UdpSocket::bind(addr)?;
+            quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, socket)
+        })
+    }
+}
+
 /// A bound endpoint, its address, and the report that quinn has let go of its socket.
 pub(crate) type BoundEndpoint = (quinn::Endpoint, SocketAddr, oneshot::Receiver<()>);
 
-/// Binds a QUIC endpoint on `listen` over a tracked socket, serving with `server`.
-pub(crate) fn bind_endpoint(
+/// Binds a QUIC endpoint on `listen` over a tracked socket from `sockets`, serving with `server`.
+pub(crate) async fn bind_endpoint(
+    sockets: &dyn SocketFactory,
     listen: SocketAddr,
     server: quinn::ServerConfig,
 ) -> io::Result<BoundEndpoint> {
-    let socket = std::net::UdpSocket::bind(listen)?;
     let runtime = Arc::new(quinn::TokioRuntime);
-    let (socket, released) = Tracked::new(quinn::Runtime::wrap_udp_socket(&*runtime, socket)?);
+    let (socket, released) = Tracked::new(sockets.bind(listen).await?);
     let endpoint = quinn::Endpoint::new_with_abstract_socket(
         quinn::EndpointConfig::default(),
         Some(server),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::ids::NodeId;
-use crate::mesh::NodeTls;
+use crate::mesh::{NodeTls, OsSockets, SocketFactory};
 use crate::session::SessionSettings;
 use crate::store::{LocationStore, MemoryStore};
 
@@ -27,6 +27,9 @@ pub struct MeshSettings {
     pub initial_rtt: Duration,
     /// Peers to dial at start, before (and besides) those learned from the store's descriptors.
     pub seeds: Vec<(crate::ids::NodeId, SocketAddr)>,
+    /// Where the mesh's UDP socket comes from (see `MeshConfig::sockets`): the operating system
+    /// unless a network simulator supplies it.
+    pub sockets: Arc<dyn SocketFactory>,
 }
 
 impl MeshSettings {
@@ -38,6 +41,7 @@ impl MeshSettings {
             max_frame: crate::mesh::DEFAULT_MAX_FRAME,
             initial_rtt: Duration::from_millis(100),
             seeds: Vec::new(),
+            sockets: Arc::new(OsSockets),
         }
     }
 }

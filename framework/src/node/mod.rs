@@ -214,6 +214,7 @@ impl Node {
                     MeshConfig::new(config.id.clone(), settings.listen, settings.tls.clone());
                 mesh_config.max_frame = settings.max_frame;
                 mesh_config.initial_rtt = settings.initial_rtt;
+                mesh_config.sockets = settings.sockets.clone();
                 let (mesh, inbound) = Mesh::bind(mesh_config).await?;
                 for (peer, addr) in &settings.seeds {
                     mesh.add_peer(peer.clone(), *addr)?;
@@ -223,7 +224,7 @@ impl Node {
             None => (None, None),
         };
         let sessions = match &config.sessions {
-            Some(settings) => Some(crate::session::hub::Hub::bind(settings)?),
+            Some(settings) => Some(crate::session::hub::Hub::bind(settings).await?),
             None => None,
         };
         let replies = Arc::new(Replies::new(config.max_requests_in_flight));

@@ -27,6 +27,7 @@ use super::machine::{Action, Event, SessionMachine};
 use super::wire::{ClientFrame, CloseCode, ServerFrame};
 use super::{Authenticator, SessionError, SessionId, SessionLimits, SessionOp, SessionRef};
 use crate::ids::{ActorId, NodeId, UnitId};
+use crate::mesh::OsSockets;
 use crate::mesh::codec::{DecodeError, EncodeError, FrameCodec};
 use crate::mesh::socket::bind_endpoint;
 use crate::node::{Node, Payload, ReplyTo};
@@ -70,7 +71,7 @@ struct Live {
 
 impl Hub {
     /// Binds the listener; nothing is accepted until [`Hub::start`].
-    pub fn bind(settings: &SessionSettings) -> Result<Hub, SessionError> {
+    pub async fn bind(settings: &SessionSettings) -> Result<Hub, SessionError> {
         settings.limits.validate()?;
         let limits = settings.limits;
         let idle = crate::mesh::idle_timeout(limits.idle_timeout).map_err(SessionError::Limits)?;
@@ -88,7 +89,9 @@ impl Hub {
             source,
         };
         let (endpoint, local_addr, socket_released) =
-            bind_endpoint(settings.listen, server).map_err(bind_err)?;
+            bind_endpoint(&OsSockets, settings.listen, server)
+                .await
+                .map_err(bind_err)?;
         Ok(Hub {
             limits,
             authenticator: settings.authenticator.clone(),
