@@ -501,14 +501,30 @@ fn blocks(language: &str) -> Vec<&'static str> {
 #[test]
 fn the_runbooks_json_is_what_the_endpoint_takes_and_answers() {
     let examples = blocks("json");
-    assert_eq!(examples.len(), 4);
+    assert_eq!(examples.len(), 6);
     for example in examples {
         let fits = serde_json::from_str::<StatusBody>(example).is_ok()
             || serde_json::from_str::<ShutdownReport>(example).is_ok()
+            || serde_json::from_str::<super::wire::UnitRequest>(example).is_ok()
+            || serde_json::from_str::<UnitCreated>(example).is_ok()
             || serde_json::from_str::<super::wire::RelocateRequest>(example)
                 .is_ok_and(|r| r.options().is_ok())
             || serde_json::from_str::<super::wire::ShutdownRequest>(example).is_ok();
         assert!(fits, "the runbook's JSON fits no route: {example}");
+    }
+}
+
+#[test]
+fn the_factories_the_runbook_names_are_those_every_node_registers() {
+    let (_, after) = RUNBOOK
+        .split_once("registers every\nsample: ")
+        .expect("the runbook lists the factories of `ferry node`");
+    let (list, _) = after.split_once(')').expect("the list ends");
+    let named: Vec<&str> = list.split('`').skip(1).step_by(2).collect();
+    assert_eq!(named.len(), 8, "{named:?}");
+    let registry = crate::bots::games::registry();
+    for name in named {
+        assert!(registry.info(name).is_some(), "{name} is not registered");
     }
 }
 
