@@ -7,11 +7,12 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::processes::{Processes, driver, get, post, raw_http, wait_two_refreshes, within};
+use common::processes::{
+    Processes, driver, ferry, get, post, raw_http, wait_two_refreshes, within,
+};
 use common::{TempDir, certs, one_line_failure};
 use ferry::store::LocationStore;
 use ferry::{Node, NodeId, Registry, SpotId};
@@ -71,18 +72,6 @@ async fn settle(driver: &Node, store: &Arc<dyn LocationStore>, nodes: &[NodeId])
         .expect("peer link up");
     }
     wait_two_refreshes(store, nodes).await;
-}
-
-/// Runs `ferry args...` to its end.
-async fn ferry(args: &[&str]) -> Output {
-    within(
-        &format!("ferry {args:?}"),
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
-            .args(args)
-            .output(),
-    )
-    .await
-    .expect("the ferry binary runs")
 }
 
 fn text(bytes: &[u8]) -> String {

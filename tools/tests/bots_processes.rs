@@ -5,11 +5,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 
 use common::TempDir;
-use common::processes::{Processes, Ready, get, raw_http, wait_two_refreshes, within};
+use common::processes::{Processes, Ready, ferry, get, raw_http, wait_two_refreshes, within};
 use ferry::NodeId;
 use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
 use ferry_tests::redis_server::RedisServer;
@@ -106,17 +106,6 @@ async fn certs(dir: &Path) {
     ])
     .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
-}
-
-async fn ferry(args: &[&str]) -> Output {
-    within(
-        &format!("ferry {args:?}"),
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
-            .args(args)
-            .output(),
-    )
-    .await
-    .expect("the ferry binary runs")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

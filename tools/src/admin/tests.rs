@@ -486,16 +486,7 @@ const RUNBOOK: &str = include_str!("../../../docs/operations.md");
 
 /// The bodies of the runbook's code blocks of one language.
 fn blocks(language: &str) -> Vec<&'static str> {
-    let fence = format!("```{language}\n");
-    let mut found = Vec::new();
-    let mut rest = RUNBOOK;
-    while let Some(start) = rest.find(&fence) {
-        let body = &rest[start + fence.len()..];
-        let end = body.find("```").expect("closed block");
-        found.push(&body[..end]);
-        rest = &body[end + 3..];
-    }
-    found
+    crate::doc_tests::code_blocks(RUNBOOK, language)
 }
 
 #[test]
@@ -547,24 +538,4 @@ fn every_metric_in_the_runbook_is_recorded() {
             "{metric} is in the runbook but recorded nowhere"
         );
     }
-}
-
-#[test]
-fn every_command_in_the_runbook_parses() {
-    use clap::Parser;
-    let mut commands = 0;
-    for block in blocks("sh") {
-        for line in block.lines().filter(|l| l.starts_with("ferry ")) {
-            let words = line
-                .split('#')
-                .next()
-                .unwrap_or_default()
-                .split_whitespace();
-            if let Err(error) = crate::Cli::try_parse_from(words) {
-                panic!("`{line}` does not parse: {error}");
-            }
-            commands += 1;
-        }
-    }
-    assert!(commands >= 6, "{commands} commands");
 }

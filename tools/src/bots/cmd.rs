@@ -43,6 +43,7 @@ pub struct BotsArgs {
     /// The sample games the rooms run; separate several with commas to play each.
     #[arg(
         long = "game",
+        value_name = "GAME",
         value_enum,
         value_delimiter = ',',
         default_value = "fps"
@@ -53,7 +54,7 @@ pub struct BotsArgs {
     rooms: u16,
     /// The number of the first room, so that a second run with `--admin` can create fresh rooms
     /// next to those of the first.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = 0)]
     first_room: u16,
     /// Players in each room, numbered from 0.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::{ExitStatus, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -266,4 +266,16 @@ pub fn post(path: &str, body: &str) -> String {
         "POST {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
+}
+
+/// Runs `ferry args...` to its end.
+pub async fn ferry(args: &[&str]) -> Output {
+    within(
+        &format!("ferry {args:?}"),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args(args)
+            .output(),
+    )
+    .await
+    .expect("the ferry binary runs")
 }
