@@ -779,16 +779,14 @@ mod tests {
 
     #[test]
     fn the_guides_examples_are_valid() {
-        let mut blocks = 0;
-        let mut rest = GUIDE;
-        while let Some(start) = rest.find("```toml\n") {
-            let body = &rest[start + 8..];
-            let end = body.find("```").expect("closed block");
-            parse_ok(&body[..end]);
-            blocks += 1;
-            rest = &body[end + 3..];
+        let getting_started = include_str!("../../docs/getting-started.md");
+        for (page, count) in [(GUIDE, 2), (getting_started, 1)] {
+            let blocks = crate::doc_tests::code_blocks(page, "toml");
+            assert_eq!(blocks.len(), count);
+            for block in blocks {
+                parse_ok(block);
+            }
         }
-        assert_eq!(blocks, 2);
     }
 
     #[test]

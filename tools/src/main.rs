@@ -18,6 +18,8 @@ mod bots;
 mod certs;
 mod config;
 mod demo;
+#[cfg(test)]
+mod doc_tests;
 mod drain_cmd;
 mod drain_watch;
 mod gateway;

@@ -15,8 +15,7 @@ use std::sync::Arc;
 use clap::Args;
 use ferry::mesh::{NodeTls, TlsError};
 use ferry::store::{LocationStore, MemoryStore, RedisStore, RedisStoreConfig, StoreError};
-use ferry::{MeshSettings, Node, NodeConfig, NodeId, NodeState, Registry, StartError};
-use ferry_samples::{chat, ping};
+use ferry::{MeshSettings, Node, NodeConfig, NodeId, NodeState, StartError};
 
 use crate::admin::{self, AdminError, AdminServer, MetricsError};
 use crate::config::{self, ConfigError, NodeSettings, StoreChoice, redact};
@@ -109,16 +108,6 @@ pub enum NodeError {
     LeaseLost(NodeId),
 }
 
-/// The factories every `ferry node` hosts: the sample chat room, chatter and ping spot.
-pub fn registry() -> Registry {
-    let mut registry = Registry::new();
-    registry
-        .register(chat::room())
-        .register(chat::chatter())
-        .register(ping::ping());
-    registry
-}
-
 /// Runs the node of `args.config` until SIGTERM or Ctrl-C.
 pub async fn run(args: NodeArgs) -> Result<(), NodeError> {
     let settings = config::load(&args.config)?;
@@ -132,7 +121,8 @@ pub async fn run(args: NodeArgs) -> Result<(), NodeError> {
     // Installed before the node starts, so a stop request during start-up is not lost: it is
     // acted on as soon as the node serves.
     let mut stop = StopSignals::install().map_err(NodeError::Signal)?;
-    let node = Node::start(config, registry())
+    // Every sample, as the demo's nodes host them, so `ferry bots` can play any of them.
+    let node = Node::start(config, crate::bots::games::registry())
         .await
         .map_err(|source| NodeError::Start {
             node: settings.id.clone(),

@@ -7,18 +7,18 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::processes::{Processes, driver, wait_two_refreshes, within};
+use common::processes::{
+    Processes, driver, ferry, get, post, raw_http, wait_two_refreshes, within,
+};
 use common::{TempDir, certs, one_line_failure};
 use ferry::store::LocationStore;
 use ferry::{Node, NodeId, Registry, SpotId};
 use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::redis_server::RedisServer;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How long one request to a unit may take.
 const T: Duration = Duration::from_secs(10);
@@ -74,18 +74,6 @@ async fn settle(driver: &Node, store: &Arc<dyn LocationStore>, nodes: &[NodeId])
     wait_two_refreshes(store, nodes).await;
 }
 
-/// Runs `ferry args...` to its end.
-async fn ferry(args: &[&str]) -> Output {
-    within(
-        &format!("ferry {args:?}"),
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
-            .args(args)
-            .output(),
-    )
-    .await
-    .expect("the ferry binary runs")
-}
-
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -95,42 +83,6 @@ async fn status_json(addr: &str) -> Value {
     let out = ferry(&["status", "--json", addr]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("status JSON")
-}
-
-/// Sends `request` as it is on a fresh connection and returns the status code and body.
-async fn raw_http(addr: &str, request: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("admin endpoint reachable");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .expect("request sent");
-    let mut answer = String::new();
-    within("an HTTP answer", stream.read_to_string(&mut answer))
-        .await
-        .expect("answer read");
-    let code = answer
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {answer:?}"));
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (code, body)
-}
-
-fn get(path: &str) -> String {
-    format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
-}
-
-fn post(path: &str, body: &str) -> String {
-    format!(
-        "POST {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
 }
 
 async fn report(driver: &Node, spot: &SpotId) -> PingReport {
@@ -282,6 +234,16 @@ async fn drain_moves_every_unit_off_a_node_process_and_shutdown_stops_it() {
         (get("/relocate"), 405, "takes POST"),
         (post("/relocate", "{"), 400, "not the JSON"),
         (post("/relocate", r#"{"deadline_ms":0}"#), 422, "above 0"),
+        (
+            post("/units", r#"{"kind":"spot","id":"x"}"#),
+            400,
+            "missing field",
+        ),
+        (
+            post("/units", r#"{"kind":"spot","factory":"ping","id":"x"}"#),
+            409,
+            "not Serving",
+        ),
         ("garbage\r\n\r\n".to_owned(), 400, ""),
     ] {
         let (got, body) = raw_http(p1, &request).await;

@@ -87,7 +87,7 @@ async fn bots_play_the_rooms_of_a_cluster_and_see_every_input_applied_once_in_or
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_token_and_a_missing_ca_are_one_clear_line() {
+async fn a_refused_token_a_missing_ca_and_a_bad_admin_address_are_one_clear_line() {
     let (cluster, dir, ca) = cluster("bots-errors").await;
     let addr = cluster.nodes[0]
         .session_addr()
@@ -113,5 +113,21 @@ async fn a_refused_token_and_a_missing_ca_are_one_clear_line() {
     let unread = tokio::task::block_in_place(|| run(&missing, "good-token"));
     assert!(unread.contains("missing.pem"), "{unread}");
     assert!(unread.contains("--ca"), "{unread}");
+    let args: Vec<&OsStr> = vec![
+        "bots".as_ref(),
+        "--cluster".as_ref(),
+        addr.as_ref(),
+        "--ca".as_ref(),
+        ca.as_os_str(),
+        "--token".as_ref(),
+        "good-token".as_ref(),
+        "--admin".as_ref(),
+        "nowhere".as_ref(),
+    ];
+    let bad_admin = tokio::task::block_in_place(|| one_line_failure(&args));
+    assert!(
+        bad_admin.contains("bad admin address \"nowhere\""),
+        "{bad_admin}"
+    );
     cluster.shutdown().await;
 }

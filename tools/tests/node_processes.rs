@@ -128,8 +128,17 @@ async fn three_node_processes_on_redis_exchange_tells_and_requests_across_all_pa
         factories.sort();
         assert_eq!(
             factories,
-            ["chat-room", "chatter", "ping"],
-            "{name}'s factories"
+            [
+                "bingo-matchmaker",
+                "bingo-player",
+                "bingo-room",
+                "chat-room",
+                "chatter",
+                "fps-player",
+                "fps-room",
+                "ping"
+            ],
+            "{name} hosts every sample"
         );
     }
     let nodes: Vec<NodeId> = names.iter().map(|n| id(n)).collect();

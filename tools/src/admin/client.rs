@@ -11,12 +11,15 @@ use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::wire::{DrainReport, ErrorBody, RelocateRequest, ShutdownReport, ShutdownRequest};
+use super::wire::{
+    DrainReport, ErrorBody, RelocateRequest, ShutdownReport, ShutdownRequest, UnitCreated,
+    UnitRequest,
+};
 
 /// How long connecting may take.
 const CONNECT: Duration = Duration::from_secs(5);
 
-/// How long a quick request (status) may take.
+/// How long a quick request (status, creating a unit) may take.
 const QUICK: Duration = Duration::from_secs(10);
 
 /// How long past its deadline a drain or shutdown may take to answer: the moves in flight at
@@ -116,6 +119,14 @@ impl AdminClient {
     /// `GET /status`, as a [`StatusBody`] or as the JSON the node sent.
     pub async fn status<T: DeserializeOwned>(&self) -> Result<T, ClientError> {
         let body = self.call(Method::GET, "/status", None, QUICK).await?;
+        self.decode(&body)
+    }
+
+    /// `POST /units`: answers once the unit runs on the node.
+    pub async fn create_unit(&self, request: &UnitRequest) -> Result<UnitCreated, ClientError> {
+        let body = self
+            .call(Method::POST, "/units", Some(json(request)), QUICK)
+            .await?;
         self.decode(&body)
     }
 

@@ -3,7 +3,7 @@
 //! Layout, in the order a request flows:
 //! - [`wire`]: the JSON of each route, shared by both sides.
 //! - [`client`]: a small HTTP/1.1 client, one request per connection.
-//! - [`server`]: the axum routes over one node: status, drain, shutdown, metrics.
+//! - [`server`]: the axum routes over one node: status, drain, shutdown, metrics, new units.
 
 pub mod client;
 pub mod server;

@@ -1,5 +1,5 @@
-//! The admin endpoint of one node: status, drain, shutdown and metrics over HTTP, for the
-//! `ferry` CLI, scripts and Prometheus.
+//! The admin endpoint of one node: status, drain, shutdown, metrics and creating units over
+//! HTTP, for the `ferry` CLI, scripts and Prometheus.
 //!
 //! Drains and shutdowns run on tasks of their own, so a client that gives up waiting (or a
 //! dropped connection) never cuts one short; only one runs at a time. Every refusal is a 4xx
@@ -17,7 +17,9 @@ use axum::extract::State;
 use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use ferry::{Node, NodeState, RelocateMode, RelocateOptions};
+use ferry::{
+    ActorId, InvalidId, Node, NodeState, RelocateMode, RelocateOptions, SpotId, UnitError, UnitId,
+};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
@@ -26,7 +28,7 @@ use tokio::time::Instant;
 
 use super::wire::{
     DrainReport, ErrorBody, Mode, PeerBody, ProgressBody, RelocateRequest, RunningBody,
-    ShutdownReport, ShutdownRequest, StatusBody, millis,
+    ShutdownReport, ShutdownRequest, StatusBody, UnitCreated, UnitKind, UnitRequest, millis,
 };
 
 /// The largest request body taken: every valid one is far smaller.
@@ -36,7 +38,11 @@ const MAX_BODY: usize = 16 * 1024;
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// The routes, for error messages.
-const ROUTES: &str = "GET /status, POST /relocate, POST /shutdown and GET /metrics";
+const ROUTES: &str = "GET /status, POST /relocate, POST /shutdown, GET /metrics and POST /units";
+
+/// A `POST /units` body, for error messages.
+const UNIT_EXAMPLE: &str =
+    "{\"kind\": \"actor\", \"factory\": \"fps-player\", \"id\": \"fps-0-p0\", \"join\": \"fps-0\"}";
 
 /// Why the admin endpoint could not start.
 #[derive(Debug, thiserror::Error)]
@@ -153,6 +159,7 @@ pub fn router(
         .route("/relocate", post(relocate))
         .route("/shutdown", post(shutdown))
         .route("/metrics", get(render_metrics))
+        .route("/units", post(create_unit))
         .fallback(not_found)
         .method_not_allowed_fallback(wrong_method)
         .with_state(shared)
@@ -340,6 +347,110 @@ async fn shutdown(
     report.await.map(Json).map_err(task_failed)
 }
 
+async fn create_unit(
+    State(shared): State<Arc<Shared>>,
+    body: Body,
+) -> Result<(StatusCode, Json<UnitCreated>), Refusal> {
+    let request: UnitRequest = read_required_json(body, UNIT_EXAMPLE).await?;
+    let node = &shared.node;
+    let state = node.state();
+    if state != NodeState::Serving {
+        return Err(Refusal::new(
+            StatusCode::CONFLICT,
+            format!(
+                "node {} is {state}, not Serving, and takes no new units; create them through \
+                 the admin endpoint of a serving node",
+                node.id()
+            ),
+        ));
+    }
+    let invalid = |field: &str, error: InvalidId| {
+        Refusal::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("`{field}` is not a valid id: {error}"),
+        )
+    };
+    let created = match request.kind {
+        UnitKind::Spot => {
+            if request.join.is_some() {
+                return Err(Refusal::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "`join` is only for an actor; leave it out to create a spot",
+                ));
+            }
+            let id = SpotId::new(&request.id).map_err(|e| invalid("id", e))?;
+            node.create_spot_on(node.id(), &request.factory, &id)
+                .await
+                .map_err(|e| unit_refused(node, e))?;
+            UnitCreated {
+                unit: UnitId::Spot(id).to_string(),
+                node: node.id().to_string(),
+                joined: None,
+            }
+        }
+        UnitKind::Actor => {
+            let id = ActorId::new(&request.id).map_err(|e| invalid("id", e))?;
+            let join = match &request.join {
+                Some(spot) => Some(SpotId::new(spot).map_err(|e| invalid("join", e))?),
+                None => None,
+            };
+            node.create_actor(&request.factory, &id)
+                .await
+                .map_err(|e| unit_refused(node, e))?;
+            if let Some(spot) = &join
+                && let Err(error) = node.join(&id, spot).await
+            {
+                // All or nothing: an actor that could not join does not stay behind.
+                let unit = UnitId::Actor(id.clone());
+                if let Err(stop) = node.stop_unit(&unit).await {
+                    tracing::warn!(%unit, error = %stop, "an actor that could not join was not stopped");
+                }
+                return Err(join_refused(node, spot, error));
+            }
+            UnitCreated {
+                unit: UnitId::Actor(id).to_string(),
+                node: node.id().to_string(),
+                joined: join.map(|spot| spot.to_string()),
+            }
+        }
+    };
+    Ok((StatusCode::CREATED, Json(created)))
+}
+
+/// A creation the node refused, with the status that says whose move it is.
+fn unit_refused(node: &Node, error: UnitError) -> Refusal {
+    let status = match &error {
+        UnitError::AlreadyExists { .. } | UnitError::NotServing { .. } => StatusCode::CONFLICT,
+        UnitError::NoCapacity { .. } | UnitError::Unavailable { .. } => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        UnitError::InvalidId(_)
+        | UnitError::UnknownType { .. }
+        | UnitError::UnknownId { .. }
+        | UnitError::TypeMismatch { .. }
+        | UnitError::NotAllowed { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+    };
+    Refusal::new(
+        status,
+        format!("node {} did not create it: {error}", node.id()),
+    )
+}
+
+/// A join the node refused: mostly a spot that is not on this node.
+fn join_refused(node: &Node, spot: &SpotId, error: UnitError) -> Refusal {
+    match error {
+        UnitError::UnknownId { .. } => Refusal::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "no spot {spot} runs on node {}: an actor joins a spot of the node that creates \
+                 it, so create the spot first, or ask the admin endpoint of the node it runs on",
+                node.id()
+            ),
+        ),
+        error => unit_refused(node, error),
+    }
+}
+
 fn task_failed(error: tokio::task::JoinError) -> Refusal {
     tracing::error!(%error, "an admin operation failed");
     Refusal::new(
@@ -416,6 +527,25 @@ async fn wrong_method(method: Method, uri: Uri) -> Refusal {
 
 /// Reads a JSON body of at most [`MAX_BODY`] bytes; an empty body is the default request.
 async fn read_json<T: DeserializeOwned + Default>(body: Body, example: &str) -> Result<T, Refusal> {
+    match read_body(body, example).await? {
+        Some(bytes) => parse_json(&bytes, example),
+        None => Ok(T::default()),
+    }
+}
+
+/// Reads a JSON body of at most [`MAX_BODY`] bytes that must be there.
+async fn read_required_json<T: DeserializeOwned>(body: Body, example: &str) -> Result<T, Refusal> {
+    match read_body(body, example).await? {
+        Some(bytes) => parse_json(&bytes, example),
+        None => Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!("the body is empty; send a JSON object such as {example}"),
+        )),
+    }
+}
+
+/// A body of at most [`MAX_BODY`] bytes, or `None` when it is empty or blank.
+async fn read_body(body: Body, example: &str) -> Result<Option<axum::body::Bytes>, Refusal> {
     let bytes = axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
         Refusal::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -425,9 +555,13 @@ async fn read_json<T: DeserializeOwned + Default>(body: Body, example: &str) -> 
         )
     })?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
+        return Ok(None);
     }
-    serde_json::from_slice(&bytes).map_err(|e| {
+    Ok(Some(bytes))
+}
+
+fn parse_json<T: DeserializeOwned>(bytes: &[u8], example: &str) -> Result<T, Refusal> {
+    serde_json::from_slice(bytes).map_err(|e| {
         Refusal::new(
             StatusCode::BAD_REQUEST,
             format!(

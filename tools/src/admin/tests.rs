@@ -5,7 +5,8 @@
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use ferry::{NodeState, Registry, SpotId};
+use ferry::{ActorId, NodeId, NodeState, Registry, SpotId, UnitId};
+use ferry_samples::chat;
 use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::cluster::Cluster;
 use metrics_exporter_prometheus::PrometheusBuilder;
@@ -14,7 +15,10 @@ use tokio::sync::watch;
 use tower::ServiceExt;
 
 use super::server::router;
-use super::wire::{DrainReport, Outcome, ShutdownReport, StatusBody};
+use super::wire::{DrainReport, Outcome, ShutdownReport, StatusBody, UnitCreated};
+
+/// How long one request to a unit may take.
+const T: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn registry() -> Registry {
     let mut registry = Registry::new();
@@ -211,6 +215,69 @@ async fn every_bad_request_gets_a_4xx_with_a_json_error_and_changes_nothing() {
             StatusCode::BAD_REQUEST,
             "unknown field",
         ),
+        (
+            "GET",
+            "/units",
+            String::new(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "takes POST",
+        ),
+        (
+            "POST",
+            "/units",
+            String::new(),
+            StatusCode::BAD_REQUEST,
+            "the body is empty",
+        ),
+        (
+            "POST",
+            "/units",
+            r#"{"kind":"room","factory":"ping","id":"a"}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "unknown variant",
+        ),
+        (
+            "POST",
+            "/units",
+            r#"{"kind":"spot","id":"a"}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "missing field `factory`",
+        ),
+        (
+            "POST",
+            "/units",
+            r#"{"kind":"spot","factory":"ping","id":"a","join":"b"}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "`join` is only for an actor",
+        ),
+        (
+            "POST",
+            "/units",
+            r#"{"kind":"spot","factory":"ping","id":""}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "`id` is not a valid id",
+        ),
+        (
+            "POST",
+            "/units",
+            r#"{"kind":"actor","factory":"ping","id":"a","join":""}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "`join` is not a valid id",
+        ),
+        (
+            "POST",
+            "/units",
+            r#"{"kind":"spot","factory":"arena","id":"a"}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "no spot factory named \"arena\"",
+        ),
+        (
+            "POST",
+            "/units",
+            r#"{"kind":"actor","factory":"ping","id":"a"}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "no actor factory named \"ping\"",
+        ),
     ];
     for (method, path, body, want, says) in cases {
         let (code, answer) = call(&admin.router, method, path, body).await;
@@ -220,15 +287,92 @@ async fn every_bad_request_gets_a_4xx_with_a_json_error_and_changes_nothing() {
             .unwrap_or_else(|| panic!("{method} {path}: JSON error, got {answer}"));
         assert!(error.contains(says), "{method} {path}: {error}");
     }
-    // Nothing ran: the node serves as before, no drain was started.
+    // Nothing ran: the node serves as before, no drain was started, no unit was made.
     let s = status(&admin.router).await;
     assert_eq!(
-        (s.state.as_str(), s.running, s.last_drain),
-        ("Serving", None, None)
+        (s.state.as_str(), s.running, s.last_drain, s.units),
+        ("Serving", None, None, 0)
     );
     assert!(admin.stopped.borrow().is_none());
     let (code, _) = call(&admin.router, "GET", "/metrics", "").await;
     assert_eq!(code, StatusCode::OK);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_are_created_on_the_node_asked_all_or_nothing_and_only_while_it_serves() {
+    let cluster = Cluster::start(2, ferry_samples::registry).await;
+    let admin = admin(&cluster, "n1");
+    let n1 = cluster.node("n1");
+    let post = |body: Value| call(&admin.router, "POST", "/units", body.to_string());
+
+    let (code, body) = post(json!({"kind": "spot", "factory": chat::ROOM, "id": "lobby"})).await;
+    assert_eq!(code, StatusCode::CREATED, "{body}");
+    let created: UnitCreated = serde_json::from_value(body).expect("an answer");
+    assert_eq!(
+        (created.unit.as_str(), created.node.as_str(), created.joined),
+        ("spot:lobby", "n1", None)
+    );
+    let lobby = SpotId::new("lobby").expect("id");
+    assert!(n1.hosts(&UnitId::Spot(lobby.clone())));
+
+    let ann = json!({"kind": "actor", "factory": chat::CHATTER, "id": "ann", "join": "lobby"});
+    let (code, body) = post(ann.clone()).await;
+    assert_eq!(code, StatusCode::CREATED, "{body}");
+    assert_eq!(body["joined"], "lobby");
+    // Ann is a member: she hears what is said in the room.
+    let said = chat::RoomMsg::Say {
+        from: ActorId::new("bob").expect("id"),
+        text: "hello".into(),
+    };
+    let _: chat::RoomReply = n1.request(&lobby, said, T).await.expect("said");
+    let ann_id = ActorId::new("ann").expect("id");
+    let heard: chat::Heard = n1
+        .request(&ann_id, chat::ChatterMsg::Count, T)
+        .await
+        .expect("counted");
+    assert_eq!(heard.lines, 1);
+
+    let (code, body) = post(ann).await;
+    assert_eq!(code, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("already exists")),
+        "{body}"
+    );
+    // A spot on another node cannot be joined here, and the actor does not stay behind.
+    cluster
+        .node("n2")
+        .create_spot_on(
+            &NodeId::new("n2").expect("id"),
+            chat::ROOM,
+            &SpotId::new("far").expect("id"),
+        )
+        .await
+        .expect("spot on n2");
+    let cid = json!({"kind": "actor", "factory": chat::CHATTER, "id": "cid", "join": "far"});
+    let (code, body) = post(cid.clone()).await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no spot far runs on node n1")),
+        "{body}"
+    );
+    assert!(!n1.hosts(&UnitId::Actor(ActorId::new("cid").expect("id"))));
+
+    // Once drained, the node takes no new units.
+    let (code, body) = call(&admin.router, "POST", "/relocate", "").await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    let (code, body) = post(json!({"kind": "spot", "factory": chat::ROOM, "id": "late"})).await;
+    assert_eq!(code, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("is Relocated, not Serving")),
+        "{body}"
+    );
     cluster.shutdown().await;
 }
 
@@ -342,29 +486,36 @@ const RUNBOOK: &str = include_str!("../../../docs/operations.md");
 
 /// The bodies of the runbook's code blocks of one language.
 fn blocks(language: &str) -> Vec<&'static str> {
-    let fence = format!("```{language}\n");
-    let mut found = Vec::new();
-    let mut rest = RUNBOOK;
-    while let Some(start) = rest.find(&fence) {
-        let body = &rest[start + fence.len()..];
-        let end = body.find("```").expect("closed block");
-        found.push(&body[..end]);
-        rest = &body[end + 3..];
-    }
-    found
+    crate::doc_tests::code_blocks(RUNBOOK, language)
 }
 
 #[test]
 fn the_runbooks_json_is_what_the_endpoint_takes_and_answers() {
     let examples = blocks("json");
-    assert_eq!(examples.len(), 4);
+    assert_eq!(examples.len(), 6);
     for example in examples {
         let fits = serde_json::from_str::<StatusBody>(example).is_ok()
             || serde_json::from_str::<ShutdownReport>(example).is_ok()
+            || serde_json::from_str::<super::wire::UnitRequest>(example).is_ok()
+            || serde_json::from_str::<UnitCreated>(example).is_ok()
             || serde_json::from_str::<super::wire::RelocateRequest>(example)
                 .is_ok_and(|r| r.options().is_ok())
             || serde_json::from_str::<super::wire::ShutdownRequest>(example).is_ok();
         assert!(fits, "the runbook's JSON fits no route: {example}");
+    }
+}
+
+#[test]
+fn the_factories_the_runbook_names_are_those_every_node_registers() {
+    let (_, after) = RUNBOOK
+        .split_once("registers every\nsample: ")
+        .expect("the runbook lists the factories of `ferry node`");
+    let (list, _) = after.split_once(')').expect("the list ends");
+    let named: Vec<&str> = list.split('`').skip(1).step_by(2).collect();
+    assert_eq!(named.len(), 8, "{named:?}");
+    let registry = crate::bots::games::registry();
+    for name in named {
+        assert!(registry.info(name).is_some(), "{name} is not registered");
     }
 }
 
@@ -387,24 +538,4 @@ fn every_metric_in_the_runbook_is_recorded() {
             "{metric} is in the runbook but recorded nowhere"
         );
     }
-}
-
-#[test]
-fn every_command_in_the_runbook_parses() {
-    use clap::Parser;
-    let mut commands = 0;
-    for block in blocks("sh") {
-        for line in block.lines().filter(|l| l.starts_with("ferry ")) {
-            let words = line
-                .split('#')
-                .next()
-                .unwrap_or_default()
-                .split_whitespace();
-            if let Err(error) = crate::Cli::try_parse_from(words) {
-                panic!("`{line}` does not parse: {error}");
-            }
-            commands += 1;
-        }
-    }
-    assert!(commands >= 6, "{commands} commands");
 }

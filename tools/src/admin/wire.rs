@@ -173,6 +173,42 @@ pub fn deadline(ms: Option<u64>) -> Result<Duration, String> {
     Ok(deadline)
 }
 
+/// `POST /units`: a spot or an actor to create on this node, so that clients have something to
+/// bind (load generators, smoke tests, a lobby made by hand).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnitRequest {
+    /// `spot` or `actor`.
+    pub kind: UnitKind,
+    /// The registered factory (type name) to build it with.
+    pub factory: String,
+    /// Its id.
+    pub id: String,
+    /// For an actor: the User Spot on this node it joins once created.
+    pub join: Option<String>,
+}
+
+/// What `POST /units` creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnitKind {
+    /// A User Spot, such as a room.
+    Spot,
+    /// An actor, such as a player.
+    Actor,
+}
+
+/// `POST /units` answers this (201 Created) once the unit runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitCreated {
+    /// The unit, as `spot:<id>` or `actor:<id>`.
+    pub unit: String,
+    /// The node it runs on: the one asked.
+    pub node: String,
+    /// The spot it joined, if it was asked to.
+    pub joined: Option<String>,
+}
+
 /// How a drain ended, as `POST /relocate` answers and `/status` remembers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DrainReport {

@@ -1,6 +1,7 @@
 //! `ferry bots`: a load generator with the demo's checks, for a running cluster. Bots connect to
-//! its client gateways, bind the player Actors of rooms that already exist (named as
-//! [`GameKind::room`] and [`GameKind::player`] say), play for a while, and report what they saw.
+//! its client gateways, bind the player Actors of rooms (named as [`GameKind::room`] and
+//! [`GameKind::player`] say), play for a while, and report what they saw. With `--admin` the rooms
+//! and players are created first, through the nodes' admin endpoints; otherwise they must exist.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,8 +9,9 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::games::GameKind;
-use super::{BotsSummary, GatewayAccess, Team};
+use super::games::{self, GameKind};
+use super::{BotsSummary, GatewayAccess, Team, provision};
+use crate::admin::{AdminClient, ClientError};
 use crate::percentiles::readable_us;
 
 /// Where the cluster's gateways are, how to trust them, and how hard to play.
@@ -33,12 +35,27 @@ pub struct BotsArgs {
     /// The DNS name in the gateways' certificate.
     #[arg(long, value_name = "NAME", default_value = "localhost")]
     server_name: String,
-    /// The sample game the rooms run.
-    #[arg(long, value_enum, default_value_t = GameKind::Fps)]
-    game: GameKind,
-    /// Rooms to play, numbered from 0.
+    /// The admin endpoint (`host:port`) of a node to create the rooms and players on before
+    /// playing; repeat it, or separate with commas, to spread the rooms over several. Without it,
+    /// the rooms and players must exist.
+    #[arg(long = "admin", value_name = "ADDR", value_delimiter = ',')]
+    admins: Vec<String>,
+    /// The sample games the rooms run; separate several with commas to play each.
+    #[arg(
+        long = "game",
+        value_name = "GAME",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "fps"
+    )]
+    games: Vec<GameKind>,
+    /// Rooms of each game to play.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     rooms: u16,
+    /// The number of the first room, so that a second run with `--admin` can create fresh rooms
+    /// next to those of the first.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    first_room: u16,
     /// Players in each room, numbered from 0.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     players: u16,
@@ -64,6 +81,15 @@ pub enum BotsError {
     /// A room or player id could not be made.
     #[error(transparent)]
     Id(#[from] ferry::InvalidId),
+    /// An admin address is wrong.
+    #[error(transparent)]
+    Admin(ClientError),
+    /// The rooms or players could not be created.
+    #[error(
+        "could not create the bots' rooms and players: {0}; to play rooms made by an earlier run \
+         leave out --admin, or pick fresh ones with --first-room"
+    )]
+    Provision(ClientError),
     /// The bots saw inputs lost, duplicated or reordered, or could not play.
     #[error("{0}")]
     Players(String),
@@ -85,11 +111,32 @@ pub async fn run(args: BotsArgs) -> Result<(), BotsError> {
         ca_pem,
         token: args.token.clone().into_bytes(),
     };
+    let admins = args
+        .admins
+        .iter()
+        .map(|addr| AdminClient::new(addr))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(BotsError::Admin)?;
+    let mut kinds: Vec<GameKind> = Vec::new();
+    for game in &args.games {
+        if !kinds.contains(game) {
+            kinds.push(*game);
+        }
+    }
+    let first = usize::from(args.first_room);
+    let plans = games::lineup(
+        &kinds,
+        first..first + usize::from(args.rooms),
+        usize::from(args.players),
+    )?;
+    provision::open(&admins, &plans)
+        .await
+        .map_err(BotsError::Provision)?;
     let mut team = Team::new();
-    for r in 0..usize::from(args.rooms) {
-        for p in 0..usize::from(args.players) {
+    for plan in &plans {
+        for player in &plan.players {
             let config = access.client(team.size());
-            team.add(args.game, config, args.game.player(r, p)?);
+            team.add(plan.game, config, player.clone());
         }
     }
     tokio::time::sleep(Duration::from_secs(u64::from(args.seconds))).await;
@@ -109,13 +156,14 @@ pub async fn run(args: BotsArgs) -> Result<(), BotsError> {
 fn text(s: &BotsSummary) -> String {
     format!(
         "{} bots: {} inputs sent, {} applied; lost {}, duplicated {}, reordered {}; \
-         tick gap p50 {} p99 {} longest {:.1} ms; {} reconnected\n",
+         {} mismatches; tick gap p50 {} p99 {} longest {:.1} ms; {} reconnected\n",
         s.players,
         s.inputs_sent,
         s.inputs_applied,
         s.inputs.lost,
         s.inputs.duplicated,
         s.inputs.reordered,
+        s.mismatches,
         readable_us(s.tick_gaps.p50_us),
         readable_us(s.tick_gaps.p99_us),
         s.longest_tick_gap_ms,

@@ -1,10 +1,12 @@
 //! The sample games as bots play them: the ids of their rooms and players, the factories to
 //! register, and for each game what a bot sends and checks.
 
+use std::ops::Range;
 use std::time::Duration;
 
 use ferry::client::ClientConfig;
 use ferry::{ActorId, InvalidId, Registry, SpotId};
+use ferry_samples::bingo::{self, Card, Marks};
 use ferry_samples::{chat, fps};
 use tokio::sync::watch;
 
@@ -18,17 +20,21 @@ pub enum GameKind {
     Chat,
     /// The FPS round: inputs forwarded to the room, a snapshot pushed every 30 Hz tick.
     Fps,
+    /// Bingo: the room draws a number every 250 ms and each player pushes it with its mark; the
+    /// bot asks for its player's whole state now and then and checks it against the draws.
+    Bingo,
 }
 
 impl GameKind {
     /// Every game, in the order the demo opens them.
-    pub const ALL: [GameKind; 2] = [GameKind::Chat, GameKind::Fps];
+    pub const ALL: [GameKind; 3] = [GameKind::Chat, GameKind::Fps, GameKind::Bingo];
 
     /// The game's name in ids and reports.
     pub fn name(self) -> &'static str {
         match self {
             GameKind::Chat => "chat",
             GameKind::Fps => "fps",
+            GameKind::Bingo => "bingo",
         }
     }
 
@@ -37,6 +43,7 @@ impl GameKind {
         match self {
             GameKind::Chat => chat::ROOM,
             GameKind::Fps => fps::ROOM,
+            GameKind::Bingo => bingo::ROOM,
         }
     }
 
@@ -45,6 +52,7 @@ impl GameKind {
         match self {
             GameKind::Chat => chat::CHATTER,
             GameKind::Fps => fps::PLAYER,
+            GameKind::Bingo => bingo::PLAYER,
         }
     }
 
@@ -53,9 +61,10 @@ impl GameKind {
         SpotId::new(format!("{}-{r}", self.name()))
     }
 
-    /// Player number `p` of room number `r`: `fps-0-p0`, `fps-0-p1`, ...
+    /// Player number `p` of room number `r`: `fps-0-p0`, `fps-0-p1`, ... (the room's id, then
+    /// `-p` and the number, so [`room_of`] reads the room back).
     pub fn player(self, r: usize, p: usize) -> Result<ActorId, InvalidId> {
-        ActorId::new(format!("{}-{r}-p{p}", self.name()))
+        ActorId::new(format!("{}-p{p}", self.room(r)?))
     }
 
     /// How often a bot of this game sends an input, and how long it waits for the last ones.
@@ -63,6 +72,7 @@ impl GameKind {
         let every = match self {
             GameKind::Chat => Duration::from_millis(100),
             GameKind::Fps => Duration::from_millis(50),
+            GameKind::Bingo => Duration::from_millis(200),
         };
         Pace {
             every,
@@ -81,16 +91,71 @@ impl GameKind {
         match self {
             GameKind::Chat => player::play(config, me.clone(), ChatBot::new(me), pace, stop).await,
             GameKind::Fps => player::play(config, me, FpsBot::default(), pace, stop).await,
+            GameKind::Bingo => match room_of(&me) {
+                Some(room) => {
+                    let bot = BingoBot::new(me.clone(), room);
+                    player::play(config, me, bot, pace, stop).await
+                }
+                None => Tally {
+                    error: Some(format!(
+                        "{me} does not name its room: bingo players are named <room>-p<number>"
+                    )),
+                    ..Tally::default()
+                },
+            },
         }
     }
 }
 
-/// The factories of every sample game, as the demo's nodes register them.
+/// The room of a player named as [`GameKind::player`] names them, if it is.
+pub fn room_of(player: &ActorId) -> Option<SpotId> {
+    let (room, number) = player.as_str().rsplit_once("-p")?;
+    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    SpotId::new(room).ok()
+}
+
+/// A room to open and the player Actors to create in it.
+#[derive(Debug, Clone)]
+pub struct RoomPlan {
+    /// Its game.
+    pub game: GameKind,
+    /// Its number among the rooms of its game.
+    pub number: usize,
+    /// Its id.
+    pub room: SpotId,
+    /// Its players.
+    pub players: Vec<ActorId>,
+}
+
+/// The rooms numbered `rooms` of each game in `games`, each with `players` players: what the demo
+/// opens, and what `ferry bots` plays.
+pub fn lineup(
+    games: &[GameKind],
+    rooms: Range<usize>,
+    players: usize,
+) -> Result<Vec<RoomPlan>, InvalidId> {
+    let mut plans = Vec::new();
+    for &game in games {
+        for number in rooms.clone() {
+            plans.push(RoomPlan {
+                game,
+                number,
+                room: game.room(number)?,
+                players: (0..players)
+                    .map(|p| game.player(number, p))
+                    .collect::<Result<_, _>>()?,
+            });
+        }
+    }
+    Ok(plans)
+}
+
+/// The factories every sample game needs: all of `ferry_samples`, as the demo's nodes and every
+/// `ferry node` register them.
 pub fn registry() -> Registry {
-    let mut registry = Registry::new();
-    chat::register(&mut registry);
-    fps::register(&mut registry, fps::Rules::default());
-    registry
+    ferry_samples::registry()
 }
 
 /// An FPS player: aims somewhere new each input, and checks the snapshots with the sample's own
@@ -169,5 +234,446 @@ impl Game for ChatBot {
 
     fn faults(&self, sent: u64) -> Faults {
         self.mine.faults_upto(sent)
+    }
+}
+
+/// A bingo player: asks for its player's whole state (`Sync`) as its input, and works out from the
+/// sample's own rules ([`bingo::card`], [`bingo::draw_order`], [`Card::marks`], [`Card::wins`])
+/// what every push must say. Draws must come numbered 1, 2, 3, ... in each round, each once; each
+/// `Sync` must be answered once; cards, marks, wins and rewards must follow from the draws.
+struct BingoBot {
+    me: ActorId,
+    room: SpotId,
+    /// The round the bot follows, from the first push that named one.
+    round: Option<RoundSeen>,
+    /// The player's rewards, once a state told them.
+    rewards: Option<u64>,
+    /// The draw faults of the rounds the bot followed before this one.
+    past: Faults,
+    /// `State` pushes received: one per `Sync` sent.
+    states: u64,
+    mismatches: u64,
+}
+
+/// One round as the bot saw it.
+struct RoundSeen {
+    round: u32,
+    /// The player's card for it, once a push showed it.
+    card: Option<Card>,
+    /// The draw positions seen; `None` until the first when the bot came in after the deal.
+    draws: Option<Sequence>,
+    /// Whether the round ended.
+    over: bool,
+}
+
+impl RoundSeen {
+    fn new(round: u32, card: Option<Card>, draws: Option<Sequence>) -> Self {
+        RoundSeen {
+            round,
+            card,
+            draws,
+            over: false,
+        }
+    }
+
+    /// How many numbers have been drawn, if the bot knows.
+    fn drawn(&self) -> Option<usize> {
+        let next = self.draws.as_ref()?.next();
+        usize::try_from(next.saturating_sub(1)).ok()
+    }
+}
+
+impl BingoBot {
+    fn new(me: ActorId, room: SpotId) -> Self {
+        BingoBot {
+            me,
+            room,
+            round: None,
+            rewards: None,
+            past: Faults::default(),
+            states: 0,
+            mismatches: 0,
+        }
+    }
+
+    /// Starts following `next`, keeping the draw faults of the round before.
+    fn follow(&mut self, next: RoundSeen) {
+        if let Some(draws) = self.round.take().and_then(|seen| seen.draws) {
+            self.past.add(draws.faults_upto(draws.next()));
+        }
+        self.round = Some(next);
+    }
+
+    fn mismatch(&mut self, matches: bool) {
+        if !matches {
+            self.mismatches += 1;
+        }
+    }
+
+    /// Whether `marks` are what the card shows after the draws seen (or after some number of
+    /// draws, when the bot does not know how many there were).
+    fn marks_explained(&self, marks: &Marks) -> bool {
+        let Some(seen) = &self.round else {
+            return true;
+        };
+        let Some(card) = seen.card else {
+            return true;
+        };
+        let order = bingo::draw_order(&self.room, seen.round);
+        match seen.drawn() {
+            Some(drawn) => order.get(..drawn).is_some_and(|d| card.marks(d) == *marks),
+            None => (0..=order.len()).any(|k| card.marks(&order[..k]) == *marks),
+        }
+    }
+
+    fn drawn(&mut self, round: u32, position: usize, number: u8, marked: bool) {
+        let order = bingo::draw_order(&self.room, round);
+        let right_number = position
+            .checked_sub(1)
+            .and_then(|i| order.get(i))
+            .is_some_and(|&n| n == number);
+        self.mismatch(right_number);
+        let at = position as u64;
+        match &mut self.round {
+            Some(seen) if seen.round == round => {
+                let card_has_it = seen.card.map(|card| card.cell(number).is_some());
+                seen.draws
+                    .get_or_insert_with(|| Sequence::starting_at(at))
+                    .observe(at);
+                if let Some(has) = card_has_it {
+                    self.mismatch(has == marked);
+                }
+            }
+            // A draw of a round that is over: it came after newer pushes.
+            Some(seen) if seen.round > round => self.past.reordered += 1,
+            followed => {
+                // Only the first push may start a round the bot was not dealt into.
+                let first = followed.is_none();
+                self.mismatch(first);
+                let mut draws = Sequence::starting_at(at);
+                draws.observe(at);
+                self.follow(RoundSeen::new(round, None, Some(draws)));
+            }
+        }
+    }
+
+    fn round_over(&mut self, round: u32, winners: &[ActorId], prize: u64) {
+        let won = winners.contains(&self.me);
+        if let Some(rewards) = &mut self.rewards
+            && won
+        {
+            *rewards += prize;
+        }
+        let Some(seen) = &mut self.round else {
+            return;
+        };
+        if seen.round != round || seen.over {
+            self.mismatches += 1;
+            return;
+        }
+        seen.over = true;
+        let should_win = match (seen.card, seen.drawn()) {
+            (Some(card), Some(drawn)) => bingo::draw_order(&self.room, round)
+                .get(..drawn)
+                .map(|d| Card::wins(&card.marks(d))),
+            _ => None,
+        };
+        if let Some(should_win) = should_win {
+            self.mismatch(should_win == won);
+        }
+    }
+
+    fn dealt(&mut self, round: u32, card: Card, marks: &Marks) {
+        self.mismatch(card == bingo::card(&self.room, round, &self.me));
+        // A new round deals before its first draw; a deal on joining may come at any draw.
+        let after_the_last = match &self.round {
+            Some(seen) => seen.over && seen.round + 1 == round,
+            None => false,
+        };
+        let expected = after_the_last || self.round.as_ref().is_none_or(|s| s.card.is_none());
+        self.mismatch(expected);
+        let draws = after_the_last.then(|| Sequence::starting_at(1));
+        self.follow(RoundSeen::new(round, Some(card), draws));
+        self.mismatch(self.marks_explained(marks));
+    }
+
+    fn state(&mut self, view: &bingo::PlayerView) {
+        self.states += 1;
+        if let Some(card) = view.card {
+            self.mismatch(card == bingo::card(&self.room, view.round, &self.me));
+        }
+        match &mut self.round {
+            Some(seen) if seen.round == view.round => {
+                if seen.card.is_none() {
+                    seen.card = view.card;
+                } else if seen.card != view.card {
+                    self.mismatches += 1;
+                }
+            }
+            Some(_) => self.mismatches += 1,
+            None => self.follow(RoundSeen::new(view.round, view.card, None)),
+        }
+        self.mismatch(self.marks_explained(&view.marks));
+        if let Some(rewards) = self.rewards {
+            self.mismatch(rewards == view.rewards);
+        }
+        self.rewards = Some(view.rewards);
+    }
+}
+
+impl Game for BingoBot {
+    type Input = bingo::PlayerMsg;
+    type Push = bingo::Push;
+
+    fn input(&mut self, _seq: u64) -> bingo::PlayerMsg {
+        bingo::PlayerMsg::Sync
+    }
+
+    fn read(&mut self, push: bingo::Push) -> Option<u64> {
+        match push {
+            bingo::Push::Drawn {
+                round,
+                position,
+                number,
+                marked,
+            } => self.drawn(round, position, number, marked),
+            bingo::Push::RoundOver {
+                round,
+                winners,
+                prize,
+            } => self.round_over(round, &winners, prize),
+            bingo::Push::Dealt { round, card, marks } => self.dealt(round, card, &marks),
+            bingo::Push::State(view) => self.state(&view),
+            // Only a player that asked for a seat is seated; this bot never asks.
+            bingo::Push::Seated { .. } => self.mismatches += 1,
+        }
+        None
+    }
+
+    fn caught_up(&self, sent: u64) -> bool {
+        self.states >= sent
+    }
+
+    fn faults(&self, sent: u64) -> Faults {
+        let mut faults = self.past;
+        if let Some(draws) = self.round.as_ref().and_then(|seen| seen.draws.as_ref()) {
+            faults.add(draws.faults_upto(draws.next()));
+        }
+        faults.lost += sent.saturating_sub(self.states);
+        faults.duplicated += self.states.saturating_sub(sent);
+        faults
+    }
+
+    fn mismatches(&self) -> u64 {
+        self.mismatches
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bingo::{PlayerView, Push};
+
+    fn actor(id: &str) -> ActorId {
+        ActorId::new(id).expect("valid id")
+    }
+
+    fn spot(id: &str) -> SpotId {
+        SpotId::new(id).expect("valid id")
+    }
+
+    #[test]
+    fn players_are_named_after_their_room_and_read_back() {
+        let player = GameKind::Bingo.player(12, 3).expect("valid id");
+        assert_eq!(player.as_str(), "bingo-12-p3");
+        assert_eq!(room_of(&player), Some(spot("bingo-12")));
+        assert_eq!(room_of(&actor("bingo-12-px")), None);
+        assert_eq!(room_of(&actor("alice")), None);
+    }
+
+    #[test]
+    fn a_lineup_numbers_rooms_of_every_game() {
+        let plans = lineup(&[GameKind::Chat, GameKind::Bingo], 2..4, 2).expect("valid ids");
+        let rooms: Vec<&str> = plans.iter().map(|p| p.room.as_str()).collect();
+        assert_eq!(rooms, ["chat-2", "chat-3", "bingo-2", "bingo-3"]);
+        assert_eq!(plans[3].number, 3);
+        let players: Vec<&str> = plans[3].players.iter().map(ActorId::as_str).collect();
+        assert_eq!(players, ["bingo-3-p0", "bingo-3-p1"]);
+    }
+
+    /// Plays a room with `me` and `other` from its first draw as the sample does, and returns what
+    /// `me`'s player pushes: a state asked for before the first draw, every draw, the end of the
+    /// round, the deal of the next one and a state after its first draw.
+    fn two_rounds(room: &SpotId, me: &ActorId, other: &ActorId) -> Vec<Push> {
+        let mine = bingo::card(room, 1, me);
+        let theirs = bingo::card(room, 1, other);
+        let state = |round, card: Card, drawn: &[u8], rewards| PlayerView {
+            seat: None,
+            round,
+            card: Some(card),
+            marks: card.marks(drawn),
+            rewards,
+        };
+        let mut pushes = vec![Push::State(state(1, mine, &[], 0))];
+        let order = bingo::draw_order(room, 1);
+        let mut winners = Vec::new();
+        for (i, &number) in order.iter().enumerate() {
+            pushes.push(Push::Drawn {
+                round: 1,
+                position: i + 1,
+                number,
+                marked: mine.cell(number).is_some(),
+            });
+            let drawn = &order[..=i];
+            for (player, card) in [(me, mine), (other, theirs)] {
+                if Card::wins(&card.marks(drawn)) {
+                    winners.push(player.clone());
+                }
+            }
+            if !winners.is_empty() {
+                break;
+            }
+        }
+        let prize = 100 / winners.len() as u64;
+        let rewards = if winners.contains(me) { prize } else { 0 };
+        pushes.push(Push::RoundOver {
+            round: 1,
+            winners,
+            prize,
+        });
+        let next = bingo::card(room, 2, me);
+        pushes.push(Push::Dealt {
+            round: 2,
+            card: next,
+            marks: next.marks(&[]),
+        });
+        let first = bingo::draw_order(room, 2)[0];
+        pushes.push(Push::Drawn {
+            round: 2,
+            position: 1,
+            number: first,
+            marked: next.cell(first).is_some(),
+        });
+        pushes.push(Push::State(state(2, next, &[first], rewards)));
+        pushes
+    }
+
+    /// Feeds `pushes` to a bot that sent `sent` syncs; returns its faults and mismatches.
+    fn check(pushes: Vec<Push>, sent: u64) -> (Faults, u64) {
+        let (room, me) = (spot("bingo-0"), actor("bingo-0-p0"));
+        let mut bot = BingoBot::new(me, room);
+        for push in pushes {
+            assert_eq!(bot.read(push), None, "bingo has no server tick");
+        }
+        (bot.faults(sent), bot.mismatches())
+    }
+
+    fn game() -> Vec<Push> {
+        two_rounds(&spot("bingo-0"), &actor("bingo-0-p0"), &actor("bingo-0-p1"))
+    }
+
+    fn draws(pushes: &[Push]) -> Vec<usize> {
+        pushes
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| matches!(p, Push::Drawn { .. }))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    #[test]
+    fn a_game_pushed_as_the_rules_say_is_clean() {
+        let (faults, mismatches) = check(game(), 2);
+        assert!(faults.is_clean(), "{faults:?}");
+        assert_eq!(mismatches, 0);
+    }
+
+    #[test]
+    fn a_bot_that_comes_in_mid_round_checks_from_there() {
+        let pushes = game();
+        let third = draws(&pushes)[2];
+        let (faults, mismatches) = check(pushes[third..].to_vec(), 1);
+        assert!(faults.is_clean(), "{faults:?}");
+        assert_eq!(mismatches, 0);
+    }
+
+    #[test]
+    fn draws_lost_repeated_or_late_are_counted() {
+        let pushes = game();
+        let at = draws(&pushes);
+        let mut lost = pushes.clone();
+        lost.remove(at[1]);
+        assert_eq!(check(lost, 2).0.lost, 1);
+        let mut repeated = pushes.clone();
+        repeated.insert(at[2], pushes[at[1]].clone());
+        assert_eq!(check(repeated, 2).0.duplicated, 1);
+        let mut swapped = pushes.clone();
+        swapped.swap(at[1], at[2]);
+        assert_eq!(check(swapped, 2).0.reordered, 1);
+    }
+
+    #[test]
+    fn unanswered_or_doubled_syncs_are_lost_or_duplicated() {
+        assert_eq!(check(game(), 3).0.lost, 1);
+        let mut doubled = game();
+        doubled.push(doubled[doubled.len() - 1].clone());
+        assert_eq!(check(doubled, 2).0.duplicated, 1);
+    }
+
+    #[test]
+    fn marks_cards_wins_and_rewards_the_draws_do_not_explain_are_mismatches() {
+        let pushes = game();
+        let last = pushes.len() - 1;
+        let first_draw = draws(&pushes)[0];
+        let change = |i: usize, edit: &dyn Fn(&mut Push)| {
+            let mut changed = pushes.clone();
+            edit(&mut changed[i]);
+            check(changed, 2).1
+        };
+        let flip_mark = |p: &mut Push| {
+            if let Push::Drawn { marked, .. } = p {
+                *marked = !*marked;
+            }
+        };
+        assert_eq!(change(first_draw, &flip_mark), 1);
+        let more_rewards = |p: &mut Push| {
+            if let Push::State(view) = p {
+                view.rewards += 1;
+            }
+        };
+        assert_eq!(change(last, &more_rewards), 1);
+        // No number of draws leaves the free centre unmarked.
+        let unmark_centre = |p: &mut Push| {
+            if let Push::State(view) = p {
+                view.marks[12] = false;
+            }
+        };
+        assert_eq!(change(0, &unmark_centre), 1);
+        // After the first draw of round 2, exactly that draw is marked.
+        let mark_all = |p: &mut Push| {
+            if let Push::State(view) = p {
+                view.marks = [true; 25];
+            }
+        };
+        assert_eq!(change(last, &mark_all), 1);
+        let other_card = |p: &mut Push| {
+            if let Push::Dealt { card, .. } = p {
+                card.cells.swap(0, 1);
+            }
+        };
+        // The deal, and the state that shows the right card after it.
+        assert_eq!(change(last - 2, &other_card), 2);
+        let claim_the_win = |p: &mut Push| {
+            if let Push::RoundOver { winners, .. } = p {
+                let me = actor("bingo-0-p0");
+                if winners.contains(&me) {
+                    winners.retain(|w| *w != me);
+                } else {
+                    winners.push(me);
+                }
+            }
+        };
+        // The win itself, and the rewards the state shows after it.
+        assert_eq!(change(last - 3, &claim_the_win), 2);
     }
 }

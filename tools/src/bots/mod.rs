@@ -6,12 +6,14 @@
 //! - [`checks`]: numbered streams and tick gaps, checked one observation at a time.
 //! - [`player`]: one bot: connect, bind, send numbered inputs, read pushes, settle, tally.
 //! - [`games`]: how a bot plays each sample game, and the ids of its rooms and players.
+//! - [`provision`]: creating the rooms and players on `ferry node` processes.
 //! - [`cmd`]: the `ferry bots` command.
 
 pub mod checks;
 pub mod cmd;
 pub mod games;
 pub mod player;
+pub mod provision;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -75,6 +77,9 @@ pub struct BotsSummary {
     pub inputs_applied: u64,
     /// Inputs lost, applied twice, or applied out of order (all must be zero).
     pub inputs: Faults,
+    /// Pushes whose content the game's rules do not explain, such as a bingo mark no draw made
+    /// (must be zero).
+    pub mismatches: u64,
     /// Pushes received.
     pub pushes: u64,
     /// Server ticks received, and the time between consecutive ones each bot saw.
@@ -103,6 +108,7 @@ impl BotsSummary {
             inputs_sent: tallies.iter().map(|t| t.sent).sum(),
             inputs_applied: tallies.iter().map(|t| t.applied).sum(),
             inputs,
+            mismatches: tallies.iter().map(|t| t.mismatches).sum(),
             pushes: tallies.iter().map(|t| t.pushes).sum(),
             tick_gaps: gaps.summary(),
             longest_tick_gap_ms: longest.as_secs_f64() * 1_000.0,
@@ -111,9 +117,10 @@ impl BotsSummary {
         }
     }
 
-    /// Whether every input arrived once and in order, and every bot played to the end.
+    /// Whether every input arrived once and in order, every push made sense, and every bot
+    /// played to the end.
     pub fn is_clean(&self) -> bool {
-        self.inputs.is_clean() && self.errors.is_empty()
+        self.inputs.is_clean() && self.mismatches == 0 && self.errors.is_empty()
     }
 
     /// What went wrong, in one sentence, if anything did.
@@ -130,6 +137,12 @@ impl BotsSummary {
         if !self.inputs.is_clean() {
             parts.push(format!(
                 "the bots saw {lost} inputs lost, {duplicated} duplicated and {reordered} reordered"
+            ));
+        }
+        if self.mismatches > 0 {
+            parts.push(format!(
+                "{} pushes disagreed with the game's rules",
+                self.mismatches
             ));
         }
         if let Some(first) = self.errors.first() {

@@ -29,6 +29,12 @@ pub trait Game: Send + 'static {
 
     /// How the first `sent` inputs fared, by what the server pushed so far.
     fn faults(&self, sent: u64) -> Faults;
+
+    /// Pushes whose content the game's rules do not explain (for games whose state a bot can
+    /// work out on its own).
+    fn mismatches(&self) -> u64 {
+        0
+    }
 }
 
 /// How a bot plays.
@@ -50,6 +56,8 @@ pub struct Tally {
     pub applied: u64,
     /// Inputs lost, applied twice, or applied out of order.
     pub faults: Faults,
+    /// Pushes whose content the game's rules do not explain.
+    pub mismatches: u64,
     /// Pushes received.
     pub pushes: u64,
     /// Times between server ticks received.
@@ -127,6 +135,7 @@ pub async fn play<G: Game>(
         }
     }
     tally.faults = game.faults(tally.sent);
+    tally.mismatches = game.mismatches();
     tally.applied = tally.sent - tally.faults.lost.min(tally.sent);
     tally.connects = client.session().connects;
     client.close().await;

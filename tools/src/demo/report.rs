@@ -94,6 +94,10 @@ impl Report {
         line(format!("  duplicated      {}", b.inputs.duplicated));
         line(format!("  reordered       {}", b.inputs.reordered));
         line(format!(
+            "  mismatches      {} (bingo cards, marks and rewards the draws do not explain)",
+            b.mismatches
+        ));
+        line(format!(
             "  tick gap        p50 {}  p99 {}  longest {:.1} ms (ticks every 33.3 ms at 30 Hz)",
             readable_us(b.tick_gaps.p50_us),
             readable_us(b.tick_gaps.p99_us),

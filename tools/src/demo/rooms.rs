@@ -4,7 +4,7 @@
 use ferry::Node;
 
 use super::DemoError;
-use crate::bots::games::GameKind;
+use crate::bots::games::{self, GameKind};
 
 /// Opens `rooms` rooms of every game with `players` players each; returns each player Actor
 /// with its game, ready for a bot to bind.
@@ -14,18 +14,15 @@ pub async fn open(
     players: usize,
 ) -> Result<Vec<(GameKind, ferry::ActorId)>, DemoError> {
     let mut opened = Vec::new();
-    for game in GameKind::ALL {
-        for r in 0..rooms {
-            let node = &nodes[r % nodes.len()];
-            let room = game.room(r)?;
-            node.create_spot_on(node.id(), game.room_factory(), &room)
+    for plan in games::lineup(&GameKind::ALL, 0..rooms, players)? {
+        let node = &nodes[plan.number % nodes.len()];
+        node.create_spot_on(node.id(), plan.game.room_factory(), &plan.room)
+            .await?;
+        for player in plan.players {
+            node.create_actor(plan.game.player_factory(), &player)
                 .await?;
-            for p in 0..players {
-                let player = game.player(r, p)?;
-                node.create_actor(game.player_factory(), &player).await?;
-                node.join(&player, &room).await?;
-                opened.push((game, player));
-            }
+            node.join(&player, &plan.room).await?;
+            opened.push((plan.game, player));
         }
     }
     Ok(opened)

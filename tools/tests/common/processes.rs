@@ -1,10 +1,10 @@
 //! `ferry node` processes started by a test: the ready line awaited and read, SIGTERM to stop,
-//! and every process killed if the test fails.
+//! every process killed if the test fails, and raw HTTP to their admin endpoints.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::{ExitStatus, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use ferry::cluster::authority::node_key;
 use ferry::mesh::NodeTls;
 use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
 use ferry::{MeshSettings, Node, NodeConfig, NodeId, Registry};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
 
 /// A bound on waits for events that have no timeout of their own (a ready line, a link, an exit),
@@ -227,4 +227,55 @@ pub async fn driver(
     config.refresh = Duration::from_millis(200);
     let node = Node::start(config, registry).await.expect("driver starts");
     (node, store)
+}
+
+/// Sends an HTTP `request` to an admin endpoint as it is, on a fresh connection, and returns the
+/// status code and the body.
+pub async fn raw_http(addr: &str, request: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("admin endpoint reachable");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("request sent");
+    let mut answer = String::new();
+    within("an HTTP answer", stream.read_to_string(&mut answer))
+        .await
+        .expect("answer read");
+    let code = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {answer:?}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
+
+/// A `GET` request, as [`raw_http`] sends it.
+pub fn get(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+}
+
+/// A `POST` request with a body, as [`raw_http`] sends it.
+pub fn post(path: &str, body: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Runs `ferry args...` to its end.
+pub async fn ferry(args: &[&str]) -> Output {
+    within(
+        &format!("ferry {args:?}"),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args(args)
+            .output(),
+    )
+    .await
+    .expect("the ferry binary runs")
 }

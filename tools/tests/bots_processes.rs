@@ -1,0 +1,213 @@
+//! `ferry bots` against a cluster of three `ferry node` processes on a real redis-server, each a
+//! client gateway: the bots create their chat, FPS and bingo rooms through the admin endpoints,
+//! play, and lose nothing while `ferry drain` moves every unit off one node under them.
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+
+use common::TempDir;
+use common::processes::{Processes, Ready, ferry, get, raw_http, wait_two_refreshes, within};
+use ferry::NodeId;
+use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
+use ferry_tests::redis_server::RedisServer;
+use serde_json::Value;
+
+/// The redis key prefix of this test's cluster.
+const PREFIX: &str = "tools-bots";
+
+/// The token the gateways take.
+const TOKEN: &str = "bots-token";
+
+const NODES: [&str; 3] = ["p1", "p2", "p3"];
+
+/// A gateway node's config on redis; p2 and p3 dial `seeds` (p1) at start.
+fn node_config(id: &str, redis_url: &str, seeds: &[String]) -> String {
+    let seeds: Vec<String> = seeds.iter().map(|s| format!("{s:?}")).collect();
+    format!(
+        r#"id = "{id}"
+certs = "certs"
+store = "{redis_url}"
+store_prefix = "{PREFIX}"
+refresh_ms = 200
+seeds = [{}]
+sessions_listen = "127.0.0.1:0"
+sessions_cert = "certs/gateway.pem"
+sessions_key = "certs/gateway.key"
+sessions_tokens = "tokens.txt"
+"#,
+        seeds.join(", ")
+    )
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `GET /status` of a node, as JSON.
+async fn status(admin: &str) -> Value {
+    let (code, body) = raw_http(admin, &get("/status")).await;
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).expect("status JSON")
+}
+
+/// Waits until every node lists every other as a ready mesh peer.
+async fn linked(admins: &[String]) {
+    within("the mesh links between the nodes", async {
+        for admin in admins {
+            loop {
+                let peers = status(admin).await["peers"].clone();
+                let ready = peers
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| p["link"] == "Ready")
+                    .count();
+                if ready == admins.len() - 1 {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+    })
+    .await;
+}
+
+/// Waits until the gateways hold `bots` client sessions between them: every bot has connected,
+/// so every room and player it plays was created before.
+async fn playing(admins: &[String], bots: u64) {
+    within("every bot connected", async {
+        loop {
+            let mut sessions = 0;
+            for admin in admins {
+                sessions += status(admin).await["sessions"].as_u64().unwrap_or(0);
+            }
+            if sessions >= bots {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
+/// Runs `ferry certs` for the nodes and the gateways.
+async fn certs(dir: &Path) {
+    let out = ferry(&[
+        "certs",
+        "--out",
+        &dir.display().to_string(),
+        "--nodes",
+        &NODES.join(","),
+        "--gateway",
+        "localhost",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bots_lose_nothing_while_a_node_process_is_drained_under_them() {
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let tmp = TempDir::new("bots-drain");
+    certs(&tmp.path().join("certs")).await;
+    std::fs::write(tmp.path().join("tokens.txt"), format!("{TOKEN} bots\n")).expect("tokens");
+    let mut processes = Processes::default();
+    let mut nodes: Vec<Ready> = Vec::new();
+    let mut seeds = Vec::new();
+    for name in NODES {
+        let config = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(&config, node_config(name, &redis.url(), &seeds)).expect("config");
+        let ready = processes.start(name, &config, tmp.path()).await;
+        if seeds.is_empty() {
+            seeds.push(format!("{name}@{}", ready.mesh));
+        }
+        nodes.push(ready);
+    }
+    let admins: Vec<String> = nodes.iter().map(Ready::admin).collect();
+    let gateways: Vec<String> = nodes
+        .iter()
+        .map(|r| r.sessions.expect("a gateway").to_string())
+        .collect();
+    let store: Arc<dyn LocationStore> = Arc::new(
+        RedisStore::connect(&redis.url(), RedisStoreConfig::new(PREFIX))
+            .await
+            .expect("redis store"),
+    );
+    let ids: Vec<NodeId> = NODES
+        .iter()
+        .map(|n| NodeId::new(*n).expect("valid id"))
+        .collect();
+    wait_two_refreshes(&store, &ids).await;
+    linked(&admins).await;
+
+    // Two rooms of each game with two players each: room 0 of every game on p1.
+    const BOTS: u64 = 3 * 2 * 2;
+    let ca = tmp.path().join("certs/gateway.pem");
+    let bots = tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["bots", "--cluster", &gateways.join(","), "--ca"])
+        .arg(&ca)
+        .args(["--token", TOKEN, "--admin", &admins.join(",")])
+        .args(["--game", "chat,fps,bingo", "--rooms", "2", "--players", "2"])
+        .args(["--seconds", "10", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("ferry bots starts");
+    playing(&admins, BOTS).await;
+    let p1 = admins[0].as_str();
+    let before = status(p1).await["units"].as_u64().unwrap_or(0);
+    assert_eq!(before, 3 * 3, "room 0 of each game and its players on p1");
+
+    let out = ferry(&["drain", p1, "--deadline", "60s"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.starts_with("relocated: "), "{said}");
+    let after = status(p1).await;
+    assert_eq!(
+        (after["state"].as_str(), after["units"].as_u64()),
+        (Some("Relocated"), Some(0))
+    );
+
+    let out = within("ferry bots to finish", bots.wait_with_output())
+        .await
+        .expect("ferry bots ran");
+    assert!(
+        out.status.success(),
+        "ferry bots failed: {}\n{}",
+        text(&out.stderr),
+        text(&out.stdout)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("the report is JSON");
+    assert_eq!(report["players"], BOTS, "{report:#}");
+    assert!(report["inputs_sent"].as_u64() > Some(0), "{report:#}");
+    assert_eq!(
+        report["inputs_applied"], report["inputs_sent"],
+        "{report:#}"
+    );
+    for fault in ["lost", "duplicated", "reordered"] {
+        assert_eq!(report["inputs"][fault], 0, "{fault}: {report:#}");
+    }
+    assert_eq!(report["mismatches"], 0, "{report:#}");
+    assert_eq!(
+        report["errors"].as_array().map(Vec::len),
+        Some(0),
+        "{report:#}"
+    );
+    assert!(
+        report["tick_gaps"]["count"].as_u64() > Some(0),
+        "{report:#}"
+    );
+
+    for (name, status, log) in processes.terminate_all().await {
+        assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+        assert!(!log.contains("panicked"), "{name}:\n{log}");
+    }
+    drop(processes);
+    drop(redis);
+}
