@@ -3,6 +3,7 @@
 use std::any::TypeId;
 use std::hash::BuildHasher;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{RwLock, RwLockWriteGuard};
 
@@ -12,11 +13,20 @@ use crate::ids::UnitId;
 
 const SHARDS: usize = 32;
 
+/// A unit's number on this node, given when it is built or restored here and never reused.
+///
+/// Messages on a lane's queue carry it instead of the unit's id: the id is shared, and a sender
+/// cloning it while the lane drops it would bounce its reference count between cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Slot(u64);
+
 /// A unit's local route.
 #[derive(Clone)]
 pub(crate) struct Entry {
     pub lane: Arc<LaneTx>,
     pub factory: Arc<dyn AnyFactory>,
+    /// How its lane knows it; it stays the same when the unit changes lanes on this node.
+    pub slot: Slot,
 }
 
 impl Entry {
@@ -35,6 +45,7 @@ type Shard = foldhash::HashMap<UnitId, Entry>;
 pub(crate) struct Directory {
     hasher: foldhash::fast::RandomState,
     shards: [RwLock<Shard>; SHARDS],
+    next_slot: AtomicU64,
 }
 
 impl Directory {
@@ -42,7 +53,13 @@ impl Directory {
         Directory {
             hasher: foldhash::fast::RandomState::default(),
             shards: std::array::from_fn(|_| RwLock::new(Shard::default())),
+            next_slot: AtomicU64::new(0),
         }
+    }
+
+    /// A slot no unit of this node has had.
+    pub fn new_slot(&self) -> Slot {
+        Slot(self.next_slot.fetch_add(1, Ordering::Relaxed))
     }
 
     fn shard(&self, id: &UnitId) -> &RwLock<Shard> {

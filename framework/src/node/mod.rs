@@ -511,12 +511,14 @@ impl Node {
                     });
                 }
             };
-            let lane = Lane::start_gated(self.clone(), cell);
+            let slot = self.core.directory.new_slot();
+            let lane = Lane::start_gated(self.clone(), cell, slot);
             shard.insert(
                 id.clone(),
                 Entry {
                     lane: Arc::clone(&lane),
                     factory: Arc::clone(factory),
+                    slot,
                 },
             );
             lane
@@ -767,33 +769,40 @@ impl Node {
     }
 
     /// Pushes onto the hosting lane; gives the envelope back if no lane here hosts its unit.
+    ///
+    /// The id stays with the sender: the lane's queue gets the unit's slot.
     pub(crate) fn push(
         &self,
         envelope: Envelope,
         msg_type: Option<TypeId>,
     ) -> Result<Option<Envelope>, MessageError> {
-        let id = envelope.to.clone();
-        self.core.directory.with(&id, |entry| {
+        let Envelope { to, payload, reply } = envelope;
+        let not_hosted = self.core.directory.with(&to, |entry| {
             let Some(entry) = entry else {
-                return Ok(Some(envelope));
+                return Ok(Some((payload, reply)));
             };
             if let Some(t) = msg_type
                 && !entry.accepts(t)
             {
-                let info = entry.factory.info();
                 return Err(MessageError::WrongMessageType {
-                    id: id.clone(),
-                    sent: envelope.payload.type_name().to_owned(),
-                    expected: info.msg_type_name.to_owned(),
+                    id: to.clone(),
+                    sent: payload.type_name().to_owned(),
+                    expected: entry.factory.info().msg_type_name.to_owned(),
                 });
             }
+            let queued = Envelope {
+                to: entry.slot,
+                payload,
+                reply,
+            };
             entry
                 .lane
                 .data
-                .send(envelope)
+                .send(queued)
                 .map(|()| None)
-                .map_err(|_| MessageError::UnitStopped { id: id.clone() })
-        })
+                .map_err(|_| MessageError::UnitStopped { id: to.clone() })
+        })?;
+        Ok(not_hosted.map(|(payload, reply)| Envelope { to, payload, reply }))
     }
 
     /// Delivers a request's terminal to whoever asked, here or across the mesh.

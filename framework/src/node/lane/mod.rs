@@ -5,20 +5,20 @@
 //! turn boundary; messages run in the order they were accepted.
 
 use std::collections::VecDeque;
-
-use foldhash::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Weak};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+mod cells;
 mod moving;
 mod sessions;
 
+use self::cells::Cells;
 use self::moving::Moving;
 use super::cell::{ReplyMode, Turn, TurnReply, UnitCell};
-use super::directory::Entry;
+use super::directory::{Entry, Slot};
 use super::envelope::{Envelope, Payload};
 use crate::behavior::{Membership, TurnEffects};
 use crate::cluster::frames::Deliver;
@@ -36,7 +36,7 @@ const TURNS_PER_YIELD: u32 = 256;
 
 /// The sending side of a lane.
 pub(crate) struct LaneTx {
-    pub data: mpsc::UnboundedSender<Envelope>,
+    pub data: mpsc::UnboundedSender<Envelope<Slot>>,
     pub ctl: mpsc::UnboundedSender<Control>,
 }
 
@@ -54,7 +54,8 @@ pub(crate) enum Control {
     /// Take in an Actor that joins this SpotWide spot, with what was sent to it on the old route.
     Attach {
         cell: Box<dyn UnitCell>,
-        backlog: Vec<Envelope>,
+        slot: Slot,
+        backlog: Vec<Envelope<Slot>>,
         done: Done,
     },
     /// A PerActor spot learns that an Actor joined or left it.
@@ -128,11 +129,11 @@ enum StopKind {
 /// The state of one running lane.
 pub(crate) struct Lane {
     node: Node,
-    cells: HashMap<UnitId, Box<dyn UnitCell>>,
-    data: mpsc::UnboundedReceiver<Envelope>,
+    cells: Cells,
+    data: mpsc::UnboundedReceiver<Envelope<Slot>>,
     ctl: mpsc::UnboundedReceiver<Control>,
     sys: VecDeque<(UnitId, PendingCallback)>,
-    backlog: VecDeque<Envelope>,
+    backlog: VecDeque<Envelope<Slot>>,
     next_due: Option<Instant>,
     /// Whether turns run yet: a lane for a unit not yet recorded as owned here only queues.
     open: bool,
@@ -142,9 +143,9 @@ pub(crate) struct Lane {
     /// Where this lane stands in a move, if it is in one.
     moving: Option<Moving>,
     /// What arrived after the seal (the ingress hold).
-    hold: Vec<Envelope>,
+    hold: Vec<Envelope<Slot>>,
     /// What was relayed at the handover, kept (encoded) until the target commits.
-    relayed: Vec<Envelope>,
+    relayed: Vec<Envelope<Slot>>,
     /// Set when the node shuts down: close once the queued work has run.
     closing: Option<oneshot::Sender<()>>,
     /// Whether this lane was restored from a move's capture: its backlog is then the source's
@@ -153,27 +154,27 @@ pub(crate) struct Lane {
     /// The move about to seal this lane, which holds back new session binds.
     quiescing: Option<RelocationId>,
     /// Binds held back meanwhile, in arrival order.
-    deferred: Vec<Envelope>,
+    deferred: Vec<Envelope<Slot>>,
 }
 
 impl Lane {
     /// Starts a lane for `cell` that queues arrivals but runs nothing until [`Control::Open`];
     /// its first turn is then `on_start`.
-    pub fn start_gated(node: Node, cell: Box<dyn UnitCell>) -> Arc<LaneTx> {
+    pub fn start_gated(node: Node, cell: Box<dyn UnitCell>, slot: Slot) -> Arc<LaneTx> {
         let id = cell.id().clone();
-        let (tx, mut lane) = Lane::new(node, cell);
+        let (tx, mut lane) = Lane::new(node, cell, slot);
         lane.open = false;
         lane.sys.push_back((id, PendingCallback::Start));
         tokio::spawn(lane.run());
         tx
     }
 
-    fn new(node: Node, cell: Box<dyn UnitCell>) -> (Arc<LaneTx>, Lane) {
+    fn new(node: Node, cell: Box<dyn UnitCell>, slot: Slot) -> (Arc<LaneTx>, Lane) {
         let (data_tx, data) = mpsc::unbounded_channel();
         let (ctl_tx, ctl) = mpsc::unbounded_channel();
-        let mut cells = HashMap::default();
+        let mut cells = Cells::default();
         let next_due = cell.next_due();
-        cells.insert(cell.id().clone(), cell);
+        cells.insert(slot, cell);
         let tx = Arc::new(LaneTx {
             data: data_tx,
             ctl: ctl_tx,
@@ -238,7 +239,9 @@ impl Lane {
                 continue;
             }
             if let Some((id, tick)) = self.ticks.pop_front() {
-                self.turn(&id, Turn::Tick(&tick));
+                if let Some(slot) = self.cells.slot(&id) {
+                    self.turn(slot, Turn::Tick(&tick));
+                }
                 continue;
             }
             if let Some(due) = self.next_due {
@@ -282,12 +285,16 @@ impl Lane {
         }
     }
 
-    /// Sends a message whose unit is not in this lane (any more) after it: to its new lane here,
-    /// or, encoded by its cell if this lane still has it, to its owner elsewhere.
-    fn reroute(&mut self, envelope: Envelope) {
-        let id = envelope.to.clone();
+    /// Sends a message queued here after its unit, which does not run here any more: to its new
+    /// lane here, or, encoded by its cell, to its owner elsewhere.
+    fn reroute(&self, envelope: Envelope<Slot>) {
+        let Some(cell) = self.cells.at(envelope.to) else {
+            self.lost(envelope);
+            return;
+        };
+        let id = cell.id().clone();
         let reply = envelope.reply.clone();
-        let envelope = match self.node.push(envelope, None) {
+        let envelope = match self.node.push(envelope.readdress(id.clone()), None) {
             Ok(None) => return,
             Ok(Some(envelope)) => envelope,
             Err(error) => {
@@ -296,13 +303,6 @@ impl Lane {
                 }
                 return;
             }
-        };
-        let Some(cell) = self.cells.get(&id) else {
-            if let Some(reply_to) = reply {
-                self.node
-                    .complete(reply_to, Err(MessageError::UnitStopped { id }));
-            }
-            return;
         };
         match envelope.payload.into_wire(|p| cell.encode(p)) {
             Ok((payload, session)) => self.node.route(Deliver {
@@ -323,16 +323,46 @@ impl Lane {
         }
     }
 
-    fn dispatch(&mut self, envelope: Envelope) {
-        if !self.cells.contains_key(&envelope.to) {
-            // The unit left this lane since the message was queued: follow it.
-            self.reroute(envelope);
+    /// Ends a message whose unit left this lane without it. Every way out of a lane takes the
+    /// unit's queued messages along, so this is a fault: it is logged, and a request ends.
+    fn lost(&self, envelope: Envelope<Slot>) {
+        tracing::error!(slot = ?envelope.to, "a queued message lost track of its unit; dropped");
+        if let Some(reply_to) = envelope.reply {
+            let reason = "its unit left the lane it was queued on without it; send it again";
+            self.node.complete(
+                reply_to,
+                Err(MessageError::ReplyLost {
+                    reason: reason.to_owned(),
+                }),
+            );
+        }
+    }
+
+    /// Ends a message queued for a unit that stopped.
+    fn stopped(&self, id: &UnitId, envelope: Envelope<Slot>) {
+        if let Some(reply_to) = envelope.reply {
+            let id = id.clone();
+            self.node
+                .complete(reply_to, Err(MessageError::UnitStopped { id }));
+        }
+    }
+
+    fn dispatch(&mut self, envelope: Envelope<Slot>) {
+        let slot = envelope.to;
+        if self.cells.at(slot).is_none() {
+            if self.ctl.is_empty() {
+                self.lost(envelope);
+            } else {
+                // An Actor joining this lane arrives by a control sent before its first message
+                // was: the loop runs controls first.
+                self.backlog.push_front(envelope);
+            }
             return;
         }
-        let Envelope { to, payload, reply } = envelope;
+        let Envelope { payload, reply, .. } = envelope;
         let payload = match payload {
             Payload::Session(op) => {
-                self.session_op(to, op, reply);
+                self.session_op(slot, op, reply);
                 return;
             }
             other => other,
@@ -342,10 +372,16 @@ impl Lane {
             Some(r) if r.node == *self.node.id() => ReplyMode::Local,
             Some(_) => ReplyMode::Encoded,
         };
-        let outcome = self.turn(&to, Turn::Message(payload, mode));
+        let outcome = self.turn(slot, Turn::Message(payload, mode));
         if let Some(reply_to) = reply {
-            let terminal = outcome.unwrap_or_else(|| Err(MessageError::UnitStopped { id: to }));
-            self.node.complete(reply_to, terminal);
+            match outcome {
+                Some(terminal) => self.node.complete(reply_to, terminal),
+                None => self.lost(Envelope {
+                    to: slot,
+                    payload: Payload::Empty,
+                    reply: Some(reply_to),
+                }),
+            }
         }
     }
 
@@ -358,25 +394,27 @@ impl Lane {
             PendingCallback::Left(s) => Turn::Left(s),
             PendingCallback::ReadyCompleted(o) => Turn::ReadyCompleted((*o).into()),
         };
-        self.turn(id, turn);
+        if let Some(slot) = self.cells.slot(id) {
+            self.turn(slot, turn);
+        }
     }
 
     fn fire_timers(&mut self, now: Instant) {
         let mut ticks = Vec::new();
-        for (id, cell) in &mut self.cells {
+        for (slot, cell) in self.cells.iter_mut() {
             for tick in cell.take_due(now) {
-                ticks.push((id.clone(), tick));
+                ticks.push((slot, tick));
             }
         }
-        for (id, tick) in &ticks {
-            self.turn(id, Turn::Tick(tick));
+        for (slot, tick) in &ticks {
+            self.turn(*slot, Turn::Tick(tick));
         }
-        self.next_due = self.cells.values().filter_map(|c| c.next_due()).min();
+        self.next_due = self.cells.iter().filter_map(|(_, c)| c.next_due()).min();
     }
 
-    /// Runs one turn on the unit `id`, catching a panic. A message turn yields its reply.
-    fn turn(&mut self, id: &UnitId, turn: Turn<'_>) -> TurnReply {
-        let cell = self.cells.get_mut(id)?;
+    /// Runs one turn on the unit in `slot`, catching a panic. A message turn yields its reply.
+    fn turn(&mut self, slot: Slot, turn: Turn<'_>) -> TurnReply {
+        let cell = self.cells.at_mut(slot)?;
         let mut effects = TurnEffects::default();
         let node = &self.node;
         match catch_unwind(AssertUnwindSafe(|| cell.turn(node, turn, &mut effects))) {
@@ -385,13 +423,16 @@ impl Lane {
                     self.next_due = Some(self.next_due.map_or(due, |d| d.min(due)));
                 }
                 if effects.stop {
-                    self.stop_unit(id, StopKind::Requested);
+                    let id = cell.id().clone();
+                    self.stop_unit(&id, StopKind::Requested);
                 } else if effects.deferred {
-                    self.deferred(id);
+                    let id = cell.id().clone();
+                    self.deferred(&id);
                 }
                 reply
             }
             Err(panic) => {
+                let id = cell.id().clone();
                 let what = panic_text(&*panic);
                 tracing::error!(unit = %id, panic = %what, "handler panicked");
                 let restart = cell.info().on_panic == OnPanic::Restart;
@@ -399,9 +440,9 @@ impl Lane {
                     cell.rebuild();
                     self.sys.push_front((id.clone(), PendingCallback::Start));
                 } else {
-                    self.stop_unit(id, StopKind::Panicked);
+                    self.stop_unit(&id, StopKind::Panicked);
                 }
-                Some(Err(MessageError::UnitFailed { id: id.clone() }))
+                Some(Err(MessageError::UnitFailed { id }))
             }
         }
     }
@@ -409,7 +450,7 @@ impl Lane {
     /// Stops a unit (with its members, for a SpotWide spot): unregisters it, then answers what was
     /// queued for it with `UnitStopped`.
     fn stop_unit(&mut self, id: &UnitId, kind: StopKind) {
-        if !self.cells.contains_key(id) {
+        if !self.cells.contains(id) {
             return;
         }
         // Binds held back for a move are queued work like any other: they end with the unit.
@@ -448,9 +489,12 @@ impl Lane {
             StopKind::ByNode => "the node running the Actor stopped it",
         };
         self.unbind_gone(&gone, reason);
+        let mut removed = Vec::with_capacity(gone.len());
         for unit in &gone {
             self.unregister(unit);
-            self.cells.remove(unit);
+            if let Some((slot, _)) = self.cells.remove(unit) {
+                removed.push((unit, slot));
+            }
             if kind != StopKind::ByNode {
                 self.node.release_record(unit.clone());
             }
@@ -459,18 +503,9 @@ impl Lane {
             self.node.notify_member(&spot, actor.clone(), false);
         }
         // Every send along the removed routes happened before the removal: it is queued by now.
-        while let Ok(envelope) = self.data.try_recv() {
-            self.backlog.push_back(envelope);
-        }
-        let (stopped, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.backlog)
-            .into_iter()
-            .partition(|e| gone.contains(&e.to));
-        self.backlog = kept.into();
-        for envelope in stopped {
-            if let Some(reply_to) = envelope.reply {
-                let id = envelope.to;
-                self.node
-                    .complete(reply_to, Err(MessageError::UnitStopped { id }));
+        for (unit, slot) in removed {
+            for envelope in self.take_queued_for(slot) {
+                self.stopped(unit, envelope);
             }
         }
         self.sys.retain(|(unit, _)| !gone.contains(unit));
@@ -498,6 +533,7 @@ impl Lane {
             } => self.join(actor, spot, spot_entry, done),
             Control::Attach {
                 mut cell,
+                slot,
                 backlog,
                 done,
             } => {
@@ -522,7 +558,7 @@ impl Lane {
                 if let Some(due) = cell.next_due() {
                     self.next_due = Some(self.next_due.map_or(due, |d| d.min(due)));
                 }
-                self.cells.insert(actor.clone(), cell);
+                self.cells.insert(slot, cell);
                 self.backlog.extend(backlog);
                 self.sys
                     .push_back((spot_unit, PendingCallback::MemberJoined(actor_id.clone())));
@@ -556,7 +592,7 @@ impl Lane {
                 let _ = done.send(result);
             }
             Control::Stop { unit, done } => {
-                let result = if self.cells.contains_key(&unit) {
+                let result = if self.cells.contains(&unit) {
                     self.stop_unit(&unit, StopKind::ByNode);
                     Ok(())
                 } else {
@@ -606,7 +642,7 @@ impl Lane {
     /// Gives up every unit of a lane that never opened: what reached it follows the owner. A
     /// restored unit's saved work is dropped, not sent on: the source still has it and runs it.
     fn discard(&mut self) {
-        let ids: Vec<UnitId> = self.cells.keys().cloned().collect();
+        let ids: Vec<UnitId> = self.cells.ids().cloned().collect();
         for id in &ids {
             self.unregister(id);
         }
@@ -626,7 +662,7 @@ impl Lane {
 
     /// Closes every unit of the lane now.
     fn close_all(&mut self, done: oneshot::Sender<()>) {
-        let ids: Vec<UnitId> = self.cells.keys().cloned().collect();
+        let ids: Vec<UnitId> = self.cells.ids().cloned().collect();
         for id in ids {
             self.stop_unit(&id, StopKind::ByNode);
         }
@@ -635,7 +671,7 @@ impl Lane {
 
     fn primary_spot(&self) -> Option<UnitId> {
         self.cells
-            .keys()
+            .ids()
             .find(|id| matches!(id, UnitId::Spot(_)))
             .cloned()
     }
@@ -674,7 +710,7 @@ impl Lane {
             return;
         }
         // SpotWide: the Actor's cell and its queued messages go over to the spot's lane.
-        let Some(cell) = self.cells.remove(&id) else {
+        let Some((slot, cell)) = self.cells.remove(&id) else {
             return;
         };
         let node = self.node.clone();
@@ -687,12 +723,13 @@ impl Lane {
             id.clone(),
             Entry {
                 lane: spot_entry.lane.clone(),
-                factory: own.factory.clone(),
+                ..own.clone()
             },
         );
-        let moving = self.take_queued_for(&id);
+        let moving = self.take_queued_for(slot);
         let attach = Control::Attach {
             cell,
+            slot,
             backlog: moving,
             done,
         };
@@ -701,12 +738,13 @@ impl Lane {
             shard.insert(id.clone(), own);
             if let Control::Attach {
                 mut cell,
+                slot,
                 backlog,
                 done,
             } = attach
             {
                 *cell.membership_mut() = Membership::Actor { spot: None };
-                self.cells.insert(id, cell);
+                self.cells.insert(slot, cell);
                 for envelope in backlog.into_iter().rev() {
                     self.backlog.push_front(envelope);
                 }
@@ -730,7 +768,7 @@ impl Lane {
         };
         *cell.membership_mut() = Membership::Actor { spot: None };
         let spot_unit = UnitId::Spot(spot.clone());
-        if !self.cells.contains_key(&spot_unit) {
+        if !self.cells.contains(&spot_unit) {
             // A PerActor member: it stays in its own lane.
             self.sys
                 .push_back((id, PendingCallback::Left(spot.clone())));
@@ -738,7 +776,7 @@ impl Lane {
             return Ok(());
         }
         // A SpotWide member: it goes back to a lane of its own, with its queued messages.
-        let Some(cell) = self.cells.remove(&id) else {
+        let Some((slot, cell)) = self.cells.remove(&id) else {
             return Ok(());
         };
         if let Some(Membership::Spot { members }) =
@@ -749,7 +787,7 @@ impl Lane {
         self.sys
             .push_back((spot_unit, PendingCallback::MemberLeft(actor.clone())));
         let node = self.node.clone();
-        let (tx, mut lane) = Lane::new(node, cell);
+        let (tx, mut lane) = Lane::new(node, cell, slot);
         lane.sys
             .push_back((id.clone(), PendingCallback::Left(spot)));
         let node = self.node.clone();
@@ -757,24 +795,38 @@ impl Lane {
         if let Some(entry) = shard.get_mut(&id) {
             entry.lane = tx;
         }
-        lane.backlog.extend(self.take_queued_for(&id));
+        lane.backlog.extend(self.take_queued_for(slot));
         drop(shard);
         tokio::spawn(lane.run());
         Ok(())
     }
 
-    /// Takes every queued message for `id` out of this lane, in order. Call it under the write lock
-    /// of `id`'s directory shard, after repointing, so that nothing more can arrive for it here.
-    fn take_queued_for(&mut self, id: &UnitId) -> Vec<Envelope> {
+    /// Takes every message queued here for the unit in `slot` out of this lane, in order. Call it
+    /// when the unit leaves the lane, under the write lock of its directory shard and after
+    /// repointing or removing its entry, so that nothing more can arrive for it here.
+    fn take_queued_for(&mut self, slot: Slot) -> Vec<Envelope<Slot>> {
         while let Ok(envelope) = self.data.try_recv() {
             self.backlog.push_back(envelope);
         }
-        let (moving, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.backlog)
-            .into_iter()
-            .partition(|e| &e.to == id);
-        self.backlog = kept.into();
-        moving
+        // Binds held back were taken from the queue before what is still in it; what was relayed
+        // and held arrived after it.
+        let mut taken = take_for(&mut self.deferred, slot);
+        let mut backlog = Vec::from(std::mem::take(&mut self.backlog));
+        taken.extend(take_for(&mut backlog, slot));
+        self.backlog = backlog.into();
+        taken.extend(take_for(&mut self.relayed, slot));
+        taken.extend(take_for(&mut self.hold, slot));
+        taken
     }
+}
+
+/// Takes the messages for `slot` out of `queue`, keeping the order of both parts.
+fn take_for(queue: &mut Vec<Envelope<Slot>>, slot: Slot) -> Vec<Envelope<Slot>> {
+    let (mine, kept) = std::mem::take(queue)
+        .into_iter()
+        .partition(|e| e.to == slot);
+    *queue = kept;
+    mine
 }
 
 async fn sleep_until(due: Option<Instant>) {
