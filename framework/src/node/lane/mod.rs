@@ -353,8 +353,8 @@ impl Lane {
             if self.ctl.is_empty() {
                 self.lost(envelope);
             } else {
-                // An Actor joining this lane arrives by a control sent before its first message
-                // was: the loop runs controls first.
+                // An Actor joining this lane comes by a control sent before its first message
+                // here: the loop runs controls first, and what the Actor brings goes ahead.
                 self.backlog.push_front(envelope);
             }
             return;
@@ -559,7 +559,10 @@ impl Lane {
                     self.next_due = Some(self.next_due.map_or(due, |d| d.min(due)));
                 }
                 self.cells.insert(slot, cell);
-                self.backlog.extend(backlog);
+                // Sent before anything that reached this lane for the Actor: it runs first.
+                for envelope in backlog.into_iter().rev() {
+                    self.backlog.push_front(envelope);
+                }
                 self.sys
                     .push_back((spot_unit, PendingCallback::MemberJoined(actor_id.clone())));
                 self.sys.push_back((actor, PendingCallback::Joined(spot)));
