@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Weak};
+use std::task::Poll;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -255,11 +256,17 @@ impl Lane {
                 self.dispatch(envelope);
                 continue;
             }
-            if let Ok(envelope) = self.data.try_recv() {
+            if let Some(envelope) = self.arrival().await {
                 self.dispatch(envelope);
                 continue;
             }
             if let Some(done) = self.closing.take() {
+                // A send still under way was accepted too: it runs first.
+                if let Ok(envelope) = self.data.try_recv() {
+                    self.closing = Some(done);
+                    self.dispatch(envelope);
+                    continue;
+                }
                 // Everything accepted has run.
                 self.close_all(done);
                 continue;
@@ -283,6 +290,17 @@ impl Lane {
         for envelope in std::mem::take(&mut self.backlog) {
             self.reroute(envelope);
         }
+    }
+
+    /// The next message on the queue if one is there now. Unlike `try_recv`, it does not block
+    /// the thread while a sender is halfway through a send: the lane waits for that one in its
+    /// select, as for any message not there yet.
+    async fn arrival(&mut self) -> Option<Envelope<Slot>> {
+        std::future::poll_fn(|cx| match self.data.poll_recv(cx) {
+            Poll::Ready(envelope) => Poll::Ready(envelope),
+            Poll::Pending => Poll::Ready(None),
+        })
+        .await
     }
 
     /// Sends a message queued here after its unit, which does not run here any more: to its new
