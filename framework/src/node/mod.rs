@@ -6,6 +6,7 @@
 //! - `lane`: the task that runs one unit's turns from its queue.
 //! - `cell`: one unit instance behind a type-erased face.
 //! - `envelope`: what travels on a queue; `replies`: requests waiting for their terminal.
+//! - `unit_ref`: a sender's kept route to one unit, for tells without the lookup by id.
 
 pub(crate) mod cell;
 mod config;
@@ -13,10 +14,12 @@ pub(crate) mod directory;
 mod envelope;
 mod lane;
 mod replies;
+mod unit_ref;
 
 pub use config::{MeshSettings, NodeConfig};
 pub use envelope::ReplyTo;
 pub(crate) use envelope::{Envelope, Payload};
+pub use unit_ref::UnitRef;
 
 use std::any::TypeId;
 use std::collections::HashMap;
@@ -515,11 +518,7 @@ impl Node {
             let lane = Lane::start_gated(self.clone(), cell, slot);
             shard.insert(
                 id.clone(),
-                Entry {
-                    lane: Arc::clone(&lane),
-                    factory: Arc::clone(factory),
-                    slot,
-                },
+                Entry::new(Arc::clone(&lane), Arc::clone(factory), slot),
             );
             lane
         };
@@ -731,12 +730,28 @@ impl Node {
         msg: M,
         reply: Option<ReplyTo>,
     ) -> Result<(), MessageError> {
+        self.accepting()?;
+        self.deliver::<M>(target, Payload::local(msg), reply)
+    }
+
+    /// Refuses new messages unless the node is serving.
+    fn accepting(&self) -> Result<(), MessageError> {
         self.serving().map_err(|state| MessageError::NotServing {
             state: state.to_string(),
-        })?;
+        })
+    }
+
+    /// Pushes a message held by value (an `M`) onto the lane of its unit here, or encodes it for
+    /// the cluster to route.
+    fn deliver<M: Message>(
+        &self,
+        target: Target,
+        payload: Payload,
+        reply: Option<ReplyTo>,
+    ) -> Result<(), MessageError> {
         let envelope = Envelope {
             to: target.id,
-            payload: Payload::local(msg),
+            payload,
             reply,
         };
         let Some(envelope) = self.push(envelope, Some(TypeId::of::<M>()))? else {

@@ -740,13 +740,8 @@ impl Lane {
             let _ = done.send(Err(UnitError::UnknownId { id }));
             return;
         };
-        shard.insert(
-            id.clone(),
-            Entry {
-                lane: spot_entry.lane.clone(),
-                ..own.clone()
-            },
-        );
+        let lane = spot_entry.lane.clone();
+        shard.insert(id.clone(), Entry::new(lane, own.factory.clone(), slot));
         let moving = self.take_queued_for(slot);
         let attach = Control::Attach {
             cell,
@@ -756,7 +751,7 @@ impl Lane {
         };
         if let Err(mpsc::error::SendError(attach)) = spot_entry.lane.ctl.send(attach) {
             // The spot closed meanwhile: the Actor stays here, with its messages in order.
-            shard.insert(id.clone(), own);
+            shard.insert(id.clone(), Entry::new(own.lane, own.factory, slot));
             if let Control::Attach {
                 mut cell,
                 slot,
@@ -813,8 +808,8 @@ impl Lane {
             .push_back((id.clone(), PendingCallback::Left(spot)));
         let node = self.node.clone();
         let mut shard = node.core.directory.lock(&id);
-        if let Some(entry) = shard.get_mut(&id) {
-            entry.lane = tx;
+        if let Some(factory) = shard.get(&id).map(|e| e.factory.clone()) {
+            shard.insert(id.clone(), Entry::new(tx, factory, slot));
         }
         lane.backlog.extend(self.take_queued_for(slot));
         drop(shard);

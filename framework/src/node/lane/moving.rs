@@ -305,11 +305,7 @@ impl Lane {
                     continue;
                 };
                 let id = cell.id();
-                let entry = Entry {
-                    lane,
-                    factory,
-                    slot,
-                };
+                let entry = Entry::new(lane, factory, slot);
                 node.core.directory.lock(id).insert(id.clone(), entry);
                 node.core.router.forget(id);
             }
@@ -472,14 +468,7 @@ impl Lane {
             let factory = node.core.factory(type_name);
             match (shard.contains_key(id), factory) {
                 (false, Some(factory)) => {
-                    shard.insert(
-                        id.clone(),
-                        Entry {
-                            lane: tx.clone(),
-                            factory,
-                            slot: *slot,
-                        },
-                    );
+                    shard.insert(id.clone(), Entry::new(tx.clone(), factory, *slot));
                     registered.push(id.clone());
                 }
                 _ => {
