@@ -94,8 +94,9 @@ impl Shard {
 /// The units of this node, sharded so senders rarely contend.
 ///
 /// Senders hold a shard's read lock while they push onto a lane, and a lane that hands a unit over
-/// repoints it under the write lock: so once the lane holds the write lock, every message sent along
-/// the old route is already in its queue, and per-sender order survives the handover.
+/// repoints it under the write lock, which also retires the old entry's kept copies: so once the
+/// lane holds the write lock, every message sent along the old route, by id or by a kept copy, is
+/// already in its queue, and per-sender order survives the handover.
 pub(crate) struct Directory {
     hasher: foldhash::fast::RandomState,
     shards: [RwLock<Shard>; SHARDS],
