@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{RwLock, RwLockWriteGuard};
 
-use super::Envelope;
 use super::cell::AnyFactory;
 use super::lane::LaneTx;
+use super::{Envelope, Payload};
+use crate::error::MessageError;
 use crate::ids::UnitId;
 
 const SHARDS: usize = 32;
@@ -45,8 +46,22 @@ impl Entry {
         }
     }
 
-    pub fn accepts(&self, msg_type: TypeId) -> bool {
-        self.factory.info().msg_type == msg_type
+    /// Refuses a message of another type than the unit takes.
+    pub fn check_type(
+        &self,
+        id: &UnitId,
+        msg_type: TypeId,
+        payload: &Payload,
+    ) -> Result<(), MessageError> {
+        let info = self.factory.info();
+        if info.msg_type == msg_type {
+            return Ok(());
+        }
+        Err(MessageError::WrongMessageType {
+            id: id.clone(),
+            sent: payload.type_name().to_owned(),
+            expected: info.msg_type_name.to_owned(),
+        })
     }
 
     /// Pushes along a kept copy of the route: `Err` gives the envelope back if this is not the

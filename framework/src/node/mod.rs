@@ -796,14 +796,8 @@ impl Node {
             let Some(entry) = entry else {
                 return Ok(Some((payload, reply)));
             };
-            if let Some(t) = msg_type
-                && !entry.accepts(t)
-            {
-                return Err(MessageError::WrongMessageType {
-                    id: to.clone(),
-                    sent: payload.type_name().to_owned(),
-                    expected: entry.factory.info().msg_type_name.to_owned(),
-                });
+            if let Some(t) = msg_type {
+                entry.check_type(&to, t, &payload)?;
             }
             let queued = Envelope {
                 to: entry.slot,

@@ -84,13 +84,7 @@ impl UnitRef {
         self.node.accepting()?;
         let mut payload = Payload::local(msg);
         if let Some(route) = &self.route {
-            if !route.accepts(TypeId::of::<M>()) {
-                return Err(MessageError::WrongMessageType {
-                    id: self.target.id().clone(),
-                    sent: payload.type_name().to_owned(),
-                    expected: route.factory.info().msg_type_name.to_owned(),
-                });
-            }
+            route.check_type(self.target.id(), TypeId::of::<M>(), &payload)?;
             let envelope = Envelope {
                 to: route.slot,
                 payload,
