@@ -2,6 +2,9 @@
 //!
 //! - `tell/one_unit`: N tells to one unit, then one request to know they all ran.
 //! - `tell/1000_units`: N tells spread over 1,000 units.
+//!
+//! Ferry's tells are measured twice: `ferry` addresses each tell by id (`Node::tell`), `ferry_ref`
+//! sends through a `UnitRef` per unit, taken before measuring.
 //! - `request/round_trip`: one request and its reply.
 
 use std::time::Duration;
@@ -72,6 +75,19 @@ fn tell(c: &mut Criterion) {
     group.throughput(Throughput::Elements(N));
     for (name, units) in [("one_unit", 1usize), ("1000_units", UNITS)] {
         let (node, ids) = ferry_node(&rt, units);
+        let mut refs: Vec<_> = ids.iter().map(|id| node.unit_ref(id)).collect();
+        group.bench_function(format!("ferry_ref/{name}"), |b| {
+            b.iter(|| {
+                rt.block_on(async {
+                    for i in 0..N as usize {
+                        refs[i % units].tell(1u64).expect("told");
+                    }
+                    for id in &ids {
+                        let _: u64 = node.request(id, 0u64, T).await.expect("synced");
+                    }
+                })
+            })
+        });
         group.bench_function(format!("ferry/{name}"), |b| {
             b.iter(|| {
                 rt.block_on(async {

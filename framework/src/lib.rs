@@ -37,6 +37,7 @@ pub use error::{DeferError, MessageError, RegistrationError, StartError, UnitErr
 pub use ids::{ActorId, InvalidId, NodeId, ObjectGeneration, SpotId, UnitId};
 pub use node::{
     MeshSettings, Node, NodeConfig, NodeState, ReplyTo, ShutdownOutcome, ShutdownReason, Target,
+    UnitRef,
 };
 pub use registry::{
     AdapterError, ExecutionMode, FactoryKind, OnPanic, PolicyKind, ReadinessMode, Registration,

@@ -507,6 +507,39 @@ async fn a_sender_with_a_stale_route_reaches_the_moved_unit_and_learns_the_new_r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tells_through_a_unit_ref_keep_their_order_while_the_room_moves_away_and_back() {
+    let cluster = Cluster::start_with(Backend::Memory, 2, registry)
+        .await
+        .expect("memory backend");
+    let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let r = spot("r");
+    n1.create_spot_on(n1.id(), "room", &r)
+        .await
+        .expect("created");
+    let id = UnitId::Spot(r.clone());
+    let mut room = n1.unit_ref(&r);
+    let sender = tokio::spawn(async move {
+        for n in 0..2_000 {
+            room.tell(Cmd::Log(n.to_string())).expect("told");
+            if n % 64 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+    });
+    for (from, to) in [(n1, n2), (n2, n1)] {
+        let report = from
+            .move_unit(&id, Some(to.id().clone()))
+            .await
+            .expect("started");
+        assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
+    }
+    sender.await.expect("sender ran");
+    let want: Vec<String> = (0..2_000).map(|n: u32| n.to_string()).collect();
+    assert_eq!(get(n1, &r).await.log, want);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_target_that_dies_after_relay_ready_never_leaves_two_owners() {
     let (hooked, gate) = Gate::new(false);
     let cluster = source_and_hooked_target(Backend::Memory, hooked)

@@ -300,6 +300,82 @@ async fn order_holds_while_an_actor_joins_and_leaves_a_spot_wide_room() {
     .await;
 }
 
+/// Like `spray`, but each sender tells through a `UnitRef` it took once, and every third tell goes
+/// by id, so both ways mix within one sender.
+fn spray_by_ref(
+    node: &Node,
+    to: UnitId,
+    senders: u32,
+    count: u32,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..senders)
+        .map(|sender| {
+            let node = node.clone();
+            let to = to.clone();
+            let mut unit = node.unit_ref(to.clone());
+            tokio::spawn(async move {
+                for n in 0..count {
+                    let msg = Cmd::Seq { sender, n };
+                    let told = if n % 3 == 0 {
+                        node.tell(to.clone(), msg)
+                    } else {
+                        unit.tell(msg)
+                    };
+                    told.expect("told");
+                    if n % 64 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tells_through_a_unit_ref_keep_their_order_while_the_actor_joins_and_leaves_a_room() {
+    let (reg, _events) = probes();
+    let node = node(reg).await;
+    let room = spot("r1");
+    let p1 = actor("p1");
+    node.create_spot("room", &room).await.expect("room");
+    node.create_actor("player", &p1).await.expect("player");
+    let senders = spray_by_ref(&node, UnitId::Actor(p1.clone()), 4, 3_000);
+    node.join(&p1, &room).await.expect("joined");
+    node.leave(&p1).await.expect("left");
+    node.join(&p1, &room).await.expect("joined again");
+    for s in senders {
+        s.await.expect("sender ran");
+    }
+    assert_in_order(&seqs_of(&node, &p1).await, 4, 3_000);
+}
+
+#[tokio::test]
+async fn a_unit_ref_answers_like_a_tell_by_id_and_finds_a_unit_created_again() {
+    let (reg, _events) = probes();
+    let node = node(reg).await;
+    let room = spot("r1");
+    node.create_spot("room", &room).await.expect("room");
+    let mut unit = node.unit_ref(&room);
+    assert_eq!(unit.target().id(), &UnitId::Spot(room.clone()));
+    unit.tell(Cmd::Add(2)).expect("told");
+    let err = unit.tell("not a command".to_owned()).unwrap_err();
+    assert!(
+        matches!(err, MessageError::WrongMessageType { .. }),
+        "{err}"
+    );
+    assert_eq!(get(&node, &room).await, 2);
+    node.stop_unit(&UnitId::Spot(room.clone()))
+        .await
+        .expect("stopped");
+    // As by id: the unit might live on another node, so the tell is accepted and dropped.
+    unit.tell(Cmd::Add(5))
+        .expect("a tell to an unknown id is accepted");
+    node.create_spot("room", &room).await.expect("room again");
+    unit.tell(Cmd::Add(3)).expect("told");
+    assert_eq!(get(&node, &room).await, 3);
+    node.shutdown().await;
+}
+
 /// A behaviour that counts how many of its kind run a turn at the same moment.
 struct Overlap {
     running: Arc<AtomicUsize>,

@@ -90,9 +90,20 @@ pub struct ReplyTo {
 /// A reply or the error that ends a request.
 pub(crate) type Terminal = Result<Payload, MessageError>;
 
-/// One operation on a unit's queue.
-pub(crate) struct Envelope {
-    pub to: UnitId,
+/// One message for a unit: addressed by id on its way, by the unit's slot on a lane's queue.
+pub(crate) struct Envelope<To = UnitId> {
+    pub to: To,
     pub payload: Payload,
     pub reply: Option<ReplyTo>,
+}
+
+impl<To> Envelope<To> {
+    /// The same message under another address.
+    pub fn readdress<T>(self, to: T) -> Envelope<T> {
+        Envelope {
+            to,
+            payload: self.payload,
+            reply: self.reply,
+        }
+    }
 }

@@ -6,6 +6,7 @@
 //! - `lane`: the task that runs one unit's turns from its queue.
 //! - `cell`: one unit instance behind a type-erased face.
 //! - `envelope`: what travels on a queue; `replies`: requests waiting for their terminal.
+//! - `unit_ref`: a sender's kept route to one unit, for tells without the lookup by id.
 
 pub(crate) mod cell;
 mod config;
@@ -13,10 +14,12 @@ pub(crate) mod directory;
 mod envelope;
 mod lane;
 mod replies;
+mod unit_ref;
 
 pub use config::{DEFAULT_MAX_STATE, MeshSettings, NodeConfig};
 pub use envelope::ReplyTo;
 pub(crate) use envelope::{Envelope, Payload};
+pub use unit_ref::UnitRef;
 
 use std::any::TypeId;
 use std::collections::HashMap;
@@ -514,13 +517,11 @@ impl Node {
                     });
                 }
             };
-            let lane = Lane::start_gated(self.clone(), cell);
+            let slot = self.core.directory.new_slot();
+            let lane = Lane::start_gated(self.clone(), cell, slot);
             shard.insert(
                 id.clone(),
-                Entry {
-                    lane: Arc::clone(&lane),
-                    factory: Arc::clone(factory),
-                },
+                Entry::new(Arc::clone(&lane), Arc::clone(factory), slot),
             );
             lane
         };
@@ -732,12 +733,28 @@ impl Node {
         msg: M,
         reply: Option<ReplyTo>,
     ) -> Result<(), MessageError> {
+        self.accepting()?;
+        self.deliver::<M>(target, Payload::local(msg), reply)
+    }
+
+    /// Refuses new messages unless the node is serving.
+    fn accepting(&self) -> Result<(), MessageError> {
         self.serving().map_err(|state| MessageError::NotServing {
             state: state.to_string(),
-        })?;
+        })
+    }
+
+    /// Pushes a message held by value (an `M`) onto the lane of its unit here, or encodes it for
+    /// the cluster to route.
+    fn deliver<M: Message>(
+        &self,
+        target: Target,
+        payload: Payload,
+        reply: Option<ReplyTo>,
+    ) -> Result<(), MessageError> {
         let envelope = Envelope {
             to: target.id,
-            payload: Payload::local(msg),
+            payload,
             reply,
         };
         let Some(envelope) = self.push(envelope, Some(TypeId::of::<M>()))? else {
@@ -770,33 +787,34 @@ impl Node {
     }
 
     /// Pushes onto the hosting lane; gives the envelope back if no lane here hosts its unit.
+    ///
+    /// The id stays with the sender: the lane's queue gets the unit's slot.
     pub(crate) fn push(
         &self,
         envelope: Envelope,
         msg_type: Option<TypeId>,
     ) -> Result<Option<Envelope>, MessageError> {
-        let id = envelope.to.clone();
-        self.core.directory.with(&id, |entry| {
+        let Envelope { to, payload, reply } = envelope;
+        let not_hosted = self.core.directory.with(&to, |entry| {
             let Some(entry) = entry else {
-                return Ok(Some(envelope));
+                return Ok(Some((payload, reply)));
             };
-            if let Some(t) = msg_type
-                && !entry.accepts(t)
-            {
-                let info = entry.factory.info();
-                return Err(MessageError::WrongMessageType {
-                    id: id.clone(),
-                    sent: envelope.payload.type_name().to_owned(),
-                    expected: info.msg_type_name.to_owned(),
-                });
+            if let Some(t) = msg_type {
+                entry.check_type(&to, t, &payload)?;
             }
+            let queued = Envelope {
+                to: entry.slot,
+                payload,
+                reply,
+            };
             entry
                 .lane
                 .data
-                .send(envelope)
+                .send(queued)
                 .map(|()| None)
-                .map_err(|_| MessageError::UnitStopped { id: id.clone() })
-        })
+                .map_err(|_| MessageError::UnitStopped { id: to.clone() })
+        })?;
+        Ok(not_hosted.map(|(payload, reply)| Envelope { to, payload, reply }))
     }
 
     /// Delivers a request's terminal to whoever asked, here or across the mesh.

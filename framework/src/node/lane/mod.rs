@@ -5,20 +5,21 @@
 //! turn boundary; messages run in the order they were accepted.
 
 use std::collections::VecDeque;
-
-use foldhash::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Weak};
+use std::task::Poll;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+mod cells;
 mod moving;
 mod sessions;
 
+use self::cells::Cells;
 use self::moving::Moving;
 use super::cell::{ReplyMode, Turn, TurnReply, UnitCell};
-use super::directory::Entry;
+use super::directory::{Entry, Slot};
 use super::envelope::{Envelope, Payload};
 use crate::behavior::{Membership, TurnEffects};
 use crate::cluster::frames::Deliver;
@@ -36,7 +37,7 @@ const TURNS_PER_YIELD: u32 = 256;
 
 /// The sending side of a lane.
 pub(crate) struct LaneTx {
-    pub data: mpsc::UnboundedSender<Envelope>,
+    pub data: mpsc::UnboundedSender<Envelope<Slot>>,
     pub ctl: mpsc::UnboundedSender<Control>,
 }
 
@@ -54,7 +55,8 @@ pub(crate) enum Control {
     /// Take in an Actor that joins this SpotWide spot, with what was sent to it on the old route.
     Attach {
         cell: Box<dyn UnitCell>,
-        backlog: Vec<Envelope>,
+        slot: Slot,
+        backlog: Vec<Envelope<Slot>>,
         done: Done,
     },
     /// A PerActor spot learns that an Actor joined or left it.
@@ -128,11 +130,11 @@ enum StopKind {
 /// The state of one running lane.
 pub(crate) struct Lane {
     node: Node,
-    cells: HashMap<UnitId, Box<dyn UnitCell>>,
-    data: mpsc::UnboundedReceiver<Envelope>,
+    cells: Cells,
+    data: mpsc::UnboundedReceiver<Envelope<Slot>>,
     ctl: mpsc::UnboundedReceiver<Control>,
     sys: VecDeque<(UnitId, PendingCallback)>,
-    backlog: VecDeque<Envelope>,
+    backlog: VecDeque<Envelope<Slot>>,
     next_due: Option<Instant>,
     /// Whether turns run yet: a lane for a unit not yet recorded as owned here only queues.
     open: bool,
@@ -142,9 +144,9 @@ pub(crate) struct Lane {
     /// Where this lane stands in a move, if it is in one.
     moving: Option<Moving>,
     /// What arrived after the seal (the ingress hold).
-    hold: Vec<Envelope>,
+    hold: Vec<Envelope<Slot>>,
     /// What was relayed at the handover, kept (encoded) until the target commits.
-    relayed: Vec<Envelope>,
+    relayed: Vec<Envelope<Slot>>,
     /// Set when the node shuts down: close once the queued work has run.
     closing: Option<oneshot::Sender<()>>,
     /// Whether this lane was restored from a move's capture: its backlog is then the source's
@@ -153,27 +155,27 @@ pub(crate) struct Lane {
     /// The move about to seal this lane, which holds back new session binds.
     quiescing: Option<RelocationId>,
     /// Binds held back meanwhile, in arrival order.
-    deferred: Vec<Envelope>,
+    deferred: Vec<Envelope<Slot>>,
 }
 
 impl Lane {
     /// Starts a lane for `cell` that queues arrivals but runs nothing until [`Control::Open`];
     /// its first turn is then `on_start`.
-    pub fn start_gated(node: Node, cell: Box<dyn UnitCell>) -> Arc<LaneTx> {
+    pub fn start_gated(node: Node, cell: Box<dyn UnitCell>, slot: Slot) -> Arc<LaneTx> {
         let id = cell.id().clone();
-        let (tx, mut lane) = Lane::new(node, cell);
+        let (tx, mut lane) = Lane::new(node, cell, slot);
         lane.open = false;
         lane.sys.push_back((id, PendingCallback::Start));
         tokio::spawn(lane.run());
         tx
     }
 
-    fn new(node: Node, cell: Box<dyn UnitCell>) -> (Arc<LaneTx>, Lane) {
+    fn new(node: Node, cell: Box<dyn UnitCell>, slot: Slot) -> (Arc<LaneTx>, Lane) {
         let (data_tx, data) = mpsc::unbounded_channel();
         let (ctl_tx, ctl) = mpsc::unbounded_channel();
-        let mut cells = HashMap::default();
+        let mut cells = Cells::default();
         let next_due = cell.next_due();
-        cells.insert(cell.id().clone(), cell);
+        cells.insert(slot, cell);
         let tx = Arc::new(LaneTx {
             data: data_tx,
             ctl: ctl_tx,
@@ -238,7 +240,9 @@ impl Lane {
                 continue;
             }
             if let Some((id, tick)) = self.ticks.pop_front() {
-                self.turn(&id, Turn::Tick(&tick));
+                if let Some(slot) = self.cells.slot(&id) {
+                    self.turn(slot, Turn::Tick(&tick));
+                }
                 continue;
             }
             if let Some(due) = self.next_due {
@@ -252,11 +256,17 @@ impl Lane {
                 self.dispatch(envelope);
                 continue;
             }
-            if let Ok(envelope) = self.data.try_recv() {
+            if let Some(envelope) = self.arrival().await {
                 self.dispatch(envelope);
                 continue;
             }
             if let Some(done) = self.closing.take() {
+                // A send still under way was accepted too: it runs first.
+                if let Ok(envelope) = self.data.try_recv() {
+                    self.closing = Some(done);
+                    self.dispatch(envelope);
+                    continue;
+                }
                 // Everything accepted has run.
                 self.close_all(done);
                 continue;
@@ -282,12 +292,27 @@ impl Lane {
         }
     }
 
-    /// Sends a message whose unit is not in this lane (any more) after it: to its new lane here,
-    /// or, encoded by its cell if this lane still has it, to its owner elsewhere.
-    fn reroute(&mut self, envelope: Envelope) {
-        let id = envelope.to.clone();
+    /// The next message on the queue if one is there now. Unlike `try_recv`, it does not block
+    /// the thread while a sender is halfway through a send: the lane waits for that one in its
+    /// select, as for any message not there yet.
+    async fn arrival(&mut self) -> Option<Envelope<Slot>> {
+        std::future::poll_fn(|cx| match self.data.poll_recv(cx) {
+            Poll::Ready(envelope) => Poll::Ready(envelope),
+            Poll::Pending => Poll::Ready(None),
+        })
+        .await
+    }
+
+    /// Sends a message queued here after its unit, which does not run here any more: to its new
+    /// lane here, or, encoded by its cell, to its owner elsewhere.
+    fn reroute(&self, envelope: Envelope<Slot>) {
+        let Some(cell) = self.cells.at(envelope.to) else {
+            self.lost(envelope);
+            return;
+        };
+        let id = cell.id().clone();
         let reply = envelope.reply.clone();
-        let envelope = match self.node.push(envelope, None) {
+        let envelope = match self.node.push(envelope.readdress(id.clone()), None) {
             Ok(None) => return,
             Ok(Some(envelope)) => envelope,
             Err(error) => {
@@ -296,13 +321,6 @@ impl Lane {
                 }
                 return;
             }
-        };
-        let Some(cell) = self.cells.get(&id) else {
-            if let Some(reply_to) = reply {
-                self.node
-                    .complete(reply_to, Err(MessageError::UnitStopped { id }));
-            }
-            return;
         };
         match envelope.payload.into_wire(|p| cell.encode(p)) {
             Ok((payload, session)) => self.node.route(Deliver {
@@ -323,16 +341,46 @@ impl Lane {
         }
     }
 
-    fn dispatch(&mut self, envelope: Envelope) {
-        if !self.cells.contains_key(&envelope.to) {
-            // The unit left this lane since the message was queued: follow it.
-            self.reroute(envelope);
+    /// Ends a message whose unit left this lane without it. Every way out of a lane takes the
+    /// unit's queued messages along, so this is a fault: it is logged, and a request ends.
+    fn lost(&self, envelope: Envelope<Slot>) {
+        tracing::error!(slot = ?envelope.to, "a queued message lost track of its unit; dropped");
+        if let Some(reply_to) = envelope.reply {
+            let reason = "its unit left the lane it was queued on without it; send it again";
+            self.node.complete(
+                reply_to,
+                Err(MessageError::ReplyLost {
+                    reason: reason.to_owned(),
+                }),
+            );
+        }
+    }
+
+    /// Ends a message queued for a unit that stopped.
+    fn stopped(&self, id: &UnitId, envelope: Envelope<Slot>) {
+        if let Some(reply_to) = envelope.reply {
+            let id = id.clone();
+            self.node
+                .complete(reply_to, Err(MessageError::UnitStopped { id }));
+        }
+    }
+
+    fn dispatch(&mut self, envelope: Envelope<Slot>) {
+        let slot = envelope.to;
+        if self.cells.at(slot).is_none() {
+            if self.ctl.is_empty() {
+                self.lost(envelope);
+            } else {
+                // An Actor joining this lane comes by a control sent before its first message
+                // here: the loop runs controls first, and what the Actor brings goes ahead.
+                self.backlog.push_front(envelope);
+            }
             return;
         }
-        let Envelope { to, payload, reply } = envelope;
+        let Envelope { payload, reply, .. } = envelope;
         let payload = match payload {
             Payload::Session(op) => {
-                self.session_op(to, op, reply);
+                self.session_op(slot, op, reply);
                 return;
             }
             other => other,
@@ -342,10 +390,16 @@ impl Lane {
             Some(r) if r.node == *self.node.id() => ReplyMode::Local,
             Some(_) => ReplyMode::Encoded,
         };
-        let outcome = self.turn(&to, Turn::Message(payload, mode));
+        let outcome = self.turn(slot, Turn::Message(payload, mode));
         if let Some(reply_to) = reply {
-            let terminal = outcome.unwrap_or_else(|| Err(MessageError::UnitStopped { id: to }));
-            self.node.complete(reply_to, terminal);
+            match outcome {
+                Some(terminal) => self.node.complete(reply_to, terminal),
+                None => self.lost(Envelope {
+                    to: slot,
+                    payload: Payload::Empty,
+                    reply: Some(reply_to),
+                }),
+            }
         }
     }
 
@@ -358,25 +412,27 @@ impl Lane {
             PendingCallback::Left(s) => Turn::Left(s),
             PendingCallback::ReadyCompleted(o) => Turn::ReadyCompleted((*o).into()),
         };
-        self.turn(id, turn);
+        if let Some(slot) = self.cells.slot(id) {
+            self.turn(slot, turn);
+        }
     }
 
     fn fire_timers(&mut self, now: Instant) {
         let mut ticks = Vec::new();
-        for (id, cell) in &mut self.cells {
+        for (slot, cell) in self.cells.iter_mut() {
             for tick in cell.take_due(now) {
-                ticks.push((id.clone(), tick));
+                ticks.push((slot, tick));
             }
         }
-        for (id, tick) in &ticks {
-            self.turn(id, Turn::Tick(tick));
+        for (slot, tick) in &ticks {
+            self.turn(*slot, Turn::Tick(tick));
         }
-        self.next_due = self.cells.values().filter_map(|c| c.next_due()).min();
+        self.next_due = self.cells.iter().filter_map(|(_, c)| c.next_due()).min();
     }
 
-    /// Runs one turn on the unit `id`, catching a panic. A message turn yields its reply.
-    fn turn(&mut self, id: &UnitId, turn: Turn<'_>) -> TurnReply {
-        let cell = self.cells.get_mut(id)?;
+    /// Runs one turn on the unit in `slot`, catching a panic. A message turn yields its reply.
+    fn turn(&mut self, slot: Slot, turn: Turn<'_>) -> TurnReply {
+        let cell = self.cells.at_mut(slot)?;
         let mut effects = TurnEffects::default();
         let node = &self.node;
         match catch_unwind(AssertUnwindSafe(|| cell.turn(node, turn, &mut effects))) {
@@ -385,13 +441,16 @@ impl Lane {
                     self.next_due = Some(self.next_due.map_or(due, |d| d.min(due)));
                 }
                 if effects.stop {
-                    self.stop_unit(id, StopKind::Requested);
+                    let id = cell.id().clone();
+                    self.stop_unit(&id, StopKind::Requested);
                 } else if effects.deferred {
-                    self.deferred(id);
+                    let id = cell.id().clone();
+                    self.deferred(&id);
                 }
                 reply
             }
             Err(panic) => {
+                let id = cell.id().clone();
                 let what = panic_text(&*panic);
                 tracing::error!(unit = %id, panic = %what, "handler panicked");
                 let restart = cell.info().on_panic == OnPanic::Restart;
@@ -399,9 +458,9 @@ impl Lane {
                     cell.rebuild();
                     self.sys.push_front((id.clone(), PendingCallback::Start));
                 } else {
-                    self.stop_unit(id, StopKind::Panicked);
+                    self.stop_unit(&id, StopKind::Panicked);
                 }
-                Some(Err(MessageError::UnitFailed { id: id.clone() }))
+                Some(Err(MessageError::UnitFailed { id }))
             }
         }
     }
@@ -409,7 +468,7 @@ impl Lane {
     /// Stops a unit (with its members, for a SpotWide spot): unregisters it, then answers what was
     /// queued for it with `UnitStopped`.
     fn stop_unit(&mut self, id: &UnitId, kind: StopKind) {
-        if !self.cells.contains_key(id) {
+        if !self.cells.contains(id) {
             return;
         }
         // Binds held back for a move are queued work like any other: they end with the unit.
@@ -448,9 +507,12 @@ impl Lane {
             StopKind::ByNode => "the node running the Actor stopped it",
         };
         self.unbind_gone(&gone, reason);
+        let mut removed = Vec::with_capacity(gone.len());
         for unit in &gone {
             self.unregister(unit);
-            self.cells.remove(unit);
+            if let Some((slot, _)) = self.cells.remove(unit) {
+                removed.push((unit, slot));
+            }
             if kind != StopKind::ByNode {
                 self.node.release_record(unit.clone());
             }
@@ -459,18 +521,9 @@ impl Lane {
             self.node.notify_member(&spot, actor.clone(), false);
         }
         // Every send along the removed routes happened before the removal: it is queued by now.
-        while let Ok(envelope) = self.data.try_recv() {
-            self.backlog.push_back(envelope);
-        }
-        let (stopped, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.backlog)
-            .into_iter()
-            .partition(|e| gone.contains(&e.to));
-        self.backlog = kept.into();
-        for envelope in stopped {
-            if let Some(reply_to) = envelope.reply {
-                let id = envelope.to;
-                self.node
-                    .complete(reply_to, Err(MessageError::UnitStopped { id }));
+        for (unit, slot) in removed {
+            for envelope in self.take_queued_for(slot) {
+                self.stopped(unit, envelope);
             }
         }
         self.sys.retain(|(unit, _)| !gone.contains(unit));
@@ -498,6 +551,7 @@ impl Lane {
             } => self.join(actor, spot, spot_entry, done),
             Control::Attach {
                 mut cell,
+                slot,
                 backlog,
                 done,
             } => {
@@ -522,8 +576,11 @@ impl Lane {
                 if let Some(due) = cell.next_due() {
                     self.next_due = Some(self.next_due.map_or(due, |d| d.min(due)));
                 }
-                self.cells.insert(actor.clone(), cell);
-                self.backlog.extend(backlog);
+                self.cells.insert(slot, cell);
+                // Sent before anything that reached this lane for the Actor: it runs first.
+                for envelope in backlog.into_iter().rev() {
+                    self.backlog.push_front(envelope);
+                }
                 self.sys
                     .push_back((spot_unit, PendingCallback::MemberJoined(actor_id.clone())));
                 self.sys.push_back((actor, PendingCallback::Joined(spot)));
@@ -556,7 +613,7 @@ impl Lane {
                 let _ = done.send(result);
             }
             Control::Stop { unit, done } => {
-                let result = if self.cells.contains_key(&unit) {
+                let result = if self.cells.contains(&unit) {
                     self.stop_unit(&unit, StopKind::ByNode);
                     Ok(())
                 } else {
@@ -606,7 +663,7 @@ impl Lane {
     /// Gives up every unit of a lane that never opened: what reached it follows the owner. A
     /// restored unit's saved work is dropped, not sent on: the source still has it and runs it.
     fn discard(&mut self) {
-        let ids: Vec<UnitId> = self.cells.keys().cloned().collect();
+        let ids: Vec<UnitId> = self.cells.ids().cloned().collect();
         for id in &ids {
             self.unregister(id);
         }
@@ -626,7 +683,7 @@ impl Lane {
 
     /// Closes every unit of the lane now.
     fn close_all(&mut self, done: oneshot::Sender<()>) {
-        let ids: Vec<UnitId> = self.cells.keys().cloned().collect();
+        let ids: Vec<UnitId> = self.cells.ids().cloned().collect();
         for id in ids {
             self.stop_unit(&id, StopKind::ByNode);
         }
@@ -635,7 +692,7 @@ impl Lane {
 
     fn primary_spot(&self) -> Option<UnitId> {
         self.cells
-            .keys()
+            .ids()
             .find(|id| matches!(id, UnitId::Spot(_)))
             .cloned()
     }
@@ -674,7 +731,7 @@ impl Lane {
             return;
         }
         // SpotWide: the Actor's cell and its queued messages go over to the spot's lane.
-        let Some(cell) = self.cells.remove(&id) else {
+        let Some((slot, cell)) = self.cells.remove(&id) else {
             return;
         };
         let node = self.node.clone();
@@ -683,30 +740,27 @@ impl Lane {
             let _ = done.send(Err(UnitError::UnknownId { id }));
             return;
         };
-        shard.insert(
-            id.clone(),
-            Entry {
-                lane: spot_entry.lane.clone(),
-                factory: own.factory.clone(),
-            },
-        );
-        let moving = self.take_queued_for(&id);
+        let lane = spot_entry.lane.clone();
+        shard.insert(id.clone(), Entry::new(lane, own.factory.clone(), slot));
+        let moving = self.take_queued_for(slot);
         let attach = Control::Attach {
             cell,
+            slot,
             backlog: moving,
             done,
         };
         if let Err(mpsc::error::SendError(attach)) = spot_entry.lane.ctl.send(attach) {
             // The spot closed meanwhile: the Actor stays here, with its messages in order.
-            shard.insert(id.clone(), own);
+            shard.insert(id.clone(), Entry::new(own.lane, own.factory, slot));
             if let Control::Attach {
                 mut cell,
+                slot,
                 backlog,
                 done,
             } = attach
             {
                 *cell.membership_mut() = Membership::Actor { spot: None };
-                self.cells.insert(id, cell);
+                self.cells.insert(slot, cell);
                 for envelope in backlog.into_iter().rev() {
                     self.backlog.push_front(envelope);
                 }
@@ -730,7 +784,7 @@ impl Lane {
         };
         *cell.membership_mut() = Membership::Actor { spot: None };
         let spot_unit = UnitId::Spot(spot.clone());
-        if !self.cells.contains_key(&spot_unit) {
+        if !self.cells.contains(&spot_unit) {
             // A PerActor member: it stays in its own lane.
             self.sys
                 .push_back((id, PendingCallback::Left(spot.clone())));
@@ -738,7 +792,7 @@ impl Lane {
             return Ok(());
         }
         // A SpotWide member: it goes back to a lane of its own, with its queued messages.
-        let Some(cell) = self.cells.remove(&id) else {
+        let Some((slot, cell)) = self.cells.remove(&id) else {
             return Ok(());
         };
         if let Some(Membership::Spot { members }) =
@@ -749,32 +803,46 @@ impl Lane {
         self.sys
             .push_back((spot_unit, PendingCallback::MemberLeft(actor.clone())));
         let node = self.node.clone();
-        let (tx, mut lane) = Lane::new(node, cell);
+        let (tx, mut lane) = Lane::new(node, cell, slot);
         lane.sys
             .push_back((id.clone(), PendingCallback::Left(spot)));
         let node = self.node.clone();
         let mut shard = node.core.directory.lock(&id);
-        if let Some(entry) = shard.get_mut(&id) {
-            entry.lane = tx;
+        if let Some(factory) = shard.get(&id).map(|e| e.factory.clone()) {
+            shard.insert(id.clone(), Entry::new(tx, factory, slot));
         }
-        lane.backlog.extend(self.take_queued_for(&id));
+        lane.backlog.extend(self.take_queued_for(slot));
         drop(shard);
         tokio::spawn(lane.run());
         Ok(())
     }
 
-    /// Takes every queued message for `id` out of this lane, in order. Call it under the write lock
-    /// of `id`'s directory shard, after repointing, so that nothing more can arrive for it here.
-    fn take_queued_for(&mut self, id: &UnitId) -> Vec<Envelope> {
+    /// Takes every message queued here for the unit in `slot` out of this lane, in order. Call it
+    /// when the unit leaves the lane, under the write lock of its directory shard and after
+    /// repointing or removing its entry, so that nothing more can arrive for it here.
+    fn take_queued_for(&mut self, slot: Slot) -> Vec<Envelope<Slot>> {
         while let Ok(envelope) = self.data.try_recv() {
             self.backlog.push_back(envelope);
         }
-        let (moving, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.backlog)
-            .into_iter()
-            .partition(|e| &e.to == id);
-        self.backlog = kept.into();
-        moving
+        // Binds held back were taken from the queue before what is still in it; what was relayed
+        // and held arrived after it.
+        let mut taken = take_for(&mut self.deferred, slot);
+        let mut backlog = Vec::from(std::mem::take(&mut self.backlog));
+        taken.extend(take_for(&mut backlog, slot));
+        self.backlog = backlog.into();
+        taken.extend(take_for(&mut self.relayed, slot));
+        taken.extend(take_for(&mut self.hold, slot));
+        taken
     }
+}
+
+/// Takes the messages for `slot` out of `queue`, keeping the order of both parts.
+fn take_for(queue: &mut Vec<Envelope<Slot>>, slot: Slot) -> Vec<Envelope<Slot>> {
+    let (mine, kept) = std::mem::take(queue)
+        .into_iter()
+        .partition(|e| e.to == slot);
+    *queue = kept;
+    mine
 }
 
 async fn sleep_until(due: Option<Instant>) {

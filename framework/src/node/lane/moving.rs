@@ -14,7 +14,7 @@ use crate::cluster::frames::Frame;
 use crate::error::MessageError;
 use crate::ids::{NodeId, UnitId};
 use crate::node::cell::UnitCell;
-use crate::node::directory::Entry;
+use crate::node::directory::{Entry, Slot};
 use crate::node::{Envelope, Node, Payload};
 use crate::registry::{ExecutionMode, FactoryKind, ReadinessMode};
 use crate::relocation::RelocationId;
@@ -49,7 +49,7 @@ impl Lane {
     /// The unit this lane is: the spot of a SpotWide room, else its only cell.
     pub(super) fn primary(&self) -> Option<UnitId> {
         self.primary_spot()
-            .or_else(|| self.cells.keys().next().cloned())
+            .or_else(|| self.cells.ids().next().cloned())
     }
 
     /// Whether the primary is a SpotWide spot that seals only when the application says so.
@@ -126,15 +126,15 @@ impl Lane {
             self.backlog.push_back(envelope);
         }
         // Ticks due now are pending ticks: they run first, wherever the unit runs next.
-        for (id, cell) in &mut self.cells {
+        for (_, cell) in self.cells.iter_mut() {
             for tick in cell.take_due(now) {
-                self.ticks.push_back((id.clone(), tick));
+                self.ticks.push_back((cell.id().clone(), tick));
             }
         }
-        self.next_due = self.cells.values().filter_map(|c| c.next_due()).min();
+        self.next_due = self.cells.iter().filter_map(|(_, c)| c.next_due()).min();
         let mut cells = Vec::new();
         let mut order: Vec<UnitId> = vec![unit.clone()];
-        order.extend(self.cells.keys().filter(|k| **k != unit).cloned());
+        order.extend(self.cells.ids().filter(|k| **k != unit).cloned());
         for id in &order {
             let Some(cell) = self.cells.get(id) else {
                 continue;
@@ -179,15 +179,16 @@ impl Lane {
         let mut kept = VecDeque::with_capacity(queue.len());
         let mut ops = Vec::with_capacity(queue.len());
         for envelope in queue {
-            let Some(cell) = self.cells.get(&envelope.to) else {
-                self.reroute(envelope);
+            let Some(cell) = self.cells.at(envelope.to) else {
+                self.lost(envelope);
                 continue;
             };
             let Envelope { to, payload, reply } = envelope;
+            let id = cell.id().clone();
             match payload.into_wire(|p| cell.encode(p)) {
                 Ok((bytes, session)) => {
                     ops.push(QueuedOp {
-                        to: to.clone(),
+                        to: id,
                         payload: bytes.clone(),
                         session: session.clone(),
                         reply: reply.clone(),
@@ -201,7 +202,7 @@ impl Lane {
                 Err(reason) => {
                     if let Some(reply_to) = reply {
                         self.node
-                            .complete(reply_to, Err(MessageError::Codec { id: to, reason }));
+                            .complete(reply_to, Err(MessageError::Codec { id, reason }));
                     }
                 }
             }
@@ -232,9 +233,13 @@ impl Lane {
             return;
         }
         let node = self.node.clone();
-        let ids: Vec<UnitId> = self.cells.keys().cloned().collect();
+        let units: Vec<(UnitId, Slot)> = self
+            .cells
+            .iter()
+            .map(|(s, c)| (c.id().clone(), s))
+            .collect();
         let mut records = Vec::new();
-        for id in &ids {
+        for (id, slot) in &units {
             let mut shard = node.core.directory.lock(id);
             node.core.router.point(id.clone(), target.clone());
             if shard
@@ -251,7 +256,7 @@ impl Lane {
             let mut rest = Vec::with_capacity(self.hold.len());
             let mut mine = Vec::new();
             for envelope in std::mem::take(&mut self.hold) {
-                if envelope.to == *id {
+                if envelope.to == *slot {
                     mine.push(envelope);
                 } else {
                     rest.push(envelope);
@@ -292,17 +297,16 @@ impl Lane {
         };
         if handed {
             let node = self.node.clone();
-            for (id, cell) in &self.cells {
+            for (slot, cell) in self.cells.iter() {
                 let Some(factory) = node.core.factory(&cell.info().type_name) else {
                     continue;
                 };
                 let Some(lane) = me.cloned().or_else(|| self.me.upgrade()) else {
                     continue;
                 };
-                node.core
-                    .directory
-                    .lock(id)
-                    .insert(id.clone(), Entry { lane, factory });
+                let id = cell.id();
+                let entry = Entry::new(lane, factory, slot);
+                node.core.directory.lock(id).insert(id.clone(), entry);
                 node.core.router.forget(id);
             }
         }
@@ -324,7 +328,7 @@ impl Lane {
         }
         self.backlog.clear();
         self.relayed.clear();
-        let late: Vec<Envelope> = std::mem::take(&mut self.hold);
+        let late = std::mem::take(&mut self.hold);
         for envelope in late {
             self.reroute(envelope);
         }
@@ -344,20 +348,19 @@ impl Lane {
         while let Ok(envelope) = self.data.try_recv() {
             self.hold.push(envelope);
         }
-        let pending: Vec<Envelope> = self
+        let pending: Vec<Envelope<Slot>> = self
             .backlog
             .drain(..)
             .chain(self.relayed.drain(..))
             .chain(self.hold.drain(..))
             .collect();
         for envelope in pending {
-            if let Some(reply_to) = envelope.reply {
-                let id = envelope.to;
-                self.node
-                    .complete(reply_to, Err(MessageError::UnitStopped { id }));
+            match self.cells.id(envelope.to) {
+                Some(id) => self.stopped(&id, envelope),
+                None => self.lost(envelope),
             }
         }
-        for id in self.cells.keys() {
+        for id in self.cells.ids() {
             self.node.core.router.forget(id);
         }
         self.finish_moving();
@@ -372,12 +375,32 @@ impl Lane {
 
     /// On the target: opens the restored unit with the relay records behind its saved work.
     pub(super) fn open_moved(&mut self, relay: Vec<QueuedOp>) {
-        self.backlog.extend(relay.into_iter().map(|op| Envelope {
-            to: op.to,
-            payload: Payload::from_wire(op.payload, op.session),
-            reply: op.reply,
-        }));
+        for op in relay {
+            match self.queued(op) {
+                Ok(envelope) => self.backlog.push_back(envelope),
+                // Not a unit of this lane: it goes wherever that unit is.
+                Err(op) => self.node.send_encoded(
+                    op.to,
+                    Payload::from_wire(op.payload, op.session),
+                    op.reply,
+                    None,
+                ),
+            }
+        }
         self.open = true;
+    }
+
+    /// A queued operation from a move, addressed to its unit's slot here; `Err` if no unit of
+    /// this lane is its addressee.
+    fn queued(&self, op: QueuedOp) -> Result<Envelope<Slot>, QueuedOp> {
+        match self.cells.slot(&op.to) {
+            Some(slot) => Ok(Envelope {
+                to: slot,
+                payload: Payload::from_wire(op.payload, op.session),
+                reply: op.reply,
+            }),
+            None => Err(op),
+        }
     }
 
     /// On the target: builds a lane from a capture and registers its ids here, gated.
@@ -407,12 +430,13 @@ impl Lane {
         }
         let mut cells = cells.into_iter();
         let first = cells.next().ok_or("the capture has no cells")?;
-        let (tx, mut lane) = Lane::new(node.clone(), first);
+        let directory = &node.core.directory;
+        let (tx, mut lane) = Lane::new(node.clone(), first, directory.new_slot());
         for cell in cells {
             if let Some(due) = cell.next_due() {
                 lane.next_due = Some(lane.next_due.map_or(due, |d| d.min(due)));
             }
-            lane.cells.insert(cell.id().clone(), cell);
+            lane.cells.insert(directory.new_slot(), cell);
         }
         lane.open = false;
         lane.restored = true;
@@ -424,39 +448,33 @@ impl Lane {
             ));
         }
         lane.ticks = capture.ticks.into();
-        lane.backlog = capture
-            .journal
-            .into_iter()
-            .map(|op| Envelope {
-                to: op.to,
-                payload: Payload::from_wire(op.payload, op.session),
-                reply: op.reply,
-            })
-            .collect();
-        let ids: Vec<(UnitId, String)> = lane
+        for op in capture.journal {
+            let envelope = lane.queued(op).map_err(|op| {
+                format!(
+                    "the capture queues work for {}, which it does not hold",
+                    op.to
+                )
+            })?;
+            lane.backlog.push_back(envelope);
+        }
+        let units: Vec<(UnitId, Slot, String)> = lane
             .cells
             .iter()
-            .map(|(id, c)| (id.clone(), c.info().type_name.to_string()))
+            .map(|(slot, c)| (c.id().clone(), slot, c.info().type_name.to_string()))
             .collect();
         let mut registered = Vec::new();
-        for (id, type_name) in &ids {
-            let mut shard = node.core.directory.lock(id);
+        for (id, slot, type_name) in &units {
+            let mut shard = directory.lock(id);
             let factory = node.core.factory(type_name);
             match (shard.contains_key(id), factory) {
                 (false, Some(factory)) => {
-                    shard.insert(
-                        id.clone(),
-                        Entry {
-                            lane: tx.clone(),
-                            factory,
-                        },
-                    );
+                    shard.insert(id.clone(), Entry::new(tx.clone(), factory, *slot));
                     registered.push(id.clone());
                 }
                 _ => {
                     drop(shard);
                     for done in &registered {
-                        node.core.directory.lock(done).remove(done);
+                        directory.lock(done).remove(done);
                     }
                     return Err(format!("{id} is already hosted on {}", node.id()));
                 }

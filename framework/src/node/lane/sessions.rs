@@ -6,6 +6,7 @@ use bytes::Bytes;
 use super::Lane;
 use crate::error::MessageError;
 use crate::ids::{ActorId, UnitId};
+use crate::node::directory::Slot;
 use crate::node::{Envelope, Payload, ReplyTo};
 use crate::relocation::RelocationId;
 use crate::session::frames::SessionFrame;
@@ -13,11 +14,20 @@ use crate::session::{SessionBinding, SessionOp, SessionRef};
 
 impl Lane {
     /// Applies a bind or unbind to an Actor of this lane, and answers its gateway.
-    pub(super) fn session_op(&mut self, to: UnitId, op: SessionOp, reply: Option<ReplyTo>) {
+    pub(super) fn session_op(&mut self, slot: Slot, op: SessionOp, reply: Option<ReplyTo>) {
+        let Some(to) = self.cells.id(slot) else {
+            let payload = Payload::Session(op);
+            self.lost(Envelope {
+                to: slot,
+                payload,
+                reply,
+            });
+            return;
+        };
         if self.quiescing.is_some() && matches!(op, SessionOp::Bind(_)) {
             // Its gateway was not told to hold inputs for this move: it binds after the move.
             self.deferred.push(Envelope {
-                to,
+                to: slot,
                 payload: Payload::Session(op),
                 reply,
             });
@@ -135,7 +145,7 @@ impl Lane {
     pub(super) fn bindings(&self) -> Vec<(ActorId, SessionBinding)> {
         self.cells
             .iter()
-            .filter_map(|(id, cell)| match (id, cell.binding()) {
+            .filter_map(|(_, cell)| match (cell.id(), cell.binding()) {
                 (UnitId::Actor(actor), Some(binding)) => Some((actor.clone(), binding.clone())),
                 _ => None,
             })
