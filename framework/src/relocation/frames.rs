@@ -44,6 +44,8 @@ pub(crate) enum RelocFrame {
     Refused { rel: RelocationId, reason: String },
     /// Source → target: relay records sent again follow; drop the ones before.
     RelayReset { rel: RelocationId },
+    /// Source → target: the move was given up before the handover; drop what was staged.
+    Withdraw { rel: RelocationId },
     /// Source → target: one operation that arrived after the seal.
     Relay { rel: RelocationId, op: QueuedOp },
     /// Source → target: no more relay records; their count and checksum.

@@ -84,6 +84,9 @@ pub enum SourceAction {
     CancelSeal,
     /// Relay what arrived since the seal, then the cutover (the point of no return).
     Handover,
+    /// Tell the target to drop what it staged: the move was given up before the handover, and
+    /// an offer still on its way must not keep the unit staged there.
+    Withdraw,
     /// Send the relay records and the cutover again (the first ones may be lost).
     ResendHandover,
     /// Run the unit on the source again: saved work, then what was held, in order.
@@ -165,6 +168,14 @@ impl SourceMachine {
         if self.sessions {
             actions.push(SourceAction::ReleaseSessions(to));
         }
+        actions
+    }
+
+    /// The ending of a move given up while the target may still be staging the unit: tell it to
+    /// drop it, then run the unit here again.
+    fn withdrawing(&self, to: SessionsTo) -> Vec<SourceAction> {
+        let mut actions = vec![SourceAction::Withdraw];
+        actions.extend(self.ending(Some(SourceAction::Resume), to));
         actions
     }
 
@@ -311,14 +322,14 @@ impl SourceMachine {
                 };
                 (
                     P::Done(MoveEnd::Restored(why)),
-                    self.ending(Some(A::Resume), SessionsTo::Source),
+                    self.withdrawing(SessionsTo::Source),
                 )
             }
             (P::Transferring { .. }, E::Deadline) => (
                 P::Done(MoveEnd::Restored(
                     "the deadline passed before relay-ready".into(),
                 )),
-                self.ending(Some(A::Resume), SessionsTo::Source),
+                self.withdrawing(SessionsTo::Source),
             ),
             (P::Transferring { .. }, _) => return Vec::new(),
 
@@ -415,6 +426,8 @@ pub enum TargetEvent {
     ReadShowsOther,
     /// The source went silent before the cutover.
     Silence,
+    /// The source gave the move up before the handover.
+    Withdrawn,
 }
 
 /// What the target shell must do next.
@@ -491,7 +504,7 @@ impl TargetMachine {
             (P::Open | P::Gone, _) => return Vec::new(),
             (P::Staging, E::Restored) => (P::Ready, vec![A::SendRelayReady]),
             (P::Staging, E::RestoreFailed(why)) => (P::Gone, vec![A::Discard, A::SendRefused(why)]),
-            (P::Staging, E::Silence) => (P::Gone, vec![A::Discard]),
+            (P::Staging, E::Silence | E::Withdrawn) => (P::Gone, vec![A::Discard]),
             (P::Staging, _) => return Vec::new(),
 
             (P::Ready, E::RelayReset) => (P::Ready, vec![A::ClearRelay]),
@@ -499,6 +512,7 @@ impl TargetMachine {
             (P::Ready, E::Cutover { matches: true }) => (P::Committing, vec![A::Commit]),
             // Records are missing (the link dropped some): wait for the source to resend them all.
             (P::Ready, E::Cutover { matches: false }) => (P::Ready, vec![]),
+            (P::Ready, E::Withdrawn) => (P::Gone, vec![A::Discard]),
             (P::Ready, E::Silence) => (
                 P::Gone,
                 vec![A::Discard, A::SendAborted("no cutover came".into())],
@@ -582,9 +596,15 @@ mod tests {
 
     #[test]
     fn any_failure_before_relay_ready_restores_on_the_source() {
-        for event in [SE::Refused("checksum".into()), SE::Silence, SE::Deadline] {
+        // A target that refused has dropped the unit; one that went quiet may still stage it.
+        let cases = [
+            (SE::Refused("checksum".into()), vec![SA::Resume]),
+            (SE::Silence, vec![SA::Withdraw, SA::Resume]),
+            (SE::Deadline, vec![SA::Withdraw, SA::Resume]),
+        ];
+        for (event, actions) in cases {
             let mut s = source_captured();
-            assert_eq!(s.on(event), vec![SA::Resume]);
+            assert_eq!(s.on(event), actions);
             assert!(matches!(s.end(), Some(MoveEnd::Restored(_))));
             assert!(!s.handed_over());
         }
@@ -592,6 +612,26 @@ mod tests {
         assert_eq!(
             t.on(TE::RestoreFailed("no factory".into())),
             vec![TA::Discard, TA::SendRefused("no factory".into())]
+        );
+    }
+
+    #[test]
+    fn a_withdrawn_move_is_dropped_by_the_target_until_the_cutover_but_not_after() {
+        let mut staging = TargetMachine::new();
+        assert_eq!(staging.on(TE::Withdrawn), vec![TA::Discard]);
+        assert!(staging.finished() && !staging.opened());
+        let mut ready = TargetMachine::new();
+        ready.on(TE::Restored);
+        assert_eq!(ready.on(TE::Withdrawn), vec![TA::Discard]);
+        assert!(ready.finished());
+        // Past the cutover the source never withdraws; a stray one changes nothing.
+        let mut committing = TargetMachine::new();
+        committing.on(TE::Restored);
+        committing.on(TE::Cutover { matches: true });
+        assert!(committing.on(TE::Withdrawn).is_empty());
+        assert_eq!(
+            committing.on(TE::CommitWon),
+            vec![TA::Open, TA::SendCommitted]
         );
     }
 

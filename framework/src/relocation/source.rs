@@ -629,6 +629,13 @@ impl SourceRun {
                     Err(why) => Some(SourceEvent::Refused(why)),
                 }
             }
+            SourceAction::Withdraw => {
+                // Unsent means the link is down: the offer is lost with it, nothing is staged.
+                if let Err(error) = self.send(RelocFrame::Withdraw { rel }) {
+                    tracing::debug!(%error, "withdrawal not sent");
+                }
+                None
+            }
             SourceAction::CancelSeal => {
                 self.lane(Control::CancelSeal { rel });
                 None

@@ -112,6 +112,7 @@ impl Node {
             }
             RelocFrame::Chunk { rel, index, bytes } => self.on_chunk(rel, index, &bytes),
             RelocFrame::RelayReset { rel } => self.target_event(rel, TargetEvent::RelayReset),
+            RelocFrame::Withdraw { rel } => self.target_event(rel, TargetEvent::Withdrawn),
             RelocFrame::Relay { rel, op } => {
                 if let Some(staging) = self.core.moves.incoming.lock().get_mut(&rel) {
                     staging.arriving = Some(op);
@@ -171,9 +172,15 @@ impl Node {
             let started = tokio::time::Instant::now();
             let event = match Lane::restore(&node, capture) {
                 Ok(lane) => {
-                    if let Some(staging) = node.core.moves.incoming.lock().get_mut(&rel) {
-                        staging.lane = Some(lane);
-                        staging.restored_in = started.elapsed();
+                    match node.core.moves.incoming.lock().get_mut(&rel) {
+                        Some(staging) => {
+                            staging.lane = Some(lane);
+                            staging.restored_in = started.elapsed();
+                        }
+                        // Withdrawn (or given up) while it was being restored.
+                        None => {
+                            let _ = lane.ctl.send(Control::Discard);
+                        }
                     }
                     TargetEvent::Restored
                 }
