@@ -183,22 +183,28 @@ mod tests {
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join(name), bytes).unwrap();
         };
+        // Each frame alone, and all of them as one stream.
+        let stream = |target: &str, frames: Vec<bytes::Bytes>| {
+            for (i, bytes) in frames.iter().enumerate() {
+                write(target, format!("seed-{i}"), bytes);
+            }
+            write(target, "seed-all".into(), &frames.concat());
+        };
         let mesh_codec = FrameCodec::<Frame>::new(MAX_FRAME);
-        let mut all = Vec::new();
-        for (i, frame) in mesh.iter().enumerate() {
-            let bytes = mesh_codec.encode_frame(frame).unwrap();
-            write("mesh_stream", format!("seed-{i}"), &bytes);
-            all.extend_from_slice(&bytes);
-        }
-        write("mesh_stream", "seed-all".into(), &all);
         let client_codec = FrameCodec::<ClientFrame>::new(MAX_FRAME);
-        let mut all = Vec::new();
-        for (i, frame) in client.iter().enumerate() {
-            let bytes = client_codec.encode_frame(frame).unwrap();
-            write("client_stream", format!("seed-{i}"), &bytes);
-            all.extend_from_slice(&bytes);
-        }
-        write("client_stream", "seed-all".into(), &all);
+        stream(
+            "mesh_stream",
+            mesh.iter()
+                .map(|f| mesh_codec.encode_frame(f).unwrap())
+                .collect(),
+        );
+        stream(
+            "client_stream",
+            client
+                .iter()
+                .map(|f| client_codec.encode_frame(f).unwrap())
+                .collect(),
+        );
         write(
             "capture",
             "seed-0".into(),

@@ -963,8 +963,16 @@ impl Behavior for Stuck {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_request_past_max_requests_in_flight_fails_at_once_and_places_come_back() {
+/// A node allowing `limit` requests in flight, with two stuck units; where their handlers say they
+/// started holding, and the sender that lets one go on.
+async fn stuck_units(
+    limit: usize,
+) -> (
+    Node,
+    std::sync::mpsc::Receiver<()>,
+    std::sync::mpsc::Sender<()>,
+    [SpotId; 2],
+) {
     let (started_tx, started) = std::sync::mpsc::channel();
     let (release, release_rx) = std::sync::mpsc::channel();
     let release_rx = Arc::new(std::sync::Mutex::new(release_rx));
@@ -974,11 +982,18 @@ async fn a_request_past_max_requests_in_flight_fails_at_once_and_places_come_bac
         release: release_rx.clone(),
     }));
     let mut config = NodeConfig::new(NodeId::new("n1").expect("id"));
-    config.max_requests_in_flight = 2;
+    config.max_requests_in_flight = limit;
     let node = Node::start(config, registry).await.expect("node starts");
-    let (a, b) = (spot("a"), spot("b"));
-    node.create_spot("stuck", &a).await.expect("created");
-    node.create_spot("stuck", &b).await.expect("created");
+    let units = [spot("a"), spot("b")];
+    for unit in &units {
+        node.create_spot("stuck", unit).await.expect("created");
+    }
+    (node, started, release, units)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_past_max_requests_in_flight_fails_at_once_and_places_come_back() {
+    let (node, started, release, [a, b]) = stuck_units(2).await;
 
     // Two requests wait on stuck units: each opened its place before its handler started.
     let waiting: Vec<_> = [a.clone(), b.clone()]
@@ -1014,20 +1029,7 @@ async fn a_request_past_max_requests_in_flight_fails_at_once_and_places_come_bac
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_request_that_timed_out_gives_its_place_back() {
-    let (started_tx, started) = std::sync::mpsc::channel();
-    let (release, release_rx) = std::sync::mpsc::channel();
-    let release_rx = Arc::new(std::sync::Mutex::new(release_rx));
-    let mut registry = Registry::new();
-    registry.register(Registration::spot("stuck", move |_| Stuck {
-        started: started_tx.clone(),
-        release: release_rx.clone(),
-    }));
-    let mut config = NodeConfig::new(NodeId::new("n1").expect("id"));
-    config.max_requests_in_flight = 1;
-    let node = Node::start(config, registry).await.expect("node starts");
-    let (a, b) = (spot("a"), spot("b"));
-    node.create_spot("stuck", &a).await.expect("created");
-    node.create_spot("stuck", &b).await.expect("created");
+    let (node, started, release, [a, b]) = stuck_units(1).await;
 
     let timed_out = node
         .request::<bool, ()>(a, true, Duration::from_millis(50))
