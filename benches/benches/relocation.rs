@@ -11,19 +11,13 @@
 //!   `Relocated`; the baseline hands the same rooms off to the two other nodes, 128 at a time (the
 //!   concurrency of a Ferry drain), until each answers on its target.
 
-use std::future::{Future, poll_fn};
-use std::pin::{Pin, pin};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
-use ferry::relocation::protocol::MoveEnd;
-use ferry::{RelocateMode, RelocateOptions, RelocateOutcome, SpotId, UnitId};
-use ferry_benches::rooms::{
-    Answer, Cluster, RoomMsg, T, close_gate, held, host_of, id_of, open_gate, stop_the_room_handoff,
-};
+use ferry::{RelocateMode, RelocateOptions, RelocateOutcome, SpotId};
+use ferry_benches::rooms::{Cluster, RoomMsg, host_of, id_of, move_with_queue, spawn_handoff};
 use ferry_benches::runtime;
 use futures_util::StreamExt;
 use hdrhistogram::Histogram;
@@ -65,17 +59,6 @@ fn micros(hist: &Histogram<u64>, q: f64) -> f64 {
     hist.value_at_quantile(q) as f64 / 1_000.0
 }
 
-/// Polls a future once, so it runs up to its first wait; its output if it already finished.
-async fn poll_once<F: Future + Unpin>(fut: &mut F) -> Option<F::Output> {
-    poll_fn(|cx| {
-        Poll::Ready(match Pin::new(&mut *fut).poll(cx) {
-            Poll::Ready(out) => Some(out),
-            Poll::Pending => None,
-        })
-    })
-    .await
-}
-
 /// What one Ferry move measured.
 struct Moved {
     /// `MoveReport::pause`.
@@ -84,40 +67,19 @@ struct Moved {
     answered: Duration,
 }
 
-/// Moves the room to the other of two nodes with `queued` tells queued in it. The room is held in
-/// a turn while the tells, a question and the seal are queued, so all of them are saved work; the
-/// seal is the first thing the room does when the turn returns.
+/// Moves the room to the other of two nodes with `queued` tells queued in it, and a question
+/// behind them; the seal is the first thing the room does (see `move_with_queue`).
 async fn ferry_move(cluster: &Cluster, id: &SpotId, queued: usize, count: &mut u64) -> Moved {
     let from = host_of(&cluster.nodes, id);
-    let source = &cluster.nodes[from];
     let target = id_of(&cluster.nodes, 1 - from);
-    close_gate();
-    source.tell(id, RoomMsg::Hold).expect("told");
-    while !held() {
-        std::thread::sleep(Duration::from_micros(20));
-    }
-    for _ in 0..queued {
-        source.tell(id, RoomMsg::Add(1)).expect("told");
-    }
+    let moved = move_with_queue(&cluster.nodes[from], &target, id, queued)
+        .await
+        .expect("the room moves");
     *count += queued as u64;
-    let mut question = pin!(source.request::<_, Answer>(id, RoomMsg::Get, T));
-    assert!(poll_once(&mut question).await.is_none(), "the room is held");
-    let unit = UnitId::Spot(id.clone());
-    let mut moving = pin!(source.move_unit(&unit, Some(target)));
-    // The first poll sends the seal; the room takes it as soon as the held turn returns.
-    assert!(poll_once(&mut moving).await.is_none(), "the move waits");
-    let sealed = Instant::now();
-    open_gate();
-    let (report, answered) = tokio::join!(moving, async {
-        let answer = question.await.expect("the room answers").count();
-        (answer, sealed.elapsed())
-    });
-    let report = report.expect("the move starts");
-    assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
-    assert_eq!(answered.0, *count, "every queued tell ran once");
+    assert_eq!(moved.count, *count, "every queued tell ran once");
     Moved {
-        pause: report.pause.expect("the target opened the room"),
-        answered: answered.1,
+        pause: moved.report.pause.expect("the target opened the room"),
+        answered: moved.answered,
     }
 }
 
@@ -126,16 +88,16 @@ async fn baseline_move(cluster: &Cluster, id: &SpotId, queued: usize, count: &mu
     let from = host_of(&cluster.nodes, id);
     let buffered = vec![RoomMsg::Add(1); queued];
     *count += queued as u64;
-    let start = Instant::now();
-    let answer = stop_the_room_handoff(
-        &cluster.store,
-        &cluster.nodes[from],
-        &cluster.nodes[1 - from],
-        id,
-        &buffered,
+    let (handoff, took) = spawn_handoff(
+        cluster.store.clone(),
+        cluster.nodes[from].clone(),
+        cluster.nodes[1 - from].clone(),
+        id.clone(),
+        buffered,
     )
-    .await;
-    let took = start.elapsed();
+    .await
+    .expect("the room is handed off");
+    let answer = handoff.count;
     if answer != *count {
         // A tell sent from the old host right after the room was recreated elsewhere can be
         // dropped (see docs/benchmarks.md): counted and printed, not hidden.
@@ -300,17 +262,16 @@ async fn baseline_drain(rooms: &[SpotId]) -> Duration {
     let start = Instant::now();
     futures_util::stream::iter(rooms.iter().enumerate())
         .map(|(i, id)| {
-            let cluster = &cluster;
+            let handoff = spawn_handoff(
+                cluster.store.clone(),
+                cluster.nodes[0].clone(),
+                cluster.nodes[1 + i % 2].clone(),
+                id.clone(),
+                Vec::new(),
+            );
             async move {
-                let count = stop_the_room_handoff(
-                    &cluster.store,
-                    &cluster.nodes[0],
-                    &cluster.nodes[1 + i % 2],
-                    id,
-                    &[],
-                )
-                .await;
-                assert_eq!(count, 0, "the room kept its count");
+                let (handoff, _) = handoff.await.expect("the room is handed off");
+                assert_eq!(handoff.count, 0, "the room kept its count");
             }
         })
         .buffer_unordered(128)

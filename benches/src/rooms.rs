@@ -1,17 +1,23 @@
 //! Rooms that carry a blob of state, on a cluster of Ferry nodes sharing one `MemoryStore`, for the
 //! relocation benches; and the baseline they are measured against: the stop-the-room handoff.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
 use ferry::mesh::ClusterCa;
-use ferry::store::{BatchOutcome, LocationStore, MemoryStore, Op};
+use ferry::relocation::protocol::MoveEnd;
+use ferry::store::{BatchOutcome, LocationStore, MemoryStore, Op, StoreError};
 use ferry::{
-    Behavior, Ctx, Node, NodeId, Registration, Registry, RelocationPolicy, SpotId, UnitId,
+    Behavior, Ctx, MessageError, MoveError, MoveReport, Node, NodeId, Registration, Registry,
+    RelocationPolicy, SpotId, UnitError, UnitId,
 };
 use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
 
 /// The factory name of the room spot (SpotWide, `RelocationPolicy::serde()`).
 pub const ROOM: &str = "room";
@@ -35,8 +41,8 @@ pub enum RoomMsg {
     Add(u64),
     /// Replaces the blob with this many bytes.
     Grow(usize),
-    /// Holds the room's turn until [`open_gate`] (see [`close_gate`]).
-    Hold,
+    /// Holds the room's turn until the gate lets this number through (see [`move_with_queue`]).
+    Hold(u64),
     /// Answers the room's whole state, serialized ([`Answer::State`]).
     Snapshot,
     /// Replaces the room's whole state with these serialized bytes.
@@ -52,38 +58,97 @@ pub enum Answer {
     Count(u64),
     /// The state, serialized.
     State(Vec<u8>),
+    /// The state could not be serialized or loaded.
+    Invalid(String),
 }
 
 impl Answer {
-    /// The count; panics on another answer.
-    pub fn count(self) -> u64 {
+    /// The count, or why there is none.
+    pub fn count(self) -> Result<u64, RoomError> {
         match self {
-            Answer::Count(n) => n,
-            Answer::State(_) => panic!("a count was expected"),
+            Answer::Count(n) => Ok(n),
+            other => Err(RoomError::Answer(other.what())),
+        }
+    }
+
+    /// The serialized state, or why there is none.
+    fn state(self) -> Result<Vec<u8>, RoomError> {
+        match self {
+            Answer::State(bytes) => Ok(bytes),
+            other => Err(RoomError::Answer(other.what())),
+        }
+    }
+
+    fn what(&self) -> String {
+        match self {
+            Answer::Count(n) => format!("a count ({n})"),
+            Answer::State(bytes) => format!("a state of {} bytes", bytes.len()),
+            Answer::Invalid(why) => format!("that its state is invalid: {why}"),
         }
     }
 }
 
-/// One gate for the whole process: a `Hold` turn waits while it is closed.
-static GATE: Mutex<bool> = Mutex::new(false);
+/// Why a bench step on a room failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RoomError {
+    /// A message to the room failed.
+    #[error("the room did not take a message: {0}")]
+    Message(#[from] MessageError),
+    /// The room could not be created or stopped.
+    #[error("the room could not be created or stopped: {0}")]
+    Unit(#[from] UnitError),
+    /// The location store failed.
+    #[error("the location store failed: {0}")]
+    Store(#[from] StoreError),
+    /// The store did not save the room's state.
+    #[error("the location store did not save the state of {0}")]
+    NotSaved(SpotId),
+    /// The room answered something else than what was asked.
+    #[error("the room answered {0}")]
+    Answer(String),
+    /// The move could not start.
+    #[error("the move could not start: {0}")]
+    Move(#[from] MoveError),
+    /// The move did not end with the room on the target.
+    #[error("the move ended {0:?}, not with the room on its target")]
+    NotMoved(MoveEnd),
+    /// A task of the bench panicked or was cancelled.
+    #[error("a task of the bench failed: {0}")]
+    Task(String),
+}
+
+/// How many `Hold` turns the gate has let through, process-wide: a `Hold(n)` turn waits until
+/// it is at least `n`.
+static PASSED: Mutex<u64> = Mutex::new(0);
 static GATE_CV: Condvar = Condvar::new();
-static HELD: AtomicBool = AtomicBool::new(false);
+/// The number of the latest `Hold` turn that reached the gate.
+static REACHED: AtomicU64 = AtomicU64::new(0);
+/// Numbers for `Hold` turns, each used once.
+static NEXT_HOLD: AtomicU64 = AtomicU64::new(1);
 
-/// Closes the gate: the next `Hold` turn will wait for [`open_gate`].
-pub fn close_gate() {
-    *GATE.lock().expect("the gate lock is sound") = true;
-    HELD.store(false, Ordering::SeqCst);
+/// The gate's count; a panic elsewhere while it was locked leaves it as it was, so a poisoned
+/// lock is still sound.
+fn passed() -> MutexGuard<'static, u64> {
+    PASSED.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Whether a `Hold` turn is waiting at the gate.
-pub fn held() -> bool {
-    HELD.load(Ordering::SeqCst)
-}
-
-/// Opens the gate: the waiting `Hold` turn returns.
-pub fn open_gate() {
-    *GATE.lock().expect("the gate lock is sound") = false;
+/// Lets every `Hold(n)` turn with `n <= upto` return.
+fn let_through(upto: u64) {
+    let mut passed = passed();
+    *passed = (*passed).max(upto);
     GATE_CV.notify_all();
+}
+
+/// Waits until the `Hold(n)` turn reached the gate (or a later one did).
+async fn reached(n: u64) -> Result<(), RoomError> {
+    let waiting = async {
+        while REACHED.load(Ordering::SeqCst) < n {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(T, waiting)
+        .await
+        .map_err(|_| RoomError::Answer(format!("nothing: it did not take its turn within {T:?}")))
 }
 
 impl Behavior for Room {
@@ -94,19 +159,23 @@ impl Behavior for Room {
         match msg {
             RoomMsg::Add(n) => self.count += n,
             RoomMsg::Grow(n) => self.blob = (0..n).map(|i| (i % 251) as u8).collect(),
-            RoomMsg::Hold => {
-                let mut closed = GATE.lock().expect("the gate lock is sound");
-                HELD.store(true, Ordering::SeqCst);
-                while *closed {
-                    closed = GATE_CV.wait(closed).expect("the gate lock is sound");
+            RoomMsg::Hold(n) => {
+                REACHED.fetch_max(n, Ordering::SeqCst);
+                let mut passed = passed();
+                while *passed < n {
+                    passed = GATE_CV.wait(passed).unwrap_or_else(PoisonError::into_inner);
                 }
             }
             RoomMsg::Snapshot => {
-                return Answer::State(postcard::to_allocvec(self).expect("a room serializes"));
+                return match postcard::to_allocvec(self) {
+                    Ok(bytes) => Answer::State(bytes),
+                    Err(error) => Answer::Invalid(error.to_string()),
+                };
             }
-            RoomMsg::Load(bytes) => {
-                *self = postcard::from_bytes(&bytes).expect("a room deserializes");
-            }
+            RoomMsg::Load(bytes) => match postcard::from_bytes(&bytes) {
+                Ok(room) => *self = room,
+                Err(error) => return Answer::Invalid(error.to_string()),
+            },
             RoomMsg::Get => {}
         }
         Answer::Count(self.count)
@@ -116,8 +185,13 @@ impl Behavior for Room {
 /// A registry with the room.
 pub fn registry() -> Registry {
     let mut reg = Registry::new();
-    reg.register(Registration::spot(ROOM, |_| Room::default()).policy(RelocationPolicy::serde()));
+    register(&mut reg);
     reg
+}
+
+/// Registers the room ([`ROOM`]) in `reg`, beside other factories.
+pub fn register(reg: &mut Registry) {
+    reg.register(Registration::spot(ROOM, |_| Room::default()).policy(RelocationPolicy::serde()));
 }
 
 /// Nodes `n1`, `n2`, ... on one `MemoryStore`, linked over QUIC on loopback.
@@ -185,66 +259,175 @@ fn state_key(id: &SpotId) -> String {
     format!("bench/state/{id}")
 }
 
+/// What one stop-the-room handoff did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handoff {
+    /// The room's count as it answered on the target, the buffered tells included.
+    pub count: u64,
+    /// Bytes of state saved to the store and read back.
+    pub bytes: usize,
+}
+
 /// The baseline: hands a room from `source` to `target` the way Akka-style shard handoff and
 /// Orleans deactivation do. The room's state is taken and it is stopped on the source, the state is
 /// written to the store, the room is created on the target, which reads the state back and loads
 /// it; then `buffered` (held by the sender meanwhile) is delivered from the source, and the room's
-/// count is asked from the source. Returns that count.
+/// count is asked from the source.
 pub async fn stop_the_room_handoff(
     store: &Arc<dyn LocationStore>,
     source: &Node,
     target: &Node,
     id: &SpotId,
     buffered: &[RoomMsg],
-) -> u64 {
-    let state = match source
-        .request(id, RoomMsg::Snapshot, T)
-        .await
-        .expect("the room answers its state")
-    {
-        Answer::State(bytes) => bytes,
-        Answer::Count(_) => panic!("a state was expected"),
-    };
-    source
-        .stop_unit(&UnitId::Spot(id.clone()))
-        .await
-        .expect("the room stops");
+) -> Result<Handoff, RoomError> {
+    let state = source
+        .request::<_, Answer>(id, RoomMsg::Snapshot, T)
+        .await?
+        .state()?;
+    let bytes = state.len();
+    source.stop_unit(&UnitId::Spot(id.clone())).await?;
     let key = state_key(id);
-    let saved = store
-        .batch(
-            Vec::new(),
-            vec![Op::Put {
-                key: key.clone(),
-                value: Bytes::from(state),
-            }],
-        )
-        .await
-        .expect("the store answers");
-    assert!(
-        matches!(saved, BatchOutcome::Committed { .. }),
-        "the state is saved"
-    );
-    source
-        .create_spot_on(target.id(), ROOM, id)
-        .await
-        .expect("the room is created on the target");
+    let put = Op::Put {
+        key: key.clone(),
+        value: Bytes::from(state),
+    };
+    let BatchOutcome::Committed { .. } = store.batch(Vec::new(), vec![put]).await? else {
+        return Err(RoomError::NotSaved(id.clone()));
+    };
+    source.create_spot_on(target.id(), ROOM, id).await?;
     let saved = store
         .get(&key)
-        .await
-        .expect("the store answers")
-        .expect("the state is there");
-    let _: Answer = target
-        .request(id, RoomMsg::Load(saved.value.to_vec()), T)
-        .await
-        .expect("the room loads its state");
+        .await?
+        .ok_or_else(|| RoomError::NotSaved(id.clone()))?;
+    target
+        .request::<_, Answer>(id, RoomMsg::Load(saved.value.to_vec()), T)
+        .await?
+        .count()?;
     for msg in buffered {
-        source.tell(id, msg.clone()).expect("told");
+        source.tell(id, msg.clone())?;
     }
-    source
+    let count = source
         .request::<_, Answer>(id, RoomMsg::Get, T)
-        .await
-        .expect("the room answers on the target")
-        .count()
+        .await?
+        .count()?;
+    Ok(Handoff { count, bytes })
+}
+
+/// What one Ferry move with a queue measured.
+#[derive(Debug, Clone)]
+pub struct QueuedMove {
+    /// The move's own report: its pause and phases.
+    pub report: MoveReport,
+    /// From the seal until a question queued behind the tells was answered on the target: the
+    /// baseline's own measure, taken on Ferry.
+    pub answered: Duration,
+    /// The room's count in that answer, the queued tells included.
+    pub count: u64,
+}
+
+/// Polls a future once, so it runs up to its first wait; its output if it already finished.
+async fn poll_once<F: Future + Unpin>(fut: &mut F) -> Option<F::Output> {
+    poll_fn(|cx| {
+        Poll::Ready(match Pin::new(&mut *fut).poll(cx) {
+            Poll::Ready(out) => Some(out),
+            Poll::Pending => None,
+        })
+    })
+    .await
+}
+
+/// Moves room `id` from `source` to `target` with `queued` tells of `Add(1)` queued in it, and a
+/// question behind them. The room is held in a turn while they are queued; the move's first step
+/// (asking the room for its client sessions, answered between turns) is let through, the room is
+/// held again in a second turn until the seal is queued too, and then the seal is the first thing
+/// the room does: every tell and the question are saved work the move carries.
+///
+/// A held turn blocks a runtime thread until it is let through, so call this from the task that
+/// `Runtime::block_on` runs (not a spawned one), on a runtime with at least two worker threads,
+/// and for one room at a time.
+pub async fn move_with_queue(
+    source: &Node,
+    target: &NodeId,
+    id: &SpotId,
+    queued: usize,
+) -> Result<QueuedMove, RoomError> {
+    let first = NEXT_HOLD.fetch_add(2, Ordering::SeqCst);
+    let result = held_move(source, target, id, queued, first).await;
+    // Whatever failed, the room runs on.
+    let_through(first + 1);
+    result
+}
+
+/// [`move_with_queue`] with hold numbers `first` and `first + 1`.
+async fn held_move(
+    source: &Node,
+    target: &NodeId,
+    id: &SpotId,
+    queued: usize,
+    first: u64,
+) -> Result<QueuedMove, RoomError> {
+    let second = first + 1;
+    source.tell(id, RoomMsg::Hold(first))?;
+    reached(first).await?;
+    source.tell(id, RoomMsg::Hold(second))?;
+    for _ in 0..queued {
+        source.tell(id, RoomMsg::Add(1))?;
+    }
+    // Both run in tasks of their own once queued, as a drain runs its moves.
+    let (asker, room) = (source.clone(), id.clone());
+    let mut question =
+        Box::pin(async move { asker.request::<_, Answer>(&room, RoomMsg::Get, T).await });
+    if let Some(answer) = poll_once(&mut question).await {
+        return Err(RoomError::Answer(answer?.what()));
+    }
+    let (mover, unit, to) = (source.clone(), UnitId::Spot(id.clone()), target.clone());
+    let mut moving = Box::pin(async move { mover.move_unit(&unit, Some(to)).await });
+    // The first poll asks the room for its sessions: a control it answers between turns, so
+    // before the second hold.
+    if let Some(report) = poll_once(&mut moving).await {
+        return Err(RoomError::NotMoved(report?.end));
+    }
+    let_through(first);
+    reached(second).await?;
+    // The answer is there: this poll asks the room to seal, at the end of the held turn.
+    if let Some(report) = poll_once(&mut moving).await {
+        return Err(RoomError::NotMoved(report?.end));
+    }
+    let sealed = Instant::now();
+    let answered = tokio::spawn(async move {
+        let answer = question.await;
+        (answer, sealed.elapsed())
+    });
+    let moved = tokio::spawn(moving);
+    let_through(second);
+    let report = moved.await.map_err(|e| RoomError::Task(e.to_string()))??;
+    if report.end != MoveEnd::Moved {
+        return Err(RoomError::NotMoved(report.end));
+    }
+    let (answer, answered) = answered.await.map_err(|e| RoomError::Task(e.to_string()))?;
+    Ok(QueuedMove {
+        report,
+        answered,
+        count: answer?.count()?,
+    })
+}
+
+/// [`stop_the_room_handoff`] in a task of its own, as a drain runs its moves; also returns how
+/// long it took, timed in that task.
+pub async fn spawn_handoff(
+    store: Arc<dyn LocationStore>,
+    source: Node,
+    target: Node,
+    id: SpotId,
+    buffered: Vec<RoomMsg>,
+) -> Result<(Handoff, Duration), RoomError> {
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let handoff = stop_the_room_handoff(&store, &source, &target, &id, &buffered).await?;
+        Ok((handoff, started.elapsed()))
+    })
+    .await
+    .map_err(|e| RoomError::Task(e.to_string()))?
 }
 
 /// The node that hosts `id` among `nodes`.

@@ -705,6 +705,33 @@ async fn fill(node: &ferry::Node, room: &SpotId, bytes: usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn small_and_large_states_arrive_whole_whichever_way_the_target_restores_them() {
+    let cluster = Cluster::start(2, registry).await;
+    let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
+    // 4 KiB is restored on the mesh's inbound task, 256 KiB on a blocking thread.
+    for (name, bytes) in [("small", 4096), ("large", 256 * 1024)] {
+        let r = spot(name);
+        n1.create_spot_on(n1.id(), "room", &r)
+            .await
+            .expect("created");
+        fill(n1, &r, bytes).await;
+        n1.tell(&r, Cmd::Log("last".into())).expect("told");
+        let report = n1
+            .move_unit(&UnitId::Spot(r.clone()), Some(n2.id().clone()))
+            .await
+            .expect("move ran");
+        assert_eq!(report.end, MoveEnd::Moved, "{name}: {report:?}");
+        assert!(report.bytes > bytes as u64, "{name}: {report:?}");
+        assert!(n2.hosts(&UnitId::Spot(r.clone())), "{name}");
+        let room = get(n2, &r).await;
+        assert_eq!(room.log.len(), 2, "{name}");
+        assert_eq!(room.log[0].len(), bytes, "{name}");
+        assert_eq!(room.log[1], "last", "{name}");
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_unit_over_the_sources_max_state_stays_and_keeps_answering() {
     let store: Arc<dyn ferry::store::LocationStore> = Arc::new(ferry::store::MemoryStore::new());
     let mut cluster = Cluster::start_on(0, store, registry).await;

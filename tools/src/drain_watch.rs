@@ -1,6 +1,7 @@
 //! Drains one in-process node and watches it happen: a progress bar from the node's status stream
 //! (only when stderr is a terminal), and the report of every move from its relocation events, so
-//! the demo and the bench can tell how long each unit paused and how many bytes moved.
+//! the demo and the bench can tell how long each unit paused, where that time went and how many
+//! bytes moved.
 
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
@@ -10,7 +11,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::percentiles::{Durations, Percentiles};
+use crate::move_reports::MoveRecord;
+use crate::percentiles::Percentiles;
 
 /// What one drain did.
 #[derive(Debug, Clone)]
@@ -23,12 +25,10 @@ pub struct Drained {
     pub moved: u64,
     /// Units that did not move, and why.
     pub failed: Vec<(UnitId, String)>,
-    /// Bytes of state shipped by the units that moved.
-    pub bytes: u64,
-    /// Each moved unit's pause, from its seal until its target opened it.
-    pub pauses: Durations,
+    /// The reports of the units that moved: pauses, phases and bytes.
+    pub moves: MoveRecord,
     /// Move reports the event stream dropped because this watcher fell behind (then `moved`
-    /// still counts every unit, but `pauses` misses some).
+    /// still counts every unit, but `moves` misses some).
     pub reports_missed: u64,
     /// From the call until the outcome.
     pub elapsed: Duration,
@@ -53,8 +53,7 @@ pub async fn drain(node: &Node, options: RelocateOptions) -> Drained {
         outcome: RelocateOutcome::Relocated { moved: 0 },
         moved: 0,
         failed: Vec::new(),
-        bytes: 0,
-        pauses: Durations::new(),
+        moves: MoveRecord::default(),
         reports_missed: 0,
         elapsed: Duration::ZERO,
     };
@@ -99,10 +98,7 @@ impl Drained {
             // Only moves that ended on the target are reported as moved; others come as failed.
             RelocationEvent::UnitMoved(report) => {
                 self.moved += 1;
-                self.bytes += report.bytes;
-                if let Some(pause) = report.pause {
-                    self.pauses.record(pause);
-                }
+                self.moves.record(&report);
             }
             RelocationEvent::UnitFailed { unit, reason } => self.failed.push((unit, reason)),
             RelocationEvent::Started { .. } | RelocationEvent::Completed(_) => {}
@@ -153,9 +149,9 @@ impl Drained {
             outcome: outcome_text(&self.outcome),
             units_moved: self.moved,
             units_failed: self.failed.len() as u64,
-            bytes_moved: self.bytes,
+            bytes_moved: self.moves.bytes,
             elapsed_ms: self.elapsed.as_secs_f64() * 1_000.0,
-            pause: self.pauses.summary(),
+            pause: self.moves.pauses.summary(),
             reports_missed: self.reports_missed,
         }
     }

@@ -5,6 +5,8 @@
 //!   and a report of what the players saw; built from [`local_cluster`], [`bots`],
 //!   [`drain_watch`] and [`percentiles`].
 //! - [`bots`]: bot players, real clients that check every input and tick they see.
+//! - [`bench`]: the end-to-end benchmark: moves and a drain while bots play, beside the
+//!   stop-the-room baseline; built from the same parts as the demo, and [`move_reports`].
 //! - [`node_ids`]: node ids as operators type them, checked the same way everywhere.
 //! - [`certs`]: a development cluster CA and node certificates, written as files.
 //! - [`config`]: the TOML file of one node, its defaults and its checks.
@@ -14,6 +16,7 @@
 //! - [`status_cmd`], [`drain_cmd`], [`shutdown_cmd`]: what an operator does to a running node.
 
 mod admin;
+mod bench;
 mod bots;
 mod certs;
 mod config;
@@ -24,6 +27,7 @@ mod drain_cmd;
 mod drain_watch;
 mod gateway;
 mod local_cluster;
+mod move_reports;
 mod node_cmd;
 mod node_ids;
 mod percentiles;
@@ -58,6 +62,9 @@ enum Command {
     /// Play rooms of a running cluster with bot players through its client gateways, and report
     /// what they saw.
     Bots(bots::cmd::BotsArgs),
+    /// Measure room pauses, a drain and what bot players see, each beside the stop-the-room
+    /// handoff on the same rooms; print a table, and write JSON and an SVG chart.
+    Bench(bench::BenchArgs),
 }
 
 /// Why a command failed.
@@ -77,6 +84,8 @@ enum Failure {
     Shutdown(#[from] shutdown_cmd::ShutdownError),
     #[error(transparent)]
     Bots(#[from] bots::cmd::BotsError),
+    #[error(transparent)]
+    Bench(#[from] bench::BenchError),
 }
 
 impl Failure {
@@ -129,6 +138,7 @@ fn main() -> std::process::ExitCode {
             Command::Drain(args) => drain_cmd::run(args).await.map_err(Failure::from),
             Command::Shutdown(args) => shutdown_cmd::run(args).await.map_err(Failure::from),
             Command::Bots(args) => bots::cmd::run(args).await.map_err(Failure::from),
+            Command::Bench(args) => bench::run(args).await.map_err(Failure::from),
         }
     });
     match result {

@@ -43,22 +43,32 @@ impl Durations {
         }
     }
 
+    /// The duration in microseconds that a share `q` (0 to 1) of the durations do not exceed;
+    /// 0 when nothing was recorded.
+    pub fn at(&self, q: f64) -> u64 {
+        if self.histogram.is_empty() {
+            0
+        } else if q >= 1.0 {
+            self.histogram.max()
+        } else {
+            self.histogram.value_at_quantile(q)
+        }
+    }
+
+    /// How many durations were longer than `us` microseconds (to the histogram's three
+    /// significant digits).
+    pub fn count_above(&self, us: u64) -> u64 {
+        self.histogram.len() - self.histogram.count_between(0, us)
+    }
+
     /// The summary printed and written to JSON.
     pub fn summary(&self) -> Percentiles {
-        let empty = self.histogram.is_empty();
-        let at = |q: f64| {
-            if empty {
-                0
-            } else {
-                self.histogram.value_at_quantile(q)
-            }
-        };
         Percentiles {
             count: self.histogram.len(),
-            p50_us: at(0.5),
-            p99_us: at(0.99),
-            p999_us: at(0.999),
-            max_us: if empty { 0 } else { self.histogram.max() },
+            p50_us: self.at(0.5),
+            p99_us: self.at(0.99),
+            p999_us: self.at(0.999),
+            max_us: self.at(1.0),
         }
     }
 }
@@ -113,6 +123,16 @@ mod tests {
         assert!((49_950..=50_050).contains(&summary.p50_us), "{summary:?}");
         assert!((98_900..=99_100).contains(&summary.p99_us), "{summary:?}");
         assert!((99_900..=100_100).contains(&summary.max_us), "{summary:?}");
+    }
+
+    #[test]
+    fn durations_above_a_bound_are_counted() {
+        let mut record = Durations::new();
+        for ms in [33, 34, 40, 70, 100] {
+            record.record(Duration::from_millis(ms));
+        }
+        assert_eq!(record.count_above(66_667), 2);
+        assert_eq!(record.count_above(200_000), 0);
     }
 
     #[test]

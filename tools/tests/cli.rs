@@ -16,6 +16,17 @@ fn every_subcommand_has_help() {
             &["<ADDR>", "--rolling-update", "--deadline", "Exit codes: 0"][..],
         ),
         ("shutdown", &["<ADDR>", "--deadline", "Exit codes: 0"][..]),
+        (
+            "bench",
+            &[
+                "--rooms",
+                "--state-bytes",
+                "--queued",
+                "--store",
+                "--json",
+                "--svg",
+            ][..],
+        ),
     ] {
         let out = ferry()
             .args([command, "--help"])
@@ -35,7 +46,9 @@ fn every_subcommand_has_help() {
         .output()
         .expect("the ferry binary runs");
     let help = String::from_utf8_lossy(&out.stdout);
-    for command in ["demo", "certs", "node", "status", "drain", "shutdown"] {
+    for command in [
+        "demo", "certs", "node", "status", "drain", "shutdown", "bench",
+    ] {
         assert!(
             help.contains(command),
             "ferry --help lacks {command}: {help}"

@@ -2,11 +2,12 @@
 //! connected as real clients, one node drained while they play, and a report of what moved and
 //! what the players saw.
 //!
-//! - `rooms`: opens the sample rooms across the nodes, with their player Actors.
+//! - [`rooms`]: opens the sample rooms across the nodes, with their player Actors (the bench
+//!   opens its game rooms with it too).
 //! - `report`: the report, as text or as JSON (its shape is documented in docs/demo.md).
 
 mod report;
-mod rooms;
+pub mod rooms;
 
 use std::time::{Duration, Instant};
 
@@ -105,7 +106,7 @@ async fn play(
     cluster: &LocalCluster,
     args: &DemoArgs,
 ) -> Result<(drain_watch::Drained, Vec<Tally>), DemoError> {
-    let players = rooms::open(
+    let players = rooms::open::<DemoError>(
         &cluster.nodes,
         usize::from(args.rooms),
         usize::from(args.players),

@@ -1,0 +1,209 @@
+//! `ferry bench`, run as a user runs it, with tiny sizes: the real binary starts its cluster, moves
+//! and drains rooms beside the baseline while bots play, and writes its JSON report and its SVG
+//! chart. Nothing here looks at how long anything took: only that every figure is there and sane.
+
+mod common;
+
+use common::{TempDir, ferry};
+use ferry_tests::redis_server::RedisServer;
+use serde_json::Value;
+
+/// Runs `ferry bench` with tiny sizes and extra `args`; returns the JSON report and the SVG chart.
+fn bench(dir: &TempDir, args: &[&str]) -> (Value, String) {
+    let json = dir.path().join("bench.json");
+    let svg = dir.path().join("pause.svg");
+    let out = ferry()
+        .args([
+            "bench",
+            "--rooms",
+            "3",
+            "--state-bytes",
+            "512",
+            "--queued",
+            "5",
+        ])
+        .args(["--game-rooms", "1", "--players", "2", "--seconds", "1"])
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .arg("--svg")
+        .arg(&svg)
+        .output()
+        .expect("the ferry binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "ferry bench failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for heading in [
+        "Rooms moved one at a time",
+        "Drain of 3 rooms",
+        "What the bots saw",
+    ] {
+        assert!(stdout.contains(heading), "no {heading:?} in:\n{stdout}");
+    }
+    let report = std::fs::read(&json).expect("the JSON report is written");
+    let report = serde_json::from_slice(&report).expect("the report is JSON");
+    let chart = std::fs::read_to_string(&svg).expect("the chart is written");
+    (report, chart)
+}
+
+/// Checks a distribution: something was recorded, and p50 <= p99 <= p99.9 <= max.
+fn distribution(report: &Value, at: &str) {
+    let p = report.pointer(at).unwrap_or(&Value::Null);
+    let field = |name: &str| {
+        p[name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{at}/{name} is a count: {report:#}"))
+    };
+    assert!(field("count") > 0, "{at} is empty: {report:#}");
+    let (p50, p99, p999, max) = (
+        field("p50_us"),
+        field("p99_us"),
+        field("p999_us"),
+        field("max_us"),
+    );
+    assert!(p50 <= p99 && p99 <= p999 && p999 <= max, "{at}: {p:#}");
+}
+
+fn clean(report: &Value, at: &str) {
+    assert_eq!(report.pointer(&format!("{at}/lost")), Some(&Value::from(0)));
+    assert_eq!(
+        report.pointer(&format!("{at}/duplicated")),
+        Some(&Value::from(0)),
+        "{at}: {report:#}"
+    );
+}
+
+/// What every run must show: every documented figure, sane, and nothing lost by Ferry.
+fn check(report: &Value, chart: &str, store: &str) {
+    assert_eq!(report["store"], store);
+    assert_eq!(report["nodes"], 3);
+    assert_eq!(report["sizes"]["rooms"], 3);
+    assert_eq!(report["sizes"]["queued"], 5);
+
+    let moves = &report["moves"];
+    assert!(moves["ferry"]["moves"].as_u64() > Some(0), "{report:#}");
+    assert!(moves["ferry"]["bytes"].as_u64() > Some(0), "{report:#}");
+    for at in [
+        "/moves/ferry/pause",
+        "/moves/ferry/seal_to_answer",
+        "/moves/baseline/handoff",
+        "/drain/ferry/pause",
+        "/game_rooms/pause",
+        "/clients/tick_gaps",
+    ] {
+        distribution(report, at);
+    }
+    let phases = moves["ferry"]["phases"].as_array().expect("phases");
+    let names: Vec<&str> = phases.iter().filter_map(|p| p["phase"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "seal_wait",
+            "capture",
+            "store_read",
+            "encode",
+            "transfer",
+            "restore",
+            "handover",
+            "commit",
+            "commit_wait"
+        ]
+    );
+    for i in 0..names.len() {
+        distribution(report, &format!("/moves/ferry/phases/{i}"));
+        distribution(report, &format!("/drain/ferry/phases/{i}"));
+    }
+    for ratio in ["p50", "p99", "p999", "max"] {
+        assert!(
+            moves["pause_ratio"][ratio].as_f64() > Some(0.0),
+            "{report:#}"
+        );
+        assert!(
+            moves["answer_ratio"][ratio].as_f64() > Some(0.0),
+            "{report:#}"
+        );
+    }
+    clean(report, "/moves/ferry/tells");
+
+    let drain = &report["drain"];
+    assert_eq!(drain["rooms"], 3);
+    assert_eq!(drain["ferry"]["outcome"], "relocated", "{report:#}");
+    assert_eq!(drain["ferry"]["units_moved"], 3, "{report:#}");
+    assert_eq!(drain["baseline"]["units_moved"], 3, "{report:#}");
+    for side in ["ferry", "baseline"] {
+        assert!(drain[side]["bytes_moved"].as_u64() > Some(0), "{report:#}");
+        assert!(drain[side]["elapsed_ms"].as_f64() > Some(0.0), "{report:#}");
+        assert!(
+            drain[side]["units_per_s"].as_f64() > Some(0.0),
+            "{report:#}"
+        );
+        assert!(drain[side]["mib_per_s"].as_f64() > Some(0.0), "{report:#}");
+    }
+    assert!(drain["elapsed_ratio"].as_f64() > Some(0.0), "{report:#}");
+    clean(report, "/drain/ferry/tells");
+
+    // One FPS and one chat room moved.
+    assert_eq!(report["game_rooms"]["rooms"], 2, "{report:#}");
+    assert_eq!(report["game_rooms"]["moves"], 2, "{report:#}");
+
+    let clients = &report["clients"];
+    assert_eq!(clients["players"], 4, "{report:#}");
+    assert_eq!(clients["inputs_applied"], clients["inputs_sent"]);
+    clean(report, "/clients/inputs");
+    assert_eq!(clients["errors"].as_array().map(Vec::len), Some(0));
+    assert!(clients["gap_goal_ms"].as_f64() > clients["tick_interval_ms"].as_f64());
+    assert!(clients["gap_goal_met"].is_boolean());
+
+    let chart = chart.trim();
+    assert!(chart.starts_with("<svg"), "{chart}");
+    assert!(chart.ends_with("</svg>"), "{chart}");
+    assert_eq!(chart.matches("<polyline").count(), 3, "{chart}");
+}
+
+#[test]
+fn the_bench_reports_every_figure_on_the_memory_store() {
+    let dir = TempDir::new("bench");
+    let (report, chart) = bench(&dir, &[]);
+    check(&report, &chart, "memory");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bench_runs_on_a_real_redis_server() {
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let url = redis.url();
+    let dir = TempDir::new("bench-redis");
+    let (report, chart) = tokio::task::spawn_blocking(move || {
+        let ran = bench(&dir, &["--store", &url]);
+        drop(dir);
+        ran
+    })
+    .await
+    .expect("the bench ran");
+    check(&report, &chart, "redis");
+    drop(redis);
+}
+
+#[test]
+fn bad_sizes_are_refused_with_the_flag_named() {
+    for (args, named) in [
+        (&["--rooms", "0"][..], "--rooms"),
+        (&["--players", "99"][..], "--players"),
+        (&["--queued", "lots"][..], "--queued"),
+        (&["--store", "etcd://x"][..], "redis://"),
+    ] {
+        let out = ferry()
+            .arg("bench")
+            .args(args)
+            .output()
+            .expect("the ferry binary runs");
+        assert!(!out.status.success(), "ferry bench {args:?} succeeded");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(named), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
