@@ -145,12 +145,12 @@ fn check(report: &Value, chart: &str, store: &str) {
     assert!(drain["elapsed_ratio"].as_f64() > Some(0.0), "{report:#}");
     clean(report, "/drain/ferry/tells");
 
-    // One FPS and one chat room moved.
-    assert_eq!(report["game_rooms"]["rooms"], 2, "{report:#}");
-    assert_eq!(report["game_rooms"]["moves"], 2, "{report:#}");
+    // One FPS, one chat and one bingo room moved, with two players each.
+    assert_eq!(report["game_rooms"]["rooms"], 3, "{report:#}");
+    assert_eq!(report["game_rooms"]["moves"], 3, "{report:#}");
 
     let clients = &report["clients"];
-    assert_eq!(clients["players"], 4, "{report:#}");
+    assert_eq!(clients["players"], 6, "{report:#}");
     assert_eq!(clients["inputs_applied"], clients["inputs_sent"]);
     clean(report, "/clients/inputs");
     assert_eq!(clients["errors"].as_array().map(Vec::len), Some(0));

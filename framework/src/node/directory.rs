@@ -148,6 +148,18 @@ impl Directory {
     }
 
     /// The write lock of the unit's shard, for creation and handover.
+    /// Removes `id`'s entry if it still points at `lane` (a lane leaving never unlists a unit
+    /// that moved on to another lane).
+    pub fn remove_if_on(&self, id: &UnitId, lane: *const LaneTx) {
+        let mut shard = self.lock(id);
+        if shard
+            .get(id)
+            .is_some_and(|e| std::ptr::eq(Arc::as_ptr(&e.lane), lane))
+        {
+            shard.remove(id);
+        }
+    }
+
     pub fn lock(&self, id: &UnitId) -> RwLockWriteGuard<'_, Shard> {
         self.shard(id).write()
     }

@@ -205,11 +205,6 @@ impl Assembly {
         Ok(self.complete())
     }
 
-    /// The capture's length in bytes, as its manifest gives it.
-    pub fn expected_len(&self) -> u64 {
-        self.manifest.len
-    }
-
     /// Whether every chunk is in.
     pub fn complete(&self) -> bool {
         self.next == self.manifest.chunks

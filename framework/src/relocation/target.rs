@@ -23,10 +23,6 @@ use crate::store::{BatchOutcome, Condition, Op};
 /// How long a staged unit waits for its source before it is given up.
 const SILENCE: Duration = Duration::from_secs(30);
 
-/// Captures up to this many bytes are restored on the mesh's inbound task; larger ones on a
-/// blocking thread.
-const INLINE_RESTORE: u64 = 64 * 1024;
-
 /// The moves a node takes part in, on either side.
 #[derive(Default)]
 pub(crate) struct Moves {
@@ -157,16 +153,13 @@ impl Node {
             };
             match assembly.add(index, bytes) {
                 Ok(false) => return,
-                Ok(true) => staging
-                    .assembly
-                    .take()
-                    .map(|a| (a.expected_len(), Assembly::finish(a))),
-                Err(error) => Some((0, Err(error))),
+                Ok(true) => staging.assembly.take().map(Assembly::finish),
+                Err(error) => Some(Err(error)),
             }
         };
-        let (len, capture) = match finished {
-            Some((len, Ok(capture))) => (len, capture),
-            Some((_, Err(error))) => {
+        let capture = match finished {
+            Some(Ok(capture)) => capture,
+            Some(Err(error)) => {
                 self.target_event(rel, TargetEvent::RestoreFailed(error.to_string()));
                 return;
             }
@@ -193,14 +186,9 @@ impl Node {
             };
             node.target_event(rel, event);
         };
-        // A small state restores in microseconds: right here, rather than waiting inside the
-        // pause for a blocking thread to wake. Application adapters may take a while for a large
-        // state: that runs off the mesh's inbound task, so frames of other moves keep flowing.
-        if len <= INLINE_RESTORE {
-            restore();
-        } else {
-            tokio::task::spawn_blocking(restore);
-        }
+        // Restoring runs application adapters, which may take a while (a large state, or an adapter
+        // that does I/O): off the mesh's inbound task, so the peer's other frames keep flowing.
+        tokio::task::spawn_blocking(restore);
     }
 
     /// Feeds an event to a staged move and carries out its actions.

@@ -1,5 +1,5 @@
 //! `ferry bench`: the end-to-end figures that criterion does not suit. A three-node cluster in this
-//! process, bot players in FPS and chat rooms on one node, and rooms that carry state on another.
+//! process, bot players in FPS, chat and bingo rooms on one node, and rooms that carry state on another.
 //! While the bots play, the rooms with state move one at a time and then are drained off their
 //! node, each step beside the stop-the-room handoff on the same rooms; then the bots' own rooms
 //! move. Prints a table; writes JSON and an SVG chart of the pause distribution on request.

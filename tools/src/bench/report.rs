@@ -166,7 +166,7 @@ pub struct BaselineDrain {
 /// The game rooms' moves.
 #[derive(Debug, Clone, Serialize)]
 pub struct GameRoomsReport {
-    /// Rooms moved (FPS and chat).
+    /// Rooms moved (FPS, chat and bingo).
     pub rooms: usize,
     /// From the first move asked until the last ended, in milliseconds.
     pub elapsed_ms: f64,

@@ -651,13 +651,10 @@ impl Lane {
 
     /// Removes a unit's directory entry if it still points at this lane.
     fn unregister(&self, unit: &UnitId) {
-        let mut shard = self.node.core.directory.lock(unit);
-        let ours = shard
-            .get(unit)
-            .is_some_and(|e| std::ptr::eq(Arc::as_ptr(&e.lane), self.me.as_ptr()));
-        if ours {
-            shard.remove(unit);
-        }
+        self.node
+            .core
+            .directory
+            .remove_if_on(unit, self.me.as_ptr());
     }
 
     /// Gives up every unit of a lane that never opened: what reached it follows the owner. A
