@@ -283,3 +283,32 @@ async fn a_unit_switched_to_not_recoverable_is_freed_not_rebuilt() {
     );
     n1.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_survivor_without_room_gets_no_rebuilt_unit() {
+    let mut cluster = Cluster::start(1, registry).await;
+    // n0 takes no unit; the lowest id, it coordinates recovery.
+    let mut config = cluster.config("n0");
+    config.capacity = 0;
+    let n0 = cluster.add_with(config, registry()).await;
+    let mut config = cluster.config("n9");
+    config.lease_ttl = Duration::from_millis(600);
+    let n9 = cluster.add_with(config, registry()).await;
+    let rooms: Vec<UnitId> = (0..4).map(|i| unit(&format!("room-{i}"))).collect();
+    for r in &rooms {
+        let UnitId::Spot(s) = r else { unreachable!() };
+        n9.create_spot_on(n9.id(), "room", s).await.expect("room");
+    }
+    let mut events = n0.recovery_events();
+    n9.abort().await;
+    completed(&mut events, &rooms).await;
+    let n1 = &cluster.nodes[0];
+    assert_eq!(n0.unit_count(), 0, "capacity 0: none rebuilt there");
+    assert_eq!(
+        n1.unit_count(),
+        rooms.len(),
+        "all rebuilt on the node with room"
+    );
+    n0.shutdown().await;
+    n1.shutdown().await;
+}
