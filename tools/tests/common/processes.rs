@@ -1,10 +1,11 @@
 //! `ferry node` processes started by a test: the ready line awaited and read, SIGTERM to stop,
-//! and every process killed if the test fails.
+//! SIGKILL to crash one, and every process killed if the test fails; the `ferry` commands run
+//! against them, and the driver node a test joins to their cluster.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::{ExitStatus, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,9 @@ use ferry::cluster::authority::node_key;
 use ferry::mesh::NodeTls;
 use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
 use ferry::{MeshSettings, Node, NodeConfig, NodeId, Registry};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
 use tokio::process::{Child, ChildStdout, Command};
 
 /// A bound on waits for events that have no timeout of their own (a ready line, a link, an exit),
@@ -150,6 +153,16 @@ impl Processes {
         ended
     }
 
+    /// Kills the `i`th process with SIGKILL, as a crash does: it gets no chance to release its
+    /// lease or its units. Returns how it ended, once it has.
+    pub async fn kill(&mut self, i: usize) -> ExitStatus {
+        let p = &mut self.0[i];
+        // tokio's kill sends SIGKILL on Unix.
+        p.child.start_kill().expect("SIGKILL sent");
+        let (_, status, _) = self.wait(i).await;
+        status
+    }
+
     /// Waits for the `i`th process to exit and returns its id, exit status and log.
     pub async fn wait(&mut self, i: usize) -> (String, ExitStatus, String) {
         let p = &mut self.0[i];
@@ -227,4 +240,84 @@ pub async fn driver(
     config.refresh = Duration::from_millis(200);
     let node = Node::start(config, registry).await.expect("driver starts");
     (node, store)
+}
+
+/// Waits until the driver links to every node and all of them know each other.
+pub async fn settle(driver: &Node, store: &Arc<dyn LocationStore>, nodes: &[NodeId]) {
+    for node in nodes {
+        within(&format!("link to {node}"), async {
+            loop {
+                driver.refresh_membership().await.expect("membership read");
+                if driver.cluster_view().iter().any(|d| d.node == *node) {
+                    break;
+                }
+            }
+            driver.wait_peer_ready(node).await
+        })
+        .await
+        .expect("peer link up");
+    }
+    wait_two_refreshes(store, nodes).await;
+}
+
+/// Runs `ferry args...` to its end.
+pub async fn run_ferry(args: &[&str]) -> Output {
+    within(
+        &format!("ferry {args:?}"),
+        Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args(args)
+            .output(),
+    )
+    .await
+    .expect("the ferry binary runs")
+}
+
+/// A command's output as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `ferry status --json ADDR`, parsed.
+pub async fn status_json(addr: &str) -> Value {
+    let out = run_ferry(&["status", "--json", addr]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("status JSON")
+}
+
+/// Sends `request` as it is on a fresh connection and returns the status code and body.
+pub async fn raw_http(addr: &str, request: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .expect("admin endpoint reachable");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("request sent");
+    let mut answer = String::new();
+    within("an HTTP answer", stream.read_to_string(&mut answer))
+        .await
+        .expect("answer read");
+    let code = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {answer:?}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
+
+/// A GET request for `raw_http`.
+pub fn get(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+}
+
+/// A POST request for `raw_http`.
+pub fn post(path: &str, body: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
 }
