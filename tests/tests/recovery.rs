@@ -324,13 +324,14 @@ fn hooked_rooms(hooked: Hooked) -> Registry {
     reg
 }
 
-/// Moves room "r" (counted up to 5) from n1 to n2 and kills n1 while n2 restores it: n2 is left
-/// with the unit staged, waiting for a cutover that never comes. n2 takes `n2_capacity` units;
-/// `with_n3` adds a third node. Returns n2, n3 and n2's recovery events from before n1 died.
+/// Moves room "r" (counted up to 5) from n1 to n2 and kills n1 while n2 restores it. Once the
+/// returned gate opens, n2 has the unit staged, waiting for a cutover that never comes. n2 takes
+/// `n2_capacity` units; `with_n3` adds a third node. Returns n2, n3, n2's recovery events from
+/// before n1 died, and the gate.
 async fn source_dies_mid_move(
     n2_capacity: u64,
     with_n3: bool,
-) -> (Node, Option<Node>, broadcast::Receiver<RecoveryEvent>) {
+) -> (Node, Option<Node>, broadcast::Receiver<RecoveryEvent>, Gate) {
     let (hooked, gate) = Gate::new(false);
     let mut cluster = Cluster::start(0, registry).await;
     let mut config = cluster.config("n1");
@@ -361,15 +362,15 @@ async fn source_dies_mid_move(
     gate.wait_started().await;
     let events = n2.recovery_events();
     n1.abort().await;
-    gate.open();
     mover.abort();
-    (n2, n3, events)
+    (n2, n3, events, gate)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_unit_staged_on_a_survivor_when_its_source_died_is_rebuilt_there_at_once() {
     // Recovery does not wait for n2 to give its staged copy up: it rebuilds the unit there now.
-    let (n2, _, mut events) = source_dies_mid_move(1_000, false).await;
+    let (n2, _, mut events, gate) = source_dies_mid_move(1_000, false).await;
+    gate.open();
     let id = unit("r");
     completed(&mut events, std::slice::from_ref(&id)).await;
     let record = n2.read_record(&id).await.expect("store").expect("record");
@@ -386,7 +387,8 @@ async fn a_unit_staged_on_a_survivor_when_its_source_died_is_rebuilt_there_at_on
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_copy_staged_by_a_dead_source_is_given_up_when_the_unit_is_rebuilt_elsewhere() {
     // n2 has no room for a rebuilt unit: recovery puts it on n3.
-    let (n2, n3, mut events) = source_dies_mid_move(0, true).await;
+    let (n2, n3, mut events, gate) = source_dies_mid_move(0, true).await;
+    gate.open();
     let n3 = n3.expect("n3 started");
     let id = unit("r");
     completed(&mut events, std::slice::from_ref(&id)).await;
@@ -400,6 +402,32 @@ async fn a_copy_staged_by_a_dead_source_is_given_up_when_the_unit_is_rebuilt_els
     })
     .await
     .expect("n2 gave its copy up");
+    n2.shutdown().await;
+    n3.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_copy_whose_move_was_given_up_during_its_restore_does_not_stay_behind() {
+    let (n2, n3, mut events, gate) = source_dies_mid_move(0, true).await;
+    let n3 = n3.expect("n3 started");
+    let id = unit("r");
+    // n2 coordinates: it read n1 gone, and gave the move up, before the pass that rebuilt the
+    // unit on n3. Only then does its restore end.
+    completed(&mut events, std::slice::from_ref(&id)).await;
+    assert!(n3.hosts(&id));
+    gate.open();
+    // The late copy must not stay on n2, gated, keeping what n2 sends to the unit: every request
+    // from n2 reaches the rebuilt unit.
+    for i in 1..=20 {
+        assert_eq!(n2.request::<u64, u64>(&spot("r"), 1, T).await, Ok(i));
+    }
+    tokio::time::timeout(T, async {
+        while n2.hosts(&id) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("n2 dropped the late copy");
     n2.shutdown().await;
     n3.shutdown().await;
 }

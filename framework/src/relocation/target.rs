@@ -200,9 +200,15 @@ impl Node {
             let started = tokio::time::Instant::now();
             let event = match Lane::restore(&node, capture) {
                 Ok(lane) => {
-                    if let Some(staging) = node.core.moves.incoming.lock().get_mut(&rel) {
-                        staging.lane = Some(lane);
-                        staging.restored_in = started.elapsed();
+                    match node.core.moves.incoming.lock().get_mut(&rel) {
+                        Some(staging) => {
+                            staging.lane = Some(lane);
+                            staging.restored_in = started.elapsed();
+                        }
+                        // The move was given up while it restored: nothing will open this copy.
+                        None => {
+                            let _ = lane.ctl.send(Control::Discard);
+                        }
                     }
                     TargetEvent::Restored
                 }
