@@ -361,16 +361,19 @@ async fn a_drain_whose_store_is_down_is_blocked_store_unavailable() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_unit_nobody_can_take_does_not_hold_back_the_others() {
-    let mut cluster = Cluster::start(1, registry).await;
-    let mut lonely = registry();
-    lonely.register(Registration::spot("lonely", |_| Round::default()));
-    let n1 = cluster.nodes[0].clone();
-    // Only n0 has the "lonely" factory: no other node can take that unit.
+/// The usual factories and "lonely", which only the nodes given this registry have.
+fn with_lonely() -> Registry {
+    let mut reg = registry();
+    reg.register(Registration::spot("lonely", |_| Round::default()));
+    reg
+}
+
+/// Adds n0, the only node with "lonely" so far, hosting "alone" (a lonely unit no other node can
+/// take) and five rooms r0 to r4; it reads the membership every 100 ms.
+async fn lonely_node(cluster: &mut Cluster) -> ferry::Node {
     let mut config = cluster.config("n0");
     config.refresh = Duration::from_millis(100);
-    let n0 = cluster.add_with(config, lonely).await;
+    let n0 = cluster.add_with(config, with_lonely()).await;
     n0.create_spot_on(n0.id(), "lonely", &spot("alone"))
         .await
         .expect("lonely");
@@ -379,6 +382,14 @@ async fn a_unit_nobody_can_take_does_not_hold_back_the_others() {
             .await
             .expect("room");
     }
+    n0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_nobody_can_take_does_not_hold_back_the_others() {
+    let mut cluster = Cluster::start(1, registry).await;
+    let n1 = cluster.nodes[0].clone();
+    let n0 = lonely_node(&mut cluster).await;
     let outcome = n0.relocate(opts(Duration::from_millis(800))).await;
     assert_eq!(
         outcome,
@@ -450,5 +461,30 @@ async fn a_shutdown_during_a_drain_ends_it_blocked_and_keeps_the_node_stopped() 
     );
     assert_eq!(n1.state(), NodeState::Stopped, "the drain did not undo it");
     assert_eq!(n1.unit_count(), 0);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_counts_the_moves_made_while_the_drain_waits_for_a_target() {
+    let mut cluster = Cluster::start(1, registry).await;
+    let n0 = lonely_node(&mut cluster).await;
+    let drain = {
+        let n0 = n0.clone();
+        tokio::spawn(async move { n0.relocate(opts(Duration::from_secs(60))).await })
+    };
+    // No node takes "lonely": the drain waits for one, and meanwhile shows what did move.
+    let mut status = n0.watch_status();
+    let seen = tokio::time::timeout(T, status.wait_for(|s| s.moved == 5))
+        .await
+        .expect("the five rooms counted while the drain waits")
+        .expect("status open")
+        .clone();
+    assert_eq!(seen.state, NodeState::Relocating, "{seen:?}");
+    assert_eq!((seen.total, seen.failed), (6, 0));
+    // A node that registers it comes up: the drain moves it and ends.
+    let config = cluster.config("n2");
+    cluster.add_with(config, with_lonely()).await;
+    let outcome = drain.await.expect("ran");
+    assert_eq!(outcome, RelocateOutcome::Relocated { moved: 6 });
     cluster.shutdown().await;
 }

@@ -9,6 +9,7 @@ use ferry::{
     RelocationPolicy, SpotId, Target, UnitId,
 };
 use ferry_tests::cluster::Cluster;
+use ferry_tests::faults::{Gate, Hooked};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
@@ -282,4 +283,151 @@ async fn a_unit_switched_to_not_recoverable_is_freed_not_rebuilt() {
             .is_none()
     );
     n1.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_survivor_without_room_gets_no_rebuilt_unit() {
+    let mut cluster = Cluster::start(1, registry).await;
+    // n0 takes no unit; the lowest id, it coordinates recovery.
+    let mut config = cluster.config("n0");
+    config.capacity = 0;
+    let n0 = cluster.add_with(config, registry()).await;
+    let mut config = cluster.config("n9");
+    config.lease_ttl = Duration::from_millis(600);
+    let n9 = cluster.add_with(config, registry()).await;
+    let rooms: Vec<UnitId> = (0..4).map(|i| unit(&format!("room-{i}"))).collect();
+    for r in &rooms {
+        let UnitId::Spot(s) = r else { unreachable!() };
+        n9.create_spot_on(n9.id(), "room", s).await.expect("room");
+    }
+    let mut events = n0.recovery_events();
+    n9.abort().await;
+    completed(&mut events, &rooms).await;
+    let n1 = &cluster.nodes[0];
+    assert_eq!(n0.unit_count(), 0, "capacity 0: none rebuilt there");
+    assert_eq!(
+        n1.unit_count(),
+        rooms.len(),
+        "all rebuilt on the node with room"
+    );
+    n0.shutdown().await;
+    n1.shutdown().await;
+}
+
+/// Rooms whose restores go through `hooked`.
+fn hooked_rooms(hooked: Hooked) -> Registry {
+    let mut reg = Registry::new();
+    reg.register(
+        Registration::spot("room", |_| Counter::default())
+            .policy(RelocationPolicy::PreserveState(Arc::new(hooked))),
+    );
+    reg
+}
+
+/// Moves room "r" (counted up to 5) from n1 to n2 and kills n1 while n2 restores it. Once the
+/// returned gate opens, n2 has the unit staged, waiting for a cutover that never comes. n2 takes
+/// `n2_capacity` units; `with_n3` adds a third node. Returns n2, n3, n2's recovery events from
+/// before n1 died, and the gate.
+async fn source_dies_mid_move(
+    n2_capacity: u64,
+    with_n3: bool,
+) -> (Node, Option<Node>, broadcast::Receiver<RecoveryEvent>, Gate) {
+    let (hooked, gate) = Gate::new(false);
+    let mut cluster = Cluster::start(0, registry).await;
+    let mut config = cluster.config("n1");
+    config.lease_ttl = Duration::from_millis(600);
+    let n1 = cluster
+        .add_with(config, hooked_rooms(Hooked::default()))
+        .await;
+    let mut config = cluster.config("n2");
+    config.capacity = n2_capacity;
+    let n2 = cluster.add_with(config, hooked_rooms(hooked)).await;
+    let n3 = if with_n3 {
+        let config = cluster.config("n3");
+        Some(
+            cluster
+                .add_with(config, hooked_rooms(Hooked::default()))
+                .await,
+        )
+    } else {
+        None
+    };
+    let r = spot("r");
+    n1.create_spot_on(n1.id(), "room", &r).await.expect("room");
+    let _: u64 = n1.request(&r, 5u64, T).await.expect("counted");
+    let mover = {
+        let (n1, id, to) = (n1.clone(), unit("r"), n2.id().clone());
+        tokio::spawn(async move { n1.move_unit(&id, Some(to)).await })
+    };
+    gate.wait_started().await;
+    let events = n2.recovery_events();
+    n1.abort().await;
+    mover.abort();
+    (n2, n3, events, gate)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_unit_staged_on_a_survivor_when_its_source_died_is_rebuilt_there_at_once() {
+    // Recovery does not wait for n2 to give its staged copy up: it rebuilds the unit there now.
+    let (n2, _, mut events, gate) = source_dies_mid_move(1_000, false).await;
+    gate.open();
+    let id = unit("r");
+    completed(&mut events, std::slice::from_ref(&id)).await;
+    let record = n2.read_record(&id).await.expect("store").expect("record");
+    assert_eq!(record.owner, *n2.id(), "rebuilt on n2, not just reported");
+    assert!(n2.hosts(&id));
+    assert_eq!(
+        n2.request::<u64, u64>(&spot("r"), 0, T).await,
+        Ok(0),
+        "a fresh start"
+    );
+    n2.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_copy_staged_by_a_dead_source_is_given_up_when_the_unit_is_rebuilt_elsewhere() {
+    // n2 has no room for a rebuilt unit: recovery puts it on n3.
+    let (n2, n3, mut events, gate) = source_dies_mid_move(0, true).await;
+    gate.open();
+    let n3 = n3.expect("n3 started");
+    let id = unit("r");
+    completed(&mut events, std::slice::from_ref(&id)).await;
+    assert!(n3.hosts(&id), "rebuilt on n3");
+    // n2 saw n1 gone: it gives its staged copy up at once, not when its wait for a cutover ends.
+    tokio::time::timeout(T, async {
+        while n2.hosts(&id) {
+            n2.refresh_membership().await.expect("membership read");
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("n2 gave its copy up");
+    n2.shutdown().await;
+    n3.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_copy_whose_move_was_given_up_during_its_restore_does_not_stay_behind() {
+    let (n2, n3, mut events, gate) = source_dies_mid_move(0, true).await;
+    let n3 = n3.expect("n3 started");
+    let id = unit("r");
+    // n2 coordinates: it read n1 gone, and gave the move up, before the pass that rebuilt the
+    // unit on n3. Only then does its restore end.
+    completed(&mut events, std::slice::from_ref(&id)).await;
+    assert!(n3.hosts(&id));
+    gate.open();
+    // The late copy must not stay on n2, gated, keeping what n2 sends to the unit: every request
+    // from n2 reaches the rebuilt unit.
+    for i in 1..=20 {
+        assert_eq!(n2.request::<u64, u64>(&spot("r"), 1, T).await, Ok(i));
+    }
+    tokio::time::timeout(T, async {
+        while n2.hosts(&id) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("n2 dropped the late copy");
+    n2.shutdown().await;
+    n3.shutdown().await;
 }

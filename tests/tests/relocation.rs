@@ -668,6 +668,70 @@ async fn a_deadline_mid_drain_sends_unready_units_back_and_force_stops_those_pas
     cluster.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_source_never_takes_back_a_unit_recorded_on_a_third_node_meanwhile() {
+    use ferry::ObjectGeneration;
+    use ferry::cluster::authority::{UnitRecord, unit_key};
+    use ferry::store::{BatchOutcome, Condition, Op};
+    use ferry_tests::faults::HeldStore;
+
+    // n2's writes can be held: its commit then hangs, and the source hears nothing back.
+    let mut cluster = Cluster::start(1, registry).await;
+    let held = HeldStore::new(cluster.store.clone());
+    let config = cluster.config("n2").store(held.clone());
+    cluster.add_with(config, registry()).await;
+    let n3 = cluster.add("n3", registry()).await;
+    let (n1, n2) = (cluster.nodes[0].clone(), cluster.nodes[1].clone());
+    let r = spot("r");
+    let id = UnitId::Spot(r.clone());
+    n1.create_spot_on(n1.id(), "room", &r)
+        .await
+        .expect("created");
+    held.hold();
+    let mover = {
+        let (n1, id, to) = (n1.clone(), id.clone(), n2.id().clone());
+        tokio::spawn(async move { n1.move_unit(&id, Some(to)).await })
+    };
+    // Past the point of no return, the source gives the unit up from its directory.
+    tokio::time::timeout(T, async {
+        while n1.hosts(&id) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("handed over");
+    // Meanwhile, as when n2 committed and died and recovery rebuilt the unit on n3: the record
+    // names n3, a new incarnation.
+    let key = unit_key(&id);
+    let current = cluster
+        .store
+        .get(&key)
+        .await
+        .expect("store")
+        .expect("record");
+    let mut record = UnitRecord::decode(&key, &current.value).expect("a record");
+    record.owner = n3.id().clone();
+    record.owner_generation += 2;
+    record.object_generation = ObjectGeneration(record.object_generation.0.wrapping_add(1));
+    let written = cluster
+        .store
+        .batch(
+            vec![Condition::version(key.clone(), current.version)],
+            vec![Op::put(key, record.encode())],
+        )
+        .await
+        .expect("store");
+    assert!(matches!(written, BatchOutcome::Committed { .. }));
+    // The source hears nothing, fences, and finds the unit is another node's: it does not run it
+    // again, and the record stays as recovery left it.
+    let report = mover.await.expect("mover ran").expect("started");
+    assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
+    assert!(!n1.hosts(&id), "never two copies running");
+    assert_eq!(n1.read_record(&id).await.expect("store"), Some(record));
+    held.release();
+    cluster.shutdown().await;
+}
+
 /// Runs each scenario twice: on the in-process store and on a real redis-server.
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {$(

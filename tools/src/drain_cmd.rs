@@ -23,9 +23,9 @@ const POLL: Duration = Duration::from_millis(200);
 
 /// The exit codes, for `--help`.
 const EXIT_CODES: &str = "Exit codes: 0 every unit moved (Relocated); 1 the drain did not run \
-    (bad address, node unreachable, request refused); 2 bad arguments; 3 Blocked: some units \
-    stayed and run on the node again (the reason is printed); 4 ForceStopped: some units run \
-    nowhere until recovery rebuilds them.";
+    (bad address, node unreachable, request refused) or the node went away during it; 2 bad \
+    arguments; 3 Blocked: some units stayed and run on the node again (the reason is printed); \
+    4 ForceStopped: some units run nowhere until recovery rebuilds them.";
 
 /// Which node, and how to drain it.
 #[derive(Args, Debug, Clone)]

@@ -13,7 +13,8 @@ use crate::drain_cmd::{
 
 /// The exit codes, for `--help`.
 const EXIT_CODES: &str = "Exit codes: 0 every unit moved and the node stopped cleanly; 1 the \
-    shutdown did not run (bad address, node unreachable, request refused); 2 bad arguments; 3 \
+    shutdown did not run (bad address, node unreachable, request refused) or the node went \
+    away before it answered; 2 bad arguments; 3 \
     the node stopped, but its drain was blocked, so the units that stayed were closed with it; \
     4 the node stopped, but not cleanly (units force-stopped at the deadline, or records not \
     released).";

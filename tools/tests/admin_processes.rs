@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::processes::{
-    Processes, driver, ferry, get, post, raw_http, wait_two_refreshes, within,
+    Processes, driver, get, post, raw_http, run_ferry, settle, status_json, text, within,
 };
 use common::{TempDir, certs, one_line_failure};
 use ferry::store::LocationStore;
@@ -54,35 +54,6 @@ async fn start_driver(redis: &RedisServer, certs_dir: &Path) -> (Node, Arc<dyn L
     let mut registry = Registry::new();
     registry.register(ping::ping());
     driver(&redis.url(), PREFIX, VERSION, certs_dir, registry).await
-}
-
-/// Waits until the driver links to every node and all of them know each other.
-async fn settle(driver: &Node, store: &Arc<dyn LocationStore>, nodes: &[NodeId]) {
-    for node in nodes {
-        within(&format!("link to {node}"), async {
-            loop {
-                driver.refresh_membership().await.expect("membership read");
-                if driver.cluster_view().iter().any(|d| d.node == *node) {
-                    break;
-                }
-            }
-            driver.wait_peer_ready(node).await
-        })
-        .await
-        .expect("peer link up");
-    }
-    wait_two_refreshes(store, nodes).await;
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// `ferry status --json ADDR`, parsed.
-async fn status_json(addr: &str) -> Value {
-    let out = ferry(&["status", "--json", addr]).await;
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("status JSON")
 }
 
 async fn report(driver: &Node, spot: &SpotId) -> PingReport {
@@ -142,7 +113,7 @@ async fn drain_moves_every_unit_off_a_node_process_and_shutdown_stops_it() {
     }
 
     // ferry status, read by a person, then as JSON.
-    let out = ferry(&["status", p1]).await;
+    let out = run_ferry(&["status", p1]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let shown = text(&out.stdout);
     assert!(
@@ -167,7 +138,7 @@ async fn drain_moves_every_unit_off_a_node_process_and_shutdown_stops_it() {
     assert_eq!(s["safe_to_shutdown"], false);
 
     // ferry drain: every room moves to p2 or p3, with its state.
-    let out = ferry(&["drain", p1, "--deadline", "60s"]).await;
+    let out = run_ferry(&["drain", p1, "--deadline", "60s"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let said = text(&out.stdout);
     assert!(
@@ -205,7 +176,7 @@ async fn drain_moves_every_unit_off_a_node_process_and_shutdown_stops_it() {
     assert_eq!(s["last_drain"]["outcome"], "Relocated");
     assert_eq!(s["last_drain"]["moved"], ROOMS);
     assert_eq!(s["progress"]["moved"], ROOMS);
-    let shown = text(&ferry(&["status", p1]).await.stdout);
+    let shown = text(&run_ferry(&["status", p1]).await.stdout);
     assert!(shown.contains("  safe to shut down yes\n"), "{shown}");
     assert!(
         shown.contains(&format!(
@@ -259,7 +230,7 @@ async fn drain_moves_every_unit_off_a_node_process_and_shutdown_stops_it() {
     assert_eq!(status_json(p1).await["state"], "Relocated");
 
     // ferry shutdown: nothing is left to move, the node stops, its process exits 0.
-    let out = ferry(&["shutdown", p1]).await;
+    let out = run_ferry(&["shutdown", p1]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
         text(&out.stdout).starts_with(&format!("stopped: {p1} moved its last 0 units off")),
@@ -312,7 +283,7 @@ async fn a_drain_with_nowhere_to_go_exits_3_with_the_reason() {
     }
 
     // The driver takes no units: no node can.
-    let out = ferry(&["drain", &p1, "--deadline", "500ms"]).await;
+    let out = run_ferry(&["drain", &p1, "--deadline", "500ms"]).await;
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
@@ -333,7 +304,7 @@ async fn a_drain_with_nowhere_to_go_exits_3_with_the_reason() {
     }
 
     // A rolling update to a version no node runs is blocked the same way.
-    let out = ferry(&["drain", &p1, "--rolling-update", "8", "--deadline", "300ms"]).await;
+    let out = run_ferry(&["drain", &p1, "--rolling-update", "8", "--deadline", "300ms"]).await;
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
 
     // Something that is not an admin endpoint: the redis-server.
@@ -352,7 +323,7 @@ async fn a_drain_with_nowhere_to_go_exits_3_with_the_reason() {
 
     // Shutdown stops the node anyway, says what it could not move, and exits 3; the process
     // itself exits 1, naming the unclean stop.
-    let out = ferry(&["shutdown", &p1, "--deadline", "500ms"]).await;
+    let out = run_ferry(&["shutdown", &p1, "--deadline", "500ms"]).await;
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(
@@ -453,7 +424,7 @@ async fn a_gateway_node_prints_its_client_address_and_takes_clients_with_a_liste
     use ferry::client::{Client, ClientConfig};
 
     let tmp = TempDir::new("admin-gateway");
-    let out = ferry(&[
+    let out = run_ferry(&[
         "certs",
         "--out",
         &tmp.path().join("certs").display().to_string(),

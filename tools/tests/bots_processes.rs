@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use common::TempDir;
-use common::processes::{Processes, Ready, ferry, get, raw_http, wait_two_refreshes, within};
+use common::processes::{Processes, Ready, get, raw_http, run_ferry, wait_two_refreshes, within};
 use ferry::NodeId;
 use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
 use ferry_tests::redis_server::RedisServer;
@@ -95,7 +95,7 @@ async fn playing(admins: &[String], bots: u64) {
 
 /// Runs `ferry certs` for the nodes and the gateways.
 async fn certs(dir: &Path) {
-    let out = ferry(&[
+    let out = run_ferry(&[
         "certs",
         "--out",
         &dir.display().to_string(),
@@ -164,7 +164,7 @@ async fn bots_lose_nothing_while_a_node_process_is_drained_under_them() {
     let before = status(p1).await["units"].as_u64().unwrap_or(0);
     assert_eq!(before, 3 * 3, "room 0 of each game and its players on p1");
 
-    let out = ferry(&["drain", p1, "--deadline", "60s"]).await;
+    let out = run_ferry(&["drain", p1, "--deadline", "60s"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let said = text(&out.stdout);
     assert!(said.starts_with("relocated: "), "{said}");

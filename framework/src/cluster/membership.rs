@@ -95,6 +95,8 @@ impl Node {
                 }
             }
         }
+        // Moves from a node that is gone will never get their cutover: give their copies up now.
+        self.give_up_staged_from_departed(&live);
         *self.core.view.write() = live;
         *self.core.dead.write() = dead;
         Ok(())

@@ -2,10 +2,11 @@
 //! survivor (the coordinator: the serving node with the lowest id) brings its units back.
 //!
 //! One scan of the store collects the dead node's units and counts every survivor's. Relocatable
-//! units are rebuilt fresh on the survivors by a balanced fill; each rebuild is a conditional write
-//! gated on the record still naming the dead node, so a repeated or resumed pass (a successor
-//! coordinator) does nothing twice. A rebuild that fails leaves the record naming the dead node,
-//! and the next pass (every refresh period, while any record names a dead node) retries it.
+//! units are rebuilt fresh on the survivors by a balanced fill that fills no node past its
+//! capacity; each rebuild is a conditional write gated on the record still naming the dead node,
+//! so a repeated or resumed pass (a successor coordinator) does nothing twice. A rebuild that
+//! fails, or finds no room, leaves the record naming the dead node, and the next pass (every
+//! refresh period, while any record names a dead node) retries it.
 //! Units that are not recoverable, and Instance Spots that are not remembered, have their ids freed
 //! instead (an Instance Spot comes back on its next message). Units force-stopped at a drain's
 //! deadline are rebuilt the same way. Remembered units are also brought back after a cold start of
@@ -52,28 +53,36 @@ pub enum RecoveryEvent {
 /// The most records read per page.
 const PAGE: usize = 1024;
 
+/// A survivor as the fill sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Survivor {
+    /// The units it hosts.
+    pub units: u64,
+    /// The most units it takes (its `NodeConfig::capacity`).
+    pub capacity: u64,
+}
+
 /// How many orphans each survivor gets: the emptiest are raised to a common level, the remainder
-/// goes one each to the emptiest, ties broken by node id. Pure, so every coordinator computes the
-/// same plan from the same tally.
-pub fn balanced_fill(survivors: &BTreeMap<NodeId, u64>, orphans: u64) -> BTreeMap<NodeId, u64> {
+/// goes one each to the emptiest, ties broken by node id. No survivor is filled past its capacity:
+/// orphans that fit nowhere get no share, and a later pass retries them. Pure, so every
+/// coordinator computes the same plan from the same tally.
+pub fn balanced_fill(
+    survivors: &BTreeMap<NodeId, Survivor>,
+    orphans: u64,
+) -> BTreeMap<NodeId, u64> {
     let mut share: BTreeMap<NodeId, u64> = survivors.keys().map(|n| (n.clone(), 0)).collect();
-    if survivors.is_empty() {
-        return share;
-    }
-    let mut left = orphans;
-    while left > 0 {
-        // The emptiest survivor now (units plus its share so far); ties by node id.
-        let Some((node, _)) = survivors
+    for _ in 0..orphans {
+        // The emptiest survivor with room now (units plus its share so far); ties by node id.
+        let Some(node) = survivors
             .iter()
-            .map(|(n, c)| (n, c + share.get(n).copied().unwrap_or(0)))
+            .map(|(n, s)| (n, s.units + share.get(n).copied().unwrap_or(0), s.capacity))
+            .filter(|(_, load, capacity)| load < capacity)
             .min_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(b.0)))
+            .map(|(n, _, _)| n.clone())
         else {
             break;
         };
-        if let Some(s) = share.get_mut(node) {
-            *s += 1;
-        }
-        left -= 1;
+        *share.entry(node).or_default() += 1;
     }
     share
 }
@@ -207,10 +216,17 @@ impl Node {
         }
         for (factory, mut units) in by_factory {
             units.sort_by(|a, b| a.0.cmp(&b.0));
-            let survivors: BTreeMap<NodeId, u64> = view
+            let survivors: BTreeMap<NodeId, Survivor> = view
                 .iter()
                 .filter(|d| d.state == NodeState::Serving && d.factories.contains(&factory))
-                .map(|d| (d.node.clone(), tally.get(&d.node).copied().unwrap_or(0)))
+                .map(|d| {
+                    let units = tally.get(&d.node).copied().unwrap_or(0);
+                    let survivor = Survivor {
+                        units,
+                        capacity: d.capacity,
+                    };
+                    (d.node.clone(), survivor)
+                })
                 .collect();
             let share = balanced_fill(&survivors, units.len() as u64);
             let mut slots = share
@@ -218,6 +234,7 @@ impl Node {
                 .flat_map(|(node, n)| std::iter::repeat_n(node.clone(), *n as usize));
             for (id, record, version) in units {
                 let Some(target) = slots.next() else {
+                    tracing::warn!(unit = %id, %factory, "no serving node with this factory has room; the next pass retries: start one or raise capacity");
                     failed.push(id);
                     continue;
                 };
@@ -396,10 +413,11 @@ impl Node {
 mod tests {
     use super::*;
 
-    fn tally(counts: &[(&str, u64)]) -> BTreeMap<NodeId, u64> {
+    fn tally(counts: &[(&str, u64)]) -> BTreeMap<NodeId, Survivor> {
         counts
             .iter()
-            .map(|(n, c)| (NodeId::new(n).unwrap(), *c))
+            .map(|(n, c)| (*n, *c, u64::MAX))
+            .map(|(n, units, capacity)| (NodeId::new(n).unwrap(), Survivor { units, capacity }))
             .collect()
     }
 
@@ -433,5 +451,27 @@ mod tests {
         let t = tally(&[("x", 3), ("y", 1), ("z", 1)]);
         assert_eq!(balanced_fill(&t, 7), balanced_fill(&t.clone(), 7));
         assert!(balanced_fill(&BTreeMap::new(), 3).is_empty());
+    }
+
+    #[test]
+    fn no_survivor_is_filled_past_its_capacity() {
+        let survivor = |units, capacity| Survivor { units, capacity };
+        let survivors: BTreeMap<NodeId, Survivor> = [
+            ("a", survivor(3, 4)),
+            ("b", survivor(0, 0)),
+            ("c", survivor(5, 100)),
+        ]
+        .into_iter()
+        .map(|(n, s)| (NodeId::new(n).unwrap(), s))
+        .collect();
+        // a takes one (to its capacity of 4), b none (capacity 0), c the rest.
+        let plan = balanced_fill(&survivors, 6);
+        assert_eq!(
+            shares(&plan),
+            vec![("a".into(), 1), ("b".into(), 0), ("c".into(), 5)]
+        );
+        // With no room anywhere, the orphans get no share: a later pass retries them.
+        let full: BTreeMap<NodeId, Survivor> = [(NodeId::new("a").unwrap(), survivor(4, 4))].into();
+        assert_eq!(balanced_fill(&full, 3).values().sum::<u64>(), 0);
     }
 }

@@ -483,7 +483,11 @@ impl Node {
         wanted: KindCheck,
         kind: &'static str,
     ) -> Result<bool, UnitError> {
-        let or_get = matches!(claim, Claim::New { or_get: true } | Claim::Recover { .. });
+        let recovering = matches!(claim, Claim::Recover { .. });
+        if recovering {
+            self.give_up_staged(&id);
+        }
+        let or_get = matches!(claim, Claim::New { or_get: true });
         let factory = self
             .core
             .factories
@@ -496,6 +500,15 @@ impl Node {
         let lane = {
             let mut shard = self.core.directory.lock(&id);
             if let Some(existing) = shard.get(&id) {
+                if recovering {
+                    // A copy a move left here, on its way out: not the rebuilt unit.
+                    return Err(UnitError::Unavailable {
+                        what: format!("rebuilding {id}"),
+                        reason: "a copy an unfinished move left on this node is still being \
+                                 given up; the next recovery pass retries"
+                            .to_owned(),
+                    });
+                }
                 return existing_answer(id, &existing.factory.info().type_name, type_name, or_get);
             }
             // A factory that panics fails this creation, not the node.

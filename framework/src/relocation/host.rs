@@ -323,9 +323,21 @@ impl Node {
             if waiting.is_empty() || Instant::now() >= deadline || shutting_down {
                 break;
             }
-            // Maybe a node of the right kind is on its way: look again.
+            // Maybe a node of the right kind is on its way: look again soon, and report the
+            // moves that end meanwhile.
             let wait = self.config().refresh.min(deadline - Instant::now());
-            tokio::time::sleep(wait).await;
+            let look_again = tokio::time::sleep(wait);
+            tokio::pin!(look_again);
+            loop {
+                tokio::select! {
+                    () = &mut look_again => break,
+                    Some(joined) = moves.join_next() => {
+                        if let Ok((unit, report)) = joined {
+                            self.account(unit, report, &mut stayed, &mut force_stopped);
+                        }
+                    }
+                }
+            }
             let _ = self.refresh_membership().await;
         }
         let (why, reason) = if self.state() == NodeState::Relocating {

@@ -699,8 +699,10 @@ impl SourceRun {
     }
 
     async fn fence_once(&mut self, force_stop: bool) -> SourceEvent {
-        // A conflict means the record changed; only a commit by the target means the unit is
-        // theirs. Any other change (a recovery switch, say) is read back and the fence tried again.
+        // A conflict means the record changed. If it names another node or another incarnation,
+        // the target committed (and recovery may have rebuilt the unit since, here or elsewhere):
+        // the unit is not ours any more. A change that leaves it ours (a recovery switch, say) is
+        // read back and the fence tried again.
         for _ in 0..4 {
             match self.fence_write(force_stop).await {
                 SourceEvent::FenceLost => match self.reread_records().await {
@@ -714,8 +716,8 @@ impl SourceRun {
         SourceEvent::FenceUnknown
     }
 
-    /// Reads the unit's records again: `Ok(true)` if the target is recorded as owner; otherwise
-    /// the fence's conditions are updated to what the store holds now.
+    /// Reads the unit's records again: `Ok(true)` if they name another owner or another
+    /// incarnation; otherwise the fence's conditions are updated to what the store holds now.
     async fn reread_records(&mut self) -> Result<bool, ()> {
         for at in &mut self.records {
             let key = unit_key(&at.id);
@@ -724,7 +726,9 @@ impl SourceRun {
             };
             let record =
                 crate::cluster::authority::UnitRecord::decode(&key, &now.value).map_err(|_| ())?;
-            if record.owner == self.target {
+            if record.owner != *self.node.id()
+                || record.object_generation != at.record.object_generation
+            {
                 return Ok(true);
             }
             at.record = record;

@@ -14,7 +14,7 @@ use super::capture::{Assembly, QueuedOp, relay_digest};
 use super::frames::{RecordAt, RelocFrame};
 use super::phases::TargetPhases;
 use super::protocol::{SourceEvent, TargetAction, TargetEvent, TargetMachine};
-use crate::cluster::authority::{Stage, UnitRecord, unit_key};
+use crate::cluster::authority::{NodeDescriptor, Stage, UnitRecord, unit_key};
 use crate::cluster::frames::Frame;
 use crate::ids::{NodeId, UnitId};
 use crate::node::{Control, Lane, LaneTx, Node};
@@ -142,6 +142,35 @@ impl Node {
         }
     }
 
+    /// Gives up every move of `unit` to this node that has not reached its commit: recovery is
+    /// rebuilding the unit, so its source died and no cutover will come.
+    pub(crate) fn give_up_staged(&self, unit: &UnitId) {
+        self.give_up_staging(|staging| staging.unit == *unit);
+    }
+
+    /// Gives up every move to this node whose source is not among the `live` nodes any more and
+    /// that has not reached its commit: no cutover will come, and recovery rebuilds the unit.
+    pub(crate) fn give_up_staged_from_departed(&self, live: &[NodeDescriptor]) {
+        self.give_up_staging(|staging| !live.iter().any(|d| d.node == staging.source));
+    }
+
+    /// Ends the staged moves `which` picks as if their source fell silent. A move already
+    /// committing is left to end on its own (the store decides between it and a rebuild).
+    fn give_up_staging(&self, which: impl Fn(&Staging) -> bool) {
+        let staged: Vec<RelocationId> = self
+            .core
+            .moves
+            .incoming
+            .lock()
+            .iter()
+            .filter(|(_, staging)| which(staging))
+            .map(|(rel, _)| *rel)
+            .collect();
+        for rel in staged {
+            self.target_event(rel, TargetEvent::Silence);
+        }
+    }
+
     fn on_chunk(&self, rel: RelocationId, index: u32, bytes: &[u8]) {
         let finished = {
             let mut incoming = self.core.moves.incoming.lock();
@@ -175,7 +204,7 @@ impl Node {
                             staging.lane = Some(lane);
                             staging.restored_in = started.elapsed();
                         }
-                        // Withdrawn (or given up) while it was being restored.
+                        // Withdrawn or given up while it restored: nothing will open this copy.
                         None => {
                             let _ = lane.ctl.send(Control::Discard);
                         }

@@ -65,6 +65,21 @@ pub enum ClientError {
         /// What was wrong with the answer.
         reason: String,
     },
+    /// The node answered a status, then closed the connection before it answered the request:
+    /// it stopped or crashed meanwhile.
+    #[error(
+        "the node at {addr} went away before it answered {what} ({reason}): it stopped or \
+         crashed; read its log. What it was doing ended with it: recovery rebuilds the units it \
+         still hosted on the other nodes once its lease lapses"
+    )]
+    Lost {
+        /// The address.
+        addr: String,
+        /// The request.
+        what: String,
+        /// How the connection ended.
+        reason: String,
+    },
     /// The node refused the request, saying why.
     #[error("node at {addr} refused {what} ({status}): {message}")]
     Refused {
@@ -149,11 +164,22 @@ impl AdminClient {
         request: &impl Serialize,
         deadline_ms: Option<u64>,
     ) -> Result<T, ClientError> {
+        // Asked first, so that a connection cut off later is known to be the node going away,
+        // not something that is no admin endpoint (which is then never sent the operation).
+        self.status::<serde_json::Value>().await?;
         let wait = super::wire::deadline(deadline_ms).unwrap_or_default() + SETTLE;
-        let body = self
+        match self
             .call(Method::POST, path, Some(json(request)), wait)
-            .await?;
-        self.decode(&body)
+            .await
+        {
+            Ok(body) => self.decode(&body),
+            Err(ClientError::NotAdmin { reason, .. }) => Err(ClientError::Lost {
+                addr: self.addr.clone(),
+                what: format!("POST {path}"),
+                reason,
+            }),
+            Err(error) => Err(error),
+        }
     }
 
     fn decode<T: DeserializeOwned>(&self, body: &[u8]) -> Result<T, ClientError> {
@@ -251,4 +277,81 @@ impl AdminClient {
 fn json(value: &impl Serialize) -> Vec<u8> {
     // These request types are plain structs of strings and numbers: encoding cannot fail.
     serde_json::to_vec(value).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::wire::Mode;
+
+    fn drain_request() -> RelocateRequest {
+        RelocateRequest {
+            mode: Mode::Maintenance,
+            version: None,
+            deadline_ms: Some(1000),
+        }
+    }
+
+    /// Requests' first lines, as a test server saw them.
+    type Seen = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+    /// Listens on loopback and closes every connection after reading its request; with
+    /// `status`, answers the first one (a status) with an empty JSON object. Every request the
+    /// client made has been read by the time its call returns: it waits for each answer.
+    async fn closing_server(status: bool) -> (AdminClient, Seen, tokio::task::JoinHandle<()>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let addr = listener.local_addr().expect("its address");
+        let seen = Seen::default();
+        let requests = seen.clone();
+        let server = tokio::spawn(async move {
+            let mut answer = status;
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut buf = [0_u8; 1024];
+                let n = stream.read(&mut buf).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&buf[..n]);
+                let first = request.lines().next().unwrap_or_default().to_owned();
+                requests.lock().expect("not poisoned").push(first);
+                if std::mem::take(&mut answer) {
+                    let ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+                    stream.write_all(ok.as_bytes()).await.expect("answer sent");
+                }
+            }
+        });
+        let client = AdminClient::new(&addr.to_string()).expect("a valid address");
+        (client, seen, server)
+    }
+
+    #[tokio::test]
+    async fn a_node_that_goes_away_mid_drain_is_reported_lost() {
+        let (client, seen, server) = closing_server(true).await;
+        let error = client
+            .relocate(&drain_request())
+            .await
+            .expect_err("no answer");
+        server.abort();
+        assert!(matches!(error, ClientError::Lost { .. }), "{error:?}");
+        let said = error.to_string();
+        assert!(
+            said.contains("went away before it answered POST /relocate"),
+            "{said}"
+        );
+        let seen = seen.lock().expect("not poisoned").clone();
+        assert_eq!(seen, ["GET /status HTTP/1.1", "POST /relocate HTTP/1.1"]);
+    }
+
+    #[tokio::test]
+    async fn something_that_is_no_admin_endpoint_is_never_sent_the_drain() {
+        let (client, seen, server) = closing_server(false).await;
+        let error = client
+            .relocate(&drain_request())
+            .await
+            .expect_err("no answer");
+        server.abort();
+        assert!(matches!(error, ClientError::NotAdmin { .. }), "{error:?}");
+        let seen = seen.lock().expect("not poisoned").clone();
+        assert_eq!(seen, ["GET /status HTTP/1.1"]);
+    }
 }

@@ -1,5 +1,7 @@
 //! `ferry node` processes started by a test: the ready line awaited and read, SIGTERM to stop,
-//! every process killed if the test fails, and raw HTTP to their admin endpoints.
+//! SIGKILL to crash one, and every process killed if the test fails; the `ferry` commands run
+//! against them, raw HTTP to their admin endpoints, and the driver node a test joins to their
+//! cluster.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -12,7 +14,9 @@ use ferry::cluster::authority::node_key;
 use ferry::mesh::NodeTls;
 use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
 use ferry::{MeshSettings, Node, NodeConfig, NodeId, Registry};
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
 use tokio::process::{Child, ChildStdout, Command};
 
 /// A bound on waits for events that have no timeout of their own (a ready line, a link, an exit),
@@ -150,6 +154,16 @@ impl Processes {
         ended
     }
 
+    /// Kills the `i`th process with SIGKILL, as a crash does: it gets no chance to release its
+    /// lease or its units. Returns how it ended, once it has.
+    pub async fn kill(&mut self, i: usize) -> ExitStatus {
+        let p = &mut self.0[i];
+        // tokio's kill sends SIGKILL on Unix.
+        p.child.start_kill().expect("SIGKILL sent");
+        let (_, status, _) = self.wait(i).await;
+        status
+    }
+
     /// Waits for the `i`th process to exit and returns its id, exit status and log.
     pub async fn wait(&mut self, i: usize) -> (String, ExitStatus, String) {
         let p = &mut self.0[i];
@@ -229,10 +243,51 @@ pub async fn driver(
     (node, store)
 }
 
-/// Sends an HTTP `request` to an admin endpoint as it is, on a fresh connection, and returns the
-/// status code and the body.
+/// Waits until the driver links to every node and all of them know each other.
+pub async fn settle(driver: &Node, store: &Arc<dyn LocationStore>, nodes: &[NodeId]) {
+    for node in nodes {
+        within(&format!("link to {node}"), async {
+            loop {
+                driver.refresh_membership().await.expect("membership read");
+                if driver.cluster_view().iter().any(|d| d.node == *node) {
+                    break;
+                }
+            }
+            driver.wait_peer_ready(node).await
+        })
+        .await
+        .expect("peer link up");
+    }
+    wait_two_refreshes(store, nodes).await;
+}
+
+/// Runs `ferry args...` to its end.
+pub async fn run_ferry(args: &[&str]) -> Output {
+    within(
+        &format!("ferry {args:?}"),
+        Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args(args)
+            .output(),
+    )
+    .await
+    .expect("the ferry binary runs")
+}
+
+/// A command's output as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `ferry status --json ADDR`, parsed.
+pub async fn status_json(addr: &str) -> Value {
+    let out = run_ferry(&["status", "--json", addr]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("status JSON")
+}
+
+/// Sends `request` as it is on a fresh connection and returns the status code and body.
 pub async fn raw_http(addr: &str, request: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr)
+    let mut stream = TcpStream::connect(addr)
         .await
         .expect("admin endpoint reachable");
     stream
@@ -255,27 +310,15 @@ pub async fn raw_http(addr: &str, request: &str) -> (u16, String) {
     (code, body)
 }
 
-/// A `GET` request, as [`raw_http`] sends it.
+/// A GET request for `raw_http`.
 pub fn get(path: &str) -> String {
     format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
 }
 
-/// A `POST` request with a body, as [`raw_http`] sends it.
+/// A POST request for `raw_http`.
 pub fn post(path: &str, body: &str) -> String {
     format!(
         "POST {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
-}
-
-/// Runs `ferry args...` to its end.
-pub async fn ferry(args: &[&str]) -> Output {
-    within(
-        &format!("ferry {args:?}"),
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
-            .args(args)
-            .output(),
-    )
-    .await
-    .expect("the ferry binary runs")
 }
