@@ -59,3 +59,62 @@ pub(crate) enum RelocFrame {
     /// Target → source: gave up before committing.
     Aborted { rel: RelocationId, reason: String },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::authority::Stage;
+    use crate::ids::{NodeId, ObjectGeneration, SpotId};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Every frame of a move decodes to what was encoded (compared by its encoding again,
+        /// since the frames carry no equality of their own).
+        #[test]
+        fn move_frames_round_trip(
+            rel in any::<u128>(),
+            numbers in any::<(u64, u32, u32)>(),
+            bytes in proptest::collection::vec(any::<u8>(), 0..256),
+            reason in "\\PC*",
+            micros in any::<u32>(),
+        ) {
+            let (version, index, crc) = numbers;
+            let rel = RelocationId(rel);
+            let unit = UnitId::Spot(SpotId::new("room").expect("valid id"));
+            let record = UnitRecord {
+                owner: NodeId::new("n1").expect("valid id"),
+                lease_generation: version,
+                object_generation: ObjectGeneration(version),
+                owner_generation: version / 2,
+                factory: reason.clone(),
+                stage: Stage::Active,
+                spot: None,
+                recoverable: index % 2 == 0,
+            };
+            let op = QueuedOp { to: unit.clone(), payload: bytes.clone().into(), session: None, reply: None };
+            let took = Duration::from_micros(u64::from(micros));
+            let frames = [
+                RelocFrame::Offer {
+                    rel,
+                    unit: unit.clone(),
+                    records: vec![RecordAt { id: unit.clone(), record, version }],
+                    manifest: Manifest { len: version, chunks: index, crc },
+                },
+                RelocFrame::Chunk { rel, index, bytes: bytes.into() },
+                RelocFrame::RelayReady { rel, restore: took },
+                RelocFrame::Refused { rel, reason: reason.clone() },
+                RelocFrame::RelayReset { rel },
+                RelocFrame::Withdraw { rel },
+                RelocFrame::Relay { rel, op },
+                RelocFrame::Cutover { rel, count: index, crc },
+                RelocFrame::Committed { rel, commit: took },
+                RelocFrame::Aborted { rel, reason },
+            ];
+            for frame in &frames {
+                let bytes = postcard::to_allocvec(frame).expect("encodes");
+                let back: RelocFrame = postcard::from_bytes(&bytes).expect("decodes");
+                prop_assert_eq!(postcard::to_allocvec(&back).expect("encodes"), bytes);
+            }
+        }
+    }
+}

@@ -199,6 +199,69 @@ impl CloseCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// An Actor id from any text, cut to a valid one.
+    fn actor(text: &str) -> ActorId {
+        let id: String = text.chars().take(40).collect();
+        ActorId::new(format!("a{id}")).expect("valid id")
+    }
+
+    fn round_trip<T: Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug>(
+        value: &T,
+    ) -> Result<(), TestCaseError> {
+        let bytes = postcard::to_allocvec(value).expect("encodes");
+        let back: T = postcard::from_bytes(&bytes).expect("decodes");
+        prop_assert_eq!(&back, value);
+        Ok(())
+    }
+
+    proptest! {
+        /// Every frame a client sends decodes to what was encoded.
+        #[test]
+        fn client_frames_round_trip(
+            name in "\\PC*",
+            bytes in proptest::collection::vec(any::<u8>(), 0..64),
+            version in any::<u16>(),
+        ) {
+            let frames = [
+                ClientFrame::Hello { version, token: bytes.clone().into() },
+                ClientFrame::Bind { actor: actor(&name) },
+                ClientFrame::Unbind { actor: actor(&name) },
+                ClientFrame::Input { actor: actor(&name), payload: bytes.into() },
+                ClientFrame::Bye,
+            ];
+            for frame in &frames {
+                round_trip(frame)?;
+            }
+        }
+
+        /// Every frame a gateway sends decodes to what was encoded.
+        #[test]
+        fn server_frames_round_trip(
+            name in "\\PC*",
+            bytes in proptest::collection::vec(any::<u8>(), 0..64),
+            numbers in any::<(u64, u32, u32, u32)>(),
+            code in 0..CloseCode::ALL.len(),
+        ) {
+            let (session, max_frame, rate_per_second, rate_burst) = numbers;
+            let frames = [
+                ServerFrame::Welcome {
+                    session: SessionId(session),
+                    node: NodeId::new(format!("n{}", session % 100)).expect("valid id"),
+                    limits: AnnouncedLimits { max_frame, rate_per_second, rate_burst },
+                },
+                ServerFrame::Bound { actor: actor(&name) },
+                ServerFrame::BindRefused { actor: actor(&name), reason: name.clone() },
+                ServerFrame::Unbound { actor: actor(&name), reason: name.clone() },
+                ServerFrame::Push { actor: actor(&name), payload: bytes.into() },
+                ServerFrame::Closing { code: CloseCode::ALL[code], reason: name.clone() },
+            ];
+            for frame in &frames {
+                round_trip(frame)?;
+            }
+        }
+    }
 
     #[test]
     fn close_codes_round_trip_and_only_server_side_ends_are_retried() {
