@@ -63,6 +63,12 @@ pub const KEYS: &[&str] = &[
     "sessions_cert",
     "sessions_key",
     "sessions_tokens",
+    "sessions_max_frame_bytes",
+    "sessions_max_held",
+    "sessions_rate_per_second",
+    "sessions_rate_burst",
+    "sessions_max_bindings",
+    "sessions_max_outbound",
 ];
 
 /// A node config file as written, before its values are checked.
@@ -128,6 +134,18 @@ pub struct NodeFile {
     pub sessions_key: Option<PathBuf>,
     /// The file of tokens game clients may connect with, one `<token> [name]` a line.
     pub sessions_tokens: Option<PathBuf>,
+    /// The largest frame a game client may send, in bytes.
+    pub sessions_max_frame_bytes: Option<usize>,
+    /// Inputs a session may have held while its Actors move.
+    pub sessions_max_held: Option<usize>,
+    /// Frames per second a client may send on average.
+    pub sessions_rate_per_second: Option<u32>,
+    /// Frames a client may send in one burst above that rate.
+    pub sessions_rate_burst: Option<u32>,
+    /// Actors one session may bind at once.
+    pub sessions_max_bindings: Option<usize>,
+    /// Frames waiting for a client that reads too slowly.
+    pub sessions_max_outbound: Option<usize>,
 }
 
 fn default_admin() -> String {
@@ -256,6 +274,40 @@ pub struct GatewayFiles {
     pub key: PathBuf,
     /// The tokens file.
     pub tokens: PathBuf,
+    /// The limits each game client is held to.
+    pub limits: ClientLimits,
+}
+
+/// The session limits a gateway's config sets, each the framework's default unless given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLimits {
+    /// The largest frame a game client may send, in bytes.
+    pub max_frame: usize,
+    /// Inputs a session may have held while its Actors move.
+    pub max_held: usize,
+    /// Frames per second a client may send on average.
+    pub rate_per_second: u32,
+    /// Frames a client may send in one burst above that rate.
+    pub rate_burst: u32,
+    /// Actors one session may bind at once.
+    pub max_bindings: usize,
+    /// Frames waiting for a client that reads too slowly.
+    pub max_outbound: usize,
+}
+
+impl ClientLimits {
+    /// These limits over the framework's others (timeouts).
+    pub fn session_limits(&self) -> ferry::SessionLimits {
+        ferry::SessionLimits {
+            max_frame: self.max_frame,
+            max_held: self.max_held,
+            rate_per_second: self.rate_per_second,
+            rate_burst: self.rate_burst,
+            max_bindings: self.max_bindings,
+            max_outbound: self.max_outbound,
+            ..ferry::SessionLimits::default()
+        }
+    }
 }
 
 /// Why a node config could not be used. Each names the file, the problem and the fix.
@@ -530,12 +582,59 @@ fn gateway(base: &Path, file: &NodeFile) -> Result<Option<GatewayFiles>, (&'stat
         )),
     };
     let [cert, key, tokens] = files;
+    let defaults = ferry::SessionLimits::default();
+    let limits = ClientLimits {
+        max_frame: positive(
+            "sessions_max_frame_bytes",
+            file.sessions_max_frame_bytes,
+            defaults.max_frame,
+        )?,
+        max_held: positive(
+            "sessions_max_held",
+            file.sessions_max_held,
+            defaults.max_held,
+        )?,
+        rate_per_second: positive(
+            "sessions_rate_per_second",
+            file.sessions_rate_per_second,
+            defaults.rate_per_second,
+        )?,
+        rate_burst: positive(
+            "sessions_rate_burst",
+            file.sessions_rate_burst,
+            defaults.rate_burst,
+        )?,
+        max_bindings: positive(
+            "sessions_max_bindings",
+            file.sessions_max_bindings,
+            defaults.max_bindings,
+        )?,
+        max_outbound: positive(
+            "sessions_max_outbound",
+            file.sessions_max_outbound,
+            defaults.max_outbound,
+        )?,
+    };
     Ok(Some(GatewayFiles {
         listen,
         cert: required(cert)?,
         key: required(key)?,
         tokens: required(tokens)?,
+        limits,
     }))
+}
+
+/// A limit key's value, above 0, or the framework's default when it is not set.
+fn positive<T: Copy + Default + PartialOrd + std::fmt::Display>(
+    key: &'static str,
+    value: Option<T>,
+    default: T,
+) -> Result<T, (&'static str, String)> {
+    match value {
+        None => Ok(default),
+        Some(v) if v > T::default() => Ok(v),
+        Some(_) => Err((key, format!("it must be above 0; the default is {default}"))),
+    }
 }
 
 /// " (line L, column C: `the line`)" of a parse error, or empty if the parser gave no place.
@@ -638,6 +737,12 @@ mod tests {
         sessions_cert = "gateway.pem"
         sessions_key = "/secret/gateway.key"
         sessions_tokens = "tokens.txt"
+        sessions_max_frame_bytes = 1000
+        sessions_max_held = 2
+        sessions_rate_per_second = 3
+        sessions_rate_burst = 4
+        sessions_max_bindings = 5
+        sessions_max_outbound = 6
     "#;
 
     #[test]
@@ -676,6 +781,14 @@ mod tests {
                 cert: "/etc/ferry/gateway.pem".into(),
                 key: "/secret/gateway.key".into(),
                 tokens: "/etc/ferry/tokens.txt".into(),
+                limits: ClientLimits {
+                    max_frame: 1000,
+                    max_held: 2,
+                    rate_per_second: 3,
+                    rate_burst: 4,
+                    max_bindings: 5,
+                    max_outbound: 6,
+                },
             })
         );
         let off = parse_ok("id = \"a\"\ncerts = \"c\"\nadmin = \"off\"\n");
@@ -693,6 +806,21 @@ mod tests {
         // serde refuses anything else, even without the key check in front of it.
         let direct: Result<NodeFile, _> = toml::from_str("id = \"a\"\ncerts = \"c\"\nzone = 1\n");
         assert!(direct.is_err_and(|e| e.message().contains("unknown field")));
+    }
+
+    #[test]
+    fn client_limits_default_to_the_frameworks_and_refuse_zero() {
+        let gateway = "id = \"a\"\ncerts = \"c\"\nsessions_listen = \"127.0.0.1:0\"\n\
+                       sessions_cert = \"g.pem\"\nsessions_key = \"g.key\"\n\
+                       sessions_tokens = \"t.txt\"\n";
+        let s = parse_ok(gateway);
+        let limits = s.sessions.expect("a gateway").limits.session_limits();
+        assert_eq!(limits, ferry::SessionLimits::default());
+        let e = parse_err(&format!("{gateway}sessions_max_held = 0\n"));
+        assert!(
+            e.contains("sessions_max_held") && e.contains("above 0"),
+            "{e}"
+        );
     }
 
     #[test]

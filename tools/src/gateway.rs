@@ -54,7 +54,9 @@ pub fn settings(files: &GatewayFiles) -> Result<SessionSettings, GatewayError> {
         source,
     })?;
     let tokens = load_tokens(&files.tokens)?;
-    Ok(SessionSettings::new(files.listen, tls, tokens))
+    let mut settings = SessionSettings::new(files.listen, tls, tokens);
+    settings.limits = files.limits.session_limits();
+    Ok(settings)
 }
 
 /// Reads a tokens file: one `<token> [name]` a line; blank lines and `#` comments are skipped.
