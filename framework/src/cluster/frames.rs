@@ -106,6 +106,59 @@ mod tests {
             let _ = postcard::from_bytes::<Frame>(&bytes);
         }
 
+        /// Every other frame between nodes (replies, route hints, calls, session frames) decodes
+        /// to what was encoded, compared by its encoding again.
+        #[test]
+        fn node_frames_round_trip(
+            text in "\\PC*",
+            payload in proptest::collection::vec(any::<u8>(), 0..128),
+            numbers in any::<(u64, u32, u128)>(),
+            ok in any::<bool>(),
+        ) {
+            use crate::relocation::RelocationId;
+            use crate::session::SessionId;
+            use crate::session::frames::{BoundActor, SessionFrame};
+            let (n, epoch, rel) = numbers;
+            let rel = RelocationId(rel);
+            let unit = UnitId::Spot(crate::ids::SpotId::new("room").unwrap());
+            let actor = crate::ids::ActorId::new("p1").unwrap();
+            let node = NodeId::new("n1").unwrap();
+            let bound = BoundActor { actor: actor.clone(), session: SessionId(n), epoch };
+            let terminal = if ok {
+                Ok(payload.clone().into())
+            } else {
+                Err(MessageError::UnknownId { id: unit.clone() })
+            };
+            let record = crate::cluster::authority::UnitRecord {
+                owner: node.clone(),
+                lease_generation: n,
+                object_generation: crate::ids::ObjectGeneration(n),
+                owner_generation: n / 3,
+                factory: text.clone(),
+                stage: crate::cluster::authority::Stage::Active,
+                spot: None,
+                recoverable: ok,
+            };
+            let frames = [
+                Frame::Reply { request: n, terminal },
+                Frame::RouteHint { id: unit.clone(), owner: node.clone() },
+                Frame::Call { request: n, call: Call::Create { type_name: text.clone(), id: unit.clone(), or_get: ok } },
+                Frame::Call { request: n, call: Call::Recover { id: unit.clone(), version: n, previous: record } },
+                Frame::Call { request: n, call: Call::Activate { type_name: text.clone(), id: unit.clone() } },
+                Frame::Session(SessionFrame::Bound { session: SessionId(n), actor: actor.clone(), epoch, verdict: Ok(text.clone()) }),
+                Frame::Session(SessionFrame::Unbound { session: SessionId(n), actor: actor.clone(), epoch, reason: text.clone() }),
+                Frame::Session(SessionFrame::Push { session: SessionId(n), actor: actor.clone(), epoch, seq: n, payload: payload.into() }),
+                Frame::Session(SessionFrame::Seal { rel, actors: vec![bound.clone()] }),
+                Frame::Session(SessionFrame::SealAck { rel }),
+                Frame::Session(SessionFrame::Release { rel, actors: vec![bound], owner: ok.then_some(node) }),
+            ];
+            for frame in &frames {
+                let bytes = postcard::to_allocvec(frame).unwrap();
+                let back: Frame = postcard::from_bytes(&bytes).unwrap();
+                prop_assert_eq!(postcard::to_allocvec(&back).unwrap(), bytes);
+            }
+        }
+
         /// Deliveries round-trip exactly.
         #[test]
         fn deliveries_round_trip(payload in proptest::collection::vec(any::<u8>(), 0..256), hops in any::<u8>(), request in any::<u64>()) {
