@@ -365,6 +365,10 @@ impl Node {
                 units: force_stopped,
                 stayed: stayed.into_iter().map(|(u, _)| u).collect(),
             }
+        } else if self.state() != NodeState::Relocating {
+            // A shutdown began (perhaps before the inventory was taken): it closes what is left.
+            let stayed = stayed.into_iter().map(|(u, _)| u).collect();
+            blocked(BlockedReason::ShutdownRequested, stayed)
         } else if stayed.is_empty() {
             RelocateOutcome::Relocated {
                 moved: self.core.host.status.borrow().moved,
