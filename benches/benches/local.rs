@@ -1,7 +1,7 @@
 //! Local messaging on one node, each beside a bare tokio mpsc channel doing the same work.
 //!
 //! - `tell/one_unit`: N tells to one unit, then one request to know they all ran.
-//! - `tell/1000_units`: N tells spread over 1,000 units.
+//! - `tell/1000_units`: N tells spread over 1,000 units, then one request to each, all at once.
 //!
 //! Ferry's tells are measured twice: `ferry` addresses each tell by id (`Node::tell`), `ferry_ref`
 //! sends through a `UnitRef` per unit, taken before measuring.
@@ -12,6 +12,7 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ferry::{ActorId, Node, NodeConfig, NodeId};
 use ferry_benches::{COUNTER, registry, runtime};
+use futures_util::future::join_all;
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, oneshot};
 
@@ -69,6 +70,19 @@ async fn bare_get(tx: &mpsc::UnboundedSender<Bare>) -> u64 {
     answer.await.expect("answered")
 }
 
+/// Waits until every unit has handled what it was told: one request to each, all in flight at once.
+async fn ferry_sync(node: &Node, ids: &[ActorId]) {
+    let asks = ids.iter().map(|id| node.request::<u64, u64>(id, 0, T));
+    for answer in join_all(asks).await {
+        answer.expect("synced");
+    }
+}
+
+/// The same for the bare channels.
+async fn bare_sync(bare: &[mpsc::UnboundedSender<Bare>]) {
+    join_all(bare.iter().map(bare_get)).await;
+}
+
 fn tell(c: &mut Criterion) {
     let rt = runtime();
     let mut group = c.benchmark_group("tell");
@@ -82,9 +96,7 @@ fn tell(c: &mut Criterion) {
                     for i in 0..N as usize {
                         refs[i % units].tell(1u64).expect("told");
                     }
-                    for id in &ids {
-                        let _: u64 = node.request(id, 0u64, T).await.expect("synced");
-                    }
+                    ferry_sync(&node, &ids).await;
                 })
             })
         });
@@ -94,9 +106,7 @@ fn tell(c: &mut Criterion) {
                     for i in 0..N as usize {
                         node.tell(&ids[i % units], 1u64).expect("told");
                     }
-                    for id in &ids {
-                        let _: u64 = node.request(id, 0u64, T).await.expect("synced");
-                    }
+                    ferry_sync(&node, &ids).await;
                 })
             })
         });
@@ -107,9 +117,7 @@ fn tell(c: &mut Criterion) {
                     for i in 0..N as usize {
                         bare[i % units].send(Bare::Add(1)).expect("sent");
                     }
-                    for tx in &bare {
-                        bare_get(tx).await;
-                    }
+                    bare_sync(&bare).await;
                 })
             })
         });

@@ -18,8 +18,10 @@ use crate::session::frames::SessionFrame;
 use crate::session::{PushError, SessionBinding};
 use crate::timer::{OverrunPolicy, Tick, TimerSet};
 
-/// Anything that can be sent to a unit or returned from one. Local delivery passes it by value;
-/// it is encoded (postcard) only when it crosses the mesh or moves with its unit.
+/// Anything that can be sent to a unit or returned from one. It must round-trip through postcard:
+/// it is encoded when it crosses the mesh or moves with its unit, and a small one (up to 24 bytes
+/// encoded) travels encoded on its own node too, so that sending it allocates nothing. A larger
+/// one is passed by value.
 pub trait Message: Serialize + DeserializeOwned + Send + 'static {}
 impl<T: Serialize + DeserializeOwned + Send + 'static> Message for T {}
 

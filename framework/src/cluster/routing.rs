@@ -136,7 +136,11 @@ impl Node {
         via: Option<&NodeId>,
     ) {
         let reply_to = reply.clone();
-        let mut envelope = crate::node::Envelope { to, payload, reply };
+        let mut envelope = crate::node::Envelope {
+            to,
+            payload,
+            reply: reply.map(Box::new),
+        };
         let here = via.is_none_or(|v| v == self.id());
         if here {
             envelope = match self.push(envelope, None) {
@@ -144,7 +148,7 @@ impl Node {
                 Ok(Some(envelope)) => envelope,
                 Err(error) => {
                     match reply_to {
-                        Some(reply_to) => self.complete(reply_to, Err(error)),
+                        Some(reply_to) => self.complete(&reply_to, Err(error)),
                         None => tracing::debug!(%error, "encoded message refused"),
                     }
                     return;
@@ -152,9 +156,9 @@ impl Node {
             };
         }
         let crate::node::Envelope { to, payload, reply } = envelope;
-        let Ok((payload, session)) = payload.into_wire(|p| match p {
-            Payload::Encoded(bytes) => Ok(bytes),
-            other => Err(other.type_name().to_owned()),
+        let Ok((payload, session)) = payload.into_wire(|p| {
+            p.into_encoded()
+                .map_err(|other| other.type_name().to_owned())
         }) else {
             return;
         };
@@ -162,7 +166,7 @@ impl Node {
             to,
             payload,
             session,
-            reply,
+            reply: reply.map(|r| *r),
             activate: None,
             origin: self.id().clone(),
             hops: 0,
@@ -346,18 +350,18 @@ impl Node {
         let envelope = crate::node::Envelope {
             to: deliver.to,
             payload: Payload::from_wire(deliver.payload, deliver.session),
-            reply: deliver.reply,
+            reply: deliver.reply.map(Box::new),
         };
         match self.push(envelope, None) {
             Ok(None) => {}
             Ok(Some(_)) => {
                 if let Some(reply_to) = reply {
-                    self.complete(reply_to, Err(MessageError::UnknownId { id }));
+                    self.complete(&reply_to, Err(MessageError::UnknownId { id }));
                 }
             }
             Err(error) => {
                 if let Some(reply_to) = reply {
-                    self.complete(reply_to, Err(error));
+                    self.complete(&reply_to, Err(error));
                 }
             }
         }
@@ -367,7 +371,7 @@ impl Node {
     fn give_up(&self, deliver: Deliver, error: impl FnOnce(UnitId) -> MessageError) {
         let error = error(deliver.to.clone());
         match deliver.reply {
-            Some(reply_to) => self.complete(reply_to, Err(error)),
+            Some(reply_to) => self.complete(&reply_to, Err(error)),
             None => tracing::debug!(unit = %deliver.to, %error, "tell dropped"),
         }
     }
@@ -387,14 +391,14 @@ impl Node {
         let envelope = crate::node::Envelope {
             to,
             payload: Payload::from_wire(payload, session),
-            reply,
+            reply: reply.map(Box::new),
         };
         let envelope = match self.push(envelope, None) {
             Ok(None) => return,
             Ok(Some(envelope)) => envelope,
             Err(error) => {
                 match reply_to {
-                    Some(reply_to) => self.complete(reply_to, Err(error)),
+                    Some(reply_to) => self.complete(&reply_to, Err(error)),
                     None => tracing::debug!(%error, "tell refused"),
                 }
                 return;
@@ -409,7 +413,7 @@ impl Node {
             to: envelope.to,
             payload,
             session,
-            reply: envelope.reply,
+            reply: envelope.reply.map(|r| *r),
             activate,
             origin,
             hops: hops.saturating_add(1),

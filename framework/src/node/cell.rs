@@ -232,15 +232,13 @@ impl<B: Behavior> UnitCell for Cell<B> {
     }
 
     fn encode(&self, payload: Payload) -> Result<Bytes, String> {
-        match payload {
-            Payload::Encoded(bytes) => Ok(bytes),
-            other => {
-                let msg = other.take::<B::Msg>()?;
-                postcard::to_allocvec(&msg)
-                    .map(Bytes::from)
-                    .map_err(|e| e.to_string())
-            }
-        }
+        let msg = match payload.into_encoded() {
+            Ok(bytes) => return Ok(bytes),
+            Err(other) => other.take::<B::Msg>()?,
+        };
+        postcard::to_allocvec(&msg)
+            .map(Bytes::from)
+            .map_err(|e| e.to_string())
     }
 
     fn rebuild(&mut self) {

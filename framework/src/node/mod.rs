@@ -768,30 +768,34 @@ impl Node {
         let envelope = Envelope {
             to: target.id,
             payload,
-            reply,
+            reply: reply.map(Box::new),
         };
         let Some(envelope) = self.push(envelope, Some(TypeId::of::<M>()))? else {
             return Ok(());
         };
         // Not hosted here: encode once and let the cluster route it.
         let Envelope { to, payload, reply } = envelope;
-        let bytes = payload
-            .take::<M>()
-            .map_err(|reason| MessageError::Codec {
-                id: to.clone(),
-                reason,
-            })
-            .and_then(|msg| {
-                postcard::to_allocvec(&msg).map_err(|e| MessageError::Codec {
+        let bytes = match payload.into_encoded() {
+            Ok(bytes) => bytes,
+            Err(boxed) => boxed
+                .take::<M>()
+                .map_err(|reason| MessageError::Codec {
                     id: to.clone(),
-                    reason: e.to_string(),
+                    reason,
                 })
-            })?;
+                .and_then(|msg| {
+                    postcard::to_allocvec(&msg).map_err(|e| MessageError::Codec {
+                        id: to.clone(),
+                        reason: e.to_string(),
+                    })
+                })?
+                .into(),
+        };
         self.route(Deliver {
             to,
-            payload: bytes.into(),
+            payload: bytes,
             session: None,
-            reply,
+            reply: reply.map(|r| *r),
             activate: target.activate.map(|a| a.to_string()),
             origin: self.id().clone(),
             hops: 0,
@@ -831,16 +835,17 @@ impl Node {
     }
 
     /// Delivers a request's terminal to whoever asked, here or across the mesh.
-    pub(crate) fn complete(&self, reply_to: ReplyTo, terminal: Terminal) {
+    pub(crate) fn complete(&self, reply_to: &ReplyTo, terminal: Terminal) {
         if reply_to.node == *self.id() {
             self.core.replies.complete(reply_to.request, terminal);
             return;
         }
-        let terminal = terminal.and_then(|payload| match payload {
-            Payload::Encoded(bytes) => Ok(bytes),
-            other => Err(MessageError::ReplyLost {
-                reason: format!("a reply of type {} was not encoded", other.type_name()),
-            }),
+        let terminal = terminal.and_then(|payload| {
+            payload
+                .into_encoded()
+                .map_err(|other| MessageError::ReplyLost {
+                    reason: format!("a reply of type {} was not encoded", other.type_name()),
+                })
         });
         let frame = Frame::Reply {
             request: reply_to.request,

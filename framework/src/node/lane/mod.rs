@@ -317,7 +317,7 @@ impl Lane {
             Ok(Some(envelope)) => envelope,
             Err(error) => {
                 if let Some(reply_to) = reply {
-                    self.node.complete(reply_to, Err(error));
+                    self.node.complete(&reply_to, Err(error));
                 }
                 return;
             }
@@ -327,7 +327,7 @@ impl Lane {
                 to: id,
                 payload,
                 session,
-                reply,
+                reply: reply.map(|r| *r),
                 activate: None,
                 origin: self.node.id().clone(),
                 hops: 0,
@@ -335,7 +335,7 @@ impl Lane {
             Err(reason) => {
                 if let Some(reply_to) = reply {
                     self.node
-                        .complete(reply_to, Err(MessageError::Codec { id, reason }));
+                        .complete(&reply_to, Err(MessageError::Codec { id, reason }));
                 }
             }
         }
@@ -348,7 +348,7 @@ impl Lane {
         if let Some(reply_to) = envelope.reply {
             let reason = "its unit left the lane it was queued on without it; send it again";
             self.node.complete(
-                reply_to,
+                &reply_to,
                 Err(MessageError::ReplyLost {
                     reason: reason.to_owned(),
                 }),
@@ -361,7 +361,7 @@ impl Lane {
         if let Some(reply_to) = envelope.reply {
             let id = id.clone();
             self.node
-                .complete(reply_to, Err(MessageError::UnitStopped { id }));
+                .complete(&reply_to, Err(MessageError::UnitStopped { id }));
         }
     }
 
@@ -393,7 +393,7 @@ impl Lane {
         let outcome = self.turn(slot, Turn::Message(payload, mode));
         if let Some(reply_to) = reply {
             match outcome {
-                Some(terminal) => self.node.complete(reply_to, terminal),
+                Some(terminal) => self.node.complete(&reply_to, terminal),
                 None => self.lost(Envelope {
                     to: slot,
                     payload: Payload::Empty,

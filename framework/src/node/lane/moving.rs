@@ -191,7 +191,7 @@ impl Lane {
                         to: id,
                         payload: bytes.clone(),
                         session: session.clone(),
-                        reply: reply.clone(),
+                        reply: reply.as_deref().cloned(),
                     });
                     kept.push_back(Envelope {
                         to,
@@ -202,7 +202,7 @@ impl Lane {
                 Err(reason) => {
                     if let Some(reply_to) = reply {
                         self.node
-                            .complete(reply_to, Err(MessageError::Codec { id, reason }));
+                            .complete(&reply_to, Err(MessageError::Codec { id, reason }));
                     }
                 }
             }
@@ -397,7 +397,7 @@ impl Lane {
             Some(slot) => Ok(Envelope {
                 to: slot,
                 payload: Payload::from_wire(op.payload, op.session),
-                reply: op.reply,
+                reply: op.reply.map(Box::new),
             }),
             None => Err(op),
         }

@@ -14,7 +14,7 @@ use crate::session::{SessionBinding, SessionOp, SessionRef};
 
 impl Lane {
     /// Applies a bind or unbind to an Actor of this lane, and answers its gateway.
-    pub(super) fn session_op(&mut self, slot: Slot, op: SessionOp, reply: Option<ReplyTo>) {
+    pub(super) fn session_op(&mut self, slot: Slot, op: SessionOp, reply: Option<Box<ReplyTo>>) {
         let Some(to) = self.cells.id(slot) else {
             let payload = Payload::Session(op);
             self.lost(Envelope {
@@ -50,7 +50,7 @@ impl Lane {
         };
         if let Some(reply_to) = reply {
             let terminal = outcome.map(|()| Payload::Encoded(Bytes::new()));
-            node.complete(reply_to, terminal);
+            node.complete(&reply_to, terminal);
         }
     }
 
