@@ -1,7 +1,7 @@
 //! The source side of a move, as an async shell around [`SourceMachine`]: it seals the lane, ships
 //! the capture, hands over, and carries out whatever the machine decides.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -206,6 +206,7 @@ impl Node {
             events: events_tx,
             capture: None,
             bindings: BTreeMap::new(),
+            prefetched: Vec::new(),
             records: Vec::new(),
             relayed: Vec::new(),
             bytes: 0,
@@ -294,6 +295,9 @@ struct SourceRun {
     capture: Option<Capture>,
     /// The sessions bound to the unit's Actors, by gateway; `true` once that gateway was told.
     bindings: BTreeMap<NodeId, Vec<(BoundActor, bool)>>,
+    /// The records of the units on the lane, read before the seal so that the pause waits for
+    /// no store round trip; a stale one only fails the commit's compare-and-swap.
+    prefetched: Vec<RecordAt>,
     records: Vec<RecordAt>,
     relayed: Vec<QueuedOp>,
     bytes: u64,
@@ -375,8 +379,14 @@ impl SourceRun {
             return SourceEvent::SealRefused("the unit stopped".into());
         }
         match tokio::time::timeout_at(deadline, answer).await {
-            Ok(Ok(Ok(bindings))) => {
-                let gateways = self.note_bindings(bindings);
+            Ok(Ok(Ok(quiet))) => {
+                // Unread records are read after the seal instead; their error ends the move there.
+                if let Ok(Ok(records)) =
+                    tokio::time::timeout_at(deadline, self.read_records(&quiet.units)).await
+                {
+                    self.prefetched = records;
+                }
+                let gateways = self.note_bindings(quiet.bindings);
                 // A spot that signals its own safe point may run on for a long while (the rest of
                 // a round): its gateways hold inputs only once it is sealed, as late gateways do,
                 // so players are not held up by that wait.
@@ -520,35 +530,28 @@ impl SourceRun {
         SourceEvent::Captured { late }
     }
 
-    /// Reads the records of every cell, then sends the manifest and the chunks.
+    /// Takes the records of every cell (reading those of cells that joined since the quiesce),
+    /// then sends the manifest and the chunks.
     async fn send_capture(&mut self, capture: &Capture) -> Result<(), String> {
         let reading = Instant::now();
-        let mut records = Vec::with_capacity(capture.cells.len());
-        for cell in &capture.cells {
-            let key = unit_key(&cell.id);
-            let found = self
-                .node
-                .store()
-                .get(&key)
-                .await
-                .map_err(|e| format!("the location store could not be read: {e}"))?;
-            let Some(v) = found else {
-                return Err(format!("{} has no authority record", cell.id));
-            };
-            let record = crate::cluster::authority::UnitRecord::decode(&key, &v.value)
-                .map_err(|e| e.to_string())?;
-            if record.owner != *self.node.id() {
-                return Err(format!(
-                    "{} is recorded on {}, not here",
-                    cell.id, record.owner
-                ));
-            }
-            records.push(RecordAt {
-                id: cell.id.clone(),
-                record,
-                version: v.version,
-            });
+        let mut known: HashMap<UnitId, RecordAt> = std::mem::take(&mut self.prefetched)
+            .into_iter()
+            .map(|at| (at.id.clone(), at))
+            .collect();
+        let unread: Vec<UnitId> = capture
+            .cells
+            .iter()
+            .filter(|cell| !known.contains_key(&cell.id))
+            .map(|cell| cell.id.clone())
+            .collect();
+        for at in self.read_records(&unread).await? {
+            known.insert(at.id.clone(), at);
         }
+        let records: Vec<RecordAt> = capture
+            .cells
+            .iter()
+            .filter_map(|cell| known.remove(&cell.id))
+            .collect();
         self.records = records.clone();
         let encoding = Instant::now();
         self.phases.store_read = encoding.duration_since(reading);
@@ -585,6 +588,36 @@ impl SourceRun {
             })?;
         }
         Ok(())
+    }
+
+    /// Reads these units' authority records, all at once, and checks that each names this node.
+    async fn read_records(&self, ids: &[UnitId]) -> Result<Vec<RecordAt>, String> {
+        let reads = ids.iter().map(|id| async move {
+            let key = unit_key(id);
+            let found = self
+                .node
+                .store()
+                .get(&key)
+                .await
+                .map_err(|e| format!("the location store could not be read: {e}"))?;
+            let Some(v) = found else {
+                return Err(format!("{id} has no authority record"));
+            };
+            let record = crate::cluster::authority::UnitRecord::decode(&key, &v.value)
+                .map_err(|e| e.to_string())?;
+            if record.owner != *self.node.id() {
+                return Err(format!("{id} is recorded on {}, not here", record.owner));
+            }
+            Ok(RecordAt {
+                id: id.clone(),
+                record,
+                version: v.version,
+            })
+        });
+        futures_util::future::join_all(reads)
+            .await
+            .into_iter()
+            .collect()
     }
 
     fn send(&self, frame: RelocFrame) -> Result<(), String> {

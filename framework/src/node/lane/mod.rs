@@ -43,6 +43,14 @@ pub(crate) struct LaneTx {
 
 type Done = oneshot::Sender<Result<(), UnitError>>;
 
+/// A lane's answer to a move about to seal its unit.
+pub(crate) struct Quiet {
+    /// The client sessions bound to its Actors, which must hold their inputs.
+    pub bindings: Vec<(ActorId, SessionBinding)>,
+    /// Every unit on the lane now, so that their records can be read before the seal.
+    pub units: Vec<UnitId>,
+}
+
 /// Work for the lane itself, run between turns ahead of queued messages.
 pub(crate) enum Control {
     /// Move the Actor hosted here into `spot`.
@@ -85,7 +93,7 @@ pub(crate) enum Control {
     Quiesce {
         rel: RelocationId,
         unit: UnitId,
-        done: oneshot::Sender<Result<Vec<(ActorId, SessionBinding)>, String>>,
+        done: oneshot::Sender<Result<Quiet, String>>,
     },
     /// Stop waiting for a seal that has not happened yet.
     CancelSeal { rel: RelocationId },

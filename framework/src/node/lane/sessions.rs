@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::Lane;
+use super::{Lane, Quiet};
 use crate::error::MessageError;
 use crate::ids::{ActorId, UnitId};
 use crate::node::directory::Slot;
@@ -124,11 +124,7 @@ impl Lane {
     }
 
     /// A move is about to seal the lane: the sessions bound to its Actors, or why it cannot move.
-    pub(super) fn quiesce(
-        &mut self,
-        rel: RelocationId,
-        unit: &UnitId,
-    ) -> Result<Vec<(ActorId, SessionBinding)>, String> {
+    pub(super) fn quiesce(&mut self, rel: RelocationId, unit: &UnitId) -> Result<Quiet, String> {
         if !self.open || self.moving.is_some() || self.quiescing.is_some() {
             return Err("the unit is not running here, or already moving".into());
         }
@@ -138,7 +134,14 @@ impl Lane {
             None => return Err("the lane is empty".into()),
         }
         self.quiescing = Some(rel);
-        Ok(self.bindings())
+        Ok(Quiet {
+            bindings: self.bindings(),
+            units: self
+                .cells
+                .iter()
+                .map(|(_, cell)| cell.id().clone())
+                .collect(),
+        })
     }
 
     /// Every Actor of this lane with a session bound, and its binding.
