@@ -187,6 +187,43 @@ async fn routes_to_a_node_that_left_are_dropped_and_looked_up_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tells_sent_while_their_route_is_looked_up_all_arrive_in_order() {
+    let cluster = Cluster::start(2, registry).await;
+    let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
+    // 60,000 tells: under the mesh's default send queue of 65,536 frames.
+    const ROOMS: usize = 600;
+    const PINGS: u64 = 100;
+    let ids: Vec<SpotId> = (0..ROOMS).map(|i| spot(&format!("r{i}"))).collect();
+    for id in &ids {
+        n2.create_spot_on(n2.id(), ping::PING, id)
+            .await
+            .expect("created");
+    }
+    // n1 has no route to any of them: each room's first ping starts a lookup on a worker thread,
+    // later ones queue behind it from this thread, and some are sent just as the lookup ends and
+    // hands its queue to the mesh.
+    let from = spot("sender");
+    for id in &ids {
+        for n in 0..PINGS {
+            let ping = PingMsg::Ping {
+                from: from.clone(),
+                n,
+            };
+            n1.tell(id, ping).expect("told");
+        }
+    }
+    let in_order: Vec<u64> = (0..PINGS).collect();
+    for id in &ids {
+        let r = report_until(n1, id, |r| {
+            r.pings.get("sender").map_or(0, Vec::len) as u64 >= PINGS
+        })
+        .await;
+        assert_eq!(r.pings["sender"], in_order, "{id}: every ping, in order");
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_old_owner_forwards_and_tells_the_sender_the_new_route() {
     let mut cluster = Cluster::start(2, registry).await;
     let (n1, n2) = (cluster.nodes[0].clone(), cluster.nodes[1].clone());

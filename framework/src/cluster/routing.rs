@@ -74,9 +74,14 @@ impl Router {
         }
     }
 
-    /// Points a unit at a new owner, whatever was known (a move hands it over).
-    pub fn point(&self, id: UnitId, owner: NodeId) {
-        self.shard(&id).lock().insert(id, Route::Moved(owner));
+    /// Points a unit at a new owner, whatever was known (a move hands it over). Messages waiting
+    /// for a lookup of it are given back, to be sent along the new route.
+    #[must_use]
+    pub fn point(&self, id: UnitId, owner: NodeId) -> Vec<Deliver> {
+        match self.shard(&id).lock().insert(id, Route::Moved(owner)) {
+            Some(Route::Resolving(waiting)) => waiting,
+            _ => Vec::new(),
+        }
     }
 
     /// Learns a unit's owner, unless a lookup is under way (it will learn it itself).
@@ -232,11 +237,19 @@ impl Node {
 
     /// Sends what waited for a lookup to its owner, in order, and records the route, under the
     /// shard's lock (so later messages queue behind); failures are retried after it.
+    ///
+    /// Messages that queued behind a newer lookup of the same id, started once this one had taken
+    /// its queue, leave right after it; that lookup then finds the route known and keeps it.
     fn flush(&self, id: UnitId, owner: NodeId, waiting: Vec<Deliver>) {
         let failed: Vec<(Deliver, MeshError)> = {
             let mut shard = self.core.router.shard(&id).lock();
+            let newer = match shard.remove(&id) {
+                Some(Route::Resolving(newer)) => newer,
+                _ => Vec::new(),
+            };
             let failed = waiting
                 .into_iter()
+                .chain(newer)
                 .filter_map(|d| self.try_deliver(&owner, d))
                 .collect();
             shard.insert(id, Route::Known(owner));
@@ -468,5 +481,46 @@ impl Node {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::SpotId;
+
+    fn deliver(to: &UnitId, n: u8) -> Deliver {
+        Deliver {
+            to: to.clone(),
+            payload: bytes::Bytes::from(vec![n]),
+            session: None,
+            reply: None,
+            activate: None,
+            origin: NodeId::new("n1").expect("id"),
+            hops: 0,
+        }
+    }
+
+    #[test]
+    fn a_handover_gives_back_the_messages_waiting_for_a_lookup_of_its_unit() {
+        let router = Router::new();
+        let id = UnitId::Spot(SpotId::new("room").expect("id"));
+        let waiting = vec![deliver(&id, 1), deliver(&id, 2)];
+        router
+            .shard(&id)
+            .lock()
+            .insert(id.clone(), Route::Resolving(waiting));
+        let target = NodeId::new("n2").expect("id");
+        let displaced = router.point(id.clone(), target.clone());
+        let payloads: Vec<&[u8]> = displaced.iter().map(|d| d.payload.as_ref()).collect();
+        assert_eq!(payloads, vec![&[1u8][..], &[2u8][..]], "in order");
+        assert!(matches!(
+            router.shard(&id).lock().get(&id),
+            Some(Route::Moved(owner)) if *owner == target
+        ));
+        assert!(
+            router.point(id, target).is_empty(),
+            "nothing waits any more"
+        );
     }
 }

@@ -239,9 +239,11 @@ impl Lane {
             .map(|(s, c)| (c.id().clone(), s))
             .collect();
         let mut records = Vec::new();
+        // Messages this node was still looking the unit up for: they follow the new route.
+        let mut displaced = Vec::new();
         for (id, slot) in &units {
             let mut shard = node.core.directory.lock(id);
-            node.core.router.point(id.clone(), target.clone());
+            displaced.extend(node.core.router.point(id.clone(), target.clone()));
             if shard
                 .get(id)
                 .is_some_and(|e| std::ptr::eq(Arc::as_ptr(&e.lane), self.me.as_ptr()))
@@ -283,6 +285,9 @@ impl Lane {
             Frame::Reloc(RelocFrame::Cutover { rel, count, crc }),
         ) {
             tracing::warn!(%rel, %error, "cutover not sent; it will be sent again");
+        }
+        for deliver in displaced {
+            node.route(deliver);
         }
         self.moving = Some(Moving::Handed { rel, signaled });
         let _ = done.send(records);
