@@ -9,6 +9,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
+use ferry::cluster::authority::unit_key;
 use ferry::mesh::ClusterCa;
 use ferry::relocation::protocol::MoveEnd;
 use ferry::store::{BatchOutcome, LocationStore, MemoryStore, Op, StoreError};
@@ -380,8 +381,9 @@ async fn held_move(
     if let Some(answer) = poll_once(&mut question).await {
         return Err(RoomError::Answer(answer?.what()));
     }
-    let (mover, unit, to) = (source.clone(), UnitId::Spot(id.clone()), target.clone());
-    let mut moving = Box::pin(async move { mover.move_unit(&unit, Some(to)).await });
+    let unit = UnitId::Spot(id.clone());
+    let (mover, moved_unit, to) = (source.clone(), unit.clone(), target.clone());
+    let mut moving = Box::pin(async move { mover.move_unit(&moved_unit, Some(to)).await });
     // The first poll asks the room for its sessions: a control it answers between turns, so
     // before the second hold.
     if let Some(report) = poll_once(&mut moving).await {
@@ -389,7 +391,14 @@ async fn held_move(
     }
     let_through(first);
     reached(second).await?;
-    // The answer is there: this poll asks the room to seal, at the end of the held turn.
+    // The answer is there: this poll reads the room's authority record, and asks the room to seal
+    // (at the end of the held turn) as soon as the record is back.
+    if let Some(report) = poll_once(&mut moving).await {
+        return Err(RoomError::NotMoved(report?.end));
+    }
+    // A store that answers in order (the in-process one, or one redis connection) has answered
+    // the move's read once it answers this later one; the next poll then asks for the seal.
+    source.store().get(&unit_key(&unit)).await?;
     if let Some(report) = poll_once(&mut moving).await {
         return Err(RoomError::NotMoved(report?.end));
     }
