@@ -19,7 +19,7 @@ use crate::session::{PushError, SessionBinding};
 use crate::timer::{OverrunPolicy, Tick, TimerSet};
 
 /// Anything that can be sent to a unit or returned from one. It must round-trip through postcard:
-/// it is encoded when it crosses the mesh or moves with its unit, and a small one (up to 24 bytes
+/// it is encoded when it crosses the mesh or moves with its unit, and a small one (up to 23 bytes
 /// encoded) travels encoded on its own node too, so that sending it allocates nothing. A larger
 /// one is passed by value.
 pub trait Message: Serialize + DeserializeOwned + Send + 'static {}

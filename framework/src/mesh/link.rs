@@ -497,6 +497,14 @@ async fn accept_loop<F: MeshFrame>(shared: Arc<Shared<F>>, endpoint: Endpoint) {
     handshakes.shutdown().await;
 }
 
+/// Whether the dialer closed the connection on purpose before its handshake ended, as a node does
+/// with a dial it no longer needs (it has a link to us already, or it is stopping): no certificate
+/// problem, which either side would report as a crypto error instead.
+fn dropped_by_dialer(e: &quinn::ConnectionError) -> bool {
+    matches!(e, quinn::ConnectionError::ConnectionClosed(close)
+        if close.error_code == quinn::TransportErrorCode::APPLICATION_ERROR)
+}
+
 /// Takes one incoming connection through TLS and the hello, then hands it to its peer's task.
 async fn admit<F: MeshFrame>(shared: Arc<Shared<F>>, incoming: quinn::Incoming) {
     let remote = incoming.remote_address();
@@ -505,6 +513,10 @@ async fn admit<F: MeshFrame>(shared: Arc<Shared<F>>, incoming: quinn::Incoming) 
         _ = shared.cancel.cancelled() => return,
         conn = incoming => match conn {
             Ok(conn) => conn,
+            Err(e) if dropped_by_dialer(&e) => {
+                debug!(%remote, "a mesh peer dropped its dial during the handshake");
+                return;
+            }
             Err(e) => {
                 warn!(%remote, error = %e,
                     "refused a mesh peer: TLS handshake failed (peers need a certificate from this cluster's CA)");
