@@ -93,6 +93,20 @@ impl Router {
     }
 }
 
+/// Records `owner` as a unit's route in its shard, and gives back what to send it, in order: what
+/// waited for the lookup that found it, then what queued behind a newer lookup of the same id.
+fn settle(
+    routes: &mut HashMap<UnitId, Route>,
+    id: UnitId,
+    owner: NodeId,
+    mut waiting: Vec<Deliver>,
+) -> Vec<Deliver> {
+    if let Some(Route::Resolving(newer)) = routes.insert(id, Route::Known(owner)) {
+        waiting.extend(newer);
+    }
+    waiting
+}
+
 impl Node {
     /// Where this node believes a unit it does not host lives, if it has a route cached.
     pub fn cached_route(&self, id: &UnitId) -> Option<NodeId> {
@@ -243,17 +257,10 @@ impl Node {
     fn flush(&self, id: UnitId, owner: NodeId, waiting: Vec<Deliver>) {
         let failed: Vec<(Deliver, MeshError)> = {
             let mut shard = self.core.router.shard(&id).lock();
-            let newer = match shard.remove(&id) {
-                Some(Route::Resolving(newer)) => newer,
-                _ => Vec::new(),
-            };
-            let failed = waiting
+            settle(&mut shard, id, owner.clone(), waiting)
                 .into_iter()
-                .chain(newer)
                 .filter_map(|d| self.try_deliver(&owner, d))
-                .collect();
-            shard.insert(id, Route::Known(owner));
-            failed
+                .collect()
         };
         for (retry, error) in failed {
             self.retry_deliver(retry, error);
@@ -522,5 +529,29 @@ mod tests {
             router.point(id, target).is_empty(),
             "nothing waits any more"
         );
+    }
+
+    #[test]
+    fn a_lookup_that_ends_sends_a_newer_lookups_queue_after_its_own() {
+        let id = UnitId::Spot(SpotId::new("room").expect("id"));
+        let owner = NodeId::new("n2").expect("id");
+        let mut routes = HashMap::new();
+        // A newer lookup started once the first had taken its queue, and queued two messages.
+        routes.insert(
+            id.clone(),
+            Route::Resolving(vec![deliver(&id, 3), deliver(&id, 4)]),
+        );
+        let queue = settle(
+            &mut routes,
+            id.clone(),
+            owner.clone(),
+            vec![deliver(&id, 1), deliver(&id, 2)],
+        );
+        let payloads: Vec<u8> = queue.iter().map(|d| d.payload[0]).collect();
+        assert_eq!(payloads, vec![1, 2, 3, 4], "nothing dropped, in order");
+        assert!(matches!(routes.get(&id), Some(Route::Known(o)) if *o == owner));
+        // With no newer lookup, only its own queue leaves.
+        let queue = settle(&mut routes, id.clone(), owner, vec![deliver(&id, 5)]);
+        assert_eq!(queue.len(), 1);
     }
 }
