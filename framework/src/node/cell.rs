@@ -232,13 +232,7 @@ impl<B: Behavior> UnitCell for Cell<B> {
     }
 
     fn encode(&self, payload: Payload) -> Result<Bytes, String> {
-        let msg = match payload.into_encoded() {
-            Ok(bytes) => return Ok(bytes),
-            Err(other) => other.take::<B::Msg>()?,
-        };
-        postcard::to_allocvec(&msg)
-            .map(Bytes::from)
-            .map_err(|e| e.to_string())
+        payload.encode::<B::Msg>()
     }
 
     fn rebuild(&mut self) {

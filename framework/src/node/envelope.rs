@@ -112,6 +112,17 @@ impl Payload {
         }
     }
 
+    /// Its bytes on the wire: as they are if already encoded, else encoded from the `M` it holds.
+    pub fn encode<M: Message>(self) -> Result<Bytes, String> {
+        let msg = match self.into_encoded() {
+            Ok(bytes) => return Ok(bytes),
+            Err(held) => held.take::<M>()?,
+        };
+        postcard::to_allocvec(&msg)
+            .map(Bytes::from)
+            .map_err(|e| e.to_string())
+    }
+
     /// The body as it travels: a session change as such, anything else encoded by `encode`.
     pub fn into_wire(
         self,

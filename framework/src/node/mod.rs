@@ -775,22 +775,12 @@ impl Node {
         };
         // Not hosted here: encode once and let the cluster route it.
         let Envelope { to, payload, reply } = envelope;
-        let bytes = match payload.into_encoded() {
-            Ok(bytes) => bytes,
-            Err(boxed) => boxed
-                .take::<M>()
-                .map_err(|reason| MessageError::Codec {
-                    id: to.clone(),
-                    reason,
-                })
-                .and_then(|msg| {
-                    postcard::to_allocvec(&msg).map_err(|e| MessageError::Codec {
-                        id: to.clone(),
-                        reason: e.to_string(),
-                    })
-                })?
-                .into(),
-        };
+        let bytes = payload
+            .encode::<M>()
+            .map_err(|reason| MessageError::Codec {
+                id: to.clone(),
+                reason,
+            })?;
         self.route(Deliver {
             to,
             payload: bytes,
