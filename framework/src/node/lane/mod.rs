@@ -7,16 +7,16 @@
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Weak};
-use std::task::Poll;
-
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 mod cells;
+mod mailbox;
 mod moving;
 mod sessions;
 
 use self::cells::Cells;
+use self::mailbox::mailbox;
 use self::moving::Moving;
 use super::cell::{ReplyMode, Turn, TurnReply, UnitCell};
 use super::directory::{Entry, Slot};
@@ -37,7 +37,7 @@ const TURNS_PER_YIELD: u32 = 256;
 
 /// The sending side of a lane.
 pub(crate) struct LaneTx {
-    pub data: mpsc::UnboundedSender<Envelope<Slot>>,
+    pub data: mailbox::Sender<Envelope<Slot>>,
     pub ctl: mpsc::UnboundedSender<Control>,
 }
 
@@ -139,7 +139,7 @@ enum StopKind {
 pub(crate) struct Lane {
     node: Node,
     cells: Cells,
-    data: mpsc::UnboundedReceiver<Envelope<Slot>>,
+    data: mailbox::Receiver<Envelope<Slot>>,
     ctl: mpsc::UnboundedReceiver<Control>,
     sys: VecDeque<(UnitId, PendingCallback)>,
     backlog: VecDeque<Envelope<Slot>>,
@@ -179,7 +179,7 @@ impl Lane {
     }
 
     fn new(node: Node, cell: Box<dyn UnitCell>, slot: Slot) -> (Arc<LaneTx>, Lane) {
-        let (data_tx, data) = mpsc::unbounded_channel();
+        let (data_tx, data) = mailbox();
         let (ctl_tx, ctl) = mpsc::unbounded_channel();
         let mut cells = Cells::default();
         let next_due = cell.next_due();
@@ -229,7 +229,7 @@ impl Lane {
                         Some(control) => self.control(control),
                         None => break,
                     },
-                    Some(envelope) = self.data.recv() => self.hold.push(envelope),
+                    true = self.data.take_next(&mut self.hold) => {}
                     else => break,
                 }
                 continue;
@@ -260,21 +260,14 @@ impl Lane {
                     continue;
                 }
             }
+            if self.backlog.is_empty() {
+                self.data.take(&mut self.backlog);
+            }
             if let Some(envelope) = self.backlog.pop_front() {
                 self.dispatch(envelope);
                 continue;
             }
-            if let Some(envelope) = self.arrival().await {
-                self.dispatch(envelope);
-                continue;
-            }
             if let Some(done) = self.closing.take() {
-                // A send still under way was accepted too: it runs first.
-                if let Ok(envelope) = self.data.try_recv() {
-                    self.closing = Some(done);
-                    self.dispatch(envelope);
-                    continue;
-                }
                 // Everything accepted has run.
                 self.close_all(done);
                 continue;
@@ -284,7 +277,7 @@ impl Lane {
             tokio::select! {
                 biased;
                 Some(control) = self.ctl.recv() => self.control(control),
-                Some(envelope) = self.data.recv() => self.backlog.push_back(envelope),
+                true = self.data.take_next(&mut self.backlog) => {}
                 () = sleep_until(due), if due.is_some() => {}
                 // No sender is left anywhere: nothing can reach these units any more.
                 else => break,
@@ -292,23 +285,10 @@ impl Lane {
         }
         // Nothing is hosted here any more; whatever still arrives follows its unit or ends.
         self.data.close();
-        while let Ok(envelope) = self.data.try_recv() {
-            self.backlog.push_back(envelope);
-        }
+        self.data.take(&mut self.backlog);
         for envelope in std::mem::take(&mut self.backlog) {
             self.reroute(envelope);
         }
-    }
-
-    /// The next message on the queue if one is there now. Unlike `try_recv`, it does not block
-    /// the thread while a sender is halfway through a send: the lane waits for that one in its
-    /// select, as for any message not there yet.
-    async fn arrival(&mut self) -> Option<Envelope<Slot>> {
-        std::future::poll_fn(|cx| match self.data.poll_recv(cx) {
-            Poll::Ready(envelope) => Poll::Ready(envelope),
-            Poll::Pending => Poll::Ready(None),
-        })
-        .await
     }
 
     /// Sends a message queued here after its unit, which does not run here any more: to its new
@@ -676,9 +656,7 @@ impl Lane {
             self.backlog.clear();
             self.ticks.clear();
         }
-        while let Ok(envelope) = self.data.try_recv() {
-            self.backlog.push_back(envelope);
-        }
+        self.data.take(&mut self.backlog);
         for envelope in std::mem::take(&mut self.backlog) {
             self.reroute(envelope);
         }
@@ -826,9 +804,7 @@ impl Lane {
     /// when the unit leaves the lane, under the write lock of its directory shard and after
     /// repointing or removing its entry, so that nothing more can arrive for it here.
     fn take_queued_for(&mut self, slot: Slot) -> Vec<Envelope<Slot>> {
-        while let Ok(envelope) = self.data.try_recv() {
-            self.backlog.push_back(envelope);
-        }
+        self.data.take(&mut self.backlog);
         // Binds held back were taken from the queue before what is still in it; what was relayed
         // and held arrived after it.
         let mut taken = take_for(&mut self.deferred, slot);

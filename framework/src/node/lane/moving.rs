@@ -122,9 +122,7 @@ impl Lane {
         // Binds held back for this move are saved work too, ahead of what is still queued.
         self.end_quiesce();
         // Everything accepted so far is saved work.
-        while let Ok(envelope) = self.data.try_recv() {
-            self.backlog.push_back(envelope);
-        }
+        self.data.take(&mut self.backlog);
         // Ticks due now are pending ticks: they run first, wherever the unit runs next.
         for (_, cell) in self.cells.iter_mut() {
             for tick in cell.take_due(now) {
@@ -251,9 +249,7 @@ impl Lane {
                 shard.remove(id);
             }
             // Everything sent along the old route is queued by now: hold it, then relay it.
-            while let Ok(envelope) = self.data.try_recv() {
-                self.hold.push(envelope);
-            }
+            self.data.take(&mut self.hold);
             let start = records.len();
             let mut rest = Vec::with_capacity(self.hold.len());
             let mut mine = Vec::new();
@@ -337,7 +333,9 @@ impl Lane {
         for envelope in late {
             self.reroute(envelope);
         }
-        while let Ok(envelope) = self.data.try_recv() {
+        let mut later = Vec::new();
+        self.data.take(&mut later);
+        for envelope in later {
             self.reroute(envelope);
         }
         self.finish_moving();
@@ -350,9 +348,7 @@ impl Lane {
         {
             return;
         }
-        while let Ok(envelope) = self.data.try_recv() {
-            self.hold.push(envelope);
-        }
+        self.data.take(&mut self.hold);
         let pending: Vec<Envelope<Slot>> = self
             .backlog
             .drain(..)

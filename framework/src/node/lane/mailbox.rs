@@ -1,0 +1,223 @@
+//! A lane's message queue: senders append under a short lock, and the lane takes everything
+//! queued in one step.
+//!
+//! A channel that counts each message in a shared counter makes the sender's and the lane's
+//! cores take turns owning that counter for every message. Here the lane takes the senders' lock
+//! once per batch, and a sender only wakes the lane when it found the lane waiting.
+
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Waker};
+
+use parking_lot::Mutex;
+
+/// How many items' room a lane's buffers keep once the bursts are over. While batches stay large
+/// the buffers stay large too: giving memory back for every batch costs more than the batch.
+const KEEP: usize = 1024;
+
+/// Makes a mailbox: one sending side, one receiving side.
+pub(crate) fn mailbox<T>() -> (Sender<T>, Receiver<T>) {
+    let shared = Arc::new(Shared {
+        inbox: Mutex::new(Inbox {
+            queue: Vec::new(),
+            waker: None,
+            closed: false,
+        }),
+        queued: Flag(AtomicBool::new(false)),
+    });
+    (
+        Sender(shared.clone()),
+        Receiver {
+            shared,
+            spare: Vec::new(),
+        },
+    )
+}
+
+struct Shared<T> {
+    inbox: Mutex<Inbox<T>>,
+    /// Whether the queue holds anything, changed under the lock only when it becomes non-empty
+    /// or is taken. The lane reads it without the lock, so a lane that has caught up does not
+    /// take the lock's cache line away from a sender for every look.
+    queued: Flag,
+}
+
+/// An atomic flag on a cache line of its own, away from the lock that senders write.
+#[repr(align(128))]
+struct Flag(AtomicBool);
+
+struct Inbox<T> {
+    queue: Vec<T>,
+    /// The lane, when it found the queue empty and waits.
+    waker: Option<Waker>,
+    /// No more items are taken: the sender is gone, or the lane closed it.
+    closed: bool,
+}
+
+/// The sending side. Dropping it closes the mailbox: the lane then learns that nothing more
+/// can arrive.
+pub(crate) struct Sender<T>(Arc<Shared<T>>);
+
+impl<T> Sender<T> {
+    /// Queues `item` behind everything sent before it, or gives it back if the mailbox is closed.
+    pub fn send(&self, item: T) -> Result<(), T> {
+        let mut inbox = self.0.inbox.lock();
+        if inbox.closed {
+            return Err(item);
+        }
+        if inbox.queue.is_empty() {
+            self.0.queued.0.store(true, Ordering::Release);
+        }
+        inbox.queue.push(item);
+        let waiting = inbox.waker.take();
+        drop(inbox);
+        if let Some(waker) = waiting {
+            waker.wake();
+        }
+        Ok(())
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        let waiting = {
+            let mut inbox = self.0.inbox.lock();
+            inbox.closed = true;
+            inbox.waker.take()
+        };
+        if let Some(waker) = waiting {
+            waker.wake();
+        }
+    }
+}
+
+/// The lane's side.
+pub(crate) struct Receiver<T> {
+    shared: Arc<Shared<T>>,
+    /// An empty buffer, swapped in for the queue when the lane takes it.
+    spare: Vec<T>,
+}
+
+impl<T> Receiver<T> {
+    /// Moves everything queued, in order, to the end of `into`. Whether anything was queued.
+    pub fn take(&mut self, into: &mut impl Extend<T>) -> bool {
+        if !self.shared.queued.0.load(Ordering::Acquire) {
+            return false;
+        }
+        {
+            let mut inbox = self.shared.inbox.lock();
+            if inbox.queue.is_empty() {
+                return false;
+            }
+            swap_out(&self.shared.queued, &mut inbox, &mut self.spare);
+        }
+        self.unload(into);
+        true
+    }
+
+    /// Waits until something is queued and moves it all to `into`: `true` then, `false` once the
+    /// mailbox is closed and empty.
+    pub async fn take_next(&mut self, into: &mut impl Extend<T>) -> bool {
+        poll_fn(|cx| self.poll_take(cx, into)).await
+    }
+
+    fn poll_take(&mut self, cx: &mut Context<'_>, into: &mut impl Extend<T>) -> Poll<bool> {
+        {
+            let mut inbox = self.shared.inbox.lock();
+            if inbox.queue.is_empty() {
+                if inbox.closed {
+                    return Poll::Ready(false);
+                }
+                match &mut inbox.waker {
+                    Some(waker) if waker.will_wake(cx.waker()) => {}
+                    slot => *slot = Some(cx.waker().clone()),
+                }
+                return Poll::Pending;
+            }
+            swap_out(&self.shared.queued, &mut inbox, &mut self.spare);
+        }
+        self.unload(into);
+        Poll::Ready(true)
+    }
+
+    /// Hands the swapped-out batch over, keeping the emptied buffer for the next swap.
+    fn unload(&mut self, into: &mut impl Extend<T>) {
+        let batch = self.spare.len();
+        into.extend(self.spare.drain(..));
+        if batch < KEEP / 4 {
+            self.spare.shrink_to(KEEP);
+        }
+    }
+
+    /// Refuses every later send; what is queued stays to be taken.
+    pub fn close(&mut self) {
+        self.shared.inbox.lock().closed = true;
+    }
+}
+
+/// Takes the queue's contents under its lock, leaving the emptied spare buffer in its place.
+fn swap_out<T>(queued: &Flag, inbox: &mut Inbox<T>, spare: &mut Vec<T>) {
+    std::mem::swap(&mut inbox.queue, spare);
+    queued.0.store(false, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn takes_everything_in_order_and_refuses_sends_once_closed() {
+        let (tx, mut rx) = mailbox();
+        let mut got = Vec::new();
+        assert!(!rx.take(&mut got));
+        for i in 0..3 {
+            assert!(tx.send(i).is_ok());
+        }
+        assert!(rx.take(&mut got));
+        assert!(tx.send(3).is_ok());
+        assert!(rx.take(&mut got));
+        assert_eq!(got, [0, 1, 2, 3]);
+        rx.close();
+        assert_eq!(tx.send(4), Err(4));
+        assert!(!rx.take(&mut got));
+    }
+
+    #[tokio::test]
+    async fn a_waiting_lane_wakes_for_a_send_and_learns_when_the_sender_is_gone() {
+        let (tx, mut rx) = mailbox();
+        let sender = tokio::spawn(async move {
+            tokio::task::yield_now().await;
+            tx.send("first").map_err(|_| "closed")?;
+            tokio::task::yield_now().await;
+            tx.send("second").map_err(|_| "closed")
+        });
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            assert!(rx.take_next(&mut got).await);
+        }
+        assert_eq!(got, ["first", "second"]);
+        assert_eq!(sender.await.ok(), Some(Ok(())));
+        // The sender was dropped with its task: nothing more can come.
+        assert!(!rx.take_next(&mut got).await);
+    }
+
+    #[test]
+    fn the_room_of_a_burst_is_given_back_once_batches_are_small_again() {
+        let (tx, mut rx) = mailbox();
+        let mut got = Vec::new();
+        for round in 0..2 {
+            for i in 0..KEEP * 4 {
+                assert!(tx.send(i).is_ok());
+            }
+            assert!(rx.take(&mut got));
+            assert_eq!(got.len(), KEEP * 4 * (round + 1));
+        }
+        assert!(rx.spare.capacity() >= KEEP * 4, "kept while bursts go on");
+        for _ in 0..2 {
+            assert!(tx.send(0).is_ok());
+            assert!(rx.take(&mut got));
+        }
+        assert!(rx.spare.capacity() <= KEEP);
+    }
+}
