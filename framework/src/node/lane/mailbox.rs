@@ -5,12 +5,13 @@
 //! cores take turns owning that counter for every message. Here the lane takes the senders' lock
 //! once per batch, and a sender only wakes the lane when it found the lane waiting.
 
+use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll, Waker};
+use std::task::{Poll, Waker};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 /// How many items' room a lane's buffers keep once the bursts are over. While batches stay large
 /// the buffers stay large too: giving memory back for every batch costs more than the batch.
@@ -101,53 +102,44 @@ pub(crate) struct Receiver<T> {
 
 impl<T> Receiver<T> {
     /// Moves everything queued, in order, to the end of `into`. Whether anything was queued.
-    pub fn take(&mut self, into: &mut impl Extend<T>) -> bool {
+    pub fn take(&mut self, into: &mut VecDeque<T>) -> bool {
         if !self.shared.queued.0.load(Ordering::Acquire) {
             return false;
         }
-        {
-            let mut inbox = self.shared.inbox.lock();
-            if inbox.queue.is_empty() {
-                return false;
-            }
-            swap_out(&self.shared.queued, &mut inbox, &mut self.spare);
+        let inbox = self.shared.inbox.lock();
+        if inbox.queue.is_empty() {
+            return false;
         }
-        self.unload(into);
+        hand_over(inbox, &self.shared.queued, &mut self.spare, into);
         true
     }
 
-    /// Waits until something is queued and moves it all to `into`: `true` then, `false` once the
-    /// mailbox is closed and empty.
-    pub async fn take_next(&mut self, into: &mut impl Extend<T>) -> bool {
-        poll_fn(|cx| self.poll_take(cx, into)).await
-    }
-
-    fn poll_take(&mut self, cx: &mut Context<'_>, into: &mut impl Extend<T>) -> Poll<bool> {
-        {
+    /// Waits until something is queued and takes it as [`Receiver::take`] does: `true` then,
+    /// `false` once the mailbox is closed and empty.
+    pub async fn take_next(&mut self, into: &mut VecDeque<T>) -> bool {
+        poll_fn(|cx| {
             let mut inbox = self.shared.inbox.lock();
-            if inbox.queue.is_empty() {
-                if inbox.closed {
-                    return Poll::Ready(false);
-                }
-                match &mut inbox.waker {
-                    Some(waker) if waker.will_wake(cx.waker()) => {}
-                    slot => *slot = Some(cx.waker().clone()),
-                }
-                return Poll::Pending;
+            if !inbox.queue.is_empty() {
+                hand_over(inbox, &self.shared.queued, &mut self.spare, into);
+                return Poll::Ready(true);
             }
-            swap_out(&self.shared.queued, &mut inbox, &mut self.spare);
-        }
-        self.unload(into);
-        Poll::Ready(true)
+            if inbox.closed {
+                return Poll::Ready(false);
+            }
+            match &mut inbox.waker {
+                Some(waker) if waker.will_wake(cx.waker()) => {}
+                slot => *slot = Some(cx.waker().clone()),
+            }
+            Poll::Pending
+        })
+        .await
     }
 
-    /// Hands the swapped-out batch over, keeping the emptied buffer for the next swap.
-    fn unload(&mut self, into: &mut impl Extend<T>) {
-        let batch = self.spare.len();
-        into.extend(self.spare.drain(..));
-        if batch < KEEP / 4 {
-            self.spare.shrink_to(KEEP);
-        }
+    /// Everything queued, in order.
+    pub fn drain(&mut self) -> VecDeque<T> {
+        let mut all = VecDeque::new();
+        self.take(&mut all);
+        all
     }
 
     /// Refuses every later send; what is queued stays to be taken.
@@ -156,10 +148,26 @@ impl<T> Receiver<T> {
     }
 }
 
-/// Takes the queue's contents under its lock, leaving the emptied spare buffer in its place.
-fn swap_out<T>(queued: &Flag, inbox: &mut Inbox<T>, spare: &mut Vec<T>) {
-    std::mem::swap(&mut inbox.queue, spare);
+/// Moves a non-empty queue to `into`, letting the lock go before anything is copied: the
+/// queue's buffer is swapped for the lane's empty `spare`. Once batches are small again, the room
+/// that a burst left in these buffers is given back.
+fn hand_over<T>(
+    mut inbox: MutexGuard<'_, Inbox<T>>,
+    queued: &Flag,
+    spare: &mut Vec<T>,
+    into: &mut VecDeque<T>,
+) {
     queued.0.store(false, Ordering::Relaxed);
+    std::mem::swap(&mut inbox.queue, spare);
+    drop(inbox);
+    let small = spare.len() < KEEP / 4;
+    if small && into.is_empty() {
+        into.shrink_to(KEEP);
+    }
+    into.extend(spare.drain(..));
+    if small {
+        spare.shrink_to(KEEP);
+    }
 }
 
 #[cfg(test)]
@@ -169,11 +177,12 @@ mod tests {
     #[test]
     fn takes_everything_in_order_and_refuses_sends_once_closed() {
         let (tx, mut rx) = mailbox();
-        let mut got = Vec::new();
+        let mut got = VecDeque::new();
         assert!(!rx.take(&mut got));
         for i in 0..3 {
             assert!(tx.send(i).is_ok());
         }
+        // Into an empty queue, then behind what is still there.
         assert!(rx.take(&mut got));
         assert!(tx.send(3).is_ok());
         assert!(rx.take(&mut got));
@@ -192,7 +201,7 @@ mod tests {
             tokio::task::yield_now().await;
             tx.send("second").map_err(|_| "closed")
         });
-        let mut got = Vec::new();
+        let mut got = VecDeque::new();
         while got.len() < 2 {
             assert!(rx.take_next(&mut got).await);
         }
@@ -200,24 +209,34 @@ mod tests {
         assert_eq!(sender.await.ok(), Some(Ok(())));
         // The sender was dropped with its task: nothing more can come.
         assert!(!rx.take_next(&mut got).await);
+        assert!(rx.drain().is_empty());
     }
 
     #[test]
     fn the_room_of_a_burst_is_given_back_once_batches_are_small_again() {
         let (tx, mut rx) = mailbox();
-        let mut got = Vec::new();
-        for round in 0..2 {
+        let mut backlog = VecDeque::new();
+        let queue_room = |rx: &Receiver<usize>| rx.shared.inbox.lock().queue.capacity();
+        for _ in 0..2 {
             for i in 0..KEEP * 4 {
                 assert!(tx.send(i).is_ok());
             }
-            assert!(rx.take(&mut got));
-            assert_eq!(got.len(), KEEP * 4 * (round + 1));
+            assert!(rx.take(&mut backlog));
+            assert_eq!(backlog.len(), KEEP * 4);
+            backlog.clear();
         }
-        assert!(rx.spare.capacity() >= KEEP * 4, "kept while bursts go on");
+        assert!(
+            queue_room(&rx).max(rx.spare.capacity()) >= KEEP * 4,
+            "kept while bursts go on"
+        );
+        assert!(backlog.capacity() >= KEEP * 4);
         for _ in 0..2 {
             assert!(tx.send(0).is_ok());
-            assert!(rx.take(&mut got));
+            assert!(rx.take(&mut backlog));
+            backlog.clear();
         }
+        assert!(queue_room(&rx) <= KEEP);
         assert!(rx.spare.capacity() <= KEEP);
+        assert!(backlog.capacity() <= KEEP);
     }
 }

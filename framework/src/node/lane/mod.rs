@@ -223,13 +223,14 @@ impl Lane {
             }
             if self.suspended() {
                 // Sealed for a move: no turn runs; what arrives is held in order.
+                let mut arrived = VecDeque::new();
                 tokio::select! {
                     biased;
                     control = self.ctl.recv() => match control {
                         Some(control) => self.control(control),
                         None => break,
                     },
-                    true = self.data.take_next(&mut self.hold) => {}
+                    true = self.data.take_next(&mut arrived) => self.hold.extend(arrived),
                     else => break,
                 }
                 continue;

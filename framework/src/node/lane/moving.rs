@@ -249,7 +249,7 @@ impl Lane {
                 shard.remove(id);
             }
             // Everything sent along the old route is queued by now: hold it, then relay it.
-            self.data.take(&mut self.hold);
+            self.hold.extend(self.data.drain());
             let start = records.len();
             let mut rest = Vec::with_capacity(self.hold.len());
             let mut mine = Vec::new();
@@ -333,9 +333,7 @@ impl Lane {
         for envelope in late {
             self.reroute(envelope);
         }
-        let mut later = Vec::new();
-        self.data.take(&mut later);
-        for envelope in later {
+        for envelope in self.data.drain() {
             self.reroute(envelope);
         }
         self.finish_moving();
@@ -348,7 +346,7 @@ impl Lane {
         {
             return;
         }
-        self.data.take(&mut self.hold);
+        self.hold.extend(self.data.drain());
         let pending: Vec<Envelope<Slot>> = self
             .backlog
             .drain(..)
