@@ -35,6 +35,11 @@ use crate::timer::Tick;
 /// How many turns a lane runs before it lets other tasks on its thread go.
 const TURNS_PER_YIELD: u32 = 256;
 
+/// After this many messages in a row, a lane that finds its queue empty lets other tasks run once
+/// before it sleeps: a sender still streaming to it has usually queued more by then, and is
+/// spared waking the lane for every message.
+const LINGER_AFTER: u32 = 64;
+
 /// The sending side of a lane.
 pub(crate) struct LaneTx {
     pub data: mailbox::Sender<Envelope<Slot>>,
@@ -212,6 +217,7 @@ impl Lane {
 
     async fn run(mut self) {
         let mut turns = 0u32;
+        let mut busy = 0u32;
         while !self.cells.is_empty() {
             if !self.open || self.node.fenced() {
                 // Nothing runs: only controls (open, discard, close) are taken.
@@ -265,9 +271,17 @@ impl Lane {
                 self.data.take(&mut self.backlog);
             }
             if let Some(envelope) = self.backlog.pop_front() {
+                busy += 1;
                 self.dispatch(envelope);
                 continue;
             }
+            if busy >= LINGER_AFTER {
+                // A stream that just ran dry: look once more before sleeping.
+                busy = 0;
+                tokio::task::yield_now().await;
+                continue;
+            }
+            busy = 0;
             if let Some(done) = self.closing.take() {
                 // Everything accepted has run.
                 self.close_all(done);
