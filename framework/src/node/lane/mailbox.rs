@@ -52,7 +52,8 @@ struct Inbox<T> {
     queue: Vec<T>,
     /// The lane, when it found the queue empty and waits.
     waker: Option<Waker>,
-    /// No more items are taken: the sender is gone, or the lane closed it.
+    /// No more items are accepted (what is queued is still handed out): the sender is gone,
+    /// or the lane closed it.
     closed: bool,
 }
 
@@ -93,7 +94,8 @@ impl<T> Drop for Sender<T> {
     }
 }
 
-/// The lane's side.
+/// The lane's side. Dropping it (the lane's task ended) closes the mailbox and drops what is
+/// still queued, so that senders learn the lane is gone instead of queueing for nobody.
 pub(crate) struct Receiver<T> {
     shared: Arc<Shared<T>>,
     /// An empty buffer, swapped in for the queue when the lane takes it.
@@ -102,6 +104,10 @@ pub(crate) struct Receiver<T> {
 
 impl<T> Receiver<T> {
     /// Moves everything queued, in order, to the end of `into`. Whether anything was queued.
+    ///
+    /// It sees every send that happened before the call (a send under a lock that the lane took
+    /// since, or before a control that the lane received since): the flag it reads first is only
+    /// written under the mailbox's lock.
     pub fn take(&mut self, into: &mut VecDeque<T>) -> bool {
         if !self.shared.queued.0.load(Ordering::Acquire) {
             return false;
@@ -130,6 +136,16 @@ impl<T> Receiver<T> {
                 Some(waker) if waker.will_wake(cx.waker()) => {}
                 slot => *slot = Some(cx.waker().clone()),
             }
+            // Caught up and about to sleep: the room of a burst that is over is given back.
+            let idle = (inbox.queue.capacity() > KEEP).then(|| std::mem::take(&mut inbox.queue));
+            drop(inbox);
+            drop(idle);
+            if self.spare.capacity() > KEEP {
+                self.spare = Vec::new();
+            }
+            if into.is_empty() && into.capacity() > KEEP {
+                *into = VecDeque::new();
+            }
             Poll::Pending
         })
         .await
@@ -148,9 +164,22 @@ impl<T> Receiver<T> {
     }
 }
 
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        let left = {
+            let mut inbox = self.shared.inbox.lock();
+            inbox.closed = true;
+            (std::mem::take(&mut inbox.queue), inbox.waker.take())
+        };
+        // Dropped outside the lock: a queued message may hold a reply that someone awaits.
+        drop(left);
+    }
+}
+
 /// Moves a non-empty queue to `into`, letting the lock go before anything is copied: the
-/// queue's buffer is swapped for the lane's empty `spare`. Once batches are small again, the room
-/// that a burst left in these buffers is given back.
+/// queue's buffer is swapped for the lane's empty `spare`. A waker left from an earlier wait goes
+/// too, as the lane is not waiting now. Once batches are small again, the room that a burst left
+/// in these buffers is given back.
 fn hand_over<T>(
     mut inbox: MutexGuard<'_, Inbox<T>>,
     queued: &Flag,
@@ -159,7 +188,9 @@ fn hand_over<T>(
 ) {
     queued.0.store(false, Ordering::Relaxed);
     std::mem::swap(&mut inbox.queue, spare);
+    let stale = inbox.waker.take();
     drop(inbox);
+    drop(stale);
     let small = spare.len() < KEEP / 4;
     if small && into.is_empty() {
         into.shrink_to(KEEP);
@@ -210,6 +241,46 @@ mod tests {
         // The sender was dropped with its task: nothing more can come.
         assert!(!rx.take_next(&mut got).await);
         assert!(rx.drain().is_empty());
+    }
+
+    #[test]
+    fn a_lane_that_ends_drops_what_was_queued_for_it_and_refuses_more() {
+        use tokio::sync::oneshot::{self, error::TryRecvError};
+        let (tx, rx) = mailbox();
+        let (reply, mut answer) = oneshot::channel::<()>();
+        assert!(tx.send(reply).is_ok());
+        drop(rx);
+        // Whoever waits for that reply learns at once that it will not come.
+        assert_eq!(answer.try_recv(), Err(TryRecvError::Closed));
+        let (reply, _answer) = oneshot::channel::<()>();
+        assert!(tx.send(reply).is_err());
+    }
+
+    #[test]
+    fn a_lane_that_caught_up_after_a_burst_gives_its_room_back_before_it_sleeps() {
+        use futures_util::FutureExt;
+        let (tx, mut rx) = mailbox();
+        let mut backlog = VecDeque::new();
+        for round in 0..2 {
+            for i in 0..KEEP * 4 {
+                assert!(tx.send(i).is_ok());
+            }
+            if round == 0 {
+                // Into the lane's queue behind what it still holds, through the spare buffer.
+                backlog.push_back(0);
+            }
+            assert!(rx.take(&mut backlog));
+            backlog.clear();
+        }
+        assert!(backlog.capacity() >= KEEP * 4);
+        assert_eq!(
+            rx.take_next(&mut backlog).now_or_never(),
+            None,
+            "nothing queued"
+        );
+        assert!(rx.shared.inbox.lock().queue.capacity() <= KEEP);
+        assert!(rx.spare.capacity() <= KEEP);
+        assert!(backlog.capacity() <= KEEP);
     }
 
     #[test]
