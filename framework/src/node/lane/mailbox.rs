@@ -72,25 +72,25 @@ impl<T> Sender<T> {
             self.0.queued.0.store(true, Ordering::Release);
         }
         inbox.queue.push(item);
-        let waiting = inbox.waker.take();
-        drop(inbox);
-        if let Some(waker) = waiting {
-            waker.wake();
-        }
+        wake_after_unlock(inbox);
         Ok(())
     }
 }
 
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
-        let waiting = {
-            let mut inbox = self.0.inbox.lock();
-            inbox.closed = true;
-            inbox.waker.take()
-        };
-        if let Some(waker) = waiting {
-            waker.wake();
-        }
+        let mut inbox = self.0.inbox.lock();
+        inbox.closed = true;
+        wake_after_unlock(inbox);
+    }
+}
+
+/// Lets the lock go, then wakes the lane if it was waiting.
+fn wake_after_unlock<T>(mut inbox: MutexGuard<'_, Inbox<T>>) {
+    let waiting = inbox.waker.take();
+    drop(inbox);
+    if let Some(waker) = waiting {
+        waker.wake();
     }
 }
 

@@ -136,11 +136,7 @@ impl Lane {
         self.quiescing = Some(rel);
         Ok(Quiet {
             bindings: self.bindings(),
-            units: self
-                .cells
-                .iter()
-                .map(|(_, cell)| cell.id().clone())
-                .collect(),
+            units: self.cells.ids().cloned().collect(),
         })
     }
 
