@@ -153,6 +153,14 @@ pub enum UnitError {
         /// The factory asked for.
         type_name: String,
     },
+    /// The unit is being moved (sealed on its source, or staged on its target): a change to
+    /// which units exist or which room an Actor is in would miss the copy that runs next, so it
+    /// is refused and nothing changed. Retryable.
+    #[error("{id} is being moved between nodes; nothing changed: retry once the move has ended")]
+    Moving {
+        /// The unit (or the room it moves with).
+        id: UnitId,
+    },
     /// The location store or a peer could not be reached; the outcome is unknown, so re-read.
     #[error("{what} failed: {reason}; retry once the store and mesh are back")]
     Unavailable {

@@ -18,7 +18,10 @@ use tokio::sync::watch;
 /// A view of a real store whose `batch` calls wait while it is held.
 pub struct HeldStore {
     inner: Arc<dyn LocationStore>,
-    held: watch::Sender<bool>,
+    /// Whether writes wait, and if only those touching keys under a prefix, that prefix.
+    held: watch::Sender<Option<String>>,
+    /// How many writes are waiting now.
+    waiting: watch::Sender<usize>,
 }
 
 impl HeldStore {
@@ -26,18 +29,30 @@ impl HeldStore {
     pub fn new(inner: Arc<dyn LocationStore>) -> Arc<Self> {
         Arc::new(HeldStore {
             inner,
-            held: watch::Sender::new(false),
+            held: watch::Sender::new(None),
+            waiting: watch::Sender::new(0),
         })
     }
 
     /// From now on, writes wait.
     pub fn hold(&self) {
-        self.held.send_replace(true);
+        self.hold_keys("");
+    }
+
+    /// From now on, writes that touch a key starting with `prefix` wait; others flow.
+    pub fn hold_keys(&self, prefix: &str) {
+        self.held.send_replace(Some(prefix.to_owned()));
+    }
+
+    /// Waits until some write is waiting.
+    pub async fn wait_held(&self) {
+        let mut waiting = self.waiting.subscribe();
+        let _ = waiting.wait_for(|n| *n > 0).await;
     }
 
     /// Lets every waiting and later write through.
     pub fn release(&self) {
-        self.held.send_replace(false);
+        self.held.send_replace(None);
     }
 }
 
@@ -52,8 +67,17 @@ impl LocationStore for HeldStore {
         ops: Vec<Op>,
     ) -> BoxFuture<'a, Result<BatchOutcome, StoreError>> {
         let mut held = self.held.subscribe();
+        let touches = |prefix: &str| {
+            conditions.iter().any(|c| c.key().starts_with(prefix))
+                || ops.iter().any(|o| o.key().starts_with(prefix))
+        };
+        let waits = held.borrow().as_deref().is_some_and(touches);
         Box::pin(async move {
-            let _ = held.wait_for(|h| !*h).await;
+            if waits {
+                self.waiting.send_modify(|n| *n += 1);
+                let _ = held.wait_for(Option::is_none).await;
+                self.waiting.send_modify(|n| *n -= 1);
+            }
             self.inner.batch(conditions, ops).await
         })
     }

@@ -103,6 +103,7 @@ mod tests {
                 transfer: Duration::from_micros(transfer_us),
                 ..MovePhases::default()
             },
+            blocked: None,
         }
     }
 

@@ -4,7 +4,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{MessageError, UnitError};
-use crate::ids::{NodeId, UnitId};
+use crate::ids::{ActorId, NodeId, SpotId, UnitId};
 use crate::node::ReplyTo;
 
 /// The most times a message is forwarded before it is given up as unknown.
@@ -89,7 +89,20 @@ pub(crate) enum Call {
         /// The spot.
         id: UnitId,
     },
+    /// A PerActor spot that moved to the receiving node hears that an Actor joined or left it
+    /// while it moved.
+    Member {
+        /// The spot.
+        spot: SpotId,
+        /// The Actor.
+        actor: ActorId,
+        /// Joined, or left.
+        joined: bool,
+    },
 }
+
+/// What a `Member` call answers.
+pub(crate) type MemberAnswer = Result<(), UnitError>;
 
 /// What a `Create`, `Recover` or `Activate` call answers.
 pub(crate) type CreateAnswer = Result<bool, UnitError>;
@@ -145,6 +158,7 @@ mod tests {
                 Frame::Call { request: n, call: Call::Create { type_name: text.clone(), id: unit.clone(), or_get: ok } },
                 Frame::Call { request: n, call: Call::Recover { id: unit.clone(), version: n, previous: record } },
                 Frame::Call { request: n, call: Call::Activate { type_name: text.clone(), id: unit.clone() } },
+                Frame::Call { request: n, call: Call::Member { spot: crate::ids::SpotId::new("room").unwrap(), actor: actor.clone(), joined: ok } },
                 Frame::Session(SessionFrame::Bound { session: SessionId(n), actor: actor.clone(), epoch, verdict: Ok(text.clone()) }),
                 Frame::Session(SessionFrame::Unbound { session: SessionId(n), actor: actor.clone(), epoch, reason: text.clone() }),
                 Frame::Session(SessionFrame::Push { session: SessionId(n), actor: actor.clone(), epoch, seq: n, payload: payload.into() }),

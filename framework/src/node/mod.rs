@@ -36,11 +36,11 @@ use tokio_util::sync::CancellationToken;
 use self::cell::AnyFactory;
 use self::directory::{Directory, Entry};
 use self::envelope::Terminal;
-pub(crate) use self::lane::{Control, Lane, LaneTx};
+pub(crate) use self::lane::{Control, Lane, LaneTx, SealRefused};
 use self::replies::Replies;
 use crate::behavior::Message;
 use crate::cluster::authority::{NodeDescriptor, Stage, UnitRecord, remembered_key, unit_key};
-use crate::cluster::frames::{Call, CreateAnswer, Deliver, Frame};
+use crate::cluster::frames::{Call, CreateAnswer, Deliver, Frame, MemberAnswer};
 use crate::cluster::routing::Router;
 use crate::error::{MessageError, StartError, UnitError};
 use crate::ids::{ActorId, NodeId, ObjectGeneration, SpotId, UnitId};
@@ -906,6 +906,20 @@ impl Node {
                     self.claim_here(&type_name, id, claim, wanted, kind).await;
                 postcard::to_allocvec(&answer)
             }
+            Call::Member {
+                spot,
+                actor,
+                joined,
+            } => {
+                let unit = UnitId::Spot(spot.clone());
+                let answer: MemberAnswer = if self.core.directory.get(&unit).is_some() {
+                    self.notify_member(&spot, actor, joined);
+                    Ok(())
+                } else {
+                    Err(UnitError::UnknownId { id: unit })
+                };
+                postcard::to_allocvec(&answer)
+            }
             Call::Activate { type_name, id } => {
                 let wanted: KindCheck = |k| k == FactoryKind::InstanceSpot;
                 let answer: CreateAnswer = self
@@ -921,10 +935,30 @@ impl Node {
     }
 
     /// Tells a PerActor spot's lane that an Actor joined or left it.
+    /// A spot that has just been handed over to another node is told there.
     pub(crate) fn notify_member(&self, spot: &SpotId, actor: ActorId, joined: bool) {
-        if let Some(entry) = self.core.directory.get(&UnitId::Spot(spot.clone())) {
+        let unit = UnitId::Spot(spot.clone());
+        if let Some(entry) = self.core.directory.get(&unit) {
             let _ = entry.lane.ctl.send(Control::Member { actor, joined });
+        } else if let Some(owner) = self.cached_route(&unit) {
+            self.forward_member(owner, spot.clone(), actor, joined);
         }
+    }
+
+    /// Tells a PerActor spot that moved to `owner` that an Actor joined or left it during the move.
+    pub(crate) fn forward_member(&self, owner: NodeId, spot: SpotId, actor: ActorId, joined: bool) {
+        let node = self.clone();
+        tokio::spawn(async move {
+            let call = Call::Member {
+                spot: spot.clone(),
+                actor: actor.clone(),
+                joined,
+            };
+            let answer = node.call::<MemberAnswer>(&owner, call).await;
+            if let Err(error) = answer.and_then(|a| a) {
+                tracing::warn!(%spot, %actor, joined, %owner, %error, "a member change that reached a moving PerActor spot was not applied");
+            }
+        });
     }
 
     /// Forgets a stopped unit's authority record, if it still names this node.

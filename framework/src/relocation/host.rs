@@ -59,6 +59,9 @@ pub enum BlockedReason {
     RelocationDisabled,
     /// A target could not restore some unit's state.
     StateIncompatible,
+    /// A state adapter failed or panicked while capturing some unit; it runs on here with its
+    /// state, and the node's log names it.
+    AdapterFailed,
     /// The deadline passed with units still here.
     DeadlineExceeded,
     /// Some move failed for another reason (see the events).
@@ -424,7 +427,7 @@ impl Node {
                 force_stopped.push(unit);
             }
             end => {
-                let reason = match end {
+                let reason = report.blocked.unwrap_or(match end {
                     MoveEnd::NotSealed(why) if why.contains("deadline") => {
                         BlockedReason::DeadlineExceeded
                     }
@@ -437,7 +440,8 @@ impl Node {
                         BlockedReason::StateIncompatible
                     }
                     _ => BlockedReason::RelocationFailed,
-                };
+                });
+                tracing::warn!(%unit, ?reason, ?end, relocation = %report.relocation, "unit not moved; it runs on here");
                 self.publish_status(|s| s.failed += 1);
                 self.emit(RelocationEvent::UnitFailed {
                     unit: unit.clone(),
@@ -529,10 +533,11 @@ fn blocked(reason: BlockedReason, stayed: Vec<UnitId>) -> RelocateOutcome {
 /// The reason that says most about why units stayed: the deadline, then missing targets, then
 /// the rest.
 fn main_reason(stayed: &[(UnitId, BlockedReason)]) -> BlockedReason {
-    const ORDER: [BlockedReason; 6] = [
+    const ORDER: [BlockedReason; 7] = [
         BlockedReason::ShutdownRequested,
         BlockedReason::DeadlineExceeded,
         BlockedReason::TargetUnavailable,
+        BlockedReason::AdapterFailed,
         BlockedReason::StateIncompatible,
         BlockedReason::RelocationFailed,
         BlockedReason::RelocationDisabled,

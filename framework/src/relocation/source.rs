@@ -13,13 +13,14 @@ use tracing::Instrument;
 use super::RelocationId;
 use super::capture::{Capture, QueuedOp, relay_digest};
 use super::frames::{RecordAt, RelocFrame};
+use super::host::BlockedReason;
 use super::phases::{MovePhases, TargetPhases};
 use super::protocol::{MoveEnd, SessionsTo, SourceAction, SourceEvent, SourceMachine};
 use super::target::Outgoing;
 use crate::cluster::authority::{Stage, unit_key};
 use crate::cluster::frames::Frame;
 use crate::ids::{ActorId, NodeId, UnitId};
-use crate::node::{Control, LaneTx, Node, NodeState};
+use crate::node::{Control, LaneTx, Node, NodeState, SealRefused};
 use crate::registry::PolicyKind;
 use crate::session::SessionBinding;
 use crate::session::frames::{BoundActor, SessionFrame};
@@ -88,6 +89,8 @@ pub struct MoveReport {
     pub pause: Option<Duration>,
     /// Where the time went, phase by phase.
     pub phases: MovePhases,
+    /// Why it did not move, where the source knows it for certain (a drain reports this).
+    pub blocked: Option<BlockedReason>,
 }
 
 impl Node {
@@ -216,6 +219,7 @@ impl Node {
             ready_at: None,
             cut_at: None,
             committed_at: None,
+            blocked: None,
         };
         run.go(&mut events, deadline).await;
         let reported = self
@@ -248,6 +252,7 @@ impl Node {
             interruption: elapsed(run.cut_at),
             pause: elapsed(run.committed_at),
             phases,
+            blocked: run.blocked,
         }
     }
 }
@@ -309,6 +314,8 @@ struct SourceRun {
     ready_at: Option<Instant>,
     cut_at: Option<Instant>,
     committed_at: Option<Instant>,
+    /// Why the move failed, where that is known for certain.
+    blocked: Option<BlockedReason>,
 }
 
 impl SourceRun {
@@ -507,7 +514,12 @@ impl SourceRun {
                 self.phases.capture = sealed_at.elapsed();
                 capture
             }
-            Ok(Ok(Err(why))) => return SourceEvent::SealRefused(why),
+            Ok(Ok(Err(refused))) => {
+                if let SealRefused::Adapter(_) = refused {
+                    self.blocked = Some(BlockedReason::AdapterFailed);
+                }
+                return SourceEvent::SealRefused(refused.to_string());
+            }
             Ok(Err(_)) => return SourceEvent::SealRefused("the unit stopped".into()),
             Err(_) => return SourceEvent::Deadline,
         };

@@ -421,7 +421,7 @@ async fn create_unit(
 fn unit_refused(node: &Node, error: UnitError) -> Refusal {
     let status = match &error {
         UnitError::AlreadyExists { .. } | UnitError::NotServing { .. } => StatusCode::CONFLICT,
-        UnitError::NoCapacity { .. } | UnitError::Unavailable { .. } => {
+        UnitError::NoCapacity { .. } | UnitError::Unavailable { .. } | UnitError::Moving { .. } => {
             StatusCode::SERVICE_UNAVAILABLE
         }
         UnitError::InvalidId(_)

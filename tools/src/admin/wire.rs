@@ -319,6 +319,11 @@ pub fn advice(reason: BlockedReason) -> &'static str {
             "a target could not restore their state: the target nodes' logs say why (often a \
              state format the new version cannot read)"
         }
+        BlockedReason::AdapterFailed => {
+            "a state adapter failed or panicked capturing them; they run on here with their \
+             state: the node's log names each unit and the error, so fix the adapter, then \
+             drain again"
+        }
         BlockedReason::DeadlineExceeded => {
             "the deadline passed first: drain again, with a longer --deadline if it keeps passing"
         }

@@ -56,6 +56,23 @@ pub(crate) struct Quiet {
     pub units: Vec<UnitId>,
 }
 
+/// Why a lane did not seal its unit; the unit runs on where it was.
+#[derive(Debug)]
+pub(crate) enum SealRefused {
+    /// It is not running here, or is in another move.
+    Busy(String),
+    /// A state adapter failed or panicked while capturing it.
+    Adapter(String),
+}
+
+impl std::fmt::Display for SealRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SealRefused::Busy(why) | SealRefused::Adapter(why) => f.write_str(why),
+        }
+    }
+}
+
 /// Work for the lane itself, run between turns ahead of queued messages.
 pub(crate) enum Control {
     /// Move the Actor hosted here into `spot`.
@@ -90,7 +107,7 @@ pub(crate) enum Control {
     /// turn) and capture the unit.
     Seal {
         rel: RelocationId,
-        done: oneshot::Sender<Result<(Capture, Instant), String>>,
+        done: oneshot::Sender<Result<(Capture, Instant), SealRefused>>,
     },
     /// A move is about to seal this unit: answer the client sessions bound to its Actors, and
     /// hold back new binds (they stay queued, and move with the unit) until the move ends, so
@@ -169,6 +186,9 @@ pub(crate) struct Lane {
     quiescing: Option<RelocationId>,
     /// Binds held back meanwhile, in arrival order.
     deferred: Vec<Envelope<Slot>>,
+    /// Members joining or leaving this PerActor spot while it moves, in arrival order: applied
+    /// wherever the spot runs once the move has ended.
+    parked: Vec<(ActorId, bool)>,
 }
 
 impl Lane {
@@ -211,6 +231,7 @@ impl Lane {
             restored: false,
             quiescing: None,
             deferred: Vec::new(),
+            parked: Vec::new(),
         };
         (tx, lane)
     }
@@ -544,7 +565,59 @@ impl Lane {
         }
     }
 
+    /// Why this lane takes no change to which units it holds right now: it is sealed for a move
+    /// (its capture is taken), staged on a move's target, or not yet recorded as created.
+    fn unsettled(&self) -> Option<UnitError> {
+        let id = self.primary()?;
+        if self.suspended() || (!self.open && self.restored) {
+            Some(UnitError::Moving { id })
+        } else if !self.open {
+            Some(UnitError::Unavailable {
+                what: format!("changing {id}"),
+                reason: "it is still being created".to_owned(),
+            })
+        } else {
+            None
+        }
+    }
+
+    /// Refuses a control that changes which units exist here or which spot an Actor is in, while
+    /// the lane is unsettled: applied now, it would miss the copy of the unit that runs next (a
+    /// capture already taken, or a staged copy that may be dropped). A PerActor spot's member
+    /// news has no one to refuse to, so it waits for the move to end. Returns the control
+    /// otherwise.
+    fn refuse_unsettled(&mut self, control: Control) -> Option<Control> {
+        let Some(error) = self.unsettled() else {
+            return Some(control);
+        };
+        match control {
+            Control::Join { done, .. }
+            | Control::Leave { done, .. }
+            | Control::Stop { done, .. } => {
+                let _ = done.send(Err(error));
+            }
+            Control::Attach {
+                mut cell,
+                slot,
+                backlog,
+                done,
+            } => {
+                // The Actor stays out of the spot, in a lane of its own, with what was sent to it.
+                *cell.membership_mut() = Membership::Actor { spot: None };
+                let id = cell.id().clone();
+                self.spin_off(&id, cell, slot, backlog, None);
+                let _ = done.send(Err(error));
+            }
+            Control::Member { actor, joined } => self.parked.push((actor, joined)),
+            other => return Some(other),
+        }
+        None
+    }
+
     fn control(&mut self, control: Control) {
+        let Some(control) = self.refuse_unsettled(control) else {
+            return;
+        };
         match control {
             Control::Join {
                 actor,
@@ -670,6 +743,9 @@ impl Lane {
         if self.restored {
             self.backlog.clear();
             self.ticks.clear();
+        }
+        for (actor, joined) in std::mem::take(&mut self.parked) {
+            tracing::warn!(%actor, joined, "member news for a staged spot that was given up is dropped; the spot runs on its source");
         }
         self.data.take(&mut self.backlog);
         for envelope in std::mem::take(&mut self.backlog) {
@@ -800,19 +876,38 @@ impl Lane {
         }
         self.sys
             .push_back((spot_unit, PendingCallback::MemberLeft(actor.clone())));
+        self.spin_off(
+            &id,
+            cell,
+            slot,
+            Vec::new(),
+            Some(PendingCallback::Left(spot)),
+        );
+        Ok(())
+    }
+
+    /// Starts a lane of its own for an Actor's cell that leaves this lane, and points the Actor's
+    /// id at it: what was sent to it (`first`, then what is queued here) goes along, in order,
+    /// and `callback` runs first.
+    fn spin_off(
+        &mut self,
+        id: &UnitId,
+        cell: Box<dyn UnitCell>,
+        slot: Slot,
+        first: Vec<Envelope<Slot>>,
+        callback: Option<PendingCallback>,
+    ) {
+        let (tx, mut lane) = Lane::new(self.node.clone(), cell, slot);
+        lane.sys.extend(callback.map(|c| (id.clone(), c)));
+        lane.backlog.extend(first);
         let node = self.node.clone();
-        let (tx, mut lane) = Lane::new(node, cell, slot);
-        lane.sys
-            .push_back((id.clone(), PendingCallback::Left(spot)));
-        let node = self.node.clone();
-        let mut shard = node.core.directory.lock(&id);
-        if let Some(factory) = shard.get(&id).map(|e| e.factory.clone()) {
+        let mut shard = node.core.directory.lock(id);
+        if let Some(factory) = shard.get(id).map(|e| e.factory.clone()) {
             shard.insert(id.clone(), Entry::new(tx, factory, slot));
         }
         lane.backlog.extend(self.take_queued_for(slot));
         drop(shard);
         tokio::spawn(lane.run());
-        Ok(())
     }
 
     /// Takes every message queued here for the unit in `slot` out of this lane, in order. Call it

@@ -3,12 +3,13 @@
 //! capture into a lane that does not run until it is opened.
 
 use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::{Lane, LaneTx};
+use super::{Control, Lane, LaneTx, SealRefused, panic_text};
 use crate::behavior::Membership;
 use crate::cluster::frames::Frame;
 use crate::error::MessageError;
@@ -16,7 +17,7 @@ use crate::ids::{NodeId, UnitId};
 use crate::node::cell::UnitCell;
 use crate::node::directory::{Entry, Slot};
 use crate::node::{Envelope, Node, Payload};
-use crate::registry::{ExecutionMode, FactoryKind, ReadinessMode};
+use crate::registry::{AdapterError, ExecutionMode, FactoryKind, ReadinessMode};
 use crate::relocation::RelocationId;
 use crate::relocation::capture::{
     Capture, CellCapture, MembershipData, PendingCallback, QueuedOp, ReadyOutcomeData, relay_digest,
@@ -29,12 +30,16 @@ pub(crate) enum Moving {
     /// Asked to seal; an ApplicationSignaled spot seals after its next deferring turn.
     SealPending {
         rel: RelocationId,
-        done: oneshot::Sender<Result<(Capture, Instant), String>>,
+        done: oneshot::Sender<Result<(Capture, Instant), SealRefused>>,
     },
     /// Captured: no turn runs, arrivals are held.
     Held { rel: RelocationId, signaled: bool },
-    /// Relayed and cut over: waiting for the verdict.
-    Handed { rel: RelocationId, signaled: bool },
+    /// Relayed and cut over to `target`: waiting for the verdict.
+    Handed {
+        rel: RelocationId,
+        signaled: bool,
+        target: NodeId,
+    },
 }
 
 impl Lane {
@@ -67,10 +72,11 @@ impl Lane {
     pub(super) fn seal(
         &mut self,
         rel: RelocationId,
-        done: oneshot::Sender<Result<(Capture, Instant), String>>,
+        done: oneshot::Sender<Result<(Capture, Instant), SealRefused>>,
     ) {
         if !self.open || self.moving.is_some() || self.quiescing.is_some_and(|q| q != rel) {
-            let _ = done.send(Err("the unit is not running here, or already moving".into()));
+            let why = "the unit is not running here, or already moving";
+            let _ = done.send(Err(SealRefused::Busy(why.into())));
             return;
         }
         if self.app_signaled() {
@@ -111,11 +117,11 @@ impl Lane {
     fn capture(
         &mut self,
         rel: RelocationId,
-        done: oneshot::Sender<Result<(Capture, Instant), String>>,
+        done: oneshot::Sender<Result<(Capture, Instant), SealRefused>>,
         signaled: bool,
     ) {
         let Some(unit) = self.primary() else {
-            let _ = done.send(Err("the lane is empty".into()));
+            let _ = done.send(Err(SealRefused::Busy("the lane is empty".into())));
             return;
         };
         let now = Instant::now();
@@ -137,7 +143,16 @@ impl Lane {
             let Some(cell) = self.cells.get(id) else {
                 continue;
             };
-            match cell.capture_state() {
+            // The adapter is application code: its panic ends this move, not the unit. Capture
+            // only reads the state, so the unit runs on here with it.
+            let captured =
+                catch_unwind(AssertUnwindSafe(|| cell.capture_state())).unwrap_or_else(|panic| {
+                    Err(AdapterError(format!(
+                        "its state adapter panicked: {}",
+                        panic_text(&*panic)
+                    )))
+                });
+            match captured {
                 Ok(state) => cells.push(CellCapture {
                     id: id.clone(),
                     factory: cell.info().type_name.to_string(),
@@ -147,7 +162,9 @@ impl Lane {
                     binding: cell.binding().cloned(),
                 }),
                 Err(error) => {
-                    let _ = done.send(Err(format!("{id} could not be captured: {error}")));
+                    tracing::error!(%rel, unit = %id, %error, "state not captured; the move ends and the unit runs on here");
+                    let why = format!("{id} could not be captured: {error}");
+                    let _ = done.send(Err(SealRefused::Adapter(why)));
                     return;
                 }
             }
@@ -285,7 +302,11 @@ impl Lane {
         for deliver in displaced {
             node.route(deliver);
         }
-        self.moving = Some(Moving::Handed { rel, signaled });
+        self.moving = Some(Moving::Handed {
+            rel,
+            signaled,
+            target,
+        });
         let _ = done.send(records);
     }
 
@@ -293,7 +314,9 @@ impl Lane {
     pub(super) fn resume(&mut self, rel: RelocationId, me: Option<&Arc<LaneTx>>) {
         let (handed, signaled) = match self.moving {
             Some(Moving::Held { rel: r, signaled }) if r == rel => (false, signaled),
-            Some(Moving::Handed { rel: r, signaled }) if r == rel => (true, signaled),
+            Some(Moving::Handed {
+                rel: r, signaled, ..
+            }) if r == rel => (true, signaled),
             _ => return,
         };
         if handed {
@@ -320,12 +343,28 @@ impl Lane {
             ));
         }
         self.moving = None;
+        self.apply_parked();
+    }
+
+    /// Applies the member news that waited for the move to end, in arrival order.
+    fn apply_parked(&mut self) {
+        for (actor, joined) in std::mem::take(&mut self.parked) {
+            self.control(Control::Member { actor, joined });
+        }
     }
 
     /// The target owns the unit now: drop this copy without callbacks; stragglers follow it.
     pub(super) fn release(&mut self, rel: RelocationId) {
-        if !matches!(self.moving, Some(Moving::Handed { rel: r, .. }) if r == rel) {
-            return;
+        let target = match &self.moving {
+            Some(Moving::Handed { rel: r, target, .. }) if *r == rel => target.clone(),
+            _ => return,
+        };
+        // Member news that reached this copy after its capture goes to the copy that runs.
+        if let Some(UnitId::Spot(spot)) = self.primary() {
+            for (actor, joined) in std::mem::take(&mut self.parked) {
+                self.node
+                    .forward_member(target.clone(), spot.clone(), actor, joined);
+            }
         }
         self.backlog.clear();
         self.relayed.clear();
@@ -387,6 +426,7 @@ impl Lane {
             }
         }
         self.open = true;
+        self.apply_parked();
     }
 
     /// A queued operation from a move, addressed to its unit's slot here; `Err` if no unit of
@@ -410,12 +450,24 @@ impl Lane {
             let factory = node.core.factory(&c.factory).ok_or_else(|| {
                 format!("no factory {:?} is registered on {}", c.factory, node.id())
             })?;
-            let mut cell = factory
-                .build_cell(&c.id)
-                .ok_or_else(|| format!("factory {:?} does not build {}", c.factory, c.id))?;
+            // Factories and adapters are application code: a panic refuses the unit, and the
+            // source runs it on.
+            let built = catch_unwind(AssertUnwindSafe(|| factory.build_cell(&c.id)))
+                .map_err(|p| format!("factory {:?} panicked: {}", c.factory, panic_text(&*p)))?;
+            let mut cell =
+                built.ok_or_else(|| format!("factory {:?} does not build {}", c.factory, c.id))?;
             if let Some(state) = &c.state {
-                cell.restore_state(state)
-                    .map_err(|e| format!("{} could not be restored: {e}", c.id))?;
+                catch_unwind(AssertUnwindSafe(|| cell.restore_state(state)))
+                    .unwrap_or_else(|p| {
+                        Err(AdapterError(format!(
+                            "its state adapter panicked: {}",
+                            panic_text(&*p)
+                        )))
+                    })
+                    .map_err(|e| {
+                        tracing::error!(unit = %c.id, error = %e, "a moved unit could not be restored here; it stays on its source");
+                        format!("{} could not be restored: {e}", c.id)
+                    })?;
             }
             cell.set_timers(TimerSet::restore(c.timers, now));
             *cell.binding_mut() = c.binding;
