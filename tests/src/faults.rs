@@ -119,7 +119,7 @@ impl LocationStore for HeldStore {
 /// make it fail.
 #[derive(Clone, Default)]
 pub struct Hooked {
-    started: Option<Arc<Mutex<mpsc::Sender<()>>>>,
+    started: Option<tokio::sync::mpsc::UnboundedSender<()>>,
     release: Option<Arc<Mutex<mpsc::Receiver<()>>>>,
     fail: bool,
 }
@@ -131,7 +131,7 @@ impl<B: Serialize + DeserializeOwned + Send + 'static> StateAdapter<B> for Hooke
 
     fn restore(&self, unit: &mut B, bytes: &[u8]) -> Result<(), AdapterError> {
         if let Some(started) = &self.started {
-            let _ = started.lock().map(|s| s.send(()));
+            let _ = started.send(());
         }
         if let Some(release) = &self.release {
             let _ = release.lock().map(|r| r.recv());
@@ -145,31 +145,92 @@ impl<B: Serialize + DeserializeOwned + Send + 'static> StateAdapter<B> for Hooke
 
 /// The test's side of a [`Hooked`] restore.
 pub struct Gate {
-    started: mpsc::Receiver<()>,
+    started: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<()>>,
     release: mpsc::Sender<()>,
 }
 
 impl Gate {
     /// A hooked adapter whose restores wait for this gate (and then fail, with `fail`).
     pub fn new(fail: bool) -> (Hooked, Gate) {
-        let (started_tx, started) = mpsc::channel();
+        let (started_tx, started) = tokio::sync::mpsc::unbounded_channel();
         let (release, release_rx) = mpsc::channel();
         let hooked = Hooked {
-            started: Some(Arc::new(Mutex::new(started_tx))),
+            started: Some(started_tx),
             release: Some(Arc::new(Mutex::new(release_rx))),
             fail,
         };
+        let started = tokio::sync::Mutex::new(started);
         (hooked, Gate { started, release })
     }
 
-    /// Waits (off the async threads) until a restore starts.
+    /// Waits until a restore starts.
     pub async fn wait_started(&self) {
-        tokio::task::block_in_place(|| self.started.recv_timeout(Duration::from_secs(10)))
-            .expect("restore started");
+        let mut started = self.started.lock().await;
+        let started = tokio::time::timeout(Duration::from_secs(10), started.recv()).await;
+        assert!(matches!(started, Ok(Some(()))), "restore started");
     }
 
     /// Lets the waiting restore go on.
     pub fn open(&self) {
         self.release.send(()).expect("released");
+    }
+}
+
+/// A turn that a test holds: a handler calls [`TurnGate::pass`] with the gate's name and blocks
+/// there until the test opens the gate, so that what the test sends meanwhile is queued behind
+/// that turn.
+pub struct TurnGate {
+    name: String,
+    entered: mpsc::Receiver<()>,
+}
+
+/// The open side of each gate a handler may be waiting at, by name.
+type Waiting = (mpsc::Sender<()>, Arc<(Mutex<bool>, std::sync::Condvar)>);
+
+static GATES: std::sync::LazyLock<Mutex<std::collections::HashMap<String, Waiting>>> =
+    std::sync::LazyLock::new(Default::default);
+
+impl TurnGate {
+    /// A closed gate under a name unique to the test.
+    pub fn new(name: &str) -> TurnGate {
+        let (entered_tx, entered) = mpsc::channel();
+        let open = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        GATES
+            .lock()
+            .expect("gates")
+            .insert(name.to_owned(), (entered_tx, open));
+        TurnGate {
+            name: name.to_owned(),
+            entered,
+        }
+    }
+
+    /// Called by a handler: blocks the turn until the gate named `name` opens (at once if there
+    /// is no such gate).
+    pub fn pass(name: &str) {
+        let Some((entered, open)) = GATES.lock().expect("gates").get(name).cloned() else {
+            return;
+        };
+        let _ = entered.send(());
+        let (lock, opened) = &*open;
+        let mut is_open = lock.lock().expect("gate");
+        while !*is_open {
+            is_open = opened.wait(is_open).expect("gate");
+        }
+    }
+
+    /// Waits (off the async threads) until a handler is in the turn.
+    pub async fn wait_entered(&self) {
+        tokio::task::block_in_place(|| self.entered.recv_timeout(Duration::from_secs(10)))
+            .expect("the held turn started");
+    }
+
+    /// Lets the held turn finish.
+    pub fn open(&self) {
+        if let Some((_, open)) = GATES.lock().expect("gates").remove(&self.name) {
+            let (lock, opened) = &*open;
+            *lock.lock().expect("gate") = true;
+            opened.notify_all();
+        }
     }
 }

@@ -14,9 +14,9 @@ use crate::admin::{AdminClient, ClientError};
 
 /// The exit code of a drain that ended Blocked: the units that stayed run on the node again.
 pub const EXIT_BLOCKED: u8 = 3;
-/// The exit code of a drain that ended ForceStopped: some units run nowhere until recovery
-/// rebuilds them.
-pub const EXIT_FORCE_STOPPED: u8 = 4;
+/// The exit code of a drain that ended Undecided: some units wait, running nowhere, for the
+/// location store to say whether they moved.
+pub const EXIT_UNDECIDED: u8 = 4;
 
 /// How often progress is read from `/status` while the drain runs.
 const POLL: Duration = Duration::from_millis(200);
@@ -25,7 +25,7 @@ const POLL: Duration = Duration::from_millis(200);
 const EXIT_CODES: &str = "Exit codes: 0 every unit moved (Relocated); 1 the drain did not run \
     (bad address, node unreachable, request refused) or the node went away during it; 2 bad \
     arguments; 3 Blocked: some units stayed and run on the node again (the reason is printed); \
-    4 ForceStopped: some units run nowhere until recovery rebuilds them.";
+    4 Undecided: some units wait for the location store to say whether they moved.";
 
 /// Which node, and how to drain it.
 #[derive(Args, Debug, Clone)]
@@ -61,15 +61,16 @@ pub enum DrainError {
         /// What to do.
         advice: &'static str,
     },
-    /// The deadline passed with units past the point of no return.
+    /// The deadline passed with units past the point of no return whose owner the store did not
+    /// say.
     #[error(
-        "the drain of {addr} hit its deadline: {lost} units were force-stopped and run nowhere until recovery rebuilds them from their records, and {stayed} stayed on the node; drain again with a longer --deadline"
+        "the drain of {addr} hit its deadline while the location store could not say who owns {held} units: they are held, running nowhere, and open where the store says once it answers; {stayed} stayed on the node; check the store's health"
     )]
-    ForceStopped {
+    Undecided {
         /// The node's admin address.
         addr: String,
-        /// How many units run nowhere.
-        lost: usize,
+        /// How many units are held.
+        held: usize,
         /// How many stayed.
         stayed: usize,
     },
@@ -81,7 +82,7 @@ impl DrainError {
         match self {
             DrainError::Client(_) => 1,
             DrainError::Blocked { .. } => EXIT_BLOCKED,
-            DrainError::ForceStopped { .. } => EXIT_FORCE_STOPPED,
+            DrainError::Undecided { .. } => EXIT_UNDECIDED,
         }
     }
 
@@ -100,9 +101,9 @@ impl DrainError {
                     advice: advice(reason),
                 })
             }
-            Outcome::ForceStopped => Some(DrainError::ForceStopped {
+            Outcome::Undecided => Some(DrainError::Undecided {
                 addr: addr.to_owned(),
-                lost: report.force_stopped.len(),
+                held: report.undecided.len(),
                 stayed: report.stayed.len(),
             }),
         }

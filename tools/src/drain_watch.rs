@@ -157,11 +157,11 @@ impl Drained {
     }
 }
 
-/// An outcome in a word or three: `relocated`, `blocked: TargetUnavailable`, `force-stopped`.
+/// An outcome in a word or three: `relocated`, `blocked: TargetUnavailable`, `undecided`.
 fn outcome_text(outcome: &RelocateOutcome) -> String {
     match outcome {
         RelocateOutcome::Relocated { .. } => "relocated".to_owned(),
         RelocateOutcome::Blocked { reason, .. } => format!("blocked: {reason:?}"),
-        RelocateOutcome::ForceStopped { .. } => "force-stopped".to_owned(),
+        RelocateOutcome::Undecided { .. } => "undecided".to_owned(),
     }
 }

@@ -104,6 +104,7 @@ mod tests {
                 ..MovePhases::default()
             },
             blocked: None,
+            after_deadline: false,
         }
     }
 

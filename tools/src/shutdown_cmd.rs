@@ -7,17 +7,15 @@ use clap::Args;
 
 use crate::admin::wire::{ShutdownRequest, millis};
 use crate::admin::{AdminClient, ClientError};
-use crate::drain_cmd::{
-    DrainError, EXIT_BLOCKED, EXIT_FORCE_STOPPED, parse_duration, with_progress,
-};
+use crate::drain_cmd::{DrainError, EXIT_BLOCKED, EXIT_UNDECIDED, parse_duration, with_progress};
 
 /// The exit codes, for `--help`.
 const EXIT_CODES: &str = "Exit codes: 0 every unit moved and the node stopped cleanly; 1 the \
     shutdown did not run (bad address, node unreachable, request refused) or the node went \
     away before it answered; 2 bad arguments; 3 \
     the node stopped, but its drain was blocked, so the units that stayed were closed with it; \
-    4 the node stopped, but not cleanly (units force-stopped at the deadline, or records not \
-    released).";
+    4 the node stopped, but not cleanly (units whose move the store had not decided at the \
+    deadline, or records not released).";
 
 /// Which node, and how long it may take.
 #[derive(Args, Debug, Clone)]
@@ -63,7 +61,7 @@ impl ShutdownError {
         match self {
             ShutdownError::Client(_) => 1,
             ShutdownError::Drain { drain, .. } if drain.exit_code() == EXIT_BLOCKED => EXIT_BLOCKED,
-            ShutdownError::Drain { .. } | ShutdownError::Unclean { .. } => EXIT_FORCE_STOPPED,
+            ShutdownError::Drain { .. } | ShutdownError::Unclean { .. } => EXIT_UNDECIDED,
         }
     }
 }

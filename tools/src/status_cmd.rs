@@ -103,8 +103,8 @@ fn describe(r: &DrainReport) -> String {
     if !r.stayed.is_empty() {
         line.push_str(&format!(", {} stayed", r.stayed.len()));
     }
-    if !r.force_stopped.is_empty() {
-        line.push_str(&format!(", {} force-stopped", r.force_stopped.len()));
+    if !r.undecided.is_empty() {
+        line.push_str(&format!(", {} undecided", r.undecided.len()));
     }
     line
 }

@@ -15,10 +15,9 @@ use crate::store::StoreError;
 /// Where a unit is in its life, as the store sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Stage {
-    /// Owned and running on its owner.
+    /// Owned and running on its owner (or on its way to a move's target, which writes itself as
+    /// owner when it commits).
     Active,
-    /// Force-stopped past the point of no return; recovery may rebuild it.
-    ForceStopped,
 }
 
 /// The authority record of one unit: who owns it, and which incarnation it is.

@@ -165,9 +165,7 @@ impl Node {
                 continue;
             };
             recorded.insert(id.clone());
-            // A force-stopped unit runs nowhere, whoever the record names: it is an orphan too.
-            if live.contains(&record.owner) && record.stage != super::authority::Stage::ForceStopped
-            {
+            if live.contains(&record.owner) {
                 *tally.entry(record.owner.clone()).or_default() += 1;
             } else {
                 orphans

@@ -89,9 +89,10 @@ pub enum RelocateOutcome {
         /// The units that stayed.
         stayed: Vec<UnitId>,
     },
-    /// At the deadline some units were past the point of no return and had not opened on their
-    /// target: they run nowhere now (recovery can rebuild them from their records).
-    ForceStopped {
+    /// At the deadline some units were past the point of no return and the store had not said
+    /// whether their target's commit or this node's reclaim won: each is held (it runs nowhere)
+    /// until the store answers, then runs where the winning write says, with nothing lost.
+    Undecided {
         /// Those units.
         units: Vec<UnitId>,
         /// The units that stayed here.
@@ -178,7 +179,7 @@ impl Node {
         self.core.host.events.subscribe()
     }
 
-    fn emit(&self, event: RelocationEvent) {
+    pub(super) fn emit(&self, event: RelocationEvent) {
         let _ = self.core.host.events.send(event);
     }
 
@@ -279,7 +280,7 @@ impl Node {
         let budget = Arc::new(Semaphore::new(BUDGET_KIB as usize));
         let mut planned: BTreeMap<NodeId, u64> = BTreeMap::new();
         let mut moves = JoinSet::new();
-        let mut force_stopped = Vec::new();
+        let mut undecided = Vec::new();
         // Units with a target start at once; the others wait (for a node of the right kind to
         // come up) without holding back the rest.
         let mut waiting: Vec<UnitId> = movable;
@@ -318,7 +319,7 @@ impl Node {
                 });
                 // Collect what finished meanwhile, so progress is reported as it goes.
                 while let Some(Ok((unit, report))) = moves.try_join_next() {
-                    self.account(unit, report, &mut stayed, &mut force_stopped);
+                    self.account(unit, report, &mut stayed, &mut undecided);
                 }
             }
             waiting = still;
@@ -336,7 +337,7 @@ impl Node {
                     () = &mut look_again => break,
                     Some(joined) = moves.join_next() => {
                         if let Ok((unit, report)) = joined {
-                            self.account(unit, report, &mut stayed, &mut force_stopped);
+                            self.account(unit, report, &mut stayed, &mut undecided);
                         }
                     }
                 }
@@ -360,12 +361,12 @@ impl Node {
         }
         while let Some(joined) = moves.join_next().await {
             if let Ok((unit, report)) = joined {
-                self.account(unit, report, &mut stayed, &mut force_stopped);
+                self.account(unit, report, &mut stayed, &mut undecided);
             }
         }
-        let outcome = if !force_stopped.is_empty() {
-            RelocateOutcome::ForceStopped {
-                units: force_stopped,
+        let outcome = if !undecided.is_empty() {
+            RelocateOutcome::Undecided {
+                units: undecided,
                 stayed: stayed.into_iter().map(|(u, _)| u).collect(),
             }
         } else if self.state() != NodeState::Relocating {
@@ -407,7 +408,7 @@ impl Node {
         unit: UnitId,
         report: MoveReport,
         stayed: &mut Vec<(UnitId, BlockedReason)>,
-        force_stopped: &mut Vec<UnitId>,
+        undecided: &mut Vec<UnitId>,
     ) {
         match &report.end {
             MoveEnd::Moved => {
@@ -418,13 +419,16 @@ impl Node {
                 });
                 self.emit(RelocationEvent::UnitMoved(Box::new(report)));
             }
-            MoveEnd::ForceStopped => {
+            MoveEnd::Undecided => {
+                tracing::warn!(%unit, relocation = %report.relocation, "unit held until the store says whether it moved");
                 self.publish_status(|s| s.failed += 1);
                 self.emit(RelocationEvent::UnitFailed {
                     unit: unit.clone(),
-                    reason: "force-stopped at the deadline past the point of no return".into(),
+                    reason: "past the point of no return at the deadline, and the store has not \
+                             said who owns it: held until it does"
+                        .into(),
                 });
-                force_stopped.push(unit);
+                undecided.push(unit);
             }
             end => {
                 let reason = report.blocked.unwrap_or(match end {

@@ -65,8 +65,6 @@ pub enum SessionsTo {
     Target,
     /// The source: the move was abandoned, and the unit runs there again.
     Source,
-    /// Nowhere: the unit was force-stopped; the gateways unbind its Actors.
-    Nowhere,
 }
 
 /// What the source shell must do next.
@@ -91,14 +89,11 @@ pub enum SourceAction {
     ResendHandover,
     /// Run the unit on the source again: saved work, then what was held, in order.
     Resume,
-    /// Write the authority record back to the source, conditional on it being unchanged.
+    /// Write the authority record back to the source, conditional on it being unchanged; while
+    /// the store's answer is unknown, ask again.
     FenceReclaim,
-    /// Mark the authority record force-stopped, conditional on it being unchanged.
-    FenceForceStop,
     /// The target owns the unit: drop the source's copy.
     Release,
-    /// End every held request with an error and drop the unit.
-    ForceStop,
 }
 
 /// How a move ended.
@@ -110,10 +105,13 @@ pub enum MoveEnd {
     Restored(String),
     /// The unit was never sealed; it runs on as before.
     NotSealed(String),
-    /// Past the point of no return, the target never committed; the source took the unit back.
+    /// Past the point of no return, the target never committed; the source took the unit back,
+    /// with its state and queue, in order.
     Reclaimed,
-    /// Past the point of no return at the deadline: the unit runs nowhere; recovery may rebuild it.
-    ForceStopped,
+    /// Past the point of no return, the store has not answered by the deadline whether the
+    /// target's commit or the source's reclaim won. The unit is held (it runs nowhere) until the
+    /// store answers; then it opens wherever the winning write says, nothing lost.
+    Undecided,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,9 +131,9 @@ enum SourcePhase {
     HandedOver {
         resent: bool,
     },
-    Fencing {
-        force_stop: bool,
-    },
+    /// Asking the store to take the unit back; whichever of this and the target's commit wins
+    /// owns it.
+    Fencing,
     Done(MoveEnd),
 }
 
@@ -191,11 +189,16 @@ impl SourceMachine {
     pub fn handed_over(&self) -> bool {
         matches!(
             self.phase,
-            SourcePhase::HandedOver { .. } | SourcePhase::Fencing { .. }
+            SourcePhase::HandedOver { .. } | SourcePhase::Fencing
         ) || matches!(
             self.phase,
-            SourcePhase::Done(MoveEnd::Moved | MoveEnd::Reclaimed | MoveEnd::ForceStopped)
+            SourcePhase::Done(MoveEnd::Moved | MoveEnd::Reclaimed)
         )
+    }
+
+    /// Whether the move waits for the store to say who owns the unit.
+    pub fn fencing(&self) -> bool {
+        self.phase == SourcePhase::Fencing
     }
 
     /// Feeds one event; returns what to do, in order.
@@ -340,50 +343,26 @@ impl SourceMachine {
             (P::HandedOver { resent: false }, E::Silence) => {
                 (P::HandedOver { resent: true }, vec![A::ResendHandover])
             }
+            // The target restored the unit whole: at the deadline it is not thrown away, but goes
+            // to whichever conditional write wins, the target's commit or the source's reclaim.
             (P::HandedOver { resent: true }, E::Silence)
-            | (P::HandedOver { .. }, E::Aborted(_)) => {
-                (P::Fencing { force_stop: false }, vec![A::FenceReclaim])
-            }
-            (P::HandedOver { .. }, E::Deadline) => {
-                (P::Fencing { force_stop: true }, vec![A::FenceForceStop])
+            | (P::HandedOver { .. }, E::Aborted(_) | E::Deadline) => {
+                (P::Fencing, vec![A::FenceReclaim])
             }
             (P::HandedOver { .. }, _) => return Vec::new(),
 
             // A commit may still arrive while the fence is asked; the store decides either way.
-            (P::Fencing { force_stop }, E::FenceWon) => {
-                if *force_stop {
-                    (
-                        P::Done(MoveEnd::ForceStopped),
-                        self.ending(Some(A::ForceStop), SessionsTo::Nowhere),
-                    )
-                } else {
-                    (
-                        P::Done(MoveEnd::Reclaimed),
-                        self.ending(Some(A::Resume), SessionsTo::Source),
-                    )
-                }
-            }
-            (P::Fencing { .. }, E::FenceLost) => (
+            (P::Fencing, E::FenceWon) => (
+                P::Done(MoveEnd::Reclaimed),
+                self.ending(Some(A::Resume), SessionsTo::Source),
+            ),
+            (P::Fencing, E::FenceLost) => (
                 P::Done(MoveEnd::Moved),
                 self.ending(Some(A::Release), SessionsTo::Target),
             ),
-            (P::Fencing { force_stop }, E::FenceUnknown) => {
-                let again = if *force_stop {
-                    A::FenceForceStop
-                } else {
-                    A::FenceReclaim
-                };
-                (
-                    P::Fencing {
-                        force_stop: *force_stop,
-                    },
-                    vec![again],
-                )
-            }
-            (P::Fencing { force_stop: false }, E::Deadline) => {
-                (P::Fencing { force_stop: true }, vec![A::FenceForceStop])
-            }
-            (P::Fencing { .. }, _) => return Vec::new(),
+            // Unknown is never taken as won: ask until the store says.
+            (P::Fencing, E::FenceUnknown) => (P::Fencing, vec![A::FenceReclaim]),
+            (P::Fencing, _) => return Vec::new(),
         };
         self.phase = next;
         actions
@@ -707,7 +686,7 @@ mod tests {
     }
 
     #[test]
-    fn an_abandoned_move_releases_the_gateways_to_the_source_and_a_force_stop_to_nowhere() {
+    fn an_abandoned_move_releases_the_gateways_to_the_source() {
         let sealed = || {
             let mut s = SourceMachine::new();
             s.on(SE::Quiesced {
@@ -735,7 +714,7 @@ mod tests {
         s.on(SE::Deadline);
         assert_eq!(
             s.on(SE::FenceWon),
-            vec![SA::ForceStop, SA::ReleaseSessions(SessionsTo::Nowhere)]
+            vec![SA::Resume, SA::ReleaseSessions(SessionsTo::Source)]
         );
         // A lane that refuses the seal after the gateways held their inputs lets them go too.
         let mut s = SourceMachine::new();
@@ -822,13 +801,28 @@ mod tests {
     }
 
     #[test]
-    fn the_deadline_past_the_point_of_no_return_force_stops_unless_the_target_committed() {
+    fn the_deadline_past_the_point_of_no_return_reclaims_unless_the_target_committed() {
         let mut s = source_at_handover();
-        assert_eq!(s.on(SE::Deadline), vec![SA::FenceForceStop]);
-        assert_eq!(s.on(SE::FenceWon), vec![SA::ForceStop]);
-        assert_eq!(s.end(), Some(&MoveEnd::ForceStopped));
+        assert_eq!(s.on(SE::Deadline), vec![SA::FenceReclaim]);
+        assert_eq!(s.on(SE::FenceWon), vec![SA::Resume]);
+        assert_eq!(s.end(), Some(&MoveEnd::Reclaimed));
         let mut s = source_at_handover();
         s.on(SE::Deadline);
+        assert_eq!(s.on(SE::FenceLost), vec![SA::Release]);
+        assert_eq!(s.end(), Some(&MoveEnd::Moved));
+    }
+
+    #[test]
+    fn an_unknown_fence_result_is_asked_again_never_taken_as_won() {
+        let mut s = source_at_handover();
+        s.on(SE::Deadline);
+        for _ in 0..3 {
+            assert_eq!(s.on(SE::FenceUnknown), vec![SA::FenceReclaim]);
+            assert!(s.fencing() && s.end().is_none());
+            // Later deadlines and a late commit frame change nothing: the store decides.
+            assert!(s.on(SE::Deadline).is_empty());
+            assert!(s.on(SE::Committed).is_empty());
+        }
         assert_eq!(s.on(SE::FenceLost), vec![SA::Release]);
         assert_eq!(s.end(), Some(&MoveEnd::Moved));
     }

@@ -13,11 +13,11 @@ use tracing::Instrument;
 use super::RelocationId;
 use super::capture::{Capture, QueuedOp, relay_digest};
 use super::frames::{RecordAt, RelocFrame};
-use super::host::BlockedReason;
+use super::host::{BlockedReason, RelocationEvent};
 use super::phases::{MovePhases, TargetPhases};
 use super::protocol::{MoveEnd, SessionsTo, SourceAction, SourceEvent, SourceMachine};
 use super::target::Outgoing;
-use crate::cluster::authority::{Stage, unit_key};
+use crate::cluster::authority::unit_key;
 use crate::cluster::frames::Frame;
 use crate::ids::{ActorId, NodeId, UnitId};
 use crate::node::{Control, LaneTx, Node, NodeState, SealRefused};
@@ -28,6 +28,13 @@ use crate::store::{BatchOutcome, Condition, Op};
 
 /// How long the source waits for the target at each step before it calls it silence.
 const STEP: Duration = Duration::from_secs(5);
+
+/// How soon the source asks the store again when it could not say whether the fence landed.
+const FENCE_RETRY: Duration = Duration::from_millis(100);
+
+/// How long the fence write may take at the least, even past the deadline: a drain whose store
+/// does not answer ends this long after its deadline.
+const FENCE_GRACE: Duration = Duration::from_millis(500);
 
 /// Why a unit could not start to move (nothing was sealed; it runs on where it was).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
@@ -91,6 +98,9 @@ pub struct MoveReport {
     pub phases: MovePhases,
     /// Why it did not move, where the source knows it for certain (a drain reports this).
     pub blocked: Option<BlockedReason>,
+    /// It moved, but only after the deadline: the target's commit won the race with the
+    /// source's reclaim at the deadline.
+    pub after_deadline: bool,
 }
 
 impl Node {
@@ -220,6 +230,7 @@ impl Node {
             cut_at: None,
             committed_at: None,
             blocked: None,
+            deadline_passed: false,
         };
         run.go(&mut events, deadline).await;
         let reported = self
@@ -230,30 +241,12 @@ impl Node {
             .remove(&rel)
             .map(|o| o.target)
             .unwrap_or_default();
-        let phases = run.phases(reported);
-        let end = run
-            .machine
-            .end()
-            .cloned()
-            .unwrap_or_else(|| MoveEnd::NotSealed("the move did not finish".into()));
-        tracing::info!(?end, bytes = run.bytes, "move ended");
-        record_metrics(&end, run.bytes, run.sealed_at, run.cut_at, &phases);
-        let elapsed = |t: Option<Instant>| match (run.sealed_at, t) {
-            (Some(s), Some(t)) => Some(t.duration_since(s)),
-            _ => None,
-        };
-        MoveReport {
-            relocation: rel,
-            unit: id.clone(),
-            from: self.id().clone(),
-            to: target,
-            end,
-            bytes: run.bytes,
-            interruption: elapsed(run.cut_at),
-            pause: elapsed(run.committed_at),
-            phases,
-            blocked: run.blocked,
+        let report = run.report(reported);
+        if report.end == MoveEnd::Undecided {
+            tracing::warn!("the store has not said who owns the unit; it is held until it does");
+            tokio::spawn(run.settle().in_current_span());
         }
+        report
     }
 }
 
@@ -316,9 +309,46 @@ struct SourceRun {
     committed_at: Option<Instant>,
     /// Why the move failed, where that is known for certain.
     blocked: Option<BlockedReason>,
+    /// Whether the deadline passed while the move ran.
+    deadline_passed: bool,
 }
 
 impl SourceRun {
+    /// What the move did so far, with the phases the target reported; logged and counted.
+    fn report(&self, target: TargetPhases) -> MoveReport {
+        let phases = self.phases(target);
+        let end = match self.machine.end() {
+            Some(end) => end.clone(),
+            None if self.machine.fencing() => MoveEnd::Undecided,
+            None => MoveEnd::NotSealed("the move did not finish".into()),
+        };
+        tracing::info!(?end, bytes = self.bytes, "move ended");
+        record_metrics(&end, self.bytes, self.sealed_at, self.cut_at, &phases);
+        let elapsed = |t: Option<Instant>| match (self.sealed_at, t) {
+            (Some(s), Some(t)) => Some(t.duration_since(s)),
+            _ => None,
+        };
+        let moved = end == MoveEnd::Moved;
+        // A move that stayed because its deadline passed says so, whatever step it was at.
+        let blocked = match self.blocked {
+            None if !moved && self.deadline_passed => Some(BlockedReason::DeadlineExceeded),
+            blocked => blocked,
+        };
+        MoveReport {
+            relocation: self.rel,
+            unit: self.id.clone(),
+            from: self.node.id().clone(),
+            to: self.target.clone(),
+            after_deadline: moved && self.deadline_passed,
+            end,
+            bytes: self.bytes,
+            interruption: elapsed(self.cut_at),
+            pause: elapsed(self.committed_at),
+            phases,
+            blocked,
+        }
+    }
+
     /// The source's phases with the target's, the round trips less what the target spent in them.
     fn phases(&self, target: TargetPhases) -> MovePhases {
         let between = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
@@ -362,6 +392,10 @@ impl SourceRun {
         let first = self.quiesce(deadline).await;
         self.feed(first, deadline).await;
         while self.machine.end().is_none() {
+            if self.machine.fencing() {
+                // The fence gave up asking at the deadline: the move is undecided.
+                return;
+            }
             let wait = (Instant::now() + STEP).min(deadline);
             let event = match tokio::time::timeout_at(wait, events.recv()).await {
                 Ok(Some(event)) => event,
@@ -474,7 +508,6 @@ impl SourceRun {
         let owner = match to {
             SessionsTo::Target => Some(self.target.clone()),
             SessionsTo::Source => Some(self.node.id().clone()),
-            SessionsTo::Nowhere => None,
         };
         for (gateway, actors) in &self.bindings {
             let actors: Vec<BoundActor> = actors
@@ -645,6 +678,7 @@ impl SourceRun {
             match event {
                 SourceEvent::RelayReady => self.ready_at = Some(Instant::now()),
                 SourceEvent::Committed => self.committed_at = Some(Instant::now()),
+                SourceEvent::Deadline => self.deadline_passed = true,
                 _ => {}
             }
             for action in self.machine.on(event) {
@@ -712,44 +746,61 @@ impl SourceRun {
                 self.lane(Control::Release { rel });
                 None
             }
-            SourceAction::ForceStop => {
-                self.lane(Control::ForceStop { rel });
-                None
-            }
-            SourceAction::FenceReclaim => Some(self.fence(false, deadline).await),
-            SourceAction::FenceForceStop => Some(self.fence(true, deadline).await),
+            SourceAction::FenceReclaim => self.fence(deadline).await,
         }
     }
 
     /// The conditional write that decides, after the point of no return, who owns the unit:
     /// gated on every record being as the source read it before the move.
     ///
-    /// While the store cannot answer it asks again; past the deadline a reclaim turns into a
-    /// force-stop, and a force-stop that still cannot be written gives the unit up here without
-    /// it (the record then still names this node, and recovery can act on it): never two owners.
-    async fn fence(&mut self, force_stop: bool, deadline: Instant) -> SourceEvent {
+    /// While the store cannot answer it asks again every 100 ms. At the deadline it stops asking
+    /// and returns nothing: the move is then undecided, and [`SourceRun::settle`] goes on asking.
+    async fn fence(&mut self, deadline: Instant) -> Option<SourceEvent> {
         loop {
-            match self.fence_once(force_stop).await {
+            // Past the deadline one try is still made, bounded by the grace.
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .clamp(FENCE_GRACE, STEP);
+            match self.fence_once(wait).await {
                 SourceEvent::FenceUnknown if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    tokio::time::sleep(FENCE_RETRY).await;
                 }
-                SourceEvent::FenceUnknown if force_stop => {
-                    tracing::error!("force-stop not recorded: the store is unreachable");
-                    return SourceEvent::FenceWon;
-                }
-                SourceEvent::FenceUnknown => return SourceEvent::Deadline,
-                decided => return decided,
+                SourceEvent::FenceUnknown => return None,
+                decided => return Some(decided),
             }
         }
     }
 
-    async fn fence_once(&mut self, force_stop: bool) -> SourceEvent {
+    /// Asks the store until it says whether the reclaim won, then carries out the end of the move.
+    /// The unit is held (it runs nowhere) until then.
+    async fn settle(mut self) {
+        loop {
+            match self.fence_once(STEP).await {
+                SourceEvent::FenceUnknown => tokio::time::sleep(FENCE_RETRY).await,
+                decided => {
+                    self.feed(decided, Instant::now()).await;
+                    break;
+                }
+            }
+        }
+        let report = self.report(TargetPhases::default());
+        let event = match report.end {
+            MoveEnd::Moved => RelocationEvent::UnitMoved(Box::new(report)),
+            ref end => RelocationEvent::UnitFailed {
+                unit: report.unit.clone(),
+                reason: format!("{end:?} once the store answered, after the deadline"),
+            },
+        };
+        self.node.emit(event);
+    }
+
+    async fn fence_once(&mut self, wait: Duration) -> SourceEvent {
         // A conflict means the record changed. If it names another node or another incarnation,
         // the target committed (and recovery may have rebuilt the unit since, here or elsewhere):
         // the unit is not ours any more. A change that leaves it ours (a recovery switch, say) is
         // read back and the fence tried again.
         for _ in 0..4 {
-            match self.fence_write(force_stop).await {
+            match self.fence_write(wait).await {
                 SourceEvent::FenceLost => match self.reread_records().await {
                     Ok(true) => return SourceEvent::FenceLost,
                     Ok(false) => continue,
@@ -782,22 +833,18 @@ impl SourceRun {
         Ok(false)
     }
 
-    async fn fence_write(&self, force_stop: bool) -> SourceEvent {
+    async fn fence_write(&self, wait: Duration) -> SourceEvent {
         let mut conditions = Vec::with_capacity(self.records.len());
         let mut ops = Vec::with_capacity(self.records.len());
         for at in &self.records {
             let key = unit_key(&at.id);
             let mut record = at.record.clone();
-            if force_stop {
-                record.stage = Stage::ForceStopped;
-            } else {
-                record.owner_generation += 1;
-            }
+            record.owner_generation += 1;
             conditions.push(Condition::version(key.clone(), at.version));
             ops.push(Op::put(key, record.encode()));
         }
         let write = self.node.store().batch(conditions, ops);
-        match tokio::time::timeout(STEP, write).await {
+        match tokio::time::timeout(wait, write).await {
             Ok(Ok(BatchOutcome::Committed { .. })) => SourceEvent::FenceWon,
             Ok(Ok(BatchOutcome::Conflict { .. })) => SourceEvent::FenceLost,
             Ok(Err(error)) => {

@@ -212,7 +212,7 @@ pub struct UnitCreated {
 /// How a drain ended, as `POST /relocate` answers and `/status` remembers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DrainReport {
-    /// `Relocated`, `Blocked` or `ForceStopped`.
+    /// `Relocated`, `Blocked` or `Undecided`.
     pub outcome: Outcome,
     /// Why it was blocked, when it was.
     pub reason: Option<BlockedReason>,
@@ -222,9 +222,9 @@ pub struct DrainReport {
     pub bytes: u64,
     /// Units that stayed on the node and run there again.
     pub stayed: Vec<String>,
-    /// Units that were past the point of no return at the deadline and run nowhere now, until
-    /// recovery rebuilds them from their records.
-    pub force_stopped: Vec<String>,
+    /// Units that were past the point of no return at the deadline while the store could not
+    /// say who owns them: held, running nowhere, until it does.
+    pub undecided: Vec<String>,
     /// How long the drain took, in milliseconds.
     pub elapsed_ms: u64,
 }
@@ -236,21 +236,21 @@ pub enum Outcome {
     Relocated,
     /// Some units stayed.
     Blocked,
-    /// Some units run nowhere until recovery rebuilds them.
-    ForceStopped,
+    /// Some units wait for the store to say whether they moved.
+    Undecided,
 }
 
 impl DrainReport {
     /// The report of `outcome`; `status` is the host status when the drain ended.
     pub fn new(outcome: &RelocateOutcome, status: &HostStatus, elapsed: Duration) -> Self {
         let names = |units: &[ferry::UnitId]| units.iter().map(ToString::to_string).collect();
-        let (kind, reason, stayed, force_stopped) = match outcome {
+        let (kind, reason, stayed, undecided) = match outcome {
             RelocateOutcome::Relocated { .. } => (Outcome::Relocated, None, Vec::new(), Vec::new()),
             RelocateOutcome::Blocked { reason, stayed } => {
                 (Outcome::Blocked, Some(*reason), names(stayed), Vec::new())
             }
-            RelocateOutcome::ForceStopped { units, stayed } => {
-                (Outcome::ForceStopped, None, names(stayed), names(units))
+            RelocateOutcome::Undecided { units, stayed } => {
+                (Outcome::Undecided, None, names(stayed), names(units))
             }
         };
         // A drain refused before it took inventory moved nothing; the host status still holds
@@ -275,7 +275,7 @@ impl DrainReport {
             moved,
             bytes,
             stayed,
-            force_stopped,
+            undecided,
             elapsed_ms: millis(elapsed),
         }
     }

@@ -134,8 +134,6 @@ pub(crate) enum Control {
     },
     /// The target committed: drop this copy.
     Release { rel: RelocationId },
-    /// Past the point of no return at the deadline: end what is held and drop the unit.
-    ForceStop { rel: RelocationId },
     /// On the target: open the restored unit with these relay records behind its saved work.
     OpenMoved {
         relay: Vec<QueuedOp>,
@@ -709,7 +707,6 @@ impl Lane {
                 let _ = done.send(());
             }
             Control::Release { rel } => self.release(rel),
-            Control::ForceStop { rel } => self.force_stop(rel),
             Control::OpenMoved { relay, committed } => {
                 self.open_moved(relay);
                 // S2 (committed) -> S3 (dispatch open on the target).

@@ -378,32 +378,6 @@ impl Lane {
         self.finish_moving();
     }
 
-    /// The deadline passed after the point of no return and the target never committed: the unit
-    /// runs nowhere. Every request it still holds ends with an error.
-    pub(super) fn force_stop(&mut self, rel: RelocationId) {
-        if !matches!(self.moving, Some(Moving::Handed { rel: r, .. } | Moving::Held { rel: r, .. }) if r == rel)
-        {
-            return;
-        }
-        self.hold.extend(self.data.drain());
-        let pending: Vec<Envelope<Slot>> = self
-            .backlog
-            .drain(..)
-            .chain(self.relayed.drain(..))
-            .chain(self.hold.drain(..))
-            .collect();
-        for envelope in pending {
-            match self.cells.id(envelope.to) {
-                Some(id) => self.stopped(&id, envelope),
-                None => self.lost(envelope),
-            }
-        }
-        for id in self.cells.ids() {
-            self.node.core.router.forget(id);
-        }
-        self.finish_moving();
-    }
-
     fn finish_moving(&mut self) {
         self.cells.clear();
         self.sys.clear();
