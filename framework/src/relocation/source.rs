@@ -25,7 +25,8 @@ use crate::session::SessionBinding;
 use crate::session::frames::{BoundActor, SessionFrame};
 use crate::store::{BatchOutcome, Condition, Op};
 
-/// How long the source waits for the target at each step before it calls it silence.
+/// How long the source waits without hearing anything from the target (an answer or a progress
+/// report) before it calls it silence; also how long it waits for one store write of its fence.
 const STEP: Duration = Duration::from_secs(5);
 
 /// Why a unit could not start to move (nothing was sealed; it runs on where it was).
@@ -351,6 +352,8 @@ impl SourceRun {
         }
     }
 
+    /// Runs the machine to its end. Every event heard (a target's progress report among them)
+    /// starts the step again: only a step with nothing heard is silence.
     async fn go(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>, deadline: Instant) {
         let first = self.quiesce(deadline).await;
         self.feed(first, deadline).await;
