@@ -436,8 +436,10 @@ impl SourceRun {
             .collect()
     }
 
-    /// Tells these gateways to hold the inputs of the Actors they were not told about yet.
-    fn seal_gateways(&mut self, gateways: &BTreeSet<NodeId>) {
+    /// Tells these gateways to hold the inputs of the Actors they were not told about yet, for
+    /// as long as the move may still take.
+    fn seal_gateways(&mut self, gateways: &BTreeSet<NodeId>, deadline: Instant) {
+        let hold = deadline.saturating_duration_since(Instant::now());
         for gateway in gateways {
             let Some(at) = self.bindings.get_mut(gateway) else {
                 continue;
@@ -453,6 +455,7 @@ impl SourceRun {
             let frame = SessionFrame::Seal {
                 rel: self.rel,
                 actors,
+                hold,
             };
             // A gateway on this node acknowledges through `on_session_frame` at once.
             if let Err(error) = self.node.to_gateway(gateway, frame) {
@@ -650,7 +653,7 @@ impl SourceRun {
         let rel = self.rel;
         match action {
             SourceAction::SealGateways(gateways) => {
-                self.seal_gateways(&gateways);
+                self.seal_gateways(&gateways, deadline);
                 None
             }
             SourceAction::SealUnit => Some(self.seal_unit(deadline).await),
