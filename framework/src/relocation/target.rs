@@ -200,7 +200,9 @@ impl Node {
                     if staging.reported.elapsed() >= PROGRESS {
                         staging.reported = Instant::now();
                         let progress = Frame::Reloc(RelocFrame::Progress { rel });
-                        let _ = self.mesh_send(&staging.source, progress);
+                        if let Err(error) = self.mesh_send(&staging.source, progress) {
+                            tracing::debug!(relocation = %rel, %error, "progress not sent");
+                        }
                     }
                     return;
                 }
@@ -216,7 +218,7 @@ impl Node {
             }
             None => return,
         };
-        // Assembled; from now until the restore ends, the source hears every PROGRESS that it runs.
+        // Assembled: the source hears so now, then every PROGRESS for as long as the restore runs.
         let (restoring, restored) = oneshot::channel::<()>();
         self.report_progress(rel);
         tokio::spawn(self.clone().progress_until(rel, restored));
