@@ -1,5 +1,5 @@
 //! Faults to inject: a store wrapper that holds conditional writes until released (a slow commit),
-//! and a state adapter whose restores a test can hold or fail (a slow or broken target).
+//! and a state adapter whose restores a test can hold, slow down or fail (a slow or broken target).
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -115,12 +115,13 @@ impl LocationStore for HeldStore {
     }
 }
 
-/// The serde adapter with hooks: a test hears when a restore starts, decides when it ends, and can
-/// make it fail.
+/// The serde adapter with hooks: a test hears when a restore starts, decides when it ends (or how
+/// long it takes), and can make it fail.
 #[derive(Clone, Default)]
 pub struct Hooked {
     started: Option<tokio::sync::mpsc::UnboundedSender<()>>,
     release: Option<Arc<Mutex<mpsc::Receiver<()>>>>,
+    delay: Option<Duration>,
     fail: bool,
 }
 
@@ -135,6 +136,10 @@ impl<B: Serialize + DeserializeOwned + Send + 'static> StateAdapter<B> for Hooke
         }
         if let Some(release) = &self.release {
             let _ = release.lock().map(|r| r.recv());
+        }
+        if let Some(delay) = self.delay {
+            // A restore that works this long (it runs on a blocking thread of the target).
+            std::thread::sleep(delay);
         }
         if self.fail {
             return Err(AdapterError("restore refused on purpose".into()));
@@ -157,7 +162,23 @@ impl Gate {
         let hooked = Hooked {
             started: Some(started_tx),
             release: Some(Arc::new(Mutex::new(release_rx))),
+            delay: None,
             fail,
+        };
+        let started = tokio::sync::Mutex::new(started);
+        (hooked, Gate { started, release })
+    }
+
+    /// A hooked adapter whose restores tell this gate they started, then take `delay` and
+    /// succeed; nothing needs to open the gate.
+    pub fn slow(delay: Duration) -> (Hooked, Gate) {
+        let (started_tx, started) = tokio::sync::mpsc::unbounded_channel();
+        let (release, _) = mpsc::channel();
+        let hooked = Hooked {
+            started: Some(started_tx),
+            release: None,
+            delay: Some(delay),
+            fail: false,
         };
         let started = tokio::sync::Mutex::new(started);
         (hooked, Gate { started, release })

@@ -565,11 +565,13 @@ async fn a_target_that_dies_after_relay_ready_never_leaves_two_owners() {
         tokio::spawn(async move { n1.move_unit(&id, Some(to)).await })
     };
     gate.wait_started().await;
+    // A source that hears nothing back after the handover waits two steps of 5 s before it
+    // reclaims the unit: the held request may wait that long.
     let held = {
         let n1 = n1.clone();
         let r = r.clone();
         tokio::spawn(async move {
-            n1.request::<Cmd, Room>(&r, Cmd::Log("held".into()), T)
+            n1.request::<Cmd, Room>(&r, Cmd::Log("held".into()), 3 * T)
                 .await
         })
     };

@@ -69,6 +69,9 @@ pub const KEYS: &[&str] = &[
     "sessions_rate_burst",
     "sessions_max_bindings",
     "sessions_max_outbound",
+    "sessions_seal_timeout_ms",
+    "sessions_auth_timeout_ms",
+    "sessions_idle_timeout_ms",
 ];
 
 /// A node config file as written, before its values are checked.
@@ -146,6 +149,12 @@ pub struct NodeFile {
     pub sessions_max_bindings: Option<usize>,
     /// Frames waiting for a client that reads too slowly.
     pub sessions_max_outbound: Option<usize>,
+    /// How long past a move's deadline a session waits for its release, in milliseconds.
+    pub sessions_seal_timeout_ms: Option<u64>,
+    /// How long a new connection has to authenticate, in milliseconds.
+    pub sessions_auth_timeout_ms: Option<u64>,
+    /// How long a connection may be silent before it is dropped, in milliseconds.
+    pub sessions_idle_timeout_ms: Option<u64>,
 }
 
 fn default_admin() -> String {
@@ -293,19 +302,28 @@ pub struct ClientLimits {
     pub max_bindings: usize,
     /// Frames waiting for a client that reads too slowly.
     pub max_outbound: usize,
+    /// How long past a move's deadline a session waits for the move's release (and how long a
+    /// missing push is waited for) before it is closed.
+    pub seal_timeout: Duration,
+    /// How long a new connection has to authenticate.
+    pub auth_timeout: Duration,
+    /// How long a connection may be silent before it is dropped.
+    pub idle_timeout: Duration,
 }
 
 impl ClientLimits {
-    /// These limits over the framework's others (timeouts).
+    /// The framework's session limits these make.
     pub fn session_limits(&self) -> ferry::SessionLimits {
         ferry::SessionLimits {
             max_frame: self.max_frame,
             max_held: self.max_held,
             rate_per_second: self.rate_per_second,
             rate_burst: self.rate_burst,
+            seal_timeout: self.seal_timeout,
+            auth_timeout: self.auth_timeout,
             max_bindings: self.max_bindings,
             max_outbound: self.max_outbound,
-            ..ferry::SessionLimits::default()
+            idle_timeout: self.idle_timeout,
         }
     }
 }
@@ -614,6 +632,21 @@ fn gateway(base: &Path, file: &NodeFile) -> Result<Option<GatewayFiles>, (&'stat
             file.sessions_max_outbound,
             defaults.max_outbound,
         )?,
+        seal_timeout: positive_ms(
+            "sessions_seal_timeout_ms",
+            file.sessions_seal_timeout_ms,
+            defaults.seal_timeout,
+        )?,
+        auth_timeout: positive_ms(
+            "sessions_auth_timeout_ms",
+            file.sessions_auth_timeout_ms,
+            defaults.auth_timeout,
+        )?,
+        idle_timeout: positive_ms(
+            "sessions_idle_timeout_ms",
+            file.sessions_idle_timeout_ms,
+            defaults.idle_timeout,
+        )?,
     };
     Ok(Some(GatewayFiles {
         listen,
@@ -635,6 +668,16 @@ fn positive<T: Copy + Default + PartialOrd + std::fmt::Display>(
         Some(v) if v > T::default() => Ok(v),
         Some(_) => Err((key, format!("it must be above 0; the default is {default}"))),
     }
+}
+
+/// A timeout key's value in milliseconds, above 0, or the framework's default when it is not set.
+fn positive_ms(
+    key: &'static str,
+    value: Option<u64>,
+    default: Duration,
+) -> Result<Duration, (&'static str, String)> {
+    let default_ms = u64::try_from(default.as_millis()).unwrap_or(u64::MAX);
+    positive(key, value, default_ms).map(Duration::from_millis)
 }
 
 /// " (line L, column C: `the line`)" of a parse error, or empty if the parser gave no place.
@@ -743,6 +786,9 @@ mod tests {
         sessions_rate_burst = 4
         sessions_max_bindings = 5
         sessions_max_outbound = 6
+        sessions_seal_timeout_ms = 7
+        sessions_auth_timeout_ms = 8
+        sessions_idle_timeout_ms = 9
     "#;
 
     #[test]
@@ -788,6 +834,9 @@ mod tests {
                     rate_burst: 4,
                     max_bindings: 5,
                     max_outbound: 6,
+                    seal_timeout: Duration::from_millis(7),
+                    auth_timeout: Duration::from_millis(8),
+                    idle_timeout: Duration::from_millis(9),
                 },
             })
         );
@@ -821,6 +870,16 @@ mod tests {
             e.contains("sessions_max_held") && e.contains("above 0"),
             "{e}"
         );
+        for key in [
+            "sessions_seal_timeout_ms",
+            "sessions_auth_timeout_ms",
+            "sessions_idle_timeout_ms",
+        ] {
+            let e = parse_err(&format!("{gateway}{key} = 0\n"));
+            assert!(e.contains(key) && e.contains("above 0"), "{e}");
+        }
+        let e = parse_err(&format!("{gateway}sessions_seal_timeout_ms = 0\n"));
+        assert!(e.contains("the default is 3000"), "{e}");
     }
 
     #[test]

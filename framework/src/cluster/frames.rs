@@ -162,7 +162,7 @@ mod tests {
                 Frame::Session(SessionFrame::Bound { session: SessionId(n), actor: actor.clone(), epoch, verdict: Ok(text.clone()) }),
                 Frame::Session(SessionFrame::Unbound { session: SessionId(n), actor: actor.clone(), epoch, reason: text.clone() }),
                 Frame::Session(SessionFrame::Push { session: SessionId(n), actor: actor.clone(), epoch, seq: n, payload: payload.into() }),
-                Frame::Session(SessionFrame::Seal { rel, actors: vec![bound.clone()] }),
+                Frame::Session(SessionFrame::Seal { rel, actors: vec![bound.clone()], hold: std::time::Duration::from_millis(n) }),
                 Frame::Session(SessionFrame::SealAck { rel }),
                 Frame::Session(SessionFrame::Release { rel, actors: vec![bound], owner: ok.then_some(node) }),
             ];

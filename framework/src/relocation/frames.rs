@@ -34,6 +34,9 @@ pub(crate) enum RelocFrame {
         index: u32,
         bytes: Bytes,
     },
+    /// Target → source: the offer was taken and the work on it goes on (chunks assembled, a
+    /// restore still running): the source counts silence only from the last one of these.
+    Progress { rel: RelocationId },
     /// Target → source: restored into a queue that does not run yet; relay may start. With how
     /// long the restore took there.
     RelayReady {
@@ -101,6 +104,7 @@ mod tests {
                     manifest: Manifest { len: version, chunks: index, crc },
                 },
                 RelocFrame::Chunk { rel, index, bytes: bytes.into() },
+                RelocFrame::Progress { rel },
                 RelocFrame::RelayReady { rel, restore: took },
                 RelocFrame::Refused { rel, reason: reason.clone() },
                 RelocFrame::RelayReset { rel },

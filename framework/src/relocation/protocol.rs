@@ -9,6 +9,10 @@
 //! restores the unit on the source. After it, the source may only take the unit back by a
 //! conditional write that wins against a target that never committed; whichever write wins owns it.
 //!
+//! The source gives up on a target that has gone silent, not on one that works long: the target
+//! reports progress while it assembles and restores the unit, and each report is no silence. The
+//! move's deadline bounds the whole.
+//!
 //! Client sessions bound to the unit's Actors are part of the move: before the lane is sealed,
 //! their gateways are told to hold those Actors' inputs, and the seal waits for every
 //! acknowledgement; Actors found bound only at the capture have their gateways told then, and
@@ -38,6 +42,8 @@ pub enum SourceEvent {
     },
     /// The unit cannot be sealed (it stopped, or it is not relocatable).
     SealRefused(String),
+    /// The target is still working on the offer (assembling, restoring): not silence.
+    Progress,
     /// The target restored the unit into a queue that does not run yet.
     RelayReady,
     /// The target refused the unit (restore failed, checksum, unknown factory...).
@@ -46,7 +52,8 @@ pub enum SourceEvent {
     Committed,
     /// The target gave up before committing.
     Aborted(String),
-    /// Nothing was heard in time, or the link to the target dropped.
+    /// Nothing (no answer, no progress) was heard for the step time, or the link to the target
+    /// dropped.
     Silence,
     /// The operation's deadline passed.
     Deadline,
@@ -208,6 +215,8 @@ impl SourceMachine {
         use SourcePhase as P;
         let (next, actions) = match (&self.phase, event) {
             (P::Done(_), _) => return Vec::new(),
+            // Honest work that takes long: the shell waits on, the phase stays as it is.
+            (_, E::Progress) => return Vec::new(),
 
             (P::Quiescing, E::Quiesced { gateways }) if gateways.is_empty() => {
                 (P::Sealing, vec![A::SealUnit])
@@ -810,6 +819,54 @@ mod tests {
         s.on(SE::Deadline);
         assert_eq!(s.on(SE::FenceLost), vec![SA::Release]);
         assert_eq!(s.end(), Some(&MoveEnd::Moved));
+    }
+
+    #[test]
+    fn progress_keeps_every_phase_and_only_silence_or_the_deadline_gives_up() {
+        // Progress while the target restores changes nothing: the handover still follows.
+        let mut s = source_captured();
+        for _ in 0..10 {
+            assert!(s.on(SE::Progress).is_empty());
+        }
+        assert_eq!(s.end(), None);
+        assert!(!s.handed_over());
+        assert_eq!(s.on(SE::RelayReady), vec![SA::Handover]);
+        // After progress, silence is still silence, and the deadline still the deadline.
+        let mut s = source_captured();
+        s.on(SE::Progress);
+        assert_eq!(s.on(SE::Silence), vec![SA::Withdraw, SA::Resume]);
+        assert_eq!(
+            s.end(),
+            Some(&MoveEnd::Restored("the target did not answer".into()))
+        );
+        let mut s = source_captured();
+        s.on(SE::Progress);
+        assert_eq!(s.on(SE::Deadline), vec![SA::Withdraw, SA::Resume]);
+        assert_eq!(
+            s.end(),
+            Some(&MoveEnd::Restored(
+                "the deadline passed before relay-ready".into()
+            ))
+        );
+        // A late one after the handover neither counts as an answer nor resets the resend.
+        let mut s = source_at_handover();
+        assert!(s.on(SE::Progress).is_empty());
+        assert_eq!(s.on(SE::Silence), vec![SA::ResendHandover]);
+        assert!(s.on(SE::Progress).is_empty());
+        assert_eq!(s.on(SE::Silence), vec![SA::FenceReclaim]);
+        assert_eq!(s.on(SE::FenceLost), vec![SA::Release]);
+        assert!(s.on(SE::Progress).is_empty());
+        assert_eq!(s.end(), Some(&MoveEnd::Moved));
+        // While gateways are asked to seal, it changes nothing either.
+        let mut s = SourceMachine::new();
+        assert_eq!(
+            s.on(SE::Quiesced {
+                gateways: gateways(&["g"])
+            }),
+            vec![SA::SealGateways(gateways(&["g"]))]
+        );
+        assert!(s.on(SE::Progress).is_empty());
+        assert_eq!(s.on(SE::GatewaySealed(node("g"))), vec![SA::SealUnit]);
     }
 
     #[test]

@@ -26,7 +26,8 @@ use crate::session::SessionBinding;
 use crate::session::frames::{BoundActor, SessionFrame};
 use crate::store::{BatchOutcome, Condition, Op};
 
-/// How long the source waits for the target at each step before it calls it silence.
+/// How long the source waits without hearing anything from the target (an answer or a progress
+/// report) before it calls it silence; also how long it waits for one store write of its fence.
 const STEP: Duration = Duration::from_secs(5);
 
 /// How soon the source asks the store again when it could not say whether the fence landed.
@@ -388,6 +389,8 @@ impl SourceRun {
         }
     }
 
+    /// Runs the machine to its end. Every event heard (a target's progress report among them)
+    /// starts the step again: only a step with nothing heard is silence.
     async fn go(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>, deadline: Instant) {
         let first = self.quiesce(deadline).await;
         self.feed(first, deadline).await;
@@ -474,8 +477,10 @@ impl SourceRun {
             .collect()
     }
 
-    /// Tells these gateways to hold the inputs of the Actors they were not told about yet.
-    fn seal_gateways(&mut self, gateways: &BTreeSet<NodeId>) {
+    /// Tells these gateways to hold the inputs of the Actors they were not told about yet, for
+    /// as long as the move may still take.
+    fn seal_gateways(&mut self, gateways: &BTreeSet<NodeId>, deadline: Instant) {
+        let hold = deadline.saturating_duration_since(Instant::now());
         for gateway in gateways {
             let Some(at) = self.bindings.get_mut(gateway) else {
                 continue;
@@ -491,6 +496,7 @@ impl SourceRun {
             let frame = SessionFrame::Seal {
                 rel: self.rel,
                 actors,
+                hold,
             };
             // A gateway on this node acknowledges through `on_session_frame` at once.
             if let Err(error) = self.node.to_gateway(gateway, frame) {
@@ -693,7 +699,7 @@ impl SourceRun {
         let rel = self.rel;
         match action {
             SourceAction::SealGateways(gateways) => {
-                self.seal_gateways(&gateways);
+                self.seal_gateways(&gateways, deadline);
                 None
             }
             SourceAction::SealUnit => Some(self.seal_unit(deadline).await),

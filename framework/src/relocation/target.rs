@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use super::RelocationId;
 use super::capture::{Assembly, QueuedOp, relay_digest};
@@ -22,6 +23,10 @@ use crate::store::{BatchOutcome, Condition, Op};
 
 /// How long a staged unit waits for its source before it is given up.
 const SILENCE: Duration = Duration::from_secs(30);
+
+/// How often a target tells its source that the work on an offer goes on (chunks arriving, a
+/// restore running): well inside the source's step, so a busy target is never taken for a silent one.
+const PROGRESS: Duration = Duration::from_secs(1);
 
 /// The moves a node takes part in, on either side.
 #[derive(Default)]
@@ -54,6 +59,8 @@ struct Staging {
     relay: Vec<QueuedOp>,
     /// The relay record being fed to the machine.
     arriving: Option<QueuedOp>,
+    /// When progress was last reported to the source.
+    reported: Instant,
 }
 
 impl Node {
@@ -92,7 +99,7 @@ impl Node {
                     return;
                 }
                 let staging = Staging {
-                    source: from,
+                    source: from.clone(),
                     unit,
                     records,
                     assembly: Some(Assembly::new(manifest)),
@@ -102,8 +109,15 @@ impl Node {
                     committed_in: Duration::ZERO,
                     relay: Vec::new(),
                     arriving: None,
+                    reported: Instant::now(),
                 };
                 self.core.moves.incoming.lock().insert(rel, staging);
+                // Taken: the source counts silence from here, not from its offer.
+                if let Err(error) =
+                    self.mesh_send(&from, Frame::Reloc(RelocFrame::Progress { rel }))
+                {
+                    tracing::debug!(relocation = %rel, %error, "progress not sent");
+                }
                 let node = self.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(SILENCE).await;
@@ -129,6 +143,7 @@ impl Node {
                     .is_some_and(|s| relay_digest(&s.relay) == (count, crc));
                 self.target_event(rel, TargetEvent::Cutover { matches });
             }
+            RelocFrame::Progress { rel } => to_source(rel, SourceEvent::Progress),
             RelocFrame::RelayReady { rel, restore } => {
                 reported(rel, &|t| t.restore = restore);
                 to_source(rel, SourceEvent::RelayReady);
@@ -181,7 +196,16 @@ impl Node {
                 return;
             };
             match assembly.add(index, bytes) {
-                Ok(false) => return,
+                Ok(false) => {
+                    if staging.reported.elapsed() >= PROGRESS {
+                        staging.reported = Instant::now();
+                        let progress = Frame::Reloc(RelocFrame::Progress { rel });
+                        if let Err(error) = self.mesh_send(&staging.source, progress) {
+                            tracing::debug!(relocation = %rel, %error, "progress not sent");
+                        }
+                    }
+                    return;
+                }
                 Ok(true) => staging.assembly.take().map(Assembly::finish),
                 Err(error) => Some(Err(error)),
             }
@@ -194,6 +218,10 @@ impl Node {
             }
             None => return,
         };
+        // Assembled: the source hears so now, then every PROGRESS for as long as the restore runs.
+        let (restoring, restored) = oneshot::channel::<()>();
+        self.report_progress(rel);
+        tokio::spawn(self.clone().progress_until(rel, restored));
         let node = self.clone();
         let restore = move || {
             let started = tokio::time::Instant::now();
@@ -213,11 +241,49 @@ impl Node {
                 }
                 Err(reason) => TargetEvent::RestoreFailed(reason),
             };
+            // No progress after the answer (a panic drops it too, and the reports end).
+            drop(restoring);
             node.target_event(rel, event);
         };
         // Restoring runs application adapters, which may take a while (a large state, or an adapter
         // that does I/O): off the mesh's inbound task, so the peer's other frames keep flowing.
         tokio::task::spawn_blocking(restore);
+    }
+
+    /// Tells the source of a staged move that the work on it goes on; false once the move is gone
+    /// here or the source cannot be reached.
+    fn report_progress(&self, rel: RelocationId) -> bool {
+        let source = match self.core.moves.incoming.lock().get_mut(&rel) {
+            Some(staging) => {
+                staging.reported = Instant::now();
+                staging.source.clone()
+            }
+            None => return false,
+        };
+        let progress = Frame::Reloc(RelocFrame::Progress { rel });
+        match self.mesh_send(&source, progress) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::debug!(relocation = %rel, %error, "progress not sent");
+                false
+            }
+        }
+    }
+
+    /// Reports progress every [`PROGRESS`] until `restored` ends (the restore answered, or its
+    /// thread unwound) or the node stops: a node that stops reporting is silent, as it should be.
+    async fn progress_until(self, rel: RelocationId, mut restored: oneshot::Receiver<()>) {
+        loop {
+            tokio::select! {
+                _ = &mut restored => return,
+                () = self.core.stop.cancelled() => return,
+                () = tokio::time::sleep(PROGRESS) => {
+                    if !self.report_progress(rel) {
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     /// Feeds an event to a staged move and carries out its actions.

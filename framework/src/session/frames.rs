@@ -3,6 +3,8 @@
 //! Every frame travels on the ordered stream between two nodes, so a gateway's seal
 //! acknowledgement reaches the source after every input the gateway sent it before.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
@@ -44,10 +46,12 @@ pub(crate) enum SessionFrame {
         seq: u64,
         payload: Bytes,
     },
-    /// Source → gateway: hold these Actors' inputs; answer `SealAck` once held.
+    /// Source → gateway: hold these Actors' inputs; answer `SealAck` once held. `hold` is the
+    /// time left to the move's deadline: the release is due by then, however long the move works.
     Seal {
         rel: RelocationId,
         actors: Vec<BoundActor>,
+        hold: Duration,
     },
     /// Gateway → source: every input sent before this is on its way ahead of it.
     SealAck { rel: RelocationId },

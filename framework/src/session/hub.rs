@@ -368,14 +368,20 @@ impl Hub {
                     payload,
                 },
             ),
-            SessionFrame::Seal { rel, actors } => {
+            SessionFrame::Seal { rel, actors, hold } => {
                 for BoundActor {
                     actor,
                     session,
                     epoch,
                 } in actors
                 {
-                    self.feed(node, session, Event::Seal { rel, actor, epoch });
+                    let seal = Event::Seal {
+                        rel,
+                        actor,
+                        epoch,
+                        hold,
+                    };
+                    self.feed(node, session, seal);
                 }
             }
             SessionFrame::Release { rel, actors, owner } => {
@@ -436,9 +442,10 @@ impl Node {
                     let _ = waiting.events.send(SourceEvent::GatewaySealed(from));
                 }
             }
-            SessionFrame::Seal { rel, actors } => {
+            SessionFrame::Seal { rel, actors, hold } => {
                 if let Some(hub) = &self.core.sessions {
-                    hub.on_frame(self, from.clone(), SessionFrame::Seal { rel, actors });
+                    let seal = SessionFrame::Seal { rel, actors, hold };
+                    hub.on_frame(self, from.clone(), seal);
                 }
                 // Every input this gateway sent before is queued ahead of this answer.
                 if let Err(error) = self.to_gateway(&from, SessionFrame::SealAck { rel }) {

@@ -6,6 +6,7 @@
 //! quick moves, a push overtaken by a later one from another node) are unit tests below.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
@@ -51,11 +52,13 @@ pub(crate) enum Event {
         seq: u64,
         payload: Bytes,
     },
-    /// A move of the Actor is about to seal it: hold its inputs.
+    /// A move of the Actor is about to seal it: hold its inputs. `hold` is the time left to
+    /// the move's deadline, as its source said.
     Seal {
         rel: RelocationId,
         actor: ActorId,
         epoch: u32,
+        hold: Duration,
     },
     /// That move ended: the Actor runs on `owner` (`None`: it was stopped).
     Release {
@@ -121,16 +124,21 @@ enum Phase {
     /// inputs went before, the one place they may still go without overtaking older ones.
     Sealed {
         last_owner: NodeId,
-        since: Instant,
         seals: Vec<Seal>,
     },
 }
+
+/// The longest hold a seal may ask for, so that no source's word can overflow the clock.
+const MAX_HOLD: Duration = Duration::from_secs(24 * 60 * 60);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Seal {
     rel: RelocationId,
     /// `Some` once released: the owner it was released to.
     released: Option<Option<NodeId>>,
+    /// When the session gives up on this move's release: its deadline, then the seal timeout
+    /// for the release to travel.
+    until: Instant,
 }
 
 #[derive(Debug, Clone)]
@@ -152,6 +160,18 @@ struct Binding {
 impl Binding {
     fn held(&self) -> usize {
         self.inputs.len() + self.early.len()
+    }
+
+    /// Until when inputs may stay held for the moves under way, if any is.
+    fn sealed_until(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Sealed { seals, .. } => seals
+                .iter()
+                .filter(|s| s.released.is_none())
+                .map(|s| s.until)
+                .max(),
+            _ => None,
+        }
     }
 
     /// Where inputs may be sent now without overtaking older ones (none while binding).
@@ -226,15 +246,11 @@ impl SessionMachine {
                 .bindings
                 .values()
                 .flat_map(|b| {
-                    let sealed = match &b.phase {
-                        Phase::Sealed { since, .. } => Some(*since),
-                        _ => None,
-                    };
-                    [sealed, b.gap_since]
+                    let gap = b.gap_since.map(|t| t + self.limits.seal_timeout);
+                    [b.sealed_until(), gap]
                 })
                 .flatten()
-                .min()
-                .map(|t| t + self.limits.seal_timeout),
+                .min(),
         }
     }
 
@@ -269,8 +285,13 @@ impl SessionMachine {
                 seq,
                 payload,
             } => self.push(actor, epoch, seq, payload, now),
-            Event::Seal { rel, actor, epoch } => {
-                self.seal(rel, &actor, epoch, now);
+            Event::Seal {
+                rel,
+                actor,
+                epoch,
+                hold,
+            } => {
+                self.seal(rel, &actor, epoch, hold, now);
                 Vec::new()
             }
             Event::Release {
@@ -578,13 +599,23 @@ impl SessionMachine {
         actions
     }
 
-    fn seal(&mut self, rel: RelocationId, actor: &ActorId, epoch: u32, now: Instant) {
+    /// Holds the Actor's inputs for as long as the move may take (`hold`, the time to its
+    /// deadline) and the seal timeout after it, never less than the seal timeout.
+    fn seal(
+        &mut self,
+        rel: RelocationId,
+        actor: &ActorId,
+        epoch: u32,
+        hold: Duration,
+        now: Instant,
+    ) {
         let Some(binding) = self.bindings.get_mut(actor).filter(|b| b.epoch == epoch) else {
             return;
         };
         let seal = Seal {
             rel,
             released: None,
+            until: now + hold.min(MAX_HOLD) + self.limits.seal_timeout,
         };
         match &mut binding.phase {
             // The bind's answer comes from whoever runs the Actor; nothing was sent yet.
@@ -592,7 +623,6 @@ impl SessionMachine {
             Phase::Open { owner } => {
                 binding.phase = Phase::Sealed {
                     last_owner: owner.clone(),
-                    since: now,
                     seals: vec![seal],
                 };
             }
@@ -668,12 +698,10 @@ impl SessionMachine {
             State::Open(_) => {
                 let timeout = self.limits.seal_timeout;
                 for (actor, binding) in &self.bindings {
-                    if let Phase::Sealed { since, .. } = binding.phase
-                        && now >= since + timeout
-                    {
+                    if binding.sealed_until().is_some_and(|until| now >= until) {
                         let reason = format!(
-                            "{actor} was moving between nodes for longer than the seal timeout of \
-                             {timeout:?}; connect again and bind it"
+                            "{actor} was still moving between nodes past its move's deadline and \
+                             the seal timeout of {timeout:?} after it; connect again and bind it"
                         );
                         return self.close(CloseCode::SealTimeout, reason);
                     }
@@ -820,6 +848,7 @@ mod tests {
                 rel,
                 actor: actor("a"),
                 epoch: 1,
+                hold: Duration::ZERO,
             },
             t,
         );
@@ -849,6 +878,7 @@ mod tests {
                 rel,
                 actor: actor("a"),
                 epoch: 1,
+                hold: Duration::ZERO,
             },
             t,
         );
@@ -875,6 +905,7 @@ mod tests {
             rel,
             actor: actor("a"),
             epoch: 1,
+            hold: Duration::ZERO,
         };
         let release = |rel, owner: &str| Event::Release {
             rel,
@@ -967,6 +998,7 @@ mod tests {
                 rel: RelocationId(1),
                 actor: actor("a"),
                 epoch: 1,
+                hold: Duration::ZERO,
             },
             t,
         );
@@ -983,6 +1015,70 @@ mod tests {
         }));
         assert!(m.is_closed());
         assert!(m.on(input("a", 2), t).is_empty());
+    }
+
+    #[test]
+    fn a_move_that_works_long_keeps_the_session_until_its_deadline_and_the_seal_timeout() {
+        let t = Instant::now();
+        let limits = SessionLimits {
+            seal_timeout: Duration::from_millis(300),
+            ..SessionLimits::default()
+        };
+        let ms = Duration::from_millis;
+        let seal = |rel, hold| Event::Seal {
+            rel,
+            actor: actor("a"),
+            epoch: 1,
+            hold,
+        };
+        let release = |rel, owner: &str| Event::Release {
+            rel,
+            actor: actor("a"),
+            epoch: 1,
+            owner: Some(node(owner)),
+        };
+        // A move with 6 s left to its deadline: held past the seal timeout, released in time.
+        let mut m = open_with(limits, t);
+        bound(&mut m, "s", t);
+        m.on(seal(RelocationId(1), ms(6000)), t);
+        assert_eq!(m.next_deadline(), Some(t + ms(6300)));
+        m.on(input("a", 1), t + ms(400));
+        assert!(m.on(Event::Tick, t + ms(6299)).is_empty());
+        let out = m.on(release(RelocationId(1), "t"), t + ms(6299));
+        assert_eq!(forwards(&out), vec![("t".into(), 1)]);
+        assert!(!m.is_closed());
+        assert_eq!(m.next_deadline(), None);
+
+        // Its release never comes: closed once the deadline and the seal timeout have passed.
+        let mut m = open_with(limits, t);
+        bound(&mut m, "s", t);
+        m.on(seal(RelocationId(1), ms(6000)), t);
+        assert!(m.on(Event::Tick, t + ms(6299)).is_empty());
+        let out = m.on(Event::Tick, t + ms(6300));
+        assert_eq!(closed(&out), Some(CloseCode::SealTimeout));
+
+        // A seal with no time left still gets the seal timeout.
+        let mut m = open_with(limits, t);
+        bound(&mut m, "s", t);
+        m.on(seal(RelocationId(1), Duration::ZERO), t);
+        assert_eq!(m.next_deadline(), Some(t + ms(300)));
+
+        // Two moves under way: the one not released yet says how long to hold.
+        let mut m = open_with(limits, t);
+        bound(&mut m, "x", t);
+        m.on(seal(RelocationId(1), ms(6000)), t);
+        m.on(seal(RelocationId(2), ms(1000)), t + ms(100));
+        assert_eq!(m.next_deadline(), Some(t + ms(6300)));
+        assert!(forwards(&m.on(release(RelocationId(1), "y"), t + ms(200))).is_empty());
+        assert_eq!(m.next_deadline(), Some(t + ms(1400)));
+        assert!(m.on(Event::Tick, t + ms(1399)).is_empty());
+        assert!(!m.is_closed());
+
+        // A hold no move could need is capped rather than trusted.
+        let mut m = open_with(limits, t);
+        bound(&mut m, "s", t);
+        m.on(seal(RelocationId(1), Duration::MAX), t);
+        assert_eq!(m.next_deadline(), Some(t + MAX_HOLD + ms(300)));
     }
 
     #[test]

@@ -17,7 +17,9 @@
 //! those Actors' inputs, and waits for their acknowledgements (sent on the same ordered mesh
 //! stream as the inputs, so every input sent before is already queued on the source). After the
 //! move commits, the source tells the gateways the new owner and they release what they held,
-//! before any newer input; if the move is abandoned, they release it to the source.
+//! before any newer input; if the move is abandoned, they release it to the source. A gateway
+//! holds them for as long as the move may take (its source says its deadline with the seal), so a
+//! move that works long never costs a player the connection.
 
 pub(crate) mod frames;
 pub(crate) mod hub;
@@ -151,8 +153,9 @@ pub struct SessionLimits {
     pub rate_per_second: u32,
     /// Frames a client may send in one burst above that rate (default 400).
     pub rate_burst: u32,
-    /// How long inputs may be held for a moving Actor, and a missing push waited for, before the
-    /// session is closed (default 3 s).
+    /// While an Actor moves, its inputs are held until the move's deadline (its source says it
+    /// with the seal), then this long more for the move's release to arrive; past that, or a
+    /// missing push waited for this long, the session is closed (default 3 s).
     pub seal_timeout: Duration,
     /// How long a new connection has to authenticate (default 5 s).
     pub auth_timeout: Duration,

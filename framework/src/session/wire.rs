@@ -145,7 +145,8 @@ pub enum CloseCode {
     RateLimited = 8,
     /// Too many inputs were held while the client's Actors moved.
     TooManyHeld = 9,
-    /// A bound Actor took longer to move than the seal timeout (or a push went missing).
+    /// A bound Actor's move was not heard to end by its deadline and the seal timeout after it
+    /// (or a push went missing).
     SealTimeout = 10,
     /// The client read its pushes too slowly.
     SlowReader = 11,
