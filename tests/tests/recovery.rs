@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use ferry::relocation::protocol::MoveEnd;
 use ferry::{
     ActorId, Behavior, Ctx, MessageError, Node, RecoveryEvent, Registration, Registry,
     RelocationPolicy, SpotId, Target, UnitId,
@@ -428,6 +429,170 @@ async fn a_copy_whose_move_was_given_up_during_its_restore_does_not_stay_behind(
     })
     .await
     .expect("n2 dropped the late copy");
+    n2.shutdown().await;
+    n3.shutdown().await;
+}
+
+/// A SpotWide room that answers with its members and the joins its `on_member_joined` saw.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Club {
+    joined: Vec<ActorId>,
+}
+
+impl Behavior for Club {
+    type Msg = u8;
+    type Reply = (Vec<ActorId>, Vec<ActorId>);
+
+    fn handle(&mut self, ctx: &mut Ctx<'_>, _: u8) -> (Vec<ActorId>, Vec<ActorId>) {
+        (ctx.members().cloned().collect(), self.joined.clone())
+    }
+
+    fn on_member_joined(&mut self, _ctx: &mut Ctx<'_>, actor: &ActorId) {
+        self.joined.push(actor.clone());
+    }
+}
+
+/// A member that answers with the spot it is in and the one its `on_joined` saw.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Member {
+    joined: Option<SpotId>,
+}
+
+impl Behavior for Member {
+    type Msg = u8;
+    type Reply = (Option<SpotId>, Option<SpotId>);
+
+    fn handle(&mut self, ctx: &mut Ctx<'_>, _: u8) -> (Option<SpotId>, Option<SpotId>) {
+        (ctx.spot().cloned(), self.joined.clone())
+    }
+
+    fn on_joined(&mut self, _ctx: &mut Ctx<'_>, spot: &SpotId) {
+        self.joined = Some(spot.clone());
+    }
+}
+
+fn clubs() -> Registry {
+    let mut reg = Registry::new();
+    reg.register(Registration::spot("club", |_| Club::default()).policy(RelocationPolicy::serde()));
+    reg.register(
+        Registration::actor("member", |_| Member::default()).policy(RelocationPolicy::serde()),
+    );
+    reg
+}
+
+fn actor(id: &str) -> ActorId {
+    ActorId::new(id).expect("valid id")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_rebuilt_after_a_crash_has_its_members_and_moves_with_them() {
+    let mut cluster = Cluster::start(0, clubs).await;
+    let mut config = cluster.config("n1");
+    config.lease_ttl = Duration::from_millis(600);
+    let n1 = cluster.add_with(config, clubs()).await;
+    let n2 = cluster.add("n2", clubs()).await;
+    let n3 = cluster.add("n3", clubs()).await;
+    let (room, gone) = (spot("club"), spot("gone"));
+    let (p0, p1, p2) = (actor("p0"), actor("p1"), actor("p2"));
+    n1.create_spot_on(n1.id(), "club", &room)
+        .await
+        .expect("room");
+    n1.create_spot_on(n1.id(), "club", &gone)
+        .await
+        .expect("room");
+    for p in [&p0, &p1, &p2] {
+        n1.create_actor("member", p).await.expect("member");
+    }
+    n1.join(&p0, &room).await.expect("joined");
+    n1.join(&p1, &room).await.expect("joined");
+    n1.join(&p2, &gone).await.expect("joined");
+    let record = n1
+        .read_record(&UnitId::Actor(p0.clone()))
+        .await
+        .expect("store")
+        .expect("record");
+    assert_eq!(record.spot, Some(room.clone()), "the record names the room");
+    // `gone` is not rebuilt after a crash: its member comes back on its own.
+    n1.set_recoverable(&unit("gone"), false)
+        .await
+        .expect("switched");
+
+    let mut events = n2.recovery_events();
+    n1.abort().await;
+    let ids: Vec<UnitId> = [unit("club"), unit("gone")]
+        .into_iter()
+        .chain([&p0, &p1, &p2].map(|p| UnitId::Actor(p.clone())))
+        .collect();
+    completed(&mut events, &ids).await;
+
+    let survivors = [&n2, &n3];
+    let Some(host) = survivors.into_iter().find(|n| n.hosts(&unit("club"))) else {
+        panic!("the room was rebuilt on a survivor");
+    };
+    for p in [&p0, &p1] {
+        assert!(
+            host.hosts(&UnitId::Actor(p.clone())),
+            "{p} is next to its room"
+        );
+        let (now, joined) = n2
+            .request::<u8, (Option<SpotId>, Option<SpotId>)>(p, 0, T)
+            .await
+            .expect("member answers");
+        assert_eq!(
+            (now, joined),
+            (Some(room.clone()), Some(room.clone())),
+            "{p}"
+        );
+    }
+    let (members, joined) = n2
+        .request::<u8, (Vec<ActorId>, Vec<ActorId>)>(&room, 0, T)
+        .await
+        .expect("room answers");
+    assert_eq!(members, vec![p0.clone(), p1.clone()]);
+    let mut joined = joined;
+    joined.sort();
+    assert_eq!(
+        joined,
+        vec![p0.clone(), p1.clone()],
+        "on_member_joined ran once for each"
+    );
+    // The member of the room that was not rebuilt is back on its own, its record naming no room.
+    let (now, _) = n2
+        .request::<u8, (Option<SpotId>, Option<SpotId>)>(&p2, 0, T)
+        .await
+        .expect("p2 answers");
+    assert_eq!(now, None);
+    let record = n2
+        .read_record(&UnitId::Actor(p2.clone()))
+        .await
+        .expect("store")
+        .expect("record");
+    assert_eq!(record.spot, None);
+
+    // A later move takes the members along: they share the room's lane.
+    let other = if host.id() == n2.id() { &n3 } else { &n2 };
+    let report = host
+        .move_unit(&unit("club"), Some(other.id().clone()))
+        .await
+        .expect("move started");
+    assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
+    for id in [
+        unit("club"),
+        UnitId::Actor(p0.clone()),
+        UnitId::Actor(p1.clone()),
+    ] {
+        assert!(other.hosts(&id), "{id} moved");
+        assert!(!host.hosts(&id), "{id} left");
+    }
+    let record = n2
+        .read_record(&UnitId::Actor(p1.clone()))
+        .await
+        .expect("store")
+        .expect("record");
+    assert_eq!(
+        (record.owner, record.spot),
+        (other.id().clone(), Some(room))
+    );
     n2.shutdown().await;
     n3.shutdown().await;
 }
