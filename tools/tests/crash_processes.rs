@@ -9,6 +9,9 @@
 //! `delta` is the replacement an operator starts afterwards. The test's driver node joins the
 //! cluster to create rooms and talk to them; it takes no unit (capacity 0) and, its id sorting
 //! after the others, never coordinates recovery while one of them serves.
+//!
+//! A third test kills the node that runs an FPS room whose two players are bound through a gateway
+//! on the other node: the room comes back there with its members, and the players play on.
 
 mod common;
 
