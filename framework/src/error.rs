@@ -169,6 +169,20 @@ pub enum UnitError {
         /// What failed.
         reason: String,
     },
+    /// A join or leave took effect on the node, but the Actor's record could not be made to say
+    /// so; until it does, a crash of the node rebuilds the Actor in the room last recorded.
+    #[error(
+        "{id} is now {now} on this node, but its record could not be updated: {reason}; call the \
+         same join or leave again once the store is back, to record it"
+    )]
+    MembershipNotRecorded {
+        /// The Actor.
+        id: UnitId,
+        /// Where it is now: "a member of <spot>" or "in no room".
+        now: String,
+        /// What failed.
+        reason: String,
+    },
 }
 
 /// A factory registration that makes no sense, reported when the node starts.

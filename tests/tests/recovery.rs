@@ -1,12 +1,17 @@
 //! Crash recovery: a node dies, its units come back on the survivors, evenly, exactly once.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
+use ferry::relocation::protocol::MoveEnd;
+use ferry::store::{
+    BatchOutcome, BoxFuture, Condition, Lease, LocationStore, MemoryStore, Op, Page, StoreError,
+    Versioned,
+};
 use ferry::{
-    ActorId, Behavior, Ctx, MessageError, Node, RecoveryEvent, Registration, Registry,
-    RelocationPolicy, SpotId, Target, UnitId,
+    ActorId, Behavior, Ctx, MessageError, Node, NodeConfig, NodeId, RecoveryEvent, Registration,
+    Registry, RelocationPolicy, SpotId, Target, UnitError, UnitId,
 };
 use ferry_tests::cluster::Cluster;
 use ferry_tests::faults::{Gate, Hooked};
@@ -430,4 +435,306 @@ async fn a_copy_whose_move_was_given_up_during_its_restore_does_not_stay_behind(
     .expect("n2 dropped the late copy");
     n2.shutdown().await;
     n3.shutdown().await;
+}
+
+/// A SpotWide room that answers with its members and the joins its `on_member_joined` saw.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Club {
+    joined: Vec<ActorId>,
+}
+
+impl Behavior for Club {
+    type Msg = u8;
+    type Reply = (Vec<ActorId>, Vec<ActorId>);
+
+    fn handle(&mut self, ctx: &mut Ctx<'_>, _: u8) -> (Vec<ActorId>, Vec<ActorId>) {
+        (ctx.members().cloned().collect(), self.joined.clone())
+    }
+
+    fn on_member_joined(&mut self, _ctx: &mut Ctx<'_>, actor: &ActorId) {
+        self.joined.push(actor.clone());
+    }
+}
+
+/// A member that answers with the spot it is in and the one its `on_joined` saw.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Member {
+    joined: Option<SpotId>,
+}
+
+impl Behavior for Member {
+    type Msg = u8;
+    type Reply = (Option<SpotId>, Option<SpotId>);
+
+    fn handle(&mut self, ctx: &mut Ctx<'_>, _: u8) -> (Option<SpotId>, Option<SpotId>) {
+        (ctx.spot().cloned(), self.joined.clone())
+    }
+
+    fn on_joined(&mut self, _ctx: &mut Ctx<'_>, spot: &SpotId) {
+        self.joined = Some(spot.clone());
+    }
+}
+
+fn clubs() -> Registry {
+    let mut reg = Registry::new();
+    reg.register(Registration::spot("club", |_| Club::default()).policy(RelocationPolicy::serde()));
+    reg.register(
+        Registration::actor("member", |_| Member::default()).policy(RelocationPolicy::serde()),
+    );
+    reg
+}
+
+fn actor(id: &str) -> ActorId {
+    ActorId::new(id).expect("valid id")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_rebuilt_after_a_crash_has_its_members_and_moves_with_them() {
+    let mut cluster = Cluster::start(0, clubs).await;
+    let mut config = cluster.config("n1");
+    config.lease_ttl = Duration::from_millis(600);
+    let n1 = cluster.add_with(config, clubs()).await;
+    let n2 = cluster.add("n2", clubs()).await;
+    let n3 = cluster.add("n3", clubs()).await;
+    let (room, gone) = (spot("club"), spot("gone"));
+    let (p0, p1, p2) = (actor("p0"), actor("p1"), actor("p2"));
+    n1.create_spot_on(n1.id(), "club", &room)
+        .await
+        .expect("room");
+    n1.create_spot_on(n1.id(), "club", &gone)
+        .await
+        .expect("room");
+    for p in [&p0, &p1, &p2] {
+        n1.create_actor("member", p).await.expect("member");
+    }
+    n1.join(&p0, &room).await.expect("joined");
+    n1.join(&p1, &room).await.expect("joined");
+    n1.join(&p2, &gone).await.expect("joined");
+    let record = n1
+        .read_record(&UnitId::Actor(p0.clone()))
+        .await
+        .expect("store")
+        .expect("record");
+    assert_eq!(record.spot, Some(room.clone()), "the record names the room");
+    // `gone` is not rebuilt after a crash: its member comes back on its own.
+    n1.set_recoverable(&unit("gone"), false)
+        .await
+        .expect("switched");
+
+    let mut events = n2.recovery_events();
+    n1.abort().await;
+    let ids: Vec<UnitId> = [unit("club"), unit("gone")]
+        .into_iter()
+        .chain([&p0, &p1, &p2].map(|p| UnitId::Actor(p.clone())))
+        .collect();
+    completed(&mut events, &ids).await;
+
+    let survivors = [&n2, &n3];
+    let Some(host) = survivors.into_iter().find(|n| n.hosts(&unit("club"))) else {
+        panic!("the room was rebuilt on a survivor");
+    };
+    for p in [&p0, &p1] {
+        assert!(
+            host.hosts(&UnitId::Actor(p.clone())),
+            "{p} is next to its room"
+        );
+        let (now, joined) = n2
+            .request::<u8, (Option<SpotId>, Option<SpotId>)>(p, 0, T)
+            .await
+            .expect("member answers");
+        assert_eq!(
+            (now, joined),
+            (Some(room.clone()), Some(room.clone())),
+            "{p}"
+        );
+    }
+    let (members, joined) = n2
+        .request::<u8, (Vec<ActorId>, Vec<ActorId>)>(&room, 0, T)
+        .await
+        .expect("room answers");
+    assert_eq!(members, vec![p0.clone(), p1.clone()]);
+    let mut joined = joined;
+    joined.sort();
+    assert_eq!(
+        joined,
+        vec![p0.clone(), p1.clone()],
+        "on_member_joined ran once for each"
+    );
+    // The member of the room that was not rebuilt is back on its own, its record naming no room.
+    let (now, _) = n2
+        .request::<u8, (Option<SpotId>, Option<SpotId>)>(&p2, 0, T)
+        .await
+        .expect("p2 answers");
+    assert_eq!(now, None);
+    let record = n2
+        .read_record(&UnitId::Actor(p2.clone()))
+        .await
+        .expect("store")
+        .expect("record");
+    assert_eq!(record.spot, None);
+
+    // A later move takes the members along: they share the room's lane.
+    let other = if host.id() == n2.id() { &n3 } else { &n2 };
+    let report = host
+        .move_unit(&unit("club"), Some(other.id().clone()))
+        .await
+        .expect("move started");
+    assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
+    for id in [
+        unit("club"),
+        UnitId::Actor(p0.clone()),
+        UnitId::Actor(p1.clone()),
+    ] {
+        assert!(other.hosts(&id), "{id} moved");
+        assert!(!host.hosts(&id), "{id} left");
+    }
+    let record = n2
+        .read_record(&UnitId::Actor(p1.clone()))
+        .await
+        .expect("store")
+        .expect("record");
+    assert_eq!(
+        (record.owner, record.spot),
+        (other.id().clone(), Some(room))
+    );
+    n2.shutdown().await;
+    n3.shutdown().await;
+}
+
+/// Writes go through ([`WRITES_PASS`]), land but lose their answer ([`WRITES_UNANSWERED`]), or
+/// fail before they reach the store ([`WRITES_FAIL`]).
+struct FlakyWrites {
+    inner: MemoryStore,
+    mode: AtomicU8,
+}
+
+const WRITES_PASS: u8 = 0;
+const WRITES_UNANSWERED: u8 = 1;
+const WRITES_FAIL: u8 = 2;
+
+impl LocationStore for FlakyWrites {
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
+        self.inner.get(key)
+    }
+
+    fn batch<'a>(
+        &'a self,
+        conditions: Vec<Condition>,
+        ops: Vec<Op>,
+    ) -> BoxFuture<'a, Result<BatchOutcome, StoreError>> {
+        Box::pin(async move {
+            match self.mode.load(Ordering::SeqCst) {
+                WRITES_FAIL => Err(StoreError::Unavailable {
+                    reason: "the test took the store away".into(),
+                }),
+                WRITES_UNANSWERED => {
+                    let _ = self.inner.batch(conditions, ops).await;
+                    Err(StoreError::Timeout {
+                        op: "batch",
+                        after: Duration::from_millis(1),
+                    })
+                }
+                _ => self.inner.batch(conditions, ops).await,
+            }
+        })
+    }
+
+    fn scan<'a>(
+        &'a self,
+        prefix: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Page, StoreError>> {
+        self.inner.scan(prefix, after, limit)
+    }
+
+    fn acquire_lease<'a>(
+        &'a self,
+        node: &'a NodeId,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Lease, StoreError>> {
+        self.inner.acquire_lease(node, ttl)
+    }
+
+    fn renew_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.renew_lease(lease)
+    }
+
+    fn lease_of<'a>(
+        &'a self,
+        node: &'a NodeId,
+    ) -> BoxFuture<'a, Result<Option<Lease>, StoreError>> {
+        self.inner.lease_of(node)
+    }
+
+    fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.release_lease(lease)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_membership_change_the_store_did_not_take_says_so_and_the_same_call_records_it() {
+    let store = Arc::new(FlakyWrites {
+        inner: MemoryStore::new(),
+        mode: AtomicU8::new(WRITES_PASS),
+    });
+    let config = NodeConfig::new(NodeId::new("solo").expect("valid id")).store(store.clone());
+    let node = Node::start(config, clubs()).await.expect("node starts");
+    let (room, p0) = (spot("club"), actor("p0"));
+    node.create_spot_on(node.id(), "club", &room)
+        .await
+        .expect("room");
+    node.create_actor("member", &p0).await.expect("member");
+    let p0_unit = UnitId::Actor(p0.clone());
+    let recorded = || async {
+        let record = node.read_record(&p0_unit).await.expect("store");
+        record.expect("record").spot
+    };
+    let members = || async {
+        let (members, _) = node
+            .request::<u8, (Vec<ActorId>, Vec<ActorId>)>(&room, 0, T)
+            .await
+            .expect("room answers");
+        members
+    };
+
+    // The write lands but its answer is lost: read back, it counts as written.
+    store.mode.store(WRITES_UNANSWERED, Ordering::SeqCst);
+    node.join(&p0, &room).await.expect("joined and recorded");
+    assert_eq!(recorded().await, Some(room.clone()));
+    store.mode.store(WRITES_PASS, Ordering::SeqCst);
+    node.leave(&p0).await.expect("left");
+    assert_eq!(recorded().await, None);
+
+    // The store is away: the join took effect, the error says the record lags, and the same join
+    // again records it.
+    store.mode.store(WRITES_FAIL, Ordering::SeqCst);
+    let error = node.join(&p0, &room).await.expect_err("not recorded");
+    assert!(
+        matches!(&error, UnitError::MembershipNotRecorded { id, .. } if *id == p0_unit),
+        "{error}"
+    );
+    assert_eq!(members().await, vec![p0.clone()], "a member all the same");
+    assert_eq!(recorded().await, None);
+    store.mode.store(WRITES_PASS, Ordering::SeqCst);
+    node.join(&p0, &room).await.expect("recorded now");
+    assert_eq!(recorded().await, Some(room.clone()));
+
+    // The same for a leave.
+    store.mode.store(WRITES_FAIL, Ordering::SeqCst);
+    let error = node.leave(&p0).await.expect_err("not recorded");
+    assert!(
+        matches!(error, UnitError::MembershipNotRecorded { .. }),
+        "{error}"
+    );
+    assert!(members().await.is_empty(), "it left all the same");
+    assert_eq!(recorded().await, Some(room.clone()));
+    store.mode.store(WRITES_PASS, Ordering::SeqCst);
+    node.leave(&p0).await.expect("recorded now");
+    assert_eq!(recorded().await, None);
+    assert!(matches!(
+        node.leave(&p0).await,
+        Err(UnitError::NotAllowed { .. })
+    ));
+    node.shutdown().await;
 }

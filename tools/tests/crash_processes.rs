@@ -9,6 +9,9 @@
 //! `delta` is the replacement an operator starts afterwards. The test's driver node joins the
 //! cluster to create rooms and talk to them; it takes no unit (capacity 0) and, its id sorting
 //! after the others, never coordinates recovery while one of them serves.
+//!
+//! A third test kills the node that runs an FPS room whose two players are bound through a gateway
+//! on the other node: the room comes back there with its members, and the players play on.
 
 mod common;
 
@@ -19,13 +22,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::processes::{
-    HANG_GUARD, Processes, driver, get, raw_http, run_ferry, settle, status_json, text,
+    HANG_GUARD, Processes, driver, get, post, raw_http, run_ferry, settle, status_json, text,
     wait_two_refreshes, within,
 };
 use common::{TempDir, certs};
+use ferry::client::{Client, ClientConfig, ClientEvent};
 use ferry::cluster::authority::{Stage, UNIT_PREFIX, UnitRecord, node_key, unit_of_key};
 use ferry::store::LocationStore;
-use ferry::{Node, NodeId, ObjectGeneration, Registry, SpotId, UnitId};
+use ferry::{ActorId, Node, NodeId, ObjectGeneration, Registry, SpotId, UnitId};
+use ferry_samples::fps::{self, RoomMsg, RoomReport, Snapshot};
 use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::redis_server::RedisServer;
 use serde_json::Value;
@@ -533,4 +538,136 @@ async fn a_node_killed_while_it_drains_loses_only_the_rooms_it_still_had() {
     );
     cluster.forgotten("alpha").await;
     cluster.stop().await;
+}
+
+/// Creates a unit on `admin`'s node through `POST /units`.
+async fn create_unit(admin: &str, body: &str) {
+    let (code, answer) = raw_http(admin, &post("/units", body)).await;
+    assert_eq!(code, 201, "{body}: {answer}");
+}
+
+/// Reads pushes until each of `players` got a snapshot made on `node`; an unbind or an end of the
+/// client fails the test.
+async fn snapshots_from(client: &mut Client, players: &[ActorId], node: &str) {
+    let mut waiting: Vec<ActorId> = players.to_vec();
+    within(&format!("snapshots from {node} for {waiting:?}"), async {
+        while !waiting.is_empty() {
+            match client.recv::<Snapshot>().await.expect("the client runs") {
+                ClientEvent::Push { actor, msg } if msg.node.as_str() == node => {
+                    waiting.retain(|p| *p != actor);
+                }
+                ClientEvent::Push { .. } | ClientEvent::Reconnected { .. } => {}
+                ClientEvent::Unbound { actor, reason } => panic!("{actor} unbound: {reason}"),
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_on_a_killed_node_comes_back_with_its_members_and_their_players_play_on() {
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let tmp = TempDir::new("crash-members");
+    let certs_dir = tmp.path().join("certs");
+    let out = run_ferry(&[
+        "certs",
+        "--out",
+        &certs_dir.display().to_string(),
+        "--nodes",
+        "alpha,bravo,driver",
+        "--gateway",
+        "localhost",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(tmp.path().join("tokens.txt"), "crash-token bots\n").expect("tokens");
+    let mut registry = Registry::new();
+    fps::register(&mut registry, fps::Rules::default());
+    let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
+    let mut processes = Processes::default();
+    // alpha runs the room; bravo is the gateway the players' client connects to, and survives.
+    let alpha_config = tmp.path().join("alpha.toml");
+    std::fs::write(&alpha_config, node_config("alpha", &redis.url(), 100)).expect("config");
+    let alpha = processes.start("alpha", &alpha_config, tmp.path()).await;
+    let bravo_config = tmp.path().join("bravo.toml");
+    let gateway = r#"sessions_listen = "127.0.0.1:0"
+sessions_cert = "certs/gateway.pem"
+sessions_key = "certs/gateway.key"
+sessions_tokens = "tokens.txt"
+"#;
+    std::fs::write(
+        &bravo_config,
+        node_config("bravo", &redis.url(), 100) + gateway,
+    )
+    .expect("config");
+    let bravo = processes.start("bravo", &bravo_config, tmp.path()).await;
+    settle(&driver, &store, &[id("alpha"), id("bravo")]).await;
+
+    let room = SpotId::new("fps-room-crash").expect("valid id");
+    let players: Vec<ActorId> = ["p0", "p1"]
+        .iter()
+        .map(|p| ActorId::new(*p).expect("valid id"))
+        .collect();
+    create_unit(
+        &alpha.admin(),
+        &format!(
+            r#"{{"kind":"spot","factory":"{}","id":"{room}","join":null}}"#,
+            fps::ROOM
+        ),
+    )
+    .await;
+    for p in &players {
+        let body = format!(
+            r#"{{"kind":"actor","factory":"{}","id":"{p}","join":"{room}"}}"#,
+            fps::PLAYER
+        );
+        create_unit(&alpha.admin(), &body).await;
+    }
+    let ca_pem = std::fs::read_to_string(certs_dir.join("gateway.pem")).expect("gateway CA");
+    let servers = vec![bravo.sessions.expect("bravo is a gateway")];
+    let config = ClientConfig::new(servers, "localhost", ca_pem, b"crash-token".to_vec());
+    let mut client = Client::connect(config).await.expect("client connects");
+    for p in &players {
+        client.bind(p).await.expect("bound");
+    }
+    snapshots_from(&mut client, &players, "alpha").await;
+
+    let status = processes.kill(0).await;
+    assert_eq!(status.signal(), Some(9), "alpha was killed: {status:?}");
+    // The room is rebuilt on bravo with both players as its members, and the gateway binds them
+    // again: the client gets snapshots of the rebuilt room, on the same session.
+    snapshots_from(&mut client, &players, "bravo").await;
+    assert_eq!(client.session().connects, 1, "no reconnect was needed");
+    for p in &players {
+        let record = driver
+            .read_record(&UnitId::Actor(p.clone()))
+            .await
+            .expect("store read")
+            .expect("record");
+        assert_eq!(
+            (record.owner.as_str(), record.spot.as_ref()),
+            ("bravo", Some(&room)),
+            "{p}"
+        );
+    }
+    driver.refresh_membership().await.expect("membership read");
+    let report: RoomReport = driver
+        .request(&room, RoomMsg::Report, T)
+        .await
+        .expect("the room answers");
+    let members: Vec<&ActorId> = report.players.keys().collect();
+    assert_eq!(members, players.iter().collect::<Vec<_>>(), "{report:?}");
+    let s = status_json(&bravo.admin()).await;
+    assert_eq!(s["units"], 3, "the room and its two players: {s}");
+
+    client.close().await;
+    driver.shutdown().await;
+    for (name, status, log) in processes.terminate_all().await {
+        if name == "bravo" {
+            assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+            assert!(!log.contains("panicked"), "{name}:\n{log}");
+        }
+    }
 }

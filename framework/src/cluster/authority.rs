@@ -35,7 +35,8 @@ pub struct UnitRecord {
     pub factory: String,
     /// Where it is in its life.
     pub stage: Stage,
-    /// For an Actor: the User Spot it is a member of.
+    /// For an Actor: the User Spot it is a member of. `join` and `leave` write it and a move keeps
+    /// it, so that recovery rebuilds the Actor in its room.
     pub spot: Option<SpotId>,
     /// Whether recovery rebuilds it on a survivor when its owner dies (otherwise its id is freed).
     pub recoverable: bool,

@@ -97,7 +97,21 @@ impl Node {
         }
         // Moves from a node that is gone will never get their cutover: give their copies up now.
         self.give_up_staged_from_departed(&live);
+        let departed: Vec<crate::ids::NodeId> = self
+            .core
+            .view
+            .read()
+            .iter()
+            .filter(|d| !live.iter().any(|l| l.node == d.node))
+            .map(|d| d.node.clone())
+            .collect();
         *self.core.view.write() = live;
+        // Sessions bound to Actors of a departed node bind them again once they are rebuilt.
+        if let Some(hub) = &self.core.sessions {
+            for gone in &departed {
+                hub.owner_left(self, gone);
+            }
+        }
         *self.core.dead.write() = dead;
         Ok(())
     }

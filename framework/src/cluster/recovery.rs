@@ -7,6 +7,10 @@
 //! so a repeated or resumed pass (a successor coordinator) does nothing twice. A rebuild that
 //! fails, or finds no room, leaves the record naming the dead node, and the next pass (every
 //! refresh period, while any record names a dead node) retries it.
+//! A room comes back with its members: the fill places the room as one unit, and each Actor whose
+//! record names it as its spot is rebuilt on the room's node and joins it again (its callbacks run
+//! as for any join; its state, like the room's, starts fresh). A member whose room is not rebuilt
+//! comes back on its own, its record naming no spot.
 //! Units that are not recoverable, and Instance Spots that are not remembered, have their ids freed
 //! instead (an Instance Spot comes back on its next message). Units force-stopped at a drain's
 //! deadline are rebuilt the same way. Remembered units are also brought back after a cold start of
@@ -21,8 +25,8 @@ use super::authority::{
     unit_of_remembered_key,
 };
 use super::frames::{Call, CreateAnswer};
-use crate::ids::{NodeId, UnitId};
-use crate::node::{Claim, Node, NodeState};
+use crate::ids::{NodeId, SpotId, UnitId};
+use crate::node::{Node, NodeState};
 use crate::registry::FactoryKind;
 use crate::store::{Condition, Op, StoreError, Versioned};
 
@@ -157,6 +161,8 @@ impl Node {
         let live: BTreeSet<NodeId> = self.cluster_view().into_iter().map(|d| d.node).collect();
         let mut tally: BTreeMap<NodeId, u64> = BTreeMap::new();
         let mut orphans: BTreeMap<NodeId, Vec<(UnitId, UnitRecord, u64)>> = BTreeMap::new();
+        // Where each running spot is: a member rebuilt after its room is rebuilt next to it.
+        let mut spots = BTreeMap::new();
         let mut recorded = BTreeSet::new();
         for (key, value) in records {
             let (Some(id), Ok(record)) =
@@ -167,6 +173,9 @@ impl Node {
             recorded.insert(id.clone());
             if live.contains(&record.owner) {
                 *tally.entry(record.owner.clone()).or_default() += 1;
+                if let UnitId::Spot(spot) = id {
+                    spots.insert(spot, record.owner);
+                }
             } else {
                 orphans
                     .entry(record.owner.clone())
@@ -175,18 +184,21 @@ impl Node {
             }
         }
         for (dead, units) in orphans {
-            self.recover_node(dead, units, &mut tally).await;
+            self.recover_node(dead, units, &mut tally, &mut spots).await;
         }
         self.bring_back_remembered(&recorded).await?;
         self.forget_dead_descriptors().await
     }
 
-    /// Rebuilds or frees one dead node's units.
+    /// Rebuilds or frees one dead node's units. Rooms are placed whole: the fill plans each room
+    /// as one unit, and the Actors its record names as members are rebuilt on the room's node
+    /// after it, where they join it again.
     async fn recover_node(
         &self,
         dead: NodeId,
         units: Vec<(UnitId, UnitRecord, u64)>,
         tally: &mut BTreeMap<NodeId, u64>,
+        spots: &mut BTreeMap<SpotId, NodeId>,
     ) {
         self.recovery_event(RecoveryEvent::Started {
             dead: Some(dead.clone()),
@@ -194,7 +206,7 @@ impl Node {
         let view = self.cluster_view();
         let mut done = Vec::new();
         let mut failed = Vec::new();
-        let mut by_factory: BTreeMap<String, Vec<(UnitId, UnitRecord, u64)>> = BTreeMap::new();
+        let mut rebuilt = Vec::new();
         for (id, record, version) in units {
             let info = self.core.factory(&record.factory).map(|f| f.info().clone());
             let lazy_instance = info
@@ -206,11 +218,30 @@ impl Node {
                     Err(_) => failed.push(id),
                 }
             } else {
-                by_factory
-                    .entry(record.factory.clone())
-                    .or_default()
-                    .push((id, record, version));
+                rebuilt.push((id, record, version));
             }
+        }
+        let rooms: BTreeSet<SpotId> = rebuilt
+            .iter()
+            .filter_map(|(id, _, _)| match id {
+                UnitId::Spot(spot) => Some(spot.clone()),
+                UnitId::Actor(_) => None,
+            })
+            .collect();
+        // A member goes with its room if the room is rebuilt now or runs on a live node; one whose
+        // room is gone is rebuilt on its own, and its record then names no spot.
+        let (members, alone): (Vec<_>, Vec<_>) = rebuilt.into_iter().partition(|(_, record, _)| {
+            record
+                .spot
+                .as_ref()
+                .is_some_and(|s| rooms.contains(s) || spots.contains_key(s))
+        });
+        let mut by_factory: BTreeMap<String, Vec<(UnitId, UnitRecord, u64)>> = BTreeMap::new();
+        for unit in alone {
+            by_factory
+                .entry(unit.1.factory.clone())
+                .or_default()
+                .push(unit);
         }
         for (factory, mut units) in by_factory {
             units.sort_by(|a, b| a.0.cmp(&b.0));
@@ -238,13 +269,36 @@ impl Node {
                 };
                 match self.rebuild_on(&target, &id, record, version).await {
                     Ok(()) => {
-                        *tally.entry(target).or_default() += 1;
+                        *tally.entry(target.clone()).or_default() += 1;
+                        if let UnitId::Spot(spot) = &id {
+                            spots.insert(spot.clone(), target);
+                        }
                         done.push(id);
                     }
                     Err(reason) => {
                         tracing::warn!(unit = %id, %target, %reason, "rebuild failed; the next pass retries");
                         failed.push(id);
                     }
+                }
+            }
+        }
+        let mut members = members;
+        members.sort_by(|a, b| a.0.cmp(&b.0));
+        for (id, record, version) in members {
+            let Some(target) = record.spot.as_ref().and_then(|s| spots.get(s)).cloned() else {
+                // Its room was not rebuilt in this pass: the next pass places both.
+                tracing::warn!(unit = %id, "waits for its room to be rebuilt; the next pass retries");
+                failed.push(id);
+                continue;
+            };
+            match self.rebuild_on(&target, &id, record, version).await {
+                Ok(()) => {
+                    *tally.entry(target).or_default() += 1;
+                    done.push(id);
+                }
+                Err(reason) => {
+                    tracing::warn!(unit = %id, %target, %reason, "rebuild failed; the next pass retries");
+                    failed.push(id);
                 }
             }
         }
@@ -270,16 +324,9 @@ impl Node {
         previous: UnitRecord,
         version: u64,
     ) -> Result<(), String> {
-        let type_name = previous.factory.clone();
-        let claim = Claim::Recover { version, previous };
         let result = if target == self.id() {
-            let (wanted, kind) = crate::node::recover_kind_of(id);
-            self.claim_here(&type_name, id.clone(), claim, wanted, kind)
-                .await
+            self.recover_here(id.clone(), version, previous).await
         } else {
-            let Claim::Recover { version, previous } = claim else {
-                return Err("not a recovery".into());
-            };
             let call = Call::Recover {
                 id: id.clone(),
                 version,

@@ -197,6 +197,9 @@ pub(crate) enum Claim {
 /// How long a node waits for another node to answer a call (a remote creation).
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How many conditional writes of a record a membership change tries before it reports failure.
+const RECORD_TRIES: usize = 8;
+
 /// Which factory kinds a creation of this kind of id may use.
 type KindCheck = fn(FactoryKind) -> bool;
 
@@ -620,6 +623,33 @@ impl Node {
         }
     }
 
+    /// Rebuilds a dead node's unit here, gated on its record still being `previous` at `version`.
+    /// An Actor whose record named a spot hosted here joins it again, its callbacks running as for
+    /// any join; one whose spot is not here stays on its own, its record naming no spot.
+    /// `Ok(true)` if this call rebuilt it.
+    pub(crate) async fn recover_here(
+        &self,
+        id: UnitId,
+        version: u64,
+        previous: UnitRecord,
+    ) -> Result<bool, UnitError> {
+        let (wanted, kind) = recover_kind_of(&id);
+        let type_name = previous.factory.clone();
+        let spot = previous.spot.clone();
+        let claim = Claim::Recover { version, previous };
+        let rebuilt = self
+            .claim_here(&type_name, id.clone(), claim, wanted, kind)
+            .await?;
+        if let (true, UnitId::Actor(actor), Some(spot)) = (rebuilt, &id, spot)
+            && self.hosts(&UnitId::Spot(spot.clone()))
+            && let Err(error) = self.join(actor, &spot).await
+        {
+            // Rebuilt all the same: on its own, as its record says, for the application to place.
+            tracing::warn!(unit = %id, %spot, %error, "rebuilt member did not join its room again");
+        }
+        Ok(rebuilt)
+    }
+
     /// Reads a unit's authority record from the store: who owns it, which incarnation it is.
     pub async fn read_record(&self, id: &UnitId) -> Result<Option<UnitRecord>, StoreError> {
         let key = unit_key(id);
@@ -634,6 +664,10 @@ impl Node {
     ///
     /// In a SpotWide spot the Actor's turns then run on the spot's queue; in a PerActor spot it keeps
     /// its own lane. The spot's `on_member_joined` and the Actor's `on_joined` run as turns.
+    ///
+    /// The Actor's record then names the spot, so that a crash rebuilds it in its room. If the store
+    /// cannot be written, the Actor is a member all the same and the error
+    /// ([`UnitError::MembershipNotRecorded`]) says so: the same join again records it.
     pub async fn join(&self, actor: &ActorId, spot: &SpotId) -> Result<(), UnitError> {
         let spot_unit = UnitId::Spot(spot.clone());
         let spot_entry = self
@@ -651,11 +685,16 @@ impl Node {
         }
         match self.ask_join(actor, spot, &spot_entry).await {
             Err(UnitError::NotAllowed { .. }) => {
-                self.leave(actor).await?;
-                self.ask_join(actor, spot, &spot_entry).await
+                self.ask_leave(actor).await?;
+                if let Err(error) = self.ask_join(actor, spot, &spot_entry).await {
+                    // It left its old spot but is in none now: the record must say that much.
+                    self.record_spot(actor, None).await?;
+                    return Err(error);
+                }
             }
-            other => other,
+            other => other?,
         }
+        self.record_spot(actor, Some(spot.clone())).await
     }
 
     async fn ask_join(
@@ -675,8 +714,27 @@ impl Node {
             .await
     }
 
-    /// Takes an Actor out of its User Spot, back into this node's Entry Spot.
+    /// Takes an Actor out of its User Spot, back into this node's Entry Spot, and clears the spot
+    /// its record names. Called again after [`UnitError::MembershipNotRecorded`], it records the
+    /// leave that already took effect.
     pub async fn leave(&self, actor: &ActorId) -> Result<(), UnitError> {
+        match self.ask_leave(actor).await {
+            Ok(()) => self.record_spot(actor, None).await,
+            Err(not_member @ UnitError::NotAllowed { .. }) => {
+                // A leave whose record write failed before: finish it, if the record lags.
+                let id = UnitId::Actor(actor.clone());
+                match self.read_record(&id).await {
+                    Ok(Some(record)) if record.owner == *self.id() && record.spot.is_some() => {
+                        self.record_spot(actor, None).await
+                    }
+                    _ => Err(not_member),
+                }
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn ask_leave(&self, actor: &ActorId) -> Result<(), UnitError> {
         let (done, result) = oneshot::channel();
         let control = Control::Leave {
             actor: actor.clone(),
@@ -684,6 +742,56 @@ impl Node {
         };
         self.control(&UnitId::Actor(actor.clone()), control, result)
             .await
+    }
+
+    /// Writes the spot an Actor is a member of into its record (after its lane applied the
+    /// change), so that recovery rebuilds it in that room. Conditional on the record as read; a
+    /// write whose result did not arrive is read back, never guessed.
+    async fn record_spot(&self, actor: &ActorId, spot: Option<SpotId>) -> Result<(), UnitError> {
+        let id = UnitId::Actor(actor.clone());
+        let key = unit_key(&id);
+        let not_recorded = |reason: String| UnitError::MembershipNotRecorded {
+            id: id.clone(),
+            now: match &spot {
+                Some(spot) => format!("a member of {spot}"),
+                None => "in no room".to_owned(),
+            },
+            reason,
+        };
+        for _ in 0..RECORD_TRIES {
+            let current = self
+                .store()
+                .get(&key)
+                .await
+                .map_err(|e| not_recorded(e.to_string()))?
+                .ok_or_else(|| not_recorded("it has no record (it stopped meanwhile)".into()))?;
+            let mut record = UnitRecord::decode(&key, &current.value)
+                .map_err(|e| not_recorded(e.to_string()))?;
+            if record.owner != *self.id() {
+                return Err(not_recorded(format!(
+                    "its record names node {}",
+                    record.owner
+                )));
+            }
+            if record.spot == spot {
+                return Ok(());
+            }
+            record.spot = spot.clone();
+            let written = self
+                .store()
+                .batch(
+                    vec![Condition::version(key.clone(), current.version)],
+                    vec![Op::put(key.clone(), record.encode())],
+                )
+                .await;
+            if let Ok(BatchOutcome::Committed { .. }) = written {
+                return Ok(());
+            }
+            // Changed meanwhile, or the result is unknown: the next read tells.
+        }
+        Err(not_recorded(format!(
+            "its record changed under {RECORD_TRIES} writes in a row"
+        )))
     }
 
     async fn control(
@@ -899,11 +1007,7 @@ impl Node {
                 version,
                 previous,
             } => {
-                let (wanted, kind) = recover_kind_of(&id);
-                let type_name = previous.factory.clone();
-                let claim = Claim::Recover { version, previous };
-                let answer: CreateAnswer =
-                    self.claim_here(&type_name, id, claim, wanted, kind).await;
+                let answer: CreateAnswer = self.recover_here(id, version, previous).await;
                 postcard::to_allocvec(&answer)
             }
             Call::Member {

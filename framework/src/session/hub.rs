@@ -35,6 +35,8 @@ use crate::relocation::protocol::SourceEvent;
 
 /// How long a bind may wait for the node running its Actor to answer.
 const BIND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a binding to an Actor whose node left the cluster waits for recovery to rebuild it.
+const REBIND_WAIT: Duration = Duration::from_secs(30);
 /// How long a closing session may take to tell its client why before the connection is cut.
 const CLOSE_LINGER: Duration = Duration::from_secs(1);
 /// How long a shutdown waits for its sessions to say goodbye.
@@ -216,6 +218,9 @@ impl Hub {
                     Action::RequestBind { actor, epoch } => {
                         self.request_bind(node, live.id, actor, epoch);
                     }
+                    Action::RequestRebind { actor, epoch, gone } => {
+                        tokio::spawn(rebind(node.clone(), live.id, actor, epoch, gone));
+                    }
                     Action::RequestUnbind { actor, epoch, via } => {
                         let op = SessionOp::Unbind(SessionRef {
                             gateway: node.id().clone(),
@@ -266,6 +271,16 @@ impl Hub {
             Err(mpsc::error::TrySendError::Full(_)) => Some(Event::SlowReader),
             // The writer is gone with the connection.
             Err(mpsc::error::TrySendError::Closed(_)) => None,
+        }
+    }
+
+    /// Tells every session that `gone` left the cluster: bindings to Actors it ran are made again
+    /// once recovery has rebuilt them.
+    pub fn owner_left(&self, node: &Node, gone: &NodeId) {
+        let live: Vec<Arc<Live>> = self.sessions.lock().values().cloned().collect();
+        for session in &live {
+            let event = Event::OwnerLeft { node: gone.clone() };
+            self.apply(node, session, event);
         }
     }
 
@@ -458,6 +473,27 @@ impl Node {
                 }
             }
         }
+    }
+}
+
+/// Binds an Actor again after the node that ran it left the cluster: once its record names
+/// another node (recovery rebuilt it there) or none (it was not rebuilt, and the bind says so).
+/// Recovery writes the record, so it is read again every membership refresh, for at most
+/// `REBIND_WAIT`; then the bind goes anyway, and its answer tells the client.
+async fn rebind(node: Node, session: SessionId, actor: ActorId, epoch: u32, gone: NodeId) {
+    let id = UnitId::Actor(actor.clone());
+    let until = Instant::now() + REBIND_WAIT;
+    let mut every = tokio::time::interval(node.config().refresh.max(Duration::from_millis(10)));
+    while Instant::now() < until && !node.core.stop.is_cancelled() {
+        every.tick().await;
+        match node.read_record(&id).await {
+            Ok(Some(record)) if record.owner == gone => {}
+            Ok(_) => break,
+            Err(error) => debug!(%actor, %error, "record not read; reading again"),
+        }
+    }
+    if let Some(hub) = node.core.sessions.as_ref() {
+        hub.request_bind(&node, session, actor, epoch);
     }
 }
 

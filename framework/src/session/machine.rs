@@ -67,6 +67,9 @@ pub(crate) enum Event {
         epoch: u32,
         owner: Option<NodeId>,
     },
+    /// A node left the cluster (it crashed, or its lease lapsed): the Actors it ran are rebuilt
+    /// elsewhere by recovery, and bindings to them are made again.
+    OwnerLeft { node: NodeId },
     /// The client's outbound queue is full.
     SlowReader,
     /// Time passed: check the deadlines.
@@ -94,6 +97,12 @@ pub(crate) enum Action {
     },
     /// Send a bind to the Actor, wherever it lives.
     RequestBind { actor: ActorId, epoch: u32 },
+    /// Send a bind to the Actor once its record no longer names `gone` (recovery rebuilt it).
+    RequestRebind {
+        actor: ActorId,
+        epoch: u32,
+        gone: NodeId,
+    },
     /// Send an unbind to the Actor, through `via` if known.
     RequestUnbind {
         actor: ActorId,
@@ -300,6 +309,7 @@ impl SessionMachine {
                 epoch,
                 owner,
             } => self.release(rel, actor, epoch, owner),
+            Event::OwnerLeft { node } => self.owner_left(&node),
             Event::SlowReader => self.close(
                 CloseCode::SlowReader,
                 format!(
@@ -681,6 +691,30 @@ impl SessionMachine {
         }
     }
 
+    /// The node running some bound Actors is gone: each is bound again, under a new epoch, once
+    /// recovery has rebuilt it. The rebuilt Actor starts fresh, its pushes numbered from 0; what
+    /// the dead node had not handled is lost with it, and inputs sent meanwhile are held.
+    fn owner_left(&mut self, node: &NodeId) -> Vec<Action> {
+        let mut actions = Vec::new();
+        for (actor, binding) in &mut self.bindings {
+            if binding.safe_owner() != Some(node) {
+                continue;
+            }
+            binding.epoch = self.next_epoch;
+            self.next_epoch = self.next_epoch.wrapping_add(1);
+            binding.phase = Phase::Binding;
+            binding.next_push = 0;
+            binding.early.clear();
+            binding.gap_since = None;
+            actions.push(Action::RequestRebind {
+                actor: actor.clone(),
+                epoch: binding.epoch,
+                gone: node.clone(),
+            });
+        }
+        actions
+    }
+
     fn tick(&mut self, now: Instant) -> Vec<Action> {
         match self.state {
             State::Greeting | State::Authenticating => {
@@ -819,6 +853,52 @@ mod tests {
             },
             t,
         )
+    }
+
+    #[test]
+    fn an_actor_whose_node_left_is_bound_again_and_its_pushes_count_from_zero() {
+        let t = Instant::now();
+        let mut m = open_with(SessionLimits::default(), t);
+        bound(&mut m, "s", t);
+        let push = |seq| Event::Push {
+            actor: actor("a"),
+            epoch: 1,
+            seq,
+            payload: Bytes::from_static(b"x"),
+        };
+        assert_eq!(m.on(push(0), t).len(), 1);
+        // A node other than the owner leaving changes nothing.
+        assert!(m.on(Event::OwnerLeft { node: node("z") }, t).is_empty());
+        let rebind = m.on(Event::OwnerLeft { node: node("s") }, t);
+        assert_eq!(
+            rebind,
+            vec![Action::RequestRebind {
+                actor: actor("a"),
+                epoch: 2,
+                gone: node("s"),
+            }]
+        );
+        // Held until the rebuilt Actor answers, then sent to it first.
+        assert!(m.on(input("a", 1), t).is_empty());
+        let answer = m.on(
+            Event::Bound {
+                actor: actor("a"),
+                epoch: 2,
+                owner: node("r"),
+                verdict: Ok("player".into()),
+            },
+            t,
+        );
+        assert_eq!(forwards(&answer), vec![("r".into(), 1)]);
+        // The old incarnation's pushes are dropped; the new one's start at 0.
+        assert!(m.on(push(1), t).is_empty());
+        let fresh = Event::Push {
+            actor: actor("a"),
+            epoch: 2,
+            seq: 0,
+            payload: Bytes::from_static(b"y"),
+        };
+        assert_eq!(m.on(fresh, t).len(), 1);
     }
 
     #[test]

@@ -421,9 +421,10 @@ async fn create_unit(
 fn unit_refused(node: &Node, error: UnitError) -> Refusal {
     let status = match &error {
         UnitError::AlreadyExists { .. } | UnitError::NotServing { .. } => StatusCode::CONFLICT,
-        UnitError::NoCapacity { .. } | UnitError::Unavailable { .. } | UnitError::Moving { .. } => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        UnitError::NoCapacity { .. }
+        | UnitError::Unavailable { .. }
+        | UnitError::Moving { .. }
+        | UnitError::MembershipNotRecorded { .. } => StatusCode::SERVICE_UNAVAILABLE,
         UnitError::InvalidId(_)
         | UnitError::UnknownType { .. }
         | UnitError::UnknownId { .. }
