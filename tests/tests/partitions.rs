@@ -422,10 +422,10 @@ fn partitions_and_delays_keep_one_owner_and_exactly_once_for_graceful_moves() {
         // Nothing ran that was never sent: each room's log holds only inputs its client sent.
         let placed = owners(&nodes, &rooms).await;
         for (r, load) in &loads {
-            let load = load.borrow();
             let ran = request(&placed[r], r, None)
                 .await
                 .unwrap_or_else(|| panic!("{r} answers on its own node"));
+            let load = load.borrow();
             assert_exactly_once_in_order(r, &load.acked, &ran);
             assert!(
                 ran.iter().all(|n| *n < load.sent),
