@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use ferry::relocation::protocol::MoveEnd;
 use ferry::{
-    ActorId, Behavior, Ctx, MessageError, OverrunPolicy, Registration, Registry, RelocationPolicy,
-    SpotId, Tick, UnitId,
+    ActorId, Behavior, Ctx, MessageError, OverrunPolicy, ReadinessMode, ReadyOutcome, Registration,
+    Registry, RelocationPolicy, SpotId, Tick, UnitId,
 };
 use ferry_tests::cluster::{Backend, Cluster};
-use ferry_tests::faults::{Gate, Hooked};
+use ferry_tests::faults::{Gate, Hooked, TurnGate};
 use serde::{Deserialize, Serialize};
 
 const T: Duration = Duration::from_secs(10);
@@ -27,8 +27,20 @@ struct Room {
 enum Cmd {
     Log(String),
     Get,
-    Every { name: String, ms: u64 },
-    After { name: String, ms: u64 },
+    Every {
+        name: String,
+        ms: u64,
+    },
+    After {
+        name: String,
+        ms: u64,
+    },
+    /// Log the line, wait at the named turn gate, then say the state is whole (for a spot that
+    /// seals only where the application says).
+    HoldThenDefer {
+        line: String,
+        gate: String,
+    },
 }
 
 impl Behavior for Room {
@@ -45,8 +57,21 @@ impl Behavior for Room {
                 OverrunPolicy::SkipLateTicks,
             ),
             Cmd::After { name, ms } => ctx.set_timeout(&name, Duration::from_millis(ms)),
+            Cmd::HoldThenDefer { line, gate } => {
+                self.log.push(line);
+                TurnGate::pass(&gate);
+                let _ = ctx.relocation_ready_defer();
+            }
         }
         self.clone()
+    }
+
+    fn on_relocation_ready_completed(&mut self, _ctx: &mut Ctx<'_>, outcome: ReadyOutcome) {
+        let line = match outcome {
+            ReadyOutcome::Continued => "continued",
+            ReadyOutcome::Relocated => "relocated",
+        };
+        self.log.push(line.to_owned());
     }
 
     fn on_tick(&mut self, _ctx: &mut Ctx<'_>, tick: &Tick) {
@@ -75,6 +100,12 @@ fn registry_with(adapter: Hooked) -> Registry {
     reg.register(
         Registration::spot("room", |_| Room::default())
             .policy(RelocationPolicy::PreserveState(Arc::new(adapter.clone()))),
+    );
+    // A room that seals only after a turn that says so, restored through the same hooks.
+    reg.register(
+        Registration::spot("signaled", |_| Room::default())
+            .policy(RelocationPolicy::PreserveState(Arc::new(adapter.clone())))
+            .readiness(ReadinessMode::ApplicationSignaled),
     );
     reg.register(
         Registration::actor("player", |_| Room::default())
@@ -164,67 +195,126 @@ async fn source_and_hooked_target(backend: Backend, hooked: Hooked) -> Option<Cl
 }
 
 /// Q1, Q2 queued before the seal and H1, H2 held during it: where do they run, and in what order?
+///
+/// To be sure Q1 and Q2 are queued work at the seal (not run before it, nor held after it), the
+/// room seals only after a turn that says so, and the test holds that turn at a gate while it
+/// queues them. Whether the move's seal request reached the room before such a turn is not
+/// visible from outside, so the test tries a turn at a time: one that finds no move waiting is
+/// answered at once ("continued"), and the first that finds one seals the room, which the
+/// target's restore starting shows. Returns the log lines the test queued before the sealing
+/// turn, so the caller can check them once each.
 async fn queued_and_held(
     backend: Backend,
     fail_restore: bool,
-) -> Option<(Cluster, SpotId, ferry::MoveReport)> {
+) -> Option<(Cluster, SpotId, ferry::MoveReport, Vec<String>)> {
     let (hooked, gate) = Gate::new(fail_restore);
     let cluster = source_and_hooked_target(backend, hooked).await?;
     let (n1, n2) = (cluster.nodes[0].clone(), cluster.nodes[1].clone());
-    let r = spot("r");
-    n1.create_spot_on(n1.id(), "room", &r)
+    let r = spot(&format!("r-{fail_restore}"));
+    n1.create_spot_on(n1.id(), "signaled", &r)
         .await
         .expect("created");
     let _: Room = n1
         .request(&r, Cmd::Log("before".into()), T)
         .await
         .expect("logged");
-    // Q1 and Q2 are queued, then the move seals the room at its next turn boundary.
-    n1.tell(&r, Cmd::Log("Q1".into())).expect("told");
-    n1.tell(&r, Cmd::Log("Q2".into())).expect("told");
     let mover = {
         let n1 = n1.clone();
         let id = UnitId::Spot(r.clone());
         let to = n2.id().clone();
         tokio::spawn(async move { n1.move_unit(&id, Some(to)).await })
     };
-    // The capture is on the target: the room is sealed, so H1 and H2 are held on the source.
-    gate.wait_started().await;
-    n1.tell(&r, Cmd::Log("H1".into())).expect("told");
-    n1.tell(&r, Cmd::Log("H2".into())).expect("told");
-    gate.open();
-    let report = mover.await.expect("mover ran").expect("move started");
-    Some((cluster, r, report))
+    let mut earlier = Vec::new();
+    for round in 0..50 {
+        let name = format!("{r}-{round}");
+        let turn = TurnGate::new(&name);
+        let line = format!("ready {round}");
+        n1.tell(
+            &r,
+            Cmd::HoldThenDefer {
+                line: line.clone(),
+                gate: name,
+            },
+        )
+        .expect("told");
+        turn.wait_entered().await;
+        // Q1 and Q2 queue behind the held turn.
+        n1.tell(&r, Cmd::Log(format!("Q1 {round}"))).expect("told");
+        n1.tell(&r, Cmd::Log(format!("Q2 {round}"))).expect("told");
+        turn.open();
+        let probe = {
+            let (n1, r) = (n1.clone(), r.clone());
+            tokio::spawn(async move { n1.request::<Cmd, Room>(&r, Cmd::Get, T).await })
+        };
+        tokio::select! {
+            // Sealed after this turn: the capture is on the target, and the probe is held.
+            () = gate.wait_started() => {
+                // H1 and H2 arrive after the seal: they are held on the source.
+                n1.tell(&r, Cmd::Log("H1".into())).expect("told");
+                n1.tell(&r, Cmd::Log("H2".into())).expect("told");
+                gate.open();
+                let report = mover.await.expect("mover ran").expect("move started");
+                earlier.push(line);
+                return Some((cluster, r, report, earlier));
+            }
+            answer = probe => {
+                // No move was waiting yet: the turn and Q1, Q2 ran here.
+                answer.expect("probe ran").expect("the room answers while it is not sealed");
+                earlier.extend([line, "continued".to_owned(), format!("Q1 {round}"), format!("Q2 {round}")]);
+            }
+        }
+    }
+    panic!("the move never sealed the room");
 }
 
 async fn queued_and_held_messages_run_on_the_target_in_order_and_none_during_restore(
     backend: Backend,
 ) {
-    let Some((cluster, r, report)) = queued_and_held(backend, false).await else {
+    let Some((cluster, r, report, earlier)) = queued_and_held(backend, false).await else {
         return;
     };
     assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
     let n2 = &cluster.nodes[1];
     assert!(n2.hosts(&UnitId::Spot(r.clone())));
-    assert_eq!(
-        get(n2, &r).await.log,
-        log(&["before", "Q1", "Q2", "H1", "H2"])
-    );
+    // The sealing turn's Q1 and Q2 ran on the target as saved work (after its first turn there),
+    // then the held H1 and H2: each once, in order.
+    let sealing = earlier.last().expect("the sealing turn").clone();
+    let mut expected = vec!["before".to_owned()];
+    expected.extend(earlier);
+    expected.push("relocated".to_owned());
+    let n = sealing.trim_start_matches("ready ");
+    expected.extend([
+        format!("Q1 {n}"),
+        format!("Q2 {n}"),
+        "H1".into(),
+        "H2".into(),
+    ]);
+    assert_eq!(get(n2, &r).await.log, expected);
     cluster.shutdown().await;
 }
 
 async fn a_failure_before_relay_ready_restores_everything_on_the_source_in_order(backend: Backend) {
-    let Some((cluster, r, report)) = queued_and_held(backend, true).await else {
+    let Some((cluster, r, report, earlier)) = queued_and_held(backend, true).await else {
         return;
     };
     assert!(matches!(report.end, MoveEnd::Restored(_)), "{report:?}");
     let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
     assert!(n1.hosts(&UnitId::Spot(r.clone())));
     assert!(!n2.hosts(&UnitId::Spot(r.clone())));
-    assert_eq!(
-        get(n1, &r).await.log,
-        log(&["before", "Q1", "Q2", "H1", "H2"])
-    );
+    // The saved work (Q1, Q2 of the sealing turn) runs on the source, then what was held: each
+    // once, in order, after the spot hears that it carries on here.
+    let sealing = earlier.last().expect("the sealing turn").clone();
+    let n = sealing.trim_start_matches("ready ");
+    let mut expected = vec!["before".to_owned()];
+    expected.extend(earlier.clone());
+    expected.extend([
+        "continued".into(),
+        format!("Q1 {n}"),
+        format!("Q2 {n}"),
+        "H1".into(),
+        "H2".into(),
+    ]);
+    assert_eq!(get(n1, &r).await.log, expected);
     let record = n1
         .read_record(&UnitId::Spot(r.clone()))
         .await

@@ -493,8 +493,25 @@ mod tests {
 
     #[test]
     fn every_coordinator_computes_the_same_plan() {
-        let t = tally(&[("x", 3), ("y", 1), ("z", 1)]);
-        assert_eq!(balanced_fill(&t, 7), balanced_fill(&t.clone(), 7));
+        // Coordinators read the survivors in whatever order the store lists them: each order
+        // gives the one plan, which is the balanced one (y and z are raised to x, then one each).
+        let seen = [("x", 3), ("y", 1), ("z", 1)];
+        let orders = [
+            [0, 1, 2],
+            [0, 2, 1],
+            [1, 0, 2],
+            [1, 2, 0],
+            [2, 0, 1],
+            [2, 1, 0],
+        ];
+        for order in orders {
+            let listed: Vec<(&str, u64)> = order.iter().map(|&i| seen[i]).collect();
+            assert_eq!(
+                shares(&balanced_fill(&tally(&listed), 7)),
+                vec![("x".into(), 1), ("y".into(), 3), ("z".into(), 3)],
+                "read in the order {order:?}"
+            );
+        }
         assert!(balanced_fill(&BTreeMap::new(), 3).is_empty());
     }
 
