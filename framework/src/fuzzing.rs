@@ -150,6 +150,7 @@ mod tests {
                 unit: room.clone(),
                 records: Vec::new(),
                 manifest,
+                within: std::time::Duration::from_secs(30),
             }),
             Frame::Reloc(RelocFrame::Chunk {
                 rel,

@@ -27,6 +27,8 @@ pub(crate) enum RelocFrame {
         unit: UnitId,
         records: Vec<RecordAt>,
         manifest: Manifest,
+        /// The time left until the move's deadline: how long the target keeps the unit staged.
+        within: Duration,
     },
     /// Source → target: one chunk of the capture.
     Chunk {
@@ -102,6 +104,7 @@ mod tests {
                     unit: unit.clone(),
                     records: vec![RecordAt { id: unit.clone(), record, version }],
                     manifest: Manifest { len: version, chunks: index, crc },
+                    within: Duration::from_millis(version),
                 },
                 RelocFrame::Chunk { rel, index, bytes: bytes.into() },
                 RelocFrame::Progress { rel },

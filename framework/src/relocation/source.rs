@@ -583,7 +583,7 @@ impl SourceRun {
 
     /// Takes the records of every cell (reading those of cells that joined since the quiesce),
     /// then sends the manifest and the chunks.
-    async fn send_capture(&mut self, capture: &Capture) -> Result<(), String> {
+    async fn send_capture(&mut self, capture: &Capture, deadline: Instant) -> Result<(), String> {
         let reading = Instant::now();
         let mut known: HashMap<UnitId, RecordAt> = std::mem::take(&mut self.prefetched)
             .into_iter()
@@ -629,6 +629,7 @@ impl SourceRun {
             unit: self.id.clone(),
             records,
             manifest,
+            within: deadline.saturating_duration_since(Instant::now()),
         };
         self.send(offer)?;
         for (index, bytes) in chunks.into_iter().enumerate() {
@@ -709,7 +710,7 @@ impl SourceRun {
             }
             SourceAction::SendCapture => {
                 let capture = self.capture.take()?;
-                match self.send_capture(&capture).await {
+                match self.send_capture(&capture, deadline).await {
                     Ok(()) => None,
                     Err(why) => Some(SourceEvent::Refused(why)),
                 }

@@ -21,8 +21,12 @@ use crate::ids::{NodeId, UnitId};
 use crate::node::{Control, Lane, LaneTx, Node};
 use crate::store::{BatchOutcome, Condition, Op};
 
-/// How long a staged unit waits for its source before it is given up.
-const SILENCE: Duration = Duration::from_secs(30);
+/// How long a staged unit waits past its move's deadline before it is given up: the source
+/// decides first (it reclaims at the deadline), and the target lets that decision arrive.
+const PAST_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The longest a peer may ask a unit to stay staged, whatever its offer says.
+const MAX_STAGED: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// How often a target tells its source that the work on an offer goes on (chunks arriving, a
 /// restore running): well inside the source's step, so a busy target is never taken for a silent one.
@@ -82,6 +86,7 @@ impl Node {
                 unit,
                 records,
                 manifest,
+                within,
             } => {
                 let max = self.config().max_state;
                 if manifest.len > max {
@@ -119,8 +124,9 @@ impl Node {
                     tracing::debug!(relocation = %rel, %error, "progress not sent");
                 }
                 let node = self.clone();
+                let staged = within.min(MAX_STAGED) + PAST_DEADLINE;
                 tokio::spawn(async move {
-                    tokio::time::sleep(SILENCE).await;
+                    tokio::time::sleep(staged).await;
                     node.target_event(rel, TargetEvent::Silence);
                 });
             }
