@@ -125,9 +125,9 @@ async fn a_room_whose_restore_takes_6s_moves_with_move_unit_and_runs_each_messag
     cluster.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_drain_with_a_25s_deadline_moves_a_room_whose_restore_takes_6s() {
-    let (hooked, gate) = Gate::slow(SLOW_RESTORE);
+/// A drain with `deadline` moves a room whose restore takes `restore`, each message once, in order.
+async fn a_drain_moves_a_room_whose_restore_takes(restore: Duration, deadline: Duration) {
+    let (hooked, gate) = Gate::slow(restore);
     let (cluster, n1, n2, r) = room_on_n1_and_target(hooked).await;
     queue_behind_a_turn(&n1, &r);
     let drain = {
@@ -135,7 +135,7 @@ async fn a_drain_with_a_25s_deadline_moves_a_room_whose_restore_takes_6s() {
         tokio::spawn(async move {
             n1.relocate(RelocateOptions {
                 mode: RelocateMode::PlannedMaintenance,
-                deadline: Duration::from_secs(25),
+                deadline,
             })
             .await
         })
@@ -150,29 +150,16 @@ async fn a_drain_with_a_25s_deadline_moves_a_room_whose_restore_takes_6s() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_with_a_25s_deadline_moves_a_room_whose_restore_takes_6s() {
+    a_drain_moves_a_room_whose_restore_takes(SLOW_RESTORE, Duration::from_secs(25)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_drain_with_a_long_deadline_moves_a_room_whose_restore_outlasts_move_units_30s() {
     // Longer than move_unit's whole deadline: only the drain's own deadline bounds it, on both
     // sides (the target keeps the unit staged for as long as the offer says the move may take).
-    let (hooked, gate) = Gate::slow(Duration::from_secs(32));
-    let (cluster, n1, n2, r) = room_on_n1_and_target(hooked).await;
-    queue_behind_a_turn(&n1, &r);
-    let drain = {
-        let n1 = n1.clone();
-        tokio::spawn(async move {
-            n1.relocate(RelocateOptions {
-                mode: RelocateMode::PlannedMaintenance,
-                deadline: Duration::from_secs(60),
-            })
-            .await
-        })
-    };
-    gate.wait_started().await;
-    tell_while_restoring(&n1, &r);
-    let outcome = drain.await.expect("drain ran");
-    assert_eq!(outcome, RelocateOutcome::Relocated { moved: 1 });
-    assert!(n2.hosts(&UnitId::Spot(r.clone())));
-    ran_each_once_in_order(&n2, &r).await;
-    cluster.shutdown().await;
+    a_drain_moves_a_room_whose_restore_takes(Duration::from_secs(32), Duration::from_secs(60))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
