@@ -348,3 +348,49 @@ async fn a_member_leaving_a_per_actor_spot_during_its_move_is_applied_where_the_
     assert_eq!(members, lines(&["p1"]));
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_room_that_moves_before_a_joins_record_is_written_records_the_member_it_carried() {
+    use ferry::store::{LocationStore, MemoryStore};
+
+    // n1's write of p2's record can be held: the join has taken effect in the lane, and its
+    // record write waits while the room moves to n2.
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new());
+    let mut cluster = Cluster::start_on(0, store.clone(), registry).await;
+    let held = HeldStore::new(store);
+    let n1 = cluster
+        .add_with(cluster.config("n1").store(held.clone()), registry())
+        .await;
+    let n2 = cluster.add("n2", registry()).await;
+    let r = spot("r");
+    n1.create_spot_on(n1.id(), "room", &r).await.expect("room");
+    n1.create_actor("player", &actor("p2"))
+        .await
+        .expect("player");
+    held.hold_keys("u/a/p2");
+    let join = {
+        let (n1, r) = (n1.clone(), r.clone());
+        tokio::spawn(async move { n1.join(&actor("p2"), &r).await })
+    };
+    held.wait_held().await;
+    let report = n1
+        .move_unit(&UnitId::Spot(r.clone()), Some(n2.id().clone()))
+        .await
+        .expect("move started");
+    assert_eq!(report.end, MoveEnd::Moved);
+    held.release();
+    join.await.expect("join ran").expect("the join is recorded");
+    let record = n2
+        .read_record(&UnitId::Actor(actor("p2")))
+        .await
+        .expect("store")
+        .expect("record");
+    assert_eq!(record.owner, *n2.id());
+    assert_eq!(
+        record.spot,
+        Some(r.clone()),
+        "the record names the room it moved in"
+    );
+    assert_eq!(seen(&n2, &r).await.members, lines(&["p2"]));
+    cluster.shutdown().await;
+}

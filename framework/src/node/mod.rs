@@ -767,14 +767,15 @@ impl Node {
                 .ok_or_else(|| not_recorded("it has no record (it stopped meanwhile)".into()))?;
             let mut record = UnitRecord::decode(&key, &current.value)
                 .map_err(|e| not_recorded(e.to_string()))?;
+            // A move that took the Actor since wrote the room it carried: that may be this one.
+            if record.spot == spot {
+                return Ok(());
+            }
             if record.owner != *self.id() {
                 return Err(not_recorded(format!(
                     "its record names node {}",
                     record.owner
                 )));
-            }
-            if record.spot == spot {
-                return Ok(());
             }
             record.spot = spot.clone();
             let written = self

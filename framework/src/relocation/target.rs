@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::RelocationId;
-use super::capture::{Assembly, QueuedOp, relay_digest};
+use super::capture::{Assembly, MembershipData, QueuedOp, relay_digest};
 use super::frames::{RecordAt, RelocFrame};
 use super::phases::TargetPhases;
 use super::protocol::{SourceEvent, TargetAction, TargetEvent, TargetMachine};
@@ -224,6 +224,16 @@ impl Node {
             }
             None => return,
         };
+        // The capture says which room each Actor is in at the seal; the records the source read
+        // may lag a join or leave made just before it, and the commit writes what runs.
+        if let Some(staging) = self.core.moves.incoming.lock().get_mut(&rel) {
+            for at in &mut staging.records {
+                let cell = capture.cells.iter().find(|cell| cell.id == at.id);
+                if let Some(MembershipData::Actor(spot)) = cell.map(|cell| &cell.membership) {
+                    at.record.spot = spot.clone();
+                }
+            }
+        }
         // Assembled: the source hears so now, then every PROGRESS for as long as the restore runs.
         let (restoring, restored) = oneshot::channel::<()>();
         self.report_progress(rel);
