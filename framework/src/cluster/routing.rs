@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -18,6 +20,13 @@ use crate::node::{Node, Payload, ReplyTo};
 use crate::registry::FactoryKind;
 
 const SHARDS: usize = 16;
+
+/// How many times a route lookup reads the store before it fails what waits for it: a store error
+/// is often a blip (a reconnect, a failover), and what waits would otherwise be lost to it.
+const LOOKUP_TRIES: u32 = 4;
+
+/// The wait before the first retry of a failed lookup; it doubles on each retry (25, 50, 100 ms).
+const LOOKUP_BACKOFF: Duration = Duration::from_millis(25);
 
 enum Route {
     /// The unit's owner, as last learned.
@@ -32,6 +41,8 @@ enum Route {
 pub(crate) struct Router {
     hasher: foldhash::fast::RandomState,
     shards: [Mutex<HashMap<UnitId, Route>>; SHARDS],
+    /// Tells given up because the store kept failing while their route was looked up.
+    lookup_drops: AtomicU64,
 }
 
 impl Router {
@@ -39,6 +50,7 @@ impl Router {
         Router {
             hasher: foldhash::fast::RandomState::default(),
             shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            lookup_drops: AtomicU64::new(0),
         }
     }
 
@@ -114,6 +126,12 @@ impl Node {
             Some(Route::Known(owner) | Route::Moved(owner)) => Some(owner.clone()),
             _ => None,
         }
+    }
+
+    /// How many tells this node gave up since it started because the location store kept failing
+    /// while it looked up where their unit lives (each is also logged at `warn`).
+    pub fn tells_dropped_on_lookup(&self) -> u64 {
+        self.core.router.lookup_drops.load(Ordering::Relaxed)
     }
 
     /// Sends a message for a unit this node does not host towards its owner.
@@ -267,9 +285,32 @@ impl Node {
         }
     }
 
+    /// Reads a unit's record for a route lookup, retrying store errors with a short backoff;
+    /// gives back the last error and the number of tries when every try failed.
+    async fn read_route(
+        &self,
+        id: &UnitId,
+    ) -> Result<Option<crate::cluster::authority::UnitRecord>, (crate::store::StoreError, u32)>
+    {
+        let mut backoff = LOOKUP_BACKOFF;
+        let mut tries = 1;
+        loop {
+            match self.read_record(id).await {
+                Ok(found) => return Ok(found),
+                Err(error) if tries >= LOOKUP_TRIES => return Err((error, tries)),
+                Err(error) => {
+                    tracing::debug!(unit = %id, %error, tries, "route lookup failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                    tries += 1;
+                }
+            }
+        }
+    }
+
     /// Looks up a unit's owner in the store and sends what waited for it.
     async fn resolve(self, id: UnitId) {
-        let found = self.read_record(&id).await;
+        let found = self.read_route(&id).await;
         let waiting = {
             let mut shard = self.core.router.shard(&id).lock();
             match shard.remove(&id) {
@@ -290,12 +331,31 @@ impl Node {
             }
             Ok(Some(record)) => self.flush(id, record.owner, waiting),
             Ok(None) => self.activate_or_drop(id, waiting).await,
-            Err(error) => {
+            Err((error, attempts)) => {
+                let mut tells = 0u64;
                 for deliver in waiting {
-                    self.give_up(deliver, |id| MessageError::Unreachable {
-                        id,
-                        reason: error.to_string(),
-                    });
+                    match deliver.reply {
+                        Some(reply_to) => self.complete(
+                            &reply_to,
+                            Err(MessageError::RouteLookupFailed {
+                                id: deliver.to,
+                                attempts,
+                                reason: error.to_string(),
+                            }),
+                        ),
+                        None => tells += 1,
+                    }
+                }
+                if tells > 0 {
+                    self.core
+                        .router
+                        .lookup_drops
+                        .fetch_add(tells, Ordering::Relaxed);
+                    metrics::counter!("ferry_route_lookup_tells_dropped_total").increment(tells);
+                    tracing::warn!(
+                        unit = %id, %error, attempts, tells,
+                        "tells dropped: the location store kept failing while their route was looked up"
+                    );
                 }
             }
         }
