@@ -143,3 +143,9 @@ async fn a_sender_keeps_its_order_across_ten_moves(sender_index: usize) {
 async fn a_third_node_sender_keeps_its_order_across_ten_moves() {
     a_sender_keeps_its_order_across_ten_moves(2).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sender_on_the_target_keeps_its_order_across_ten_moves() {
+    // n2 is the target of every other move, and the source of the rest.
+    a_sender_keeps_its_order_across_ten_moves(1).await;
+}
