@@ -83,7 +83,21 @@ pub enum MessageError {
         /// The node's `max_requests_in_flight`.
         limit: usize,
     },
-    /// Where the unit lives could not be read or reached; nothing was delivered.
+    /// The location store kept failing while this node looked up where the unit lives; the
+    /// message was not delivered.
+    #[error(
+        "where {id} lives could not be read from the location store ({attempts} tries: {reason}); \
+         nothing was delivered: check the store's health, then send again"
+    )]
+    RouteLookupFailed {
+        /// The unit that was addressed.
+        id: UnitId,
+        /// How many reads were tried.
+        attempts: u32,
+        /// What the store said last.
+        reason: String,
+    },
+    /// The unit's owner could not be reached over the mesh; nothing was delivered.
     #[error("{id} could not be reached: {reason}; retry once the store and mesh are back")]
     Unreachable {
         /// The unit that was addressed.

@@ -255,3 +255,107 @@ impl TurnGate {
         }
     }
 }
+
+/// A view of a real store whose `get` of keys under a prefix fails on command (a store that
+/// errors on reads while writes and leases still work).
+pub struct FailingStore {
+    inner: Arc<dyn LocationStore>,
+    /// The prefix whose reads fail, and how many more of them fail (`usize::MAX`: until healed).
+    failing: Mutex<Option<(String, usize)>>,
+    /// How many reads failed so far.
+    failed: std::sync::atomic::AtomicUsize,
+}
+
+impl FailingStore {
+    /// Wraps a store; reads flow until [`FailingStore::fail_gets`].
+    pub fn new(inner: Arc<dyn LocationStore>) -> Arc<Self> {
+        Arc::new(FailingStore {
+            inner,
+            failing: Mutex::new(None),
+            failed: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// The next `times` reads of keys starting with `prefix` fail (`usize::MAX`: all, until
+    /// [`FailingStore::heal`]).
+    pub fn fail_gets(&self, prefix: &str, times: usize) {
+        *self.failing.lock().expect("failing") = Some((prefix.to_owned(), times));
+    }
+
+    /// Reads flow again.
+    pub fn heal(&self) {
+        *self.failing.lock().expect("failing") = None;
+    }
+
+    /// How many reads have failed so far.
+    pub fn failed(&self) -> usize {
+        self.failed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl LocationStore for FailingStore {
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
+        let fails = {
+            let mut failing = self.failing.lock().expect("failing");
+            match failing.as_mut() {
+                Some((prefix, left)) if *left > 0 && key.starts_with(prefix.as_str()) => {
+                    if *left != usize::MAX {
+                        *left -= 1;
+                    }
+                    true
+                }
+                _ => false,
+            }
+        };
+        if fails {
+            self.failed
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            return Box::pin(async {
+                Err(StoreError::Unavailable {
+                    reason: "read failed on purpose".into(),
+                })
+            });
+        }
+        self.inner.get(key)
+    }
+
+    fn batch<'a>(
+        &'a self,
+        conditions: Vec<Condition>,
+        ops: Vec<Op>,
+    ) -> BoxFuture<'a, Result<BatchOutcome, StoreError>> {
+        self.inner.batch(conditions, ops)
+    }
+
+    fn scan<'a>(
+        &'a self,
+        prefix: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Page, StoreError>> {
+        self.inner.scan(prefix, after, limit)
+    }
+
+    fn acquire_lease<'a>(
+        &'a self,
+        node: &'a NodeId,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Lease, StoreError>> {
+        self.inner.acquire_lease(node, ttl)
+    }
+
+    fn renew_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.renew_lease(lease)
+    }
+
+    fn lease_of<'a>(
+        &'a self,
+        node: &'a NodeId,
+    ) -> BoxFuture<'a, Result<Option<Lease>, StoreError>> {
+        self.inner.lease_of(node)
+    }
+
+    fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.release_lease(lease)
+    }
+}

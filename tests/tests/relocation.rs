@@ -1083,3 +1083,66 @@ async fn a_moves_report_accounts_for_its_pause_phase_by_phase() {
     );
     cluster.shutdown().await;
 }
+
+/// A node whose reads of unit records fail on command (n2), beside a room's owner (n1).
+async fn owner_and_failing_reader() -> (Cluster, Arc<ferry_tests::faults::FailingStore>) {
+    let mut cluster = Cluster::start(1, registry).await;
+    let failing = ferry_tests::faults::FailingStore::new(cluster.store.clone());
+    let config = cluster.config("n2").store(failing.clone());
+    cluster.add_with(config, registry()).await;
+    (cluster, failing)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_lookup_retries_a_store_error_and_then_delivers_in_order() {
+    let (cluster, failing) = owner_and_failing_reader().await;
+    let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let r = spot("r");
+    n1.create_spot_on(n1.id(), "room", &r)
+        .await
+        .expect("created");
+    // Two reads fail, then the store answers: nothing is lost.
+    failing.fail_gets("u/s/r", 2);
+    for n in 0..5 {
+        n2.tell(&r, Cmd::Log(n.to_string())).expect("told");
+    }
+    let room: Room = n2
+        .request(&r, Cmd::Log("5".into()), T)
+        .await
+        .expect("delivered after the retries");
+    assert_eq!(room.log, log(&["0", "1", "2", "3", "4", "5"]));
+    assert_eq!(failing.failed(), 2, "the lookup met both failures");
+    assert_eq!(n2.tells_dropped_on_lookup(), 0);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_lookup_that_keeps_failing_ends_its_requests_with_a_typed_error_and_counts_tells() {
+    let (cluster, failing) = owner_and_failing_reader().await;
+    let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let r = spot("r");
+    n1.create_spot_on(n1.id(), "room", &r)
+        .await
+        .expect("created");
+    failing.fail_gets("u/s/r", usize::MAX);
+    for n in 0..3 {
+        n2.tell(&r, Cmd::Log(n.to_string())).expect("told");
+    }
+    let answer = n2.request::<Cmd, Room>(&r, Cmd::Get, T).await;
+    match answer {
+        Err(MessageError::RouteLookupFailed { id, attempts, .. }) => {
+            assert_eq!(id, UnitId::Spot(r.clone()));
+            assert!(attempts > 1, "retried");
+        }
+        other => panic!("a typed lookup failure: {other:?}"),
+    }
+    assert_eq!(n2.tells_dropped_on_lookup(), 3, "each tell is counted");
+    failing.heal();
+    // The store is back: the next message is looked up and delivered; the failed ones never ran.
+    let room: Room = n2
+        .request(&r, Cmd::Log("after".into()), T)
+        .await
+        .expect("delivered");
+    assert_eq!(room.log, log(&["after"]));
+    cluster.shutdown().await;
+}

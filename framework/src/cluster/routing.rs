@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -19,6 +21,17 @@ use crate::registry::FactoryKind;
 
 const SHARDS: usize = 16;
 
+/// How many times a route lookup reads the store before it fails what waits for it: a store error
+/// is often a blip (a reconnect, a failover), and what waits would otherwise be lost to it.
+const LOOKUP_TRIES: u32 = 4;
+
+/// The wait before the first retry of a failed lookup; it doubles on each retry (25, 50, 100 ms).
+const LOOKUP_BACKOFF: Duration = Duration::from_millis(25);
+
+/// How long a route switch waits for its fence before it sends what it held anyway: a fence lost
+/// with a node must not hold a sender's messages forever.
+const FENCE_WAIT: Duration = Duration::from_secs(5);
+
 enum Route {
     /// The unit's owner, as last learned.
     Known(NodeId),
@@ -26,12 +39,17 @@ enum Route {
     Moved(NodeId),
     /// A lookup is under way; these wait for it, in arrival order.
     Resolving(Vec<Deliver>),
+    /// A route hint named `owner`, but earlier messages may still be on the old path: these wait,
+    /// in arrival order, until a fence sent along that path has run at the unit.
+    Switching { owner: NodeId, held: Vec<Deliver> },
 }
 
 /// The route cache of one node.
 pub(crate) struct Router {
     hasher: foldhash::fast::RandomState,
     shards: [Mutex<HashMap<UnitId, Route>>; SHARDS],
+    /// Tells given up because the store kept failing while their route was looked up.
+    lookup_drops: AtomicU64,
 }
 
 impl Router {
@@ -39,6 +57,7 @@ impl Router {
         Router {
             hasher: foldhash::fast::RandomState::default(),
             shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            lookup_drops: AtomicU64::new(0),
         }
     }
 
@@ -79,16 +98,39 @@ impl Router {
     #[must_use]
     pub fn point(&self, id: UnitId, owner: NodeId) -> Vec<Deliver> {
         match self.shard(&id).lock().insert(id, Route::Moved(owner)) {
-            Some(Route::Resolving(waiting)) => waiting,
+            Some(Route::Resolving(waiting) | Route::Switching { held: waiting, .. }) => waiting,
             _ => Vec::new(),
         }
     }
 
-    /// Learns a unit's owner, unless a lookup is under way (it will learn it itself).
-    pub fn learn(&self, id: UnitId, owner: NodeId) {
+    /// Takes a route hint that `owner` runs a unit. When this node sent along another path
+    /// before, gives back that path's first node: a fence goes there and new messages wait (see
+    /// [`Route::Switching`]). A lookup under way learns the owner itself.
+    fn hint(&self, id: UnitId, owner: NodeId, me: &NodeId) -> Option<NodeId> {
         let mut shard = self.shard(&id).lock();
-        if !matches!(shard.get(&id), Some(Route::Resolving(_))) {
-            shard.insert(id, Route::Known(owner));
+        match shard.get_mut(&id) {
+            Some(Route::Resolving(_)) => None,
+            Some(Route::Switching { owner: next, .. }) => {
+                *next = owner;
+                None
+            }
+            Some(Route::Known(old) | Route::Moved(old))
+                if *old != owner && old != me && owner != *me =>
+            {
+                let old = old.clone();
+                shard.insert(
+                    id,
+                    Route::Switching {
+                        owner,
+                        held: Vec::new(),
+                    },
+                );
+                Some(old)
+            }
+            _ => {
+                shard.insert(id, Route::Known(owner));
+                None
+            }
         }
     }
 }
@@ -111,9 +153,17 @@ impl Node {
     /// Where this node believes a unit it does not host lives, if it has a route cached.
     pub fn cached_route(&self, id: &UnitId) -> Option<NodeId> {
         match self.core.router.shard(id).lock().get(id) {
-            Some(Route::Known(owner) | Route::Moved(owner)) => Some(owner.clone()),
+            Some(Route::Known(owner) | Route::Moved(owner) | Route::Switching { owner, .. }) => {
+                Some(owner.clone())
+            }
             _ => None,
         }
+    }
+
+    /// How many tells this node gave up since it started because the location store kept failing
+    /// while it looked up where their unit lives (each is also logged at `warn`).
+    pub fn tells_dropped_on_lookup(&self) -> u64 {
+        self.core.router.lookup_drops.load(Ordering::Relaxed)
     }
 
     /// Sends a message for a unit this node does not host towards its owner.
@@ -125,7 +175,7 @@ impl Node {
                 Some(Route::Known(owner) | Route::Moved(owner)) if owner != self.id() => {
                     Some(owner.clone())
                 }
-                Some(Route::Resolving(waiting)) => {
+                Some(Route::Resolving(waiting) | Route::Switching { held: waiting, .. }) => {
                     waiting.push(deliver);
                     return;
                 }
@@ -267,9 +317,94 @@ impl Node {
         }
     }
 
+    /// Reads a unit's record for a route lookup, retrying store errors with a short backoff;
+    /// gives back the last error and the number of tries when every try failed.
+    async fn read_route(
+        &self,
+        id: &UnitId,
+    ) -> Result<Option<crate::cluster::authority::UnitRecord>, (crate::store::StoreError, u32)>
+    {
+        let mut backoff = LOOKUP_BACKOFF;
+        let mut tries = 1;
+        loop {
+            match self.read_record(id).await {
+                Ok(found) => return Ok(found),
+                Err(error) if tries >= LOOKUP_TRIES => return Err((error, tries)),
+                Err(error) => {
+                    tracing::debug!(unit = %id, %error, tries, "route lookup failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                    tries += 1;
+                }
+            }
+        }
+    }
+
+    /// A peer says who runs a unit. Switching to it at once could let a new message overtake an
+    /// earlier one still on the old path (forwarded by a former owner), so when the path changes,
+    /// a fence goes along the old one and new messages wait for it to run at the unit.
+    fn on_route_hint(&self, id: UnitId, owner: NodeId) {
+        let Some(old) = self.core.router.hint(id.clone(), owner, self.id()) else {
+            return;
+        };
+        let Some(mut waiting) = self.core.replies.open() else {
+            tracing::debug!(unit = %id, "no request slot for a fence; switching the route at once");
+            self.end_switch(id);
+            return;
+        };
+        let fence = Deliver {
+            to: id.clone(),
+            payload: bytes::Bytes::new(),
+            session: Some(crate::session::SessionOp::Fence),
+            reply: Some(ReplyTo {
+                node: self.id().clone(),
+                request: waiting.request,
+            }),
+            activate: None,
+            origin: self.id().clone(),
+            hops: 0,
+        };
+        // The same link as the earlier messages, so it comes after them.
+        self.send_deliver(&old, fence);
+        let node = self.clone();
+        tokio::spawn(async move {
+            if tokio::time::timeout(FENCE_WAIT, &mut waiting.answer)
+                .await
+                .is_err()
+            {
+                tracing::warn!(unit = %id, via = %old, "a route fence did not return in {FENCE_WAIT:?}; sending what it held");
+            }
+            node.end_switch(id);
+        });
+    }
+
+    /// Ends a route switch: the held messages leave for the hinted owner, in order, under the
+    /// shard's lock (so later messages queue behind).
+    fn end_switch(&self, id: UnitId) {
+        let failed: Vec<(Deliver, MeshError)> = {
+            let mut shard = self.core.router.shard(&id).lock();
+            if !matches!(shard.get(&id), Some(Route::Switching { .. })) {
+                // A handover took the route over, and what was held with it.
+                return;
+            }
+            let Some(Route::Switching { owner, held }) = shard.remove(&id) else {
+                return;
+            };
+            let released = held
+                .into_iter()
+                .filter_map(|d| self.try_deliver(&owner, d))
+                .collect();
+            shard.insert(id, Route::Known(owner));
+            released
+        };
+        for (retry, error) in failed {
+            self.retry_deliver(retry, error);
+        }
+    }
+
     /// Looks up a unit's owner in the store and sends what waited for it.
     async fn resolve(self, id: UnitId) {
-        let found = self.read_record(&id).await;
+        let found = self.read_route(&id).await;
         let waiting = {
             let mut shard = self.core.router.shard(&id).lock();
             match shard.remove(&id) {
@@ -290,10 +425,26 @@ impl Node {
             }
             Ok(Some(record)) => self.flush(id, record.owner, waiting),
             Ok(None) => self.activate_or_drop(id, waiting).await,
-            Err(error) => {
-                for deliver in waiting {
-                    self.give_up(deliver, |id| MessageError::Unreachable {
+            Err((error, attempts)) => {
+                let (requests, tells): (Vec<Deliver>, Vec<Deliver>) =
+                    waiting.into_iter().partition(|d| d.reply.is_some());
+                // Counted before any request ends, so whoever hears of the failure sees the count.
+                if !tells.is_empty() {
+                    let tells = tells.len() as u64;
+                    self.core
+                        .router
+                        .lookup_drops
+                        .fetch_add(tells, Ordering::Relaxed);
+                    metrics::counter!("ferry_route_lookup_tells_dropped_total").increment(tells);
+                    tracing::warn!(
+                        unit = %id, %error, attempts, tells,
+                        "tells dropped: the location store kept failing while their route was looked up"
+                    );
+                }
+                for deliver in requests {
+                    self.give_up(deliver, |id| MessageError::RouteLookupFailed {
                         id,
+                        attempts,
                         reason: error.to_string(),
                     });
                 }
@@ -480,7 +631,7 @@ impl Node {
                     .core
                     .replies
                     .complete(request, terminal.map(Payload::Encoded)),
-                Frame::RouteHint { id, owner } => self.core.router.learn(id, owner),
+                Frame::RouteHint { id, owner } => self.on_route_hint(id, owner),
                 Frame::Reloc(frame) => self.on_reloc(from, frame),
                 Frame::Session(frame) => self.on_session_frame(from, frame),
                 Frame::Call { request, call } => {
@@ -528,6 +679,37 @@ mod tests {
         assert!(
             router.point(id, target).is_empty(),
             "nothing waits any more"
+        );
+    }
+
+    #[test]
+    fn a_hint_that_changes_the_path_holds_new_messages_until_the_switch_ends() {
+        let router = Router::new();
+        let id = UnitId::Spot(SpotId::new("room").expect("id"));
+        let (me, n1, n2) = (
+            NodeId::new("n3").expect("id"),
+            NodeId::new("n1").expect("id"),
+            NodeId::new("n2").expect("id"),
+        );
+        // No route yet, or the same owner again: nothing to fence.
+        assert_eq!(router.hint(id.clone(), n1.clone(), &me), None);
+        assert_eq!(router.hint(id.clone(), n1.clone(), &me), None);
+        // Another owner: the fence goes along the old path, and messages wait.
+        assert_eq!(router.hint(id.clone(), n2.clone(), &me), Some(n1.clone()));
+        assert!(matches!(
+            router.shard(&id).lock().get(&id),
+            Some(Route::Switching { owner, .. }) if *owner == n2
+        ));
+        // A further hint only changes where the held messages go.
+        assert_eq!(router.hint(id.clone(), n1.clone(), &me), None);
+        if let Some(Route::Switching { held, .. }) = router.shard(&id).lock().get_mut(&id) {
+            held.push(deliver(&id, 7));
+        }
+        // A handover takes what was held, in order.
+        let given = router.point(id.clone(), n2);
+        assert_eq!(
+            given.iter().map(|d| d.payload[0]).collect::<Vec<_>>(),
+            vec![7]
         );
     }
 

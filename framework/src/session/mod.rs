@@ -82,6 +82,9 @@ pub enum SessionOp {
     Bind(SessionRef),
     /// Unbind it, if it is still bound to this session.
     Unbind(SessionRef),
+    /// No change: a sending node's order marker. It is answered in queue order, once every
+    /// message queued before it has run, so the sender knows its old path is empty.
+    Fence,
 }
 
 /// Who a client is, as the application's [`Authenticator`] decided from its token.

@@ -36,6 +36,7 @@ impl Lane {
         let node = self.node.clone();
         // Gateways address Actors only; a Spot of that name is no Actor.
         let outcome = match (op, &to) {
+            (SessionOp::Fence, _) => Ok(()),
             (SessionOp::Bind(session), UnitId::Actor(actor)) => self.bind(actor, session),
             (SessionOp::Unbind(session), UnitId::Actor(_)) => {
                 if let Some(cell) = self.cells.get_mut(&to) {

@@ -1,0 +1,151 @@
+//! Order per sender and unit across many moves: numbered tells from one node run exactly once and
+//! in the order they were sent, while the unit moves back and forth.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use ferry::relocation::protocol::MoveEnd;
+use ferry::{Behavior, Ctx, Node, Registration, Registry, RelocationPolicy, SpotId, UnitId};
+use ferry_tests::cluster::Cluster;
+use serde::{Deserialize, Serialize};
+
+const T: Duration = Duration::from_secs(10);
+
+/// A room that records the number of every tell it runs, in the order it runs them.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+struct Seen {
+    numbers: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum Msg {
+    Number(u32),
+    Get,
+}
+
+impl Behavior for Seen {
+    type Msg = Msg;
+    type Reply = Vec<u32>;
+
+    fn handle(&mut self, _ctx: &mut Ctx<'_>, msg: Msg) -> Vec<u32> {
+        match msg {
+            Msg::Number(n) => {
+                self.numbers.push(n);
+                Vec::new()
+            }
+            Msg::Get => self.numbers.clone(),
+        }
+    }
+}
+
+fn registry() -> Registry {
+    let mut reg = Registry::new();
+    reg.register(Registration::spot("seen", |_| Seen::default()).policy(RelocationPolicy::serde()));
+    reg
+}
+
+/// Tells `room` numbers from `sender` until `stop` is set (and at least `min` of them, at most
+/// `max`), pacing itself a little so the stream spans the moves; gives back how many it told.
+fn stream(
+    sender: Node,
+    room: SpotId,
+    stop: Arc<AtomicBool>,
+    min: u32,
+    max: u32,
+) -> tokio::task::JoinHandle<u32> {
+    tokio::spawn(async move {
+        let mut n = 0;
+        while n < max && (n < min || !stop.load(Ordering::Acquire)) {
+            sender.tell(&room, Msg::Number(n)).expect("told");
+            n += 1;
+            if n % 32 == 0 {
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+        }
+        n
+    })
+}
+
+/// Moves the room `moves` times between n1 and n2, starting on n1.
+async fn bounce(cluster: &Cluster, id: &UnitId, moves: usize) {
+    let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
+    for i in 0..moves {
+        let (from, to) = if i % 2 == 0 { (n1, n2) } else { (n2, n1) };
+        let report = from
+            .move_unit(id, Some(to.id().clone()))
+            .await
+            .expect("move started");
+        assert_eq!(report.end, MoveEnd::Moved, "move {i}: {report:?}");
+        // Let some of the stream reach the room where it is now.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Asks the room (from `reader`, after everything it sent) until it has run `sent` tells.
+async fn numbers_run(reader: &Node, room: &SpotId, sent: u32) -> Vec<u32> {
+    let mut seen: Vec<u32> = Vec::new();
+    for _ in 0..200 {
+        seen = reader
+            .request(room, Msg::Get, T)
+            .await
+            .expect("room answers");
+        if seen.len() >= sent as usize {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    seen
+}
+
+/// Checks that each number in `0..sent` ran exactly once and in order, saying where it did not.
+fn assert_in_order(seen: &[u32], sent: u32) {
+    let descents = seen.windows(2).filter(|w| w[1] < w[0]).count();
+    let first_wrong = seen
+        .iter()
+        .enumerate()
+        .find(|(i, n)| **n != *i as u32)
+        .map(|(i, n)| format!("position {i} ran #{n}"));
+    assert!(
+        descents == 0 && seen.len() == sent as usize && first_wrong.is_none(),
+        "{} of {sent} tells ran, {descents} descents; first out of place: {first_wrong:?}",
+        seen.len()
+    );
+}
+
+async fn a_sender_keeps_its_order_across_ten_moves(sender_index: usize) {
+    let cluster = Cluster::start(3, registry).await;
+    let n1 = &cluster.nodes[0];
+    let room = SpotId::new("seen").expect("id");
+    n1.create_spot_on(n1.id(), "seen", &room)
+        .await
+        .expect("created");
+    let id = UnitId::Spot(room.clone());
+    let sender = cluster.nodes[sender_index].clone();
+    // The sender learns the route before the stream starts.
+    let _: Vec<u32> = sender
+        .request(&room, Msg::Get, T)
+        .await
+        .expect("room answers");
+    let stop = Arc::new(AtomicBool::new(false));
+    let told = stream(sender.clone(), room.clone(), stop.clone(), 5_000, 200_000);
+    tokio::time::timeout(Duration::from_secs(15), bounce(&cluster, &id, 10))
+        .await
+        .expect("ten moves within 15 s");
+    stop.store(true, Ordering::Release);
+    let sent = told.await.expect("sender ran");
+    let seen = numbers_run(&sender, &room, sent).await;
+    assert_in_order(&seen, sent);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_third_node_sender_keeps_its_order_across_ten_moves() {
+    a_sender_keeps_its_order_across_ten_moves(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sender_on_the_target_keeps_its_order_across_ten_moves() {
+    // n2 is the target of every other move, and the source of the rest.
+    a_sender_keeps_its_order_across_ten_moves(1).await;
+}
