@@ -1,6 +1,7 @@
-//! Faults to inject: a store wrapper that holds conditional writes until released (a slow commit),
+//! Faults to inject: a store wrapper whose writes can wait or fail and whose reads can fail,
 //! and a state adapter whose restores a test can hold, slow down or fail (a slow or broken target).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,22 +16,44 @@ use ferry::store::{
 };
 use tokio::sync::watch;
 
-/// A view of a real store whose `batch` calls wait while it is held.
-pub struct HeldStore {
+/// A view of a real store with faults a test switches on: writes to some keys that wait until
+/// released (a slow commit), reads of some keys that fail, and writes that fail or whose answer is
+/// lost after they landed.
+pub struct FaultyStore {
     inner: Arc<dyn LocationStore>,
     /// Whether writes wait, and if only those touching keys under a prefix, that prefix.
     held: watch::Sender<Option<String>>,
     /// How many writes are waiting now.
     waiting: watch::Sender<usize>,
+    /// The prefix whose reads fail, and how many more of them fail (`usize::MAX`: until healed).
+    failing: Mutex<Option<(String, usize)>>,
+    /// How many reads failed so far.
+    failed: AtomicUsize,
+    /// What happens to writes that are not held.
+    writes: Mutex<WriteFault>,
 }
 
-impl HeldStore {
-    /// Wraps a store; writes flow until [`HeldStore::hold`].
+/// What a [`FaultyStore`] does with a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteFault {
+    /// It goes through.
+    None,
+    /// It lands, but its answer is lost: the writer hears a timeout.
+    Unanswered,
+    /// It fails before it reaches the store.
+    Fails,
+}
+
+impl FaultyStore {
+    /// Wraps a store; everything flows until a fault is switched on.
     pub fn new(inner: Arc<dyn LocationStore>) -> Arc<Self> {
-        Arc::new(HeldStore {
+        Arc::new(FaultyStore {
             inner,
             held: watch::Sender::new(None),
             waiting: watch::Sender::new(0),
+            failing: Mutex::new(None),
+            failed: AtomicUsize::new(0),
+            writes: Mutex::new(WriteFault::None),
         })
     }
 
@@ -54,10 +77,53 @@ impl HeldStore {
     pub fn release(&self) {
         self.held.send_replace(None);
     }
+
+    /// The next `times` reads of keys starting with `prefix` fail (`usize::MAX`: all, until
+    /// [`FaultyStore::heal`]).
+    pub fn fail_gets(&self, prefix: &str, times: usize) {
+        *self.failing.lock().expect("failing") = Some((prefix.to_owned(), times));
+    }
+
+    /// Reads flow again.
+    pub fn heal(&self) {
+        *self.failing.lock().expect("failing") = None;
+    }
+
+    /// How many reads have failed so far.
+    pub fn failed(&self) -> usize {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// From now on, writes that are not held meet `fault`.
+    pub fn fault_writes(&self, fault: WriteFault) {
+        *self.writes.lock().expect("writes") = fault;
+    }
+
+    /// Whether this read is one that fails (counting it down).
+    fn read_fails(&self, key: &str) -> bool {
+        let mut failing = self.failing.lock().expect("failing");
+        match failing.as_mut() {
+            Some((prefix, left)) if *left > 0 && key.starts_with(prefix.as_str()) => {
+                if *left != usize::MAX {
+                    *left -= 1;
+                }
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
-impl LocationStore for HeldStore {
+impl LocationStore for FaultyStore {
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
+        if self.read_fails(key) {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            return Box::pin(async {
+                Err(StoreError::Unavailable {
+                    reason: "read failed on purpose".into(),
+                })
+            });
+        }
         self.inner.get(key)
     }
 
@@ -78,7 +144,20 @@ impl LocationStore for HeldStore {
                 let _ = held.wait_for(Option::is_none).await;
                 self.waiting.send_modify(|n| *n -= 1);
             }
-            self.inner.batch(conditions, ops).await
+            let fault = *self.writes.lock().expect("writes");
+            match fault {
+                WriteFault::None => self.inner.batch(conditions, ops).await,
+                WriteFault::Unanswered => {
+                    let _ = self.inner.batch(conditions, ops).await;
+                    Err(StoreError::Timeout {
+                        op: "batch",
+                        after: Duration::from_millis(1),
+                    })
+                }
+                WriteFault::Fails => Err(StoreError::Unavailable {
+                    reason: "the test took the store away".into(),
+                }),
+            }
         })
     }
 
@@ -253,109 +332,5 @@ impl TurnGate {
             *lock.lock().expect("gate") = true;
             opened.notify_all();
         }
-    }
-}
-
-/// A view of a real store whose `get` of keys under a prefix fails on command (a store that
-/// errors on reads while writes and leases still work).
-pub struct FailingStore {
-    inner: Arc<dyn LocationStore>,
-    /// The prefix whose reads fail, and how many more of them fail (`usize::MAX`: until healed).
-    failing: Mutex<Option<(String, usize)>>,
-    /// How many reads failed so far.
-    failed: std::sync::atomic::AtomicUsize,
-}
-
-impl FailingStore {
-    /// Wraps a store; reads flow until [`FailingStore::fail_gets`].
-    pub fn new(inner: Arc<dyn LocationStore>) -> Arc<Self> {
-        Arc::new(FailingStore {
-            inner,
-            failing: Mutex::new(None),
-            failed: std::sync::atomic::AtomicUsize::new(0),
-        })
-    }
-
-    /// The next `times` reads of keys starting with `prefix` fail (`usize::MAX`: all, until
-    /// [`FailingStore::heal`]).
-    pub fn fail_gets(&self, prefix: &str, times: usize) {
-        *self.failing.lock().expect("failing") = Some((prefix.to_owned(), times));
-    }
-
-    /// Reads flow again.
-    pub fn heal(&self) {
-        *self.failing.lock().expect("failing") = None;
-    }
-
-    /// How many reads have failed so far.
-    pub fn failed(&self) -> usize {
-        self.failed.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-impl LocationStore for FailingStore {
-    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
-        let fails = {
-            let mut failing = self.failing.lock().expect("failing");
-            match failing.as_mut() {
-                Some((prefix, left)) if *left > 0 && key.starts_with(prefix.as_str()) => {
-                    if *left != usize::MAX {
-                        *left -= 1;
-                    }
-                    true
-                }
-                _ => false,
-            }
-        };
-        if fails {
-            self.failed
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            return Box::pin(async {
-                Err(StoreError::Unavailable {
-                    reason: "read failed on purpose".into(),
-                })
-            });
-        }
-        self.inner.get(key)
-    }
-
-    fn batch<'a>(
-        &'a self,
-        conditions: Vec<Condition>,
-        ops: Vec<Op>,
-    ) -> BoxFuture<'a, Result<BatchOutcome, StoreError>> {
-        self.inner.batch(conditions, ops)
-    }
-
-    fn scan<'a>(
-        &'a self,
-        prefix: &'a str,
-        after: Option<&'a str>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Page, StoreError>> {
-        self.inner.scan(prefix, after, limit)
-    }
-
-    fn acquire_lease<'a>(
-        &'a self,
-        node: &'a NodeId,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<Lease, StoreError>> {
-        self.inner.acquire_lease(node, ttl)
-    }
-
-    fn renew_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.renew_lease(lease)
-    }
-
-    fn lease_of<'a>(
-        &'a self,
-        node: &'a NodeId,
-    ) -> BoxFuture<'a, Result<Option<Lease>, StoreError>> {
-        self.inner.lease_of(node)
-    }
-
-    fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.release_lease(lease)
     }
 }

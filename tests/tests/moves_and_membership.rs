@@ -11,7 +11,7 @@ use ferry::{
     UnitError, UnitId,
 };
 use ferry_tests::cluster::Cluster;
-use ferry_tests::faults::{Gate, HeldStore, Hooked};
+use ferry_tests::faults::{FaultyStore, Gate, Hooked};
 use serde::{Deserialize, Serialize};
 
 const T: Duration = Duration::from_secs(10);
@@ -311,7 +311,7 @@ async fn a_restore_adapter_that_panics_on_the_target_leaves_the_unit_on_its_sour
 async fn a_member_leaving_a_per_actor_spot_during_its_move_is_applied_where_the_spot_runs() {
     // n2's commit of the lobby can be held: the lobby then waits, handed over, on n1.
     let mut cluster = Cluster::start(1, registry).await;
-    let held = HeldStore::new(cluster.store.clone());
+    let held = FaultyStore::new(cluster.store.clone());
     let config = cluster.config("n2").store(held.clone());
     cluster.add_with(config, registry()).await;
     let (n1, n2) = (cluster.nodes[0].clone(), cluster.nodes[1].clone());
@@ -357,7 +357,7 @@ async fn a_room_that_moves_before_a_joins_record_is_written_records_the_member_i
     // record write waits while the room moves to n2.
     let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new());
     let mut cluster = Cluster::start_on(0, store.clone(), registry).await;
-    let held = HeldStore::new(store);
+    let held = FaultyStore::new(store);
     let n1 = cluster
         .add_with(cluster.config("n1").store(held.clone()), registry())
         .await;

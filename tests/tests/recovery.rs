@@ -1,20 +1,17 @@
 //! Crash recovery: a node dies, its units come back on the survivors, evenly, exactly once.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ferry::relocation::protocol::MoveEnd;
-use ferry::store::{
-    BatchOutcome, BoxFuture, Condition, Lease, LocationStore, MemoryStore, Op, Page, StoreError,
-    Versioned,
-};
+use ferry::store::MemoryStore;
 use ferry::{
     ActorId, Behavior, Ctx, MessageError, Node, NodeConfig, NodeId, RecoveryEvent, Registration,
     Registry, RelocationPolicy, SpotId, Target, UnitError, UnitId,
 };
 use ferry_tests::cluster::Cluster;
-use ferry_tests::faults::{Gate, Hooked};
+use ferry_tests::faults::{FaultyStore, Gate, Hooked, WriteFault};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
@@ -601,83 +598,9 @@ async fn a_room_rebuilt_after_a_crash_has_its_members_and_moves_with_them() {
     n3.shutdown().await;
 }
 
-/// Writes go through ([`WRITES_PASS`]), land but lose their answer ([`WRITES_UNANSWERED`]), or
-/// fail before they reach the store ([`WRITES_FAIL`]).
-struct FlakyWrites {
-    inner: MemoryStore,
-    mode: AtomicU8,
-}
-
-const WRITES_PASS: u8 = 0;
-const WRITES_UNANSWERED: u8 = 1;
-const WRITES_FAIL: u8 = 2;
-
-impl LocationStore for FlakyWrites {
-    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
-        self.inner.get(key)
-    }
-
-    fn batch<'a>(
-        &'a self,
-        conditions: Vec<Condition>,
-        ops: Vec<Op>,
-    ) -> BoxFuture<'a, Result<BatchOutcome, StoreError>> {
-        Box::pin(async move {
-            match self.mode.load(Ordering::SeqCst) {
-                WRITES_FAIL => Err(StoreError::Unavailable {
-                    reason: "the test took the store away".into(),
-                }),
-                WRITES_UNANSWERED => {
-                    let _ = self.inner.batch(conditions, ops).await;
-                    Err(StoreError::Timeout {
-                        op: "batch",
-                        after: Duration::from_millis(1),
-                    })
-                }
-                _ => self.inner.batch(conditions, ops).await,
-            }
-        })
-    }
-
-    fn scan<'a>(
-        &'a self,
-        prefix: &'a str,
-        after: Option<&'a str>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Page, StoreError>> {
-        self.inner.scan(prefix, after, limit)
-    }
-
-    fn acquire_lease<'a>(
-        &'a self,
-        node: &'a NodeId,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<Lease, StoreError>> {
-        self.inner.acquire_lease(node, ttl)
-    }
-
-    fn renew_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.renew_lease(lease)
-    }
-
-    fn lease_of<'a>(
-        &'a self,
-        node: &'a NodeId,
-    ) -> BoxFuture<'a, Result<Option<Lease>, StoreError>> {
-        self.inner.lease_of(node)
-    }
-
-    fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.release_lease(lease)
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_membership_change_the_store_did_not_take_says_so_and_the_same_call_records_it() {
-    let store = Arc::new(FlakyWrites {
-        inner: MemoryStore::new(),
-        mode: AtomicU8::new(WRITES_PASS),
-    });
+    let store = FaultyStore::new(Arc::new(MemoryStore::new()));
     let config = NodeConfig::new(NodeId::new("solo").expect("valid id")).store(store.clone());
     let node = Node::start(config, clubs()).await.expect("node starts");
     let (room, p0) = (spot("club"), actor("p0"));
@@ -699,16 +622,16 @@ async fn a_membership_change_the_store_did_not_take_says_so_and_the_same_call_re
     };
 
     // The write lands but its answer is lost: read back, it counts as written.
-    store.mode.store(WRITES_UNANSWERED, Ordering::SeqCst);
+    store.fault_writes(WriteFault::Unanswered);
     node.join(&p0, &room).await.expect("joined and recorded");
     assert_eq!(recorded().await, Some(room.clone()));
-    store.mode.store(WRITES_PASS, Ordering::SeqCst);
+    store.fault_writes(WriteFault::None);
     node.leave(&p0).await.expect("left");
     assert_eq!(recorded().await, None);
 
     // The store is away: the join took effect, the error says the record lags, and the same join
     // again records it.
-    store.mode.store(WRITES_FAIL, Ordering::SeqCst);
+    store.fault_writes(WriteFault::Fails);
     let error = node.join(&p0, &room).await.expect_err("not recorded");
     assert!(
         matches!(&error, UnitError::MembershipNotRecorded { id, .. } if *id == p0_unit),
@@ -716,12 +639,12 @@ async fn a_membership_change_the_store_did_not_take_says_so_and_the_same_call_re
     );
     assert_eq!(members().await, vec![p0.clone()], "a member all the same");
     assert_eq!(recorded().await, None);
-    store.mode.store(WRITES_PASS, Ordering::SeqCst);
+    store.fault_writes(WriteFault::None);
     node.join(&p0, &room).await.expect("recorded now");
     assert_eq!(recorded().await, Some(room.clone()));
 
     // The same for a leave.
-    store.mode.store(WRITES_FAIL, Ordering::SeqCst);
+    store.fault_writes(WriteFault::Fails);
     let error = node.leave(&p0).await.expect_err("not recorded");
     assert!(
         matches!(error, UnitError::MembershipNotRecorded { .. }),
@@ -729,7 +652,7 @@ async fn a_membership_change_the_store_did_not_take_says_so_and_the_same_call_re
     );
     assert!(members().await.is_empty(), "it left all the same");
     assert_eq!(recorded().await, Some(room.clone()));
-    store.mode.store(WRITES_PASS, Ordering::SeqCst);
+    store.fault_writes(WriteFault::None);
     node.leave(&p0).await.expect("recorded now");
     assert_eq!(recorded().await, None);
     assert!(matches!(

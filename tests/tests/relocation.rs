@@ -698,12 +698,12 @@ async fn a_target_that_dies_after_relay_ready_never_leaves_two_owners() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deadline_mid_drain_sends_unready_units_back_and_reclaims_those_past_no_return_whole() {
     use ferry::{RelocateMode, RelocateOptions, RelocateOutcome};
-    use ferry_tests::faults::HeldStore;
+    use ferry_tests::faults::FaultyStore;
 
     // n2 restores "room" through a gate, and its writes can be held: its commits then hang.
     let (hooked, gate) = Gate::new(false);
     let mut cluster = Cluster::start(1, registry).await;
-    let held = HeldStore::new(cluster.store.clone());
+    let held = FaultyStore::new(cluster.store.clone());
     let config = cluster.config("n2").store(held.clone());
     cluster.add_with(config, registry_with(hooked)).await;
     let (n1, n2) = (cluster.nodes[0].clone(), cluster.nodes[1].clone());
@@ -787,12 +787,12 @@ async fn a_move_the_store_has_not_decided_at_the_deadline_is_held_until_it_has_n
     use ferry::relocation::RelocationEvent;
     use ferry::store::{LocationStore, MemoryStore};
     use ferry::{RelocateMode, RelocateOptions, RelocateOutcome};
-    use ferry_tests::faults::HeldStore;
+    use ferry_tests::faults::FaultyStore;
 
     // Both nodes' writes of "a" can be held: n2's commit and n1's reclaim then both wait.
     let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new());
     let mut cluster = Cluster::start_on(0, store.clone(), registry).await;
-    let (held1, held2) = (HeldStore::new(store.clone()), HeldStore::new(store));
+    let (held1, held2) = (FaultyStore::new(store.clone()), FaultyStore::new(store));
     let n1 = cluster
         .add_with(cluster.config("n1").store(held1.clone()), registry())
         .await;
@@ -867,11 +867,11 @@ async fn a_source_never_takes_back_a_unit_recorded_on_a_third_node_meanwhile() {
     use ferry::ObjectGeneration;
     use ferry::cluster::authority::{UnitRecord, unit_key};
     use ferry::store::{BatchOutcome, Condition, Op};
-    use ferry_tests::faults::HeldStore;
+    use ferry_tests::faults::FaultyStore;
 
     // n2's writes can be held: its commit then hangs, and the source hears nothing back.
     let mut cluster = Cluster::start(1, registry).await;
-    let held = HeldStore::new(cluster.store.clone());
+    let held = FaultyStore::new(cluster.store.clone());
     let config = cluster.config("n2").store(held.clone());
     cluster.add_with(config, registry()).await;
     let n3 = cluster.add("n3", registry()).await;
@@ -1085,9 +1085,9 @@ async fn a_moves_report_accounts_for_its_pause_phase_by_phase() {
 }
 
 /// A node whose reads of unit records fail on command (n2), beside a room's owner (n1).
-async fn owner_and_failing_reader() -> (Cluster, Arc<ferry_tests::faults::FailingStore>) {
+async fn owner_and_failing_reader() -> (Cluster, Arc<ferry_tests::faults::FaultyStore>) {
     let mut cluster = Cluster::start(1, registry).await;
-    let failing = ferry_tests::faults::FailingStore::new(cluster.store.clone());
+    let failing = ferry_tests::faults::FaultyStore::new(cluster.store.clone());
     let config = cluster.config("n2").store(failing.clone());
     cluster.add_with(config, registry()).await;
     (cluster, failing)
