@@ -40,6 +40,11 @@ pub use tls::{ClusterCa, NodeCert, NodeTls, TlsError, node_dns_name, node_file_s
 
 use crate::ids::NodeId;
 
+/// The default [`MeshConfig::keep_alive`].
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(1);
+/// The default [`MeshConfig::idle_timeout`]: a dead link is noticed within this.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// What the mesh can carry: any serde type that can move between tasks.
 pub trait MeshFrame: Serialize + DeserializeOwned + Send + 'static {}
 
@@ -89,7 +94,7 @@ pub struct MeshConfig {
 }
 
 impl MeshConfig {
-    /// A config with defaults suited to a LAN: 16 MiB frames, 2 s keep-alive, 10 s idle
+    /// A config with defaults suited to a LAN: 16 MiB frames, 1 s keep-alive, 5 s idle
     /// timeout, 100 ms initial RTT, 5 s handshakes, redials from 100 ms to 5 s.
     pub fn new(node: NodeId, listen: SocketAddr, tls: NodeTls) -> Self {
         Self {
@@ -97,8 +102,8 @@ impl MeshConfig {
             listen,
             tls,
             max_frame: DEFAULT_MAX_FRAME,
-            keep_alive: Duration::from_secs(2),
-            idle_timeout: Duration::from_secs(10),
+            keep_alive: DEFAULT_KEEP_ALIVE,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             initial_rtt: Duration::from_millis(100),
             handshake_timeout: Duration::from_secs(5),
             reconnect_min: Duration::from_millis(100),

@@ -220,6 +220,8 @@ impl Node {
                     MeshConfig::new(config.id.clone(), settings.listen, settings.tls.clone());
                 mesh_config.max_frame = settings.max_frame;
                 mesh_config.initial_rtt = settings.initial_rtt;
+                mesh_config.keep_alive = settings.keep_alive;
+                mesh_config.idle_timeout = settings.idle_timeout;
                 mesh_config.sockets = settings.sockets.clone();
                 let (mesh, inbound) = Mesh::bind(mesh_config).await?;
                 for (peer, addr) in &settings.seeds {
