@@ -19,6 +19,7 @@
 pub mod codec;
 mod handshake;
 mod link;
+mod sequence;
 pub(crate) mod socket;
 pub mod tls;
 
@@ -44,6 +45,9 @@ use crate::ids::NodeId;
 pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(1);
 /// The default [`MeshConfig::idle_timeout`]: a dead link is noticed within this.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The default [`MeshConfig::unacked_bytes`].
+pub const DEFAULT_UNACKED_BYTES: usize = 64 * 1024 * 1024;
 
 /// What the mesh can carry: any serde type that can move between tasks.
 pub trait MeshFrame: Serialize + DeserializeOwned + Send + 'static {}
@@ -86,6 +90,10 @@ pub struct MeshConfig {
     pub reconnect_max: Duration,
     /// Frames queued per peer before [`Mesh::send`] reports [`MeshError::Backlogged`].
     pub send_queue: usize,
+    /// Bytes of frames sent to one peer and kept until it acknowledges them (to send again
+    /// after a link reset). Past it, frames wait in the queue, and once `send_queue` is full
+    /// too, [`Mesh::send`] reports [`MeshError::Backlogged`].
+    pub unacked_bytes: usize,
     /// Frames received but not yet taken from the inbound receiver before readers wait.
     pub inbound_queue: usize,
     /// Where the endpoint's UDP socket comes from: the operating system unless a network
@@ -109,6 +117,7 @@ impl MeshConfig {
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
             send_queue: 65_536,
+            unacked_bytes: DEFAULT_UNACKED_BYTES,
             inbound_queue: 4_096,
             sockets: Arc::new(OsSockets),
         }
@@ -144,8 +153,10 @@ impl MeshConfig {
                 "handshake_timeout, reconnect_min and initial_rtt must be non-zero".to_owned(),
             );
         }
-        if self.send_queue == 0 || self.inbound_queue == 0 {
-            return bad("send_queue and inbound_queue must be at least 1".to_owned());
+        if self.send_queue == 0 || self.inbound_queue == 0 || self.unacked_bytes == 0 {
+            return bad(
+                "send_queue, inbound_queue and unacked_bytes must be at least 1".to_owned(),
+            );
         }
         Ok(())
     }
@@ -304,6 +315,13 @@ impl<F: MeshFrame> Mesh<F> {
     /// is reported to the caller rather than to the peer.
     pub fn send(&self, to: &NodeId, frame: F) -> Result<(), MeshError> {
         self.shared.send(to, frame)
+    }
+
+    /// Frames [`Mesh::send`] accepted that were never acknowledged by their peer, because it
+    /// was removed, restarted, or the mesh closed first; each is also logged (warn) and counted
+    /// in the `ferry_mesh_frames_lost_total` metric.
+    pub fn frames_lost(&self) -> u64 {
+        self.shared.frames_lost()
     }
 
     /// Every known peer and where its connection stands, ordered by node id.
