@@ -500,14 +500,23 @@ impl<F: MeshFrame> Shared<F> {
             }
         }
         self.inbound.lock().take();
-        if let Some(endpoint) = endpoint {
-            endpoint.wait_idle().await;
-        }
         let released = self.socket_released.lock().take();
-        if let Some(released) = released {
-            // Resolves (with an error, the sender being dropped) once the socket is closed.
-            let _ = released.await;
-            info!(node = %self.local, "mesh closed");
+        let linger = async {
+            if let Some(endpoint) = endpoint {
+                endpoint.wait_idle().await;
+            }
+            if let Some(released) = released {
+                // Resolves (with an error, the sender being dropped) once the socket is closed.
+                let _ = released.await;
+            }
+        };
+        // A connection to a silent peer drains for a few of its retransmit timeouts, which
+        // backoff can stretch to seconds; a node's shutdown deadline must not wait for that.
+        match tokio::time::timeout(super::CLOSE_LINGER, linger).await {
+            Ok(()) => info!(node = %self.local, "mesh closed"),
+            Err(_) => info!(node = %self.local, linger = ?super::CLOSE_LINGER,
+                "mesh closed; a connection to a silent peer still drains, so the port is \
+                 freed a little later"),
         }
     }
 }

@@ -49,6 +49,9 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default [`MeshConfig::unacked_bytes`].
 pub const DEFAULT_UNACKED_BYTES: usize = 64 * 1024 * 1024;
 
+/// The longest [`Mesh::close`] waits for connections to drain and the port to be freed.
+pub const CLOSE_LINGER: Duration = Duration::from_secs(1);
+
 /// What the mesh can carry: any serde type that can move between tasks.
 pub trait MeshFrame: Serialize + DeserializeOwned + Send + 'static {}
 
@@ -338,7 +341,9 @@ impl<F: MeshFrame> Mesh<F> {
     }
 
     /// Closes every connection (peers see [`CloseCode::Shutdown`]), stops every task and
-    /// releases the port, returning once all of it is done.
+    /// releases the port, returning once all of it is done, or after [`CLOSE_LINGER`] of
+    /// waiting for connections to drain (one to a silent peer can take longer; the port is
+    /// then freed when it has).
     pub async fn close(&self) {
         self.shared.close().await;
     }
