@@ -411,7 +411,8 @@ impl<F: MeshFrame> Shared<F> {
         self.peer(&node, Some(addr)).map(|_| ())
     }
 
-    /// Forgets a peer: its task ends, closing its connection, and what was queued for it is dropped.
+    /// Forgets a peer: its task ends, closing its connection, and what was queued or
+    /// unacknowledged for it is dropped and reported lost.
     pub(crate) fn remove_peer(&self, node: &NodeId) -> bool {
         self.peers.write().map.remove(node).is_some()
     }

@@ -12,9 +12,14 @@
 //! - `socket`: binds the UDP socket (see [`SocketFactory`]) and tells [`Mesh::close`] when
 //!   the port is free again.
 //!
+//! - `sequence`: numbering, acknowledgement and repeat detection, as plain data.
+//!
 //! Frames to one peer arrive in the order [`Mesh::send`] queued them, because they all
-//! travel on one QUIC stream; a connection that drops loses what was in flight on it,
-//! and frames queued while no connection is up wait for the next one.
+//! travel on one QUIC stream, and each arrives once: the sender keeps what the peer has
+//! not acknowledged and sends it again, first, on the next connection, and the receiver
+//! drops numbers it already delivered. Frames queued while no connection is up wait for the
+//! next one. Only a peer that restarts, or is removed, or a mesh that closes first loses
+//! frames; those are counted ([`Mesh::frames_lost`]), logged and metered.
 
 pub mod codec;
 mod handshake;
@@ -307,7 +312,8 @@ impl<F: MeshFrame> Mesh<F> {
     }
 
     /// Forgets a peer that left the cluster: its connection closes and frames still queued
-    /// for it are dropped. Returns whether it was known.
+    /// or unacknowledged for it are dropped, and counted in [`Mesh::frames_lost`]. Returns
+    /// whether it was known.
     pub fn remove_peer(&self, node: &NodeId) -> bool {
         self.shared.remove_peer(node)
     }
