@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use ferry::mesh::PeerState;
 use ferry::store::{LocationStore, MemoryStore};
-use ferry::{Node, Registry, SHUTDOWN_MARGIN, ShutdownOutcome, ShutdownReason};
+use ferry::{Node, Registry, SHUTDOWN_MARGIN, ShutdownOutcome, ShutdownReason, SpotId};
+use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::cluster::Cluster;
 use ferry_tests::cut_socket::CutSockets;
 use ferry_tests::faults::HeldStore;
@@ -45,6 +46,71 @@ async fn wait_dialling(node: &Node, peer: &Node) {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("{} never redialled {}", node.id(), peer.id());
+}
+
+fn registry() -> Registry {
+    let mut reg = Registry::new();
+    reg.register(ping::ping());
+    reg
+}
+
+fn spot(id: &str) -> SpotId {
+    SpotId::new(id).expect("valid id")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tells_across_a_link_silent_past_its_idle_timeout_each_run_once_in_order() {
+    // n1 alone places the room on itself; n2, whose link to n1 can be cut, joins after.
+    let mut cluster = Cluster::start(1, registry).await;
+    let n1 = cluster.node("n1").clone();
+    let room = spot("room");
+    n1.create_spot(ping::PING, &room).await.expect("created");
+    let cut = CutSockets::default();
+    let mut config = cluster.config("n2");
+    if let Some(mesh) = config.mesh.as_mut() {
+        mesh.sockets = Arc::new(cut.clone());
+        mesh.keep_alive = Duration::from_millis(200);
+        mesh.idle_timeout = Duration::from_secs(1);
+    }
+    let n2 = cluster.add_with(config, registry()).await;
+    let sender = spot("sender");
+    let tell = |n: u64| {
+        n2.tell(
+            &room,
+            PingMsg::Ping {
+                from: sender.clone(),
+                n,
+            },
+        )
+        .expect("told");
+    };
+    (0..1000).for_each(tell);
+    cut.cut(n1.mesh_addr().expect("n1 has a mesh"));
+    (1000..2000).for_each(tell);
+    wait_link_lost(&n2, &n1).await;
+    (2000..3000).for_each(tell);
+    cut.heal();
+
+    let ask = Duration::from_secs(10);
+    let mut report = PingReport::default();
+    for _ in 0..500 {
+        report = n2
+            .request(&room, PingMsg::Report, ask)
+            .await
+            .expect("report");
+        if report.pings.get("sender").is_some_and(|p| p.len() >= 3000) {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let got = report.pings.get("sender").cloned().unwrap_or_default();
+    assert_eq!(got.len(), 3000, "tells that ran");
+    assert_eq!(
+        got,
+        (0..3000).collect::<Vec<u64>>(),
+        "each ran once, in order"
+    );
+    cluster.shutdown().await;
 }
 
 #[tokio::test]
