@@ -36,8 +36,8 @@ pub use cluster::recovery::RecoveryEvent;
 pub use error::{DeferError, MessageError, RegistrationError, StartError, UnitError};
 pub use ids::{ActorId, InvalidId, NodeId, ObjectGeneration, SpotId, UnitId};
 pub use node::{
-    MeshSettings, Node, NodeConfig, NodeState, ReplyTo, ShutdownOutcome, ShutdownReason, Target,
-    UnitRef,
+    MeshSettings, Node, NodeConfig, NodeState, ReplyTo, SHUTDOWN_MARGIN, ShutdownOutcome,
+    ShutdownReason, TEARDOWN_GRACE, Target, UnitRef,
 };
 pub use registry::{
     AdapterError, ExecutionMode, FactoryKind, OnPanic, PolicyKind, ReadinessMode, Registration,

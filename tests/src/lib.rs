@@ -1,6 +1,7 @@
 //! Shared harness for the Ferry integration tests.
 
 pub mod cluster;
+pub mod cut_socket;
 pub mod faults;
 pub mod invariants;
 pub mod redis_server;

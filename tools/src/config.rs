@@ -55,6 +55,8 @@ pub const KEYS: &[&str] = &[
     "recover_units",
     "recovery_sweep_ms",
     "max_frame_bytes",
+    "mesh_keep_alive_ms",
+    "mesh_idle_timeout_ms",
     "max_state_bytes",
     "max_requests_in_flight",
     "seeds",
@@ -116,6 +118,10 @@ pub struct NodeFile {
     /// The largest frame a peer node may send on the mesh, in bytes.
     #[serde(default = "default_max_frame_bytes")]
     pub max_frame_bytes: usize,
+    /// How often an idle mesh connection is pinged, in milliseconds.
+    pub mesh_keep_alive_ms: Option<u64>,
+    /// How long a mesh connection may hear nothing before it is declared lost, in milliseconds.
+    pub mesh_idle_timeout_ms: Option<u64>,
     /// The largest capture of a unit this node sends or takes in a move, in bytes.
     #[serde(default = "default_max_state_bytes")]
     pub max_state_bytes: u64,
@@ -259,6 +265,10 @@ pub struct NodeSettings {
     pub recovery_sweep: Duration,
     /// The largest mesh frame a peer may send.
     pub max_frame: usize,
+    /// How often an idle mesh connection is pinged.
+    pub mesh_keep_alive: Duration,
+    /// How long a silent mesh connection lasts before it is declared lost.
+    pub mesh_idle_timeout: Duration,
     /// The largest capture a move sends or takes.
     pub max_state: u64,
     /// The requests that may wait for replies at once.
@@ -514,6 +524,30 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
             ),
         ));
     }
+    let mesh_keep_alive = positive_ms(
+        "mesh_keep_alive_ms",
+        file.mesh_keep_alive_ms,
+        ferry::mesh::DEFAULT_KEEP_ALIVE,
+    )
+    .map_err(|(key, reason)| invalid(key, reason))?;
+    let mesh_idle_timeout = positive_ms(
+        "mesh_idle_timeout_ms",
+        file.mesh_idle_timeout_ms,
+        ferry::mesh::DEFAULT_IDLE_TIMEOUT,
+    )
+    .map_err(|(key, reason)| invalid(key, reason))?;
+    if mesh_keep_alive >= mesh_idle_timeout {
+        return Err(invalid(
+            "mesh_keep_alive_ms",
+            format!(
+                "it must be shorter than mesh_idle_timeout_ms ({} ms), or idle links are \
+                 dropped; the defaults are {} and {}",
+                mesh_idle_timeout.as_millis(),
+                ferry::mesh::DEFAULT_KEEP_ALIVE.as_millis(),
+                ferry::mesh::DEFAULT_IDLE_TIMEOUT.as_millis()
+            ),
+        ));
+    }
     if file.max_state_bytes == 0 {
         return Err(invalid(
             "max_state_bytes",
@@ -539,6 +573,8 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
         recover_units: file.recover_units,
         recovery_sweep: Duration::from_millis(file.recovery_sweep_ms),
         max_frame: file.max_frame_bytes,
+        mesh_keep_alive,
+        mesh_idle_timeout,
         max_state: file.max_state_bytes,
         max_requests_in_flight: file.max_requests_in_flight,
         seeds,
@@ -746,6 +782,13 @@ mod tests {
         assert_eq!(s.max_state, framework.max_state);
         assert_eq!(s.max_requests_in_flight, framework.max_requests_in_flight);
         assert_eq!(s.max_frame, ferry::mesh::DEFAULT_MAX_FRAME);
+        assert_eq!(
+            (s.mesh_keep_alive, s.mesh_idle_timeout),
+            (
+                ferry::mesh::DEFAULT_KEEP_ALIVE,
+                ferry::mesh::DEFAULT_IDLE_TIMEOUT
+            )
+        );
         assert_eq!(s.mesh_listen.to_string(), "127.0.0.1:0");
         assert_eq!(s.store, StoreChoice::Memory);
         assert_eq!(s.certs, Path::new("/etc/ferry/certs"));
@@ -772,6 +815,8 @@ mod tests {
         recover_units = false
         recovery_sweep_ms = 2000
         max_frame_bytes = 1048576
+        mesh_keep_alive_ms = 300
+        mesh_idle_timeout_ms = 2000
         max_state_bytes = 4096
         max_requests_in_flight = 64
         seeds = ["p2@10.0.0.12:7000", "p@3@10.0.0.13:7000"]
@@ -813,6 +858,10 @@ mod tests {
         assert_eq!(
             (s.max_frame, s.max_state, s.max_requests_in_flight),
             (1_048_576, 4096, 64)
+        );
+        assert_eq!(
+            (s.mesh_keep_alive, s.mesh_idle_timeout),
+            (Duration::from_millis(300), Duration::from_millis(2000))
         );
         let seeds: Vec<String> = s.seeds.iter().map(|(n, a)| format!("{n}={a}")).collect();
         assert_eq!(seeds, ["p2=10.0.0.12:7000", "p@3=10.0.0.13:7000"]);
@@ -896,6 +945,16 @@ mod tests {
         );
         let e = parse_err("id = \"a\"\ncerts = \"c\"\nmax_requests_in_flight = 0\n");
         assert!(e.contains("max_requests_in_flight"), "{e}");
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nmesh_idle_timeout_ms = 0\n");
+        assert!(
+            e.contains("mesh_idle_timeout_ms") && e.contains("above 0"),
+            "{e}"
+        );
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nmesh_keep_alive_ms = 5000\n");
+        assert!(
+            e.contains("mesh_keep_alive_ms") && e.contains("shorter than mesh_idle_timeout_ms"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -222,6 +222,8 @@ async fn node_config(settings: &NodeSettings) -> Result<NodeConfig, NodeError> {
     let mut mesh = MeshSettings::new(settings.mesh_listen, tls);
     mesh.seeds = settings.seeds.clone();
     mesh.max_frame = settings.max_frame;
+    mesh.keep_alive = settings.mesh_keep_alive;
+    mesh.idle_timeout = settings.mesh_idle_timeout;
     let mut config = NodeConfig::new(settings.id.clone())
         .app_version(settings.app_version.clone())
         .store(store)

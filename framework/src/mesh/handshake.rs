@@ -21,8 +21,17 @@ pub(crate) enum Wire<F> {
     Hello(Hello),
     /// First frame of the acceptor, once it keeps the connection.
     Welcome(Hello),
-    /// An application frame.
+    /// An application frame; its number is one more than the frame before it on this stream.
     Frame(F),
+    /// Sent first after the handshake: the number of the next `Frame` on this stream.
+    Resume(u64),
+    /// Every frame of sending incarnation `instance` up to number `upto` was delivered.
+    Ack {
+        /// The incarnation of the frames' sender.
+        instance: u64,
+        /// The highest number delivered, all before it delivered too.
+        upto: u64,
+    },
 }
 
 /// Who is speaking: the node id (checked against its certificate) and the incarnation.
@@ -128,7 +137,7 @@ pub(crate) fn check_hello<F>(
                 "first frame was a welcome; the dialler must send a hello",
             ));
         }
-        Wire::Frame(_) => {
+        Wire::Frame(_) | Wire::Resume(_) | Wire::Ack { .. } => {
             return Err(Refusal::new(
                 CloseCode::Unexpected,
                 "first frame was an application frame; the dialler must send a hello",

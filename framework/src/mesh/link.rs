@@ -13,6 +13,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,7 +21,7 @@ use futures_util::StreamExt;
 use parking_lot::{Mutex, RwLock};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{Connection, ConnectionError, Endpoint, RecvStream, SendStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
@@ -31,6 +32,7 @@ use super::handshake::{
     Backoff, CloseCode, Hello, Holding, Refusal, Verdict, Wire, check_hello, check_welcome,
     judge_inbound,
 };
+use super::sequence::{Inbox, Outbox};
 use super::socket::bind_endpoint;
 use super::tls;
 use super::{Direction, Inbound, MeshConfig, MeshError, MeshFrame, PeerInfo, PeerState};
@@ -40,6 +42,8 @@ use crate::ids::NodeId;
 const WRITE_BATCH: usize = 256;
 /// Longest close reason sent to a peer; QUIC must fit it in one packet.
 const MAX_REASON: usize = 200;
+/// How long a receiver gathers deliveries before it acknowledges them in one frame.
+const ACK_DELAY: Duration = Duration::from_millis(2);
 
 type Reader<F> = FramedRead<RecvStream, FrameCodec<Wire<F>>>;
 type DialFuture<F> = Pin<Box<dyn Future<Output = Result<Dialled<F>, DialError>> + Send>>;
@@ -52,12 +56,17 @@ struct Settings {
     reconnect_min: Duration,
     reconnect_max: Duration,
     send_queue: usize,
+    unacked_bytes: usize,
 }
 
 /// State shared by the [`Mesh`](super::Mesh) handles and every mesh task.
 pub(crate) struct Shared<F> {
     local: NodeId,
     local_addr: SocketAddr,
+    /// This incarnation, as sent in the hello; acks name it.
+    instance: u64,
+    /// Frames accepted by `send` that no peer acknowledged before it was dropped or the mesh closed.
+    lost: AtomicU64,
     settings: Settings,
     client_config: quinn::ClientConfig,
     encoder: FrameCodec<Wire<F>>,
@@ -183,6 +192,9 @@ enum Event<F> {
     Dialled(Result<Dialled<F>, DialError>),
     Wake,
     ReaderDone,
+    AckOwed,
+    AckDue,
+    Acked,
 }
 
 fn close(conn: &Connection, code: CloseCode, reason: &str) {
@@ -273,12 +285,15 @@ impl<F: MeshFrame> Shared<F> {
         let shared = Arc::new(Self {
             local: config.node,
             local_addr,
+            instance,
+            lost: AtomicU64::new(0),
             settings: Settings {
                 max_frame: config.max_frame,
                 handshake_timeout: config.handshake_timeout,
                 reconnect_min: config.reconnect_min,
                 reconnect_max: config.reconnect_max,
                 send_queue: config.send_queue,
+                unacked_bytes: config.unacked_bytes,
             },
             client_config,
             encoder,
@@ -305,6 +320,21 @@ impl<F: MeshFrame> Shared<F> {
 
     pub(crate) fn local(&self) -> &NodeId {
         &self.local
+    }
+
+    /// Counts, logs and meters frames `send` accepted that `peer` will never acknowledge.
+    fn report_lost(&self, peer: &NodeId, frames: usize, why: &str) {
+        if frames == 0 {
+            return;
+        }
+        self.lost.fetch_add(frames as u64, Ordering::Relaxed);
+        metrics::counter!("ferry_mesh_frames_lost_total").increment(frames as u64);
+        warn!(%peer, frames, reason = why,
+            "frames accepted for a peer were never acknowledged; they may not have run");
+    }
+
+    pub(crate) fn frames_lost(&self) -> u64 {
+        self.lost.load(Ordering::Relaxed)
     }
 
     pub(crate) fn local_addr(&self) -> SocketAddr {
@@ -356,6 +386,9 @@ impl<F: MeshFrame> Shared<F> {
             readers: JoinSet::new(),
             batch: Vec::with_capacity(WRITE_BATCH),
             links: 0,
+            outbox: Outbox::default(),
+            sync: Arc::new(PeerSync::default()),
+            ack_due: None,
         };
         self.tasks.lock().spawn_on(task.run(), &self.runtime);
         let handle = PeerHandle {
@@ -378,7 +411,8 @@ impl<F: MeshFrame> Shared<F> {
         self.peer(&node, Some(addr)).map(|_| ())
     }
 
-    /// Forgets a peer: its task ends, closing its connection, and what was queued for it is dropped.
+    /// Forgets a peer: its task ends, closing its connection, and what was queued or
+    /// unacknowledged for it is dropped and reported lost.
     pub(crate) fn remove_peer(&self, node: &NodeId) -> bool {
         self.peers.write().map.remove(node).is_some()
     }
@@ -467,14 +501,23 @@ impl<F: MeshFrame> Shared<F> {
             }
         }
         self.inbound.lock().take();
-        if let Some(endpoint) = endpoint {
-            endpoint.wait_idle().await;
-        }
         let released = self.socket_released.lock().take();
-        if let Some(released) = released {
-            // Resolves (with an error, the sender being dropped) once the socket is closed.
-            let _ = released.await;
-            info!(node = %self.local, "mesh closed");
+        let linger = async {
+            if let Some(endpoint) = endpoint {
+                endpoint.wait_idle().await;
+            }
+            if let Some(released) = released {
+                // Resolves (with an error, the sender being dropped) once the socket is closed.
+                let _ = released.await;
+            }
+        };
+        // A connection to a silent peer drains for a few of its retransmit timeouts, which
+        // backoff can stretch to seconds; a node's shutdown deadline must not wait for that.
+        match tokio::time::timeout(super::CLOSE_LINGER, linger).await {
+            Ok(()) => info!(node = %self.local, "mesh closed"),
+            Err(_) => info!(node = %self.local, linger = ?super::CLOSE_LINGER,
+                "mesh closed; a connection to a silent peer still drains, so the port is \
+                 freed a little later"),
         }
     }
 }
@@ -651,14 +694,33 @@ async fn dial<F: MeshFrame>(
     }
 }
 
-/// Reads one connection's frames into the inbound queue until it ends or misbehaves.
-async fn read_frames<F: MeshFrame>(
+/// One connection's reader: who is on the other end, and where its frames go.
+struct ReadFrames<F> {
     from: NodeId,
+    /// The peer's incarnation on this connection.
+    instance: u64,
+    /// Ours, which the peer's acks name.
+    local_instance: u64,
     conn: Connection,
-    mut reader: Reader<F>,
     inbound: mpsc::Sender<Inbound<F>>,
     cancel: CancellationToken,
-) {
+    sync: Arc<PeerSync>,
+}
+
+/// Reads one connection's frames into the inbound queue until it ends or misbehaves,
+/// dropping repeats and noting what to acknowledge.
+async fn read_frames<F: MeshFrame>(r: ReadFrames<F>, mut reader: Reader<F>) {
+    let ReadFrames {
+        from,
+        instance,
+        local_instance,
+        conn,
+        inbound,
+        cancel,
+        sync,
+    } = r;
+    // The number of the next frame on this stream, once the peer said it.
+    let mut numbered: Option<u64> = None;
     loop {
         let next = tokio::select! {
             biased;
@@ -667,14 +729,41 @@ async fn read_frames<F: MeshFrame>(
         };
         let refusal = match next {
             Some(Ok(Wire::Frame(frame))) => {
-                let delivered = tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => return,
-                    sent = inbound.send(Inbound { from: from.clone(), frame }) => sent.is_ok(),
-                };
-                if !delivered {
-                    debug!(peer = %from, "inbound receiver dropped; no longer reading this peer");
+                let Some(seq) = numbered else {
+                    let refusal = Refusal::new(CloseCode::Unexpected, "frame before resume");
+                    refuse(&conn, Some(&from), &refusal);
                     return;
+                };
+                numbered = Some(seq + 1);
+                let mut inbox = sync.inbox.lock().await;
+                if inbox.admit(instance, seq) {
+                    let delivered = tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => return,
+                        sent = inbound.send(Inbound { from: from.clone(), frame }) => sent.is_ok(),
+                    };
+                    if !delivered {
+                        debug!(peer = %from, "inbound receiver dropped; no longer reading this peer");
+                        return;
+                    }
+                }
+                *sync.owed.lock() = inbox.ack();
+                drop(inbox);
+                sync.ack_owed.notify_one();
+                continue;
+            }
+            Some(Ok(Wire::Resume(first))) => {
+                numbered = Some(first);
+                continue;
+            }
+            Some(Ok(Wire::Ack {
+                instance: acked,
+                upto,
+            })) => {
+                // An ack for an earlier incarnation of ours is stale: those frames are gone.
+                if acked == local_instance {
+                    sync.peer_acked.fetch_max(upto, Ordering::AcqRel);
+                    sync.acked.notify_one();
                 }
                 continue;
             }
@@ -707,6 +796,27 @@ struct PeerTask<F> {
     readers: JoinSet<()>,
     batch: Vec<Bytes>,
     links: u64,
+    /// What was written to the peer and not yet acknowledged.
+    outbox: Outbox,
+    sync: Arc<PeerSync>,
+    /// When the acknowledgement owed to the peer is written, once one is owed.
+    ack_due: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+/// What this peer's readers tell its task: acknowledgements received and owed.
+#[derive(Default)]
+struct PeerSync {
+    /// What was delivered from the peer. Held across a delivery, so two readers of one peer
+    /// (an old connection ending while its replacement starts) never deliver out of order.
+    inbox: tokio::sync::Mutex<Inbox>,
+    /// The acknowledgement to send: the peer's incarnation and the highest number delivered.
+    owed: Mutex<Option<(u64, u64)>>,
+    /// Something was delivered (or dropped as a repeat) since the last acknowledgement.
+    ack_owed: Notify,
+    /// The highest number of ours the peer acknowledged.
+    peer_acked: AtomicU64,
+    /// `peer_acked` grew.
+    acked: Notify,
 }
 
 impl<F: MeshFrame> PeerTask<F> {
@@ -730,7 +840,7 @@ impl<F: MeshFrame> PeerTask<F> {
                     self.retry()
                 }
                 Event::Out(_) => match mode {
-                    Mode::Ready(link) => self.write_batch(link).await,
+                    Mode::Ready(link) => self.write_new(link).await,
                     other => other,
                 },
                 Event::Dialled(Ok(dialled)) => {
@@ -740,7 +850,7 @@ impl<F: MeshFrame> PeerTask<F> {
                         dialled_by_us: true,
                         instance: dialled.welcome.instance,
                     };
-                    self.install(link, dialled.reader)
+                    self.install(link, dialled.reader).await
                 }
                 Event::Dialled(Err(e)) => {
                     self.log_dial_failure(&e);
@@ -748,6 +858,22 @@ impl<F: MeshFrame> PeerTask<F> {
                 }
                 Event::Wake => self.dial(),
                 Event::ReaderDone => mode,
+                Event::AckOwed => {
+                    self.ack_due = Some(Box::pin(tokio::time::sleep(ACK_DELAY)));
+                    mode
+                }
+                Event::AckDue => {
+                    self.ack_due = None;
+                    match mode {
+                        Mode::Ready(link) => self.write_ack(link).await,
+                        other => other,
+                    }
+                }
+                Event::Acked => {
+                    self.outbox
+                        .ack(self.sync.peer_acked.load(Ordering::Acquire));
+                    mode
+                }
             };
             self.publish(&mode);
         }
@@ -756,6 +882,13 @@ impl<F: MeshFrame> PeerTask<F> {
         }
         drop(mode);
         self.readers.shutdown().await;
+        self.out.close();
+        let mut lost = self.outbox.clear();
+        while self.out.try_recv().is_ok() {
+            lost += 1;
+        }
+        self.shared
+            .report_lost(&self.node, lost, "the peer was removed or the mesh closed");
     }
 
     async fn next_event(&mut self, mode: &mut Mode<F>) -> Event<F> {
@@ -784,14 +917,29 @@ impl<F: MeshFrame> PeerTask<F> {
                 d = dial.as_mut() => Event::Dialled(d),
                 Some(_) = readers.join_next(), if has_readers => Event::ReaderDone,
             },
-            Mode::Ready(link) => tokio::select! {
-                biased;
-                _ = cancel.cancelled() => Event::Cancel,
-                c = ctrl.recv() => Event::Ctrl(c),
-                e = link.conn.closed() => Event::Lost(e),
-                n = self.out.recv_many(&mut self.batch, WRITE_BATCH) => Event::Out(n),
-                Some(_) = readers.join_next(), if has_readers => Event::ReaderDone,
-            },
+            Mode::Ready(link) => {
+                let room = self.outbox.bytes() < self.shared.settings.unacked_bytes;
+                let ack_owed = self.ack_due.is_none();
+                let ack_due = async {
+                    match self.ack_due.as_mut() {
+                        Some(due) => due.as_mut().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => Event::Cancel,
+                    c = ctrl.recv() => Event::Ctrl(c),
+                    e = link.conn.closed() => Event::Lost(e),
+                    () = self.sync.acked.notified() => Event::Acked,
+                    () = ack_due => Event::AckDue,
+                    () = self.sync.ack_owed.notified(), if ack_owed => Event::AckOwed,
+                    // Past the bound of unacknowledged bytes, frames wait in the queue, which
+                    // fills until `send` reports `Backlogged`.
+                    n = self.out.recv_many(&mut self.batch, WRITE_BATCH), if room => Event::Out(n),
+                    Some(_) = readers.join_next(), if has_readers => Event::ReaderDone,
+                }
+            }
         }
     }
 
@@ -885,7 +1033,7 @@ impl<F: MeshFrame> PeerTask<F> {
                             dialled_by_us: false,
                             instance: offer.hello.instance,
                         };
-                        self.install(link, offer.reader)
+                        self.install(link, offer.reader).await
                     }
                     Err(reason) => {
                         debug!(peer = %self.node, %reason, "peer left before our welcome");
@@ -917,19 +1065,77 @@ impl<F: MeshFrame> PeerTask<F> {
         }
     }
 
-    fn install(&mut self, link: Link, reader: Reader<F>) -> Mode<F> {
+    /// Starts reading a new connection and sends on it, first, every frame not yet
+    /// acknowledged, from the oldest.
+    async fn install(&mut self, link: Link, reader: Reader<F>) -> Mode<F> {
         self.backoff.reset();
         self.links += 1;
+        let lost = self.outbox.connected(link.instance);
+        self.shared.report_lost(
+            &self.node,
+            lost,
+            "the peer restarted before acknowledging them",
+        );
         info!(peer = %self.node, remote = %link.conn.remote_address(),
-            dialled_by_us = link.dialled_by_us, "mesh link ready");
+            dialled_by_us = link.dialled_by_us, resent = self.outbox.len(), "mesh link ready");
         self.readers.spawn(read_frames(
-            self.node.clone(),
-            link.conn.clone(),
+            ReadFrames {
+                from: self.node.clone(),
+                instance: link.instance,
+                local_instance: self.shared.instance,
+                conn: link.conn.clone(),
+                inbound: self.inbound.clone(),
+                cancel: self.shared.cancel.clone(),
+                sync: self.sync.clone(),
+            },
             reader,
-            self.inbound.clone(),
-            self.shared.cancel.clone(),
         ));
-        Mode::Ready(link)
+        match self
+            .shared
+            .encoder
+            .encode_frame(&Wire::Resume(self.outbox.first()))
+        {
+            Ok(resume) => self.batch.push(resume),
+            Err(e) => {
+                error!(peer = %self.node, error = %e, "could not encode a resume frame");
+                close(
+                    &link.conn,
+                    CloseCode::Malformed,
+                    "resume frame not encodable",
+                );
+                return self.retry();
+            }
+        }
+        self.batch.extend(self.outbox.pending().cloned());
+        self.write_batch(link).await
+    }
+
+    /// Keeps the frames just taken from the queue until acknowledged, then writes them.
+    async fn write_new(&mut self, link: Link) -> Mode<F> {
+        for frame in &self.batch {
+            self.outbox.push(frame.clone());
+        }
+        self.write_batch(link).await
+    }
+
+    /// Writes the acknowledgement owed to the peer.
+    async fn write_ack(&mut self, link: Link) -> Mode<F> {
+        let owed = *self.sync.owed.lock();
+        let Some((instance, upto)) = owed else {
+            return Mode::Ready(link);
+        };
+        match self
+            .shared
+            .encoder
+            .encode_frame(&Wire::<F>::Ack { instance, upto })
+        {
+            Ok(ack) => self.batch.push(ack),
+            Err(e) => {
+                error!(peer = %self.node, error = %e, "could not encode an ack frame");
+                return Mode::Ready(link);
+            }
+        }
+        self.write_batch(link).await
     }
 
     async fn write_batch(&mut self, mut link: Link) -> Mode<F> {
@@ -941,13 +1147,12 @@ impl<F: MeshFrame> PeerTask<F> {
             }
             r = link.send.write_all_chunks(&mut self.batch) => r,
         };
-        let lost = self.batch.len();
         self.batch.clear();
         match written {
             Ok(()) => Mode::Ready(link),
             Err(e) => {
-                info!(peer = %self.node, error = %e, frames = lost,
-                    "mesh link lost while writing; frames in that write are dropped");
+                info!(peer = %self.node, error = %e, unacknowledged = self.outbox.len(),
+                    "mesh link lost while writing; what it did not acknowledge is sent again");
                 if link.conn.close_reason().is_none() {
                     close(
                         &link.conn,

@@ -12,13 +12,19 @@
 //! - `socket`: binds the UDP socket (see [`SocketFactory`]) and tells [`Mesh::close`] when
 //!   the port is free again.
 //!
+//! - `sequence`: numbering, acknowledgement and repeat detection, as plain data.
+//!
 //! Frames to one peer arrive in the order [`Mesh::send`] queued them, because they all
-//! travel on one QUIC stream; a connection that drops loses what was in flight on it,
-//! and frames queued while no connection is up wait for the next one.
+//! travel on one QUIC stream, and each arrives once: the sender keeps what the peer has
+//! not acknowledged and sends it again, first, on the next connection, and the receiver
+//! drops numbers it already delivered. Frames queued while no connection is up wait for the
+//! next one. Only a peer that restarts, or is removed, or a mesh that closes first loses
+//! frames; those are counted ([`Mesh::frames_lost`]), logged and metered.
 
 pub mod codec;
 mod handshake;
 mod link;
+mod sequence;
 pub(crate) mod socket;
 pub mod tls;
 
@@ -39,6 +45,17 @@ pub use socket::{OsSockets, SocketFactory};
 pub use tls::{ClusterCa, NodeCert, NodeTls, TlsError, node_dns_name, node_file_stem, write_pem};
 
 use crate::ids::NodeId;
+
+/// The default [`MeshConfig::keep_alive`].
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(1);
+/// The default [`MeshConfig::idle_timeout`]: a dead link is noticed within this.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The default [`MeshConfig::unacked_bytes`].
+pub const DEFAULT_UNACKED_BYTES: usize = 64 * 1024 * 1024;
+
+/// The longest [`Mesh::close`] waits for connections to drain and the port to be freed.
+pub const CLOSE_LINGER: Duration = Duration::from_secs(1);
 
 /// What the mesh can carry: any serde type that can move between tasks.
 pub trait MeshFrame: Serialize + DeserializeOwned + Send + 'static {}
@@ -81,6 +98,10 @@ pub struct MeshConfig {
     pub reconnect_max: Duration,
     /// Frames queued per peer before [`Mesh::send`] reports [`MeshError::Backlogged`].
     pub send_queue: usize,
+    /// Bytes of frames sent to one peer and kept until it acknowledges them (to send again
+    /// after a link reset). Past it, frames wait in the queue, and once `send_queue` is full
+    /// too, [`Mesh::send`] reports [`MeshError::Backlogged`].
+    pub unacked_bytes: usize,
     /// Frames received but not yet taken from the inbound receiver before readers wait.
     pub inbound_queue: usize,
     /// Where the endpoint's UDP socket comes from: the operating system unless a network
@@ -89,7 +110,7 @@ pub struct MeshConfig {
 }
 
 impl MeshConfig {
-    /// A config with defaults suited to a LAN: 16 MiB frames, 2 s keep-alive, 10 s idle
+    /// A config with defaults suited to a LAN: 16 MiB frames, 1 s keep-alive, 5 s idle
     /// timeout, 100 ms initial RTT, 5 s handshakes, redials from 100 ms to 5 s.
     pub fn new(node: NodeId, listen: SocketAddr, tls: NodeTls) -> Self {
         Self {
@@ -97,13 +118,14 @@ impl MeshConfig {
             listen,
             tls,
             max_frame: DEFAULT_MAX_FRAME,
-            keep_alive: Duration::from_secs(2),
-            idle_timeout: Duration::from_secs(10),
+            keep_alive: DEFAULT_KEEP_ALIVE,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             initial_rtt: Duration::from_millis(100),
             handshake_timeout: Duration::from_secs(5),
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
             send_queue: 65_536,
+            unacked_bytes: DEFAULT_UNACKED_BYTES,
             inbound_queue: 4_096,
             sockets: Arc::new(OsSockets),
         }
@@ -139,8 +161,10 @@ impl MeshConfig {
                 "handshake_timeout, reconnect_min and initial_rtt must be non-zero".to_owned(),
             );
         }
-        if self.send_queue == 0 || self.inbound_queue == 0 {
-            return bad("send_queue and inbound_queue must be at least 1".to_owned());
+        if self.send_queue == 0 || self.inbound_queue == 0 || self.unacked_bytes == 0 {
+            return bad(
+                "send_queue, inbound_queue and unacked_bytes must be at least 1".to_owned(),
+            );
         }
         Ok(())
     }
@@ -288,7 +312,8 @@ impl<F: MeshFrame> Mesh<F> {
     }
 
     /// Forgets a peer that left the cluster: its connection closes and frames still queued
-    /// for it are dropped. Returns whether it was known.
+    /// or unacknowledged for it are dropped, and counted in [`Mesh::frames_lost`]. Returns
+    /// whether it was known.
     pub fn remove_peer(&self, node: &NodeId) -> bool {
         self.shared.remove_peer(node)
     }
@@ -299,6 +324,13 @@ impl<F: MeshFrame> Mesh<F> {
     /// is reported to the caller rather than to the peer.
     pub fn send(&self, to: &NodeId, frame: F) -> Result<(), MeshError> {
         self.shared.send(to, frame)
+    }
+
+    /// Frames [`Mesh::send`] accepted that were never acknowledged by their peer, because it
+    /// was removed, restarted, or the mesh closed first; each is also logged (warn) and counted
+    /// in the `ferry_mesh_frames_lost_total` metric.
+    pub fn frames_lost(&self) -> u64 {
+        self.shared.frames_lost()
     }
 
     /// Every known peer and where its connection stands, ordered by node id.
@@ -315,7 +347,9 @@ impl<F: MeshFrame> Mesh<F> {
     }
 
     /// Closes every connection (peers see [`CloseCode::Shutdown`]), stops every task and
-    /// releases the port, returning once all of it is done.
+    /// releases the port, returning once all of it is done, or after [`CLOSE_LINGER`] of
+    /// waiting for connections to drain (one to a silent peer can take longer; the port is
+    /// then freed when it has).
     pub async fn close(&self) {
         self.shared.close().await;
     }

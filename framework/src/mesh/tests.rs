@@ -457,11 +457,14 @@ async fn bad_frames_after_the_handshake_close_that_connection_only() {
         still_works(&a, &b, &mut b_rx).await;
         let client = RawClient::member(&ca, "intruder");
 
-        for (garbage, expected) in [
+        for (round, (garbage, expected)) in [
             (vec![0, 0, 0, 2, 0xff, 0xff], CloseCode::Malformed),
             (vec![0, 0, 0x07, 0xd0], CloseCode::TooLarge),
             (hello_bytes("intruder").to_vec(), CloseCode::Unexpected),
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let conn = client.connect(&b).await;
             let mut send = raw_stream(&conn, &hello_bytes("intruder")).await;
             // The welcome proves b took the connection.
@@ -473,10 +476,14 @@ async fn bad_frames_after_the_handshake_close_that_connection_only() {
                 Some(Ok(Wire::Welcome(w))) => assert_eq!(w.node, node("b")),
                 other => panic!("expected a welcome, got {other:?}"),
             }
-            // One good frame first, then the bad bytes.
-            let good = FrameCodec::<Wire<TestFrame>>::new(1024)
+            // One good frame first (numbered past the last round's, or it is a repeat), then
+            // the bad bytes.
+            let codec = FrameCodec::<Wire<TestFrame>>::new(1024);
+            let resume = codec.encode_frame(&Wire::Resume(round as u64 + 1)).unwrap();
+            let good = codec
                 .encode_frame(&Wire::Frame(TestFrame::Seq(99)))
                 .unwrap();
+            send.write_all(&resume).await.unwrap();
             send.write_all(&good).await.unwrap();
             let got = take(&mut b_rx, 1).await;
             assert_eq!(got[0].from, node("intruder"));
@@ -598,4 +605,176 @@ async fn bind_refuses_credentials_of_another_node_and_bad_settings() {
         Mesh::<TestFrame>::bind(slow).await,
         Err(MeshError::Config(_))
     ));
+}
+
+/// Binds real sockets that drop every datagram to and from one address while it is cut: a
+/// link that goes silent without either side closing it.
+#[derive(Debug, Clone, Default)]
+struct Cuttable {
+    cut: Arc<parking_lot::Mutex<Option<SocketAddr>>>,
+}
+
+impl Cuttable {
+    fn cut(&self, peer: SocketAddr) {
+        *self.cut.lock() = Some(peer);
+    }
+
+    fn heal(&self) {
+        *self.cut.lock() = None;
+    }
+}
+
+impl SocketFactory for Cuttable {
+    fn bind(
+        &self,
+        addr: SocketAddr,
+    ) -> crate::store::BoxFuture<'_, std::io::Result<Arc<dyn quinn::AsyncUdpSocket>>> {
+        Box::pin(async move {
+            let inner = OsSockets.bind(addr).await?;
+            let socket: Arc<dyn quinn::AsyncUdpSocket> = Arc::new(CutSocket {
+                inner,
+                cut: self.cut.clone(),
+            });
+            Ok(socket)
+        })
+    }
+}
+
+#[derive(Debug)]
+struct CutSocket {
+    inner: Arc<dyn quinn::AsyncUdpSocket>,
+    cut: Arc<parking_lot::Mutex<Option<SocketAddr>>>,
+}
+
+impl quinn::AsyncUdpSocket for CutSocket {
+    fn create_io_poller(self: Arc<Self>) -> std::pin::Pin<Box<dyn quinn::UdpPoller>> {
+        self.inner.clone().create_io_poller()
+    }
+
+    fn try_send(&self, transmit: &quinn::udp::Transmit<'_>) -> std::io::Result<()> {
+        if *self.cut.lock() == Some(transmit.destination) {
+            return Ok(());
+        }
+        self.inner.try_send(transmit)
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        bufs: &mut [std::io::IoSliceMut<'_>],
+        meta: &mut [quinn::udp::RecvMeta],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        loop {
+            match self.inner.poll_recv(cx, bufs, meta) {
+                // A batch with a datagram from the cut peer is dropped whole; QUIC recovers
+                // whatever else was in it.
+                std::task::Poll::Ready(Ok(n))
+                    if self
+                        .cut
+                        .lock()
+                        .is_some_and(|c| meta[..n].iter().any(|m| m.addr == c)) => {}
+                other => return other,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        self.inner.max_transmit_segments()
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.inner.max_receive_segments()
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.inner.may_fragment()
+    }
+}
+
+/// Two nodes whose link a notices dead within a second; a's datagrams to and from b can be cut.
+async fn cuttable_pair(ca: &ClusterCa) -> (Mesh<TestFrame>, Mesh<TestFrame>, Rx, Cuttable) {
+    let cut = Cuttable::default();
+    let quick = |mut config: MeshConfig| {
+        config.keep_alive = Duration::from_millis(200);
+        config.idle_timeout = Duration::from_secs(1);
+        config
+    };
+    let mut a_config = quick(config(ca, "a", loopback()));
+    a_config.sockets = Arc::new(cut.clone());
+    let (a, _) = Mesh::<TestFrame>::bind(a_config).await.unwrap();
+    let (b, b_rx) = Mesh::<TestFrame>::bind(quick(config(ca, "b", loopback())))
+        .await
+        .unwrap();
+    a.add_peer(node("b"), b.local_addr()).unwrap();
+    a.wait_ready(&node("b")).await.unwrap();
+    b.wait_ready(&node("a")).await.unwrap();
+    (a, b, b_rx, cut)
+}
+
+/// Waits until `mesh` no longer holds a working link to `peer`.
+async fn wait_lost(mesh: &Mesh<TestFrame>, peer: &str) {
+    let mut status = mesh.shared.status(&node(peer)).unwrap();
+    status
+        .wait_for(|s| s.state != PeerState::Ready)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_link_silent_past_its_idle_timeout_loses_no_frame_and_repeats_none() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let (a, b, mut b_rx, cut) = cuttable_pair(&ca).await;
+        send_seq(&a, "b", 0..1000);
+        cut.cut(b.local_addr());
+        // Written to a connection that will never deliver them.
+        send_seq(&a, "b", 1000..2000);
+        wait_lost(&a, "b").await;
+        wait_lost(&b, "a").await;
+        // Queued while no connection is up.
+        send_seq(&a, "b", 2000..3000);
+        cut.heal();
+        a.send(&node("b"), TestFrame::Seq(u32::MAX)).unwrap();
+        let mut got = Vec::new();
+        loop {
+            match b_rx.recv().await.expect("b's inbound ended").frame {
+                TestFrame::Seq(u32::MAX) => break,
+                TestFrame::Seq(n) => got.push(n),
+                other => panic!("unexpected frame {other:?}"),
+            }
+        }
+        // Each frame exactly once, in the order sent.
+        assert_eq!(got.len(), 3000, "frames delivered");
+        assert_eq!(got, (0..3000).collect::<Vec<_>>());
+        assert!(peer(&a, "b").links >= 2, "the link was replaced");
+        assert_eq!(a.frames_lost(), 0);
+        a.close().await;
+        b.close().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn frames_a_removed_peer_never_acknowledged_are_counted_lost() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let (a, b, mut b_rx, cut) = cuttable_pair(&ca).await;
+        send_seq(&a, "b", 0..10);
+        take(&mut b_rx, 10).await;
+        cut.cut(b.local_addr());
+        // b dies while the link is silent; nothing a sends now is acknowledged.
+        send_seq(&a, "b", 10..510);
+        b.close().await;
+        assert!(a.remove_peer(&node("b")));
+        // close() waits for every peer task, so the count is final.
+        a.close().await;
+        let lost = a.frames_lost();
+        // The first ten may have been acknowledged before the cut, or not.
+        assert!((500..=510).contains(&lost), "{lost} frames reported lost");
+    })
+    .await;
 }

@@ -25,6 +25,12 @@ pub struct MeshSettings {
     pub max_frame: usize,
     /// The smallest round-trip the mesh assumes before it measured one (see `MeshConfig::initial_rtt`).
     pub initial_rtt: Duration,
+    /// How often an idle mesh connection is pinged; must be shorter than `idle_timeout`.
+    pub keep_alive: Duration,
+    /// How long a mesh connection may hear nothing before it is declared lost and redialled.
+    /// Frames not yet acknowledged on it are sent again on the next connection, so this bounds
+    /// how long a dead link delays delivery, not what it loses.
+    pub idle_timeout: Duration,
     /// Peers to dial at start, before (and besides) those learned from the store's descriptors.
     pub seeds: Vec<(crate::ids::NodeId, SocketAddr)>,
     /// Where the mesh's UDP socket comes from (see `MeshConfig::sockets`): the operating system
@@ -40,6 +46,8 @@ impl MeshSettings {
             tls,
             max_frame: crate::mesh::DEFAULT_MAX_FRAME,
             initial_rtt: Duration::from_millis(100),
+            keep_alive: crate::mesh::DEFAULT_KEEP_ALIVE,
+            idle_timeout: crate::mesh::DEFAULT_IDLE_TIMEOUT,
             seeds: Vec::new(),
             sockets: Arc::new(OsSockets),
         }

@@ -220,6 +220,8 @@ impl Node {
                     MeshConfig::new(config.id.clone(), settings.listen, settings.tls.clone());
                 mesh_config.max_frame = settings.max_frame;
                 mesh_config.initial_rtt = settings.initial_rtt;
+                mesh_config.keep_alive = settings.keep_alive;
+                mesh_config.idle_timeout = settings.idle_timeout;
                 mesh_config.sockets = settings.sockets.clone();
                 let (mesh, inbound) = Mesh::bind(mesh_config).await?;
                 for (peer, addr) in &settings.seeds {
@@ -1167,7 +1169,13 @@ impl Node {
     /// the deadline are closed at once, their queued requests ending with `UnitStopped`.
     ///
     /// Client sessions are closed first, each with a reason its client reads (and reconnects on).
+    ///
+    /// Returns within `deadline` plus [`SHUTDOWN_MARGIN`], whatever the store and the links do:
+    /// releasing records and the lease gets up to [`TEARDOWN_GRACE`] past the deadline (what is
+    /// not released by then is `TeardownFailed`, and recovery clears it), and leaving the mesh
+    /// up to [`crate::mesh::CLOSE_LINGER`].
     pub async fn shutdown_within(&self, deadline: Duration) -> ShutdownOutcome {
+        let until = tokio::time::Instant::now() + deadline;
         self.set_state(NodeState::Draining);
         if let Some(hub) = &self.core.sessions {
             let reason = format!(
@@ -1176,24 +1184,36 @@ impl Node {
             );
             hub.shutdown(self, &reason).await;
         }
-        let (ids, in_time) = self
-            .close_lanes(deadline.max(Duration::from_millis(1)))
-            .await;
+        let grace = until.saturating_duration_since(tokio::time::Instant::now());
+        let (ids, in_time) = self.close_lanes(grace.max(Duration::from_millis(1))).await;
         self.core.stop.cancel();
-        let mut released = true;
-        for chunk in ids.chunks(64) {
-            let deletes = chunk.iter().map(|id| self.delete_own_record(id, false));
-            for (id, result) in chunk
-                .iter()
-                .zip(futures_util::future::join_all(deletes).await)
-            {
-                if let Err(error) = result {
-                    released = false;
-                    tracing::warn!(unit = %id, %error, "record not released at shutdown");
+        let teardown = async {
+            let mut released = true;
+            for chunk in ids.chunks(64) {
+                let deletes = chunk.iter().map(|id| self.delete_own_record(id, false));
+                for (id, result) in chunk
+                    .iter()
+                    .zip(futures_util::future::join_all(deletes).await)
+                {
+                    if let Err(error) = result {
+                        released = false;
+                        tracing::warn!(unit = %id, %error, "record not released at shutdown");
+                    }
                 }
             }
-        }
-        self.withdraw().await;
+            self.withdraw().await;
+            released
+        };
+        let teardown_until = until.max(tokio::time::Instant::now()) + TEARDOWN_GRACE;
+        let released = match tokio::time::timeout_at(teardown_until, teardown).await {
+            Ok(released) => released,
+            Err(_) => {
+                tracing::warn!(grace = ?TEARDOWN_GRACE,
+                    "the store did not take the shutdown's releases in time; recovery clears \
+                     what is left once the lease runs out");
+                false
+            }
+        };
         if let Some(mesh) = &self.core.mesh {
             mesh.close().await;
         }
@@ -1215,6 +1235,13 @@ impl Node {
         outcome
     }
 }
+
+/// How long past its deadline a shutdown may spend releasing records and its lease.
+pub const TEARDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// How long past its deadline [`Node::shutdown_within`] may return: the store's teardown, then
+/// leaving the mesh.
+pub const SHUTDOWN_MARGIN: Duration = TEARDOWN_GRACE.saturating_add(crate::mesh::CLOSE_LINGER);
 
 /// How a shutdown ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -1,0 +1,248 @@
+//! Delivery across connections, as plain data: what a link sent and the peer has not yet
+//! acknowledged, and what a link received from each peer incarnation. No sockets, no clock.
+//!
+//! Frames to one peer are numbered 1, 2, 3, ... per sending incarnation. The numbers are not
+//! written into each frame: every stream starts with [`Wire::Resume`](super::handshake::Wire)
+//! naming the number of its first frame, and the frames after it count up from there, which
+//! the one ordered stream makes exact. The receiver acknowledges cumulatively; the sender
+//! keeps every frame until it is acknowledged and sends what is kept again, first and in
+//! order, on the next connection. The receiver drops numbers it already delivered, so a
+//! frame is delivered at most once per receiving incarnation and, while both incarnations
+//! live, exactly once.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+/// The frames sent to one peer and not yet acknowledged by it.
+#[derive(Debug)]
+pub(crate) struct Outbox {
+    /// The number the next new frame gets.
+    next: u64,
+    /// Unacknowledged frames, oldest first; the first is number `next - frames.len()`.
+    frames: VecDeque<Bytes>,
+    bytes: usize,
+    /// The peer incarnation the kept frames were sent to, once a link came up.
+    peer: Option<u64>,
+}
+
+impl Default for Outbox {
+    fn default() -> Self {
+        Self {
+            next: 1,
+            frames: VecDeque::new(),
+            bytes: 0,
+            peer: None,
+        }
+    }
+}
+
+impl Outbox {
+    /// Keeps `frame` until it is acknowledged; returns its number.
+    pub fn push(&mut self, frame: Bytes) -> u64 {
+        self.bytes += frame.len();
+        self.frames.push_back(frame);
+        self.next += 1;
+        self.next - 1
+    }
+
+    /// The number of the oldest kept frame (or of the next new one when none is kept).
+    pub fn first(&self) -> u64 {
+        self.next - self.frames.len() as u64
+    }
+
+    /// Forgets every frame up to and including `upto`, which the peer has delivered.
+    pub fn ack(&mut self, upto: u64) {
+        let upto = upto.min(self.next - 1);
+        while self.first() <= upto {
+            match self.frames.pop_front() {
+                Some(frame) => self.bytes -= frame.len(),
+                None => break,
+            }
+        }
+    }
+
+    /// Bytes kept.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Frames kept.
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// The kept frames, oldest first, to send again on a new connection.
+    pub fn pending(&self) -> impl Iterator<Item = &Bytes> {
+        self.frames.iter()
+    }
+
+    /// A link came up with peer incarnation `instance`. Frames kept for an earlier incarnation
+    /// can never be acknowledged (that process is gone): they are dropped and their count
+    /// returned, for the caller to report as lost.
+    pub fn connected(&mut self, instance: u64) -> usize {
+        let lost = match self.peer {
+            Some(old) if old != instance => self.clear(),
+            _ => 0,
+        };
+        self.peer = Some(instance);
+        lost
+    }
+
+    /// Drops every kept frame (the peer is gone for good); returns how many there were.
+    pub fn clear(&mut self) -> usize {
+        let lost = self.frames.len();
+        self.frames.clear();
+        self.bytes = 0;
+        lost
+    }
+}
+
+/// What has been delivered from one peer, per its incarnation.
+#[derive(Debug, Default)]
+pub(crate) struct Inbox {
+    /// The incarnation counted, `None` before the first frame.
+    instance: Option<u64>,
+    /// The highest number delivered from that incarnation.
+    delivered: u64,
+}
+
+impl Inbox {
+    /// Whether frame `seq` of incarnation `instance` is new and should be delivered; a new
+    /// incarnation starts the count again.
+    pub fn admit(&mut self, instance: u64, seq: u64) -> bool {
+        if self.instance != Some(instance) {
+            self.instance = Some(instance);
+            self.delivered = 0;
+        }
+        if seq <= self.delivered {
+            return false;
+        }
+        self.delivered = seq;
+        true
+    }
+
+    /// What to acknowledge: the incarnation and the highest number delivered from it.
+    pub fn ack(&self) -> Option<(u64, u64)> {
+        self.instance.map(|i| (i, self.delivered))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(n: u8) -> Bytes {
+        Bytes::from(vec![n; usize::from(n)])
+    }
+
+    #[test]
+    fn frames_are_numbered_and_kept_until_acknowledged() {
+        let mut out = Outbox::default();
+        assert_eq!(out.first(), 1);
+        assert_eq!((out.push(b(1)), out.push(b(2)), out.push(b(3))), (1, 2, 3));
+        assert_eq!((out.len(), out.bytes()), (3, 6));
+        out.ack(2);
+        assert_eq!((out.first(), out.len(), out.bytes()), (3, 1, 3));
+        // Stale and repeated acks change nothing; an ack past what was sent stops at the end.
+        out.ack(1);
+        out.ack(2);
+        assert_eq!(out.first(), 3);
+        out.ack(99);
+        assert_eq!((out.first(), out.len(), out.bytes()), (4, 0, 0));
+        assert_eq!(out.push(b(4)), 4);
+    }
+
+    #[test]
+    fn a_new_connection_resends_the_unacknowledged_in_order() {
+        let mut out = Outbox::default();
+        assert_eq!(out.connected(7), 0);
+        for n in 1..=5 {
+            out.push(b(n));
+        }
+        out.ack(2);
+        // Same incarnation again (a redial): nothing is lost, 3..=5 go again from number 3.
+        assert_eq!(out.connected(7), 0);
+        assert_eq!(out.first(), 3);
+        let again: Vec<u8> = out.pending().map(|f| f[0]).collect();
+        assert_eq!(again, [3, 4, 5]);
+    }
+
+    #[test]
+    fn a_restarted_peer_makes_the_unacknowledged_lost() {
+        let mut out = Outbox::default();
+        out.connected(7);
+        for n in 1..=5 {
+            out.push(b(n));
+        }
+        out.ack(1);
+        assert_eq!(out.connected(8), 4);
+        assert_eq!((out.len(), out.bytes()), (0, 0));
+        // Numbering goes on; the new incarnation takes whatever number comes first.
+        assert_eq!(out.push(b(6)), 6);
+        assert_eq!(out.clear(), 1);
+    }
+
+    #[test]
+    fn the_receiver_drops_what_it_already_delivered() {
+        let mut inbox = Inbox::default();
+        assert_eq!(inbox.ack(), None);
+        assert!(inbox.admit(7, 1) && inbox.admit(7, 2) && inbox.admit(7, 3));
+        // The sender resends 2..=4 after a reset: only 4 is new.
+        let resent: Vec<bool> = (2..=4).map(|n| inbox.admit(7, n)).collect();
+        assert_eq!(resent, [false, false, true]);
+        assert_eq!(inbox.ack(), Some((7, 4)));
+    }
+
+    #[test]
+    fn a_restarted_sender_starts_again_and_a_restarted_receiver_takes_any_start() {
+        let mut inbox = Inbox::default();
+        assert!(inbox.admit(7, 1) && inbox.admit(7, 2));
+        // The sender restarted: its numbers start at 1 again.
+        assert!(inbox.admit(9, 1));
+        assert_eq!(inbox.ack(), Some((9, 1)));
+        // A fresh receiver takes an old sender's next number, whatever it is.
+        let mut fresh = Inbox::default();
+        assert!(fresh.admit(7, 5000) && !fresh.admit(7, 5000) && fresh.admit(7, 5001));
+    }
+
+    #[test]
+    fn both_sides_resending_through_any_number_of_resets_deliver_each_frame_once_in_order() {
+        // A model of two resets, each losing part of what was in flight and some acks.
+        let mut out = Outbox::default();
+        let mut inbox = Inbox::default();
+        let mut delivered = Vec::new();
+        out.connected(1);
+        let mut wire: Vec<(u64, Bytes)> = Vec::new();
+        for n in 1..=30u8 {
+            let seq = out.push(b(n));
+            wire.push((seq, b(n)));
+        }
+        for reset in 0..3 {
+            // Only the first part of what is on the wire arrives; the ack of half of it arrives.
+            let arrive = 7 + reset * 5;
+            for (seq, frame) in wire.drain(..).take(arrive) {
+                if inbox.admit(2, seq) {
+                    delivered.push(frame[0]);
+                }
+            }
+            if let Some((_, upto)) = inbox.ack() {
+                out.ack(upto / 2);
+            }
+            assert_eq!(out.connected(1), 0);
+            let first = out.first();
+            wire = out
+                .pending()
+                .cloned()
+                .enumerate()
+                .map(|(i, f)| (first + i as u64, f))
+                .collect();
+        }
+        for (seq, frame) in wire {
+            if inbox.admit(2, seq) {
+                delivered.push(frame[0]);
+            }
+        }
+        assert_eq!(delivered, (1..=30).collect::<Vec<u8>>());
+    }
+}
