@@ -9,7 +9,7 @@ use ferry::{Node, Registry, SHUTDOWN_MARGIN, ShutdownOutcome, ShutdownReason, Sp
 use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::cluster::Cluster;
 use ferry_tests::cut_socket::CutSockets;
-use ferry_tests::faults::HeldStore;
+use ferry_tests::faults::FaultyStore;
 
 /// Waits, in bounded steps, until `node` holds no working link to `peer` (the mesh exposes no
 /// event for a lost link above its own tests).
@@ -146,7 +146,7 @@ async fn shutdown_keeps_its_deadline_after_a_link_reset() {
 
 #[tokio::test]
 async fn shutdown_keeps_its_deadline_when_the_store_takes_no_writes() {
-    let held = HeldStore::new(Arc::new(MemoryStore::new()));
+    let held = FaultyStore::new(Arc::new(MemoryStore::new()));
     let store: Arc<dyn LocationStore> = held.clone();
     let cluster = Cluster::start_on(2, store, Registry::new).await;
     let n1 = cluster.node("n1").clone();

@@ -438,6 +438,9 @@ impl Node {
                     MoveEnd::Restored(why) if why.contains("deadline") => {
                         BlockedReason::DeadlineExceeded
                     }
+                    MoveEnd::Restored(why) if why.contains("takes no units") => {
+                        BlockedReason::TargetUnavailable
+                    }
                     MoveEnd::Restored(why)
                         if why.contains("restored") || why.contains("factory") =>
                     {

@@ -18,7 +18,7 @@ use super::protocol::{SourceEvent, TargetAction, TargetEvent, TargetMachine};
 use crate::cluster::authority::{NodeDescriptor, Stage, UnitRecord, unit_key};
 use crate::cluster::frames::Frame;
 use crate::ids::{NodeId, UnitId};
-use crate::node::{Control, Lane, LaneTx, Node};
+use crate::node::{Control, Lane, LaneTx, Node, NodeState};
 use crate::store::{BatchOutcome, Condition, Op};
 
 /// How long a staged unit waits past its move's deadline before it is given up: the source
@@ -88,14 +88,25 @@ impl Node {
                 manifest,
                 within,
             } => {
+                let state = self.state();
                 let max = self.config().max_state;
-                if manifest.len > max {
-                    let reason = format!(
+                let refusal = if state != NodeState::Serving {
+                    // The source's view of this node was older than its last state change.
+                    Some(format!(
+                        "{} is {state} and takes no units; pick a serving node",
+                        self.id()
+                    ))
+                } else if manifest.len > max {
+                    Some(format!(
                         "{unit}'s capture is {} bytes, over {}'s max_state of {max}; keep less \
                          state in the unit or raise max_state on every node",
                         manifest.len,
                         self.id()
-                    );
+                    ))
+                } else {
+                    None
+                };
+                if let Some(reason) = refusal {
                     tracing::warn!(relocation = %rel, %reason, "offer refused");
                     let refused = Frame::Reloc(RelocFrame::Refused { rel, reason });
                     if let Err(error) = self.mesh_send(&from, refused) {
