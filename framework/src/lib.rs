@@ -11,7 +11,8 @@
 //! - [`session`]: game clients on QUIC: authentication, Actors bound to sessions, inputs held
 //!   while a bound Actor moves, pushes in order from wherever it runs.
 //! - [`client`]: the client library bots, samples and tests connect with.
-//! - [`mesh`]: QUIC between nodes with mutual TLS by node id, and ordered, size-limited frames.
+//! - [`mesh`]: QUIC between nodes with mutual TLS by node id, and ordered, size-limited frames
+//!   that are acknowledged and sent again over the next connection when a link resets.
 //! - [`store`]: the location store, the authority on where every unit lives (memory or redis).
 //! - [`error`]: the typed errors callers see.
 
