@@ -6,7 +6,11 @@ use std::time::Duration;
 
 use ferry::mesh::ClusterCa;
 use ferry::store::{LocationStore, MemoryStore, RedisStore, RedisStoreConfig};
-use ferry::{MeshSettings, Node, NodeConfig, NodeId, Registry};
+use ferry::{
+    MeshSettings, MoveError, MoveReport, Node, NodeConfig, NodeId, Registry, RelocateMode,
+    RelocateOptions, RelocateOutcome, UnitId,
+};
+use tokio::task::JoinHandle;
 
 use crate::redis_server::RedisServer;
 
@@ -141,4 +145,27 @@ impl Cluster {
         }
         drop(self.redis);
     }
+}
+
+/// Starts a maintenance drain of `node` with `deadline` on a task of its own, so the test can act
+/// while it runs.
+pub fn drain_in_background(node: &Node, deadline: Duration) -> JoinHandle<RelocateOutcome> {
+    let node = node.clone();
+    tokio::spawn(async move {
+        node.relocate(RelocateOptions {
+            mode: RelocateMode::PlannedMaintenance,
+            deadline,
+        })
+        .await
+    })
+}
+
+/// Starts `node.move_unit(id, to)` on a task of its own, so the test can act while it runs.
+pub fn move_in_background(
+    node: &Node,
+    id: UnitId,
+    to: &NodeId,
+) -> JoinHandle<Result<MoveReport, MoveError>> {
+    let (node, to) = (node.clone(), to.clone());
+    tokio::spawn(async move { node.move_unit(&id, Some(to)).await })
 }

@@ -8,7 +8,7 @@ use ferry::{
     ActorId, Behavior, Ctx, MessageError, OverrunPolicy, ReadinessMode, ReadyOutcome, Registration,
     Registry, RelocationPolicy, SpotId, Tick, UnitId,
 };
-use ferry_tests::cluster::{Backend, Cluster};
+use ferry_tests::cluster::{Backend, Cluster, drain_in_background};
 use ferry_tests::faults::{Gate, Hooked, TurnGate};
 use serde::{Deserialize, Serialize};
 
@@ -696,7 +696,7 @@ async fn a_target_that_dies_after_relay_ready_never_leaves_two_owners() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deadline_mid_drain_sends_unready_units_back_and_reclaims_those_past_no_return_whole() {
-    use ferry::{RelocateMode, RelocateOptions, RelocateOutcome};
+    use ferry::RelocateOutcome;
     use ferry_tests::faults::FaultyStore;
 
     // n2 restores "room" through a gate, and its writes can be held: its commits then hang.
@@ -721,16 +721,7 @@ async fn a_deadline_mid_drain_sends_unready_units_back_and_reclaims_those_past_n
         .expect("store")
         .expect("record");
     held.hold_keys("u/s/a");
-    let drain = {
-        let n1 = n1.clone();
-        tokio::spawn(async move {
-            n1.relocate(RelocateOptions {
-                mode: RelocateMode::PlannedMaintenance,
-                deadline: Duration::from_millis(1500),
-            })
-            .await
-        })
-    };
+    let drain = drain_in_background(&n1, Duration::from_millis(1500));
     gate.wait_started().await;
     // "b" is sealed: these are held on n1. "a" is handed over and its commit waits on n2.
     held.wait_held().await;
@@ -783,9 +774,9 @@ async fn a_deadline_mid_drain_sends_unready_units_back_and_reclaims_those_past_n
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_move_the_store_has_not_decided_at_the_deadline_is_held_until_it_has_never_guessed() {
+    use ferry::RelocateOutcome;
     use ferry::relocation::RelocationEvent;
     use ferry::store::{LocationStore, MemoryStore};
-    use ferry::{RelocateMode, RelocateOptions, RelocateOutcome};
     use ferry_tests::faults::FaultyStore;
 
     // Both nodes' writes of "a" can be held: n2's commit and n1's reclaim then both wait.
@@ -806,16 +797,7 @@ async fn a_move_the_store_has_not_decided_at_the_deadline_is_held_until_it_has_n
     held1.hold_keys("u/s/a");
     held2.hold_keys("u/s/a");
     let mut events = n1.relocation_events();
-    let drain = {
-        let n1 = n1.clone();
-        tokio::spawn(async move {
-            n1.relocate(RelocateOptions {
-                mode: RelocateMode::PlannedMaintenance,
-                deadline: Duration::from_millis(1000),
-            })
-            .await
-        })
-    };
+    let drain = drain_in_background(&n1, Duration::from_millis(1000));
     held2.wait_held().await;
     let ask_a = {
         let n1 = n1.clone();

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use ferry::relocation::protocol::MoveEnd;
 use ferry::{
-    Behavior, BlockedReason, Ctx, Node, Registration, Registry, RelocateMode, RelocateOptions,
-    RelocateOutcome, RelocationPolicy, SpotId, UnitId,
+    Behavior, BlockedReason, Ctx, Node, Registration, Registry, RelocateOutcome, RelocationPolicy,
+    SpotId, UnitId,
 };
-use ferry_tests::cluster::Cluster;
+use ferry_tests::cluster::{Cluster, drain_in_background, move_in_background};
 use ferry_tests::faults::{Gate, Hooked};
 use serde::{Deserialize, Serialize};
 
@@ -111,10 +111,7 @@ async fn a_room_whose_restore_takes_6s_moves_with_move_unit_and_runs_each_messag
     let (hooked, gate) = Gate::slow(SLOW_RESTORE);
     let (cluster, n1, n2, r) = room_on_n1_and_target(hooked).await;
     queue_behind_a_turn(&n1, &r);
-    let mover = {
-        let (n1, id, to) = (n1.clone(), UnitId::Spot(r.clone()), n2.id().clone());
-        tokio::spawn(async move { n1.move_unit(&id, Some(to)).await })
-    };
+    let mover = move_in_background(&n1, UnitId::Spot(r.clone()), n2.id());
     gate.wait_started().await;
     tell_while_restoring(&n1, &r);
     let report = mover.await.expect("mover ran").expect("move started");
@@ -130,16 +127,7 @@ async fn a_drain_moves_a_room_whose_restore_takes(restore: Duration, deadline: D
     let (hooked, gate) = Gate::slow(restore);
     let (cluster, n1, n2, r) = room_on_n1_and_target(hooked).await;
     queue_behind_a_turn(&n1, &r);
-    let drain = {
-        let n1 = n1.clone();
-        tokio::spawn(async move {
-            n1.relocate(RelocateOptions {
-                mode: RelocateMode::PlannedMaintenance,
-                deadline,
-            })
-            .await
-        })
-    };
+    let drain = drain_in_background(&n1, deadline);
     gate.wait_started().await;
     tell_while_restoring(&n1, &r);
     let outcome = drain.await.expect("drain ran");
@@ -167,10 +155,7 @@ async fn a_target_that_falls_silent_mid_restore_is_given_up_and_the_room_runs_on
     let (hooked, gate) = Gate::new(false);
     let (cluster, n1, n2, r) = room_on_n1_and_target(hooked).await;
     queue_behind_a_turn(&n1, &r);
-    let mover = {
-        let (n1, id, to) = (n1.clone(), UnitId::Spot(r.clone()), n2.id().clone());
-        tokio::spawn(async move { n1.move_unit(&id, Some(to)).await })
-    };
+    let mover = move_in_background(&n1, UnitId::Spot(r.clone()), n2.id());
     gate.wait_started().await;
     tell_while_restoring(&n1, &r);
     // The target stops as a crash would, mid-restore: no answer and no progress any more.
@@ -192,16 +177,7 @@ async fn a_target_that_works_on_past_the_deadline_is_given_up_at_the_deadline() 
     let (hooked, gate) = Gate::new(false);
     let (cluster, n1, _n2, r) = room_on_n1_and_target(hooked).await;
     queue_behind_a_turn(&n1, &r);
-    let drain = {
-        let n1 = n1.clone();
-        tokio::spawn(async move {
-            n1.relocate(RelocateOptions {
-                mode: RelocateMode::PlannedMaintenance,
-                deadline: Duration::from_secs(2),
-            })
-            .await
-        })
-    };
+    let drain = drain_in_background(&n1, Duration::from_secs(2));
     gate.wait_started().await;
     tell_while_restoring(&n1, &r);
     // The restore never ends before the deadline, though the target reports it running.
