@@ -324,7 +324,10 @@ impl SourceRun {
             None => MoveEnd::NotSealed("the move did not finish".into()),
         };
         tracing::info!(?end, bytes = self.bytes, "move ended");
-        record_metrics(&end, self.bytes, self.sealed_at, self.cut_at, &phases);
+        // An undecided move is counted once, when the store has decided it.
+        if end != MoveEnd::Undecided {
+            record_metrics(&end, self.bytes, self.sealed_at, self.cut_at, &phases);
+        }
         let elapsed = |t: Option<Instant>| match (self.sealed_at, t) {
             (Some(s), Some(t)) => Some(t.duration_since(s)),
             _ => None,
