@@ -15,6 +15,7 @@ use crate::error::{DeferError, MessageError};
 use crate::ids::{ActorId, SpotId, UnitId};
 use crate::node::Node;
 use crate::session::frames::SessionFrame;
+use crate::session::wire::Encoding;
 use crate::session::{PushError, SessionBinding};
 use crate::timer::{OverrunPolicy, Tick, TimerSet};
 
@@ -224,9 +225,11 @@ impl Ctx<'_> {
                 id: self.unit.clone(),
             });
         };
-        let payload = postcard::to_allocvec(&msg).map_err(|e| PushError::Encode {
-            reason: e.to_string(),
-        })?;
+        let payload = match binding.session.encoding {
+            Encoding::Postcard => postcard::to_allocvec(&msg).map_err(|e| e.to_string()),
+            Encoding::Json => serde_json::to_vec(&msg).map_err(|e| e.to_string()),
+        }
+        .map_err(|reason| PushError::Encode { reason })?;
         let gateway = binding.session.gateway.clone();
         let frame = SessionFrame::Push {
             session: binding.session.session,

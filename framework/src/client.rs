@@ -738,7 +738,7 @@ impl Driver {
 
     fn on_frame(&mut self, frame: ServerFrame) -> Option<Ended> {
         match frame {
-            ServerFrame::Push { actor, payload } => {
+            ServerFrame::Push { actor, payload, .. } => {
                 let _ = self.events.send(Incoming::Push { actor, payload });
             }
             ServerFrame::Bound { actor } => {

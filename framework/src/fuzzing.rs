@@ -11,7 +11,7 @@ use tokio_util::codec::Decoder;
 use crate::cluster::frames::Frame;
 use crate::mesh::FrameCodec;
 use crate::relocation::capture::{Assembly, CHUNK, Manifest};
-use crate::session::hub::ClientDecoder;
+use crate::session::quic::ClientDecoder;
 
 /// The frame limit the targets decode with: small, so the length-prefix check is reached often.
 const MAX_FRAME: usize = 64 * 1024;

@@ -8,8 +8,8 @@
 //! - [`node`]: the runtime of one host: lanes that run turns, routing by id, requests and replies.
 //! - [`cluster`]: authority records, placement, routing across nodes, membership and leases.
 //! - [`relocation`]: moving live units between nodes, one at a time or a whole host drained.
-//! - [`session`]: game clients on QUIC: authentication, Actors bound to sessions, inputs held
-//!   while a bound Actor moves, pushes in order from wherever it runs.
+//! - [`session`]: game clients on QUIC or WebSocket (feature `websocket`): authentication, Actors
+//!   bound to sessions, inputs held while a bound Actor moves, pushes in order from wherever it runs.
 //! - [`client`]: the client library bots, samples and tests connect with.
 //! - [`mesh`]: QUIC between nodes with mutual TLS by node id, and ordered, size-limited frames
 //!   that are acknowledged and sent again over the next connection when a link resets.
@@ -50,6 +50,7 @@ pub use relocation::{
 };
 pub use session::{
     Authenticator, Identity, PushError, SessionLimits, SessionSettings, SessionTls, StaticTokens,
+    WebSocketSettings,
 };
 pub use timer::{OverrunPolicy, Tick};
 

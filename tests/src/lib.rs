@@ -8,3 +8,4 @@ pub mod redis_server;
 pub mod sessions;
 pub mod sim_cluster;
 pub mod sim_socket;
+pub mod websocket;

@@ -9,9 +9,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use ferry::client::{ClientConfig, Reconnect};
 use ferry::mesh::codec::FrameCodec;
-use ferry::session::SessionId;
 use ferry::session::tls::client_quic_config;
 use ferry::session::wire::{ClientFrame, CloseCode, PROTOCOL_VERSION, ServerFrame};
+use ferry::session::{SessionId, WebSocketSettings};
 use ferry::{Node, Registry, SessionLimits, SessionSettings, SessionTls, StaticTokens};
 use quinn::{Connection, ConnectionError, Endpoint, RecvStream, SendStream};
 use tokio_util::codec::Decoder;
@@ -49,6 +49,25 @@ impl Gateways {
         );
         settings.limits = limits;
         settings
+    }
+
+    /// Starts one more node of `cluster` that accepts clients over QUIC and over WebSocket on
+    /// loopback: `wss://` with this certificate when `tls`, plain `ws://` otherwise.
+    pub async fn add_websocket(
+        &self,
+        cluster: &mut Cluster,
+        id: &str,
+        registry: Registry,
+        limits: SessionLimits,
+        tls: bool,
+    ) -> Node {
+        let mut settings = self.settings(limits);
+        settings.websocket = Some(WebSocketSettings {
+            listen: "127.0.0.1:0".parse().expect("addr"),
+            tls: tls.then(|| self.tls.clone()),
+        });
+        let config = cluster.config(id).sessions(settings);
+        cluster.add_with(config, registry).await
     }
 
     /// Starts one more node of `cluster` that accepts clients.

@@ -27,6 +27,9 @@ pub(crate) trait AnyFactory: Send + Sync + 'static {
     /// Whether `bytes` are one whole message of this factory's type (a gateway checks client
     /// input with it before sending it on).
     fn check_message(&self, bytes: &[u8]) -> Result<(), String>;
+    /// The JSON form of one message of this factory's type, as postcard (a WebSocket client's
+    /// input, made what the Actor takes).
+    fn message_from_json(&self, json: &[u8]) -> Result<Vec<u8>, String>;
 }
 
 impl<B: Behavior> AnyFactory for TypedFactory<B> {
@@ -58,6 +61,11 @@ impl<B: Behavior> AnyFactory for TypedFactory<B> {
             Ok((_, rest)) => Err(format!("{} bytes are left over after it", rest.len())),
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    fn message_from_json(&self, json: &[u8]) -> Result<Vec<u8>, String> {
+        let msg: B::Msg = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+        postcard::to_allocvec(&msg).map_err(|e| e.to_string())
     }
 }
 

@@ -1,6 +1,7 @@
-//! The async shell of sessions: the client listener, a task per session that reads the client's
-//! frames and feeds them to its [`SessionMachine`], a writer per session, and the mesh side of
-//! bindings (binds, pushes, seals and releases), all fed to the same machines.
+//! The async shell of sessions: a task per session that reads its client's frames (over QUIC
+//! or WebSocket, see `quic` and `websocket`) and feeds them to its [`SessionMachine`], a writer
+//! per session, and the mesh side of bindings (binds, pushes, seals and releases), all fed to the
+//! same machines. The transports differ only in how they read and write frames.
 //!
 //! A machine is fed under its session's lock and its actions are carried out under it too, so
 //! inputs leave in the order the client sent them, and a seal takes effect between two inputs.
@@ -10,26 +11,23 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
 use parking_lot::Mutex;
-use quinn::{Connection, Endpoint, RecvStream, SendStream};
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tokio_util::codec::{Decoder, FramedRead};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use super::SessionSettings;
 use super::frames::{BoundActor, SessionFrame};
 use super::machine::{Action, Event, SessionMachine};
-use super::wire::{ClientFrame, CloseCode, ServerFrame};
+use super::quic::QuicListener;
+use super::wire::{ClientFrame, CloseCode, Encoding, ServerFrame};
 use super::{Authenticator, SessionError, SessionId, SessionLimits, SessionOp, SessionRef};
 use crate::ids::{ActorId, NodeId, UnitId};
-use crate::mesh::OsSockets;
 use crate::mesh::codec::{DecodeError, EncodeError, FrameCodec};
-use crate::mesh::socket::bind_endpoint;
 use crate::node::{Node, Payload, ReplyTo};
 use crate::relocation::protocol::SourceEvent;
 
@@ -38,93 +36,113 @@ const BIND_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a binding to an Actor whose node left the cluster waits for recovery to rebuild it.
 const REBIND_WAIT: Duration = Duration::from_secs(30);
 /// How long a closing session may take to tell its client why before the connection is cut.
-const CLOSE_LINGER: Duration = Duration::from_secs(1);
+pub(super) const CLOSE_LINGER: Duration = Duration::from_secs(1);
 /// How long a shutdown waits for its sessions to say goodbye.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
-/// The longest close reason put in a QUIC close frame (it must fit one packet).
-const MAX_REASON: usize = 400;
-/// How many kinds of client frame this gateway knows (the enum tags 0..KINDS).
-const CLIENT_FRAME_KINDS: u32 = 5;
 
-/// The client listener of one node and its live sessions.
+/// The client listeners of one node and their live sessions.
 pub(crate) struct Hub {
-    limits: SessionLimits,
+    pub(super) limits: SessionLimits,
     authenticator: Arc<dyn Authenticator>,
     encoder: FrameCodec<ServerFrame>,
-    local_addr: SocketAddr,
-    endpoint: Mutex<Option<Endpoint>>,
+    quic: QuicListener,
+    #[cfg(feature = "websocket")]
+    websocket: Option<super::websocket::WebSocketListener>,
     sessions: Mutex<HashMap<SessionId, Arc<Live>>>,
     stop: CancellationToken,
     tasks: Mutex<JoinSet<()>>,
-    socket_released: Mutex<Option<oneshot::Receiver<()>>>,
 }
 
 /// One live session.
-struct Live {
-    id: SessionId,
+pub(super) struct Live {
+    pub(super) id: SessionId,
+    /// How its client reads and writes application messages.
+    encoding: Encoding,
     machine: Mutex<SessionMachine>,
     out: mpsc::Sender<Bytes>,
     /// Why it ended, once it has.
     ending: Mutex<Option<(CloseCode, String)>>,
-    ended: CancellationToken,
+    pub(super) ended: CancellationToken,
     /// Deadlines may have changed: the session task looks again.
     wake: Notify,
 }
 
+impl Live {
+    /// Why the session ended, once it has.
+    pub(super) fn ending(&self) -> Option<(CloseCode, String)> {
+        self.ending.lock().clone()
+    }
+}
+
 impl Hub {
-    /// Binds the listener; nothing is accepted until [`Hub::start`].
+    /// Binds the listeners; nothing is accepted until [`Hub::start`].
     pub async fn bind(settings: &SessionSettings) -> Result<Hub, SessionError> {
         settings.limits.validate()?;
-        let limits = settings.limits;
-        let idle = crate::mesh::idle_timeout(limits.idle_timeout).map_err(SessionError::Limits)?;
-        let mut transport = quinn::TransportConfig::default();
-        transport
-            .max_idle_timeout(Some(idle))
-            // One frame stream each way, opened by the client; nothing else.
-            .max_concurrent_bidi_streams(quinn::VarInt::from_u32(1))
-            .max_concurrent_uni_streams(quinn::VarInt::from_u32(0));
-        let mut server =
-            quinn::ServerConfig::with_crypto(Arc::new(settings.tls.quic_server_config()?));
-        server.transport_config(Arc::new(transport));
-        let bind_err = |source| SessionError::Bind {
-            addr: settings.listen,
-            source,
+        let quic = QuicListener::bind(settings).await?;
+        #[cfg(feature = "websocket")]
+        let websocket = match &settings.websocket {
+            Some(ws) => Some(super::websocket::WebSocketListener::bind(ws).await?),
+            None => None,
         };
-        let (endpoint, local_addr, socket_released) =
-            bind_endpoint(&OsSockets, settings.listen, server)
-                .await
-                .map_err(bind_err)?;
+        #[cfg(not(feature = "websocket"))]
+        if settings.websocket.is_some() {
+            return Err(SessionError::WebSocket(
+                "this build of Ferry has no WebSocket gateway; build the `ferry` crate with its                  `websocket` feature"
+                    .to_owned(),
+            ));
+        }
         Ok(Hub {
-            limits,
+            limits: settings.limits,
             authenticator: settings.authenticator.clone(),
-            encoder: FrameCodec::new(limits.max_frame),
-            local_addr,
-            endpoint: Mutex::new(Some(endpoint)),
+            encoder: FrameCodec::new(settings.limits.max_frame),
+            quic,
+            #[cfg(feature = "websocket")]
+            websocket,
             sessions: Mutex::new(HashMap::new()),
             stop: CancellationToken::new(),
             tasks: Mutex::new(JoinSet::new()),
-            socket_released: Mutex::new(Some(socket_released)),
         })
     }
 
-    /// Where the listener is bound.
+    /// Where the QUIC listener is bound.
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.quic.local_addr()
+    }
+
+    /// Where the WebSocket listener is bound, if there is one.
+    pub fn websocket_addr(&self) -> Option<SocketAddr> {
+        #[cfg(feature = "websocket")]
+        return self.websocket.as_ref().map(|ws| ws.local_addr());
+        #[cfg(not(feature = "websocket"))]
+        None
     }
 
     /// Starts accepting clients.
     pub fn start(&self, node: &Node) {
-        let Some(endpoint) = self.endpoint.lock().clone() else {
-            return;
-        };
-        info!(node = %node.id(), addr = %self.local_addr, "client listener open");
-        self.tasks
-            .lock()
-            .spawn(accept_loop(node.clone(), endpoint, self.stop.clone()));
+        let mut tasks = self.tasks.lock();
+        if let Some(accept) = self.quic.accept(node, self.stop.clone()) {
+            tasks.spawn(accept);
+        }
+        #[cfg(feature = "websocket")]
+        if let Some(accept) = self
+            .websocket
+            .as_ref()
+            .and_then(|ws| ws.accept(node, self.stop.clone()))
+        {
+            tasks.spawn(accept);
+        }
+    }
+
+    /// Runs a new session's task with the others, so shutdown waits for it.
+    pub(super) fn spawn_session(&self, session: impl Future<Output = ()> + Send + 'static) {
+        let mut tasks = self.tasks.lock();
+        // Sessions that ended leave their task in the set until reaped.
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(session);
     }
 
     /// Closes every session with `reason` (each client reads it), waits for them to say so, and
-    /// releases the port.
+    /// releases the ports.
     pub async fn shutdown(&self, node: &Node, reason: &str) {
         self.stop.cancel();
         let live: Vec<Arc<Live>> = self.sessions.lock().values().cloned().collect();
@@ -142,7 +160,7 @@ impl Hub {
         if tokio::time::timeout(SHUTDOWN_WAIT, all_done).await.is_err() {
             warn!(node = %node.id(), "sessions did not close in time; cutting their connections");
         }
-        self.close_endpoint().await;
+        self.close_listeners().await;
     }
 
     /// Drops every connection at once, as a crash would.
@@ -151,23 +169,77 @@ impl Hub {
         let mut tasks = std::mem::take(&mut *self.tasks.lock());
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
-        self.close_endpoint().await;
+        self.close_listeners().await;
     }
 
-    async fn close_endpoint(&self) {
-        let endpoint = self.endpoint.lock().take();
-        if let Some(endpoint) = endpoint {
-            endpoint.close(
-                quinn::VarInt::from_u32(CloseCode::Shutdown.to_u32()),
-                b"node stopped",
+    /// Closes the QUIC endpoint and waits for its socket; the WebSocket listener closed with
+    /// its accept loop.
+    async fn close_listeners(&self) {
+        self.quic.close().await;
+        drop(self.sessions.lock().drain());
+        self.quic.released().await;
+    }
+
+    /// A session for a client whose connection was just accepted, and the queue of what to
+    /// write to it.
+    pub(super) fn open(
+        &self,
+        node: &Node,
+        encoding: Encoding,
+    ) -> (Arc<Live>, mpsc::Receiver<Bytes>) {
+        let (out, out_rx) = mpsc::channel(self.limits.max_outbound);
+        let live = {
+            let mut sessions = self.sessions.lock();
+            let id = new_session_id(&sessions);
+            let machine = SessionMachine::new(id, node.id().clone(), self.limits, Instant::now());
+            let live = Arc::new(Live {
+                id,
+                encoding,
+                machine: Mutex::new(machine),
+                out,
+                ending: Mutex::new(None),
+                ended: CancellationToken::new(),
+                wake: Notify::new(),
+            });
+            sessions.insert(id, live.clone());
+            live
+        };
+        if self.stop.is_cancelled() {
+            let reason = format!(
+                "node {} is shutting down; connect to another node",
+                node.id()
             );
-            endpoint.wait_idle().await;
+            self.apply(node, &live, Event::Shutdown { reason });
         }
-        let released = self.socket_released.lock().take();
-        if let Some(released) = released {
-            drop(self.sessions.lock().drain());
-            let _ = released.await;
+        (live, out_rx)
+    }
+
+    /// Reads the client's frames into the machine until the session ends, then forgets it.
+    pub(super) async fn serve<S>(&self, node: &Node, live: &Arc<Live>, mut frames: S)
+    where
+        S: Stream<Item = Result<ClientFrame, ReadError>> + Unpin,
+    {
+        loop {
+            let deadline = live.machine.lock().next_deadline();
+            let event = tokio::select! {
+                biased;
+                () = live.ended.cancelled() => break,
+                () = live.wake.notified() => continue,
+                () = sleep_until(deadline) => Event::Tick,
+                frame = frames.next() => match frame {
+                    Some(Ok(frame)) => checked(node, live, frame),
+                    Some(Err(ReadError::Bad { code, reason })) => Event::BadFrame { code, reason },
+                    Some(Err(ReadError::Io(error))) => Event::ClientGone {
+                        reason: format!("the connection ended: {error}"),
+                    },
+                    None => Event::ClientGone {
+                        reason: "the client closed its stream".to_owned(),
+                    },
+                },
+            };
+            self.apply(node, live, event);
         }
+        self.sessions.lock().remove(&live.id);
     }
 
     fn session(&self, id: SessionId) -> Option<Arc<Live>> {
@@ -186,6 +258,8 @@ impl Hub {
         let mut machine = live.machine.lock();
         let now = Instant::now();
         let mut events = VecDeque::from([event]);
+        // Once an input could not be made its Actor's message, no later one may overtake it.
+        let mut refused = false;
         while let Some(event) = events.pop_front() {
             for action in machine.on(event, now) {
                 match action {
@@ -209,23 +283,39 @@ impl Hub {
                         actor,
                         owner,
                         payload,
-                    } => node.send_encoded(
-                        UnitId::Actor(actor),
-                        Payload::Encoded(payload),
-                        None,
-                        Some(&owner),
-                    ),
+                    } => {
+                        if refused {
+                            continue;
+                        }
+                        match message(node, live.encoding, machine.type_of(&actor), payload) {
+                            Ok(payload) => node.send_encoded(
+                                UnitId::Actor(actor),
+                                Payload::Encoded(payload),
+                                None,
+                                Some(&owner),
+                            ),
+                            Err(why) => {
+                                refused = true;
+                                events.push_back(Event::BadFrame {
+                                    code: CloseCode::BadInput,
+                                    reason: format!("an input for {actor} was refused: {why}"),
+                                });
+                            }
+                        }
+                    }
                     Action::RequestBind { actor, epoch } => {
-                        self.request_bind(node, live.id, actor, epoch);
+                        self.request_bind(node, live.id, live.encoding, actor, epoch);
                     }
                     Action::RequestRebind { actor, epoch, gone } => {
-                        tokio::spawn(rebind(node.clone(), live.id, actor, epoch, gone));
+                        let session = (live.id, live.encoding);
+                        tokio::spawn(rebind(node.clone(), session, actor, epoch, gone));
                     }
                     Action::RequestUnbind { actor, epoch, via } => {
                         let op = SessionOp::Unbind(SessionRef {
                             gateway: node.id().clone(),
                             session: live.id,
                             epoch,
+                            encoding: live.encoding,
                         });
                         node.send_encoded(
                             UnitId::Actor(actor),
@@ -248,21 +338,12 @@ impl Hub {
 
     /// Queues a frame for the client; an event if it cannot be.
     fn send(&self, live: &Live, frame: &ServerFrame) -> Option<Event> {
-        let bytes = match self.encoder.encode_frame(frame) {
+        let bytes = match self.encode(live.encoding, frame) {
             Ok(bytes) => bytes,
-            Err(EncodeError::TooLarge { max }) => {
+            Err(reason) => {
                 return Some(Event::BadFrame {
                     code: CloseCode::Internal,
-                    reason: format!(
-                        "the game server sent a push over the {max}-byte frame limit; it must \
-                         push smaller messages"
-                    ),
-                });
-            }
-            Err(error) => {
-                return Some(Event::BadFrame {
-                    code: CloseCode::Internal,
-                    reason: format!("a frame for the client could not be encoded: {error}"),
+                    reason,
                 });
             }
         };
@@ -271,6 +352,29 @@ impl Hub {
             Err(mpsc::error::TrySendError::Full(_)) => Some(Event::SlowReader),
             // The writer is gone with the connection.
             Err(mpsc::error::TrySendError::Closed(_)) => None,
+        }
+    }
+
+    /// A frame as its client reads it: a postcard frame, or the UTF-8 text of a JSON message.
+    pub(super) fn encode(&self, encoding: Encoding, frame: &ServerFrame) -> Result<Bytes, String> {
+        let too_large = |max| {
+            format!(
+                "the game server sent a push over the {max}-byte frame limit; it must push \
+                 smaller messages"
+            )
+        };
+        match encoding {
+            Encoding::Postcard => self.encoder.encode_frame(frame).map_err(|e| match e {
+                EncodeError::TooLarge { max } => too_large(max),
+                other => format!("a frame for the client could not be encoded: {other}"),
+            }),
+            Encoding::Json => {
+                let text = super::json::server_frame(frame).map_err(|e| e.to_string())?;
+                if text.len() > self.limits.max_frame {
+                    return Err(too_large(self.limits.max_frame));
+                }
+                Ok(Bytes::from(text))
+            }
         }
     }
 
@@ -285,7 +389,14 @@ impl Hub {
     }
 
     /// Sends a bind to the Actor, as a request so that a missing Actor is answered too.
-    fn request_bind(&self, node: &Node, session: SessionId, actor: ActorId, epoch: u32) {
+    fn request_bind(
+        &self,
+        node: &Node,
+        session: SessionId,
+        encoding: Encoding,
+        actor: ActorId,
+        epoch: u32,
+    ) {
         let waiting = node.core.replies.open();
         if let Some(waiting) = &waiting {
             let reply = ReplyTo {
@@ -296,6 +407,7 @@ impl Hub {
                 gateway: node.id().clone(),
                 session,
                 epoch,
+                encoding,
             });
             node.send_encoded(
                 UnitId::Actor(actor.clone()),
@@ -427,6 +539,11 @@ impl Node {
         self.core.sessions.as_ref().map(Hub::local_addr)
     }
 
+    /// Where this node accepts WebSocket clients, if it does.
+    pub fn websocket_addr(&self) -> Option<SocketAddr> {
+        self.core.sessions.as_ref().and_then(Hub::websocket_addr)
+    }
+
     /// How many client sessions this node holds now.
     pub fn session_count(&self) -> usize {
         self.core
@@ -480,7 +597,13 @@ impl Node {
 /// another node (recovery rebuilt it there) or none (it was not rebuilt, and the bind says so).
 /// Recovery writes the record, so it is read again every membership refresh, for at most
 /// `REBIND_WAIT`; then the bind goes anyway, and its answer tells the client.
-async fn rebind(node: Node, session: SessionId, actor: ActorId, epoch: u32, gone: NodeId) {
+async fn rebind(
+    node: Node,
+    (session, encoding): (SessionId, Encoding),
+    actor: ActorId,
+    epoch: u32,
+    gone: NodeId,
+) {
     let id = UnitId::Actor(actor.clone());
     let until = Instant::now() + REBIND_WAIT;
     let mut every = tokio::time::interval(node.config().refresh.max(Duration::from_millis(10)));
@@ -493,28 +616,7 @@ async fn rebind(node: Node, session: SessionId, actor: ActorId, epoch: u32, gone
         }
     }
     if let Some(hub) = node.core.sessions.as_ref() {
-        hub.request_bind(&node, session, actor, epoch);
-    }
-}
-
-/// Accepts clients until the node stops.
-async fn accept_loop(node: Node, endpoint: Endpoint, stop: CancellationToken) {
-    loop {
-        let incoming = tokio::select! {
-            biased;
-            () = stop.cancelled() => break,
-            incoming = endpoint.accept() => match incoming {
-                Some(incoming) => incoming,
-                None => break,
-            },
-        };
-        let Some(hub) = node.core.sessions.as_ref() else {
-            break;
-        };
-        let mut tasks = hub.tasks.lock();
-        // Sessions that ended leave their task in the set until reaped.
-        while tasks.try_join_next().is_some() {}
-        tasks.spawn(run_session(node.clone(), incoming, stop.clone()));
+        hub.request_bind(&node, session, encoding, actor, epoch);
     }
 }
 
@@ -553,63 +655,6 @@ impl From<DecodeError> for ReadError {
     }
 }
 
-/// Client frames, told apart: unknown kinds from malformed ones.
-pub(crate) struct ClientDecoder(FrameCodec<ClientFrame>);
-
-impl ClientDecoder {
-    /// A decoder refusing frames over `max_frame` bytes.
-    pub(crate) fn new(max_frame: usize) -> Self {
-        ClientDecoder(FrameCodec::new(max_frame))
-    }
-
-    fn frame(body: &BytesMut) -> Result<ClientFrame, ReadError> {
-        if let Ok((kind, _)) = postcard::take_from_bytes::<u32>(body)
-            && kind >= CLIENT_FRAME_KINDS
-        {
-            return Err(ReadError::Bad {
-                code: CloseCode::UnknownFrame,
-                reason: format!(
-                    "frame type {kind} is unknown; this gateway speaks client protocol version {}",
-                    super::wire::PROTOCOL_VERSION
-                ),
-            });
-        }
-        match postcard::take_from_bytes::<ClientFrame>(body) {
-            Ok((frame, [])) => Ok(frame),
-            Ok((_, rest)) => Err(ReadError::Bad {
-                code: CloseCode::Malformed,
-                reason: format!(
-                    "malformed frame: {} bytes after its value; the client speaks another version",
-                    rest.len()
-                ),
-            }),
-            Err(e) => Err(ReadError::Bad {
-                code: CloseCode::Malformed,
-                reason: format!("malformed frame of {} bytes: {e}", body.len()),
-            }),
-        }
-    }
-}
-
-impl Decoder for ClientDecoder {
-    type Item = ClientFrame;
-    type Error = ReadError;
-
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<ClientFrame>, ReadError> {
-        match self.0.decode_body(src)? {
-            Some(body) => Self::frame(&body).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<ClientFrame>, ReadError> {
-        match self.0.decode_body_eof(src)? {
-            Some(body) => Self::frame(&body).map(Some),
-            None => Ok(None),
-        }
-    }
-}
-
 fn new_session_id(sessions: &HashMap<SessionId, Arc<Live>>) -> SessionId {
     loop {
         let id = SessionId(rand::random());
@@ -619,114 +664,12 @@ fn new_session_id(sessions: &HashMap<SessionId, Arc<Live>>) -> SessionId {
     }
 }
 
-fn close_connection(conn: &Connection, code: CloseCode, reason: &str) {
-    let mut end = reason.len().min(MAX_REASON);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    conn.close(
-        quinn::VarInt::from_u32(code.to_u32()),
-        &reason.as_bytes()[..end],
-    );
-}
-
-/// Runs one client's session from its TLS handshake to its end.
-async fn run_session(node: Node, incoming: quinn::Incoming, stop: CancellationToken) {
-    let Some(hub) = node.core.sessions.as_ref() else {
-        return;
-    };
-    let remote = incoming.remote_address();
-    let limits = hub.limits;
-    let conn = match incoming.await {
-        Ok(conn) => conn,
-        Err(error) => {
-            debug!(%remote, %error, "client refused: TLS handshake failed");
-            return;
-        }
-    };
-    let stream = tokio::select! {
-        () = stop.cancelled() => return close_connection(&conn, CloseCode::Shutdown, "node shutting down"),
-        stream = tokio::time::timeout(limits.auth_timeout, conn.accept_bi()) => stream,
-    };
-    let (send, recv) = match stream {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(error)) => {
-            debug!(%remote, %error, "client left before opening its stream");
-            return;
-        }
-        Err(_) => {
-            let reason = format!(
-                "no stream within {:?}; open one and send Hello",
-                limits.auth_timeout
-            );
-            return close_connection(&conn, CloseCode::Unauthenticated, &reason);
-        }
-    };
-    let (out, out_rx) = mpsc::channel(limits.max_outbound);
-    let live = {
-        let mut sessions = hub.sessions.lock();
-        let id = new_session_id(&sessions);
-        let machine = SessionMachine::new(id, node.id().clone(), limits, Instant::now());
-        let live = Arc::new(Live {
-            id,
-            machine: Mutex::new(machine),
-            out,
-            ending: Mutex::new(None),
-            ended: CancellationToken::new(),
-            wake: Notify::new(),
-        });
-        sessions.insert(id, live.clone());
-        live
-    };
-    debug!(session = %live.id, %remote, "client connected");
-    if stop.is_cancelled() {
-        let reason = format!(
-            "node {} is shutting down; connect to another node",
-            node.id()
-        );
-        hub.apply(&node, &live, Event::Shutdown { reason });
-    }
-    let writer = tokio::spawn(write_frames(
-        conn.clone(),
-        send,
-        out_rx,
-        live.clone(),
-        hub.encoder.clone(),
-    ));
-    read_frames(&node, hub, &live, recv).await;
-    hub.sessions.lock().remove(&live.id);
-    let _ = writer.await;
-    debug!(session = %live.id, "session ended");
-}
-
-/// Reads the client's frames into the machine until the session ends.
-async fn read_frames(node: &Node, hub: &Hub, live: &Arc<Live>, recv: RecvStream) {
-    let mut reader = FramedRead::new(recv, ClientDecoder::new(hub.limits.max_frame));
-    loop {
-        let deadline = live.machine.lock().next_deadline();
-        let event = tokio::select! {
-            biased;
-            () = live.ended.cancelled() => return,
-            () = live.wake.notified() => continue,
-            () = sleep_until(deadline) => Event::Tick,
-            frame = reader.next() => match frame {
-                Some(Ok(frame)) => checked(node, live, frame),
-                Some(Err(ReadError::Bad { code, reason })) => Event::BadFrame { code, reason },
-                Some(Err(ReadError::Io(error))) => Event::ClientGone {
-                    reason: format!("the connection ended: {error}"),
-                },
-                None => Event::ClientGone {
-                    reason: "the client closed its stream".to_owned(),
-                },
-            },
-        };
-        hub.apply(node, live, event);
-    }
-}
-
-/// An input is checked against its Actor's message type, when this node knows the factory.
+/// A postcard input is checked against its Actor's message type when this node knows the
+/// factory, before the machine sees it. (A JSON input is checked as it is made that type.)
 fn checked(node: &Node, live: &Live, frame: ClientFrame) -> Event {
-    if let ClientFrame::Input { actor, payload } = &frame {
+    if live.encoding == Encoding::Postcard
+        && let ClientFrame::Input { actor, payload } = &frame
+    {
         let type_name = live.machine.lock().type_of(actor).map(str::to_owned);
         if let Some(factory) = type_name.and_then(|t| node.core.factory(&t))
             && let Err(why) = factory.check_message(payload)
@@ -741,60 +684,37 @@ fn checked(node: &Node, live: &Live, frame: ClientFrame) -> Event {
     Event::Client(frame)
 }
 
+/// An input as its Actor takes it: postcard already, or JSON made the Actor's message type by
+/// its factory on this node.
+fn message(
+    node: &Node,
+    encoding: Encoding,
+    type_name: Option<&str>,
+    payload: Bytes,
+) -> Result<Bytes, String> {
+    match encoding {
+        Encoding::Postcard => Ok(payload),
+        Encoding::Json => {
+            let type_name = type_name.ok_or("its Actor's type is not known yet")?;
+            let factory = node.core.factory(type_name).ok_or_else(|| {
+                format!("this gateway has no factory {type_name:?} to read JSON inputs with")
+            })?;
+            factory
+                .message_from_json(&payload)
+                .map(Bytes::from)
+                .map_err(|why| {
+                    format!(
+                        "it is not the JSON form of a {}: {why}",
+                        factory.info().msg_type_name
+                    )
+                })
+        }
+    }
+}
+
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
     }
-}
-
-/// Writes queued frames to the client; once the session ends, tells the client why and closes.
-async fn write_frames(
-    conn: Connection,
-    mut send: SendStream,
-    mut out: mpsc::Receiver<Bytes>,
-    live: Arc<Live>,
-    encoder: FrameCodec<ServerFrame>,
-) {
-    let mut whole = true;
-    loop {
-        let bytes = tokio::select! {
-            biased;
-            bytes = out.recv() => match bytes {
-                Some(bytes) => bytes,
-                None => break,
-            },
-            () = live.ended.cancelled() => break,
-        };
-        tokio::select! {
-            written = send.write_all(&bytes) => if written.is_err() { return },
-            () = live.ended.cancelled() => {
-                // Cut off mid-frame (a client that does not read): only the close frame tells why.
-                whole = false;
-                break;
-            }
-        }
-    }
-    let Some((code, reason)) = live.ending.lock().clone() else {
-        return;
-    };
-    let goodbye = async {
-        if whole {
-            while let Ok(bytes) = out.try_recv() {
-                send.write_all(&bytes).await?;
-            }
-            let closing = ServerFrame::Closing {
-                code,
-                reason: reason.clone(),
-            };
-            if let Ok(bytes) = encoder.encode_frame(&closing) {
-                send.write_all(&bytes).await?;
-            }
-            let _ = send.finish();
-            let _ = send.stopped().await;
-        }
-        Ok::<_, quinn::WriteError>(())
-    };
-    let _ = tokio::time::timeout(CLOSE_LINGER, goodbye).await;
-    close_connection(&conn, code, &reason);
 }

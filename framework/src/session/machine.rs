@@ -591,12 +591,14 @@ impl SessionMachine {
         }
         let mut actions = vec![Action::Send(ServerFrame::Push {
             actor: actor.clone(),
+            seq,
             payload,
         })];
         binding.next_push += 1;
         while let Some(payload) = binding.early.remove(&binding.next_push) {
             actions.push(Action::Send(ServerFrame::Push {
                 actor: actor.clone(),
+                seq: binding.next_push,
                 payload,
             }));
             binding.next_push += 1;
@@ -1018,7 +1020,10 @@ mod tests {
             actions
                 .into_iter()
                 .filter_map(|a| match a {
-                    Action::Send(ServerFrame::Push { payload, .. }) => Some(payload[0]),
+                    Action::Send(ServerFrame::Push { seq, payload, .. }) => {
+                        assert_eq!(seq, u64::from(payload[0]), "numbered as sent");
+                        Some(payload[0])
+                    }
                     _ => None,
                 })
                 .collect()

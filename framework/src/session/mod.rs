@@ -1,14 +1,18 @@
-//! Game client sessions: players connect to a gateway node over QUIC, authenticate, bind their
+//! Game client sessions: players connect to a gateway node over QUIC or WebSocket, authenticate, bind their
 //! Actors, and keep their connection while those Actors (or their rooms) move between nodes.
 //!
 //! Layout, in the order a client's input flows:
 //! - [`wire`]: the client protocol: frames each way, length-delimited postcard with a size limit.
+//! - `json`: the same frames as JSON, one per WebSocket text message (docs/client-protocol.md).
 //! - [`tls`]: the gateway's server certificate, and the trust a client gives it.
 //! - `limits`: the token bucket that paces a client.
 //! - `machine`: one session as a plain state machine (events in, actions out, time passed in):
 //!   authentication, bindings, inputs held while a bound Actor moves, pushes put back in order.
 //! - `frames`: what gateways and the nodes running bound Actors say to each other on the mesh.
-//! - `hub`: the async shell: the listener, a task per session, and the mesh side of bindings.
+//! - `hub`: the async shell: a task per session whatever its transport, and the mesh side of
+//!   bindings.
+//! - `quic`: the QUIC listener (postcard frames), feeding the hub.
+//! - `websocket` (feature `websocket`): the WebSocket listener (JSON frames), feeding the hub.
 //!
 //! An Actor's binding (gateway node, session, next push number) is part of the Actor: it is
 //! captured and restored with it, so `ctx.push` reaches the gateway from wherever the Actor runs,
@@ -23,9 +27,13 @@
 
 pub(crate) mod frames;
 pub(crate) mod hub;
+pub(crate) mod json;
 mod limits;
 pub(crate) mod machine;
+pub(crate) mod quic;
 pub mod tls;
+#[cfg(feature = "websocket")]
+mod websocket;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -62,6 +70,8 @@ pub struct SessionRef {
     pub session: SessionId,
     /// The bind within the session.
     pub epoch: u32,
+    /// How the session's client reads pushes.
+    pub encoding: wire::Encoding,
 }
 
 /// An Actor's binding as it moves with the Actor: where its pushes go, and the number of its next
@@ -199,16 +209,20 @@ pub struct SessionSettings {
     pub authenticator: Arc<dyn Authenticator>,
     /// The limits of each session.
     pub limits: SessionLimits,
+    /// A WebSocket listener beside the QUIC one (JSON frames, docs/client-protocol.md), if any.
+    /// It needs the framework's `websocket` feature.
+    pub websocket: Option<WebSocketSettings>,
 }
 
 impl SessionSettings {
-    /// Settings with the default limits.
+    /// Settings with the default limits and no WebSocket listener.
     pub fn new(listen: SocketAddr, tls: SessionTls, authenticator: impl Authenticator) -> Self {
         SessionSettings {
             listen,
             tls,
             authenticator: Arc::new(authenticator),
             limits: SessionLimits::default(),
+            websocket: None,
         }
     }
 }
@@ -218,8 +232,18 @@ impl fmt::Debug for SessionSettings {
         f.debug_struct("SessionSettings")
             .field("listen", &self.listen)
             .field("limits", &self.limits)
+            .field("websocket", &self.websocket)
             .finish_non_exhaustive()
     }
+}
+
+/// Where a gateway accepts WebSocket clients (browsers, and clients in any language), and how.
+#[derive(Debug, Clone)]
+pub struct WebSocketSettings {
+    /// Where it binds (TCP); port 0 picks a free one, see `Node::websocket_addr`.
+    pub listen: SocketAddr,
+    /// The certificate for `wss://`; `None` serves plain `ws://`, allowed on loopback only.
+    pub tls: Option<SessionTls>,
 }
 
 /// Why the client listener could not start.
@@ -241,6 +265,9 @@ pub enum SessionError {
     /// A limit is out of range.
     #[error("invalid session limits: {0}")]
     Limits(String),
+    /// The WebSocket listener cannot be set up as asked.
+    #[error("the WebSocket listener cannot start: {0}")]
+    WebSocket(String),
 }
 
 /// Why `ctx.push` did not send.
@@ -253,9 +280,9 @@ pub enum PushError {
         id: crate::ids::UnitId,
     },
     /// The message could not be encoded.
-    #[error("the push could not be encoded with postcard: {reason}")]
+    #[error("the push could not be encoded for its client: {reason}")]
     Encode {
-        /// What postcard said.
+        /// What the encoder (postcard, or JSON for a WebSocket client) said.
         reason: String,
     },
     /// The gateway holding the session cannot be reached now; the push was not sent.

@@ -129,11 +129,21 @@ impl SessionTls {
 
     /// The listener's TLS: TLS 1.3, this certificate, no client certificate, the client ALPN.
     pub(crate) fn server_config(&self) -> Result<rustls::ServerConfig, SessionTlsError> {
+        self.server_config_for(ALPN)
+    }
+
+    /// The WebSocket listener's TLS: the same, speaking HTTP/1.1 for the upgrade.
+    #[cfg(feature = "websocket")]
+    pub(crate) fn websocket_server_config(&self) -> Result<rustls::ServerConfig, SessionTlsError> {
+        self.server_config_for(b"http/1.1")
+    }
+
+    fn server_config_for(&self, alpn: &[u8]) -> Result<rustls::ServerConfig, SessionTlsError> {
         let mut config = rustls::ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_no_client_auth()
             .with_single_cert(self.chain.clone(), self.key.clone_key())?;
-        config.alpn_protocols = vec![ALPN.to_vec()];
+        config.alpn_protocols = vec![alpn.to_vec()];
         Ok(config)
     }
 

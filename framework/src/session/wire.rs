@@ -105,10 +105,13 @@ pub enum ServerFrame {
         /// Why (another session bound it, the client asked, the Actor stopped...).
         reason: String,
     },
-    /// A message the Actor pushed, postcard-encoded as the type it pushed.
+    /// A message the Actor pushed, encoded as the type it pushed (postcard on QUIC, JSON on
+    /// WebSocket).
     Push {
         /// The Actor.
         actor: ActorId,
+        /// The push's number within this binding: 0 after each `Bound`, then one more each push.
+        seq: u64,
         /// The message.
         payload: Bytes,
     },
@@ -121,8 +124,21 @@ pub enum ServerFrame {
     },
 }
 
-/// Why a session ended; also the QUIC application close code.
+/// How a session's application messages are encoded: inputs as the bound Actor's message type,
+/// pushes as the type the Actor pushed. It travels with the binding, so an Actor encodes its
+/// pushes for its client wherever it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Encoding {
+    /// postcard, as a Rust client over QUIC reads it.
+    Postcard,
+    /// JSON (serde's JSON form of the type), as a WebSocket client reads it.
+    Json,
+}
+
+/// Why a session ended; also the QUIC application close code (and, plus 4000, the WebSocket
+/// close code). In JSON it is written by name in snake_case (`seal_timeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[repr(u32)]
 pub enum CloseCode {
     /// The client said goodbye.
@@ -255,7 +271,7 @@ mod tests {
                 ServerFrame::Bound { actor: actor(&name) },
                 ServerFrame::BindRefused { actor: actor(&name), reason: name.clone() },
                 ServerFrame::Unbound { actor: actor(&name), reason: name.clone() },
-                ServerFrame::Push { actor: actor(&name), payload: bytes.into() },
+                ServerFrame::Push { actor: actor(&name), seq: session, payload: bytes.into() },
                 ServerFrame::Closing { code: CloseCode::ALL[code], reason: name.clone() },
             ];
             for frame in &frames {
