@@ -163,7 +163,8 @@ where
         node.clone(),
         limits.idle_timeout,
     ));
-    let mut frames = Box::pin(read_frames(stream, limits.idle_timeout, limits.max_frame));
+    // Fused: the frames are read on after the session ended, also when they had ended first.
+    let mut frames = Box::pin(read_frames(stream, limits.idle_timeout, limits.max_frame).fuse());
     hub.serve(&node, &live, &mut frames).await;
     let _ = writer.await;
     // Read on until the client answers the close: input left unread would reset the connection
