@@ -74,6 +74,8 @@ pub const KEYS: &[&str] = &[
     "sessions_seal_timeout_ms",
     "sessions_auth_timeout_ms",
     "sessions_idle_timeout_ms",
+    "sessions_websocket",
+    "sessions_websocket_plain",
 ];
 
 /// A node config file as written, before its values are checked.
@@ -161,6 +163,12 @@ pub struct NodeFile {
     pub sessions_auth_timeout_ms: Option<u64>,
     /// How long a connection may be silent before it is dropped, in milliseconds.
     pub sessions_idle_timeout_ms: Option<u64>,
+    /// Where WebSocket game clients connect (TCP, `wss://` with `sessions_cert`), or `"off"`.
+    #[serde(default = "default_off")]
+    pub sessions_websocket: String,
+    /// Serve `sessions_websocket` as plain `ws://` instead: for development, on loopback only.
+    #[serde(default)]
+    pub sessions_websocket_plain: bool,
 }
 
 fn default_admin() -> String {
@@ -295,6 +303,17 @@ pub struct GatewayFiles {
     pub tokens: PathBuf,
     /// The limits each game client is held to.
     pub limits: ClientLimits,
+    /// The WebSocket listener beside the QUIC one, if on.
+    pub websocket: Option<WebSocketListen>,
+}
+
+/// Where a gateway accepts WebSocket clients, and whether without TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebSocketListen {
+    /// Where it binds.
+    pub listen: SocketAddr,
+    /// Plain `ws://` (loopback only) rather than `wss://` with the gateway's certificate.
+    pub plain: bool,
 }
 
 /// The session limits a gateway's config sets, each the framework's default unless given.
@@ -615,7 +634,16 @@ fn gateway(base: &Path, file: &NodeFile) -> Result<Option<GatewayFiles>, (&'stat
         ("sessions_key", &file.sessions_key),
         ("sessions_tokens", &file.sessions_tokens),
     ];
+    let websocket = websocket(file)?;
     let Some(listen) = listen else {
+        if websocket.is_some() {
+            return Err((
+                "sessions_websocket",
+                "it is set but `sessions_listen` is \"off\"; a WebSocket listener belongs to a \
+                 gateway: set `sessions_listen` too"
+                    .to_owned(),
+            ));
+        }
         return match files.iter().find(|(_, path)| path.is_some()) {
             Some((key, _)) => Err((
                 *key,
@@ -690,7 +718,32 @@ fn gateway(base: &Path, file: &NodeFile) -> Result<Option<GatewayFiles>, (&'stat
         key: required(key)?,
         tokens: required(tokens)?,
         limits,
+        websocket,
     }))
+}
+
+/// The WebSocket listener of a gateway: `sessions_websocket`, plain only on loopback.
+fn websocket(file: &NodeFile) -> Result<Option<WebSocketListen>, (&'static str, String)> {
+    let listen =
+        optional_addr(&file.sessions_websocket).map_err(|reason| ("sessions_websocket", reason))?;
+    match listen {
+        None if file.sessions_websocket_plain => Err((
+            "sessions_websocket_plain",
+            "it is set but `sessions_websocket` is \"off\"; set both, or neither".to_owned(),
+        )),
+        None => Ok(None),
+        Some(addr) if file.sessions_websocket_plain && !addr.ip().is_loopback() => Err((
+            "sessions_websocket_plain",
+            format!(
+                "plain ws:// on {addr} would carry tokens in the clear; use a loopback address \
+                 for development, or drop this key to serve wss:// with `sessions_cert`"
+            ),
+        )),
+        Some(listen) => Ok(Some(WebSocketListen {
+            listen,
+            plain: file.sessions_websocket_plain,
+        })),
+    }
 }
 
 /// A limit key's value, above 0, or the framework's default when it is not set.
@@ -834,6 +887,8 @@ mod tests {
         sessions_seal_timeout_ms = 7
         sessions_auth_timeout_ms = 8
         sessions_idle_timeout_ms = 9
+        sessions_websocket = "127.0.0.1:7401"
+        sessions_websocket_plain = true
     "#;
 
     #[test]
@@ -887,10 +942,45 @@ mod tests {
                     auth_timeout: Duration::from_millis(8),
                     idle_timeout: Duration::from_millis(9),
                 },
+                websocket: Some(WebSocketListen {
+                    listen: "127.0.0.1:7401".parse().expect("addr"),
+                    plain: true,
+                }),
             })
         );
         let off = parse_ok("id = \"a\"\ncerts = \"c\"\nadmin = \"off\"\n");
         assert_eq!(off.admin, None);
+    }
+
+    #[test]
+    fn a_websocket_listener_needs_a_gateway_and_plain_ws_needs_loopback() {
+        let gateway = "id = \"a\"\ncerts = \"c\"\nsessions_listen = \"127.0.0.1:0\"\n\
+                       sessions_cert = \"g.pem\"\nsessions_key = \"g.key\"\n\
+                       sessions_tokens = \"t.txt\"\n";
+        let ws = |extra: &str| {
+            parse_ok(&format!("{gateway}{extra}"))
+                .sessions
+                .expect("gateway")
+        };
+        assert_eq!(ws("").websocket, None);
+        let tls = ws("sessions_websocket = \"0.0.0.0:7401\"\n").websocket;
+        assert_eq!(tls.map(|w| (w.listen.port(), w.plain)), Some((7401, false)));
+        let plain = "sessions_websocket = \"127.0.0.1:7401\"\nsessions_websocket_plain = true\n";
+        assert_eq!(ws(plain).websocket.map(|w| w.plain), Some(true));
+        let e = parse_err(&format!(
+            "{gateway}sessions_websocket = \"0.0.0.0:7401\"\nsessions_websocket_plain = true\n"
+        ));
+        assert!(
+            e.contains("sessions_websocket_plain") && e.contains("loopback"),
+            "{e}"
+        );
+        let e = parse_err(&format!("{gateway}sessions_websocket_plain = true\n"));
+        assert!(e.contains("sessions_websocket_plain"), "{e}");
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nsessions_websocket = \"127.0.0.1:1\"\n");
+        assert!(
+            e.contains("sessions_websocket") && e.contains("sessions_listen"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use ferry::session::tls::SessionTlsError;
-use ferry::{SessionSettings, SessionTls, StaticTokens};
+use ferry::{SessionSettings, SessionTls, StaticTokens, WebSocketSettings};
 
 use crate::config::GatewayFiles;
 
@@ -54,8 +54,13 @@ pub fn settings(files: &GatewayFiles) -> Result<SessionSettings, GatewayError> {
         source,
     })?;
     let tokens = load_tokens(&files.tokens)?;
+    let websocket = files.websocket.map(|ws| WebSocketSettings {
+        listen: ws.listen,
+        tls: (!ws.plain).then(|| tls.clone()),
+    });
     let mut settings = SessionSettings::new(files.listen, tls, tokens);
     settings.limits = files.limits.session_limits();
+    settings.websocket = websocket;
     Ok(settings)
 }
 

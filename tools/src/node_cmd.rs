@@ -1,8 +1,8 @@
 //! `ferry node`: one node process, configured by a TOML file, serving until it is told to stop.
 //!
-//! The process prints one line, `ready <node-id> mesh=<addr> admin=<addr> sessions=<addr>` (the
-//! last two only when on), once the node serves: supervisors and tests wait for it instead of
-//! guessing how long start-up takes. SIGTERM or Ctrl-C shut the node down cleanly (its units close
+//! The process prints one line, `ready <node-id> mesh=<addr> admin=<addr> sessions=<addr>
+//! websocket=<addr>` (the last three only when on), once the node serves: supervisors and tests
+//! wait for it instead of guessing how long start-up takes. SIGTERM or Ctrl-C shut the node down cleanly (its units close
 //! and release their records, its lease is given back) and the process exits 0. So does a
 //! `POST /shutdown` on the admin endpoint, after it drained the node; it exits non-zero if that
 //! lost anything. A node that loses its owner lease can no longer run turns; it shuts down and
@@ -179,13 +179,15 @@ pub async fn run(args: NodeArgs) -> Result<(), NodeError> {
     outcome
 }
 
-/// Prints `ready <id> mesh=<addr>`, then ` admin=<addr>` and ` sessions=<addr>` when on.
+/// Prints `ready <id> mesh=<addr>`, then ` admin=<addr>`, ` sessions=<addr>` and
+/// ` websocket=<addr>` when on.
 fn print_ready(node: &Node, admin: Option<&AdminServer>) -> std::io::Result<()> {
     let mut line = format!("ready {}", node.id());
     let addrs = [
         ("mesh", node.mesh_addr()),
         ("admin", admin.map(AdminServer::local_addr)),
         ("sessions", node.session_addr()),
+        ("websocket", node.websocket_addr()),
     ];
     for (name, addr) in addrs {
         if let Some(addr) = addr {
