@@ -1,0 +1,343 @@
+// The Ferry game client for browsers and Node: connects to a gateway over WebSocket, authenticates,
+// binds Actors, sends them inputs and receives their pushes in order, and rides out a gateway that
+// goes away by connecting to the next one and binding its Actors again. It follows
+// docs/client-protocol.md; the frames here are that page's, field for field.
+/** What went wrong, and what to do about it. */
+export class FerryError extends Error {
+    code;
+    constructor(message, 
+    /** The gateway's close code, if the error is a session's end. */
+    code = null) {
+        super(message);
+        this.code = code;
+        this.name = "FerryError";
+    }
+}
+/** The protocol version this client speaks. */
+export const PROTOCOL_VERSION = 1;
+/** The WebSocket close codes of the protocol are 4000 plus the session's. */
+const CLOSE_BASE = 4000;
+const CODES = [
+    "normal",
+    "shutdown",
+    "unauthenticated",
+    "malformed",
+    "too_large",
+    "unknown_frame",
+    "bad_input",
+    "protocol",
+    "rate_limited",
+    "too_many_held",
+    "seal_timeout",
+    "slow_reader",
+    "internal",
+];
+const RETRYABLE = new Set(["shutdown", "seal_timeout", "slow_reader", "internal"]);
+async function webSocketClass(options) {
+    if (options.WebSocket)
+        return options.WebSocket;
+    const global = globalThis.WebSocket;
+    if (global)
+        return global;
+    // Node 20 has no global WebSocket: the `ws` package stands in.
+    const ws = (await import("ws"));
+    return ws.WebSocket;
+}
+/** One open WebSocket to a gateway, after its welcome. */
+class Link {
+    socket;
+    welcome;
+    url;
+    ended = null;
+    closing = null;
+    constructor(socket, welcome, url) {
+        this.socket = socket;
+        this.welcome = welcome;
+        this.url = url;
+    }
+    send(frame) {
+        this.socket.send(JSON.stringify(frame));
+    }
+    /** Notes a `closing` frame: its code wins over the close frame's. */
+    sawClosing(frame) {
+        this.closing = { code: frame.code, reason: frame.reason, retryable: frame.retryable };
+    }
+    /** How the connection ended, from the `closing` frame or the close frame. */
+    end(event) {
+        if (this.ended)
+            return this.ended;
+        const code = CODES[event.code - CLOSE_BASE] ?? null;
+        this.ended = this.closing ?? {
+            code,
+            reason: event.reason || `the connection closed (${event.code})`,
+            retryable: code === null || RETRYABLE.has(code),
+        };
+        return this.ended;
+    }
+}
+/** Opens a WebSocket to `url`, says hello and waits for the welcome. */
+function attempt(WebSocketImpl, url, token, timeoutMs) {
+    return new Promise((resolve, reject) => {
+        let socket;
+        try {
+            socket = new WebSocketImpl(url);
+        }
+        catch (error) {
+            reject(new FerryError(`cannot open ${url}: ${String(error)}`));
+            return;
+        }
+        let settled = false;
+        let closing = null;
+        const fail = (error) => {
+            if (settled)
+                return;
+            settled = true;
+            clearTimeout(timer);
+            socket.close();
+            reject(error);
+        };
+        const timer = setTimeout(() => fail(new FerryError(`no welcome from ${url} within ${timeoutMs} ms`)), timeoutMs);
+        socket.onopen = () => {
+            socket.send(JSON.stringify({ type: "hello", version: PROTOCOL_VERSION, token }));
+        };
+        socket.onmessage = (event) => {
+            const frame = JSON.parse(String(event.data));
+            if (frame.type === "welcome" && !settled) {
+                settled = true;
+                clearTimeout(timer);
+                resolve(new Link(socket, frame, url));
+            }
+            else if (frame.type === "closing") {
+                closing = frame;
+            }
+        };
+        socket.onerror = () => fail(new FerryError(`cannot reach ${url}`));
+        socket.onclose = (event) => {
+            const code = closing?.code ?? CODES[event.code - CLOSE_BASE] ?? null;
+            const reason = closing?.reason ?? (event.reason || `the connection to ${url} closed`);
+            fail(new FerryError(reason, code));
+        };
+    });
+}
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+/**
+ * A connected game client. Events (pushes, unbinds, reconnects, the end) come from `next()` in
+ * order, or go to `onEvent` once it is set.
+ */
+export class FerryClient {
+    options;
+    WebSocketImpl;
+    reconnect;
+    /** Receives every event once set; until then they wait for `next()`. */
+    onEvent = null;
+    link;
+    info;
+    /** Actors the application bound: bound again on every new session. */
+    wanted = new Set();
+    /** Binds waiting for their answer on the current session. */
+    binding = new Map();
+    /** Inputs sent while no session was open, per Actor, in order. */
+    pending = [];
+    events = [];
+    waiters = [];
+    reconnecting = false;
+    closed = null;
+    constructor(options, WebSocketImpl, reconnect) {
+        this.options = options;
+        this.WebSocketImpl = WebSocketImpl;
+        this.reconnect = reconnect;
+    }
+    /** Connects to the first gateway that takes the token, trying each in turn. */
+    static async connect(options) {
+        if (options.urls.length === 0)
+            throw new FerryError("no gateway URL given; list at least one in `urls`");
+        const reconnect = options.reconnect === false
+            ? null
+            : { minBackoffMs: 50, maxBackoffMs: 5000, attempts: 10, ...options.reconnect };
+        const client = new FerryClient(options, await webSocketClass(options), reconnect);
+        await client.open(0, 0);
+        return client;
+    }
+    /** The session held now. */
+    get session() {
+        return this.info;
+    }
+    /** Binds an Actor to this client: its pushes come here, and `send` reaches it. */
+    bind(actor) {
+        if (this.closed)
+            return Promise.reject(new FerryError("the client is closed"));
+        this.wanted.add(actor);
+        return new Promise((resolve, reject) => {
+            this.binding.set(actor, { resolve, reject });
+            if (!this.reconnecting)
+                this.link.send({ type: "bind", actor });
+        });
+    }
+    /** Stops being bound to an Actor. */
+    unbind(actor) {
+        this.wanted.delete(actor);
+        if (!this.reconnecting && !this.closed)
+            this.link.send({ type: "unbind", actor });
+    }
+    /** Sends a message to a bound Actor; while the client reconnects it is queued and sent after. */
+    send(actor, message) {
+        if (this.closed)
+            throw new FerryError("the client is closed");
+        if (!this.wanted.has(actor))
+            throw new FerryError(`${actor} is not bound to this client; bind it first`);
+        if (this.reconnecting) {
+            this.pending.push({ actor, message });
+        }
+        else {
+            this.link.send({ type: "input", actor, message });
+        }
+    }
+    /** The next event. */
+    next() {
+        const event = this.events.shift();
+        if (event)
+            return Promise.resolve(event);
+        return new Promise((resolve) => this.waiters.push(resolve));
+    }
+    /** Says goodbye and closes the session; no reconnect follows. */
+    async close() {
+        if (this.closed)
+            return;
+        this.closed = { type: "closed", code: "normal", reason: "the client closed" };
+        const socket = this.link.socket;
+        if (socket.readyState === 1) {
+            const gone = new Promise((resolve) => socket.addEventListener("close", resolve));
+            this.link.send({ type: "bye" });
+            await Promise.race([gone, sleep(1000)]);
+        }
+        socket.close();
+    }
+    emit(event) {
+        if (this.onEvent) {
+            this.onEvent(event);
+            return;
+        }
+        const waiter = this.waiters.shift();
+        if (waiter)
+            waiter(event);
+        else
+            this.events.push(event);
+    }
+    /** Connects from gateway `start` on, with backoff, until one takes the token. */
+    async open(start, connects) {
+        const urls = this.options.urls;
+        const tries = this.reconnect ? Math.max(1, this.reconnect.attempts) : urls.length;
+        let backoff = this.reconnect?.minBackoffMs ?? 0;
+        let last = "";
+        for (let n = 0; n < tries; n++) {
+            const url = urls[(start + n) % urls.length];
+            try {
+                const link = await attempt(this.WebSocketImpl, url, this.options.token, this.options.connectTimeoutMs ?? 5000);
+                this.adopt(link, connects + 1);
+                return;
+            }
+            catch (error) {
+                const e = error;
+                if (e.code !== null && !RETRYABLE.has(e.code))
+                    throw e;
+                last = e.message;
+            }
+            if (n + 1 < tries && this.reconnect) {
+                await sleep(backoff);
+                backoff = Math.min(backoff * 2, this.reconnect.maxBackoffMs);
+            }
+        }
+        throw new FerryError(`no gateway could be reached after ${tries} attempts (last: ${last}); check the URLs and that the nodes accept WebSocket clients`);
+    }
+    adopt(link, connects) {
+        this.link = link;
+        this.info = {
+            session: link.welcome.session,
+            node: link.welcome.node,
+            url: link.url,
+            connects,
+            limits: link.welcome.limits,
+        };
+        link.socket.onmessage = (event) => this.frame(link, JSON.parse(String(event.data)));
+        link.socket.onclose = (event) => void this.lost(link, link.end(event));
+        link.socket.onerror = () => { };
+    }
+    frame(link, frame) {
+        switch (frame.type) {
+            case "push":
+                this.emit({ type: "push", actor: frame.actor, seq: frame.seq, message: frame.message });
+                break;
+            case "bound":
+                this.binding.get(frame.actor)?.resolve();
+                this.binding.delete(frame.actor);
+                break;
+            case "bind_refused": {
+                this.wanted.delete(frame.actor);
+                const waiting = this.binding.get(frame.actor);
+                this.binding.delete(frame.actor);
+                const error = new FerryError(`binding ${frame.actor} was refused: ${frame.reason}`);
+                if (waiting)
+                    waiting.reject(error);
+                else
+                    this.emit({ type: "unbound", actor: frame.actor, reason: frame.reason });
+                break;
+            }
+            case "unbound":
+                this.wanted.delete(frame.actor);
+                this.emit({ type: "unbound", actor: frame.actor, reason: frame.reason });
+                break;
+            case "closing":
+                link.sawClosing(frame);
+                break;
+            case "welcome":
+                break;
+        }
+    }
+    /** The connection ended: reconnect and bind again, or report the end. */
+    async lost(link, end) {
+        if (link !== this.link)
+            return;
+        if (this.closed) {
+            this.emit(this.closed);
+            return;
+        }
+        if (!end.retryable || !this.reconnect) {
+            this.finish({ type: "closed", code: end.code, reason: end.reason });
+            return;
+        }
+        this.reconnecting = true;
+        const start = this.options.urls.indexOf(link.url) + 1;
+        try {
+            await this.open(start, this.info.connects);
+            // Bind again before anything queued goes out: the gateway holds inputs until each is bound.
+            const rebinds = [...this.wanted].map((actor) => new Promise((resolve, reject) => {
+                // A bind the application is still waiting for is answered by this one.
+                const earlier = this.binding.get(actor);
+                this.binding.set(actor, {
+                    resolve: () => (earlier?.resolve(), resolve()),
+                    reject: (e) => (earlier?.reject(e), reject(e)),
+                });
+                this.link.send({ type: "bind", actor });
+            }));
+            for (const { actor, message } of this.pending.splice(0)) {
+                if (this.wanted.has(actor))
+                    this.link.send({ type: "input", actor, message });
+            }
+            this.reconnecting = false;
+            await Promise.allSettled(rebinds);
+            this.emit({ type: "reconnected", reason: end.reason, session: this.info });
+        }
+        catch (error) {
+            this.reconnecting = false;
+            const e = error;
+            this.finish({ type: "closed", code: e.code, reason: e.message });
+        }
+    }
+    finish(event) {
+        this.closed = event;
+        for (const [, waiting] of this.binding)
+            waiting.reject(new FerryError(event.reason, event.code));
+        this.binding.clear();
+        this.emit(event);
+    }
+}

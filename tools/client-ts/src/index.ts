@@ -1,0 +1,454 @@
+// The Ferry game client for browsers and Node: connects to a gateway over WebSocket, authenticates,
+// binds Actors, sends them inputs and receives their pushes in order, and rides out a gateway that
+// goes away by connecting to the next one and binding its Actors again. It follows
+// docs/client-protocol.md; the frames here are that page's, field for field.
+
+/** A JSON value, as application messages are written (serde's JSON form of a Rust type). */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** The limits a gateway announces in its welcome. */
+export interface Limits {
+  max_frame: number;
+  rate_per_second: number;
+  rate_burst: number;
+}
+
+/** The session a client holds now. */
+export interface SessionInfo {
+  /** The session's id on its gateway (16 hex digits). */
+  session: string;
+  /** The gateway node's id. */
+  node: string;
+  /** The gateway's URL. */
+  url: string;
+  /** How many sessions this client has held so far (1 until it reconnects). */
+  connects: number;
+  /** The limits the session is held to. */
+  limits: Limits;
+}
+
+/** Why a session ended, as its gateway said (docs/client-protocol.md, "Close codes"). */
+export type CloseCode =
+  | "normal"
+  | "shutdown"
+  | "unauthenticated"
+  | "malformed"
+  | "too_large"
+  | "unknown_frame"
+  | "bad_input"
+  | "protocol"
+  | "rate_limited"
+  | "too_many_held"
+  | "seal_timeout"
+  | "slow_reader"
+  | "internal";
+
+/** Something the gateway told the client. */
+export type ClientEvent =
+  /** A bound Actor pushed a message; `seq` counts its pushes from 0 since it was bound. */
+  | { type: "push"; actor: string; seq: number; message: Json }
+  /** An Actor is no longer bound to this client. */
+  | { type: "unbound"; actor: string; reason: string }
+  /** The session ended for the server's reasons; the client is connected again, its Actors bound. */
+  | { type: "reconnected"; reason: string; session: SessionInfo }
+  /** The session ended and the client will not reconnect. */
+  | { type: "closed"; code: CloseCode | null; reason: string };
+
+/** How a client reconnects after its gateway ended the session for the server's reasons. */
+export interface Reconnect {
+  /** The first wait after a failed attempt; it doubles each time (default 50 ms). */
+  minBackoffMs: number;
+  /** The longest wait (default 5000 ms). */
+  maxBackoffMs: number;
+  /** Attempts before giving up, each at the next gateway in the list (default 10). */
+  attempts: number;
+}
+
+/** The WebSocket class to use: the browser's, or the `ws` package's in Node. */
+export type WebSocketClass = new (url: string) => WebSocket;
+
+/** How a client connects. */
+export interface ClientOptions {
+  /** Gateway URLs (`wss://host:port/`); the first is tried first, the next ones on reconnects. */
+  urls: string[];
+  /** The token the application's authenticator checks. */
+  token: string;
+  /** How long connecting and authenticating may take, per attempt (default 5000 ms). */
+  connectTimeoutMs?: number;
+  /** Whether and how to reconnect (default on); `false` ends the client with the first session. */
+  reconnect?: Partial<Reconnect> | false;
+  /** The WebSocket class; by default the global one, else the `ws` package's. */
+  WebSocket?: WebSocketClass;
+}
+
+/** What went wrong, and what to do about it. */
+export class FerryError extends Error {
+  constructor(
+    message: string,
+    /** The gateway's close code, if the error is a session's end. */
+    readonly code: CloseCode | null = null,
+  ) {
+    super(message);
+    this.name = "FerryError";
+  }
+}
+
+type ServerFrame =
+  | { type: "welcome"; session: string; node: string; limits: Limits }
+  | { type: "bound"; actor: string }
+  | { type: "bind_refused"; actor: string; reason: string }
+  | { type: "unbound"; actor: string; reason: string }
+  | { type: "push"; actor: string; seq: number; message: Json }
+  | { type: "closing"; code: CloseCode; retryable: boolean; reason: string };
+
+type ClientFrame =
+  | { type: "hello"; version: number; token: string }
+  | { type: "bind"; actor: string }
+  | { type: "unbind"; actor: string }
+  | { type: "input"; actor: string; message: Json }
+  | { type: "bye" };
+
+/** The protocol version this client speaks. */
+export const PROTOCOL_VERSION = 1;
+
+/** The WebSocket close codes of the protocol are 4000 plus the session's. */
+const CLOSE_BASE = 4000;
+const CODES: CloseCode[] = [
+  "normal",
+  "shutdown",
+  "unauthenticated",
+  "malformed",
+  "too_large",
+  "unknown_frame",
+  "bad_input",
+  "protocol",
+  "rate_limited",
+  "too_many_held",
+  "seal_timeout",
+  "slow_reader",
+  "internal",
+];
+const RETRYABLE: ReadonlySet<CloseCode> = new Set(["shutdown", "seal_timeout", "slow_reader", "internal"]);
+
+/** How one connection ended. */
+interface End {
+  code: CloseCode | null;
+  reason: string;
+  /** Whether to connect again: the server's reasons, or a connection lost without a word. */
+  retryable: boolean;
+}
+
+async function webSocketClass(options: ClientOptions): Promise<WebSocketClass> {
+  if (options.WebSocket) return options.WebSocket;
+  const global = (globalThis as { WebSocket?: WebSocketClass }).WebSocket;
+  if (global) return global;
+  // Node 20 has no global WebSocket: the `ws` package stands in.
+  const ws = (await import("ws")) as unknown as { WebSocket: WebSocketClass };
+  return ws.WebSocket;
+}
+
+/** One open WebSocket to a gateway, after its welcome. */
+class Link {
+  private ended: End | null = null;
+  private closing: End | null = null;
+
+  constructor(
+    readonly socket: WebSocket,
+    readonly welcome: Extract<ServerFrame, { type: "welcome" }>,
+    readonly url: string,
+  ) {}
+
+  send(frame: ClientFrame): void {
+    this.socket.send(JSON.stringify(frame));
+  }
+
+  /** Notes a `closing` frame: its code wins over the close frame's. */
+  sawClosing(frame: Extract<ServerFrame, { type: "closing" }>): void {
+    this.closing = { code: frame.code, reason: frame.reason, retryable: frame.retryable };
+  }
+
+  /** How the connection ended, from the `closing` frame or the close frame. */
+  end(event: { code: number; reason: string }): End {
+    if (this.ended) return this.ended;
+    const code = CODES[event.code - CLOSE_BASE] ?? null;
+    this.ended = this.closing ?? {
+      code,
+      reason: event.reason || `the connection closed (${event.code})`,
+      retryable: code === null || RETRYABLE.has(code),
+    };
+    return this.ended;
+  }
+}
+
+/** Opens a WebSocket to `url`, says hello and waits for the welcome. */
+function attempt(
+  WebSocketImpl: WebSocketClass,
+  url: string,
+  token: string,
+  timeoutMs: number,
+): Promise<Link> {
+  return new Promise((resolve, reject) => {
+    let socket: WebSocket;
+    try {
+      socket = new WebSocketImpl(url);
+    } catch (error) {
+      reject(new FerryError(`cannot open ${url}: ${String(error)}`));
+      return;
+    }
+    let settled = false;
+    let closing: Extract<ServerFrame, { type: "closing" }> | null = null;
+    const fail = (error: FerryError) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      socket.close();
+      reject(error);
+    };
+    const timer = setTimeout(
+      () => fail(new FerryError(`no welcome from ${url} within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
+    socket.onopen = () => {
+      socket.send(JSON.stringify({ type: "hello", version: PROTOCOL_VERSION, token } satisfies ClientFrame));
+    };
+    socket.onmessage = (event: MessageEvent) => {
+      const frame = JSON.parse(String(event.data)) as ServerFrame;
+      if (frame.type === "welcome" && !settled) {
+        settled = true;
+        clearTimeout(timer);
+        resolve(new Link(socket, frame, url));
+      } else if (frame.type === "closing") {
+        closing = frame;
+      }
+    };
+    socket.onerror = () => fail(new FerryError(`cannot reach ${url}`));
+    socket.onclose = (event: CloseEvent) => {
+      const code = closing?.code ?? CODES[event.code - CLOSE_BASE] ?? null;
+      const reason = closing?.reason ?? (event.reason || `the connection to ${url} closed`);
+      fail(new FerryError(reason, code));
+    };
+  });
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * A connected game client. Events (pushes, unbinds, reconnects, the end) come from `next()` in
+ * order, or go to `onEvent` once it is set.
+ */
+export class FerryClient {
+  /** Receives every event once set; until then they wait for `next()`. */
+  onEvent: ((event: ClientEvent) => void) | null = null;
+
+  private link!: Link;
+  private info!: SessionInfo;
+  /** Actors the application bound: bound again on every new session. */
+  private readonly wanted = new Set<string>();
+  /** Binds waiting for their answer on the current session. */
+  private readonly binding = new Map<string, { resolve: () => void; reject: (e: FerryError) => void }>();
+  /** Inputs sent while no session was open, per Actor, in order. */
+  private readonly pending: { actor: string; message: Json }[] = [];
+  private readonly events: ClientEvent[] = [];
+  private readonly waiters: ((event: ClientEvent) => void)[] = [];
+  private reconnecting = false;
+  private closed: ClientEvent | null = null;
+
+  private constructor(
+    private readonly options: ClientOptions,
+    private readonly WebSocketImpl: WebSocketClass,
+    private readonly reconnect: Reconnect | null,
+  ) {}
+
+  /** Connects to the first gateway that takes the token, trying each in turn. */
+  static async connect(options: ClientOptions): Promise<FerryClient> {
+    if (options.urls.length === 0) throw new FerryError("no gateway URL given; list at least one in `urls`");
+    const reconnect =
+      options.reconnect === false
+        ? null
+        : { minBackoffMs: 50, maxBackoffMs: 5000, attempts: 10, ...options.reconnect };
+    const client = new FerryClient(options, await webSocketClass(options), reconnect);
+    await client.open(0, 0);
+    return client;
+  }
+
+  /** The session held now. */
+  get session(): SessionInfo {
+    return this.info;
+  }
+
+  /** Binds an Actor to this client: its pushes come here, and `send` reaches it. */
+  bind(actor: string): Promise<void> {
+    if (this.closed) return Promise.reject(new FerryError("the client is closed"));
+    this.wanted.add(actor);
+    return new Promise((resolve, reject) => {
+      this.binding.set(actor, { resolve, reject });
+      if (!this.reconnecting) this.link.send({ type: "bind", actor });
+    });
+  }
+
+  /** Stops being bound to an Actor. */
+  unbind(actor: string): void {
+    this.wanted.delete(actor);
+    if (!this.reconnecting && !this.closed) this.link.send({ type: "unbind", actor });
+  }
+
+  /** Sends a message to a bound Actor; while the client reconnects it is queued and sent after. */
+  send(actor: string, message: Json): void {
+    if (this.closed) throw new FerryError("the client is closed");
+    if (!this.wanted.has(actor)) throw new FerryError(`${actor} is not bound to this client; bind it first`);
+    if (this.reconnecting) {
+      this.pending.push({ actor, message });
+    } else {
+      this.link.send({ type: "input", actor, message });
+    }
+  }
+
+  /** The next event. */
+  next(): Promise<ClientEvent> {
+    const event = this.events.shift();
+    if (event) return Promise.resolve(event);
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  /** Says goodbye and closes the session; no reconnect follows. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = { type: "closed", code: "normal", reason: "the client closed" };
+    const socket = this.link.socket;
+    if (socket.readyState === 1) {
+      const gone = new Promise((resolve) => socket.addEventListener("close", resolve));
+      this.link.send({ type: "bye" });
+      await Promise.race([gone, sleep(1000)]);
+    }
+    socket.close();
+  }
+
+  private emit(event: ClientEvent): void {
+    if (this.onEvent) {
+      this.onEvent(event);
+      return;
+    }
+    const waiter = this.waiters.shift();
+    if (waiter) waiter(event);
+    else this.events.push(event);
+  }
+
+  /** Connects from gateway `start` on, with backoff, until one takes the token. */
+  private async open(start: number, connects: number): Promise<void> {
+    const urls = this.options.urls;
+    const tries = this.reconnect ? Math.max(1, this.reconnect.attempts) : urls.length;
+    let backoff = this.reconnect?.minBackoffMs ?? 0;
+    let last = "";
+    for (let n = 0; n < tries; n++) {
+      const url = urls[(start + n) % urls.length];
+      try {
+        const link = await attempt(this.WebSocketImpl, url, this.options.token, this.options.connectTimeoutMs ?? 5000);
+        this.adopt(link, connects + 1);
+        return;
+      } catch (error) {
+        const e = error as FerryError;
+        if (e.code !== null && !RETRYABLE.has(e.code)) throw e;
+        last = e.message;
+      }
+      if (n + 1 < tries && this.reconnect) {
+        await sleep(backoff);
+        backoff = Math.min(backoff * 2, this.reconnect.maxBackoffMs);
+      }
+    }
+    throw new FerryError(
+      `no gateway could be reached after ${tries} attempts (last: ${last}); check the URLs and that the nodes accept WebSocket clients`,
+    );
+  }
+
+  private adopt(link: Link, connects: number): void {
+    this.link = link;
+    this.info = {
+      session: link.welcome.session,
+      node: link.welcome.node,
+      url: link.url,
+      connects,
+      limits: link.welcome.limits,
+    };
+    link.socket.onmessage = (event: MessageEvent) => this.frame(link, JSON.parse(String(event.data)) as ServerFrame);
+    link.socket.onclose = (event: CloseEvent) => void this.lost(link, link.end(event));
+    link.socket.onerror = () => {};
+  }
+
+  private frame(link: Link, frame: ServerFrame): void {
+    switch (frame.type) {
+      case "push":
+        this.emit({ type: "push", actor: frame.actor, seq: frame.seq, message: frame.message });
+        break;
+      case "bound":
+        this.binding.get(frame.actor)?.resolve();
+        this.binding.delete(frame.actor);
+        break;
+      case "bind_refused": {
+        this.wanted.delete(frame.actor);
+        const waiting = this.binding.get(frame.actor);
+        this.binding.delete(frame.actor);
+        const error = new FerryError(`binding ${frame.actor} was refused: ${frame.reason}`);
+        if (waiting) waiting.reject(error);
+        else this.emit({ type: "unbound", actor: frame.actor, reason: frame.reason });
+        break;
+      }
+      case "unbound":
+        this.wanted.delete(frame.actor);
+        this.emit({ type: "unbound", actor: frame.actor, reason: frame.reason });
+        break;
+      case "closing":
+        link.sawClosing(frame);
+        break;
+      case "welcome":
+        break;
+    }
+  }
+
+  /** The connection ended: reconnect and bind again, or report the end. */
+  private async lost(link: Link, end: End): Promise<void> {
+    if (link !== this.link) return;
+    if (this.closed) {
+      this.emit(this.closed);
+      return;
+    }
+    if (!end.retryable || !this.reconnect) {
+      this.finish({ type: "closed", code: end.code, reason: end.reason });
+      return;
+    }
+    this.reconnecting = true;
+    const start = this.options.urls.indexOf(link.url) + 1;
+    try {
+      await this.open(start, this.info.connects);
+      // Bind again before anything queued goes out: the gateway holds inputs until each is bound.
+      const rebinds = [...this.wanted].map(
+        (actor) =>
+          new Promise<void>((resolve, reject) => {
+            // A bind the application is still waiting for is answered by this one.
+            const earlier = this.binding.get(actor);
+            this.binding.set(actor, {
+              resolve: () => (earlier?.resolve(), resolve()),
+              reject: (e) => (earlier?.reject(e), reject(e)),
+            });
+            this.link.send({ type: "bind", actor });
+          }),
+      );
+      for (const { actor, message } of this.pending.splice(0)) {
+        if (this.wanted.has(actor)) this.link.send({ type: "input", actor, message });
+      }
+      this.reconnecting = false;
+      await Promise.allSettled(rebinds);
+      this.emit({ type: "reconnected", reason: end.reason, session: this.info });
+    } catch (error) {
+      this.reconnecting = false;
+      const e = error as FerryError;
+      this.finish({ type: "closed", code: e.code, reason: e.message });
+    }
+  }
+
+  private finish(event: Extract<ClientEvent, { type: "closed" }>): void {
+    this.closed = event;
+    for (const [, waiting] of this.binding) waiting.reject(new FerryError(event.reason, event.code));
+    this.binding.clear();
+    this.emit(event);
+  }
+}
