@@ -4,8 +4,10 @@
 //! - [`wire`]: the JSON of each route, shared by both sides.
 //! - [`client`]: a small HTTP/1.1 client, one request per connection.
 //! - [`server`]: the axum routes over one node: status, drain, shutdown, metrics, new units.
+//! - [`play`]: the play page, a browser playing the chat sample through this node's gateway.
 
 pub mod client;
+pub mod play;
 pub mod server;
 pub mod wire;
 

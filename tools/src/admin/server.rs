@@ -154,6 +154,7 @@ pub fn router(
         ops: watch::Sender::new(Ops::default()),
         stopped,
     });
+    let play = super::play::routes(shared.node.clone());
     Router::new()
         .route("/status", get(status))
         .route("/relocate", post(relocate))
@@ -163,6 +164,7 @@ pub fn router(
         .fallback(not_found)
         .method_not_allowed_fallback(wrong_method)
         .with_state(shared)
+        .merge(play)
 }
 
 /// What every handler shares.
