@@ -349,3 +349,113 @@ async fn a_websocket_client_connects_over_tls_with_the_gateways_certificate() {
     assert_eq!(lines.len(), 5);
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn binds_are_refused_with_a_reason_and_a_second_session_binding_a_player_takes_it_over() {
+    let gateways = Gateways::new();
+    let mut cluster = Cluster::start(0, registry).await;
+    let limits = SessionLimits {
+        max_bindings: 1,
+        ..fast()
+    };
+    let n1 = gateways
+        .add_websocket(&mut cluster, "n1", registry(), limits, false)
+        .await;
+    let addr = n1.websocket_addr().expect("ws");
+    let (_room, who) = room_with(&n1, "lobby", "frank").await;
+    let (progress, _) = watch::channel(0);
+    let mut first = WsClient::connect(addr).await;
+    first.hello().await;
+    // An Actor nobody made, and one more than the session may bind: refused, the session stays.
+    first.send(json!({"type": "bind", "actor": "ghost"})).await;
+    let refused = first.frame().await;
+    assert_eq!(
+        (&refused["type"], &refused["actor"]),
+        (&json!("bind_refused"), &json!("ghost"))
+    );
+    first.bind("frank").await;
+    first.send(json!({"type": "bind", "actor": "grace"})).await;
+    let refused = first.frame().await;
+    assert_eq!(refused["type"], "bind_refused");
+    assert!(
+        refused["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("unbind one first")),
+        "{refused}"
+    );
+    say_lines(&mut first, "frank", (0, 5), &progress).await;
+
+    // The player connects again: the new session has it, the old one is told why.
+    let mut second = WsClient::connect(addr).await;
+    second.hello().await;
+    second.bind("frank").await;
+    let unbound = first.frame().await;
+    assert_eq!(unbound["type"], "unbound", "{unbound}");
+    assert!(
+        unbound["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("another session")),
+        "{unbound}"
+    );
+    say_lines(&mut second, "frank", (5, 10), &progress).await;
+    // An input for it on the old session is dropped with a word, and that session stays open.
+    first.input("frank", json!({"Say": "late"})).await;
+    assert_eq!(first.frame().await["type"], "unbound");
+    assert_eq!(
+        heard(&n1, &who).await,
+        Heard {
+            lines: 10,
+            out_of_order: 0
+        }
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_websocket_client_that_answers_no_ping_is_dropped_after_the_idle_timeout_and_one_that_does_stays()
+ {
+    let gateways = Gateways::new();
+    let mut cluster = Cluster::start(0, registry).await;
+    let limits = SessionLimits {
+        idle_timeout: Duration::from_millis(300),
+        ..fast()
+    };
+    let n1 = gateways
+        .add_websocket(&mut cluster, "n1", registry(), limits, false)
+        .await;
+    let addr = n1.websocket_addr().expect("ws");
+    // This one reads, so it answers the gateway's pings (as a browser does), and sends nothing.
+    let mut reading = WsClient::connect(addr).await;
+    reading.hello().await;
+    let reader = tokio::spawn(async move { reading.ended().await });
+
+    // Two silent ones after each other, each read only once the gateway dropped it: the reading
+    // client outlives both, more than twice the idle timeout.
+    for _ in 0..2 {
+        let mut silent = WsClient::connect(addr).await;
+        silent.hello().await;
+        let dropped = async {
+            let mut every = tokio::time::interval(Duration::from_millis(20));
+            while n1.session_count() != 1 {
+                every.tick().await;
+            }
+        };
+        tokio::time::timeout(T, dropped)
+            .await
+            .expect("dropped within the hang guard");
+        let ended = silent.ended().await;
+        assert_eq!(ended.code(), Some("normal"));
+        assert!(
+            ended
+                .closing
+                .as_ref()
+                .and_then(|c| c["reason"].as_str())
+                .is_some_and(|r| r.contains("nothing heard")),
+            "{ended:?}"
+        );
+    }
+    assert_eq!(n1.session_count(), 1, "the client answering pings stays");
+    assert!(!reader.is_finished());
+    reader.abort();
+    cluster.shutdown().await;
+}
