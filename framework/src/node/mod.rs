@@ -344,6 +344,16 @@ impl Node {
         self.core.directory.len()
     }
 
+    /// The units (spots and actors) this node hosts now, in no particular order.
+    pub fn units(&self) -> Vec<UnitId> {
+        self.core
+            .directory
+            .all()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect()
+    }
+
     /// The kind of factory behind a unit hosted here.
     pub fn factory_kind(&self, id: &UnitId) -> Option<FactoryKind> {
         self.core.directory.get(id).map(|e| e.factory.info().kind)

@@ -5,8 +5,10 @@
 //! - [`client`]: a small HTTP/1.1 client, one request per connection.
 //! - [`server`]: the axum routes over one node: status, drain, shutdown, metrics, new units.
 //! - [`play`]: the play page, a browser playing the chat sample through this node's gateway.
+//! - [`cluster_view`]: the cluster view, nodes with their rooms and the moves of drains, live.
 
 pub mod client;
+pub mod cluster_view;
 pub mod play;
 pub mod server;
 pub mod wire;

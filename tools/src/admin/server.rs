@@ -155,6 +155,7 @@ pub fn router(
         stopped,
     });
     let play = super::play::routes(shared.node.clone());
+    let cluster_view = super::cluster_view::routes(shared.node.clone());
     Router::new()
         .route("/status", get(status))
         .route("/relocate", post(relocate))
@@ -165,6 +166,7 @@ pub fn router(
         .method_not_allowed_fallback(wrong_method)
         .with_state(shared)
         .merge(play)
+        .merge(cluster_view)
 }
 
 /// What every handler shares.
