@@ -87,7 +87,8 @@ impl Hub {
         #[cfg(not(feature = "websocket"))]
         if settings.websocket.is_some() {
             return Err(SessionError::WebSocket(
-                "this build of Ferry has no WebSocket gateway; build the `ferry` crate with its                  `websocket` feature"
+                "this build of Ferry has no WebSocket gateway; build the `ferry` crate with its \
+                 `websocket` feature"
                     .to_owned(),
             ));
         }
