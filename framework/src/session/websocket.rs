@@ -3,8 +3,8 @@
 //! connection is a session of the hub, like a QUIC one: the same machine, limits and close codes
 //! (the WebSocket close code is 4000 plus the session's).
 //!
-//! Browsers cannot send pings, but they answer them: the gateway pings an idle client every third
-//! of the idle timeout, and drops a client it has heard nothing from for the idle timeout.
+//! Browsers cannot send pings, but they answer them: the gateway pings each client every third of
+//! the idle timeout, and drops a client it has heard nothing from (not even a pong) for that long.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
