@@ -77,7 +77,10 @@ struct FailedView {
 /// The cluster view routes over one node.
 pub fn routes(node: Node) -> Router {
     Router::new()
-        .route("/cluster", get(|| async { file("text/html; charset=utf-8", PAGE) }))
+        .route(
+            "/cluster",
+            get(|| async { file("text/html; charset=utf-8", PAGE) }),
+        )
         .route(
             "/cluster/view.js",
             get(|| async { file("text/javascript", SCRIPT) }),
@@ -131,7 +134,10 @@ fn move_events(node: Node) -> impl Stream<Item = Result<Event, Infallible>> {
     futures_util::stream::unfold((state, events), |(mut state, mut events)| async move {
         loop {
             let stopping = |s: &NodeState| {
-                matches!(s, NodeState::Draining | NodeState::Stopped | NodeState::Error)
+                matches!(
+                    s,
+                    NodeState::Draining | NodeState::Stopped | NodeState::Error
+                )
             };
             let event = tokio::select! {
                 changed = state.wait_for(stopping) => {
