@@ -82,6 +82,7 @@ impl Node {
                 tracing::info!(peer = %gone.node, "peer left the cluster");
                 mesh.remove_peer(&gone.node);
                 self.core.router.forget_node(&gone.node);
+                self.peer_gone(&gone.node);
             }
             for peer in &live {
                 let (Some(addr), true) = (peer.mesh_addr, peer.node != *self.id()) else {

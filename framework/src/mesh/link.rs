@@ -13,17 +13,17 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use parking_lot::{Mutex, RwLock};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{Connection, ConnectionError, Endpoint, RecvStream, SendStream};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
-use tokio_util::codec::FramedRead;
+use tokio_util::codec::{Decoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
@@ -35,7 +35,9 @@ use super::handshake::{
 use super::sequence::{Inbox, Outbox};
 use super::socket::bind_endpoint;
 use super::tls;
-use super::{Direction, Inbound, MeshConfig, MeshError, MeshFrame, PeerInfo, PeerState};
+use super::{
+    Direction, Inbound, LossReason, Lost, MeshConfig, MeshError, MeshFrame, PeerInfo, PeerState,
+};
 use crate::ids::NodeId;
 
 /// Frames written to the stream in one call, at most.
@@ -67,6 +69,8 @@ pub(crate) struct Shared<F> {
     instance: u64,
     /// Frames accepted by `send` that no peer acknowledged before it was dropped or the mesh closed.
     lost: AtomicU64,
+    /// Where lost frames are handed back, once someone asked ([`Shared::losses`]).
+    losses: Mutex<Option<mpsc::UnboundedSender<Lost<F>>>>,
     settings: Settings,
     client_config: quinn::ClientConfig,
     encoder: FrameCodec<Wire<F>>,
@@ -90,6 +94,7 @@ struct PeerHandle<F> {
     ctrl: mpsc::UnboundedSender<PeerCtrl<F>>,
     out: mpsc::Sender<Bytes>,
     status: watch::Receiver<PeerStatus>,
+    sync: Arc<PeerSync>,
 }
 
 impl<F> Clone for PeerHandle<F> {
@@ -98,6 +103,7 @@ impl<F> Clone for PeerHandle<F> {
             ctrl: self.ctrl.clone(),
             out: self.out.clone(),
             status: self.status.clone(),
+            sync: self.sync.clone(),
         }
     }
 }
@@ -287,6 +293,7 @@ impl<F: MeshFrame> Shared<F> {
             local_addr,
             instance,
             lost: AtomicU64::new(0),
+            losses: Mutex::new(None),
             settings: Settings {
                 max_frame: config.max_frame,
                 handshake_timeout: config.handshake_timeout,
@@ -322,15 +329,42 @@ impl<F: MeshFrame> Shared<F> {
         &self.local
     }
 
-    /// Counts, logs and meters frames `send` accepted that `peer` will never acknowledge.
-    fn report_lost(&self, peer: &NodeId, frames: usize, why: &str) {
-        if frames == 0 {
+    /// Counts, logs and meters frames `send` accepted that `peer` will never acknowledge, and
+    /// hands them back, decoded, to whoever asked for [`Shared::losses`].
+    fn report_lost(&self, peer: &NodeId, frames: Vec<Bytes>, reason: LossReason) {
+        if frames.is_empty() {
             return;
         }
-        self.lost.fetch_add(frames as u64, Ordering::Relaxed);
-        metrics::counter!("ferry_mesh_frames_lost_total").increment(frames as u64);
-        warn!(%peer, frames, reason = why,
+        let count = frames.len();
+        self.lost.fetch_add(count as u64, Ordering::Relaxed);
+        metrics::counter!("ferry_mesh_frames_lost_total").increment(count as u64);
+        warn!(%peer, frames = count, %reason,
             "frames accepted for a peer were never acknowledged; they may not have run");
+        let Some(losses) = self.losses.lock().clone() else {
+            return;
+        };
+        let mut decoder = self.encoder.clone();
+        let frames = frames
+            .into_iter()
+            .filter_map(|bytes| match decoder.decode(&mut BytesMut::from(bytes)) {
+                Ok(Some(Wire::Frame(frame))) => Some(frame),
+                _ => None,
+            })
+            .collect();
+        // A receiver that went away has stopped caring; the count and the log stay.
+        let _ = losses.send(Lost {
+            peer: peer.clone(),
+            frames,
+            reason,
+        });
+    }
+
+    /// Lost frames from now on, each batch with its peer and why; a new call replaces the last
+    /// receiver.
+    pub(crate) fn losses(&self) -> mpsc::UnboundedReceiver<Lost<F>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.losses.lock() = Some(tx);
+        rx
     }
 
     pub(crate) fn frames_lost(&self) -> u64 {
@@ -373,6 +407,7 @@ impl<F: MeshFrame> Shared<F> {
             direction: None,
             links: 0,
         });
+        let sync = Arc::new(PeerSync::default());
         let task = PeerTask {
             shared: self.clone(),
             endpoint,
@@ -387,7 +422,7 @@ impl<F: MeshFrame> Shared<F> {
             batch: Vec::with_capacity(WRITE_BATCH),
             links: 0,
             outbox: Outbox::default(),
-            sync: Arc::new(PeerSync::default()),
+            sync: sync.clone(),
             ack_due: None,
         };
         self.tasks.lock().spawn_on(task.run(), &self.runtime);
@@ -395,6 +430,7 @@ impl<F: MeshFrame> Shared<F> {
             ctrl: ctrl_tx,
             out: out_tx,
             status: status_rx,
+            sync,
         };
         peers.map.insert(node.clone(), handle.clone());
         Ok(handle)
@@ -450,6 +486,7 @@ impl<F: MeshFrame> Shared<F> {
                     direction: status.direction,
                     links: status.links,
                     queued: handle.out.max_capacity() - handle.out.capacity(),
+                    unacked: handle.sync.unacked.load(Ordering::Relaxed),
                 }
             })
             .collect();
@@ -817,6 +854,8 @@ struct PeerSync {
     peer_acked: AtomicU64,
     /// `peer_acked` grew.
     acked: Notify,
+    /// Frames written and not yet acknowledged, as the task last counted them.
+    unacked: AtomicUsize,
 }
 
 impl<F: MeshFrame> PeerTask<F> {
@@ -884,11 +923,15 @@ impl<F: MeshFrame> PeerTask<F> {
         self.readers.shutdown().await;
         self.out.close();
         let mut lost = self.outbox.clear();
-        while self.out.try_recv().is_ok() {
-            lost += 1;
+        while let Ok(frame) = self.out.try_recv() {
+            lost.push(frame);
         }
-        self.shared
-            .report_lost(&self.node, lost, "the peer was removed or the mesh closed");
+        let reason = if self.shared.cancel.is_cancelled() {
+            LossReason::Closed
+        } else {
+            LossReason::Removed
+        };
+        self.shared.report_lost(&self.node, lost, reason);
     }
 
     async fn next_event(&mut self, mode: &mut Mode<F>) -> Event<F> {
@@ -1071,11 +1114,8 @@ impl<F: MeshFrame> PeerTask<F> {
         self.backoff.reset();
         self.links += 1;
         let lost = self.outbox.connected(link.instance);
-        self.shared.report_lost(
-            &self.node,
-            lost,
-            "the peer restarted before acknowledging them",
-        );
+        self.shared
+            .report_lost(&self.node, lost, LossReason::Restarted);
         info!(peer = %self.node, remote = %link.conn.remote_address(),
             dialled_by_us = link.dialled_by_us, resent = self.outbox.len(), "mesh link ready");
         self.readers.spawn(read_frames(
@@ -1166,6 +1206,9 @@ impl<F: MeshFrame> PeerTask<F> {
     }
 
     fn publish(&self, mode: &Mode<F>) {
+        self.sync
+            .unacked
+            .store(self.outbox.len(), Ordering::Relaxed);
         let (state, direction) = match mode {
             Mode::Waiting => (PeerState::Waiting, None),
             Mode::Backoff(_) => (PeerState::Backoff, None),

@@ -163,6 +163,8 @@ pub(crate) struct NodeCore {
     pub(crate) host: crate::relocation::HostOp,
     /// The client listener and its sessions, if this node accepts game clients.
     pub(crate) sessions: Option<crate::session::hub::Hub>,
+    /// Tells the mesh lost, counted and reported.
+    pub(crate) losses: crate::cluster::losses::Losses,
 }
 
 impl fmt::Debug for Node {
@@ -222,6 +224,7 @@ impl Node {
                 mesh_config.initial_rtt = settings.initial_rtt;
                 mesh_config.keep_alive = settings.keep_alive;
                 mesh_config.idle_timeout = settings.idle_timeout;
+                mesh_config.unacked_bytes = settings.unacked_bytes;
                 mesh_config.sockets = settings.sockets.clone();
                 let (mesh, inbound) = Mesh::bind(mesh_config).await?;
                 for (peer, addr) in &settings.seeds {
@@ -254,12 +257,16 @@ impl Node {
             moves: crate::relocation::Moves::default(),
             host: crate::relocation::HostOp::new(),
             sessions,
+            losses: crate::cluster::losses::Losses::new(),
         };
         let node = Node {
             core: Arc::new(core),
         };
         if let Some(inbound) = inbound {
             tokio::spawn(node.clone().serve_mesh(inbound));
+        }
+        if let Some(mesh) = &node.core.mesh {
+            tokio::spawn(node.clone().serve_losses(mesh.losses()));
         }
         node.set_state(NodeState::Serving);
         node.refresh_membership().await?;
@@ -876,11 +883,18 @@ impl Node {
         payload: Payload,
         reply: Option<ReplyTo>,
     ) -> Result<(), MessageError> {
-        let envelope = Envelope {
+        let mut envelope = Envelope {
             to: target.id,
             payload,
             reply: reply.map(Box::new),
         };
+        if self.core.router.any_arriving() {
+            let held = self.hold_if_arriving(envelope, TypeId::of::<M>(), |p| p.encode::<M>())?;
+            let Some(sent) = held else {
+                return Ok(());
+            };
+            envelope = sent;
+        }
         let Some(envelope) = self.push(envelope, Some(TypeId::of::<M>()))? else {
             return Ok(());
         };
