@@ -281,10 +281,7 @@ impl<F: MeshFrame> Shared<F> {
 
         let instance = rand::random::<u64>();
         let encoder = FrameCodec::<Wire<F>>::new(config.max_frame);
-        let me = Hello {
-            node: config.node.clone(),
-            instance,
-        };
+        let me = Hello::new(config.node.clone(), instance);
         let hello = encoder.encode_frame(&Wire::Hello(me.clone()))?;
         let welcome = encoder.encode_frame(&Wire::Welcome(me))?;
         let (inbound_tx, inbound_rx) = mpsc::channel(config.inbound_queue);
@@ -1021,7 +1018,10 @@ impl<F: MeshFrame> PeerTask<F> {
     fn log_dial_failure(&self, e: &DialError) {
         let peer = &self.node;
         let addr = self.addr;
-        if e.code == Some(CloseCode::Duplicate) {
+        if e.code == Some(CloseCode::Version) {
+            error!(%peer, ?addr, reason = %e.detail,
+                "the peer speaks another version of the mesh protocol; it stays unreachable");
+        } else if e.code == Some(CloseCode::Duplicate) {
             debug!(%peer, "peer keeps its own connection to us; waiting for it");
         } else if e.tls {
             warn!(%peer, ?addr, error = %e.detail,

@@ -40,7 +40,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
 
 pub use codec::{DEFAULT_MAX_FRAME, DecodeError, EncodeError, FrameCodec};
-pub use handshake::CloseCode;
+pub use handshake::{CloseCode, PROTOCOL_VERSION};
 pub(crate) use link::idle_timeout;
 pub use socket::{OsSockets, SocketFactory};
 pub use tls::{ClusterCa, NodeCert, NodeTls, TlsError, node_dns_name, node_file_stem, write_pem};
