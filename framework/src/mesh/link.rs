@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use parking_lot::{Mutex, RwLock};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{Connection, ConnectionError, Endpoint, RecvStream, SendStream};
@@ -27,7 +27,7 @@ use tokio_util::codec::{Decoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::codec::{DecodeError, FrameCodec};
+use super::codec::{DecodeError, FrameCodec, coalesce};
 use super::handshake::{
     Backoff, CloseCode, Hello, Holding, Refusal, Verdict, Wire, check_hello, check_welcome,
     judge_inbound,
@@ -40,8 +40,10 @@ use super::{
 };
 use crate::ids::NodeId;
 
-/// Frames written to the stream in one call, at most.
-const WRITE_BATCH: usize = 256;
+/// Frames taken from the queue and written to the stream in one call, at most.
+const WRITE_BATCH: usize = 1024;
+/// Frames a reader delivers under one hold of the inbox, at most, before it acknowledges them.
+const READ_BURST: usize = 256;
 /// Longest close reason sent to a peer; QUIC must fit it in one packet.
 const MAX_REASON: usize = 200;
 /// How long a receiver gathers deliveries before it acknowledges them in one frame.
@@ -417,6 +419,7 @@ impl<F: MeshFrame> Shared<F> {
             backoff: Backoff::new(self.settings.reconnect_min, self.settings.reconnect_max),
             readers: JoinSet::new(),
             batch: Vec::with_capacity(WRITE_BATCH),
+            pieces: Vec::new(),
             links: 0,
             outbox: Outbox::default(),
             sync: sync.clone(),
@@ -755,30 +758,59 @@ async fn read_frames<F: MeshFrame>(r: ReadFrames<F>, mut reader: Reader<F>) {
     } = r;
     // The number of the next frame on this stream, once the peer said it.
     let mut numbered: Option<u64> = None;
+    // What the last burst read past its frames, to handle next.
+    let mut pending = None;
     loop {
-        let next = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return,
-            next = reader.next() => next,
+        let next = match pending.take() {
+            Some(next) => next,
+            None => tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                next = reader.next() => next,
+            },
         };
         let refusal = match next {
-            Some(Ok(Wire::Frame(frame))) => {
-                let Some(seq) = numbered else {
-                    let refusal = Refusal::new(CloseCode::Unexpected, "frame before resume");
-                    refuse(&conn, Some(&from), &refusal);
-                    return;
-                };
-                numbered = Some(seq + 1);
+            Some(Ok(Wire::Frame(first))) => {
+                // A burst: the frames already read, delivered under one hold of the inbox.
                 let mut inbox = sync.inbox.lock().await;
-                if inbox.admit(instance, seq) {
-                    let delivered = tokio::select! {
-                        biased;
-                        _ = cancel.cancelled() => return,
-                        sent = inbound.send(Inbound { from: from.clone(), frame }) => sent.is_ok(),
-                    };
-                    if !delivered {
-                        debug!(peer = %from, "inbound receiver dropped; no longer reading this peer");
+                let mut frame = first;
+                for burst in 1..=READ_BURST {
+                    let Some(seq) = numbered else {
+                        let refusal = Refusal::new(CloseCode::Unexpected, "frame before resume");
+                        refuse(&conn, Some(&from), &refusal);
                         return;
+                    };
+                    numbered = Some(seq + 1);
+                    if inbox.admit(instance, seq) {
+                        let inbound_frame = Inbound {
+                            from: from.clone(),
+                            frame,
+                        };
+                        // Waiting (and watching for the mesh to close) only when the queue is full.
+                        let delivered = match inbound.try_send(inbound_frame) {
+                            Ok(()) => true,
+                            Err(mpsc::error::TrySendError::Closed(_)) => false,
+                            Err(mpsc::error::TrySendError::Full(inbound_frame)) => tokio::select! {
+                                biased;
+                                _ = cancel.cancelled() => return,
+                                sent = inbound.send(inbound_frame) => sent.is_ok(),
+                            },
+                        };
+                        if !delivered {
+                            debug!(peer = %from, "inbound receiver dropped; no longer reading this peer");
+                            return;
+                        }
+                    }
+                    if burst == READ_BURST {
+                        break;
+                    }
+                    match reader.next().now_or_never() {
+                        Some(Some(Ok(Wire::Frame(next)))) => frame = next,
+                        Some(other) => {
+                            pending = Some(other);
+                            break;
+                        }
+                        None => break,
                     }
                 }
                 *sync.owed.lock() = inbox.ack();
@@ -829,6 +861,8 @@ struct PeerTask<F> {
     backoff: Backoff,
     readers: JoinSet<()>,
     batch: Vec<Bytes>,
+    /// The batch as written: small frames joined (see [`coalesce`]).
+    pieces: Vec<Bytes>,
     links: u64,
     /// What was written to the peer and not yet acknowledged.
     outbox: Outbox,
@@ -1179,15 +1213,16 @@ impl<F: MeshFrame> PeerTask<F> {
     }
 
     async fn write_batch(&mut self, mut link: Link) -> Mode<F> {
+        coalesce(self.batch.drain(..), &mut self.pieces);
         let written = tokio::select! {
             biased;
             _ = self.shared.cancel.cancelled() => {
-                self.batch.clear();
+                self.pieces.clear();
                 return Mode::Ready(link);
             }
-            r = link.send.write_all_chunks(&mut self.batch) => r,
+            r = link.send.write_all_chunks(&mut self.pieces) => r,
         };
-        self.batch.clear();
+        self.pieces.clear();
         match written {
             Ok(()) => Mode::Ready(link),
             Err(e) => {
