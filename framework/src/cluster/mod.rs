@@ -13,7 +13,7 @@
 pub mod authority;
 pub(crate) mod frames;
 pub mod losses;
-mod membership;
+pub(crate) mod membership;
 pub mod placement;
 pub mod recovery;
 pub(crate) mod routing;

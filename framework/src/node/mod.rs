@@ -151,6 +151,9 @@ pub(crate) struct NodeCore {
     pub(crate) dead: RwLock<Vec<NodeId>>,
     /// Set when the owner lease may have lapsed: no turn starts any more.
     fenced: AtomicBool,
+    /// Until when the owner lease is certainly held, counted from the send of the request that
+    /// took or last renewed it: past it no turn starts, whether or not the renewal task noticed.
+    pub(crate) lease_clock: crate::cluster::membership::LeaseClock,
     pub(crate) mesh: Option<Mesh<Frame>>,
     pub(crate) router: Router,
     pub(crate) lease: Mutex<Lease>,
@@ -212,10 +215,12 @@ impl Node {
         if !registry.problems.is_empty() {
             return Err(StartError::Registration(registry.problems));
         }
+        let asked = tokio::time::Instant::now();
         let lease = config
             .store
             .acquire_lease(&config.id, config.lease_ttl)
             .await?;
+        let lease_clock = crate::cluster::membership::LeaseClock::new(asked + config.lease_ttl);
         let (mesh, inbound) = match &config.mesh {
             Some(settings) => {
                 let mut mesh_config =
@@ -249,6 +254,7 @@ impl Node {
             recovery: tokio::sync::broadcast::Sender::new(1024),
             dead: RwLock::new(Vec::new()),
             fenced: AtomicBool::new(false),
+            lease_clock,
             mesh,
             router: Router::new(),
             lease: Mutex::new(lease),
@@ -330,7 +336,7 @@ impl Node {
 
     /// Whether turns may run: false once the owner lease may have lapsed.
     pub(crate) fn fenced(&self) -> bool {
-        self.core.fenced.load(Ordering::Acquire)
+        self.core.fenced.load(Ordering::Acquire) || !self.core.lease_clock.held()
     }
 
     /// Stops every turn for good: this node can no longer prove it owns its units.
