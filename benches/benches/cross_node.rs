@@ -4,6 +4,8 @@
 //! frames of the same length (see `ferry_benches::bare`).
 //!
 //! - `cross_tell`: N tells, then one request to know they all ran.
+//! - `cross_tell_alternating`: the same, Ferry's and quinn's batches alternating; the median
+//!   throughput of each and their ratio are printed.
 //! - `cross_request`: one request and its reply.
 //! - `cross_request_percentiles`: Ferry's and quinn's round trips alternating, each one recorded;
 //!   p50/p99/p99.9 of each are printed (criterion's figure is the time of one of each).
@@ -58,6 +60,76 @@ fn tell(c: &mut Criterion) {
         pair.shutdown().await;
         quinn.shutdown().await;
     });
+}
+
+/// Ferry's and quinn's batches of `N` tells alternating (and swapping order each time), so both see
+/// the same background load; prints the median throughput of each and their ratio.
+fn tell_alternating(c: &mut Criterion) {
+    let rt = runtime();
+    let pair = rt.block_on(NodePair::start());
+    let mut quinn = rt.block_on(QuinnPair::start());
+    let mut ferry_expected = rt.block_on(pair.request(0));
+    let mut quinn_expected = rt.block_on(quinn.request(0));
+    let (mut ferry_times, mut quinn_times) = (Vec::new(), Vec::new());
+    let mut group = c.benchmark_group("cross_tell_alternating");
+    group.throughput(Throughput::Elements(2 * N));
+    group.bench_function("ferry_and_quinn", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let mut total = Duration::ZERO;
+                for i in 0..iters {
+                    for ferry_turn in [i % 2 == 0, i % 2 == 1] {
+                        let start = Instant::now();
+                        if ferry_turn {
+                            for _ in 0..N {
+                                pair.tell(1);
+                            }
+                            ferry_expected += N;
+                            assert_eq!(pair.request(0).await, ferry_expected, "every tell arrived");
+                        } else {
+                            for _ in 0..N {
+                                quinn.tell(1).await;
+                            }
+                            quinn_expected += N;
+                            assert_eq!(
+                                quinn.request(0).await,
+                                quinn_expected,
+                                "every tell arrived"
+                            );
+                        }
+                        let took = start.elapsed();
+                        if ferry_turn {
+                            ferry_times.push(took);
+                        } else {
+                            quinn_times.push(took);
+                        }
+                        total += took;
+                    }
+                }
+                total
+            })
+        })
+    });
+    group.finish();
+    rt.block_on(async {
+        pair.shutdown().await;
+        quinn.shutdown().await;
+    });
+    if ferry_times.is_empty() || quinn_times.is_empty() {
+        // Filtered out on the command line: nothing was timed.
+        return;
+    }
+    let rate = |times: &mut Vec<Duration>| {
+        times.sort();
+        N as f64 / times[times.len() / 2].as_secs_f64() / 1e6
+    };
+    let (ferry, quinn) = (rate(&mut ferry_times), rate(&mut quinn_times));
+    eprintln!(
+        "\ncross-node tells, alternating batches of {N} (median of {} each): ferry {ferry:.2} M msg/s, \
+         quinn {quinn:.2} M msg/s, ratio ferry/quinn {:.2}",
+        ferry_times.len(),
+        ferry / quinn
+    );
 }
 
 fn request(c: &mut Criterion) {
@@ -164,6 +236,6 @@ fn request_percentiles(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = tell, request, request_percentiles
+    targets = tell, tell_alternating, request, request_percentiles
 }
 criterion_main!(benches);

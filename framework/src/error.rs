@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{InvalidId, UnitId};
+use crate::ids::{InvalidId, NodeId, UnitId};
 
 /// Why a message or request did not reach its end. Every request ends in exactly one terminal:
 /// its reply or one of these.
@@ -96,6 +96,17 @@ pub enum MessageError {
         attempts: u32,
         /// What the store said last.
         reason: String,
+    },
+    /// The node that had the request left the cluster (or restarted) before it answered.
+    #[error(
+        "node {node} left the cluster before it answered the request to {id}; the request may or \
+         may not have run there: check before you send it again"
+    )]
+    PeerGone {
+        /// The unit that was asked.
+        id: UnitId,
+        /// The node that had the request.
+        node: NodeId,
     },
     /// The unit's owner could not be reached over the mesh; nothing was delivered.
     #[error("{id} could not be reached: {reason}; retry once the store and mesh are back")]

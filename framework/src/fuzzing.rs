@@ -1,4 +1,4 @@
-//! Entry points for the fuzz targets in `fuzz/`, and the replay of their corpus on stable Rust.
+//! Entry points for the fuzz targets in `framework/fuzz/`, and the replay of their corpus on stable Rust.
 //!
 //! Each feeds untrusted bytes to one decoder that a peer or a client reaches, the way a running
 //! node does: the mesh stream (every frame nodes exchange, moves included), the client stream of a
@@ -63,7 +63,7 @@ mod tests {
     /// Every input in one target's corpus folder (seeds and what fuzzing kept).
     fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../fuzz/corpus")
+            .join("fuzz/corpus")
             .join(target);
         let mut inputs: Vec<_> = std::fs::read_dir(&dir)
             .unwrap_or_else(|e| panic!("corpus folder {} is missing: {e}", dir.display()))
@@ -89,7 +89,7 @@ mod tests {
     /// Writes the seed inputs: valid streams of each kind, for fuzzing to start from. Run it after
     /// a wire type changes: `cargo test -p ferry fuzzing -- --ignored`.
     #[test]
-    #[ignore = "writes the seed corpus into fuzz/corpus"]
+    #[ignore = "writes the seed corpus into framework/fuzz/corpus"]
     fn write_seed_corpus() {
         use bytes::Bytes;
 
@@ -178,7 +178,7 @@ mod tests {
             },
             ClientFrame::Bye,
         ];
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
         let write = |target: &str, name: String, bytes: &[u8]| {
             let dir = root.join(target);
             std::fs::create_dir_all(&dir).unwrap();

@@ -1,7 +1,7 @@
 //! Faults to inject: a store wrapper whose writes can wait or fail and whose reads can fail,
 //! and a state adapter whose restores a test can hold, slow down or fail (a slow or broken target).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,6 +31,8 @@ pub struct FaultyStore {
     failed: AtomicUsize,
     /// What happens to writes that are not held.
     writes: Mutex<WriteFault>,
+    /// Whether lease renewals go unanswered.
+    renewals_unanswered: AtomicBool,
 }
 
 /// What a [`FaultyStore`] does with a write.
@@ -54,7 +56,13 @@ impl FaultyStore {
             failing: Mutex::new(None),
             failed: AtomicUsize::new(0),
             writes: Mutex::new(WriteFault::None),
+            renewals_unanswered: AtomicBool::new(false),
         })
+    }
+
+    /// From now on, lease renewals get no answer (a store that hangs, or a link to it that does).
+    pub fn leave_renewals_unanswered(&self) {
+        self.renewals_unanswered.store(true, Ordering::SeqCst);
     }
 
     /// From now on, writes wait.
@@ -179,6 +187,9 @@ impl LocationStore for FaultyStore {
     }
 
     fn renew_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
+        if self.renewals_unanswered.load(Ordering::SeqCst) {
+            return Box::pin(std::future::pending());
+        }
         self.inner.renew_lease(lease)
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use ferry::relocation::protocol::MoveEnd;
 use ferry::{Behavior, Ctx, Node, Registration, Registry, RelocationPolicy, SpotId, UnitId};
 use ferry_tests::cluster::Cluster;
+use ferry_tests::cut_socket::CutSockets;
 use serde::{Deserialize, Serialize};
 
 const T: Duration = Duration::from_secs(10);
@@ -148,4 +149,64 @@ async fn a_third_node_sender_keeps_its_order_across_ten_moves() {
 async fn a_sender_on_the_target_keeps_its_order_across_ten_moves() {
     // n2 is the target of every other move, and the source of the rest.
     a_sender_keeps_its_order_across_ten_moves(1).await;
+}
+
+/// The target of a move sent tells to the unit through a third node before the unit arrived; they
+/// are still on their way (the third node's link to the source is silent) when the target starts to
+/// tell the unit, now its own, directly. The earlier tells run first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_target_runs_what_it_sent_through_a_third_node_before_what_it_sends_after_the_move() {
+    let mut cluster = Cluster::start(0, registry).await;
+    let cut = CutSockets::default();
+    let mut config = cluster.config("n1");
+    if let Some(mesh) = config.mesh.as_mut() {
+        mesh.sockets = Arc::new(cut.clone());
+    }
+    let third = cluster.add_with(config, registry()).await;
+    let source = cluster.add("n2", registry()).await;
+    let target = cluster.add("n3", registry()).await;
+    let room = SpotId::new("seen").expect("id");
+    let id = UnitId::Spot(room.clone());
+    third
+        .create_spot_on(third.id(), "seen", &room)
+        .await
+        .expect("created");
+    // The target learns the route through the third node; then the room moves to the source.
+    let _: Vec<u32> = target.request(&room, Msg::Get, T).await.expect("answers");
+    let moved = third
+        .move_unit(&id, Some(source.id().clone()))
+        .await
+        .expect("move started");
+    assert_eq!(moved.end, MoveEnd::Moved);
+
+    // What the target tells now goes through the third node, whose link to the source is silent.
+    cut.cut(source.mesh_addr().expect("mesh"));
+    for n in 0..100 {
+        target.tell(&room, Msg::Number(n)).expect("told");
+    }
+    // The third node hints the target to the source; the target switches its path and holds what it
+    // sends next behind a fence that the silent link holds too.
+    for _ in 0..400 {
+        if target.cached_route(&id).as_ref() == Some(source.id()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(target.cached_route(&id).as_ref(), Some(source.id()));
+    for n in 100..200 {
+        target.tell(&room, Msg::Number(n)).expect("told");
+    }
+    let moved = source
+        .move_unit(&id, Some(target.id().clone()))
+        .await
+        .expect("move started");
+    assert_eq!(moved.end, MoveEnd::Moved);
+    // The room runs on the target now, which tells it directly.
+    for n in 200..300 {
+        target.tell(&room, Msg::Number(n)).expect("told");
+    }
+    cut.heal();
+    let seen = numbers_run(&target, &room, 300).await;
+    assert_in_order(&seen, 300);
+    cluster.shutdown().await;
 }

@@ -57,6 +57,7 @@ pub const KEYS: &[&str] = &[
     "max_frame_bytes",
     "mesh_keep_alive_ms",
     "mesh_idle_timeout_ms",
+    "mesh_unacked_bytes",
     "max_state_bytes",
     "max_requests_in_flight",
     "seeds",
@@ -124,6 +125,8 @@ pub struct NodeFile {
     pub mesh_keep_alive_ms: Option<u64>,
     /// How long a mesh connection may hear nothing before it is declared lost, in milliseconds.
     pub mesh_idle_timeout_ms: Option<u64>,
+    /// Bytes sent to one peer and kept until it acknowledges them.
+    pub mesh_unacked_bytes: Option<usize>,
     /// The largest capture of a unit this node sends or takes in a move, in bytes.
     #[serde(default = "default_max_state_bytes")]
     pub max_state_bytes: u64,
@@ -277,6 +280,8 @@ pub struct NodeSettings {
     pub mesh_keep_alive: Duration,
     /// How long a silent mesh connection lasts before it is declared lost.
     pub mesh_idle_timeout: Duration,
+    /// Bytes kept per peer until acknowledged.
+    pub mesh_unacked_bytes: usize,
     /// The largest capture a move sends or takes.
     pub max_state: u64,
     /// The requests that may wait for replies at once.
@@ -567,6 +572,18 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
             ),
         ));
     }
+    let mesh_unacked_bytes = file
+        .mesh_unacked_bytes
+        .unwrap_or(ferry::mesh::DEFAULT_UNACKED_BYTES);
+    if mesh_unacked_bytes == 0 {
+        return Err(invalid(
+            "mesh_unacked_bytes",
+            format!(
+                "it must be above 0; the default is {}",
+                ferry::mesh::DEFAULT_UNACKED_BYTES
+            ),
+        ));
+    }
     if file.max_state_bytes == 0 {
         return Err(invalid(
             "max_state_bytes",
@@ -594,6 +611,7 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
         max_frame: file.max_frame_bytes,
         mesh_keep_alive,
         mesh_idle_timeout,
+        mesh_unacked_bytes,
         max_state: file.max_state_bytes,
         max_requests_in_flight: file.max_requests_in_flight,
         seeds,
@@ -835,6 +853,7 @@ mod tests {
         assert_eq!(s.max_state, framework.max_state);
         assert_eq!(s.max_requests_in_flight, framework.max_requests_in_flight);
         assert_eq!(s.max_frame, ferry::mesh::DEFAULT_MAX_FRAME);
+        assert_eq!(s.mesh_unacked_bytes, ferry::mesh::DEFAULT_UNACKED_BYTES);
         assert_eq!(
             (s.mesh_keep_alive, s.mesh_idle_timeout),
             (
@@ -870,6 +889,7 @@ mod tests {
         max_frame_bytes = 1048576
         mesh_keep_alive_ms = 300
         mesh_idle_timeout_ms = 2000
+        mesh_unacked_bytes = 1000000
         max_state_bytes = 4096
         max_requests_in_flight = 64
         seeds = ["p2@10.0.0.12:7000", "p@3@10.0.0.13:7000"]
@@ -918,6 +938,7 @@ mod tests {
             (s.mesh_keep_alive, s.mesh_idle_timeout),
             (Duration::from_millis(300), Duration::from_millis(2000))
         );
+        assert_eq!(s.mesh_unacked_bytes, 1_000_000);
         let seeds: Vec<String> = s.seeds.iter().map(|(n, a)| format!("{n}={a}")).collect();
         assert_eq!(seeds, ["p2=10.0.0.12:7000", "p@3=10.0.0.13:7000"]);
         assert_eq!(

@@ -226,6 +226,7 @@ async fn node_config(settings: &NodeSettings) -> Result<NodeConfig, NodeError> {
     mesh.max_frame = settings.max_frame;
     mesh.keep_alive = settings.mesh_keep_alive;
     mesh.idle_timeout = settings.mesh_idle_timeout;
+    mesh.unacked_bytes = settings.mesh_unacked_bytes;
     let mut config = NodeConfig::new(settings.id.clone())
         .app_version(settings.app_version.clone())
         .store(store)

@@ -40,6 +40,16 @@ pub(crate) enum Frame {
         /// What is asked.
         call: Call,
     },
+    /// A tell the receiving node sent, which a node forwarding it lost: the peer it was handed to
+    /// left before acknowledging it.
+    TellLost {
+        /// The unit it was for.
+        to: UnitId,
+        /// The node it was handed to last.
+        peer: NodeId,
+        /// The message, encoded.
+        payload: Bytes,
+    },
 }
 
 /// A message for a unit, with where its reply goes.
@@ -99,6 +109,18 @@ pub(crate) enum Call {
         /// Joined, or left.
         joined: bool,
     },
+}
+
+impl Call {
+    /// The unit the call is about.
+    pub fn unit(&self) -> UnitId {
+        match self {
+            Call::Create { id, .. } | Call::Recover { id, .. } | Call::Activate { id, .. } => {
+                id.clone()
+            }
+            Call::Member { spot, .. } => UnitId::Spot(spot.clone()),
+        }
+    }
 }
 
 /// What a `Member` call answers.

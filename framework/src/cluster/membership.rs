@@ -1,6 +1,7 @@
 //! Who is in the cluster: each node keeps its owner lease alive, publishes its descriptor, and
 //! learns its peers (and dials them) from the descriptors of nodes whose lease is live.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::authority::{NODE_PREFIX, NodeDescriptor, node_key};
@@ -9,6 +10,41 @@ use crate::store::{Condition, Op, StoreError};
 
 /// The most descriptors read per page when learning peers.
 const PAGE: usize = 256;
+
+/// Until when this node certainly holds its owner lease.
+pub(crate) struct LeaseClock {
+    base: tokio::time::Instant,
+    /// Nanoseconds from `base`.
+    until: AtomicU64,
+}
+
+impl LeaseClock {
+    pub fn new(until: tokio::time::Instant) -> Self {
+        let base = tokio::time::Instant::now();
+        let clock = LeaseClock {
+            base,
+            until: AtomicU64::new(0),
+        };
+        clock.renewed(until);
+        clock
+    }
+
+    /// A renewal sent at `until` minus the TTL was confirmed.
+    pub fn renewed(&self, until: tokio::time::Instant) {
+        let nanos = until.saturating_duration_since(self.base).as_nanos();
+        self.until
+            .fetch_max(u64::try_from(nanos).unwrap_or(u64::MAX), Ordering::AcqRel);
+    }
+
+    pub fn until(&self) -> tokio::time::Instant {
+        self.base + Duration::from_nanos(self.until.load(Ordering::Acquire))
+    }
+
+    /// Whether the lease is certainly still held now.
+    pub fn held(&self) -> bool {
+        tokio::time::Instant::now() < self.until()
+    }
+}
 
 impl Node {
     /// This node's descriptor as it stands now.
@@ -82,6 +118,7 @@ impl Node {
                 tracing::info!(peer = %gone.node, "peer left the cluster");
                 mesh.remove_peer(&gone.node);
                 self.core.router.forget_node(&gone.node);
+                self.peer_gone(&gone.node);
             }
             for peer in &live {
                 let (Some(addr), true) = (peer.mesh_addr, peer.node != *self.id()) else {
@@ -140,30 +177,41 @@ impl Node {
         tokio::spawn(async move { node.keep_membership().await });
     }
 
+    /// Renews the owner lease every third of its TTL. The store counts a renewal from when it
+    /// arrives, which is after it was sent: so the lease is certainly held until the send plus the
+    /// TTL, and this node stops acting as owner then, if no renewal was confirmed, without waiting
+    /// for a store that does not answer.
     async fn keep_lease(self) {
         let ttl = self.config().lease_ttl;
         let every = ttl / 3;
-        let mut renewed = tokio::time::Instant::now();
+        let clock = &self.core.lease_clock;
         loop {
             tokio::select! {
                 () = self.core.stop.cancelled() => return,
                 () = tokio::time::sleep(every) => {}
+                () = tokio::time::sleep_until(clock.until()) => {
+                    self.fence("the owner lease ran out before a renewal was confirmed");
+                    return;
+                }
             }
             let lease = self.core.lease.lock().clone();
-            match self.store().renew_lease(&lease).await {
-                Ok(()) => renewed = tokio::time::Instant::now(),
+            let sent = tokio::time::Instant::now();
+            let renewed = tokio::select! {
+                () = self.core.stop.cancelled() => return,
+                renewed = self.store().renew_lease(&lease) => renewed,
+                () = tokio::time::sleep_until(clock.until()) => {
+                    self.fence("the owner lease ran out while its renewal waited for the store");
+                    return;
+                }
+            };
+            match renewed {
+                Ok(()) => clock.renewed(sent + ttl),
                 Err(StoreError::LeaseLost { .. }) => {
                     self.fence("the store says the lease is gone");
                     return;
                 }
-                Err(error) => {
-                    tracing::warn!(%error, "owner lease not renewed");
-                    // Unsure whether it lapsed: stop acting as owner once it could have.
-                    if renewed.elapsed() + every >= ttl {
-                        self.fence("the lease could not be renewed in time");
-                        return;
-                    }
-                }
+                // Tried again in a third of the TTL; the lease clock still runs meanwhile.
+                Err(error) => tracing::warn!(%error, "owner lease not renewed"),
             }
         }
     }

@@ -6,12 +6,14 @@
 //! - [`placement`]: the pure choice of a node for a new unit.
 //! - `routing`: the route cache, store lookups, forwarding and activation; inbound frames.
 //! - `frames`: what nodes say to each other on the mesh.
+//! - [`losses`]: what the mesh could not deliver: requests end, lost tells are reported.
 //! - `membership`: the owner lease, descriptors, and learning peers.
 //! - [`recovery`]: rebuilding a dead node's units on the survivors.
 
 pub mod authority;
 pub(crate) mod frames;
-mod membership;
+pub mod losses;
+pub(crate) mod membership;
 pub mod placement;
 pub mod recovery;
 pub(crate) mod routing;

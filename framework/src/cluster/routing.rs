@@ -4,9 +4,10 @@
 //! While a route is being looked up, later messages to the same id wait behind the first in one
 //! queue and leave in order, so a sender's order survives the lookup.
 
+use std::any::TypeId;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -16,7 +17,8 @@ use super::frames::{Deliver, Frame, MAX_HOPS};
 use crate::error::MessageError;
 use crate::ids::{NodeId, UnitId};
 use crate::mesh::{Inbound, MeshError};
-use crate::node::{Node, Payload, ReplyTo};
+use crate::node::directory::Entry;
+use crate::node::{Envelope, Node, Payload, ReplyTo};
 use crate::registry::FactoryKind;
 
 const SHARDS: usize = 16;
@@ -42,6 +44,20 @@ enum Route {
     /// A route hint named `owner`, but earlier messages may still be on the old path: these wait,
     /// in arrival order, until a fence sent along that path has run at the unit.
     Switching { owner: NodeId, held: Vec<Deliver> },
+    /// The unit arrived here by a move, but messages this node sent it before may still be on the
+    /// old path (through a third node): what this node sends it now waits here, in order, until a
+    /// fence sent along that path has run at the unit.
+    Arriving(Vec<Deliver>),
+}
+
+/// What the route cache says when a moved unit arrives on this node.
+pub(crate) enum Arrival {
+    /// Nothing this node sent the unit can be behind: its own sends may go straight to the unit.
+    Clear,
+    /// These waited here for a lookup: they go into the unit's queue first.
+    Waiting(Vec<Deliver>),
+    /// Earlier sends went through this node: send a fence along it; sends wait until it returns.
+    Fence(NodeId),
 }
 
 /// The route cache of one node.
@@ -50,6 +66,8 @@ pub(crate) struct Router {
     shards: [Mutex<HashMap<UnitId, Route>>; SHARDS],
     /// Tells given up because the store kept failing while their route was looked up.
     lookup_drops: AtomicU64,
+    /// How many units are [`Route::Arriving`]: while none is, a local send skips this cache.
+    arriving: AtomicUsize,
 }
 
 impl Router {
@@ -58,7 +76,50 @@ impl Router {
             hasher: foldhash::fast::RandomState::default(),
             shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
             lookup_drops: AtomicU64::new(0),
+            arriving: AtomicUsize::new(0),
         }
+    }
+
+    /// Whether some unit that arrived here still waits for its fence.
+    pub fn any_arriving(&self) -> bool {
+        self.arriving.load(Ordering::Acquire) > 0
+    }
+
+    /// Counts a [`Route::Arriving`] taken out of the cache.
+    fn took(&self, route: &Option<Route>) {
+        if matches!(route, Some(Route::Arriving(_))) {
+            self.arriving.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A unit moved here from `source`; call it under the unit's directory lock, as its entry is
+    /// registered. This node's earlier messages to the unit went to the source (which relays them
+    /// with the unit), or wait here, or went through another node: then new ones must wait for a
+    /// fence along that path (see [`Route::Arriving`]).
+    pub fn arrive(&self, id: &UnitId, source: &NodeId) -> Arrival {
+        let mut shard = self.shard(id).lock();
+        let arrival = match shard.remove(id) {
+            None => Arrival::Clear,
+            Some(Route::Known(old) | Route::Moved(old)) if old == *source => Arrival::Clear,
+            Some(Route::Known(old) | Route::Moved(old)) => {
+                shard.insert(id.clone(), Route::Arriving(Vec::new()));
+                Arrival::Fence(old)
+            }
+            Some(Route::Resolving(waiting)) => Arrival::Waiting(waiting),
+            // Its fence is out already, along the old path: its return ends the arrival.
+            Some(Route::Switching { held, .. }) => {
+                shard.insert(id.clone(), Route::Arriving(held));
+                Arrival::Clear
+            }
+            Some(arriving @ Route::Arriving(_)) => {
+                shard.insert(id.clone(), arriving);
+                return Arrival::Clear;
+            }
+        };
+        if matches!(shard.get(id), Some(Route::Arriving(_))) {
+            self.arriving.fetch_add(1, Ordering::AcqRel);
+        }
+        arrival
     }
 
     fn shard(&self, id: &UnitId) -> &Mutex<HashMap<UnitId, Route>> {
@@ -97,8 +158,14 @@ impl Router {
     /// for a lookup of it are given back, to be sent along the new route.
     #[must_use]
     pub fn point(&self, id: UnitId, owner: NodeId) -> Vec<Deliver> {
-        match self.shard(&id).lock().insert(id, Route::Moved(owner)) {
-            Some(Route::Resolving(waiting) | Route::Switching { held: waiting, .. }) => waiting,
+        let old = self.shard(&id).lock().insert(id, Route::Moved(owner));
+        self.took(&old);
+        match old {
+            Some(
+                Route::Resolving(waiting)
+                | Route::Switching { held: waiting, .. }
+                | Route::Arriving(waiting),
+            ) => waiting,
             _ => Vec::new(),
         }
     }
@@ -109,7 +176,8 @@ impl Router {
     fn hint(&self, id: UnitId, owner: NodeId, me: &NodeId) -> Option<NodeId> {
         let mut shard = self.shard(&id).lock();
         match shard.get_mut(&id) {
-            Some(Route::Resolving(_)) => None,
+            // The unit runs here: no hint can say better.
+            Some(Route::Resolving(_) | Route::Arriving(_)) => None,
             Some(Route::Switching { owner: next, .. }) => {
                 *next = owner;
                 None
@@ -136,16 +204,35 @@ impl Router {
 }
 
 /// Records `owner` as a unit's route in its shard, and gives back what to send it, in order: what
-/// waited for the lookup that found it, then what queued behind a newer lookup of the same id.
+/// waited for the lookup that found it, then what queued behind a newer lookup of the same id. A
+/// switch or an arrival that began meanwhile knows better: what waited joins, first, what it holds.
 fn settle(
     routes: &mut HashMap<UnitId, Route>,
     id: UnitId,
     owner: NodeId,
     mut waiting: Vec<Deliver>,
 ) -> Vec<Deliver> {
-    if let Some(Route::Resolving(newer)) = routes.insert(id, Route::Known(owner)) {
-        waiting.extend(newer);
+    match routes.remove(&id) {
+        Some(Route::Resolving(newer)) => waiting.extend(newer),
+        Some(Route::Switching { owner, held }) => {
+            waiting.extend(held);
+            routes.insert(
+                id,
+                Route::Switching {
+                    owner,
+                    held: waiting,
+                },
+            );
+            return Vec::new();
+        }
+        Some(Route::Arriving(held)) => {
+            waiting.extend(held);
+            routes.insert(id, Route::Arriving(waiting));
+            return Vec::new();
+        }
+        _ => {}
     }
+    routes.insert(id, Route::Known(owner));
     waiting
 }
 
@@ -175,7 +262,11 @@ impl Node {
                 Some(Route::Known(owner) | Route::Moved(owner)) if owner != self.id() => {
                     Some(owner.clone())
                 }
-                Some(Route::Resolving(waiting) | Route::Switching { held: waiting, .. }) => {
+                Some(
+                    Route::Resolving(waiting)
+                    | Route::Switching { held: waiting, .. }
+                    | Route::Arriving(waiting),
+                ) => {
                     waiting.push(deliver);
                     return;
                 }
@@ -265,8 +356,18 @@ impl Node {
             origin: deliver.origin.clone(),
             hops: deliver.hops.saturating_add(1),
         };
+        let request = deliver
+            .reply
+            .as_ref()
+            .filter(|r| r.node == *self.id())
+            .map(|r| r.request);
         match self.mesh_send(owner, Frame::Deliver(deliver)) {
-            Ok(()) => None,
+            Ok(()) => {
+                if let Some(request) = request {
+                    self.core.replies.sent(request, owner, &retry.to);
+                }
+                None
+            }
             Err(error) => {
                 tracing::debug!(%owner, %error, unit = %retry.to, "owner unreachable; looking it up again");
                 Some((retry, error))
@@ -344,9 +445,29 @@ impl Node {
     /// earlier one still on the old path (forwarded by a former owner), so when the path changes,
     /// a fence goes along the old one and new messages wait for it to run at the unit.
     fn on_route_hint(&self, id: UnitId, owner: NodeId) {
-        let Some(old) = self.core.router.hint(id.clone(), owner, self.id()) else {
-            return;
-        };
+        if let Some(old) = self.core.router.hint(id.clone(), owner, self.id()) {
+            self.send_fence(id, old);
+        }
+    }
+
+    /// A moved unit is being registered here from `source` (its directory shard is locked by the
+    /// caller, `entry` is its new route): settles what this node sent it before. Messages that
+    /// waited for a lookup are queued at the unit now, first.
+    pub(crate) fn arrive(&self, id: &UnitId, source: &NodeId, entry: &Entry) {
+        match self.core.router.arrive(id, source) {
+            Arrival::Clear => {}
+            Arrival::Waiting(waiting) => {
+                for deliver in waiting {
+                    self.enqueue_deliver(entry, deliver);
+                }
+            }
+            Arrival::Fence(via) => self.send_fence(id.clone(), via),
+        }
+    }
+
+    /// Sends a fence for `id` along `via`, after everything this node sent there; when it has run
+    /// at the unit (or after [`FENCE_WAIT`]), the switch or arrival ends.
+    fn send_fence(&self, id: UnitId, via: NodeId) {
         let Some(mut waiting) = self.core.replies.open() else {
             tracing::debug!(unit = %id, "no request slot for a fence; switching the route at once");
             self.end_switch(id);
@@ -365,40 +486,113 @@ impl Node {
             hops: 0,
         };
         // The same link as the earlier messages, so it comes after them.
-        self.send_deliver(&old, fence);
+        self.send_deliver(&via, fence);
         let node = self.clone();
         tokio::spawn(async move {
             if tokio::time::timeout(FENCE_WAIT, &mut waiting.answer)
                 .await
                 .is_err()
             {
-                tracing::warn!(unit = %id, via = %old, "a route fence did not return in {FENCE_WAIT:?}; sending what it held");
+                tracing::warn!(unit = %id, %via, "a route fence did not return in {FENCE_WAIT:?}; sending what it held");
             }
             node.end_switch(id);
         });
     }
 
-    /// Ends a route switch: the held messages leave for the hinted owner, in order, under the
-    /// shard's lock (so later messages queue behind).
+    /// Ends a route switch or an arrival: the held messages leave for the hinted owner, or join
+    /// the unit's queue here, in order, under the locks (so later messages queue behind). An
+    /// arrived unit that left again meanwhile is looked up, with what was held waiting for it.
     fn end_switch(&self, id: UnitId) {
         let failed: Vec<(Deliver, MeshError)> = {
-            let mut shard = self.core.router.shard(&id).lock();
-            if !matches!(shard.get(&id), Some(Route::Switching { .. })) {
+            // The directory's lock first, as a handover takes them.
+            let directory = self.core.directory.lock(&id);
+            let router = &self.core.router;
+            let mut shard = router.shard(&id).lock();
+            let route = shard.remove(&id);
+            router.took(&route);
+            match route {
+                Some(Route::Switching { owner, held }) => {
+                    let released = held
+                        .into_iter()
+                        .filter_map(|d| self.try_deliver(&owner, d))
+                        .collect();
+                    shard.insert(id, Route::Known(owner));
+                    released
+                }
+                Some(Route::Arriving(held)) => {
+                    match directory.get(&id) {
+                        Some(entry) => {
+                            for deliver in held {
+                                self.enqueue_deliver(entry, deliver);
+                            }
+                        }
+                        None => {
+                            shard.insert(id.clone(), Route::Resolving(held));
+                            tokio::spawn(self.clone().resolve(id));
+                        }
+                    }
+                    Vec::new()
+                }
                 // A handover took the route over, and what was held with it.
-                return;
+                Some(other) => {
+                    shard.insert(id, other);
+                    Vec::new()
+                }
+                None => Vec::new(),
             }
-            let Some(Route::Switching { owner, held }) = shard.remove(&id) else {
-                return;
-            };
-            let released = held
-                .into_iter()
-                .filter_map(|d| self.try_deliver(&owner, d))
-                .collect();
-            shard.insert(id, Route::Known(owner));
-            released
         };
         for (retry, error) in failed {
             self.retry_deliver(retry, error);
+        }
+    }
+
+    /// Holds a message this node sends to a unit that arrived here and waits for its fence;
+    /// gives it back when the unit does not wait (it goes straight to the unit, or by a route).
+    pub(crate) fn hold_if_arriving(
+        &self,
+        envelope: Envelope,
+        msg_type: TypeId,
+        encode: impl FnOnce(Payload) -> Result<bytes::Bytes, String>,
+    ) -> Result<Option<Envelope>, MessageError> {
+        let to = envelope.to.clone();
+        self.core.directory.with(&to, |entry| {
+            let mut shard = self.core.router.shard(&to).lock();
+            let Some(Route::Arriving(held)) = shard.get_mut(&to) else {
+                return Ok(Some(envelope));
+            };
+            let Envelope { to, payload, reply } = envelope;
+            if let Some(entry) = entry {
+                entry.check_type(&to, msg_type, &payload)?;
+            }
+            let payload = encode(payload).map_err(|reason| MessageError::Codec {
+                id: to.clone(),
+                reason,
+            })?;
+            held.push(Deliver {
+                to,
+                payload,
+                session: None,
+                reply: reply.map(|r| *r),
+                activate: None,
+                origin: self.id().clone(),
+                hops: 0,
+            });
+            Ok(None)
+        })
+    }
+
+    /// Queues an encoded message at the unit `entry` routes to; a request whose lane has ended
+    /// gets its terminal.
+    fn enqueue_deliver(&self, entry: &Entry, deliver: Deliver) {
+        let queued = crate::node::Envelope {
+            to: entry.slot,
+            payload: Payload::from_wire(deliver.payload, deliver.session),
+            reply: deliver.reply.map(Box::new),
+        };
+        if let Err(refused) = entry.lane.data.send(queued)
+            && let Some(reply_to) = refused.reply
+        {
+            self.complete(&reply_to, Err(MessageError::UnitStopped { id: deliver.to }));
         }
     }
 
@@ -637,6 +831,7 @@ impl Node {
                 Frame::Call { request, call } => {
                     tokio::spawn(self.clone().answer_call(from, request, call));
                 }
+                Frame::TellLost { to, peer, payload } => self.report_tell(to, peer, payload),
             }
         }
     }
@@ -711,6 +906,47 @@ mod tests {
             given.iter().map(|d| d.payload[0]).collect::<Vec<_>>(),
             vec![7]
         );
+    }
+
+    #[test]
+    fn an_arrival_fences_only_a_path_that_did_not_lead_through_the_source() {
+        let router = Router::new();
+        let room = |n: &str| UnitId::Spot(SpotId::new(n).expect("id"));
+        let (source, third) = (
+            NodeId::new("n1").expect("id"),
+            NodeId::new("n2").expect("id"),
+        );
+        // Sent to the source, or never sent: the relay carries it, nothing to wait for.
+        router
+            .shard(&room("a"))
+            .lock()
+            .insert(room("a"), Route::Known(source.clone()));
+        assert!(matches!(router.arrive(&room("a"), &source), Arrival::Clear));
+        assert!(matches!(router.arrive(&room("b"), &source), Arrival::Clear));
+        assert!(!router.any_arriving());
+        // Sent through a third node: fence it, and hold what is sent meanwhile.
+        router
+            .shard(&room("c"))
+            .lock()
+            .insert(room("c"), Route::Known(third.clone()));
+        assert!(matches!(router.arrive(&room("c"), &source), Arrival::Fence(via) if via == third));
+        assert!(router.any_arriving());
+        // Waiting for a lookup: queued at the unit first, in order.
+        router.shard(&room("d")).lock().insert(
+            room("d"),
+            Route::Resolving(vec![deliver(&room("d"), 1), deliver(&room("d"), 2)]),
+        );
+        let Arrival::Waiting(waiting) = router.arrive(&room("d"), &source) else {
+            panic!("the lookup's messages are given back");
+        };
+        assert_eq!(
+            waiting.iter().map(|d| d.payload[0]).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        // A hint does not end an arrival; a handover away takes what it holds.
+        assert_eq!(router.hint(room("c"), source.clone(), &third), None);
+        assert!(router.point(room("c"), source).is_empty());
+        assert!(!router.any_arriving(), "the arrival was counted out");
     }
 
     #[test]

@@ -34,12 +34,47 @@ pub(crate) enum Wire<F> {
     },
 }
 
-/// Who is speaking: the node id (checked against its certificate) and the incarnation.
+/// The version of the mesh protocol this build speaks: the frames between nodes and their meaning.
+/// It changes whenever a frame changes; nodes of different versions refuse each other's hello
+/// ([`CloseCode::Version`]) rather than misread each other's frames.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Who is speaking: the protocol version, the node id (checked against its certificate) and the
+/// incarnation. `Hello` stays the first variant of [`Wire`] and `version` its first field in every
+/// version, so any two versions can read each other's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Hello {
+    pub version: u32,
     pub node: NodeId,
     /// Random per `Mesh::bind`, so a restarted peer is told apart from a stale link.
     pub instance: u64,
+}
+
+impl Hello {
+    /// This build's hello for `node`.
+    pub fn new(node: NodeId, instance: u64) -> Self {
+        Hello {
+            version: PROTOCOL_VERSION,
+            node,
+            instance,
+        }
+    }
+}
+
+/// Refuses a peer that speaks another version of the protocol.
+fn check_version(hello: &Hello) -> Result<(), Refusal> {
+    if hello.version == PROTOCOL_VERSION {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        CloseCode::Version,
+        format!(
+            "node {} speaks mesh protocol version {}, this node {PROTOCOL_VERSION}; run one Ferry \
+             version across the cluster, or roll an update one node at a time between versions \
+             that share a protocol",
+            hello.node, hello.version
+        ),
+    ))
 }
 
 /// Why the mesh closed a connection, sent to the peer as the QUIC application error code.
@@ -68,11 +103,13 @@ pub enum CloseCode {
     StreamEnded = 9,
     /// The peer claims this node's own id.
     SelfConnect = 10,
+    /// The peer speaks another version of the mesh protocol.
+    Version = 11,
 }
 
 impl CloseCode {
     /// Every code, for decoding.
-    const ALL: [CloseCode; 10] = [
+    const ALL: [CloseCode; 11] = [
         CloseCode::Shutdown,
         CloseCode::Malformed,
         CloseCode::TooLarge,
@@ -83,6 +120,7 @@ impl CloseCode {
         CloseCode::HandshakeTimeout,
         CloseCode::StreamEnded,
         CloseCode::SelfConnect,
+        CloseCode::Version,
     ];
 
     /// The code as sent on the wire.
@@ -144,6 +182,7 @@ pub(crate) fn check_hello<F>(
             ));
         }
     };
+    check_version(&hello)?;
     if &hello.node == local {
         return Err(Refusal::new(
             CloseCode::SelfConnect,
@@ -162,7 +201,7 @@ pub(crate) fn check_hello<F>(
 /// Checks the acceptor's first frame on the dialler side.
 pub(crate) fn check_welcome<F>(expected: &NodeId, first: Wire<F>) -> Result<Hello, Refusal> {
     match first {
-        Wire::Welcome(hello) if &hello.node == expected => Ok(hello),
+        Wire::Welcome(hello) if &hello.node == expected => check_version(&hello).map(|()| hello),
         Wire::Welcome(hello) => Err(Refusal::new(
             CloseCode::WrongNode,
             format!(
@@ -279,10 +318,7 @@ mod tests {
     }
 
     fn hello(id: &str) -> Wire<u8> {
-        Wire::Hello(Hello {
-            node: node(id),
-            instance: 1,
-        })
+        Wire::Hello(Hello::new(node(id), 1))
     }
 
     #[test]
@@ -303,14 +339,9 @@ mod tests {
         let data = check_hello(&me, Wire::Frame(7u8), |_| Ok(()));
         assert_eq!(data.unwrap_err().code, CloseCode::Unexpected);
 
-        let welcome = check_hello(
-            &me,
-            Wire::<u8>::Welcome(Hello {
-                node: node("b"),
-                instance: 1,
-            }),
-            |_| Ok(()),
-        );
+        let welcome = check_hello(&me, Wire::<u8>::Welcome(Hello::new(node("b"), 1)), |_| {
+            Ok(())
+        });
         assert_eq!(welcome.unwrap_err().code, CloseCode::Unexpected);
 
         let myself = check_hello(&me, hello("a"), |_| Ok(()));
@@ -318,13 +349,34 @@ mod tests {
     }
 
     #[test]
-    fn welcome_must_name_the_dialled_node() {
-        let w = |id: &str| {
-            Wire::<u8>::Welcome(Hello {
-                node: node(id),
-                instance: 3,
-            })
+    fn a_peer_of_another_protocol_version_is_refused_both_ways() {
+        let other = |hello: Hello| Hello {
+            version: PROTOCOL_VERSION + 1,
+            ..hello
         };
+        let refused = check_hello(
+            &node("a"),
+            Wire::<u8>::Hello(other(Hello::new(node("b"), 1))),
+            |_| Ok(()),
+        )
+        .unwrap_err();
+        assert_eq!(refused.code, CloseCode::Version);
+        assert!(
+            refused.reason.contains("version 2, this node 1"),
+            "{}",
+            refused.reason
+        );
+        let refused = check_welcome(
+            &node("b"),
+            Wire::<u8>::Welcome(other(Hello::new(node("b"), 1))),
+        )
+        .unwrap_err();
+        assert_eq!(refused.code, CloseCode::Version);
+    }
+
+    #[test]
+    fn welcome_must_name_the_dialled_node() {
+        let w = |id: &str| Wire::<u8>::Welcome(Hello::new(node(id), 3));
         assert_eq!(check_welcome(&node("b"), w("b")).unwrap().instance, 3);
         assert_eq!(
             check_welcome(&node("b"), w("c")).unwrap_err().code,

@@ -13,21 +13,21 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures_util::StreamExt;
+use bytes::{Bytes, BytesMut};
+use futures_util::{FutureExt, StreamExt};
 use parking_lot::{Mutex, RwLock};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{Connection, ConnectionError, Endpoint, RecvStream, SendStream};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
-use tokio_util::codec::FramedRead;
+use tokio_util::codec::{Decoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::codec::{DecodeError, FrameCodec};
+use super::codec::{DecodeError, FrameCodec, coalesce};
 use super::handshake::{
     Backoff, CloseCode, Hello, Holding, Refusal, Verdict, Wire, check_hello, check_welcome,
     judge_inbound,
@@ -35,11 +35,15 @@ use super::handshake::{
 use super::sequence::{Inbox, Outbox};
 use super::socket::bind_endpoint;
 use super::tls;
-use super::{Direction, Inbound, MeshConfig, MeshError, MeshFrame, PeerInfo, PeerState};
+use super::{
+    Direction, Inbound, LossReason, Lost, MeshConfig, MeshError, MeshFrame, PeerInfo, PeerState,
+};
 use crate::ids::NodeId;
 
-/// Frames written to the stream in one call, at most.
-const WRITE_BATCH: usize = 256;
+/// Frames taken from the queue and written to the stream in one call, at most.
+const WRITE_BATCH: usize = 1024;
+/// Frames a reader delivers under one hold of the inbox, at most, before it acknowledges them.
+const READ_BURST: usize = 256;
 /// Longest close reason sent to a peer; QUIC must fit it in one packet.
 const MAX_REASON: usize = 200;
 /// How long a receiver gathers deliveries before it acknowledges them in one frame.
@@ -67,6 +71,8 @@ pub(crate) struct Shared<F> {
     instance: u64,
     /// Frames accepted by `send` that no peer acknowledged before it was dropped or the mesh closed.
     lost: AtomicU64,
+    /// Where lost frames are handed back, once someone asked ([`Shared::losses`]).
+    losses: Mutex<Option<mpsc::UnboundedSender<Lost<F>>>>,
     settings: Settings,
     client_config: quinn::ClientConfig,
     encoder: FrameCodec<Wire<F>>,
@@ -90,6 +96,7 @@ struct PeerHandle<F> {
     ctrl: mpsc::UnboundedSender<PeerCtrl<F>>,
     out: mpsc::Sender<Bytes>,
     status: watch::Receiver<PeerStatus>,
+    sync: Arc<PeerSync>,
 }
 
 impl<F> Clone for PeerHandle<F> {
@@ -98,6 +105,7 @@ impl<F> Clone for PeerHandle<F> {
             ctrl: self.ctrl.clone(),
             out: self.out.clone(),
             status: self.status.clone(),
+            sync: self.sync.clone(),
         }
     }
 }
@@ -275,10 +283,7 @@ impl<F: MeshFrame> Shared<F> {
 
         let instance = rand::random::<u64>();
         let encoder = FrameCodec::<Wire<F>>::new(config.max_frame);
-        let me = Hello {
-            node: config.node.clone(),
-            instance,
-        };
+        let me = Hello::new(config.node.clone(), instance);
         let hello = encoder.encode_frame(&Wire::Hello(me.clone()))?;
         let welcome = encoder.encode_frame(&Wire::Welcome(me))?;
         let (inbound_tx, inbound_rx) = mpsc::channel(config.inbound_queue);
@@ -287,6 +292,7 @@ impl<F: MeshFrame> Shared<F> {
             local_addr,
             instance,
             lost: AtomicU64::new(0),
+            losses: Mutex::new(None),
             settings: Settings {
                 max_frame: config.max_frame,
                 handshake_timeout: config.handshake_timeout,
@@ -322,15 +328,42 @@ impl<F: MeshFrame> Shared<F> {
         &self.local
     }
 
-    /// Counts, logs and meters frames `send` accepted that `peer` will never acknowledge.
-    fn report_lost(&self, peer: &NodeId, frames: usize, why: &str) {
-        if frames == 0 {
+    /// Counts, logs and meters frames `send` accepted that `peer` will never acknowledge, and
+    /// hands them back, decoded, to whoever asked for [`Shared::losses`].
+    fn report_lost(&self, peer: &NodeId, frames: Vec<Bytes>, reason: LossReason) {
+        if frames.is_empty() {
             return;
         }
-        self.lost.fetch_add(frames as u64, Ordering::Relaxed);
-        metrics::counter!("ferry_mesh_frames_lost_total").increment(frames as u64);
-        warn!(%peer, frames, reason = why,
+        let count = frames.len();
+        self.lost.fetch_add(count as u64, Ordering::Relaxed);
+        metrics::counter!("ferry_mesh_frames_lost_total").increment(count as u64);
+        warn!(%peer, frames = count, %reason,
             "frames accepted for a peer were never acknowledged; they may not have run");
+        let Some(losses) = self.losses.lock().clone() else {
+            return;
+        };
+        let mut decoder = self.encoder.clone();
+        let frames = frames
+            .into_iter()
+            .filter_map(|bytes| match decoder.decode(&mut BytesMut::from(bytes)) {
+                Ok(Some(Wire::Frame(frame))) => Some(frame),
+                _ => None,
+            })
+            .collect();
+        // A receiver that went away has stopped caring; the count and the log stay.
+        let _ = losses.send(Lost {
+            peer: peer.clone(),
+            frames,
+            reason,
+        });
+    }
+
+    /// Lost frames from now on, each batch with its peer and why; a new call replaces the last
+    /// receiver.
+    pub(crate) fn losses(&self) -> mpsc::UnboundedReceiver<Lost<F>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.losses.lock() = Some(tx);
+        rx
     }
 
     pub(crate) fn frames_lost(&self) -> u64 {
@@ -373,6 +406,7 @@ impl<F: MeshFrame> Shared<F> {
             direction: None,
             links: 0,
         });
+        let sync = Arc::new(PeerSync::default());
         let task = PeerTask {
             shared: self.clone(),
             endpoint,
@@ -385,9 +419,10 @@ impl<F: MeshFrame> Shared<F> {
             backoff: Backoff::new(self.settings.reconnect_min, self.settings.reconnect_max),
             readers: JoinSet::new(),
             batch: Vec::with_capacity(WRITE_BATCH),
+            pieces: Vec::new(),
             links: 0,
             outbox: Outbox::default(),
-            sync: Arc::new(PeerSync::default()),
+            sync: sync.clone(),
             ack_due: None,
         };
         self.tasks.lock().spawn_on(task.run(), &self.runtime);
@@ -395,6 +430,7 @@ impl<F: MeshFrame> Shared<F> {
             ctrl: ctrl_tx,
             out: out_tx,
             status: status_rx,
+            sync,
         };
         peers.map.insert(node.clone(), handle.clone());
         Ok(handle)
@@ -450,6 +486,7 @@ impl<F: MeshFrame> Shared<F> {
                     direction: status.direction,
                     links: status.links,
                     queued: handle.out.max_capacity() - handle.out.capacity(),
+                    unacked: handle.sync.unacked.load(Ordering::Relaxed),
                 }
             })
             .collect();
@@ -721,30 +758,59 @@ async fn read_frames<F: MeshFrame>(r: ReadFrames<F>, mut reader: Reader<F>) {
     } = r;
     // The number of the next frame on this stream, once the peer said it.
     let mut numbered: Option<u64> = None;
+    // What the last burst read past its frames, to handle next.
+    let mut pending = None;
     loop {
-        let next = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return,
-            next = reader.next() => next,
+        let next = match pending.take() {
+            Some(next) => next,
+            None => tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                next = reader.next() => next,
+            },
         };
         let refusal = match next {
-            Some(Ok(Wire::Frame(frame))) => {
-                let Some(seq) = numbered else {
-                    let refusal = Refusal::new(CloseCode::Unexpected, "frame before resume");
-                    refuse(&conn, Some(&from), &refusal);
-                    return;
-                };
-                numbered = Some(seq + 1);
+            Some(Ok(Wire::Frame(first))) => {
+                // A burst: the frames already read, delivered under one hold of the inbox.
                 let mut inbox = sync.inbox.lock().await;
-                if inbox.admit(instance, seq) {
-                    let delivered = tokio::select! {
-                        biased;
-                        _ = cancel.cancelled() => return,
-                        sent = inbound.send(Inbound { from: from.clone(), frame }) => sent.is_ok(),
-                    };
-                    if !delivered {
-                        debug!(peer = %from, "inbound receiver dropped; no longer reading this peer");
+                let mut frame = first;
+                for burst in 1..=READ_BURST {
+                    let Some(seq) = numbered else {
+                        let refusal = Refusal::new(CloseCode::Unexpected, "frame before resume");
+                        refuse(&conn, Some(&from), &refusal);
                         return;
+                    };
+                    numbered = Some(seq + 1);
+                    if inbox.admit(instance, seq) {
+                        let inbound_frame = Inbound {
+                            from: from.clone(),
+                            frame,
+                        };
+                        // Waiting (and watching for the mesh to close) only when the queue is full.
+                        let delivered = match inbound.try_send(inbound_frame) {
+                            Ok(()) => true,
+                            Err(mpsc::error::TrySendError::Closed(_)) => false,
+                            Err(mpsc::error::TrySendError::Full(inbound_frame)) => tokio::select! {
+                                biased;
+                                _ = cancel.cancelled() => return,
+                                sent = inbound.send(inbound_frame) => sent.is_ok(),
+                            },
+                        };
+                        if !delivered {
+                            debug!(peer = %from, "inbound receiver dropped; no longer reading this peer");
+                            return;
+                        }
+                    }
+                    if burst == READ_BURST {
+                        break;
+                    }
+                    match reader.next().now_or_never() {
+                        Some(Some(Ok(Wire::Frame(next)))) => frame = next,
+                        Some(other) => {
+                            pending = Some(other);
+                            break;
+                        }
+                        None => break,
                     }
                 }
                 *sync.owed.lock() = inbox.ack();
@@ -795,6 +861,8 @@ struct PeerTask<F> {
     backoff: Backoff,
     readers: JoinSet<()>,
     batch: Vec<Bytes>,
+    /// The batch as written: small frames joined (see [`coalesce`]).
+    pieces: Vec<Bytes>,
     links: u64,
     /// What was written to the peer and not yet acknowledged.
     outbox: Outbox,
@@ -817,6 +885,8 @@ struct PeerSync {
     peer_acked: AtomicU64,
     /// `peer_acked` grew.
     acked: Notify,
+    /// Frames written and not yet acknowledged, as the task last counted them.
+    unacked: AtomicUsize,
 }
 
 impl<F: MeshFrame> PeerTask<F> {
@@ -884,11 +954,15 @@ impl<F: MeshFrame> PeerTask<F> {
         self.readers.shutdown().await;
         self.out.close();
         let mut lost = self.outbox.clear();
-        while self.out.try_recv().is_ok() {
-            lost += 1;
+        while let Ok(frame) = self.out.try_recv() {
+            lost.push(frame);
         }
-        self.shared
-            .report_lost(&self.node, lost, "the peer was removed or the mesh closed");
+        let reason = if self.shared.cancel.is_cancelled() {
+            LossReason::Closed
+        } else {
+            LossReason::Removed
+        };
+        self.shared.report_lost(&self.node, lost, reason);
     }
 
     async fn next_event(&mut self, mode: &mut Mode<F>) -> Event<F> {
@@ -978,7 +1052,10 @@ impl<F: MeshFrame> PeerTask<F> {
     fn log_dial_failure(&self, e: &DialError) {
         let peer = &self.node;
         let addr = self.addr;
-        if e.code == Some(CloseCode::Duplicate) {
+        if e.code == Some(CloseCode::Version) {
+            error!(%peer, ?addr, reason = %e.detail,
+                "the peer speaks another version of the mesh protocol; it stays unreachable");
+        } else if e.code == Some(CloseCode::Duplicate) {
             debug!(%peer, "peer keeps its own connection to us; waiting for it");
         } else if e.tls {
             warn!(%peer, ?addr, error = %e.detail,
@@ -1071,11 +1148,8 @@ impl<F: MeshFrame> PeerTask<F> {
         self.backoff.reset();
         self.links += 1;
         let lost = self.outbox.connected(link.instance);
-        self.shared.report_lost(
-            &self.node,
-            lost,
-            "the peer restarted before acknowledging them",
-        );
+        self.shared
+            .report_lost(&self.node, lost, LossReason::Restarted);
         info!(peer = %self.node, remote = %link.conn.remote_address(),
             dialled_by_us = link.dialled_by_us, resent = self.outbox.len(), "mesh link ready");
         self.readers.spawn(read_frames(
@@ -1139,15 +1213,16 @@ impl<F: MeshFrame> PeerTask<F> {
     }
 
     async fn write_batch(&mut self, mut link: Link) -> Mode<F> {
+        coalesce(self.batch.drain(..), &mut self.pieces);
         let written = tokio::select! {
             biased;
             _ = self.shared.cancel.cancelled() => {
-                self.batch.clear();
+                self.pieces.clear();
                 return Mode::Ready(link);
             }
-            r = link.send.write_all_chunks(&mut self.batch) => r,
+            r = link.send.write_all_chunks(&mut self.pieces) => r,
         };
-        self.batch.clear();
+        self.pieces.clear();
         match written {
             Ok(()) => Mode::Ready(link),
             Err(e) => {
@@ -1166,6 +1241,9 @@ impl<F: MeshFrame> PeerTask<F> {
     }
 
     fn publish(&self, mode: &Mode<F>) {
+        self.sync
+            .unacked
+            .store(self.outbox.len(), Ordering::Relaxed);
         let (state, direction) = match mode {
             Mode::Waiting => (PeerState::Waiting, None),
             Mode::Backoff(_) => (PeerState::Backoff, None),

@@ -19,7 +19,8 @@
 //! not acknowledged and sends it again, first, on the next connection, and the receiver
 //! drops numbers it already delivered. Frames queued while no connection is up wait for the
 //! next one. Only a peer that restarts, or is removed, or a mesh that closes first loses
-//! frames; those are counted ([`Mesh::frames_lost`]), logged and metered.
+//! frames; those are counted ([`Mesh::frames_lost`]), logged, metered and handed back
+//! ([`Mesh::losses`]) so the caller can end what waited for them.
 
 pub mod codec;
 mod handshake;
@@ -39,7 +40,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
 
 pub use codec::{DEFAULT_MAX_FRAME, DecodeError, EncodeError, FrameCodec};
-pub use handshake::CloseCode;
+pub use handshake::{CloseCode, PROTOCOL_VERSION};
 pub(crate) use link::idle_timeout;
 pub use socket::{OsSockets, SocketFactory};
 pub use tls::{ClusterCa, NodeCert, NodeTls, TlsError, node_dns_name, node_file_stem, write_pem};
@@ -69,6 +70,39 @@ pub struct Inbound<F> {
     pub from: NodeId,
     /// The frame.
     pub frame: F,
+}
+
+/// Frames [`Mesh::send`] accepted for a peer that will never acknowledge them, handed back by
+/// [`Mesh::losses`].
+#[derive(Debug)]
+pub struct Lost<F> {
+    /// The peer they were for.
+    pub peer: NodeId,
+    /// The frames, in the order they were sent.
+    pub frames: Vec<F>,
+    /// Why they are lost.
+    pub reason: LossReason,
+}
+
+/// Why frames were lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossReason {
+    /// The peer was removed ([`Mesh::remove_peer`]): it left the cluster or was declared dead.
+    Removed,
+    /// The peer restarted: its new process never saw them.
+    Restarted,
+    /// This mesh closed first.
+    Closed,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::Removed => "the peer was removed from the cluster",
+            LossReason::Restarted => "the peer restarted before acknowledging them",
+            LossReason::Closed => "the mesh closed first",
+        })
+    }
 }
 
 /// How a node joins the mesh. [`MeshConfig::new`] fills in production defaults.
@@ -207,6 +241,8 @@ pub struct PeerInfo {
     pub links: u64,
     /// Frames queued and not yet written.
     pub queued: usize,
+    /// Frames written and not yet acknowledged by the peer (sent again if the link resets).
+    pub unacked: usize,
 }
 
 /// Why a mesh operation failed.
@@ -331,6 +367,13 @@ impl<F: MeshFrame> Mesh<F> {
     /// in the `ferry_mesh_frames_lost_total` metric.
     pub fn frames_lost(&self) -> u64 {
         self.shared.frames_lost()
+    }
+
+    /// From now on, every frame counted in [`Mesh::frames_lost`] is also handed back here, in
+    /// batches per peer, so the caller can end what waited for them. A new call replaces the
+    /// receiver of the last.
+    pub fn losses(&self) -> mpsc::UnboundedReceiver<Lost<F>> {
+        self.shared.losses()
     }
 
     /// Every known peer and where its connection stands, ordered by node id.

@@ -78,23 +78,21 @@ impl Outbox {
     }
 
     /// A link came up with peer incarnation `instance`. Frames kept for an earlier incarnation
-    /// can never be acknowledged (that process is gone): they are dropped and their count
-    /// returned, for the caller to report as lost.
-    pub fn connected(&mut self, instance: u64) -> usize {
+    /// can never be acknowledged (that process is gone): they are given back, oldest first, for
+    /// the caller to report as lost.
+    pub fn connected(&mut self, instance: u64) -> Vec<Bytes> {
         let lost = match self.peer {
             Some(old) if old != instance => self.clear(),
-            _ => 0,
+            _ => Vec::new(),
         };
         self.peer = Some(instance);
         lost
     }
 
-    /// Drops every kept frame (the peer is gone for good); returns how many there were.
-    pub fn clear(&mut self) -> usize {
-        let lost = self.frames.len();
-        self.frames.clear();
+    /// Gives back every kept frame, oldest first (the peer is gone for good).
+    pub fn clear(&mut self) -> Vec<Bytes> {
         self.bytes = 0;
-        lost
+        self.frames.drain(..).collect()
     }
 }
 
@@ -156,13 +154,13 @@ mod tests {
     #[test]
     fn a_new_connection_resends_the_unacknowledged_in_order() {
         let mut out = Outbox::default();
-        assert_eq!(out.connected(7), 0);
+        assert!(out.connected(7).is_empty());
         for n in 1..=5 {
             out.push(b(n));
         }
         out.ack(2);
         // Same incarnation again (a redial): nothing is lost, 3..=5 go again from number 3.
-        assert_eq!(out.connected(7), 0);
+        assert!(out.connected(7).is_empty());
         assert_eq!(out.first(), 3);
         let again: Vec<u8> = out.pending().map(|f| f[0]).collect();
         assert_eq!(again, [3, 4, 5]);
@@ -176,11 +174,12 @@ mod tests {
             out.push(b(n));
         }
         out.ack(1);
-        assert_eq!(out.connected(8), 4);
+        let lost: Vec<u8> = out.connected(8).iter().map(|f| f[0]).collect();
+        assert_eq!(lost, [2, 3, 4, 5], "each lost frame, in order");
         assert_eq!((out.len(), out.bytes()), (0, 0));
         // Numbering goes on; the new incarnation takes whatever number comes first.
         assert_eq!(out.push(b(6)), 6);
-        assert_eq!(out.clear(), 1);
+        assert_eq!(out.clear().len(), 1);
     }
 
     #[test]
@@ -229,7 +228,7 @@ mod tests {
             if let Some((_, upto)) = inbox.ack() {
                 out.ack(upto / 2);
             }
-            assert_eq!(out.connected(1), 0);
+            assert!(out.connected(1).is_empty());
             let first = out.first();
             wire = out
                 .pending()

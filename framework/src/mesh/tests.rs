@@ -380,10 +380,7 @@ async fn raw_stream(conn: &quinn::Connection, bytes: &[u8]) -> quinn::SendStream
 
 fn hello_bytes(id: &str) -> bytes::Bytes {
     FrameCodec::<Wire<TestFrame>>::new(DEFAULT_MAX_FRAME)
-        .encode_frame(&Wire::Hello(Hello {
-            node: node(id),
-            instance: 7,
-        }))
+        .encode_frame(&Wire::Hello(Hello::new(node(id), 7)))
         .unwrap()
 }
 
@@ -418,6 +415,18 @@ async fn bad_first_frames_close_that_connection_only() {
         let conn = client.connect(&b).await;
         let _s = raw_stream(&conn, &hello_bytes("a")).await;
         assert_eq!(closed_with(&conn).await, Some(CloseCode::WrongNode));
+
+        // A hello of another protocol version.
+        let newer = Hello {
+            version: super::PROTOCOL_VERSION + 1,
+            ..Hello::new(node("intruder"), 7)
+        };
+        let newer = FrameCodec::<Wire<TestFrame>>::new(DEFAULT_MAX_FRAME)
+            .encode_frame(&Wire::Hello(newer))
+            .unwrap();
+        let conn = client.connect(&b).await;
+        let _s = raw_stream(&conn, &newer).await;
+        assert_eq!(closed_with(&conn).await, Some(CloseCode::Version));
 
         // The stream ends before the hello.
         let conn = client.connect(&b).await;

@@ -31,6 +31,9 @@ pub struct MeshSettings {
     /// Frames not yet acknowledged on it are sent again on the next connection, so this bounds
     /// how long a dead link delays delivery, not what it loses.
     pub idle_timeout: Duration,
+    /// Bytes sent to one peer and kept until it acknowledges them, to send again after a link
+    /// reset; past it, sends queue, then fail with `MeshError::Backlogged`.
+    pub unacked_bytes: usize,
     /// Peers to dial at start, before (and besides) those learned from the store's descriptors.
     pub seeds: Vec<(crate::ids::NodeId, SocketAddr)>,
     /// Where the mesh's UDP socket comes from (see `MeshConfig::sockets`): the operating system
@@ -48,6 +51,7 @@ impl MeshSettings {
             initial_rtt: Duration::from_millis(100),
             keep_alive: crate::mesh::DEFAULT_KEEP_ALIVE,
             idle_timeout: crate::mesh::DEFAULT_IDLE_TIMEOUT,
+            unacked_bytes: crate::mesh::DEFAULT_UNACKED_BYTES,
             seeds: Vec::new(),
             sockets: Arc::new(OsSockets),
         }

@@ -151,6 +151,9 @@ pub(crate) struct NodeCore {
     pub(crate) dead: RwLock<Vec<NodeId>>,
     /// Set when the owner lease may have lapsed: no turn starts any more.
     fenced: AtomicBool,
+    /// Until when the owner lease is certainly held, counted from the send of the request that
+    /// took or last renewed it: past it no turn starts, whether or not the renewal task noticed.
+    pub(crate) lease_clock: crate::cluster::membership::LeaseClock,
     pub(crate) mesh: Option<Mesh<Frame>>,
     pub(crate) router: Router,
     pub(crate) lease: Mutex<Lease>,
@@ -163,6 +166,8 @@ pub(crate) struct NodeCore {
     pub(crate) host: crate::relocation::HostOp,
     /// The client listener and its sessions, if this node accepts game clients.
     pub(crate) sessions: Option<crate::session::hub::Hub>,
+    /// Tells the mesh lost, counted and reported.
+    pub(crate) losses: crate::cluster::losses::Losses,
 }
 
 impl fmt::Debug for Node {
@@ -210,10 +215,12 @@ impl Node {
         if !registry.problems.is_empty() {
             return Err(StartError::Registration(registry.problems));
         }
+        let asked = tokio::time::Instant::now();
         let lease = config
             .store
             .acquire_lease(&config.id, config.lease_ttl)
             .await?;
+        let lease_clock = crate::cluster::membership::LeaseClock::new(asked + config.lease_ttl);
         let (mesh, inbound) = match &config.mesh {
             Some(settings) => {
                 let mut mesh_config =
@@ -222,6 +229,7 @@ impl Node {
                 mesh_config.initial_rtt = settings.initial_rtt;
                 mesh_config.keep_alive = settings.keep_alive;
                 mesh_config.idle_timeout = settings.idle_timeout;
+                mesh_config.unacked_bytes = settings.unacked_bytes;
                 mesh_config.sockets = settings.sockets.clone();
                 let (mesh, inbound) = Mesh::bind(mesh_config).await?;
                 for (peer, addr) in &settings.seeds {
@@ -246,6 +254,7 @@ impl Node {
             recovery: tokio::sync::broadcast::Sender::new(1024),
             dead: RwLock::new(Vec::new()),
             fenced: AtomicBool::new(false),
+            lease_clock,
             mesh,
             router: Router::new(),
             lease: Mutex::new(lease),
@@ -254,12 +263,16 @@ impl Node {
             moves: crate::relocation::Moves::default(),
             host: crate::relocation::HostOp::new(),
             sessions,
+            losses: crate::cluster::losses::Losses::new(),
         };
         let node = Node {
             core: Arc::new(core),
         };
         if let Some(inbound) = inbound {
             tokio::spawn(node.clone().serve_mesh(inbound));
+        }
+        if let Some(mesh) = &node.core.mesh {
+            tokio::spawn(node.clone().serve_losses(mesh.losses()));
         }
         node.set_state(NodeState::Serving);
         node.refresh_membership().await?;
@@ -323,7 +336,7 @@ impl Node {
 
     /// Whether turns may run: false once the owner lease may have lapsed.
     pub(crate) fn fenced(&self) -> bool {
-        self.core.fenced.load(Ordering::Acquire)
+        self.core.fenced.load(Ordering::Acquire) || !self.core.lease_clock.held()
     }
 
     /// Stops every turn for good: this node can no longer prove it owns its units.
@@ -886,11 +899,18 @@ impl Node {
         payload: Payload,
         reply: Option<ReplyTo>,
     ) -> Result<(), MessageError> {
-        let envelope = Envelope {
+        let mut envelope = Envelope {
             to: target.id,
             payload,
             reply: reply.map(Box::new),
         };
+        if self.core.router.any_arriving() {
+            let held = self.hold_if_arriving(envelope, TypeId::of::<M>(), |p| p.encode::<M>())?;
+            let Some(sent) = held else {
+                return Ok(());
+            };
+            envelope = sent;
+        }
         let Some(envelope) = self.push(envelope, Some(TypeId::of::<M>()))? else {
             return Ok(());
         };

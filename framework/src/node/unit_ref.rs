@@ -83,7 +83,10 @@ impl UnitRef {
     pub fn tell<M: Message>(&mut self, msg: M) -> Result<(), MessageError> {
         self.node.accepting()?;
         let mut payload = Payload::local(msg);
-        if let Some(route) = &self.route {
+        // A unit that arrived here may still wait for what this node sent it before: by id.
+        if let Some(route) = &self.route
+            && !self.node.core.router.any_arriving()
+        {
             route.check_type(self.target.id(), TypeId::of::<M>(), &payload)?;
             let envelope = Envelope {
                 to: route.slot,

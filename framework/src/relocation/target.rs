@@ -249,10 +249,20 @@ impl Node {
         let (restoring, restored) = oneshot::channel::<()>();
         self.report_progress(rel);
         tokio::spawn(self.clone().progress_until(rel, restored));
+        let Some(source) = self
+            .core
+            .moves
+            .incoming
+            .lock()
+            .get(&rel)
+            .map(|staging| staging.source.clone())
+        else {
+            return;
+        };
         let node = self.clone();
         let restore = move || {
             let started = tokio::time::Instant::now();
-            let event = match Lane::restore(&node, capture) {
+            let event = match Lane::restore(&node, &source, capture) {
                 Ok(lane) => {
                     match node.core.moves.incoming.lock().get_mut(&rel) {
                         Some(staging) => {

@@ -911,7 +911,13 @@ impl Lane {
     /// when the unit leaves the lane, under the write lock of its directory shard and after
     /// repointing or removing its entry, so that nothing more can arrive for it here.
     fn take_queued_for(&mut self, slot: Slot) -> Vec<Envelope<Slot>> {
-        self.data.take(&mut self.backlog);
+        // What arrived after a seal belongs in the hold: the backlog was captured already, and
+        // anything added to it now would never be relayed.
+        if self.moving.is_some() {
+            self.hold.extend(self.data.drain());
+        } else {
+            self.data.take(&mut self.backlog);
+        }
         // Binds held back were taken from the queue before what is still in it; what was relayed
         // and held arrived after it.
         let mut taken = take_for(&mut self.deferred, slot);

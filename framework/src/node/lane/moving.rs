@@ -416,8 +416,13 @@ impl Lane {
         }
     }
 
-    /// On the target: builds a lane from a capture and registers its ids here, gated.
-    pub(crate) fn restore(node: &Node, capture: Capture) -> Result<Arc<LaneTx>, String> {
+    /// On the target: builds a lane from a capture and registers its ids here, gated. What this
+    /// node sent the units before, on another path than through `source`, runs first.
+    pub(crate) fn restore(
+        node: &Node,
+        source: &NodeId,
+        capture: Capture,
+    ) -> Result<Arc<LaneTx>, String> {
         let now = Instant::now();
         let mut cells: Vec<Box<dyn UnitCell>> = Vec::new();
         for c in capture.cells {
@@ -493,7 +498,9 @@ impl Lane {
             let factory = node.core.factory(type_name);
             match (shard.contains_key(id), factory) {
                 (false, Some(factory)) => {
-                    shard.insert(id.clone(), Entry::new(tx.clone(), factory, *slot));
+                    let entry = Entry::new(tx.clone(), factory, *slot);
+                    node.arrive(id, source, &entry);
+                    shard.insert(id.clone(), entry);
                     registered.push(id.clone());
                 }
                 _ => {

@@ -1,0 +1,86 @@
+//! The owner lease as the one thing that lets a node run turns: once it may have run out, nothing
+//! runs, whether or not the store ever answers.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ferry::store::{LocationStore, MemoryStore};
+use ferry::{
+    Behavior, Ctx, NodeConfig, NodeId, NodeState, OverrunPolicy, Registration, Registry, SpotId,
+    Tick,
+};
+use ferry_tests::faults::FaultyStore;
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_millis(900);
+
+/// A room whose timer notes when each of its turns ran.
+struct Ticking {
+    turns: Arc<Mutex<Vec<Instant>>>,
+    ticked: Arc<tokio::sync::Notify>,
+}
+
+impl Behavior for Ticking {
+    type Msg = ();
+    type Reply = ();
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_>) {
+        ctx.set_timer("t", Duration::from_millis(5), OverrunPolicy::SkipLateTicks);
+    }
+
+    fn on_tick(&mut self, _ctx: &mut Ctx<'_>, _tick: &Tick) {
+        self.turns.lock().expect("turns").push(Instant::now());
+        self.ticked.notify_one();
+    }
+
+    fn handle(&mut self, _ctx: &mut Ctx<'_>, (): ()) {}
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_store_stops_answering_runs_no_turn_once_its_lease_may_have_run_out() {
+    let turns = Arc::new(Mutex::new(Vec::new()));
+    let mut registry = Registry::new();
+    let ticked = Arc::new(tokio::sync::Notify::new());
+    let (noted, notify) = (turns.clone(), ticked.clone());
+    registry.register(Registration::spot("ticking", move |_| Ticking {
+        turns: noted.clone(),
+        ticked: notify.clone(),
+    }));
+    let store = FaultyStore::new(Arc::new(MemoryStore::new()));
+    let shared: Arc<dyn LocationStore> = store.clone();
+    let mut config = NodeConfig::new(NodeId::new("n1").expect("id")).store(shared);
+    config.lease_ttl = TTL;
+    let node = ferry::Node::start(config, registry).await.expect("starts");
+    node.create_spot("ticking", &SpotId::new("room").expect("id"))
+        .await
+        .expect("created");
+    let mut state = node.watch_state();
+    ticked.notified().await;
+
+    // Every renewal the node sends from now on hangs: the last confirmed one was sent before.
+    let cut = Instant::now();
+    store.leave_renewals_unanswered();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        state.wait_for(|s| *s == NodeState::Error),
+    )
+    .await
+    .expect("the node stops acting as owner though the store never answers")
+    .expect("state");
+
+    let turns = turns.lock().expect("turns").clone();
+    assert!(
+        turns.iter().any(|t| *t < cut),
+        "the room ran before the store stopped answering"
+    );
+    let late: Vec<Duration> = turns
+        .iter()
+        .filter(|t| **t >= cut + TTL)
+        .map(|t| *t - cut)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "turns ran after the lease may have run out ({TTL:?} after the cut): {late:?}"
+    );
+    node.abort().await;
+}
