@@ -525,6 +525,9 @@ fn every_metric_in_the_runbook_is_recorded() {
         include_str!("server.rs"),
         include_str!("../../../framework/src/relocation/source.rs"),
         include_str!("../../../framework/src/node/lane/mod.rs"),
+        include_str!("../../../framework/src/mesh/link.rs"),
+        include_str!("../../../framework/src/cluster/losses.rs"),
+        include_str!("../../../framework/src/cluster/routing.rs"),
     ];
     let named: Vec<&str> = RUNBOOK
         .split('`')
