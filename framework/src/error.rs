@@ -244,6 +244,27 @@ pub enum StartError {
     Sessions(#[from] crate::session::SessionError),
 }
 
+/// Why a node could not be put back into service; nothing was changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeError {
+    /// A drain is running: it decides the state when it ends.
+    #[error("node {node} is draining; wait for the drain to end, then resume it")]
+    Draining {
+        /// The node.
+        node: crate::ids::NodeId,
+    },
+    /// The node is stopping, stopped or failed: it cannot serve again in this process.
+    #[error(
+        "node {node} is {state} and cannot serve again in this process; start it again instead"
+    )]
+    Ended {
+        /// The node.
+        node: crate::ids::NodeId,
+        /// Its state.
+        state: crate::node::NodeState,
+    },
+}
+
 fn list(errors: &[RegistrationError]) -> String {
     errors
         .iter()

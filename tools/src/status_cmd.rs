@@ -4,7 +4,7 @@ use clap::Args;
 
 use crate::admin::wire::{DrainReport, StatusBody};
 use crate::admin::{AdminClient, ClientError};
-use crate::drain_cmd::bytes;
+use crate::drain_cmd::{bytes, units};
 
 /// Which node, and how to print it.
 #[derive(Args, Debug, Clone)]
@@ -81,6 +81,16 @@ fn render(s: &StatusBody) -> String {
             .as_ref()
             .map_or("none yet".to_owned(), describe)
     ));
+    if let Some(w) = &s.recovery_waiting {
+        let units = w
+            .units
+            .map_or("the units".to_owned(), |n| units(n).to_string());
+        out.push_str(&format!(
+            "  recovery          waiting: {units} of dead node {} cannot be rebuilt: {}\n",
+            w.dead.join(", "),
+            w.reason
+        ));
+    }
     out.push_str(&format!(
         "  safe to shut down {}\n",
         if s.safe_to_shutdown { "yes" } else { "no" }
@@ -95,8 +105,8 @@ fn describe(r: &DrainReport) -> String {
         line.push_str(&format!(" ({reason:?})"));
     }
     line.push_str(&format!(
-        ": {} units moved ({}) in {:.1} s",
-        r.moved,
+        ": {} moved ({}) in {:.1} s",
+        units(r.moved),
         bytes(r.bytes),
         r.elapsed_ms as f64 / 1000.0
     ));

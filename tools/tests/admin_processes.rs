@@ -195,9 +195,16 @@ async fn drain_moves_every_unit_off_a_node_process_and_shutdown_stops_it() {
         "ferry_node_state{node=\"p1\",state=\"Relocated\"} 1".to_owned(),
         "ferry_node_peers_ready{node=\"p1\"} 3".to_owned(),
         format!("ferry_drain_moved_units{{node=\"p1\"}} {ROOMS}"),
+        // Pauses are histograms: their buckets count every move and never decay to 0.
+        format!("ferry_relocation_interruption_seconds_bucket{{le=\"+Inf\"}} {ROOMS}"),
+        format!("ferry_relocation_interruption_seconds_count {ROOMS}"),
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
     }
+    assert!(
+        !metrics.contains("ferry_relocation_interruption_seconds{quantile="),
+        "no sliding-window quantiles:\n{metrics}"
+    );
 
     // Bad requests to a real process: a 4xx with a JSON error each, and the node serves on.
     for (request, code, says) in [

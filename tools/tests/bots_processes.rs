@@ -153,7 +153,7 @@ async fn bots_lose_nothing_while_a_node_process_is_drained_under_them() {
         .arg(&ca)
         .args(["--token", TOKEN, "--admin", &admins.join(",")])
         .args(["--game", "chat,fps,bingo", "--rooms", "2", "--players", "2"])
-        .args(["--seconds", "10", "--json"])
+        .args(["--duration", "10s", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)

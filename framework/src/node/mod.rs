@@ -147,6 +147,8 @@ pub(crate) struct NodeCore {
     state_tx: tokio::sync::watch::Sender<NodeState>,
     /// Recovery events, for whoever follows them.
     pub(crate) recovery: tokio::sync::broadcast::Sender<crate::cluster::recovery::RecoveryEvent>,
+    /// Why recovery waits, as this node last saw it.
+    pub(crate) recovery_stall: Mutex<Option<crate::cluster::recovery::RecoveryStall>>,
     /// Nodes whose descriptor is in the store but whose lease has lapsed, as last read.
     pub(crate) dead: RwLock<Vec<NodeId>>,
     /// Set when the owner lease may have lapsed: no turn starts any more.
@@ -244,6 +246,7 @@ impl Node {
             state: AtomicU8::new(NodeState::Preparing as u8),
             state_tx: tokio::sync::watch::Sender::new(NodeState::Preparing),
             recovery: tokio::sync::broadcast::Sender::new(1024),
+            recovery_stall: Mutex::new(None),
             dead: RwLock::new(Vec::new()),
             fenced: AtomicBool::new(false),
             mesh,

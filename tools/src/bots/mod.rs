@@ -111,7 +111,7 @@ impl BotsSummary {
             mismatches: tallies.iter().map(|t| t.mismatches).sum(),
             pushes: tallies.iter().map(|t| t.pushes).sum(),
             tick_gaps: gaps.summary(),
-            longest_tick_gap_ms: longest.as_secs_f64() * 1_000.0,
+            longest_tick_gap_ms: crate::percentiles::ms(longest),
             reconnected: tallies.iter().filter(|t| t.connects > 1).count() as u64,
             errors: tallies.iter().filter_map(|t| t.error.clone()).collect(),
         }

@@ -24,7 +24,7 @@ pub struct Report {
     /// The sample games played.
     pub games: Vec<&'static str>,
     /// Seconds the bots played.
-    pub seconds: u16,
+    pub seconds: f64,
     /// The drain of one node while the bots played.
     pub drain: DrainSummary,
     /// What the bots sent and saw.
@@ -44,10 +44,10 @@ impl Report {
                 .iter()
                 .map(|g| g.name())
                 .collect(),
-            seconds: args.seconds,
+            seconds: crate::percentiles::secs(args.duration),
             drain: drained.summary(),
             bots: BotsSummary::of(tallies),
-            elapsed_ms: elapsed.as_secs_f64() * 1_000.0,
+            elapsed_ms: crate::percentiles::ms(elapsed),
         }
     }
 
