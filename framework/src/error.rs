@@ -242,6 +242,20 @@ pub enum StartError {
     /// The client listener could not start.
     #[error("the client listener could not start: {0}")]
     Sessions(#[from] crate::session::SessionError),
+    /// Another process holds this node id and still runs: starting would evict it.
+    #[error(
+        "node id {node} is held by a live node at mesh address {mesh_addr} ({detail}); this \
+         process did not start and changed nothing: stop that node first, or give this one \
+         another id (each running node needs its own)"
+    )]
+    IdInUse {
+        /// The node id.
+        node: crate::ids::NodeId,
+        /// The mesh address the live holder publishes.
+        mesh_addr: std::net::SocketAddr,
+        /// What answered there.
+        detail: String,
+    },
 }
 
 /// Why a node could not be put back into service; nothing was changed.

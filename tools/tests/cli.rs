@@ -7,7 +7,7 @@ use common::ferry;
 #[test]
 fn every_subcommand_has_help() {
     for (command, flags) in [
-        ("demo", &["--rooms", "--json"][..]),
+        ("demo", &["--rooms", "--duration", "--json"][..]),
         ("certs", &["--out", "--nodes", "--gateway", "--force"][..]),
         ("node", &["--config"][..]),
         ("status", &["<ADDR>", "--json"][..]),
@@ -15,6 +15,7 @@ fn every_subcommand_has_help() {
             "drain",
             &["<ADDR>", "--rolling-update", "--deadline", "Exit codes: 0"][..],
         ),
+        ("resume", &["<ADDR>"][..]),
         ("shutdown", &["<ADDR>", "--deadline", "Exit codes: 0"][..]),
         (
             "bench",
@@ -22,6 +23,7 @@ fn every_subcommand_has_help() {
                 "--rooms",
                 "--state-bytes",
                 "--queued",
+                "--duration",
                 "--store",
                 "--json",
                 "--svg",
@@ -49,7 +51,7 @@ fn every_subcommand_has_help() {
     // The first line says what ferry is, without a list of commands that could fall behind.
     assert_eq!(
         help.lines().next(),
-        Some("Ferry: game servers whose live rooms and players move between hosts while they run."),
+        Some("Ferry: game servers whose live rooms and players move between hosts while they run"),
         "{help}"
     );
     let listed: Vec<&str> = help

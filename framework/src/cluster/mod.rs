@@ -6,11 +6,13 @@
 //! - [`placement`]: the pure choice of a node for a new unit.
 //! - `routing`: the route cache, store lookups, forwarding and activation; inbound frames.
 //! - `frames`: what nodes say to each other on the mesh.
+//! - `holder`: one process per node id: the holder of a live lease is asked before a start.
 //! - `membership`: the owner lease, descriptors, and learning peers.
 //! - [`recovery`]: rebuilding a dead node's units on the survivors.
 
 pub mod authority;
 pub(crate) mod frames;
+pub(crate) mod holder;
 mod membership;
 pub mod placement;
 pub mod recovery;

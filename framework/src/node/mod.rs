@@ -207,11 +207,15 @@ type KindCheck = fn(FactoryKind) -> bool;
 
 impl Node {
     /// Starts a node with its factories: checks the registrations, takes an owner lease, joins the
-    /// mesh and publishes itself in the store.
+    /// mesh and publishes itself in the store. A live node holding the same id is asked first,
+    /// at its mesh address: if it answers, the start is refused (`StartError::IdInUse`) and the
+    /// live node is untouched; if it does not within `HOLDER_PROBE` (it crashed), its lease is
+    /// taken over.
     pub async fn start(config: NodeConfig, registry: Registry) -> Result<Node, StartError> {
         if !registry.problems.is_empty() {
             return Err(StartError::Registration(registry.problems));
         }
+        crate::cluster::holder::check_id_free(&config).await?;
         let lease = config
             .store
             .acquire_lease(&config.id, config.lease_ttl)
@@ -297,6 +301,12 @@ impl Node {
     /// Where this node's mesh listens, if it has one.
     pub fn mesh_addr(&self) -> Option<std::net::SocketAddr> {
         self.core.mesh.as_ref().map(Mesh::local_addr)
+    }
+
+    /// The owner lease this node holds (or held, once it lost it): its generation tells this
+    /// process's lease from one a later process of the same id took.
+    pub fn lease(&self) -> Lease {
+        self.core.lease.lock().clone()
     }
 
     /// The lifecycle state now.

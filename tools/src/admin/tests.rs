@@ -492,12 +492,13 @@ fn blocks(language: &str) -> Vec<&'static str> {
 #[test]
 fn the_runbooks_json_is_what_the_endpoint_takes_and_answers() {
     let examples = blocks("json");
-    assert_eq!(examples.len(), 6);
+    assert_eq!(examples.len(), 7);
     for example in examples {
         let fits = serde_json::from_str::<StatusBody>(example).is_ok()
             || serde_json::from_str::<ShutdownReport>(example).is_ok()
             || serde_json::from_str::<super::wire::UnitRequest>(example).is_ok()
             || serde_json::from_str::<UnitCreated>(example).is_ok()
+            || serde_json::from_str::<super::wire::Resumed>(example).is_ok()
             || serde_json::from_str::<super::wire::RelocateRequest>(example)
                 .is_ok_and(|r| r.options().is_ok())
             || serde_json::from_str::<super::wire::ShutdownRequest>(example).is_ok();
