@@ -2,9 +2,13 @@
 //! redis-server. An FPS room runs on `alpha`; one player plays through the gateway on `bravo`, the
 //! other through the gateway on `charlie`. `charlie` is killed with SIGKILL, and `alpha` is drained
 //! right after: the drain moves the room (to `bravo`) without waiting for the dead gateway, and
-//! the player on the healthy gateway plays on, on the same session, through the move.
+//! the player on the healthy gateway plays on, on the same session, through the move. A client
+//! whose own gateway is killed fails over to the next one it was given, within its idle timeout,
+//! binds again, and is told which of its inputs could not be delivered.
 
 mod common;
+
+use std::time::Duration;
 
 use common::TempDir;
 use common::processes::{Processes, driver, post, raw_http, run_ferry, settle, text, within};
@@ -66,7 +70,9 @@ async fn snapshot_from(client: &mut Client, player: &ActorId, node: &str) {
                     return;
                 }
                 ClientEvent::Push { .. } => {}
-                ClientEvent::Reconnected { .. } => panic!("{player} had to reconnect"),
+                ClientEvent::Reconnected { .. } | ClientEvent::Undelivered { .. } => {
+                    panic!("{player} had to reconnect")
+                }
                 ClientEvent::Unbound { actor, reason } => panic!("{actor} unbound: {reason}"),
             }
         }
@@ -175,6 +181,122 @@ async fn a_drain_right_after_a_gateway_died_moves_the_room_and_healthy_players_p
                 "alpha's log says it moved without charlie:\n{log}"
             );
         }
+        if name != "charlie" {
+            assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_whose_gateway_is_killed_fails_over_rebinds_and_is_told_what_it_could_not_deliver()
+{
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let tmp = TempDir::new("failover");
+    let certs_dir = tmp.path().join("certs");
+    let out = run_ferry(&[
+        "certs",
+        "--out",
+        &certs_dir.display().to_string(),
+        "--nodes",
+        "alpha,bravo,charlie,driver",
+        "--gateway",
+        "localhost",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(tmp.path().join("tokens.txt"), "gw-token bots\n").expect("tokens");
+    let mut registry = Registry::new();
+    fps::register(&mut registry, fps::Rules::default());
+    let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
+    let mut processes = Processes::default();
+    let mut ready = Vec::new();
+    for (name, capacity, gateway) in [
+        ("alpha", 100, false),
+        ("bravo", 0, true),
+        ("charlie", 0, true),
+    ] {
+        let config = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(&config, node_config(name, &redis.url(), capacity, gateway))
+            .expect("config");
+        ready.push(processes.start(name, &config, tmp.path()).await);
+    }
+    settle(&driver, &store, &[id("alpha"), id("bravo"), id("charlie")]).await;
+    let room = SpotId::new("fps-room-failover").expect("valid id");
+    let player = ActorId::new("p-failover").expect("valid id");
+    create_unit(
+        &ready[0].admin(),
+        &format!(
+            r#"{{"kind":"spot","factory":"{}","id":"{room}","join":null}}"#,
+            fps::ROOM
+        ),
+    )
+    .await;
+    create_unit(
+        &ready[0].admin(),
+        &format!(
+            r#"{{"kind":"actor","factory":"{}","id":"{player}","join":"{room}"}}"#,
+            fps::PLAYER
+        ),
+    )
+    .await;
+
+    // The client is given charlie first, then bravo; it notices a dead gateway within a second.
+    let ca_pem = std::fs::read_to_string(certs_dir.join("gateway.pem")).expect("gateway CA");
+    let servers = vec![
+        ready[2].sessions.expect("charlie is a gateway"),
+        ready[1].sessions.expect("bravo is a gateway"),
+    ];
+    let mut config = ClientConfig::new(servers, "localhost", ca_pem, b"gw-token".to_vec());
+    config.keep_alive = Duration::from_millis(200);
+    config.idle_timeout = Duration::from_secs(1);
+    let mut client = Client::connect(config).await.expect("client connects");
+    assert_eq!(client.session().node.as_str(), "charlie");
+    client.bind(&player).await.expect("bound");
+    snapshot_from(&mut client, &player, "alpha").await;
+
+    // charlie dies; the inputs sent after it died cannot arrive, and the client says so.
+    processes.kill(2).await;
+    const INTO_THE_DEAD: u64 = 5;
+    for n in 0..INTO_THE_DEAD {
+        client
+            .send(
+                &player,
+                &fps::PlayerMsg::Input(fps::Input { seq: n, aim: 0 }),
+            )
+            .expect("queued");
+    }
+    // Bounded by the client's idle timeout: far less than this guard, however loaded the host.
+    let failover = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut undelivered = 0;
+        loop {
+            match client.recv::<Snapshot>().await.expect("the client runs") {
+                ClientEvent::Undelivered { actor, inputs, .. } => {
+                    assert_eq!(actor, player);
+                    undelivered += inputs;
+                }
+                ClientEvent::Reconnected { session, reason } => {
+                    return (undelivered, session, reason);
+                }
+                ClientEvent::Push { .. } => {}
+                ClientEvent::Unbound { actor, reason } => panic!("{actor} unbound: {reason}"),
+            }
+        }
+    });
+    let (undelivered, session, reason) = failover.await.expect("the client fails over in time");
+    assert!(
+        undelivered >= INTO_THE_DEAD,
+        "{undelivered} inputs reported"
+    );
+    assert_eq!(session.node.as_str(), "bravo", "{reason}");
+    assert_eq!(session.connects, 2);
+    // Bound again through bravo, the player plays on.
+    snapshot_from(&mut client, &player, "alpha").await;
+
+    client.close().await;
+    driver.shutdown().await;
+    for (name, status, log) in processes.terminate_all().await {
         if name != "charlie" {
             assert_eq!(status.code(), Some(0), "{name}:\n{log}");
         }

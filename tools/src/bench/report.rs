@@ -408,12 +408,14 @@ impl Report {
             bots.tick_gaps.count
         ));
         line(format!(
-            "  inputs sent {}, applied {}; lost {}, duplicated {}, reordered {}; {} reconnected",
+            "  inputs sent {}, applied {}; lost by the server {}, duplicated {}, reordered {}; \
+             not delivered by the client {}; {} reconnected",
             bots.inputs_sent,
             bots.inputs_applied,
             bots.inputs.lost,
             bots.inputs.duplicated,
             bots.inputs.reordered,
+            bots.inputs_undelivered,
             bots.reconnected
         ));
         out

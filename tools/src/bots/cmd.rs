@@ -155,14 +155,16 @@ pub async fn run(args: BotsArgs) -> Result<(), BotsError> {
 
 fn text(s: &BotsSummary) -> String {
     format!(
-        "{} bots: {} inputs sent, {} applied; lost {}, duplicated {}, reordered {}; \
-         {} mismatches; tick gap p50 {} p99 {} longest {:.1} ms; {} reconnected\n",
+        "{} bots: {} inputs sent, {} applied; lost by the server {}, duplicated {}, reordered {}; \
+         not delivered by the client {}; {} mismatches; tick gap p50 {} p99 {} longest {:.1} ms; \
+         {} reconnected\n",
         s.players,
         s.inputs_sent,
         s.inputs_applied,
         s.inputs.lost,
         s.inputs.duplicated,
         s.inputs.reordered,
+        s.inputs_undelivered,
         s.mismatches,
         readable_us(s.tick_gaps.p50_us),
         readable_us(s.tick_gaps.p99_us),

@@ -75,8 +75,11 @@ pub struct BotsSummary {
     pub inputs_sent: u64,
     /// Inputs the server reported applied.
     pub inputs_applied: u64,
-    /// Inputs lost, applied twice, or applied out of order (all must be zero).
+    /// Inputs the server lost, applied twice, or applied out of order (all must be zero).
     pub inputs: Faults,
+    /// Inputs the clients could not deliver: written into a connection whose gateway died. They
+    /// were never applied; that is the dead gateway's doing, not a fault of the server.
+    pub inputs_undelivered: u64,
     /// Pushes whose content the game's rules do not explain, such as a bingo mark no draw made
     /// (must be zero).
     pub mismatches: u64,
@@ -108,6 +111,7 @@ impl BotsSummary {
             inputs_sent: tallies.iter().map(|t| t.sent).sum(),
             inputs_applied: tallies.iter().map(|t| t.applied).sum(),
             inputs,
+            inputs_undelivered: tallies.iter().map(|t| t.undelivered).sum(),
             mismatches: tallies.iter().map(|t| t.mismatches).sum(),
             pushes: tallies.iter().map(|t| t.pushes).sum(),
             tick_gaps: gaps.summary(),
@@ -136,7 +140,7 @@ impl BotsSummary {
         } = self.inputs;
         if !self.inputs.is_clean() {
             parts.push(format!(
-                "the bots saw {lost} inputs lost, {duplicated} duplicated and {reordered} reordered"
+                "the server lost {lost} inputs, applied {duplicated} twice and {reordered} out of order"
             ));
         }
         if self.mismatches > 0 {

@@ -54,8 +54,12 @@ pub struct Tally {
     pub sent: u64,
     /// Inputs the server reported applied (first reports only).
     pub applied: u64,
-    /// Inputs lost, applied twice, or applied out of order.
+    /// Inputs the server lost, applied twice, or applied out of order (inputs the client could
+    /// not deliver are not counted lost here).
     pub faults: Faults,
+    /// Inputs the client wrote into a connection that died before they could arrive (its
+    /// gateway died): never applied, and not the server's doing.
+    pub undelivered: u64,
     /// Pushes whose content the game's rules do not explain.
     pub mismatches: u64,
     /// Pushes received.
@@ -126,6 +130,7 @@ pub async fn play<G: Game>(
                     tally.error = Some(format!("{me} was unbound: {reason}"));
                     break;
                 }
+                Ok(ClientEvent::Undelivered { inputs, .. }) => tally.undelivered += inputs,
                 Ok(ClientEvent::Reconnected { .. }) => {}
                 Err(error) => {
                     tally.error = Some(format!("{me}: {error}"));
@@ -137,6 +142,9 @@ pub async fn play<G: Game>(
     tally.faults = game.faults(tally.sent);
     tally.mismatches = game.mismatches();
     tally.applied = tally.sent - tally.faults.lost.min(tally.sent);
+    // What the client could not deliver is not what the server lost.
+    tally.undelivered = tally.undelivered.min(tally.faults.lost);
+    tally.faults.lost -= tally.undelivered;
     tally.connects = client.session().connects;
     client.close().await;
     tally

@@ -90,9 +90,19 @@ impl Report {
             "  inputs sent     {} ({} applied)",
             b.inputs_sent, b.inputs_applied
         ));
-        line(format!("  lost            {}", b.inputs.lost));
-        line(format!("  duplicated      {}", b.inputs.duplicated));
-        line(format!("  reordered       {}", b.inputs.reordered));
+        line(format!("  lost by the server          {}", b.inputs.lost));
+        line(format!(
+            "  duplicated                  {}",
+            b.inputs.duplicated
+        ));
+        line(format!(
+            "  reordered                   {}",
+            b.inputs.reordered
+        ));
+        line(format!(
+            "  not delivered by the client {} (written into a connection whose gateway died)",
+            b.inputs_undelivered
+        ));
         line(format!(
             "  mismatches      {} (bingo cards, marks and rewards the draws do not explain)",
             b.mismatches
