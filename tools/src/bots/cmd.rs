@@ -156,8 +156,8 @@ pub async fn run(args: BotsArgs) -> Result<(), BotsError> {
 fn text(s: &BotsSummary) -> String {
     format!(
         "{} bots: {} inputs sent, {} applied; lost by the server {}, duplicated {}, reordered {}; \
-         not delivered by the client {}; {} mismatches; tick gap p50 {} p99 {} longest {:.1} ms; \
-         {} reconnected\n",
+         not delivered by the client {}; lost in rebuilt rooms {}; {} mismatches; tick gap p50 {} \
+         p99 {} longest {:.1} ms; {} reconnected; rooms rebuilt after a crash: {}\n",
         s.players,
         s.inputs_sent,
         s.inputs_applied,
@@ -165,10 +165,12 @@ fn text(s: &BotsSummary) -> String {
         s.inputs.duplicated,
         s.inputs.reordered,
         s.inputs_undelivered,
+        s.inputs_lost_in_rebuilds,
         s.mismatches,
         readable_us(s.tick_gaps.p50_us),
         readable_us(s.tick_gaps.p99_us),
         s.longest_tick_gap_ms,
-        s.reconnected
+        s.reconnected,
+        s.rebuilt_text()
     )
 }

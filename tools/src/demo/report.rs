@@ -104,6 +104,11 @@ impl Report {
             b.inputs_undelivered
         ));
         line(format!(
+            "  lost in rebuilt rooms       {} (rooms rebuilt after a crash: {})",
+            b.inputs_lost_in_rebuilds,
+            b.rebuilt_text()
+        ));
+        line(format!(
             "  mismatches      {} (bingo cards, marks and rewards the draws do not explain)",
             b.mismatches
         ));
