@@ -25,6 +25,9 @@
 //!     match client.recv::<String>().await? {
 //!         ClientEvent::Push { msg, .. } => println!("{msg}"),
 //!         ClientEvent::Unbound { actor, reason } => println!("lost {actor}: {reason}"),
+//!         ClientEvent::Undelivered { actor, inputs, .. } => {
+//!             println!("{inputs} inputs to {actor} may not have arrived")
+//!         }
 //!         ClientEvent::Reconnected { session, .. } => println!("now on {}", session.node),
 //!     }
 //! }
