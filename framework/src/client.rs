@@ -3,8 +3,12 @@
 //!
 //! A [`Client`] owns one connection at a time, driven by a background task. When the gateway
 //! ends the session for its own reasons (it shuts down, or a move of a bound Actor took too
-//! long), the client connects to the next gateway in its list with backoff, authenticates again,
-//! binds its Actors again, and reports [`ClientEvent::Reconnected`]. When the session ends
+//! long), or dies (nothing heard from it for [`ClientConfig::idle_timeout`], a few seconds: QUIC
+//! keep-alives flow every [`ClientConfig::keep_alive`] while it lives), the client connects to
+//! the next gateway in its list with backoff, authenticates again, binds its Actors again, and
+//! reports [`ClientEvent::Reconnected`]. Inputs written into a connection that died may never
+//! have reached their Actor: the client reports them ([`ClientEvent::Undelivered`]) rather than
+//! guess, and does not send them again. When the session ends
 //! because of what this client sent, it does not reconnect: [`Client::recv`] returns the reason.
 //!
 //! ```no_run
@@ -21,13 +25,16 @@
 //!     match client.recv::<String>().await? {
 //!         ClientEvent::Push { msg, .. } => println!("{msg}"),
 //!         ClientEvent::Unbound { actor, reason } => println!("lost {actor}: {reason}"),
+//!         ClientEvent::Undelivered { actor, inputs, .. } => {
+//!             println!("{inputs} inputs to {actor} may not have arrived")
+//!         }
 //!         ClientEvent::Reconnected { session, .. } => println!("now on {}", session.node),
 //!     }
 //! }
 //! # }
 //! ```
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,8 +89,12 @@ pub struct ClientConfig {
     /// How long connecting and authenticating may take, per attempt.
     pub connect_timeout: Duration,
     /// How often an idle connection is pinged, so the gateway keeps it: well under the
-    /// gateway's idle timeout.
+    /// gateway's idle timeout and this client's.
     pub keep_alive: Duration,
+    /// How long the connection may hear nothing from the gateway (not even a keep-alive's
+    /// acknowledgement) before the client takes it for dead and fails over to the next gateway.
+    /// The shorter of this and the gateway's own idle timeout applies.
+    pub idle_timeout: Duration,
     /// The largest frame accepted from the gateway, in bytes.
     pub max_frame: usize,
     /// Whether and how to reconnect; `None` ends the client with the first session.
@@ -91,8 +102,8 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
-    /// A config with defaults: 5 s to connect, keep-alive every 2 s, frames up to 1 MiB,
-    /// reconnects on.
+    /// A config with defaults: 5 s to connect, keep-alive every second, a dead gateway noticed
+    /// within 5 s, frames up to 1 MiB, reconnects on.
     pub fn new(
         servers: Vec<SocketAddr>,
         server_name: impl Into<String>,
@@ -105,7 +116,8 @@ impl ClientConfig {
             ca_pem: ca_pem.into(),
             token: token.into(),
             connect_timeout: Duration::from_secs(5),
-            keep_alive: Duration::from_secs(2),
+            keep_alive: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(5),
             max_frame: 1024 * 1024,
             reconnect: Some(Reconnect::default()),
         }
@@ -142,6 +154,17 @@ pub enum ClientEvent<P> {
         /// Why.
         reason: String,
     },
+    /// Inputs to `actor` were written into a connection that then died, after the gateway was
+    /// last heard from: they may not have reached the Actor, and are not sent again. Comes just
+    /// before the `Reconnected` (or the end) that follows.
+    Undelivered {
+        /// The Actor.
+        actor: ActorId,
+        /// How many inputs.
+        inputs: u64,
+        /// Why the connection ended.
+        reason: String,
+    },
     /// The session ended for the server's reasons and the client is connected again, its Actors
     /// bound again (pushes made meanwhile are lost; inputs sent meanwhile were queued and sent).
     Reconnected {
@@ -163,6 +186,17 @@ pub enum ClientError {
         "the TLS settings were refused: {0}; pass the PEM of the CA the gateways' certificate chains to"
     )]
     Tls(String),
+    /// The keep-alive and idle timeout do not fit together.
+    #[error(
+        "keep_alive ({keep_alive:?}) must be above zero and shorter than idle_timeout \
+         ({idle_timeout:?}); ping well within the idle timeout"
+    )]
+    Timeouts {
+        /// The keep-alive asked for.
+        keep_alive: Duration,
+        /// The idle timeout asked for.
+        idle_timeout: Duration,
+    },
     /// No gateway could be reached.
     #[error(
         "no gateway could be reached after {attempts} attempts (last: {last}); check the \
@@ -233,7 +267,10 @@ enum Command {
     Unbind {
         actor: ActorId,
     },
-    Frame(Bytes),
+    Frame {
+        actor: ActorId,
+        bytes: Bytes,
+    },
     Close {
         done: oneshot::Sender<()>,
     },
@@ -246,6 +283,11 @@ enum Incoming {
     },
     Unbound {
         actor: ActorId,
+        reason: String,
+    },
+    Undelivered {
+        actor: ActorId,
+        inputs: u64,
         reason: String,
     },
     Reconnected {
@@ -310,8 +352,18 @@ impl Connector {
         let first = config.servers.first().ok_or(ClientError::NoServers)?;
         let mut quic =
             client_quic_config(&config.ca_pem).map_err(|e| ClientError::Tls(e.to_string()))?;
+        let timeouts = ClientError::Timeouts {
+            keep_alive: config.keep_alive,
+            idle_timeout: config.idle_timeout,
+        };
+        if config.keep_alive.is_zero() || config.keep_alive >= config.idle_timeout {
+            return Err(timeouts);
+        }
+        let idle = quinn::IdleTimeout::try_from(config.idle_timeout).map_err(|_| timeouts)?;
         let mut transport = quinn::TransportConfig::default();
-        transport.keep_alive_interval(Some(config.keep_alive));
+        transport
+            .keep_alive_interval(Some(config.keep_alive))
+            .max_idle_timeout(Some(idle));
         quic.transport_config(Arc::new(transport));
         let bind: SocketAddr = if first.is_ipv6() {
             (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
@@ -482,6 +534,7 @@ impl Client {
             commands: commands_rx,
             events: events_tx,
             binds: HashMap::new(),
+            unconfirmed: BTreeMap::new(),
         };
         tokio::spawn(driver.run(link));
         Ok(Client {
@@ -554,7 +607,10 @@ impl Client {
                 other => ClientError::Encode(other.to_string()),
             })?;
         self.commands
-            .send(Command::Frame(bytes))
+            .send(Command::Frame {
+                actor: actor.clone(),
+                bytes,
+            })
             .map_err(|_| self.ended())
     }
 
@@ -571,6 +627,15 @@ impl Client {
                 }),
             },
             Some(Incoming::Unbound { actor, reason }) => Ok(ClientEvent::Unbound { actor, reason }),
+            Some(Incoming::Undelivered {
+                actor,
+                inputs,
+                reason,
+            }) => Ok(ClientEvent::Undelivered {
+                actor,
+                inputs,
+                reason,
+            }),
             Some(Incoming::Reconnected { reason, session }) => {
                 Ok(ClientEvent::Reconnected { reason, session })
             }
@@ -610,6 +675,9 @@ struct Driver {
     events: mpsc::UnboundedSender<Incoming>,
     /// Binds waiting for their answer.
     binds: HashMap<ActorId, Vec<oneshot::Sender<Result<(), ClientError>>>>,
+    /// Inputs written since the gateway was last heard from, by Actor: if the connection dies
+    /// now, these may not have arrived.
+    unconfirmed: BTreeMap<ActorId, u64>,
 }
 
 impl Driver {
@@ -632,6 +700,7 @@ impl Driver {
                     return;
                 }
                 Ended::Closed { code, reason } => {
+                    self.report_undelivered(code, &reason);
                     let retry = code.is_none_or(CloseCode::retryable);
                     let policy = self.connector.config.reconnect.filter(|_| retry);
                     let Some(policy) = policy else {
@@ -658,6 +727,22 @@ impl Driver {
                     }
                 }
             }
+        }
+    }
+
+    /// Tells the application of the inputs a lost connection may have swallowed. A gateway that
+    /// closed the session itself (a close code) read what came before its close.
+    fn report_undelivered(&mut self, code: Option<CloseCode>, reason: &str) {
+        let unconfirmed = std::mem::take(&mut self.unconfirmed);
+        if code.is_some() {
+            return;
+        }
+        for (actor, inputs) in unconfirmed {
+            let _ = self.events.send(Incoming::Undelivered {
+                actor,
+                inputs,
+                reason: reason.to_owned(),
+            });
         }
     }
 
@@ -702,7 +787,10 @@ impl Driver {
                             write(link, &ClientFrame::Bind { actor }).await
                         }
                         Some(Command::Unbind { actor }) => write(link, &ClientFrame::Unbind { actor }).await,
-                        Some(Command::Frame(bytes)) => link.send.write_all(&bytes).await.map_err(|e| e.to_string()),
+                        Some(Command::Frame { actor, bytes }) => {
+                            *self.unconfirmed.entry(actor).or_default() += 1;
+                            link.send.write_all(&bytes).await.map_err(|e| e.to_string())
+                        }
                     };
                     if let Err(why) = written {
                         return self.lost(link, why).await;
@@ -710,6 +798,8 @@ impl Driver {
                 }
                 frame = link.reader.next() => match frame {
                     Some(Ok(frame)) => {
+                        // The gateway spoke after these were written: it was alive to take them.
+                        self.unconfirmed.clear();
                         if let Some(ended) = self.on_frame(frame) {
                             return ended;
                         }

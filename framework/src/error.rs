@@ -253,6 +253,41 @@ pub enum StartError {
     /// The client listener could not start.
     #[error("the client listener could not start: {0}")]
     Sessions(#[from] crate::session::SessionError),
+    /// Another process holds this node id and still runs: starting would evict it.
+    #[error(
+        "node id {node} is held by a live node at mesh address {mesh_addr} ({detail}); this \
+         process did not start and changed nothing: stop that node first, or give this one \
+         another id (each running node needs its own)"
+    )]
+    IdInUse {
+        /// The node id.
+        node: crate::ids::NodeId,
+        /// The mesh address the live holder publishes.
+        mesh_addr: std::net::SocketAddr,
+        /// What answered there.
+        detail: String,
+    },
+}
+
+/// Why a node could not be put back into service; nothing was changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeError {
+    /// A drain is running: it decides the state when it ends.
+    #[error("node {node} is draining; wait for the drain to end, then resume it")]
+    Draining {
+        /// The node.
+        node: crate::ids::NodeId,
+    },
+    /// The node is stopping, stopped or failed: it cannot serve again in this process.
+    #[error(
+        "node {node} is {state} and cannot serve again in this process; start it again instead"
+    )]
+    Ended {
+        /// The node.
+        node: crate::ids::NodeId,
+        /// Its state.
+        state: crate::node::NodeState,
+    },
 }
 
 fn list(errors: &[RegistrationError]) -> String {

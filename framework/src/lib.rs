@@ -33,8 +33,8 @@ pub mod store;
 pub mod timer;
 
 pub use behavior::{Behavior, Ctx, Message, ReadyOutcome};
-pub use cluster::recovery::RecoveryEvent;
-pub use error::{DeferError, MessageError, RegistrationError, StartError, UnitError};
+pub use cluster::recovery::{RecoveryEvent, RecoveryStall};
+pub use error::{DeferError, MessageError, RegistrationError, ResumeError, StartError, UnitError};
 pub use ids::{ActorId, InvalidId, NodeId, ObjectGeneration, SpotId, UnitId};
 pub use node::{
     MeshSettings, Node, NodeConfig, NodeState, ReplyTo, SHUTDOWN_MARGIN, ShutdownOutcome,

@@ -661,3 +661,63 @@ async fn a_membership_change_the_store_did_not_take_says_so_and_the_same_call_re
     ));
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_with_no_serving_node_says_it_waits_and_a_resumed_node_recovers() {
+    let mut cluster = Cluster::start(2, registry).await;
+    let mut config = cluster.config("n3");
+    config.lease_ttl = Duration::from_millis(600);
+    let n3 = cluster.add_with(config, registry()).await;
+    let (n1, n2) = (cluster.nodes[0].clone(), cluster.nodes[1].clone());
+    n3.create_spot_on(n3.id(), "room", &spot("r"))
+        .await
+        .expect("room");
+    // Both survivors are drained (they host nothing), then the node with the room dies.
+    for node in [&n1, &n2] {
+        let outcome = node.relocate(ferry::RelocateOptions::default()).await;
+        assert_eq!(outcome, ferry::RelocateOutcome::Relocated { moved: 0 });
+    }
+    let mut events = n1.recovery_events();
+    n3.abort().await;
+
+    // Nobody serves, so nobody rebuilds the room: the survivors say why, once.
+    let stall = loop {
+        let event = tokio::time::timeout(T, events.recv())
+            .await
+            .expect("a recovery event")
+            .expect("open");
+        if let RecoveryEvent::Waiting(stall) = event {
+            break stall;
+        }
+    };
+    assert_eq!(stall.dead, vec![n3.id().clone()]);
+    assert_eq!(stall.units, None);
+    assert!(stall.reason.contains("ferry resume"), "{}", stall.reason);
+    assert_eq!(n1.recovery_stall(), Some(stall.clone()));
+    assert_eq!(hosts(&[&n1, &n2], &unit("r")), 0);
+
+    // Back into service, n1 coordinates recovery: the room comes back on it, and the wait ends.
+    n1.resume().await.expect("n1 resumes");
+    assert_eq!(n1.state(), ferry::NodeState::Serving);
+    completed(&mut events, &[unit("r")]).await;
+    loop {
+        let event = tokio::time::timeout(T, events.recv())
+            .await
+            .expect("a recovery event")
+            .expect("open");
+        assert!(
+            !matches!(event, RecoveryEvent::Waiting(_)),
+            "told twice: {event:?}"
+        );
+        if event == RecoveryEvent::Unblocked {
+            break;
+        }
+    }
+    assert!(n1.hosts(&unit("r")));
+    assert_eq!(n1.recovery_stall(), None);
+    // n2 stays drained; resuming a serving node changes nothing.
+    assert_eq!(n2.state(), ferry::NodeState::Relocated);
+    n1.resume().await.expect("already serving");
+    n1.shutdown().await;
+    n2.shutdown().await;
+}

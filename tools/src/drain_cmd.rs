@@ -36,8 +36,8 @@ pub struct DrainArgs {
     /// A rolling update: move the units only to nodes of this application version.
     #[arg(long, value_name = "VERSION")]
     rolling_update: Option<String>,
-    /// How long the drain may take, such as 500ms, 30s or 2m; units still there then stay.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    /// How long the drain may take, such as 500ms, 30s, 2m or 1h; units still there then stay.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::durations::parse)]
     deadline: Duration,
 }
 
@@ -49,7 +49,8 @@ pub enum DrainError {
     Client(#[from] ClientError),
     /// The drain ended with units left on the node.
     #[error(
-        "the drain of {addr} was blocked ({reason:?}): {stayed} units stayed on the node and run there again; {advice}"
+        "the drain of {addr} was blocked ({reason:?}): {} stayed on the node and run there again; {advice}",
+        units(*.stayed)
     )]
     Blocked {
         /// The node's admin address.
@@ -64,7 +65,9 @@ pub enum DrainError {
     /// The deadline passed with units past the point of no return whose owner the store did not
     /// say.
     #[error(
-        "the drain of {addr} hit its deadline while the location store could not say who owns {held} units: they are held, running nowhere, and open where the store says once it answers; {stayed} stayed on the node; check the store's health"
+        "the drain of {addr} hit its deadline while the location store could not say who owns {}: they are held, running nowhere, and open where the store says once it answers; {} stayed on the node; check the store's health",
+        units(*.held),
+        units(*.stayed)
     )]
     Undecided {
         /// The node's admin address.
@@ -127,8 +130,8 @@ pub async fn run(args: DrainArgs) -> Result<(), DrainError> {
         return Err(error);
     }
     println!(
-        "relocated: {} units moved off {} ({}) in {:.1} s; it hosts none and is safe to shut down",
-        report.moved,
+        "relocated: {} moved off {} ({}) in {:.1} s; it hosts none and is safe to shut down",
+        units(report.moved),
         client.addr(),
         bytes(report.bytes),
         report.elapsed_ms as f64 / 1000.0
@@ -225,6 +228,15 @@ impl Display {
     }
 }
 
+/// A count of units for people: `1 unit`, `2 units`.
+pub fn units(n: usize) -> String {
+    if n == 1 {
+        "1 unit".to_owned()
+    } else {
+        format!("{n} units")
+    }
+}
+
 /// A byte count for people: B, KiB or MiB.
 pub fn bytes(n: u64) -> String {
     const KIB: u64 = 1024;
@@ -235,52 +247,21 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
-/// A duration as typed on the command line: a whole number with `ms`, `s` or `m`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let usage = "write a whole number with ms, s or m, such as 500ms, 30s or 2m";
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("{text:?} has no unit; {usage}"))?;
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} does not start with a number; {usage}"))?;
-    let duration = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        _ => return Err(format!("{text:?} has an unknown unit {unit:?}; {usage}")),
-    };
-    crate::admin::wire::deadline(Some(millis(duration)))
-        .map_err(|_| format!("{text:?} is out of range: it must be above 0 and at most 24h"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_are_read_with_their_unit_and_bounds() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        for bad in [
-            "30",
-            "s",
-            "30h",
-            "-1s",
-            "0s",
-            "1441m",
-            "99999999999999999999s",
-        ] {
-            assert!(parse_duration(bad).is_err(), "{bad} accepted");
-        }
-    }
 
     #[test]
     fn byte_counts_read_well() {
         assert_eq!(bytes(12), "12 B");
         assert_eq!(bytes(1536), "1.5 KiB");
         assert_eq!(bytes(3 * 1024 * 1024), "3.0 MiB");
+    }
+
+    #[test]
+    fn unit_counts_read_well() {
+        assert_eq!(units(0), "0 units");
+        assert_eq!(units(1), "1 unit");
+        assert_eq!(units(30), "30 units");
     }
 }

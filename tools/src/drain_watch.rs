@@ -6,7 +6,7 @@
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use ferry::{Node, NodeId, RelocateOptions, RelocateOutcome, RelocationEvent, UnitId};
+use ferry::{Node, NodeId, RelocateOptions, RelocateOutcome, RelocationEvent};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
@@ -21,10 +21,11 @@ pub struct Drained {
     pub node: NodeId,
     /// How the drain ended.
     pub outcome: RelocateOutcome,
-    /// Units that run on another node now.
+    /// Units that run on another node now, a room's members each counted, as `ferry status`
+    /// counts units.
     pub moved: u64,
-    /// Units that did not move, and why.
-    pub failed: Vec<(UnitId, String)>,
+    /// Units that did not move (a room's members counted with it), as `moved` counts.
+    pub not_moved: u64,
     /// The reports of the units that moved: pauses, phases and bytes.
     pub moves: MoveRecord,
     /// Move reports the event stream dropped because this watcher fell behind (then `moved`
@@ -52,7 +53,7 @@ pub async fn drain(node: &Node, options: RelocateOptions) -> Drained {
         node: node.id().clone(),
         outcome: RelocateOutcome::Relocated { moved: 0 },
         moved: 0,
-        failed: Vec::new(),
+        not_moved: 0,
         moves: MoveRecord::default(),
         reports_missed: 0,
         elapsed: Duration::ZERO,
@@ -85,6 +86,8 @@ pub async fn drain(node: &Node, options: RelocateOptions) -> Drained {
     while let Ok(event) = events.try_recv() {
         drained.take(event);
     }
+    let counts = node.watch_status().borrow().clone();
+    (drained.moved, drained.not_moved) = (counts.moved as u64, counts.failed as u64);
     drained.elapsed = started.elapsed();
     if let Some(bar) = bar {
         bar.finish_and_clear();
@@ -96,12 +99,11 @@ impl Drained {
     fn take(&mut self, event: RelocationEvent) {
         match event {
             // Only moves that ended on the target are reported as moved; others come as failed.
-            RelocationEvent::UnitMoved(report) => {
-                self.moved += 1;
-                self.moves.record(&report);
-            }
-            RelocationEvent::UnitFailed { unit, reason } => self.failed.push((unit, reason)),
-            RelocationEvent::Started { .. } | RelocationEvent::Completed(_) => {}
+            RelocationEvent::UnitMoved(report) => self.moves.record(&report),
+            // Failures are counted by the node's status; their reasons are in its log.
+            RelocationEvent::UnitFailed { .. }
+            | RelocationEvent::Started { .. }
+            | RelocationEvent::Completed(_) => {}
         }
     }
 }
@@ -148,9 +150,9 @@ impl Drained {
             node: self.node.to_string(),
             outcome: outcome_text(&self.outcome),
             units_moved: self.moved,
-            units_failed: self.failed.len() as u64,
+            units_failed: self.not_moved,
             bytes_moved: self.moves.bytes,
-            elapsed_ms: self.elapsed.as_secs_f64() * 1_000.0,
+            elapsed_ms: crate::percentiles::ms(self.elapsed),
             pause: self.moves.pauses.summary(),
             reports_missed: self.reports_missed,
         }

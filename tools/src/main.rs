@@ -8,12 +8,14 @@
 //! - [`bench`]: the end-to-end benchmark: moves and a drain while bots play, beside the
 //!   stop-the-room baseline; built from the same parts as the demo, and [`move_reports`].
 //! - [`node_ids`]: node ids as operators type them, checked the same way everywhere.
+//! - [`durations`]: durations as operators type them (`500ms`, `30s`, `2m`, `1h`), on every command.
 //! - [`certs`]: a development cluster CA and node certificates, written as files.
 //! - [`config`]: the TOML file of one node, its defaults and its checks.
 //! - [`node_cmd`]: one node process, from its config file until SIGTERM.
 //! - [`gateway`]: a node's client gateway, from its certificate and tokens files.
 //! - [`admin`]: the admin endpoint each node serves, and the client the commands below use.
-//! - [`status_cmd`], [`drain_cmd`], [`shutdown_cmd`]: what an operator does to a running node.
+//! - [`status_cmd`], [`drain_cmd`], [`resume_cmd`], [`shutdown_cmd`]: what an operator does to a
+//!   running node.
 
 mod admin;
 mod bench;
@@ -25,12 +27,14 @@ mod demo;
 mod doc_tests;
 mod drain_cmd;
 mod drain_watch;
+mod durations;
 mod gateway;
 mod local_cluster;
 mod move_reports;
 mod node_cmd;
 mod node_ids;
 mod percentiles;
+mod resume_cmd;
 mod shutdown_cmd;
 mod status_cmd;
 
@@ -38,7 +42,7 @@ use clap::{Parser, Subcommand};
 
 /// Ferry: game servers whose live rooms and players move between hosts while they run.
 #[derive(Parser)]
-#[command(name = "ferry", version, about)]
+#[command(name = "ferry", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -57,13 +61,15 @@ enum Command {
     Status(status_cmd::StatusArgs),
     /// Move every unit off a running node (maintenance or a rolling update).
     Drain(drain_cmd::DrainArgs),
+    /// Put a drained node back into service, so it takes units again.
+    Resume(resume_cmd::ResumeArgs),
     /// Drain a running node, then stop it.
     Shutdown(shutdown_cmd::ShutdownArgs),
     /// Play rooms of a running cluster with bot players through its client gateways, and report
     /// what they saw.
     Bots(bots::cmd::BotsArgs),
     /// Measure room pauses, a drain and what bot players see, each beside the stop-the-room
-    /// handoff on the same rooms; print a table, and write JSON and an SVG chart.
+    /// handoff on the same rooms; print a table (or JSON), and write an SVG chart.
     Bench(bench::BenchArgs),
 }
 
@@ -80,6 +86,8 @@ enum Failure {
     Status(#[from] status_cmd::StatusError),
     #[error(transparent)]
     Drain(#[from] drain_cmd::DrainError),
+    #[error(transparent)]
+    Resume(#[from] resume_cmd::ResumeError),
     #[error(transparent)]
     Shutdown(#[from] shutdown_cmd::ShutdownError),
     #[error(transparent)]
@@ -136,6 +144,7 @@ fn main() -> std::process::ExitCode {
             Command::Node(args) => node_cmd::run(args).await.map_err(Failure::from),
             Command::Status(args) => status_cmd::run(args).await.map_err(Failure::from),
             Command::Drain(args) => drain_cmd::run(args).await.map_err(Failure::from),
+            Command::Resume(args) => resume_cmd::run(args).await.map_err(Failure::from),
             Command::Shutdown(args) => shutdown_cmd::run(args).await.map_err(Failure::from),
             Command::Bots(args) => bots::cmd::run(args).await.map_err(Failure::from),
             Command::Bench(args) => bench::run(args).await.map_err(Failure::from),

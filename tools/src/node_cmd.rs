@@ -100,10 +100,26 @@ pub enum NodeError {
         /// How its stop ended.
         stop: ferry::ShutdownOutcome,
     },
-    /// The node lost its owner lease and stopped running turns.
+    /// Another process took over the node's id, so this one stopped running turns.
     #[error(
-        "node {0} lost its owner lease and stopped running turns; it shut down so it can be \
-         restarted with a fresh lease (check the store's health and the network to it)"
+        "node {node} stopped: another process started as {node} took over its owner lease \
+         (generation {theirs}, this process held {ours}); two processes must not share a node id, \
+         so this one stopped and the other runs its units. If that was a mistake, stop the other \
+         process (it answers at the mesh address the store lists for {node}), then restart this one"
+    )]
+    Superseded {
+        /// The node.
+        node: NodeId,
+        /// The lease generation this process held.
+        ours: u64,
+        /// The lease generation the other process holds.
+        theirs: u64,
+    },
+    /// The lease ran out before it could be renewed, so this process stopped running turns.
+    #[error(
+        "node {0} lost its owner lease: it could not renew it in time, so it stopped running \
+         turns and shut down; check the store's health and the network to it, then restart it \
+         (with a fresh lease)"
     )]
     LeaseLost(NodeId),
 }
@@ -161,7 +177,7 @@ pub async fn run(args: NodeArgs) -> Result<(), NodeError> {
             tracing::info!(node = %node.id(), "stop requested; shutting down");
             Ok(())
         }
-        () = lease_lost => Err(NodeError::LeaseLost(node.id().clone())),
+        () = lease_lost => Err(lease_lost_error(&node).await),
         report = stopped => match report {
             Some(report) if !report.clean => Err(NodeError::UncleanShutdown {
                 node: node.id().clone(),
@@ -177,6 +193,19 @@ pub async fn run(args: NodeArgs) -> Result<(), NodeError> {
     }
     close(admin).await;
     outcome
+}
+
+/// Why the lease was lost: taken over by another process of the same id, or run out.
+async fn lease_lost_error(node: &Node) -> NodeError {
+    let ours = node.lease().generation;
+    match node.store().lease_of(node.id()).await {
+        Ok(Some(theirs)) if theirs.generation > ours => NodeError::Superseded {
+            node: node.id().clone(),
+            ours,
+            theirs: theirs.generation,
+        },
+        _ => NodeError::LeaseLost(node.id().clone()),
+    }
 }
 
 /// Prints `ready <id> mesh=<addr>`, then ` admin=<addr>`, ` sessions=<addr>` and

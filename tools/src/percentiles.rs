@@ -9,6 +9,17 @@ use serde::Serialize;
 /// The largest duration a histogram records exactly; longer ones are clamped to it (an hour).
 const HIGHEST_US: u64 = 3_600_000_000;
 
+/// A duration in milliseconds, to the microsecond: whole microseconds divided once, so a report
+/// prints `31128.676`, not the noise of a float product such as `31128.676000000002`.
+pub fn ms(duration: Duration) -> f64 {
+    duration.as_micros() as f64 / 1_000.0
+}
+
+/// A duration in seconds, to the microsecond, divided once for the same reason.
+pub fn secs(duration: Duration) -> f64 {
+    duration.as_micros() as f64 / 1_000_000.0
+}
+
 /// Durations recorded in microseconds with three significant digits.
 #[derive(Debug, Clone)]
 pub struct Durations {

@@ -7,7 +7,7 @@ use clap::Args;
 
 use crate::admin::wire::{ShutdownRequest, millis};
 use crate::admin::{AdminClient, ClientError};
-use crate::drain_cmd::{DrainError, EXIT_BLOCKED, EXIT_UNDECIDED, parse_duration, with_progress};
+use crate::drain_cmd::{DrainError, EXIT_BLOCKED, EXIT_UNDECIDED, with_progress};
 
 /// The exit codes, for `--help`.
 const EXIT_CODES: &str = "Exit codes: 0 every unit moved and the node stopped cleanly; 1 the \
@@ -24,7 +24,7 @@ pub struct ShutdownArgs {
     /// The node's admin endpoint, HOST:PORT (the admin= part of its ready line).
     addr: String,
     /// How long the drain and the stop may take together, such as 500ms, 30s or 2m.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::durations::parse)]
     deadline: Duration,
 }
 
@@ -84,8 +84,8 @@ pub async fn run(args: ShutdownArgs) -> Result<(), ShutdownError> {
         });
     }
     println!(
-        "stopped: {addr} moved its last {} units off and stopped cleanly",
-        report.drain.moved
+        "stopped: {addr} moved its last {} off and stopped cleanly",
+        crate::drain_cmd::units(report.drain.moved)
     );
     Ok(())
 }

@@ -4,7 +4,7 @@ use clap::Args;
 
 use crate::admin::wire::{DrainReport, StatusBody};
 use crate::admin::{AdminClient, ClientError};
-use crate::drain_cmd::bytes;
+use crate::drain_cmd::{bytes, units};
 
 /// Which node, and how to print it.
 #[derive(Args, Debug, Clone)]
@@ -81,6 +81,14 @@ fn render(s: &StatusBody) -> String {
             .as_ref()
             .map_or("none yet".to_owned(), describe)
     ));
+    if let Some(w) = &s.recovery_waiting {
+        let units = w.units.map_or("the units".to_owned(), units);
+        out.push_str(&format!(
+            "  recovery          waiting: {units} of dead node {} cannot be rebuilt: {}\n",
+            w.dead.join(", "),
+            w.reason
+        ));
+    }
     out.push_str(&format!(
         "  safe to shut down {}\n",
         if s.safe_to_shutdown { "yes" } else { "no" }
@@ -95,8 +103,8 @@ fn describe(r: &DrainReport) -> String {
         line.push_str(&format!(" ({reason:?})"));
     }
     line.push_str(&format!(
-        ": {} units moved ({}) in {:.1} s",
-        r.moved,
+        ": {} moved ({}) in {:.1} s",
+        units(r.moved),
         bytes(r.bytes),
         r.elapsed_ms as f64 / 1000.0
     ));
@@ -107,4 +115,49 @@ fn describe(r: &DrainReport) -> String {
         line.push_str(&format!(", {} undecided", r.undecided.len()));
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::wire::{ProgressBody, RecoveryWaiting};
+
+    fn status(units: usize, safe: bool, waiting: Option<RecoveryWaiting>) -> StatusBody {
+        StatusBody {
+            node: "p1".into(),
+            state: "Relocated".into(),
+            app_version: "7".into(),
+            units,
+            sessions: None,
+            peers: Vec::new(),
+            progress: ProgressBody {
+                total: 0,
+                moved: 0,
+                failed: 0,
+                bytes: 0,
+            },
+            safe_to_shutdown: safe,
+            running: None,
+            last_drain: None,
+            recovery_waiting: waiting,
+        }
+    }
+
+    #[test]
+    fn recovery_that_waits_is_shown_with_what_to_do_and_only_then() {
+        let shown = render(&status(0, true, None));
+        assert!(!shown.contains("recovery"), "{shown}");
+        let waiting = RecoveryWaiting {
+            dead: vec!["p3".into()],
+            units: Some(1),
+            reason: "start a node".into(),
+        };
+        let shown = render(&status(0, true, Some(waiting)));
+        assert!(
+            shown.contains(
+                "  recovery          waiting: 1 unit of dead node p3 cannot be rebuilt: start a node\n"
+            ),
+            "{shown}"
+        );
+    }
 }

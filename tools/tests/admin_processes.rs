@@ -18,7 +18,7 @@ use ferry::store::LocationStore;
 use ferry::{Node, NodeId, Registry, SpotId};
 use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::redis_server::RedisServer;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// How long one request to a unit may take.
 const T: Duration = Duration::from_secs(10);
@@ -89,6 +89,10 @@ async fn drain_moves_every_unit_off_a_node_process_and_shutdown_stops_it() {
     let (driver, store) = start_driver(&redis, &certs_dir).await;
     let nodes = [id("p1"), id("p2"), id("p3")];
     settle(&driver, &store, &nodes).await;
+    // A fresh node hosts nothing: stopping it loses nothing, and its status says so.
+    let shown = text(&run_ferry(&["status", p1]).await.stdout);
+    assert!(shown.contains("  units             0\n"), "{shown}");
+    assert!(shown.contains("  safe to shut down yes\n"), "{shown}");
 
     const ROOMS: usize = 6;
     let rooms: Vec<SpotId> = (0..ROOMS)
@@ -195,9 +199,16 @@ async fn drain_moves_every_unit_off_a_node_process_and_shutdown_stops_it() {
         "ferry_node_state{node=\"p1\",state=\"Relocated\"} 1".to_owned(),
         "ferry_node_peers_ready{node=\"p1\"} 3".to_owned(),
         format!("ferry_drain_moved_units{{node=\"p1\"}} {ROOMS}"),
+        // Pauses are histograms: their buckets count every move and never decay to 0.
+        format!("ferry_relocation_interruption_seconds_bucket{{le=\"+Inf\"}} {ROOMS}"),
+        format!("ferry_relocation_interruption_seconds_count {ROOMS}"),
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
     }
+    assert!(
+        !metrics.contains("ferry_relocation_interruption_seconds{quantile="),
+        "no sliding-window quantiles:\n{metrics}"
+    );
 
     // Bad requests to a real process: a 4xx with a JSON error each, and the node serves on.
     for (request, code, says) in [
@@ -229,11 +240,33 @@ async fn drain_moves_every_unit_off_a_node_process_and_shutdown_stops_it() {
     }
     assert_eq!(status_json(p1).await["state"], "Relocated");
 
-    // ferry shutdown: nothing is left to move, the node stops, its process exits 0.
+    // ferry resume: back into service, p1 takes units again.
+    let out = run_ferry(&["resume", p1]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!("node p1 at {p1} is back in service (Relocated before): it takes units again\n")
+    );
+    let s = status_json(p1).await;
+    assert_eq!(
+        (&s["state"], &s["safe_to_shutdown"]),
+        (&json!("Serving"), &json!(true))
+    );
+    let (code, body) = raw_http(
+        p1,
+        &post(
+            "/units",
+            r#"{"kind":"spot","factory":"ping","id":"after-resume"}"#,
+        ),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+
+    // ferry shutdown: the new room moves, the node stops, the node stops, its process exits 0.
     let out = run_ferry(&["shutdown", p1]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
-        text(&out.stdout).starts_with(&format!("stopped: {p1} moved its last 0 units off")),
+        text(&out.stdout).starts_with(&format!("stopped: {p1} moved its last 1 unit off")),
         "{}",
         text(&out.stdout)
     );
@@ -343,6 +376,18 @@ async fn a_drain_with_nowhere_to_go_exits_3_with_the_reason() {
         last.starts_with("error: node p1 stopped, but not cleanly"),
         "{log}"
     );
+    // The log names every unit that stayed and why, at warn level: the default shows it.
+    for room in &rooms {
+        let named = log.lines().filter(|l| {
+            l.contains(" WARN ")
+                && l.contains(&format!("unit=spot:{room}"))
+                && l.contains("no serving node can take it")
+        });
+        assert!(
+            named.count() >= 1,
+            "{room} is named with its reason:\n{log}"
+        );
+    }
     driver.shutdown().await;
     drop(processes);
     drop(redis);

@@ -60,7 +60,15 @@ async fn bots_play_the_rooms_of_a_cluster_and_see_every_input_applied_once_in_or
         .args(["bots", "--cluster", &addrs.join(","), "--ca"])
         .arg(&ca)
         .args(["--token", std::str::from_utf8(TOKEN).expect("utf-8")])
-        .args(["--rooms", "1", "--players", "2", "--seconds", "2", "--json"])
+        .args([
+            "--rooms",
+            "1",
+            "--players",
+            "2",
+            "--duration",
+            "2s",
+            "--json",
+        ])
         .output()
         .await
         .expect("the ferry binary runs");
@@ -102,8 +110,8 @@ async fn a_refused_token_a_missing_ca_and_a_bad_admin_address_are_one_clear_line
             ca.as_os_str(),
             "--token".as_ref(),
             token.as_ref(),
-            "--seconds".as_ref(),
-            "1".as_ref(),
+            "--duration".as_ref(),
+            "1s".as_ref(),
         ];
         one_line_failure(&args)
     };

@@ -556,7 +556,9 @@ async fn snapshots_from(client: &mut Client, players: &[ActorId], node: &str) {
                 ClientEvent::Push { actor, msg } if msg.node.as_str() == node => {
                     waiting.retain(|p| *p != actor);
                 }
-                ClientEvent::Push { .. } | ClientEvent::Reconnected { .. } => {}
+                ClientEvent::Push { .. }
+                | ClientEvent::Reconnected { .. }
+                | ClientEvent::Undelivered { .. } => {}
                 ClientEvent::Unbound { actor, reason } => panic!("{actor} unbound: {reason}"),
             }
         }

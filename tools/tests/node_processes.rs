@@ -265,11 +265,15 @@ async fn a_node_process_that_loses_its_lease_shuts_down_and_exits_non_zero() {
         Some(1),
         "p1 exits 1 once its lease is gone:\n{log}"
     );
+    // It names the cause: another process took the id, not the store's health.
     let last = log.lines().last().unwrap_or_default();
     assert!(
-        last.starts_with("error: ") && last.contains("lost its owner lease"),
+        last.starts_with(
+            "error: node p1 stopped: another process started as p1 took over its owner lease"
+        ),
         "the last line says why:\n{log}"
     );
+    assert!(!last.contains("store's health"), "{last}");
     drop(processes);
     drop(redis);
 }

@@ -241,6 +241,9 @@ impl Node {
                     tracing::warn!(%error, "recovery pass incomplete; the next one retries");
                 }
             }
+            if !self.is_coordinator() {
+                self.check_recovery_can_run();
+            }
         }
     }
 

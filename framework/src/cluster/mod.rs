@@ -7,11 +7,13 @@
 //! - `routing`: the route cache, store lookups, forwarding and activation; inbound frames.
 //! - `frames`: what nodes say to each other on the mesh.
 //! - [`losses`]: what the mesh could not deliver: requests end, lost tells are reported.
+//! - `holder`: one process per node id: the holder of a live lease is asked before a start.
 //! - `membership`: the owner lease, descriptors, and learning peers.
 //! - [`recovery`]: rebuilding a dead node's units on the survivors.
 
 pub mod authority;
 pub(crate) mod frames;
+pub(crate) mod holder;
 pub mod losses;
 pub(crate) mod membership;
 pub mod placement;

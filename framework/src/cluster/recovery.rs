@@ -52,6 +52,39 @@ pub enum RecoveryEvent {
         /// The units still waiting.
         ids: Vec<UnitId>,
     },
+    /// Recovery waits: dead nodes' units cannot be rebuilt until something changes (the stall
+    /// says what). Told once when it starts waiting, and again if the reason changes.
+    Waiting(RecoveryStall),
+    /// Recovery no longer waits: what it waited for is there (or nothing is left to recover).
+    Unblocked,
+}
+
+/// Why recovery cannot rebuild dead nodes' units now, and what would let it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryStall {
+    /// The dead nodes whose units wait.
+    pub dead: Vec<NodeId>,
+    /// How many units wait, when the coordinator counted them (`None` when no node serves to
+    /// coordinate recovery, so none counted).
+    pub units: Option<usize>,
+    /// What is missing, and what to do about it, in a sentence.
+    pub reason: String,
+}
+
+/// The stall when every live node is drained or stopping: none coordinates recovery.
+const NO_SERVING_NODE: &str = "no live node is serving (every one is drained, stopping or \
+    failed), so none can rebuild them: put a drained node back into service (`ferry resume`) \
+    or start a node";
+
+/// The stall when serving nodes are there but none can take some unit.
+const NO_ROOM: &str = "no serving node that registers their factories has room: start one, or \
+    raise `capacity`, or put a drained node back into service (`ferry resume`)";
+
+/// What one dead node's pass could not place.
+#[derive(Debug, Default)]
+struct Unplaced {
+    /// Units no serving node had room (or the factory) for.
+    no_room: usize,
 }
 
 /// The most records read per page.
@@ -100,6 +133,61 @@ impl Node {
     fn recovery_event(&self, event: RecoveryEvent) {
         tracing::info!(?event, "recovery");
         let _ = self.core.recovery.send(event);
+    }
+
+    /// Why recovery waits now, as this node last saw it: `None` when it does not (or when this
+    /// node is neither the coordinator nor sees that there is none).
+    pub fn recovery_stall(&self) -> Option<RecoveryStall> {
+        self.core.recovery_stall.lock().clone()
+    }
+
+    /// Records why recovery waits (or that it no longer does): a warning in the log and an event
+    /// when that changes, nothing while it stays the same.
+    fn set_recovery_stall(&self, stall: Option<RecoveryStall>) {
+        let mut current = self.core.recovery_stall.lock();
+        if *current == stall {
+            return;
+        }
+        *current = stall.clone();
+        drop(current);
+        match stall {
+            Some(stall) => {
+                let dead: Vec<String> = stall.dead.iter().map(ToString::to_string).collect();
+                let units = stall
+                    .units
+                    .map_or("their units".to_owned(), |n| format!("{n} of their units"));
+                tracing::warn!(
+                    dead = %dead.join(","),
+                    "recovery waits: {units} cannot be rebuilt: {}",
+                    stall.reason
+                );
+                let _ = self.core.recovery.send(RecoveryEvent::Waiting(stall));
+            }
+            None => {
+                tracing::warn!("recovery no longer waits");
+                let _ = self.core.recovery.send(RecoveryEvent::Unblocked);
+            }
+        }
+    }
+
+    /// On a node that does not coordinate recovery: notes whether recovery waits because no
+    /// live node serves (so none coordinates) while dead nodes' records remain.
+    pub(crate) fn check_recovery_can_run(&self) {
+        let dead = self.core.dead.read().clone();
+        let serving = self
+            .cluster_view()
+            .iter()
+            .any(|d| d.state == NodeState::Serving);
+        if !dead.is_empty() && !serving {
+            self.set_recovery_stall(Some(RecoveryStall {
+                dead,
+                units: None,
+                reason: NO_SERVING_NODE.to_owned(),
+            }));
+        } else {
+            // Some node coordinates now: what waits is its to say.
+            self.set_recovery_stall(None);
+        }
     }
 
     /// Switches recovery on or off for one unit, over its factory's and the system's default: a unit
@@ -183,9 +271,22 @@ impl Node {
                     .push((id, record, value.version));
             }
         }
+        let mut stalled = Vec::new();
+        let mut waiting = 0;
         for (dead, units) in orphans {
-            self.recover_node(dead, units, &mut tally, &mut spots).await;
+            let failed = self
+                .recover_node(dead.clone(), units, &mut tally, &mut spots)
+                .await;
+            if failed.no_room > 0 {
+                stalled.push(dead);
+                waiting += failed.no_room;
+            }
         }
+        self.set_recovery_stall((!stalled.is_empty()).then(|| RecoveryStall {
+            dead: stalled,
+            units: Some(waiting),
+            reason: NO_ROOM.to_owned(),
+        }));
         self.bring_back_remembered(&recorded).await?;
         self.forget_dead_descriptors().await
     }
@@ -199,7 +300,8 @@ impl Node {
         units: Vec<(UnitId, UnitRecord, u64)>,
         tally: &mut BTreeMap<NodeId, u64>,
         spots: &mut BTreeMap<SpotId, NodeId>,
-    ) {
+    ) -> Unplaced {
+        let mut unplaced = Unplaced::default();
         self.recovery_event(RecoveryEvent::Started {
             dead: Some(dead.clone()),
         });
@@ -264,6 +366,7 @@ impl Node {
             for (id, record, version) in units {
                 let Some(target) = slots.next() else {
                     tracing::warn!(unit = %id, %factory, "no serving node with this factory has room; the next pass retries: start one or raise capacity");
+                    unplaced.no_room += 1;
                     failed.push(id);
                     continue;
                 };
@@ -314,6 +417,7 @@ impl Node {
                 ids: failed,
             });
         }
+        unplaced
     }
 
     /// Rebuilds a unit on `target`, gated on its record still being the dead owner's.

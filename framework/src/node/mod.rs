@@ -147,6 +147,8 @@ pub(crate) struct NodeCore {
     state_tx: tokio::sync::watch::Sender<NodeState>,
     /// Recovery events, for whoever follows them.
     pub(crate) recovery: tokio::sync::broadcast::Sender<crate::cluster::recovery::RecoveryEvent>,
+    /// Why recovery waits, as this node last saw it.
+    pub(crate) recovery_stall: Mutex<Option<crate::cluster::recovery::RecoveryStall>>,
     /// Nodes whose descriptor is in the store but whose lease has lapsed, as last read.
     pub(crate) dead: RwLock<Vec<NodeId>>,
     /// Set when the owner lease may have lapsed: no turn starts any more.
@@ -210,11 +212,15 @@ type KindCheck = fn(FactoryKind) -> bool;
 
 impl Node {
     /// Starts a node with its factories: checks the registrations, takes an owner lease, joins the
-    /// mesh and publishes itself in the store.
+    /// mesh and publishes itself in the store. A live node holding the same id is asked first,
+    /// at its mesh address: if it answers, the start is refused (`StartError::IdInUse`) and the
+    /// live node is untouched; if it does not within `HOLDER_PROBE` (it crashed), its lease is
+    /// taken over.
     pub async fn start(config: NodeConfig, registry: Registry) -> Result<Node, StartError> {
         if !registry.problems.is_empty() {
             return Err(StartError::Registration(registry.problems));
         }
+        crate::cluster::holder::check_id_free(&config).await?;
         let asked = tokio::time::Instant::now();
         let lease = config
             .store
@@ -252,6 +258,7 @@ impl Node {
             state: AtomicU8::new(NodeState::Preparing as u8),
             state_tx: tokio::sync::watch::Sender::new(NodeState::Preparing),
             recovery: tokio::sync::broadcast::Sender::new(1024),
+            recovery_stall: Mutex::new(None),
             dead: RwLock::new(Vec::new()),
             fenced: AtomicBool::new(false),
             lease_clock,
@@ -307,6 +314,12 @@ impl Node {
     /// Where this node's mesh listens, if it has one.
     pub fn mesh_addr(&self) -> Option<std::net::SocketAddr> {
         self.core.mesh.as_ref().map(Mesh::local_addr)
+    }
+
+    /// The owner lease this node holds (or held, once it lost it): its generation tells this
+    /// process's lease from one a later process of the same id took.
+    pub fn lease(&self) -> Lease {
+        self.core.lease.lock().clone()
     }
 
     /// The lifecycle state now.

@@ -1,7 +1,7 @@
 //! Host operations: drain every unit off this node (planned maintenance or a rolling update),
 //! with a deadline, a status stream, events and metrics.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use super::protocol::MoveEnd;
 use super::source::{MoveError, MoveReport};
+use crate::error::ResumeError;
 use crate::ids::{NodeId, UnitId};
 use crate::node::{Node, NodeState};
 use crate::registry::{ExecutionMode, FactoryKind, PolicyKind};
@@ -225,6 +226,38 @@ impl Node {
         }
     }
 
+    /// Puts a drained node back into service: a `Relocated` node serves again and takes units
+    /// (placement, moves, recovery), as it did before its drain. A node that serves already stays
+    /// as it is. The cluster hears of it at once, or at the next membership refresh if the store
+    /// cannot be reached now.
+    pub async fn resume(&self) -> Result<(), ResumeError> {
+        {
+            // Under the drain's lock, so no drain starts or ends meanwhile.
+            let running = self.core.host.running.lock();
+            match self.state() {
+                NodeState::Serving => return Ok(()),
+                NodeState::Relocated if running.is_none() => self.set_state(NodeState::Serving),
+                NodeState::Relocating | NodeState::Relocated => {
+                    return Err(ResumeError::Draining {
+                        node: self.id().clone(),
+                    });
+                }
+                state => {
+                    return Err(ResumeError::Ended {
+                        node: self.id().clone(),
+                        state,
+                    });
+                }
+            }
+        }
+        tracing::info!(node = %self.id(), "back in service after a drain");
+        self.publish_status(|_| {});
+        if let Err(error) = self.refresh_membership().await {
+            tracing::warn!(%error, "back in service; the store hears of it at the next refresh");
+        }
+        Ok(())
+    }
+
     fn publish_status(&self, edit: impl FnOnce(&mut HostStatus)) {
         let state = self.state();
         let units = self.unit_count();
@@ -260,15 +293,19 @@ impl Node {
             return blocked(BlockedReason::StoreUnavailable, self.inventory());
         }
         let units = self.inventory();
-        self.publish_status(|s| s.total = units.len());
-        self.emit(RelocationEvent::Started { units: units.len() });
+        // Counted as `unit_count` counts: a room moves with its members, and each is a unit.
+        let lanes = self.lanes();
+        let moving_with = |unit: &UnitId| lanes.get(unit).map_or(1, |m| m.len());
+        let total = units.iter().map(moving_with).sum();
+        self.publish_status(|s| s.total = total);
+        self.emit(RelocationEvent::Started { units: total });
 
         let mut stayed: Vec<(UnitId, BlockedReason)> = Vec::new();
         let mut movable = Vec::new();
         for unit in units {
             match self.core.directory.get(&unit) {
                 Some(e) if e.factory.info().policy == PolicyKind::Disabled => {
-                    self.not_moved(&unit, "RelocationPolicy::Disabled");
+                    self.not_moved(&unit, moving_with(&unit), "RelocationPolicy::Disabled");
                     stayed.push((unit, BlockedReason::RelocationDisabled));
                 }
                 Some(_) => movable.push(unit),
@@ -295,7 +332,7 @@ impl Node {
                     }
                     // A shutdown began: what is left closes with the node.
                     Err(MoveError::NotServing { .. }) => {
-                        self.not_moved(&unit, "the node began shutting down");
+                        self.not_moved(&unit, moving_with(&unit), "the node began shutting down");
                         stayed.push((unit, BlockedReason::ShutdownRequested));
                         continue;
                     }
@@ -306,20 +343,25 @@ impl Node {
                 let Ok(Ok(slot)) =
                     tokio::time::timeout_at(deadline, slots.clone().acquire_owned()).await
                 else {
-                    self.not_moved(&unit, "the deadline passed before it could start");
+                    self.not_moved(
+                        &unit,
+                        moving_with(&unit),
+                        "the deadline passed before it could start",
+                    );
                     stayed.push((unit, BlockedReason::DeadlineExceeded));
                     continue;
                 };
                 let node = self.clone();
                 let budget = budget.clone();
+                let count = moving_with(&unit);
                 moves.spawn(async move {
                     let report = node.move_to(&unit, target, deadline, Some(budget)).await;
                     drop(slot);
-                    (unit, report)
+                    (unit, count, report)
                 });
                 // Collect what finished meanwhile, so progress is reported as it goes.
-                while let Some(Ok((unit, report))) = moves.try_join_next() {
-                    self.account(unit, report, &mut stayed, &mut undecided);
+                while let Some(Ok((unit, count, report))) = moves.try_join_next() {
+                    self.account(unit, count, report, &mut stayed, &mut undecided);
                 }
             }
             waiting = still;
@@ -336,8 +378,8 @@ impl Node {
                 tokio::select! {
                     () = &mut look_again => break,
                     Some(joined) = moves.join_next() => {
-                        if let Ok((unit, report)) = joined {
-                            self.account(unit, report, &mut stayed, &mut undecided);
+                        if let Ok((unit, count, report)) = joined {
+                            self.account(unit, count, report, &mut stayed, &mut undecided);
                         }
                     }
                 }
@@ -356,30 +398,30 @@ impl Node {
             )
         };
         for unit in waiting {
-            self.not_moved(&unit, why);
+            self.not_moved(&unit, moving_with(&unit), why);
             stayed.push((unit, reason));
         }
         while let Some(joined) = moves.join_next().await {
-            if let Ok((unit, report)) = joined {
-                self.account(unit, report, &mut stayed, &mut undecided);
+            if let Ok((unit, count, report)) = joined {
+                self.account(unit, count, report, &mut stayed, &mut undecided);
             }
         }
+        // Every unit that stayed is named, a room's members with it.
+        let stayed_units = self.with_members(stayed.iter().map(|(u, _)| u));
         let outcome = if !undecided.is_empty() {
             RelocateOutcome::Undecided {
                 units: undecided,
-                stayed: stayed.into_iter().map(|(u, _)| u).collect(),
+                stayed: stayed_units,
             }
         } else if self.state() != NodeState::Relocating {
             // A shutdown began (perhaps before the inventory was taken): it closes what is left.
-            let stayed = stayed.into_iter().map(|(u, _)| u).collect();
-            blocked(BlockedReason::ShutdownRequested, stayed)
+            blocked(BlockedReason::ShutdownRequested, stayed_units)
         } else if stayed.is_empty() {
             RelocateOutcome::Relocated {
                 moved: self.core.host.status.borrow().moved,
             }
         } else {
-            let reason = main_reason(&stayed);
-            blocked(reason, stayed.into_iter().map(|(u, _)| u).collect())
+            blocked(main_reason(&stayed), stayed_units)
         };
         let next = match outcome {
             RelocateOutcome::Relocated { .. } => NodeState::Relocated,
@@ -394,18 +436,56 @@ impl Node {
         outcome
     }
 
-    /// A unit that stays: counted as failed and told on the event stream.
-    fn not_moved(&self, unit: &UnitId, reason: &str) {
-        self.publish_status(|s| s.failed += 1);
+    /// A unit that stays: counted as failed (with its members), named in the log at the default
+    /// level, and told on the event stream.
+    fn not_moved(&self, unit: &UnitId, count: usize, reason: &str) {
+        tracing::warn!(%unit, reason, "unit not moved; it runs on here");
+        self.publish_status(|s| s.failed += count);
         self.emit(RelocationEvent::UnitFailed {
             unit: unit.clone(),
             reason: reason.to_owned(),
         });
     }
 
+    /// Every hosted unit with the units that share its lane and move with it (a room and its
+    /// members), itself included.
+    fn lanes(&self) -> HashMap<UnitId, Arc<Vec<UnitId>>> {
+        let mut by_lane: HashMap<usize, Vec<UnitId>> = HashMap::new();
+        let all = self.core.directory.all();
+        for (id, entry) in &all {
+            let key = Arc::as_ptr(&entry.lane) as usize;
+            by_lane.entry(key).or_default().push(id.clone());
+        }
+        let mut lanes = HashMap::new();
+        for ids in by_lane.into_values() {
+            let ids = Arc::new(ids);
+            for id in ids.iter() {
+                lanes.insert(id.clone(), ids.clone());
+            }
+        }
+        lanes
+    }
+
+    /// `units` with the units that share their lanes now, each once, in order.
+    fn with_members<'a>(&self, units: impl Iterator<Item = &'a UnitId>) -> Vec<UnitId> {
+        let lanes = self.lanes();
+        let mut seen = HashSet::new();
+        let mut named = Vec::new();
+        for unit in units {
+            let members = lanes.get(unit).map(|m| m.as_slice()).unwrap_or_default();
+            for id in std::iter::once(unit).chain(members) {
+                if seen.insert(id.clone()) {
+                    named.push(id.clone());
+                }
+            }
+        }
+        named
+    }
+
     fn account(
         &self,
         unit: UnitId,
+        count: usize,
         report: MoveReport,
         stayed: &mut Vec<(UnitId, BlockedReason)>,
         undecided: &mut Vec<UnitId>,
@@ -414,14 +494,14 @@ impl Node {
             MoveEnd::Moved => {
                 let bytes = report.bytes;
                 self.publish_status(|s| {
-                    s.moved += 1;
+                    s.moved += count;
                     s.bytes += bytes;
                 });
                 self.emit(RelocationEvent::UnitMoved(Box::new(report)));
             }
             MoveEnd::Undecided => {
                 tracing::warn!(%unit, relocation = %report.relocation, "unit held until the store says whether it moved");
-                self.publish_status(|s| s.failed += 1);
+                self.publish_status(|s| s.failed += count);
                 self.emit(RelocationEvent::UnitFailed {
                     unit: unit.clone(),
                     reason: "past the point of no return at the deadline, and the store has not \
@@ -449,7 +529,7 @@ impl Node {
                     _ => BlockedReason::RelocationFailed,
                 });
                 tracing::warn!(%unit, ?reason, ?end, relocation = %report.relocation, "unit not moved; it runs on here");
-                self.publish_status(|s| s.failed += 1);
+                self.publish_status(|s| s.failed += count);
                 self.emit(RelocationEvent::UnitFailed {
                     unit: unit.clone(),
                     reason: format!("{end:?}"),

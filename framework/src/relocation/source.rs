@@ -30,6 +30,9 @@ use crate::store::{BatchOutcome, Condition, Op};
 /// report) before it calls it silence; also how long it waits for one store write of its fence.
 const STEP: Duration = Duration::from_secs(5);
 
+/// How often a move whose seal waits for gateways checks whether one of them is gone.
+const GATEWAY_CHECK: Duration = Duration::from_millis(100);
+
 /// How soon the source asks the store again when it could not say whether the fence landed.
 const FENCE_RETRY: Duration = Duration::from_millis(100);
 
@@ -220,6 +223,7 @@ impl Node {
             events: events_tx,
             capture: None,
             bindings: BTreeMap::new(),
+            acked: BTreeSet::new(),
             prefetched: Vec::new(),
             records: Vec::new(),
             relayed: Vec::new(),
@@ -294,6 +298,8 @@ struct SourceRun {
     capture: Option<Capture>,
     /// The sessions bound to the unit's Actors, by gateway; `true` once that gateway was told.
     bindings: BTreeMap<NodeId, Vec<(BoundActor, bool)>>,
+    /// The gateways that acknowledged the seal, or were given up as gone.
+    acked: BTreeSet<NodeId>,
     /// The records of the units on the lane, read before the seal so that the pause waits for
     /// no store round trip; a stale one only fails the commit's compare-and-swap.
     prefetched: Vec<RecordAt>,
@@ -394,23 +400,98 @@ impl SourceRun {
 
     /// Runs the machine to its end. Every event heard (a target's progress report among them)
     /// starts the step again: only a step with nothing heard is silence.
+    ///
+    /// While gateways told to seal have not acknowledged, it looks every [`GATEWAY_CHECK`] for
+    /// gateways that are gone (their mesh link broke, or their lease lapsed): a dead gateway's
+    /// sessions went with it, so the move goes on without it instead of failing. A gateway that
+    /// stays linked but silent is waited for until the mesh would have noticed a dead link.
     async fn go(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>, deadline: Instant) {
         let first = self.quiesce(deadline).await;
         self.feed(first, deadline).await;
+        let mut heard = Instant::now();
         while self.machine.end().is_none() {
             if self.machine.fencing() {
                 // The fence gave up asking at the deadline: the move is undecided.
                 return;
             }
-            let wait = (Instant::now() + STEP).min(deadline);
+            let waiting_for_gateways = !self.unacked_gateways().is_empty();
+            let silence = if waiting_for_gateways {
+                STEP.max(self.link_timeout() + GATEWAY_CHECK)
+            } else {
+                STEP
+            };
+            let check = if waiting_for_gateways {
+                GATEWAY_CHECK
+            } else {
+                STEP
+            };
+            let wait = (Instant::now() + check).min(heard + silence).min(deadline);
             let event = match tokio::time::timeout_at(wait, events.recv()).await {
                 Ok(Some(event)) => event,
                 Ok(None) => SourceEvent::Silence,
                 Err(_) if Instant::now() >= deadline => SourceEvent::Deadline,
-                Err(_) => SourceEvent::Silence,
+                Err(_) => {
+                    let gone = self.gone_gateways();
+                    if gone.is_empty() && heard.elapsed() < silence {
+                        continue;
+                    }
+                    if gone.is_empty() {
+                        SourceEvent::Silence
+                    } else {
+                        for gateway in gone {
+                            tracing::warn!(%gateway, unit = %self.id, "session gateway gone (its link broke or its lease lapsed): its sessions went with it; moving without it");
+                            self.feed(SourceEvent::GatewaySealed(gateway), deadline)
+                                .await;
+                        }
+                        heard = Instant::now();
+                        continue;
+                    }
+                }
             };
+            heard = Instant::now();
             self.feed(event, deadline).await;
         }
+    }
+
+    /// The gateways told to seal that have not acknowledged yet.
+    fn unacked_gateways(&self) -> Vec<NodeId> {
+        self.bindings
+            .iter()
+            .filter(|(gateway, actors)| {
+                !self.acked.contains(*gateway) && actors.iter().any(|(_, told)| *told)
+            })
+            .map(|(gateway, _)| gateway.clone())
+            .collect()
+    }
+
+    /// Of the gateways not heard from, those that are gone: no mesh link is up to them (it broke
+    /// and does not come back), or the cluster counts them dead.
+    fn gone_gateways(&self) -> Vec<NodeId> {
+        let unacked = self.unacked_gateways();
+        if unacked.is_empty() {
+            return unacked;
+        }
+        let peers = self.node.peers();
+        let dead = self.node.core.dead.read().clone();
+        unacked
+            .into_iter()
+            .filter(|gateway| gateway != self.node.id())
+            .filter(|gateway| {
+                let linked = peers
+                    .iter()
+                    .any(|p| p.node == *gateway && p.state == crate::mesh::PeerState::Ready);
+                !linked || dead.contains(gateway)
+            })
+            .collect()
+    }
+
+    /// How long the mesh takes at most to notice a dead link.
+    fn link_timeout(&self) -> Duration {
+        self.node
+            .config()
+            .mesh
+            .as_ref()
+            .map_or(STEP, |mesh| mesh.idle_timeout)
     }
 
     /// Asks the lane for the sessions bound to the unit's Actors (it holds back new binds from
@@ -685,7 +766,10 @@ impl SourceRun {
     async fn feed(&mut self, event: SourceEvent, deadline: Instant) {
         let mut pending = vec![event];
         while let Some(event) = pending.pop() {
-            match event {
+            match &event {
+                SourceEvent::GatewaySealed(gateway) => {
+                    self.acked.insert(gateway.clone());
+                }
                 SourceEvent::RelayReady => self.ready_at = Some(Instant::now()),
                 SourceEvent::Committed => self.committed_at = Some(Instant::now()),
                 SourceEvent::Deadline => self.deadline_passed = true,

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::wire::{
-    DrainReport, ErrorBody, RelocateRequest, ShutdownReport, ShutdownRequest, UnitCreated,
+    DrainReport, ErrorBody, RelocateRequest, Resumed, ShutdownReport, ShutdownRequest, UnitCreated,
     UnitRequest,
 };
 
@@ -149,6 +149,12 @@ impl AdminClient {
     pub async fn relocate(&self, request: &RelocateRequest) -> Result<DrainReport, ClientError> {
         self.operate("/relocate", request, request.deadline_ms)
             .await
+    }
+
+    /// `POST /resume`: answers once the node serves again.
+    pub async fn resume(&self) -> Result<Resumed, ClientError> {
+        let body = self.call(Method::POST, "/resume", None, QUICK).await?;
+        self.decode(&body)
     }
 
     /// `POST /shutdown`: answers once the node has stopped.

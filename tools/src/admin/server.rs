@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::wire::{
-    DrainReport, ErrorBody, Mode, PeerBody, ProgressBody, RelocateRequest, RunningBody,
+    DrainReport, ErrorBody, Mode, PeerBody, ProgressBody, RelocateRequest, Resumed, RunningBody,
     ShutdownReport, ShutdownRequest, StatusBody, UnitCreated, UnitKind, UnitRequest, millis,
 };
 
@@ -38,7 +38,8 @@ const MAX_BODY: usize = 16 * 1024;
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// The routes, for error messages.
-const ROUTES: &str = "GET /status, POST /relocate, POST /shutdown, GET /metrics and POST /units";
+const ROUTES: &str =
+    "GET /status, POST /relocate, POST /resume, POST /shutdown, GET /metrics and POST /units";
 
 /// A `POST /units` body, for error messages.
 const UNIT_EXAMPLE: &str =
@@ -159,6 +160,7 @@ pub fn router(
     Router::new()
         .route("/status", get(status))
         .route("/relocate", post(relocate))
+        .route("/resume", post(resume))
         .route("/shutdown", post(shutdown))
         .route("/metrics", get(render_metrics))
         .route("/units", post(create_unit))
@@ -293,10 +295,21 @@ async fn status(State(shared): State<Arc<Shared>>) -> Json<StatusBody> {
             })
             .collect(),
         progress: ProgressBody::from(&host),
-        safe_to_shutdown: host.safe_to_shutdown,
+        safe_to_shutdown: safe_to_shutdown(node, &host, running.is_some()),
         running,
         last_drain: ops.last_drain.clone(),
+        recovery_waiting: node.recovery_stall().map(Into::into),
     })
+}
+
+/// Whether stopping the node now loses nothing: it hosts no unit and moves none. A fresh node
+/// that never took a unit is as safe to stop as a drained one.
+fn safe_to_shutdown(node: &Node, host: &ferry::HostStatus, running: bool) -> bool {
+    let idle = matches!(
+        node.state(),
+        NodeState::Serving | NodeState::Relocated | NodeState::Stopped
+    );
+    host.safe_to_shutdown || (idle && !running && node.unit_count() == 0)
 }
 
 async fn relocate(
@@ -315,6 +328,32 @@ async fn relocate(
         report
     });
     report.await.map(Json).map_err(task_failed)
+}
+
+/// Puts a drained node back into service. Refused while a drain or shutdown runs, and on a
+/// node that is stopping or stopped.
+async fn resume(State(shared): State<Arc<Shared>>) -> Result<Json<Resumed>, Refusal> {
+    let node = &shared.node;
+    if let Some(running) = &shared.ops.borrow().running {
+        return Err(Refusal::new(
+            StatusCode::CONFLICT,
+            format!(
+                "node {} is running a {}; wait for it to end (`ferry status` shows its \
+                 progress), then resume it",
+                node.id(),
+                running.operation
+            ),
+        ));
+    }
+    let was = node.state();
+    node.resume()
+        .await
+        .map_err(|e| Refusal::new(StatusCode::CONFLICT, e.to_string()))?;
+    Ok(Json(Resumed {
+        node: node.id().to_string(),
+        state: node.state().to_string(),
+        was: was.to_string(),
+    }))
 }
 
 async fn shutdown(
@@ -465,7 +504,8 @@ fn task_failed(error: tokio::task::JoinError) -> Refusal {
 }
 
 async fn render_metrics(State(shared): State<Arc<Shared>>) -> Response {
-    record_gauges(&shared.node);
+    let running = shared.ops.borrow().running.is_some();
+    record_gauges(&shared.node, running);
     shared.metrics.run_upkeep();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -475,7 +515,7 @@ async fn render_metrics(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 /// Sets the node's gauges just before a scrape reads them.
-fn record_gauges(node: &Node) {
+fn record_gauges(node: &Node, running: bool) {
     let id = node.id().to_string();
     let host = node.watch_status().borrow().clone();
     let state = node.state();
@@ -498,7 +538,7 @@ fn record_gauges(node: &Node) {
         ("ferry_drain_bytes", host.bytes as f64),
         (
             "ferry_node_safe_to_shutdown",
-            f64::from(u8::from(host.safe_to_shutdown)),
+            f64::from(u8::from(safe_to_shutdown(node, &host, running))),
         ),
     ];
     for (name, value) in gauges {

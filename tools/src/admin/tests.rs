@@ -492,12 +492,13 @@ fn blocks(language: &str) -> Vec<&'static str> {
 #[test]
 fn the_runbooks_json_is_what_the_endpoint_takes_and_answers() {
     let examples = blocks("json");
-    assert_eq!(examples.len(), 6);
+    assert_eq!(examples.len(), 7);
     for example in examples {
         let fits = serde_json::from_str::<StatusBody>(example).is_ok()
             || serde_json::from_str::<ShutdownReport>(example).is_ok()
             || serde_json::from_str::<super::wire::UnitRequest>(example).is_ok()
             || serde_json::from_str::<UnitCreated>(example).is_ok()
+            || serde_json::from_str::<super::wire::Resumed>(example).is_ok()
             || serde_json::from_str::<super::wire::RelocateRequest>(example)
                 .is_ok_and(|r| r.options().is_ok())
             || serde_json::from_str::<super::wire::ShutdownRequest>(example).is_ok();
@@ -541,4 +542,69 @@ fn every_metric_in_the_runbook_is_recorded() {
             "{metric} is in the runbook but recorded nowhere"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_counts_with_its_members_and_a_drained_node_resumes_taking_units() {
+    let cluster = Cluster::start(2, ferry_samples::registry).await;
+    let admin = admin(&cluster, "n1");
+    let post = |body: Value| call(&admin.router, "POST", "/units", body.to_string());
+
+    // A fresh node hosts nothing and moves nothing: stopping it loses nothing.
+    let s = status(&admin.router).await;
+    assert_eq!(
+        (s.state.as_str(), s.units, s.safe_to_shutdown),
+        ("Serving", 0, true)
+    );
+
+    // A room with two members is three units, in the status and in the drain.
+    let (code, body) = post(json!({"kind": "spot", "factory": chat::ROOM, "id": "lobby"})).await;
+    assert_eq!(code, StatusCode::CREATED, "{body}");
+    for who in ["ann", "bob"] {
+        let member = json!({"kind": "actor", "factory": chat::CHATTER, "id": who, "join": "lobby"});
+        let (code, body) = post(member).await;
+        assert_eq!(code, StatusCode::CREATED, "{body}");
+    }
+    let s = status(&admin.router).await;
+    assert_eq!((s.units, s.safe_to_shutdown), (3, false));
+    let (code, body) = call(&admin.router, "POST", "/relocate", "").await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    let report: DrainReport = serde_json::from_value(body).expect("a drain report");
+    assert_eq!((report.outcome, report.moved), (Outcome::Relocated, 3));
+    let s = status(&admin.router).await;
+    assert_eq!(
+        (s.state.as_str(), s.progress.total, s.progress.moved),
+        ("Relocated", 3, 3)
+    );
+    assert_eq!(cluster.node("n2").unit_count(), 3);
+
+    // Drained, it takes no unit; resumed, it serves and takes units again, and the cluster
+    // sees it serving.
+    let (code, _) = post(json!({"kind": "spot", "factory": chat::ROOM, "id": "early"})).await;
+    assert_eq!(code, StatusCode::CONFLICT);
+    let (code, body) = call(&admin.router, "POST", "/resume", "").await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(
+        (&body["node"], &body["state"], &body["was"]),
+        (&json!("n1"), &json!("Serving"), &json!("Relocated"))
+    );
+    let s = status(&admin.router).await;
+    assert_eq!(
+        (s.state.as_str(), s.units, s.safe_to_shutdown),
+        ("Serving", 0, true)
+    );
+    let n2 = cluster.node("n2");
+    n2.refresh_membership().await.expect("membership read");
+    let seen = n2
+        .cluster_view()
+        .into_iter()
+        .find(|d| d.node.as_str() == "n1");
+    assert_eq!(seen.map(|d| d.state), Some(NodeState::Serving));
+    let (code, body) = post(json!({"kind": "spot", "factory": chat::ROOM, "id": "late"})).await;
+    assert_eq!(code, StatusCode::CREATED, "{body}");
+    // Resuming a serving node changes nothing.
+    let (code, body) = call(&admin.router, "POST", "/resume", "").await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(body["was"], "Serving");
+    cluster.shutdown().await;
 }

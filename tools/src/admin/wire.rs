@@ -35,6 +35,29 @@ pub struct StatusBody {
     pub running: Option<RunningBody>,
     /// How the last drain ended, if one ended since the node started.
     pub last_drain: Option<DrainReport>,
+    /// Why recovery waits to rebuild dead nodes' units, if it does (as this node sees it).
+    pub recovery_waiting: Option<RecoveryWaiting>,
+}
+
+/// Recovery that cannot rebuild dead nodes' units now, as `/status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryWaiting {
+    /// The dead nodes whose units wait.
+    pub dead: Vec<String>,
+    /// How many units wait, when the coordinator counted them.
+    pub units: Option<usize>,
+    /// What is missing and what to do.
+    pub reason: String,
+}
+
+impl From<ferry::RecoveryStall> for RecoveryWaiting {
+    fn from(stall: ferry::RecoveryStall) -> Self {
+        RecoveryWaiting {
+            dead: stall.dead.iter().map(ToString::to_string).collect(),
+            units: stall.units,
+            reason: stall.reason,
+        }
+    }
 }
 
 /// One mesh peer as `/status` shows it.
@@ -171,6 +194,17 @@ pub fn deadline(ms: Option<u64>) -> Result<Duration, String> {
         ));
     }
     Ok(deadline)
+}
+
+/// `POST /resume` answers this once the node serves again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resumed {
+    /// The node.
+    pub node: String,
+    /// Its state now: `Serving`.
+    pub state: String,
+    /// The state it was in when asked (`Relocated`, or `Serving` if it served already).
+    pub was: String,
 }
 
 /// `POST /units`: a spot or an actor to create on this node, so that clients have something to

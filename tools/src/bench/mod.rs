@@ -2,7 +2,8 @@
 //! process, bot players in FPS, chat and bingo rooms on one node, and rooms that carry state on another.
 //! While the bots play, the rooms with state move one at a time and then are drained off their
 //! node, each step beside the stop-the-room handoff on the same rooms; then the bots' own rooms
-//! move. Prints a table; writes JSON and an SVG chart of the pause distribution on request.
+//! move. Prints a table, or JSON with `--json`; writes an SVG chart of the pause distribution on
+//! request.
 //!
 //! Layout, in the order a run goes:
 //! - [`rooms`]: the rooms that carry state, and the count each should have.
@@ -57,15 +58,15 @@ pub struct BenchArgs {
     /// Bot players in each game room.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=16))]
     players: u16,
-    /// Seconds of moving rooms one at a time beside the baseline, before the drain.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u16).range(1..=3_600))]
-    seconds: u16,
+    /// How long rooms move one at a time beside the baseline before the drain, such as 30s.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::durations::parse)]
+    duration: Duration,
     /// The location store: `memory` (in this process) or a redis:// URL.
     #[arg(long, default_value = "memory", value_parser = StoreChoice::parse)]
     store: StoreChoice,
-    /// Also write the report as JSON to this file.
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
+    /// Print the report as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
     /// Also write an SVG chart of the pause distribution to this file.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
@@ -128,7 +129,7 @@ struct GameRooms {
     elapsed: Duration,
 }
 
-/// Runs the bench, prints the table and writes the files asked for; fails if Ferry lost or
+/// Runs the bench, prints the table (or the JSON) and writes the chart if asked for; fails if Ferry lost or
 /// doubled a message, a bot saw something wrong, or a step could not be done.
 pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
     let started = Instant::now();
@@ -137,9 +138,10 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
     cluster.shutdown().await;
     let measured = result?;
     let report = Report::new(&args, &measured, started.elapsed());
-    print!("{}", report.text());
-    if let Some(path) = &args.json {
-        write(path, &serde_json::to_string_pretty(&report)?)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.text());
     }
     if let Some(path) = &args.svg {
         let o = &measured.one_by_one;
@@ -184,7 +186,7 @@ async fn measure(cluster: &LocalCluster, args: &BenchArgs) -> Result<Measured, B
         team.add(game, config, me);
     }
     let queued = args.queued as usize;
-    let seconds = Duration::from_secs(u64::from(args.seconds));
+    let seconds = args.duration;
     let one_by_one = one_by_one::run(cluster, &mut rooms, queued, seconds).await?;
     let drains = drains::run(cluster, &mut rooms, queued).await?;
     let game_rooms = move_game_rooms(cluster, game_rooms).await?;

@@ -13,7 +13,7 @@ use super::{BenchArgs, Measured};
 use crate::bots::BotsSummary;
 use crate::drain_watch::DrainSummary;
 use crate::move_reports::{MovesSummary, PhaseSummary};
-use crate::percentiles::{Durations, Percentiles, readable_us};
+use crate::percentiles::{Durations, Percentiles, ms, readable_us, secs};
 
 /// Everything the bench prints and writes.
 #[derive(Debug, Clone, Serialize)]
@@ -50,7 +50,7 @@ pub struct Sizes {
     /// Bots in each game room.
     pub players: u16,
     /// Seconds of moves one at a time.
-    pub seconds: u16,
+    pub seconds: f64,
 }
 
 /// Rooms moved one at a time: Ferry there, the baseline back.
@@ -191,10 +191,6 @@ pub struct ClientsReport {
     pub gaps_over_goal: u64,
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1_000.0
-}
-
 fn per_s(amount: f64, took: Duration) -> f64 {
     let secs = took.as_secs_f64();
     if secs > 0.0 { amount / secs } else { 0.0 }
@@ -228,7 +224,7 @@ impl Report {
                 queued: args.queued,
                 game_rooms: args.game_rooms,
                 players: args.players,
-                seconds: args.seconds,
+                seconds: secs(args.duration),
             },
             moves: MovesReport {
                 pause_ratio: Ratios::of(&ferry_moves.pause, &baseline_handoff),
@@ -412,13 +408,18 @@ impl Report {
             bots.tick_gaps.count
         ));
         line(format!(
-            "  inputs sent {}, applied {}; lost {}, duplicated {}, reordered {}; {} reconnected",
+            "  inputs sent {}, applied {}; lost by the server {}, duplicated {}, reordered {}; \
+             not delivered by the client {}; lost in rebuilt rooms {}; {} reconnected; rooms \
+             rebuilt after a crash: {}",
             bots.inputs_sent,
             bots.inputs_applied,
             bots.inputs.lost,
             bots.inputs.duplicated,
             bots.inputs.reordered,
-            bots.reconnected
+            bots.inputs_undelivered,
+            bots.inputs_lost_in_rebuilds,
+            bots.reconnected,
+            bots.rebuilt_text()
         ));
         out
     }

@@ -59,9 +59,9 @@ pub struct BotsArgs {
     /// Players in each room, numbered from 0.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     players: u16,
-    /// Seconds to play.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
-    seconds: u16,
+    /// How long to play, such as 10s, 2m or 1h.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::durations::parse)]
+    duration: Duration,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -139,7 +139,7 @@ pub async fn run(args: BotsArgs) -> Result<(), BotsError> {
             team.add(plan.game, config, player.clone());
         }
     }
-    tokio::time::sleep(Duration::from_secs(u64::from(args.seconds))).await;
+    tokio::time::sleep(args.duration).await;
     let tallies = team.finish().await;
     let summary = BotsSummary::of(&tallies);
     if args.json {
@@ -155,18 +155,22 @@ pub async fn run(args: BotsArgs) -> Result<(), BotsError> {
 
 fn text(s: &BotsSummary) -> String {
     format!(
-        "{} bots: {} inputs sent, {} applied; lost {}, duplicated {}, reordered {}; \
-         {} mismatches; tick gap p50 {} p99 {} longest {:.1} ms; {} reconnected\n",
+        "{} bots: {} inputs sent, {} applied; lost by the server {}, duplicated {}, reordered {}; \
+         not delivered by the client {}; lost in rebuilt rooms {}; {} mismatches; tick gap p50 {} \
+         p99 {} longest {:.1} ms; {} reconnected; rooms rebuilt after a crash: {}\n",
         s.players,
         s.inputs_sent,
         s.inputs_applied,
         s.inputs.lost,
         s.inputs.duplicated,
         s.inputs.reordered,
+        s.inputs_undelivered,
+        s.inputs_lost_in_rebuilds,
         s.mismatches,
         readable_us(s.tick_gaps.p50_us),
         readable_us(s.tick_gaps.p99_us),
         s.longest_tick_gap_ms,
-        s.reconnected
+        s.reconnected,
+        s.rebuilt_text()
     )
 }

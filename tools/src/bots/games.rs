@@ -159,10 +159,43 @@ pub fn registry() -> Registry {
 }
 
 /// An FPS player: aims somewhere new each input, and checks the snapshots with the sample's own
-/// [`fps::Watch`].
+/// [`fps::Watch`]. It counts from the state it finds: a room an earlier client played already
+/// has inputs applied, and only what this bot sent is checked. A snapshot whose tick and input
+/// count both went back is the room rebuilt after a crash (its state restarted): the bot notes
+/// when, counts the inputs that were lost with the old incarnation apart, and checks on from the
+/// new one.
 #[derive(Default)]
 struct FpsBot {
     watch: fps::Watch,
+    /// The room's log of this player's inputs when the bot first saw it (an earlier client's).
+    base: Option<fps::InputLog>,
+    /// Inputs out of order the room counts through no fault: one when this bot's first input
+    /// follows an earlier client's, one for each first input after a rebuild.
+    expected_out_of_order: u64,
+    /// Inputs this bot handed to its client so far.
+    sent: u64,
+    /// Inputs applied by incarnations of the room that were lost in a crash since.
+    applied_before: u64,
+    /// Inputs lost with a rebuilt incarnation: sent before the rebuild, never applied.
+    lost_in_rebuilds: u64,
+    /// The snapshot checks of incarnations before the current one.
+    past: Faults,
+    /// When each rebuild was seen, and on which node the room came back.
+    rebuilds: Vec<player::Rebuild>,
+}
+
+impl FpsBot {
+    /// What the current incarnation applied of this bot's inputs.
+    fn applied_now(&self) -> u64 {
+        let log = self
+            .watch
+            .last
+            .as_ref()
+            .map(|s| s.inputs)
+            .unwrap_or_default();
+        let base = self.base.unwrap_or_default().applied;
+        log.applied.saturating_sub(base)
+    }
 }
 
 impl Game for FpsBot {
@@ -170,28 +203,80 @@ impl Game for FpsBot {
     type Push = fps::Snapshot;
 
     fn input(&mut self, seq: u64) -> fps::PlayerMsg {
+        self.sent = seq + 1;
         let aim = (seq.wrapping_mul(37) % 360) as u16;
         fps::PlayerMsg::Input(fps::Input { seq, aim })
     }
 
     fn read(&mut self, snapshot: fps::Snapshot) -> Option<u64> {
         let tick = snapshot.tick;
+        match &self.watch.last {
+            None if self.base.is_none() => {
+                // The log may hold an earlier client's inputs, and already some of ours: if the
+                // last one applied is a number this bot sent, the inputs up to it are ours.
+                let mut base = snapshot.inputs;
+                if let Some(last) = base.last_seq
+                    && last < self.sent
+                {
+                    base.applied = base.applied.saturating_sub(last + 1);
+                    base.last_seq = None;
+                }
+                // The first of ours follows an earlier client's out of turn.
+                if base.applied > 0 {
+                    self.expected_out_of_order = 1;
+                }
+                self.base = Some(base);
+            }
+            Some(last)
+                if snapshot.tick < last.tick && snapshot.inputs.applied < last.inputs.applied =>
+            {
+                let applied = self.applied_now();
+                self.applied_before += applied;
+                // Sent before the crash and not applied by the old incarnation: gone with it.
+                let lost = self.sent.saturating_sub(self.applied_before);
+                self.lost_in_rebuilds += lost;
+                self.applied_before += lost;
+                let check = self.watch.inputs(0);
+                self.past.add(Faults {
+                    lost: 0,
+                    duplicated: 0,
+                    reordered: check.reordered.saturating_sub(self.expected_out_of_order)
+                        + self.watch.went_back,
+                });
+                self.rebuilds.push(player::Rebuild {
+                    node: snapshot.node.to_string(),
+                    at: std::time::Instant::now(),
+                });
+                self.watch = fps::Watch::default();
+                self.base = Some(snapshot.inputs);
+                self.expected_out_of_order = u64::from(self.sent > 0);
+            }
+            _ => {}
+        }
         self.watch.see(snapshot);
         Some(tick)
     }
 
     fn caught_up(&self, sent: u64) -> bool {
-        self.watch.caught_up(sent)
+        self.applied_before + self.applied_now() >= sent
     }
 
     fn faults(&self, sent: u64) -> Faults {
-        let check = self.watch.inputs(sent);
-        Faults {
-            lost: check.lost,
-            duplicated: check.duplicated,
+        let check = self.watch.inputs(0);
+        let applied = self.applied_before + self.applied_now();
+        let mut faults = self.past;
+        faults.add(Faults {
+            lost: sent.saturating_sub(applied),
+            duplicated: applied.saturating_sub(sent),
             // A snapshot that went back means the room's view of this player went back.
-            reordered: check.reordered + self.watch.went_back,
-        }
+            reordered: check.reordered.saturating_sub(self.expected_out_of_order)
+                + self.watch.went_back,
+        });
+        faults
+    }
+
+    fn rebuilds(&self) -> (&[player::Rebuild], u64) {
+        (&self.rebuilds, self.lost_in_rebuilds)
     }
 }
 
@@ -480,6 +565,71 @@ mod tests {
 
     fn spot(id: &str) -> SpotId {
         SpotId::new(id).expect("valid id")
+    }
+
+    /// An FPS snapshot made on `node` at `tick`, with this player's input log.
+    fn snapshot(node: &str, tick: u64, applied: u64, last: Option<u64>, out: u64) -> fps::Snapshot {
+        fps::Snapshot {
+            tick,
+            round: 1,
+            phase: fps::Phase::Play,
+            node: ferry::NodeId::new(node).expect("valid id"),
+            inputs: fps::InputLog {
+                applied,
+                last_seq: last,
+                out_of_order: out,
+            },
+            scores: Default::default(),
+        }
+    }
+
+    #[test]
+    fn an_fps_bot_counts_from_the_state_it_finds_so_a_second_run_is_clean() {
+        let mut bot = FpsBot::default();
+        // An earlier run applied 100 inputs of this player, numbered 0 to 99.
+        bot.read(snapshot("n1", 500, 100, Some(99), 0));
+        for seq in 0..3 {
+            bot.input(seq);
+        }
+        assert!(!bot.caught_up(3));
+        // Ours are applied after them: the room counts our first one out of turn.
+        bot.read(snapshot("n1", 501, 103, Some(2), 1));
+        assert!(bot.caught_up(3));
+        assert_eq!(bot.faults(3), Faults::default());
+        // A real loss still shows.
+        bot.input(3);
+        assert_eq!(bot.faults(4).lost, 1);
+    }
+
+    #[test]
+    fn an_fps_bot_names_a_rebuilt_room_and_counts_what_died_with_it_apart() {
+        let mut bot = FpsBot::default();
+        bot.read(snapshot("n1", 10, 0, None, 0));
+        bot.input(0);
+        bot.input(1);
+        bot.read(snapshot("n1", 11, 2, Some(1), 0));
+        bot.input(2);
+        // The room's node crashed; the room came back fresh on n2, tick and inputs from zero.
+        bot.read(snapshot("n2", 1, 0, None, 0));
+        let (rebuilds, lost) = bot.rebuilds();
+        assert_eq!(rebuilds.len(), 1);
+        assert_eq!(rebuilds[0].node, "n2");
+        assert_eq!(lost, 1, "input 2 died with the old incarnation");
+        // Play goes on in the new incarnation: nothing lost, doubled or out of order there.
+        bot.input(3);
+        bot.read(snapshot("n2", 2, 1, Some(3), 1));
+        assert!(bot.caught_up(4));
+        assert_eq!(bot.faults(4), Faults::default());
+    }
+
+    #[test]
+    fn an_fps_bot_whose_first_snapshot_shows_its_own_inputs_counts_them() {
+        let mut bot = FpsBot::default();
+        bot.input(0);
+        bot.input(1);
+        bot.read(snapshot("n1", 7, 2, Some(1), 0));
+        assert!(bot.caught_up(2));
+        assert_eq!(bot.faults(2), Faults::default());
     }
 
     #[test]

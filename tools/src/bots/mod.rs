@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 
 use self::checks::Faults;
 use self::games::GameKind;
-use self::player::Tally;
+use self::player::{RoomRebuilt, Tally};
 use crate::percentiles::{Durations, Percentiles};
 
 /// What a client needs to reach a cluster's gateways.
@@ -75,8 +75,16 @@ pub struct BotsSummary {
     pub inputs_sent: u64,
     /// Inputs the server reported applied.
     pub inputs_applied: u64,
-    /// Inputs lost, applied twice, or applied out of order (all must be zero).
+    /// Inputs the server lost, applied twice, or applied out of order (all must be zero).
     pub inputs: Faults,
+    /// Inputs the clients could not deliver: written into a connection whose gateway died. They
+    /// were never applied; that is the dead gateway's doing, not a fault of the server.
+    pub inputs_undelivered: u64,
+    /// Inputs lost with rooms that crashed and were rebuilt (their state restarted).
+    pub inputs_lost_in_rebuilds: u64,
+    /// The rooms rebuilt after a crash while the bots played: each once, with the node it came
+    /// back on and when (the first bot to see it).
+    pub rooms_rebuilt: Vec<RoomRebuilt>,
     /// Pushes whose content the game's rules do not explain, such as a bingo mark no draw made
     /// (must be zero).
     pub mismatches: u64,
@@ -108,10 +116,13 @@ impl BotsSummary {
             inputs_sent: tallies.iter().map(|t| t.sent).sum(),
             inputs_applied: tallies.iter().map(|t| t.applied).sum(),
             inputs,
+            inputs_undelivered: tallies.iter().map(|t| t.undelivered).sum(),
+            inputs_lost_in_rebuilds: tallies.iter().map(|t| t.lost_in_rebuilds).sum(),
+            rooms_rebuilt: rebuilt_rooms(tallies),
             mismatches: tallies.iter().map(|t| t.mismatches).sum(),
             pushes: tallies.iter().map(|t| t.pushes).sum(),
             tick_gaps: gaps.summary(),
-            longest_tick_gap_ms: longest.as_secs_f64() * 1_000.0,
+            longest_tick_gap_ms: crate::percentiles::ms(longest),
             reconnected: tallies.iter().filter(|t| t.connects > 1).count() as u64,
             errors: tallies.iter().filter_map(|t| t.error.clone()).collect(),
         }
@@ -121,6 +132,18 @@ impl BotsSummary {
     /// played to the end.
     pub fn is_clean(&self) -> bool {
         self.inputs.is_clean() && self.mismatches == 0 && self.errors.is_empty()
+    }
+
+    /// The rooms rebuilt after a crash, for a person: `none`, or `fps-0 on bravo after 12.3 s`.
+    pub fn rebuilt_text(&self) -> String {
+        if self.rooms_rebuilt.is_empty() {
+            return "none".to_owned();
+        }
+        self.rooms_rebuilt
+            .iter()
+            .map(|r| format!("{} on {} after {:.1} s", r.room, r.node, r.after_s))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// What went wrong, in one sentence, if anything did.
@@ -136,7 +159,7 @@ impl BotsSummary {
         } = self.inputs;
         if !self.inputs.is_clean() {
             parts.push(format!(
-                "the bots saw {lost} inputs lost, {duplicated} duplicated and {reordered} reordered"
+                "the server lost {lost} inputs, applied {duplicated} twice and {reordered} out of order"
             ));
         }
         if self.mismatches > 0 {
@@ -153,6 +176,22 @@ impl BotsSummary {
         }
         Some(parts.join("; "))
     }
+}
+
+/// Every room rebuild the bots saw, each room and node once, the earliest sighting first.
+fn rebuilt_rooms(tallies: &[Tally]) -> Vec<RoomRebuilt> {
+    let mut rooms: Vec<RoomRebuilt> = Vec::new();
+    let mut all: Vec<&RoomRebuilt> = tallies.iter().flat_map(|t| &t.rebuilds).collect();
+    all.sort_by(|a, b| a.after_s.total_cmp(&b.after_s));
+    for rebuilt in all {
+        if !rooms
+            .iter()
+            .any(|r| r.room == rebuilt.room && r.node == rebuilt.node)
+        {
+            rooms.push(rebuilt.clone());
+        }
+    }
+    rooms
 }
 
 /// Bots playing together until they are told to stop.

@@ -35,6 +35,32 @@ pub trait Game: Send + 'static {
     fn mismatches(&self) -> u64 {
         0
     }
+
+    /// The rebuilds of the room seen so far (its state restarted after a crash), and how many
+    /// inputs were lost with the incarnations that died (for games whose pushes show it).
+    fn rebuilds(&self) -> (&[Rebuild], u64) {
+        (&[], 0)
+    }
+}
+
+/// A room rebuilt after a crash, as a report names it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RoomRebuilt {
+    /// The room.
+    pub room: String,
+    /// The node it came back on.
+    pub node: String,
+    /// When a bot first saw it back, in seconds from that bot's start.
+    pub after_s: f64,
+}
+
+/// A room rebuilt after a crash, as a bot saw it: its state restarted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rebuild {
+    /// The node it came back on.
+    pub node: String,
+    /// When the bot first saw the new incarnation.
+    pub at: Instant,
 }
 
 /// How a bot plays.
@@ -54,8 +80,16 @@ pub struct Tally {
     pub sent: u64,
     /// Inputs the server reported applied (first reports only).
     pub applied: u64,
-    /// Inputs lost, applied twice, or applied out of order.
+    /// Inputs the server lost, applied twice, or applied out of order (inputs the client could
+    /// not deliver are not counted lost here).
     pub faults: Faults,
+    /// Inputs the client wrote into a connection that died before they could arrive (its
+    /// gateway died): never applied, and not the server's doing.
+    pub undelivered: u64,
+    /// Inputs lost with a room that crashed and was rebuilt (its state restarted).
+    pub lost_in_rebuilds: u64,
+    /// Its room's rebuilds, as it saw them.
+    pub rebuilds: Vec<RoomRebuilt>,
     /// Pushes whose content the game's rules do not explain.
     pub mismatches: u64,
     /// Pushes received.
@@ -78,6 +112,7 @@ pub async fn play<G: Game>(
     mut stop: watch::Receiver<bool>,
 ) -> Tally {
     let mut tally = Tally::default();
+    let started = Instant::now();
     let mut client = match connect(config, &me).await {
         Ok(client) => client,
         Err(error) => {
@@ -126,6 +161,7 @@ pub async fn play<G: Game>(
                     tally.error = Some(format!("{me} was unbound: {reason}"));
                     break;
                 }
+                Ok(ClientEvent::Undelivered { inputs, .. }) => tally.undelivered += inputs,
                 Ok(ClientEvent::Reconnected { .. }) => {}
                 Err(error) => {
                     tally.error = Some(format!("{me}: {error}"));
@@ -136,7 +172,22 @@ pub async fn play<G: Game>(
     }
     tally.faults = game.faults(tally.sent);
     tally.mismatches = game.mismatches();
-    tally.applied = tally.sent - tally.faults.lost.min(tally.sent);
+    let (rebuilds, lost_in_rebuilds) = game.rebuilds();
+    let room = super::games::room_of(&me).map_or_else(|| me.to_string(), |r| r.to_string());
+    tally.rebuilds = rebuilds
+        .iter()
+        .map(|r| RoomRebuilt {
+            room: room.clone(),
+            node: r.node.clone(),
+            after_s: crate::percentiles::secs(r.at.saturating_duration_since(started)),
+        })
+        .collect();
+    tally.lost_in_rebuilds = lost_in_rebuilds;
+    let not_applied = tally.faults.lost + lost_in_rebuilds;
+    tally.applied = tally.sent - not_applied.min(tally.sent);
+    // What the client could not deliver is not what the server lost.
+    tally.undelivered = tally.undelivered.min(tally.faults.lost);
+    tally.faults.lost -= tally.undelivered;
     tally.connects = client.session().connects;
     client.close().await;
     tally

@@ -35,9 +35,9 @@ pub struct DemoArgs {
     /// Bot players in each room.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=16))]
     players: u16,
-    /// Seconds the bots play; the drain starts after the first third.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=600))]
-    seconds: u16,
+    /// How long the bots play, such as 10s or 2m; the drain starts after the first third.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::durations::parse)]
+    duration: Duration,
     /// The location store: `memory` (in this process) or a redis:// URL.
     #[arg(long, default_value = "memory", value_parser = StoreChoice::parse)]
     store: StoreChoice,
@@ -59,7 +59,9 @@ pub enum DemoError {
     #[error(transparent)]
     Id(#[from] ferry::InvalidId),
     /// The drain did not move every unit.
-    #[error("the drain of {node} ended {outcome}; the report above lists what stayed")]
+    #[error(
+        "the drain of {node} ended {outcome}; the report above counts what stayed, and the log at warn level names each unit and why"
+    )]
     Drain {
         /// The node drained.
         node: String,
@@ -117,7 +119,7 @@ async fn play(
         let config = cluster.access.client(team.size());
         team.add(game, config, me);
     }
-    let play_for = Duration::from_secs(u64::from(args.seconds));
+    let play_for = args.duration;
     let play_until = tokio::time::Instant::now() + play_for;
     tokio::time::sleep(play_for / 3).await;
     let options = RelocateOptions {

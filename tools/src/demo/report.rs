@@ -24,7 +24,7 @@ pub struct Report {
     /// The sample games played.
     pub games: Vec<&'static str>,
     /// Seconds the bots played.
-    pub seconds: u16,
+    pub seconds: f64,
     /// The drain of one node while the bots played.
     pub drain: DrainSummary,
     /// What the bots sent and saw.
@@ -44,10 +44,10 @@ impl Report {
                 .iter()
                 .map(|g| g.name())
                 .collect(),
-            seconds: args.seconds,
+            seconds: crate::percentiles::secs(args.duration),
             drain: drained.summary(),
             bots: BotsSummary::of(tallies),
-            elapsed_ms: elapsed.as_secs_f64() * 1_000.0,
+            elapsed_ms: crate::percentiles::ms(elapsed),
         }
     }
 
@@ -90,9 +90,24 @@ impl Report {
             "  inputs sent     {} ({} applied)",
             b.inputs_sent, b.inputs_applied
         ));
-        line(format!("  lost            {}", b.inputs.lost));
-        line(format!("  duplicated      {}", b.inputs.duplicated));
-        line(format!("  reordered       {}", b.inputs.reordered));
+        line(format!("  lost by the server          {}", b.inputs.lost));
+        line(format!(
+            "  duplicated                  {}",
+            b.inputs.duplicated
+        ));
+        line(format!(
+            "  reordered                   {}",
+            b.inputs.reordered
+        ));
+        line(format!(
+            "  not delivered by the client {} (written into a connection whose gateway died)",
+            b.inputs_undelivered
+        ));
+        line(format!(
+            "  lost in rebuilt rooms       {} (rooms rebuilt after a crash: {})",
+            b.inputs_lost_in_rebuilds,
+            b.rebuilt_text()
+        ));
         line(format!(
             "  mismatches      {} (bingo cards, marks and rewards the draws do not explain)",
             b.mismatches

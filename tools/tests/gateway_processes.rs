@@ -1,0 +1,304 @@
+//! A dead gateway is a gone session, not a failed move, with real `ferry node` processes on a real
+//! redis-server. An FPS room runs on `alpha`; one player plays through the gateway on `bravo`, the
+//! other through the gateway on `charlie`. `charlie` is killed with SIGKILL, and `alpha` is drained
+//! right after: the drain moves the room (to `bravo`) without waiting for the dead gateway, and
+//! the player on the healthy gateway plays on, on the same session, through the move. A client
+//! whose own gateway is killed fails over to the next one it was given, within its idle timeout,
+//! binds again, and is told which of its inputs could not be delivered.
+
+mod common;
+
+use std::time::Duration;
+
+use common::TempDir;
+use common::processes::{Processes, driver, post, raw_http, run_ferry, settle, text, within};
+use ferry::client::{Client, ClientConfig, ClientEvent};
+use ferry::{ActorId, NodeId, Registry, SpotId};
+use ferry_samples::fps::{self, Snapshot};
+use ferry_tests::redis_server::RedisServer;
+
+/// The redis key prefix of this test's cluster.
+const PREFIX: &str = "tools-gateways";
+
+/// The application version every node runs.
+const VERSION: &str = "7";
+
+fn id(text: &str) -> NodeId {
+    NodeId::new(text).expect("valid node id")
+}
+
+/// A node's config; `gateway` adds a client gateway.
+fn node_config(name: &str, redis_url: &str, capacity: u64, gateway: bool) -> String {
+    let mut config = format!(
+        r#"id = "{name}"
+app_version = "{VERSION}"
+certs = "certs"
+store = "{redis_url}"
+store_prefix = "{PREFIX}"
+capacity = {capacity}
+lease_ttl_ms = 3000
+refresh_ms = 200
+"#
+    );
+    if gateway {
+        config.push_str(
+            r#"sessions_listen = "127.0.0.1:0"
+sessions_cert = "certs/gateway.pem"
+sessions_key = "certs/gateway.key"
+sessions_tokens = "tokens.txt"
+"#,
+        );
+    }
+    config
+}
+
+/// Creates a unit on `admin`'s node through `POST /units`.
+async fn create_unit(admin: &str, body: &str) {
+    let (code, answer) = raw_http(admin, &post("/units", body)).await;
+    assert_eq!(code, 201, "{body}: {answer}");
+}
+
+/// Reads pushes until `player` got a snapshot made on `node`; an unbind, a reconnect or an end of
+/// the client fails the test.
+async fn snapshot_from(client: &mut Client, player: &ActorId, node: &str) {
+    within(&format!("a snapshot from {node} for {player}"), async {
+        loop {
+            match client.recv::<Snapshot>().await.expect("the client runs") {
+                ClientEvent::Push { actor, msg }
+                    if actor == *player && msg.node.as_str() == node =>
+                {
+                    return;
+                }
+                ClientEvent::Push { .. } => {}
+                ClientEvent::Reconnected { .. } | ClientEvent::Undelivered { .. } => {
+                    panic!("{player} had to reconnect")
+                }
+                ClientEvent::Unbound { actor, reason } => panic!("{actor} unbound: {reason}"),
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_right_after_a_gateway_died_moves_the_room_and_healthy_players_play_on() {
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let tmp = TempDir::new("dead-gateway");
+    let certs_dir = tmp.path().join("certs");
+    let out = run_ferry(&[
+        "certs",
+        "--out",
+        &certs_dir.display().to_string(),
+        "--nodes",
+        "alpha,bravo,charlie,driver",
+        "--gateway",
+        "localhost",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(tmp.path().join("tokens.txt"), "gw-token bots\n").expect("tokens");
+    let mut registry = Registry::new();
+    fps::register(&mut registry, fps::Rules::default());
+    let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
+    let mut processes = Processes::default();
+    let mut ready = Vec::new();
+    // charlie takes no unit: the drain's only target is bravo.
+    for (name, capacity, gateway) in [
+        ("alpha", 100, false),
+        ("bravo", 100, true),
+        ("charlie", 0, true),
+    ] {
+        let config = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(&config, node_config(name, &redis.url(), capacity, gateway))
+            .expect("config");
+        ready.push(processes.start(name, &config, tmp.path()).await);
+    }
+    settle(&driver, &store, &[id("alpha"), id("bravo"), id("charlie")]).await;
+    let alpha_admin = ready[0].admin();
+
+    let room = SpotId::new("fps-room-gateways").expect("valid id");
+    create_unit(
+        &alpha_admin,
+        &format!(
+            r#"{{"kind":"spot","factory":"{}","id":"{room}","join":null}}"#,
+            fps::ROOM
+        ),
+    )
+    .await;
+    let (healthy, doomed) = (
+        ActorId::new("p-bravo").expect("valid id"),
+        ActorId::new("p-charlie").expect("valid id"),
+    );
+    for p in [&healthy, &doomed] {
+        let body = format!(
+            r#"{{"kind":"actor","factory":"{}","id":"{p}","join":"{room}"}}"#,
+            fps::PLAYER
+        );
+        create_unit(&alpha_admin, &body).await;
+    }
+    let ca_pem = std::fs::read_to_string(certs_dir.join("gateway.pem")).expect("gateway CA");
+    let client = |gateway: usize| {
+        let servers = vec![ready[gateway].sessions.expect("a gateway")];
+        let mut config =
+            ClientConfig::new(servers, "localhost", ca_pem.clone(), b"gw-token".to_vec());
+        config.reconnect = None;
+        Client::connect(config)
+    };
+    let mut on_bravo = client(1).await.expect("client connects to bravo");
+    let mut on_charlie = client(2).await.expect("client connects to charlie");
+    on_bravo.bind(&healthy).await.expect("bound");
+    on_charlie.bind(&doomed).await.expect("bound");
+    snapshot_from(&mut on_bravo, &healthy, "alpha").await;
+    snapshot_from(&mut on_charlie, &doomed, "alpha").await;
+
+    // charlie dies; alpha is drained at once, while charlie's lease is still current.
+    processes.kill(2).await;
+    let out = run_ferry(&["drain", &alpha_admin, "--deadline", "60s"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the drain moves the room without the dead gateway: {}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).starts_with("relocated: 3 units moved off"),
+        "{}",
+        text(&out.stdout)
+    );
+    // The player on the healthy gateway plays on, on the same session, from the room's new node.
+    snapshot_from(&mut on_bravo, &healthy, "bravo").await;
+    assert_eq!(on_bravo.session().connects, 1, "no reconnect was needed");
+
+    on_bravo.close().await;
+    drop(on_charlie);
+    driver.shutdown().await;
+    for (name, status, log) in processes.terminate_all().await {
+        if name == "alpha" {
+            assert!(
+                log.contains("session gateway gone"),
+                "alpha's log says it moved without charlie:\n{log}"
+            );
+        }
+        if name != "charlie" {
+            assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_whose_gateway_is_killed_fails_over_rebinds_and_is_told_what_it_could_not_deliver()
+{
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let tmp = TempDir::new("failover");
+    let certs_dir = tmp.path().join("certs");
+    let out = run_ferry(&[
+        "certs",
+        "--out",
+        &certs_dir.display().to_string(),
+        "--nodes",
+        "alpha,bravo,charlie,driver",
+        "--gateway",
+        "localhost",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(tmp.path().join("tokens.txt"), "gw-token bots\n").expect("tokens");
+    let mut registry = Registry::new();
+    fps::register(&mut registry, fps::Rules::default());
+    let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
+    let mut processes = Processes::default();
+    let mut ready = Vec::new();
+    for (name, capacity, gateway) in [
+        ("alpha", 100, false),
+        ("bravo", 0, true),
+        ("charlie", 0, true),
+    ] {
+        let config = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(&config, node_config(name, &redis.url(), capacity, gateway))
+            .expect("config");
+        ready.push(processes.start(name, &config, tmp.path()).await);
+    }
+    settle(&driver, &store, &[id("alpha"), id("bravo"), id("charlie")]).await;
+    let room = SpotId::new("fps-room-failover").expect("valid id");
+    let player = ActorId::new("p-failover").expect("valid id");
+    create_unit(
+        &ready[0].admin(),
+        &format!(
+            r#"{{"kind":"spot","factory":"{}","id":"{room}","join":null}}"#,
+            fps::ROOM
+        ),
+    )
+    .await;
+    create_unit(
+        &ready[0].admin(),
+        &format!(
+            r#"{{"kind":"actor","factory":"{}","id":"{player}","join":"{room}"}}"#,
+            fps::PLAYER
+        ),
+    )
+    .await;
+
+    // The client is given charlie first, then bravo; it notices a dead gateway within a second.
+    let ca_pem = std::fs::read_to_string(certs_dir.join("gateway.pem")).expect("gateway CA");
+    let servers = vec![
+        ready[2].sessions.expect("charlie is a gateway"),
+        ready[1].sessions.expect("bravo is a gateway"),
+    ];
+    let mut config = ClientConfig::new(servers, "localhost", ca_pem, b"gw-token".to_vec());
+    config.keep_alive = Duration::from_millis(200);
+    config.idle_timeout = Duration::from_secs(1);
+    let mut client = Client::connect(config).await.expect("client connects");
+    assert_eq!(client.session().node.as_str(), "charlie");
+    client.bind(&player).await.expect("bound");
+    snapshot_from(&mut client, &player, "alpha").await;
+
+    // charlie dies; the inputs sent after it died cannot arrive, and the client says so.
+    processes.kill(2).await;
+    const INTO_THE_DEAD: u64 = 5;
+    for n in 0..INTO_THE_DEAD {
+        client
+            .send(
+                &player,
+                &fps::PlayerMsg::Input(fps::Input { seq: n, aim: 0 }),
+            )
+            .expect("queued");
+    }
+    // Bounded by the client's idle timeout: far less than this guard, however loaded the host.
+    let failover = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut undelivered = 0;
+        loop {
+            match client.recv::<Snapshot>().await.expect("the client runs") {
+                ClientEvent::Undelivered { actor, inputs, .. } => {
+                    assert_eq!(actor, player);
+                    undelivered += inputs;
+                }
+                ClientEvent::Reconnected { session, reason } => {
+                    return (undelivered, session, reason);
+                }
+                ClientEvent::Push { .. } => {}
+                ClientEvent::Unbound { actor, reason } => panic!("{actor} unbound: {reason}"),
+            }
+        }
+    });
+    let (undelivered, session, reason) = failover.await.expect("the client fails over in time");
+    assert!(
+        undelivered >= INTO_THE_DEAD,
+        "{undelivered} inputs reported"
+    );
+    assert_eq!(session.node.as_str(), "bravo", "{reason}");
+    assert_eq!(session.connects, 2);
+    // Bound again through bravo, the player plays on.
+    snapshot_from(&mut client, &player, "alpha").await;
+
+    client.close().await;
+    driver.shutdown().await;
+    for (name, status, log) in processes.terminate_all().await {
+        if name != "charlie" {
+            assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+        }
+    }
+}
