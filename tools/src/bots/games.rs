@@ -88,13 +88,17 @@ impl GameKind {
         stop: watch::Receiver<bool>,
     ) -> Tally {
         let pace = self.pace();
+        let named = room_of(&me).map_or_else(|| me.to_string(), |r| r.to_string());
         match self {
-            GameKind::Chat => player::play(config, me.clone(), ChatBot::new(me), pace, stop).await,
-            GameKind::Fps => player::play(config, me, FpsBot::default(), pace, stop).await,
+            GameKind::Chat => {
+                let bot = ChatBot::new(me.clone());
+                player::play(config, me, named, bot, pace, stop).await
+            }
+            GameKind::Fps => player::play(config, me, named, FpsBot::default(), pace, stop).await,
             GameKind::Bingo => match room_of(&me) {
                 Some(room) => {
                     let bot = BingoBot::new(me.clone(), room);
-                    player::play(config, me, bot, pace, stop).await
+                    player::play(config, me, named, bot, pace, stop).await
                 }
                 None => Tally {
                     error: Some(format!(

@@ -102,11 +102,12 @@ pub struct Tally {
     pub error: Option<String>,
 }
 
-/// Plays `game` as Actor `me` until `stop` turns true, then waits for the server to apply what it
-/// sent. A client error ends the bot early; the tally says why.
+/// Plays `game` as Actor `me` in `room` (as the report names it) until `stop` turns true, then
+/// waits for the server to apply what it sent. A client error ends the bot early; the tally says why.
 pub async fn play<G: Game>(
     config: ClientConfig,
     me: ActorId,
+    room: String,
     mut game: G,
     pace: Pace,
     mut stop: watch::Receiver<bool>,
@@ -173,7 +174,6 @@ pub async fn play<G: Game>(
     tally.faults = game.faults(tally.sent);
     tally.mismatches = game.mismatches();
     let (rebuilds, lost_in_rebuilds) = game.rebuilds();
-    let room = super::games::room_of(&me).map_or_else(|| me.to_string(), |r| r.to_string());
     tally.rebuilds = rebuilds
         .iter()
         .map(|r| RoomRebuilt {
