@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod cut_socket;
 pub mod faults;
 pub mod invariants;
+pub mod player;
 pub mod redis_server;
 pub mod sessions;
 pub mod sim_cluster;

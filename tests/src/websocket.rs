@@ -59,6 +59,15 @@ impl WsClient {
         Self::upgrade(Box::new(tcp), &format!("ws://{addr}/")).await
     }
 
+    /// Connects to `ws://addr/` with a TCP receive buffer of about `window` bytes, so a client
+    /// that stops reading soon stops taking what the gateway writes.
+    pub async fn connect_with_window(addr: SocketAddr, window: u32) -> WsClient {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.set_recv_buffer_size(window).expect("receive buffer");
+        let tcp = socket.connect(addr).await.expect("tcp connect");
+        Self::upgrade(Box::new(tcp), &format!("ws://{addr}/")).await
+    }
+
     /// Connects to `wss://localhost:port/`, trusting `ca_pem`.
     pub async fn connect_tls(addr: SocketAddr, ca_pem: &str) -> WsClient {
         let mut roots = RootCertStore::empty();

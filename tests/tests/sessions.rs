@@ -2,106 +2,20 @@
 //! order while their room moves, ride out a gateway that shuts down, and a client that misbehaves
 //! loses its own session and nothing else.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use ferry::client::{Client, ClientError, ClientEvent};
 use ferry::relocation::protocol::MoveEnd;
 use ferry::session::wire::{ClientFrame, CloseCode, PROTOCOL_VERSION, ServerFrame};
-use ferry::{
-    ActorId, Behavior, Ctx, ExecutionMode, Node, OverrunPolicy, Registration, Registry,
-    RelocationPolicy, SessionLimits, SpotId, Tick, UnitId,
-};
+use ferry::{ActorId, Node, SessionLimits, SpotId, UnitId};
 use ferry_tests::cluster::Cluster;
-use ferry_tests::faults::{Gate, Hooked};
+use ferry_tests::faults::Gate;
+use ferry_tests::player::{HookedPair, PlayerMsg, PlayerPush, registry};
 use ferry_tests::sessions::{Gateways, RawClient};
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 const T: Duration = Duration::from_secs(10);
-
-/// A player: records its inputs, echoes each one to its session, and pushes numbered ticks.
-#[derive(Debug, Default, Clone, Serialize, Deserialize)]
-struct Player {
-    inputs: Vec<u64>,
-    ticks: u64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-enum PlayerMsg {
-    Input(u64),
-    Get,
-    Ticks { ms: u64 },
-    Flood { count: u32, size: u32 },
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-enum PlayerPush {
-    Echo(u64),
-    Tick(u64),
-    Blob(Vec<u8>),
-}
-
-impl Behavior for Player {
-    type Msg = PlayerMsg;
-    type Reply = Vec<u64>;
-
-    fn handle(&mut self, ctx: &mut Ctx<'_>, msg: PlayerMsg) -> Vec<u64> {
-        match msg {
-            PlayerMsg::Input(n) => {
-                self.inputs.push(n);
-                let _ = ctx.push(PlayerPush::Echo(n));
-            }
-            PlayerMsg::Get => {}
-            PlayerMsg::Ticks { ms } => ctx.set_timer(
-                "tick",
-                Duration::from_millis(ms),
-                OverrunPolicy::SkipLateTicks,
-            ),
-            PlayerMsg::Flood { count, size } => {
-                for _ in 0..count {
-                    let _ = ctx.push(PlayerPush::Blob(vec![7; size as usize]));
-                }
-            }
-        }
-        self.inputs.clone()
-    }
-
-    fn on_tick(&mut self, ctx: &mut Ctx<'_>, _tick: &Tick) {
-        if ctx.push(PlayerPush::Tick(self.ticks)).is_ok() {
-            self.ticks += 1;
-        }
-    }
-}
-
-/// A room that does nothing but hold its players.
-#[derive(Debug, Default, Clone, Serialize, Deserialize)]
-struct Room;
-
-impl Behavior for Room {
-    type Msg = ();
-    type Reply = ();
-
-    fn handle(&mut self, _ctx: &mut Ctx<'_>, _msg: ()) {}
-}
-
-fn registry_with(room: Hooked) -> Registry {
-    let mut reg = Registry::new();
-    reg.register(
-        Registration::actor("player", |_| Player::default()).policy(RelocationPolicy::serde()),
-    );
-    reg.register(
-        Registration::spot("room", |_| Room)
-            .mode(ExecutionMode::SpotWide)
-            .policy(RelocationPolicy::PreserveState(Arc::new(room))),
-    );
-    reg
-}
-
-fn registry() -> Registry {
-    registry_with(Hooked::default())
-}
 
 fn actor(id: &str) -> ActorId {
     ActorId::new(id).expect("valid id")
@@ -363,15 +277,13 @@ async fn a_push_over_the_clients_frame_limit_ends_the_session_without_a_reconnec
 async fn inputs_held_for_an_abandoned_move_reach_the_source_in_order() {
     let gateways = Gateways::new();
     let (hooked, gate) = Gate::new(true);
-    let mut cluster = Cluster::start(0, registry).await;
-    let n1 = gateways.add(&mut cluster, "n1", registry(), fast()).await;
-    let n2 = gateways
-        .add(&mut cluster, "n2", registry_with(hooked), fast())
-        .await;
-    let (r, p) = (spot("r"), actor("p"));
-    n1.create_spot_on(n1.id(), "room", &r).await.expect("room");
-    n1.create_actor("player", &p).await.expect("player");
-    n1.join(&p, &r).await.expect("joined");
+    let HookedPair {
+        cluster,
+        n1,
+        n2,
+        room: r,
+        player: p,
+    } = HookedPair::start(&gateways, hooked, fast(), false).await;
     // The gateway is the target, whose restore fails.
     let mut client = Client::connect(gateways.client(&[&n2]))
         .await
@@ -408,15 +320,13 @@ async fn a_bound_player_keeps_its_session_and_every_input_while_its_room_takes_6
     // Longer than the gateway's seal timeout (3 s) and the source's step (5 s), well inside the
     // move's deadline.
     let (hooked, gate) = Gate::slow(Duration::from_secs(6));
-    let mut cluster = Cluster::start(0, registry).await;
-    let n1 = gateways.add(&mut cluster, "n1", registry(), fast()).await;
-    let n2 = gateways
-        .add(&mut cluster, "n2", registry_with(hooked), fast())
-        .await;
-    let (r, p) = (spot("r"), actor("p"));
-    n1.create_spot_on(n1.id(), "room", &r).await.expect("room");
-    n1.create_actor("player", &p).await.expect("player");
-    n1.join(&p, &r).await.expect("joined");
+    let HookedPair {
+        cluster,
+        n1,
+        n2,
+        room: r,
+        player: p,
+    } = HookedPair::start(&gateways, hooked, fast(), false).await;
     let mut config = gateways.client(&[&n1]);
     // A session the gateway closed shows as an error here, not as a quiet reconnect.
     config.reconnect = None;
@@ -716,17 +626,15 @@ async fn too_many_inputs_held_during_a_move_close_that_session_only() {
         max_held: 5,
         ..SessionLimits::default()
     };
-    let mut cluster = Cluster::start(0, registry).await;
-    let n1 = gateways.add(&mut cluster, "n1", registry(), limits).await;
-    let n2 = gateways
-        .add(&mut cluster, "n2", registry_with(hooked), limits)
-        .await;
+    let HookedPair {
+        cluster,
+        n1,
+        n2,
+        room: r,
+        player: p,
+    } = HookedPair::start(&gateways, hooked, limits, false).await;
     // The bystander plays on n1 in a room that does not move.
     let bystander = Bystander::start(&gateways, &n1, &n1).await;
-    let (r, p) = (spot("r"), actor("p"));
-    n1.create_spot_on(n1.id(), "room", &r).await.expect("room");
-    n1.create_actor("player", &p).await.expect("player");
-    n1.join(&p, &r).await.expect("joined");
     let mut config = gateways.client(&[&n1]);
     config.reconnect = None;
     let mut client = Client::connect(config).await.expect("connected");

@@ -6,9 +6,12 @@
 
 use std::time::Duration;
 
+use ferry::relocation::protocol::MoveEnd;
 use ferry::{ActorId, Node, Registry, RelocateOutcome, SessionLimits, SpotId, UnitId};
 use ferry_samples::chat::{self, ChatterMsg, Heard};
-use ferry_tests::cluster::{Cluster, drain_in_background};
+use ferry_tests::cluster::{Cluster, drain_in_background, move_in_background};
+use ferry_tests::faults::Gate;
+use ferry_tests::player::{self, HookedPair, PlayerMsg};
 use ferry_tests::sessions::Gateways;
 use ferry_tests::websocket::WsClient;
 use serde_json::{Value, json};
@@ -135,7 +138,7 @@ async fn a_bound_websocket_player_keeps_its_connection_and_every_line_while_its_
                 .move_unit(&unit, Some(to.id().clone()))
                 .await
                 .expect("move");
-            assert_eq!(report.end, ferry::relocation::protocol::MoveEnd::Moved);
+            assert_eq!(report.end, MoveEnd::Moved);
             to
         })
     };
@@ -457,5 +460,290 @@ async fn a_websocket_client_that_answers_no_ping_is_dropped_after_the_idle_timeo
     assert_eq!(n1.session_count(), 1, "the client answering pings stays");
     assert!(!reader.is_finished());
     reader.abort();
+    cluster.shutdown().await;
+}
+
+/// The player of the session tests over WebSocket: each push is checked to be the next of its
+/// binding, as the spec lets a client check.
+struct WsPlayer {
+    client: WsClient,
+    who: String,
+    next_seq: u64,
+}
+
+impl WsPlayer {
+    /// A client on `gateway`, said hello, with `who` bound.
+    async fn bind(gateway: &Node, who: &str) -> WsPlayer {
+        let mut client = WsClient::connect(gateway.websocket_addr().expect("ws")).await;
+        client.hello().await;
+        client.bind(who).await;
+        WsPlayer {
+            client,
+            who: who.to_owned(),
+            next_seq: 0,
+        }
+    }
+
+    async fn send(&mut self, n: u64) {
+        self.client.input(&self.who, json!({"Input": n})).await;
+    }
+
+    /// The next echo's number; ticks and blobs are counted past.
+    async fn next_echo(&mut self) -> u64 {
+        loop {
+            let frame = self.client.frame().await;
+            assert_eq!(frame["type"], "push", "{frame}");
+            assert_eq!(frame["actor"], self.who.as_str(), "{frame}");
+            assert_eq!(frame["seq"], self.next_seq, "each push the next: {frame}");
+            self.next_seq += 1;
+            if let Some(n) = frame["message"]["Echo"].as_u64() {
+                return n;
+            }
+        }
+    }
+
+    /// Sends inputs `from..to` and checks their echoes come back once each, in order.
+    async fn round_trip(&mut self, from: u64, to: u64) {
+        for n in from..to {
+            self.send(n).await;
+        }
+        for n in from..to {
+            assert_eq!(self.next_echo().await, n);
+        }
+    }
+
+    /// Says goodbye: the session was never closed, and is closed as normal now.
+    async fn bye(mut self) {
+        self.client.send(json!({"type": "bye"})).await;
+        assert_eq!(self.client.ended().await.code(), Some("normal"));
+    }
+}
+
+/// A player with a WebSocket client of its own, to show a neighbour's trouble changes nothing
+/// for it.
+struct WsBystander {
+    player: WsPlayer,
+    sent: u64,
+}
+
+impl WsBystander {
+    async fn start(node: &Node) -> WsBystander {
+        node.create_actor("player", &ActorId::new("bystander").expect("id"))
+            .await
+            .expect("created");
+        let mut player = WsPlayer::bind(node, "bystander").await;
+        player.round_trip(0, 20).await;
+        WsBystander { player, sent: 20 }
+    }
+
+    /// Plays on, then checks the player got every input once, in order, on its one session.
+    async fn check(mut self, node: &Node) {
+        self.player.round_trip(self.sent, self.sent + 20).await;
+        let who = ActorId::new("bystander").expect("id");
+        assert_eq!(player_inputs(node, &who).await, (0..40).collect::<Vec<_>>());
+        self.player.bye().await;
+    }
+}
+
+async fn player_inputs(node: &Node, who: &ActorId) -> Vec<u64> {
+    node.request(who, PlayerMsg::Get, T)
+        .await
+        .expect("player answers")
+}
+
+/// One node of players that accepts WebSocket clients with `limits`.
+async fn player_node(limits: SessionLimits) -> (Cluster, Node) {
+    let gateways = Gateways::new();
+    let mut cluster = Cluster::start(0, player::registry).await;
+    let node = gateways
+        .add_websocket(&mut cluster, "n1", player::registry(), limits, false)
+        .await;
+    (cluster, node)
+}
+
+/// Waits (event by event, within the hang guard) until `node` holds `n` sessions.
+async fn sessions_down_to(node: &Node, n: usize) {
+    let down = async {
+        let mut every = tokio::time::interval(Duration::from_millis(20));
+        while node.session_count() != n {
+            every.tick().await;
+        }
+    };
+    tokio::time::timeout(T, down)
+        .await
+        .expect("within the hang guard");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_websocket_client_that_does_not_read_its_pushes_is_closed_and_others_lose_nothing() {
+    let limits = SessionLimits {
+        max_outbound: 64,
+        ..SessionLimits::default()
+    };
+    let (cluster, n1) = player_node(limits).await;
+    let bystander = WsBystander::start(&n1).await;
+    let me = ActorId::new("sleepy").expect("id");
+    n1.create_actor("player", &me).await.expect("created");
+    let mut client = WsClient::connect_with_window(n1.websocket_addr().expect("ws"), 4096).await;
+    client.hello().await;
+    client.bind("sleepy").await;
+    // The client stops reading; its player pushes far more than its window, the gateway's
+    // socket and its queue hold (each blob's JSON is about 60 KB).
+    n1.tell(
+        &me,
+        PlayerMsg::Flood {
+            count: 200,
+            size: 30_000,
+        },
+    )
+    .expect("told");
+    sessions_down_to(&n1, 1).await;
+    // Read only now: what was written, then why the session ended.
+    let ended = client.ended().await;
+    assert_eq!(ended.code(), Some("slow_reader"), "{ended:?}");
+    let closing = ended.closing.as_ref().expect("a closing frame");
+    assert_eq!(closing["retryable"], true);
+    assert!(
+        closing["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("read pushes")),
+        "{closing}"
+    );
+    assert_eq!(ended.close.map(|(code, _)| code), Some(4011));
+    bystander.check(&n1).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn too_many_inputs_held_during_a_move_close_that_websocket_session_only() {
+    let gateways = Gateways::new();
+    let (hooked, gate) = Gate::new(false);
+    let limits = SessionLimits {
+        max_held: 5,
+        ..fast()
+    };
+    let pair = HookedPair::start(&gateways, hooked, limits, true).await;
+    let (n1, room) = (&pair.n1, UnitId::Spot(pair.room.clone()));
+    // The bystander plays on n1 in a room that does not move.
+    let bystander = WsBystander::start(n1).await;
+    let mut client = WsPlayer::bind(n1, "p").await;
+    let mover = move_in_background(n1, room, pair.n2.id());
+    gate.wait_started().await;
+    for n in 0..6 {
+        client.send(n).await;
+    }
+    let ended = client.client.ended().await;
+    assert_eq!(ended.code(), Some("too_many_held"), "{ended:?}");
+    let closing = ended.closing.as_ref().expect("a closing frame");
+    assert_eq!(closing["retryable"], false);
+    assert!(
+        closing["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("more than 5")),
+        "{closing}"
+    );
+    assert_eq!(ended.close.map(|(code, _)| code), Some(4009));
+    gate.open();
+    let report = mover.await.expect("mover ran").expect("move starts");
+    assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
+    bystander.check(n1).await;
+    pair.cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inputs_a_websocket_client_sent_during_an_abandoned_move_reach_the_source_in_order() {
+    let gateways = Gateways::new();
+    let (hooked, gate) = Gate::new(true);
+    let pair = HookedPair::start(&gateways, hooked, fast(), true).await;
+    let (n1, n2) = (&pair.n1, &pair.n2);
+    // The gateway is the target, whose restore fails.
+    let mut client = WsPlayer::bind(n2, "p").await;
+    client.round_trip(0, 10).await;
+    let mover = move_in_background(n1, UnitId::Spot(pair.room.clone()), n2.id());
+    gate.wait_started().await;
+    // The room is sealed, its capture on the target: these are held at the gateway.
+    for n in 10..30 {
+        client.send(n).await;
+    }
+    gate.open();
+    let report = mover.await.expect("mover ran").expect("move starts");
+    assert!(matches!(report.end, MoveEnd::Restored(_)), "{report:?}");
+    for n in 10..30 {
+        assert_eq!(client.next_echo().await, n);
+    }
+    client.round_trip(30, 40).await;
+    assert!(n1.hosts(&UnitId::Actor(pair.player.clone())));
+    assert_eq!(
+        player_inputs(n2, &pair.player).await,
+        (0..40).collect::<Vec<_>>()
+    );
+    client.bye().await;
+    pair.cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bound_websocket_player_keeps_its_session_and_every_input_while_its_room_takes_6s_to_move()
+ {
+    let gateways = Gateways::new();
+    // Longer than the gateway's seal timeout (3 s) and the source's step (5 s), well inside the
+    // move's deadline.
+    let (hooked, gate) = Gate::slow(Duration::from_secs(6));
+    let pair = HookedPair::start(&gateways, hooked, fast(), true).await;
+    let (n1, n2) = (&pair.n1, &pair.n2);
+    let mut client = WsPlayer::bind(n1, "p").await;
+    client.round_trip(0, 10).await;
+    let mover = move_in_background(n1, UnitId::Spot(pair.room.clone()), n2.id());
+    gate.wait_started().await;
+    // The room is sealed and being restored on n2: these are held at the gateway.
+    for n in 10..30 {
+        client.send(n).await;
+    }
+    let report = mover.await.expect("mover ran").expect("move starts");
+    assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
+    for n in 10..30 {
+        assert_eq!(client.next_echo().await, n);
+    }
+    client.round_trip(30, 40).await;
+    assert!(n2.hosts(&UnitId::Actor(pair.player.clone())));
+    assert_eq!(
+        player_inputs(n2, &pair.player).await,
+        (0..40).collect::<Vec<_>>(),
+        "every input ran once, in order"
+    );
+    client.bye().await;
+    pair.cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_push_over_the_frame_limit_ends_the_websocket_session_with_internal() {
+    let limits = SessionLimits {
+        max_frame: 4096,
+        ..fast()
+    };
+    let (cluster, n1) = player_node(limits).await;
+    let me = ActorId::new("p").expect("id");
+    n1.create_actor("player", &me).await.expect("created");
+    let mut client = WsPlayer::bind(&n1, "p").await;
+    client.round_trip(0, 3).await;
+    // Its JSON is "7," a byte: about 6000 bytes, over the 4096 the gateway sends.
+    n1.tell(
+        &me,
+        PlayerMsg::Flood {
+            count: 1,
+            size: 3000,
+        },
+    )
+    .expect("told");
+    let ended = client.client.ended().await;
+    assert_eq!(ended.code(), Some("internal"), "{ended:?}");
+    let closing = ended.closing.as_ref().expect("a closing frame");
+    assert_eq!(closing["retryable"], true);
+    assert!(
+        closing["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("4096-byte frame limit")),
+        "{closing}"
+    );
+    assert_eq!(ended.close.map(|(code, _)| code), Some(4012));
     cluster.shutdown().await;
 }
