@@ -1,6 +1,7 @@
 //! `ferry bots` against a cluster of three `ferry node` processes on a real redis-server, each a
 //! client gateway: the bots create their chat, FPS and bingo rooms through the admin endpoints,
-//! play, and lose nothing while `ferry drain` moves every unit off one node under them.
+//! play, and lose nothing while `ferry drain` moves every unit off one node under them; a second
+//! run on the rooms the first one played reports nothing wrong.
 
 mod common;
 
@@ -204,8 +205,8 @@ async fn bots_lose_nothing_while_a_node_process_is_drained_under_them() {
         "{report:#}"
     );
 
-    // A second run on the FPS rooms the first one played: the bots count from the state they
-    // find, so nothing is reported lost, doubled or reordered.
+    // A second run on the rooms the first one played, of every game: the bots count from the
+    // state they find, so nothing is reported lost, doubled, reordered or rebuilt.
     let out = run_ferry(&[
         "bots",
         "--cluster",
@@ -215,7 +216,7 @@ async fn bots_lose_nothing_while_a_node_process_is_drained_under_them() {
         "--token",
         TOKEN,
         "--game",
-        "fps",
+        "chat,fps,bingo",
         "--rooms",
         "2",
         "--players",
@@ -231,12 +232,24 @@ async fn bots_lose_nothing_while_a_node_process_is_drained_under_them() {
         text(&out.stderr)
     );
     let again: Value = serde_json::from_slice(&out.stdout).expect("the report is JSON");
+    assert_eq!(again["players"], BOTS, "{again:#}");
     assert!(again["inputs_sent"].as_u64() > Some(0), "{again:#}");
     assert_eq!(again["inputs_applied"], again["inputs_sent"], "{again:#}");
     for fault in ["lost", "duplicated", "reordered"] {
         assert_eq!(again["inputs"][fault], 0, "{fault}: {again:#}");
     }
-    assert_eq!(again["rooms_rebuilt"].as_array().map(Vec::len), Some(0));
+    assert_eq!(again["mismatches"], 0, "{again:#}");
+    assert_eq!(again["inputs_lost_in_rebuilds"], 0, "{again:#}");
+    assert_eq!(
+        again["rooms_rebuilt"].as_array().map(Vec::len),
+        Some(0),
+        "{again:#}"
+    );
+    assert_eq!(
+        again["errors"].as_array().map(Vec::len),
+        Some(0),
+        "{again:#}"
+    );
 
     for (name, status, log) in processes.terminate_all().await {
         assert_eq!(status.code(), Some(0), "{name}:\n{log}");

@@ -1,5 +1,6 @@
 //! What a bot checks in what it receives, as plain state machines fed one observation at a time:
-//! a numbered stream that must arrive whole, once and in order, and the time between server ticks.
+//! a numbered stream that must arrive whole, once and in order, the time between server ticks, and
+//! the incarnations of a room that crashes rebuilt.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -82,6 +83,71 @@ impl Sequence {
     }
 }
 
+/// A room rebuilt after a crash, as a bot saw it: its state restarted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rebuild {
+    /// The node it came back on, for games whose pushes name it.
+    pub node: Option<String>,
+    /// When the bot first saw the new incarnation.
+    pub at: Instant,
+}
+
+/// The incarnations of a room as one bot played in it. A crash rebuilds a room fresh: what it had
+/// applied is gone, and inputs the old incarnation had not applied died with it. A game's bot
+/// checks each incarnation on its own, from the state it starts in, and tells this account when
+/// a push shows the state restarted; the inputs lost that way are counted apart from what the
+/// server lost.
+#[derive(Debug, Clone, Default)]
+pub struct Incarnations {
+    /// Inputs the incarnations before the current one account for: applied, or lost with them.
+    before: u64,
+    /// Inputs lost with incarnations that died.
+    lost: u64,
+    /// The checks of the incarnations before the current one.
+    past: Faults,
+    rebuilds: Vec<Rebuild>,
+}
+
+impl Incarnations {
+    /// The room came back fresh (on `node`, if the push said). The incarnation that died applied
+    /// `applied` of this bot's inputs and its checks found `faults`; of the `sent` inputs so far,
+    /// the rest died with it. Inputs from number `sent` on are the new incarnation's.
+    pub fn rebuilt(&mut self, node: Option<String>, sent: u64, applied: u64, faults: Faults) {
+        self.before += applied;
+        let lost = sent.saturating_sub(self.before);
+        self.lost += lost;
+        self.before += lost;
+        self.past.add(faults);
+        self.rebuilds.push(Rebuild {
+            node,
+            at: Instant::now(),
+        });
+    }
+
+    /// How many inputs the incarnations before the current one account for: the current one
+    /// answers for the inputs numbered from here on.
+    pub fn before(&self) -> u64 {
+        self.before
+    }
+
+    /// The faults of every incarnation, given the current one's.
+    pub fn faults(&self, current: Faults) -> Faults {
+        let mut faults = self.past;
+        faults.add(current);
+        faults
+    }
+
+    /// Inputs lost with incarnations that died.
+    pub fn lost(&self) -> u64 {
+        self.lost
+    }
+
+    /// Each rebuild, in the order seen.
+    pub fn rebuilds(&self) -> &[Rebuild] {
+        &self.rebuilds
+    }
+}
+
 /// The time between server ticks as one client saw them.
 #[derive(Debug, Clone, Default)]
 pub struct TickGaps {
@@ -148,6 +214,19 @@ mod tests {
     #[test]
     fn a_repeat_is_a_duplicate() {
         assert_eq!(check(&[1, 2, 2, 3, 1], 4), faults(0, 2, 0));
+    }
+
+    #[test]
+    fn a_rebuild_counts_what_the_old_incarnation_did_not_apply_as_lost_with_it() {
+        let mut rooms = Incarnations::default();
+        rooms.rebuilt(Some("n2".to_owned()), 5, 3, faults(0, 0, 1));
+        assert_eq!((rooms.before(), rooms.lost()), (5, 2));
+        // A second crash: the second incarnation applied 4 of the 6 sent since.
+        rooms.rebuilt(None, 11, 4, Faults::default());
+        assert_eq!((rooms.before(), rooms.lost()), (11, 4));
+        assert_eq!(rooms.faults(faults(1, 0, 0)), faults(1, 0, 1));
+        let nodes: Vec<_> = rooms.rebuilds().iter().map(|r| r.node.clone()).collect();
+        assert_eq!(nodes, [Some("n2".to_owned()), None]);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use ferry_samples::bingo::{self, Card, Marks};
 use ferry_samples::{chat, fps};
 use tokio::sync::watch;
 
-use super::checks::{Faults, Sequence};
+use super::checks::{Faults, Incarnations, Sequence};
 use super::player::{self, Game, Pace, Tally};
 
 /// A sample game bots can play.
@@ -178,14 +178,8 @@ struct FpsBot {
     expected_out_of_order: u64,
     /// Inputs this bot handed to its client so far.
     sent: u64,
-    /// Inputs applied by incarnations of the room that were lost in a crash since.
-    applied_before: u64,
-    /// Inputs lost with a rebuilt incarnation: sent before the rebuild, never applied.
-    lost_in_rebuilds: u64,
-    /// The snapshot checks of incarnations before the current one.
-    past: Faults,
-    /// When each rebuild was seen, and on which node the room came back.
-    rebuilds: Vec<player::Rebuild>,
+    /// The room's incarnations before the current one.
+    incarnations: Incarnations,
 }
 
 impl FpsBot {
@@ -199,6 +193,19 @@ impl FpsBot {
             .unwrap_or_default();
         let base = self.base.unwrap_or_default().applied;
         log.applied.saturating_sub(base)
+    }
+
+    /// The current incarnation's snapshot checks, by the latest snapshot.
+    fn checked(&self, sent: u64) -> Faults {
+        let check = self.watch.inputs(0);
+        let applied = self.incarnations.before() + self.applied_now();
+        Faults {
+            lost: sent.saturating_sub(applied),
+            duplicated: applied.saturating_sub(sent),
+            // A snapshot that went back means the room's view of this player went back.
+            reordered: check.reordered.saturating_sub(self.expected_out_of_order)
+                + self.watch.went_back,
+        }
     }
 }
 
@@ -234,23 +241,15 @@ impl Game for FpsBot {
             Some(last)
                 if snapshot.tick < last.tick && snapshot.inputs.applied < last.inputs.applied =>
             {
-                let applied = self.applied_now();
-                self.applied_before += applied;
-                // Sent before the crash and not applied by the old incarnation: gone with it.
-                let lost = self.sent.saturating_sub(self.applied_before);
-                self.lost_in_rebuilds += lost;
-                self.applied_before += lost;
-                let check = self.watch.inputs(0);
-                self.past.add(Faults {
+                // What the old incarnation lost of the inputs sent is counted with it.
+                let faults = Faults {
                     lost: 0,
                     duplicated: 0,
-                    reordered: check.reordered.saturating_sub(self.expected_out_of_order)
-                        + self.watch.went_back,
-                });
-                self.rebuilds.push(player::Rebuild {
-                    node: snapshot.node.to_string(),
-                    at: std::time::Instant::now(),
-                });
+                    ..self.checked(0)
+                };
+                let node = Some(snapshot.node.to_string());
+                let applied = self.applied_now();
+                self.incarnations.rebuilt(node, self.sent, applied, faults);
                 self.watch = fps::Watch::default();
                 self.base = Some(snapshot.inputs);
                 self.expected_out_of_order = u64::from(self.sent > 0);
@@ -262,33 +261,33 @@ impl Game for FpsBot {
     }
 
     fn caught_up(&self, sent: u64) -> bool {
-        self.applied_before + self.applied_now() >= sent
+        self.incarnations.before() + self.applied_now() >= sent
     }
 
     fn faults(&self, sent: u64) -> Faults {
-        let check = self.watch.inputs(0);
-        let applied = self.applied_before + self.applied_now();
-        let mut faults = self.past;
-        faults.add(Faults {
-            lost: sent.saturating_sub(applied),
-            duplicated: applied.saturating_sub(sent),
-            // A snapshot that went back means the room's view of this player went back.
-            reordered: check.reordered.saturating_sub(self.expected_out_of_order)
-                + self.watch.went_back,
-        });
-        faults
+        self.incarnations.faults(self.checked(sent))
     }
 
-    fn rebuilds(&self) -> (&[player::Rebuild], u64) {
-        (&self.rebuilds, self.lost_in_rebuilds)
+    fn incarnations(&self) -> &Incarnations {
+        &self.incarnations
     }
 }
 
 /// A chatter: says its input numbers as lines, and checks that its own lines come back from the
-/// room once each and in order, among everyone else's.
+/// room once each and in order, among everyone else's. It counts from the state it finds: its
+/// lines are numbered from 0 each run, and other clients' lines are not checked. The room numbers
+/// every line it says; a line numbered below the last one heard, other than one of the bot's own
+/// already due, is the room rebuilt after a crash (its numbering restarted): the bot counts its
+/// lines the old room never said apart, and checks on from the new one.
 struct ChatBot {
     me: ActorId,
+    /// This bot's lines in the room's current incarnation.
     mine: Sequence,
+    /// The room's number of the last line heard.
+    last_line: Option<u64>,
+    /// Inputs this bot handed to its client so far.
+    sent: u64,
+    incarnations: Incarnations,
 }
 
 impl ChatBot {
@@ -296,6 +295,9 @@ impl ChatBot {
         ChatBot {
             me,
             mine: Sequence::starting_at(0),
+            last_line: None,
+            sent: 0,
+            incarnations: Incarnations::default(),
         }
     }
 }
@@ -305,13 +307,28 @@ impl Game for ChatBot {
     type Push = chat::Line;
 
     fn input(&mut self, seq: u64) -> chat::ChatterMsg {
+        self.sent = seq + 1;
         chat::ChatterMsg::Say(seq.to_string())
     }
 
     fn read(&mut self, line: chat::Line) -> Option<u64> {
-        if line.from == self.me
-            && let Ok(seq) = line.text.parse()
-        {
+        let mine = if line.from == self.me {
+            line.text.parse::<u64>().ok()
+        } else {
+            None
+        };
+        let due = mine.is_some_and(|seq| seq < self.mine.next());
+        if self.last_line.is_some_and(|last| line.seq < last) && !due {
+            // The old incarnation's check covers the lines up to the last it said; what it
+            // skipped is the server's loss, what it never came to died with it.
+            let next = self.mine.next();
+            let checked = next.saturating_sub(self.incarnations.before());
+            let faults = self.mine.faults_upto(next);
+            self.incarnations.rebuilt(None, self.sent, checked, faults);
+            self.mine = Sequence::starting_at(self.incarnations.before());
+        }
+        self.last_line = Some(line.seq);
+        if let Some(seq) = mine {
             self.mine.observe(seq);
         }
         None
@@ -322,24 +339,36 @@ impl Game for ChatBot {
     }
 
     fn faults(&self, sent: u64) -> Faults {
-        self.mine.faults_upto(sent)
+        self.incarnations.faults(self.mine.faults_upto(sent))
+    }
+
+    fn incarnations(&self) -> &Incarnations {
+        &self.incarnations
     }
 }
 
 /// A bingo player: asks for its player's whole state (`Sync`) as its input, and works out from the
 /// sample's own rules ([`bingo::card`], [`bingo::draw_order`], [`Card::marks`], [`Card::wins`])
 /// what every push must say. Draws must come numbered 1, 2, 3, ... in each round, each once; each
-/// `Sync` must be answered once; cards, marks, wins and rewards must follow from the draws.
+/// `Sync` must be answered once; cards, marks, wins and rewards must follow from the draws. It
+/// checks from the state it finds: the round and draw the room is at, the rewards it shows first.
+/// A push of a round before the one followed, or a second deal of the round followed, is the
+/// room rebuilt after a crash (its rounds restarted): the bot counts the
+/// syncs the old room never answered apart, and checks on from the new one.
 struct BingoBot {
     me: ActorId,
     room: SpotId,
+    /// Syncs this bot handed to its client so far.
+    sent: u64,
+    /// The room's incarnations before the current one.
+    incarnations: Incarnations,
     /// The round the bot follows, from the first push that named one.
     round: Option<RoundSeen>,
     /// The player's rewards, once a state told them.
     rewards: Option<u64>,
-    /// The draw faults of the rounds the bot followed before this one.
+    /// The draw faults of the rounds the bot followed before this one, in this incarnation.
     past: Faults,
-    /// `State` pushes received: one per `Sync` sent.
+    /// `State` pushes received from this incarnation: one per `Sync` sent to it.
     states: u64,
     mismatches: u64,
 }
@@ -377,6 +406,8 @@ impl BingoBot {
         BingoBot {
             me,
             room,
+            sent: 0,
+            incarnations: Incarnations::default(),
             round: None,
             rewards: None,
             past: Faults::default(),
@@ -391,6 +422,46 @@ impl BingoBot {
             self.past.add(draws.faults_upto(draws.next()));
         }
         self.round = Some(next);
+    }
+
+    /// Whether `push` shows the room's state restarted: a round before the one followed, a deal
+    /// of the round followed once its card is known (rewards that went down are a mismatch).
+    fn restarted(&self, push: &bingo::Push) -> bool {
+        let Some(seen) = &self.round else {
+            return false;
+        };
+        match push {
+            bingo::Push::Drawn { round, .. } | bingo::Push::RoundOver { round, .. } => {
+                *round < seen.round
+            }
+            bingo::Push::Dealt { round, .. } => {
+                *round < seen.round || (*round == seen.round && seen.card.is_some())
+            }
+            bingo::Push::State(view) => view.round < seen.round,
+            bingo::Push::Seated { .. } => false,
+        }
+    }
+
+    /// Starts checking a new incarnation of the room, from the state its next push shows.
+    fn rebuilt(&mut self) {
+        let due = self.sent.saturating_sub(self.incarnations.before());
+        let mut faults = self.draw_faults();
+        faults.duplicated += self.states.saturating_sub(due);
+        let answered = self.states.min(due);
+        self.incarnations.rebuilt(None, self.sent, answered, faults);
+        self.round = None;
+        self.rewards = None;
+        self.past = Faults::default();
+        self.states = 0;
+    }
+
+    /// The draw faults of this incarnation.
+    fn draw_faults(&self) -> Faults {
+        let mut faults = self.past;
+        if let Some(draws) = self.round.as_ref().and_then(|seen| seen.draws.as_ref()) {
+            faults.add(draws.faults_upto(draws.next()));
+        }
+        faults
     }
 
     fn mismatch(&mut self, matches: bool) {
@@ -433,8 +504,6 @@ impl BingoBot {
                     self.mismatch(has == marked);
                 }
             }
-            // A draw of a round that is over: it came after newer pushes.
-            Some(seen) if seen.round > round => self.past.reordered += 1,
             followed => {
                 // Only the first push may start a round the bot was not dealt into.
                 let first = followed.is_none();
@@ -514,11 +583,15 @@ impl Game for BingoBot {
     type Input = bingo::PlayerMsg;
     type Push = bingo::Push;
 
-    fn input(&mut self, _seq: u64) -> bingo::PlayerMsg {
+    fn input(&mut self, seq: u64) -> bingo::PlayerMsg {
+        self.sent = seq + 1;
         bingo::PlayerMsg::Sync
     }
 
     fn read(&mut self, push: bingo::Push) -> Option<u64> {
+        if self.restarted(&push) {
+            self.rebuilt();
+        }
         match push {
             bingo::Push::Drawn {
                 round,
@@ -540,21 +613,23 @@ impl Game for BingoBot {
     }
 
     fn caught_up(&self, sent: u64) -> bool {
-        self.states >= sent
+        self.incarnations.before() + self.states >= sent
     }
 
     fn faults(&self, sent: u64) -> Faults {
-        let mut faults = self.past;
-        if let Some(draws) = self.round.as_ref().and_then(|seen| seen.draws.as_ref()) {
-            faults.add(draws.faults_upto(draws.next()));
-        }
-        faults.lost += sent.saturating_sub(self.states);
-        faults.duplicated += self.states.saturating_sub(sent);
-        faults
+        let due = sent.saturating_sub(self.incarnations.before());
+        let mut faults = self.draw_faults();
+        faults.lost += due.saturating_sub(self.states);
+        faults.duplicated += self.states.saturating_sub(due);
+        self.incarnations.faults(faults)
     }
 
     fn mismatches(&self) -> u64 {
         self.mismatches
+    }
+
+    fn incarnations(&self) -> &Incarnations {
+        &self.incarnations
     }
 }
 
@@ -615,10 +690,10 @@ mod tests {
         bot.input(2);
         // The room's node crashed; the room came back fresh on n2, tick and inputs from zero.
         bot.read(snapshot("n2", 1, 0, None, 0));
-        let (rebuilds, lost) = bot.rebuilds();
-        assert_eq!(rebuilds.len(), 1);
-        assert_eq!(rebuilds[0].node, "n2");
-        assert_eq!(lost, 1, "input 2 died with the old incarnation");
+        let rooms = bot.incarnations();
+        assert_eq!(rooms.rebuilds().len(), 1);
+        assert_eq!(rooms.rebuilds()[0].node.as_deref(), Some("n2"));
+        assert_eq!(rooms.lost(), 1, "input 2 died with the old incarnation");
         // Play goes on in the new incarnation: nothing lost, doubled or out of order there.
         bot.input(3);
         bot.read(snapshot("n2", 2, 1, Some(3), 1));
@@ -634,6 +709,68 @@ mod tests {
         bot.read(snapshot("n1", 7, 2, Some(1), 0));
         assert!(bot.caught_up(2));
         assert_eq!(bot.faults(2), Faults::default());
+    }
+
+    /// A chat line numbered `seq` by the room, from `from`, saying `text`.
+    fn line(seq: u64, from: &str, text: &str) -> chat::Line {
+        chat::Line {
+            seq,
+            from: actor(from),
+            text: text.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_chat_bot_counts_from_the_state_it_finds_so_a_second_run_is_clean() {
+        let mut bot = ChatBot::new(actor("chat-0-p0"));
+        // An earlier run said 300 lines in the room; this run's lines are numbered from 0 again.
+        bot.read(line(300, "chat-0-p1", "7"));
+        for seq in 0..3 {
+            bot.input(seq);
+            bot.read(line(301 + seq, "chat-0-p0", &seq.to_string()));
+        }
+        assert!(bot.caught_up(3));
+        assert_eq!(bot.faults(3), Faults::default());
+        assert!(bot.incarnations().rebuilds().is_empty());
+        // A real loss still shows.
+        bot.input(3);
+        assert_eq!(bot.faults(4).lost, 1);
+    }
+
+    #[test]
+    fn a_chat_bot_names_a_rebuilt_room_and_counts_what_died_with_it_apart() {
+        let mut bot = ChatBot::new(actor("chat-0-p0"));
+        for seq in 0..2 {
+            bot.input(seq);
+            bot.read(line(40 + seq, "chat-0-p0", &seq.to_string()));
+        }
+        bot.input(2);
+        // The room's node crashed with line 2 unsaid; the room came back numbering from 0.
+        bot.read(line(0, "chat-0-p1", "9"));
+        bot.input(3);
+        bot.read(line(1, "chat-0-p0", "3"));
+        let rooms = bot.incarnations();
+        assert_eq!(rooms.rebuilds().len(), 1);
+        assert_eq!(
+            rooms.rebuilds()[0].node,
+            None,
+            "chat lines do not name a node"
+        );
+        assert_eq!(rooms.lost(), 1, "line 2 died with the old incarnation");
+        assert!(bot.caught_up(4));
+        assert_eq!(bot.faults(4), Faults::default());
+    }
+
+    #[test]
+    fn a_chat_line_of_its_own_heard_again_is_a_duplicate_not_a_rebuild() {
+        let mut bot = ChatBot::new(actor("chat-0-p0"));
+        for seq in 0..2 {
+            bot.input(seq);
+            bot.read(line(seq, "chat-0-p0", &seq.to_string()));
+        }
+        bot.read(line(0, "chat-0-p0", "0"));
+        assert!(bot.incarnations().rebuilds().is_empty());
+        assert_eq!(bot.faults(2).duplicated, 1);
     }
 
     #[test]
@@ -772,6 +909,81 @@ mod tests {
         let mut doubled = game();
         doubled.push(doubled[doubled.len() - 1].clone());
         assert_eq!(check(doubled, 2).0.duplicated, 1);
+    }
+
+    #[test]
+    fn a_second_bingo_run_on_a_room_an_earlier_one_played_is_clean() {
+        // The earlier run played round 1 and the start of round 2; this bot comes in at the
+        // second draw of round 2, and asks for its state after it.
+        let (room, me) = (spot("bingo-0"), actor("bingo-0-p0"));
+        let mut bot = BingoBot::new(me.clone(), room.clone());
+        let card = bingo::card(&room, 2, &me);
+        let order = bingo::draw_order(&room, 2);
+        for (i, &number) in order.iter().take(3).enumerate().skip(1) {
+            bot.read(Push::Drawn {
+                round: 2,
+                position: i + 1,
+                number,
+                marked: card.cell(number).is_some(),
+            });
+        }
+        bot.input(0);
+        bot.read(Push::State(PlayerView {
+            seat: None,
+            round: 2,
+            card: Some(card),
+            marks: card.marks(&order[..3]),
+            rewards: 100,
+        }));
+        assert!(bot.caught_up(1));
+        assert_eq!(bot.faults(1), Faults::default());
+        assert_eq!(bot.mismatches(), 0);
+        assert!(bot.incarnations().rebuilds().is_empty());
+    }
+
+    #[test]
+    fn a_bingo_bot_names_a_rebuilt_room_and_counts_what_died_with_it_apart() {
+        let (room, me) = (spot("bingo-0"), actor("bingo-0-p0"));
+        let mut bot = BingoBot::new(me.clone(), room.clone());
+        // Round 1 and the start of round 2, with two syncs answered and a third sent.
+        bot.input(0);
+        bot.input(1);
+        for push in game() {
+            bot.read(push);
+        }
+        bot.input(2);
+        // The room's node crashed; the room came back in round 1 and dealt this player again.
+        let card = bingo::card(&room, 1, &me);
+        bot.read(Push::Dealt {
+            round: 1,
+            card,
+            marks: card.marks(&[]),
+        });
+        let first = bingo::draw_order(&room, 1)[0];
+        bot.read(Push::Drawn {
+            round: 1,
+            position: 1,
+            number: first,
+            marked: card.cell(first).is_some(),
+        });
+        bot.input(3);
+        bot.read(Push::State(PlayerView {
+            seat: None,
+            round: 1,
+            card: Some(card),
+            marks: card.marks(&[first]),
+            rewards: 0,
+        }));
+        let rooms = bot.incarnations();
+        assert_eq!(rooms.rebuilds().len(), 1);
+        assert_eq!(
+            rooms.lost(),
+            1,
+            "the third sync died with the old incarnation"
+        );
+        assert!(bot.caught_up(4));
+        assert_eq!(bot.faults(4), Faults::default());
+        assert_eq!(bot.mismatches(), 0);
     }
 
     #[test]

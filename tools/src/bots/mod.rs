@@ -15,6 +15,7 @@ pub mod games;
 pub mod player;
 pub mod provision;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -134,14 +135,18 @@ impl BotsSummary {
         self.inputs.is_clean() && self.mismatches == 0 && self.errors.is_empty()
     }
 
-    /// The rooms rebuilt after a crash, for a person: `none`, or `fps-0 on bravo after 12.3 s`.
+    /// The rooms rebuilt after a crash, for a person: `none`, or `fps-0 on bravo after 12.3 s,
+    /// chat-1 after 14.0 s` (the node where the game's pushes name it).
     pub fn rebuilt_text(&self) -> String {
         if self.rooms_rebuilt.is_empty() {
             return "none".to_owned();
         }
         self.rooms_rebuilt
             .iter()
-            .map(|r| format!("{} on {} after {:.1} s", r.room, r.node, r.after_s))
+            .map(|r| match &r.node {
+                Some(node) => format!("{} on {node} after {:.1} s", r.room, r.after_s),
+                None => format!("{} after {:.1} s", r.room, r.after_s),
+            })
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -178,19 +183,20 @@ impl BotsSummary {
     }
 }
 
-/// Every room rebuild the bots saw, each room and node once, the earliest sighting first.
+/// Every room rebuild the bots saw, each once, the earliest sighting first. The bots of a room
+/// all see its rebuilds, in the same order: its first rebuild is each one's first.
 fn rebuilt_rooms(tallies: &[Tally]) -> Vec<RoomRebuilt> {
-    let mut rooms: Vec<RoomRebuilt> = Vec::new();
-    let mut all: Vec<&RoomRebuilt> = tallies.iter().flat_map(|t| &t.rebuilds).collect();
-    all.sort_by(|a, b| a.after_s.total_cmp(&b.after_s));
-    for rebuilt in all {
-        if !rooms
-            .iter()
-            .any(|r| r.room == rebuilt.room && r.node == rebuilt.node)
-        {
-            rooms.push(rebuilt.clone());
+    let mut earliest: BTreeMap<(&str, usize), &RoomRebuilt> = BTreeMap::new();
+    for tally in tallies {
+        for (nth, rebuilt) in tally.rebuilds.iter().enumerate() {
+            let seen = earliest.entry((&rebuilt.room, nth)).or_insert(rebuilt);
+            if rebuilt.after_s < seen.after_s {
+                *seen = rebuilt;
+            }
         }
     }
+    let mut rooms: Vec<RoomRebuilt> = earliest.into_values().cloned().collect();
+    rooms.sort_by(|a, b| a.after_s.total_cmp(&b.after_s));
     rooms
 }
 

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use super::checks::{Faults, TickGaps};
+use super::checks::{Faults, Incarnations, TickGaps};
 
 /// A game as a bot plays it: the inputs it sends, and the checks it makes on what comes back.
 pub trait Game: Send + 'static {
@@ -36,11 +36,9 @@ pub trait Game: Send + 'static {
         0
     }
 
-    /// The rebuilds of the room seen so far (its state restarted after a crash), and how many
-    /// inputs were lost with the incarnations that died (for games whose pushes show it).
-    fn rebuilds(&self) -> (&[Rebuild], u64) {
-        (&[], 0)
-    }
+    /// The incarnations of the room seen so far: its rebuilds after a crash (its state
+    /// restarted), and the inputs lost with the incarnations that died.
+    fn incarnations(&self) -> &Incarnations;
 }
 
 /// A room rebuilt after a crash, as a report names it.
@@ -48,19 +46,10 @@ pub trait Game: Send + 'static {
 pub struct RoomRebuilt {
     /// The room.
     pub room: String,
-    /// The node it came back on.
-    pub node: String,
+    /// The node it came back on, for games whose pushes name it (FPS snapshots do).
+    pub node: Option<String>,
     /// When a bot first saw it back, in seconds from that bot's start.
     pub after_s: f64,
-}
-
-/// A room rebuilt after a crash, as a bot saw it: its state restarted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rebuild {
-    /// The node it came back on.
-    pub node: String,
-    /// When the bot first saw the new incarnation.
-    pub at: Instant,
 }
 
 /// How a bot plays.
@@ -173,8 +162,10 @@ pub async fn play<G: Game>(
     }
     tally.faults = game.faults(tally.sent);
     tally.mismatches = game.mismatches();
-    let (rebuilds, lost_in_rebuilds) = game.rebuilds();
-    tally.rebuilds = rebuilds
+    let incarnations = game.incarnations();
+    let lost_in_rebuilds = incarnations.lost();
+    tally.rebuilds = incarnations
+        .rebuilds()
         .iter()
         .map(|r| RoomRebuilt {
             room: room.clone(),
