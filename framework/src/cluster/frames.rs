@@ -57,7 +57,9 @@ pub(crate) enum Frame {
 pub(crate) struct Deliver {
     /// The unit.
     pub to: UnitId,
-    /// The message, postcard-encoded (empty for a session change).
+    /// The message, postcard-encoded (empty for a session change); read off the mesh, it shares
+    /// the frame's buffer.
+    #[serde(deserialize_with = "crate::mesh::codec::shared_bytes")]
     pub payload: Bytes,
     /// A change to the Actor's session binding, instead of a message.
     pub session: Option<crate::session::SessionOp>,

@@ -4,8 +4,8 @@
 //! While a route is being looked up, later messages to the same id wait behind the first in one
 //! queue and leave in order, so a sender's order survives the lookup.
 
+use foldhash::HashMap;
 use std::any::TypeId;
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -22,6 +22,9 @@ use crate::node::{Envelope, Node, Payload, ReplyTo};
 use crate::registry::FactoryKind;
 
 const SHARDS: usize = 16;
+
+/// The most inbound frames [`Node::serve_mesh`] takes off the mesh's queue at once.
+const INBOUND_BURST: usize = 256;
 
 /// How many times a route lookup reads the store before it fails what waits for it: a store error
 /// is often a blip (a reconnect, a failover), and what waits would otherwise be lost to it.
@@ -74,7 +77,7 @@ impl Router {
     pub fn new() -> Self {
         Router {
             hasher: foldhash::fast::RandomState::default(),
-            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            shards: std::array::from_fn(|_| Mutex::new(HashMap::default())),
             lookup_drops: AtomicU64::new(0),
             arriving: AtomicUsize::new(0),
         }
@@ -818,21 +821,30 @@ impl Node {
 
     /// Serves the frames peers send, until the mesh closes.
     pub(crate) async fn serve_mesh(self, mut inbound: mpsc::Receiver<Inbound<Frame>>) {
-        while let Some(Inbound { from, frame }) = inbound.recv().await {
-            match frame {
-                Frame::Deliver(deliver) => self.on_deliver(from, deliver),
-                Frame::Reply { request, terminal } => self
-                    .core
-                    .replies
-                    .complete(request, terminal.map(Payload::Encoded)),
-                Frame::RouteHint { id, owner } => self.on_route_hint(id, owner),
-                Frame::Reloc(frame) => self.on_reloc(from, frame),
-                Frame::Session(frame) => self.on_session_frame(from, frame),
-                Frame::Call { request, call } => {
-                    tokio::spawn(self.clone().answer_call(from, request, call));
-                }
-                Frame::TellLost { to, peer, payload } => self.report_tell(to, peer, payload),
+        // Taken in bursts: one wake-up and one release of the queue's room per burst, not per frame.
+        let mut burst = Vec::with_capacity(INBOUND_BURST);
+        while inbound.recv_many(&mut burst, INBOUND_BURST).await > 0 {
+            for inbound in burst.drain(..) {
+                self.serve_frame(inbound);
             }
+        }
+    }
+
+    /// Acts on one frame from a peer.
+    fn serve_frame(&self, Inbound { from, frame }: Inbound<Frame>) {
+        match frame {
+            Frame::Deliver(deliver) => self.on_deliver(from, deliver),
+            Frame::Reply { request, terminal } => self
+                .core
+                .replies
+                .complete(request, terminal.map(Payload::Encoded)),
+            Frame::RouteHint { id, owner } => self.on_route_hint(id, owner),
+            Frame::Reloc(frame) => self.on_reloc(from, frame),
+            Frame::Session(frame) => self.on_session_frame(from, frame),
+            Frame::Call { request, call } => {
+                tokio::spawn(self.clone().answer_call(from, request, call));
+            }
+            Frame::TellLost { to, peer, payload } => self.report_tell(to, peer, payload),
         }
     }
 }
@@ -953,7 +965,7 @@ mod tests {
     fn a_lookup_that_ends_sends_a_newer_lookups_queue_after_its_own() {
         let id = UnitId::Spot(SpotId::new("room").expect("id"));
         let owner = NodeId::new("n2").expect("id");
-        let mut routes = HashMap::new();
+        let mut routes = HashMap::default();
         // A newer lookup started once the first had taken its queue, and queued two messages.
         routes.insert(
             id.clone(),

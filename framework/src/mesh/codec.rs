@@ -109,14 +109,26 @@ pub enum DecodeError {
     Io(#[from] io::Error),
 }
 
-/// A postcard flavor that fails as soon as the output would pass the limit.
-struct Capped {
-    buf: Vec<u8>,
+/// How much a thread's encoding buffer takes from the allocator at a time. Frames are split off it,
+/// so thousands of small frames share one allocation, freed once the last of them is dropped
+/// (written and acknowledged), instead of one allocation and one free per frame.
+const ARENA: usize = 64 * 1024;
+
+thread_local! {
+    /// Where this thread encodes frames (see [`ARENA`]).
+    static ARENA_BUF: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
+}
+
+/// A postcard flavor that appends to a thread's encoding buffer and fails as soon as the frame
+/// would pass the limit.
+struct Capped<'a> {
+    /// Empty when the frame starts: each frame is split off whole.
+    buf: &'a mut BytesMut,
     limit: usize,
 }
 
-impl Flavor for Capped {
-    type Output = Vec<u8>;
+impl Flavor for Capped<'_> {
+    type Output = ();
 
     fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
         if self.buf.len() + data.len() > self.limit {
@@ -130,9 +142,74 @@ impl Flavor for Capped {
         self.try_extend(&[data])
     }
 
-    fn finalize(self) -> postcard::Result<Vec<u8>> {
-        Ok(self.buf)
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
     }
+}
+
+thread_local! {
+    /// The body a [`FrameCodec`] decodes on this thread right now, for [`shared_bytes`].
+    static DECODING: std::cell::RefCell<Option<Bytes>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Makes `body` the one [`shared_bytes`] fields slice from until the guard drops.
+struct Decoding;
+
+impl Decoding {
+    fn start(body: &Bytes) -> Decoding {
+        DECODING.set(Some(body.clone()));
+        Decoding
+    }
+}
+
+impl Drop for Decoding {
+    fn drop(&mut self) {
+        DECODING.set(None);
+    }
+}
+
+/// Decodes a `Bytes` field (`#[serde(deserialize_with = ...)]`) as a slice of the frame body a
+/// [`FrameCodec`] is decoding, not a copy: a message's payload then shares the buffer it was read
+/// into, and is freed with it. Other deserializers get a copy, as with `Bytes`'s own impl.
+pub(crate) fn shared_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Bytes, D::Error> {
+    struct Visit;
+
+    impl<'de> serde::de::Visitor<'de> for Visit {
+        type Value = Bytes;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("bytes")
+        }
+
+        fn visit_borrowed_bytes<E>(self, v: &'de [u8]) -> Result<Bytes, E> {
+            let within = |body: &Bytes| {
+                let (start, base) = (v.as_ptr() as usize, body.as_ptr() as usize);
+                start >= base && start + v.len() <= base + body.len()
+            };
+            Ok(DECODING.with_borrow(|body| match body {
+                Some(body) if within(body) => body.slice_ref(v),
+                _ => Bytes::copy_from_slice(v),
+            }))
+        }
+
+        fn visit_bytes<E>(self, v: &[u8]) -> Result<Bytes, E> {
+            Ok(Bytes::copy_from_slice(v))
+        }
+
+        fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Bytes, E> {
+            Ok(Bytes::from(v))
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Bytes, A::Error> {
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+            while let Some(b) = seq.next_element::<u8>()? {
+                out.push(b);
+            }
+            Ok(Bytes::from(out))
+        }
+    }
+
+    d.deserialize_bytes(Visit)
 }
 
 /// Encodes and decodes frames of type `T` with a hard size limit.
@@ -176,20 +253,38 @@ impl<T> FrameCodec<T> {
 impl<T: Serialize> FrameCodec<T> {
     /// Encodes one frame, prefix included, as one buffer ready to write.
     pub fn encode_frame(&self, item: &T) -> Result<Bytes, EncodeError> {
-        let mut buf = Vec::with_capacity(64);
-        buf.extend_from_slice(&[0; HEADER]);
-        let flavor = Capped {
-            buf,
-            limit: HEADER + self.max,
-        };
-        let mut buf = postcard::serialize_with_flavor(item, flavor).map_err(|e| match e {
-            postcard::Error::SerializeBufferFull => EncodeError::TooLarge { max: self.max },
-            other => EncodeError::Serialize(other),
-        })?;
-        let len = u32::try_from(buf.len() - HEADER)
-            .map_err(|_| EncodeError::TooLarge { max: self.max })?;
-        buf[..HEADER].copy_from_slice(&len.to_be_bytes());
-        Ok(Bytes::from(buf))
+        ARENA_BUF.with_borrow_mut(|buf| {
+            // A buffer left with little room starts a fresh allocation rather than growing (a
+            // `BytesMut` whose earlier frames are still alive cannot grow in place).
+            if buf.capacity() - buf.len() < 1024 {
+                *buf = BytesMut::with_capacity(ARENA);
+            }
+            buf.extend_from_slice(&[0; HEADER]);
+            let flavor = Capped {
+                buf: &mut *buf,
+                limit: HEADER + self.max,
+            };
+            let encoded = postcard::serialize_with_flavor(item, flavor).map_err(|e| match e {
+                postcard::Error::SerializeBufferFull => EncodeError::TooLarge { max: self.max },
+                other => EncodeError::Serialize(other),
+            });
+            if let Err(e) = encoded {
+                buf.clear();
+                return Err(e);
+            }
+            let Ok(len) = u32::try_from(buf.len() - HEADER) else {
+                buf.clear();
+                return Err(EncodeError::TooLarge { max: self.max });
+            };
+            buf[..HEADER].copy_from_slice(&len.to_be_bytes());
+            let frame = buf.split().freeze();
+            // A large frame may have grown the buffer: its allocation is not kept alive by the
+            // frames after it.
+            if frame.len() > ARENA / 2 {
+                *buf = BytesMut::new();
+            }
+            Ok(frame)
+        })
     }
 }
 
@@ -242,11 +337,14 @@ impl<T: DeserializeOwned> Decoder for FrameCodec<T> {
         let Some(body) = self.decode_body(src)? else {
             return Ok(None);
         };
+        let body = body.freeze();
+        let decoding = Decoding::start(&body);
         let (value, rest) =
             postcard::take_from_bytes::<T>(&body).map_err(|source| DecodeError::Malformed {
                 len: body.len(),
                 source,
             })?;
+        drop(decoding);
         if !rest.is_empty() {
             return Err(DecodeError::TrailingBytes { extra: rest.len() });
         }
@@ -353,6 +451,59 @@ mod tests {
         assert!(codec.encode_frame(&Msg::Blob(vec![0; 14])).is_ok());
         let err = codec.encode_frame(&Msg::Blob(vec![0; 15])).unwrap_err();
         assert!(matches!(err, EncodeError::TooLarge { max: 16 }), "{err}");
+    }
+
+    #[test]
+    fn a_refused_frame_leaves_nothing_behind_for_the_frames_after_it() {
+        let codec = FrameCodec::<Msg>::new(16);
+        let first = codec.encode_frame(&Msg::Ping(1)).unwrap();
+        assert!(codec.encode_frame(&Msg::Blob(vec![7; 40])).is_err());
+        let after = codec.encode_frame(&Msg::Ping(2)).unwrap();
+        assert_eq!(
+            &after[..],
+            &[0, 0, 0, 2, 0, 2],
+            "no bytes of the refused frame"
+        );
+        // Frames that share the thread's buffer keep their own bytes, also a large one in between.
+        let big = FrameCodec::<Msg>::new(1 << 20);
+        let large = big.encode_frame(&Msg::Blob(vec![9; ARENA])).unwrap();
+        let last = codec.encode_frame(&Msg::Ping(3)).unwrap();
+        let wire: Vec<u8> = [first, after, large, last].concat();
+        assert_eq!(
+            decode_all(&mut FrameCodec::new(1 << 20), &wire).unwrap(),
+            vec![
+                Msg::Ping(1),
+                Msg::Ping(2),
+                Msg::Blob(vec![9; ARENA]),
+                Msg::Ping(3)
+            ]
+        );
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Carrier {
+        #[serde(deserialize_with = "shared_bytes")]
+        payload: Bytes,
+        tail: u8,
+    }
+
+    #[test]
+    fn a_shared_bytes_field_decodes_the_same_through_the_codec_and_elsewhere() {
+        let sent = Carrier {
+            payload: Bytes::from_static(b"payload"),
+            tail: 9,
+        };
+        let frame = FrameCodec::<Carrier>::new(64).encode_frame(&sent).unwrap();
+        let mut buf = BytesMut::from(&frame[..]);
+        let got = FrameCodec::<Carrier>::new(64).decode(&mut buf).unwrap();
+        assert_eq!(got.as_ref(), Some(&sent));
+        // Outside a codec (here JSON, as a sequence of numbers) the field is a copy.
+        let json = serde_json::to_string(&sent).unwrap();
+        assert_eq!(serde_json::from_str::<Carrier>(&json).unwrap(), sent);
+        assert_eq!(
+            postcard::from_bytes::<Carrier>(&frame[HEADER..]).unwrap(),
+            sent
+        );
     }
 
     #[test]

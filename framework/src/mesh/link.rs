@@ -8,7 +8,7 @@
 //! the decision itself is a pure function. Frames leave through the peer task, which
 //! writes them in order on the connection's one outbound stream.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -309,7 +309,7 @@ impl<F: MeshFrame> Shared<F> {
             endpoint: Mutex::new(Some(endpoint.clone())),
             inbound: Mutex::new(Some(inbound_tx)),
             peers: RwLock::new(Peers {
-                map: HashMap::new(),
+                map: HashMap::default(),
                 closed: false,
             }),
             tasks: Mutex::new(JoinSet::new()),
