@@ -28,6 +28,31 @@ fn check(kind: &'static str, text: &str) -> Result<Arc<str>, InvalidId> {
     Ok(Arc::from(text))
 }
 
+/// How many decoded ids a thread keeps to hand out again.
+const INTERNED: usize = 4096;
+
+thread_local! {
+    /// Ids this thread decoded lately. The same few node and unit ids arrive in frame after frame;
+    /// each decode of one is then a look-up, not an allocation and, later, a free on another thread.
+    static DECODED: std::cell::RefCell<foldhash::HashSet<Arc<str>>> =
+        std::cell::RefCell::new(foldhash::HashSet::default());
+}
+
+/// [`check`], handing out the text of an id decoded before on this thread.
+fn interned(kind: &'static str, text: &str) -> Result<Arc<str>, InvalidId> {
+    DECODED.with_borrow_mut(|seen| {
+        if let Some(id) = seen.get(text) {
+            return Ok(id.clone());
+        }
+        let id = check(kind, text)?;
+        if seen.len() >= INTERNED {
+            seen.clear();
+        }
+        seen.insert(id.clone());
+        Ok(id)
+    })
+}
+
 macro_rules! logical_id {
     ($(#[$doc:meta])* $name:ident, $kind:literal) => {
         $(#[$doc])*
@@ -69,7 +94,7 @@ macro_rules! logical_id {
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-                Self::new(&*text).map_err(serde::de::Error::custom)
+                interned($kind, &text).map(Self).map_err(serde::de::Error::custom)
             }
         }
     };

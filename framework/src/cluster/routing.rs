@@ -63,6 +63,12 @@ pub(crate) enum Arrival {
     Fence(NodeId),
 }
 
+/// A delivery about to be tried once more: one more hop.
+fn forwarded(mut deliver: Deliver) -> Deliver {
+    deliver.hops = deliver.hops.saturating_add(1);
+    deliver
+}
+
 /// The route cache of one node.
 pub(crate) struct Router {
     hasher: foldhash::fast::RandomState,
@@ -350,30 +356,28 @@ impl Node {
     /// Hands a message to the mesh; on failure gives it back (one hop further) with the error.
     /// Takes no lock, so it may run under a router shard's lock.
     fn try_deliver(&self, owner: &NodeId, deliver: Deliver) -> Option<(Deliver, MeshError)> {
-        let retry = Deliver {
-            to: deliver.to.clone(),
-            payload: deliver.payload.clone(),
-            session: deliver.session.clone(),
-            reply: deliver.reply.clone(),
-            activate: deliver.activate.clone(),
-            origin: deliver.origin.clone(),
-            hops: deliver.hops.saturating_add(1),
-        };
         let request = deliver
             .reply
             .as_ref()
             .filter(|r| r.node == *self.id())
-            .map(|r| r.request);
-        match self.mesh_send(owner, Frame::Deliver(deliver)) {
+            .map(|r| (r.request, deliver.to.clone()));
+        let Some(mesh) = &self.core.mesh else {
+            let error = MeshError::UnknownPeer(owner.clone());
+            return Some((forwarded(deliver), error));
+        };
+        match mesh.send_or_give_back(owner, Frame::Deliver(deliver)) {
             Ok(()) => {
-                if let Some(request) = request {
-                    self.core.replies.sent(request, owner, &retry.to);
+                if let Some((request, to)) = request {
+                    self.core.replies.sent(request, owner, &to);
                 }
                 None
             }
-            Err(error) => {
+            Err((frame, error)) => {
+                let Frame::Deliver(retry) = frame else {
+                    return None;
+                };
                 tracing::debug!(%owner, %error, unit = %retry.to, "owner unreachable; looking it up again");
-                Some((retry, error))
+                Some((forwarded(retry), error))
             }
         }
     }

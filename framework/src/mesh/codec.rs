@@ -119,6 +119,21 @@ thread_local! {
     static ARENA_BUF: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
 }
 
+/// `data` as `Bytes` in this thread's encoding buffer (see [`ARENA`]): for the small encoded
+/// messages that are about to become frames, without an allocation of their own.
+pub(crate) fn copy_shared(data: &[u8]) -> Bytes {
+    if data.len() > ARENA / 2 {
+        return Bytes::copy_from_slice(data);
+    }
+    ARENA_BUF.with_borrow_mut(|buf| {
+        if buf.capacity() - buf.len() < data.len() {
+            *buf = BytesMut::with_capacity(ARENA);
+        }
+        buf.extend_from_slice(data);
+        buf.split().freeze()
+    })
+}
+
 /// A postcard flavor that appends to a thread's encoding buffer and fails as soon as the frame
 /// would pass the limit.
 struct Capped<'a> {
@@ -253,6 +268,14 @@ impl<T> FrameCodec<T> {
 impl<T: Serialize> FrameCodec<T> {
     /// Encodes one frame, prefix included, as one buffer ready to write.
     pub fn encode_frame(&self, item: &T) -> Result<Bytes, EncodeError> {
+        self.encode_as(item)
+    }
+}
+
+impl<T> FrameCodec<T> {
+    /// Encodes a value that encodes exactly as a `T` does (a `T` made of references, say), so a
+    /// sender can keep what it encoded.
+    pub(crate) fn encode_as<U: Serialize>(&self, item: &U) -> Result<Bytes, EncodeError> {
         ARENA_BUF.with_borrow_mut(|buf| {
             // A buffer left with little room starts a fresh allocation rather than growing (a
             // `BytesMut` whose earlier frames are still alive cannot grow in place).

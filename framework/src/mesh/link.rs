@@ -453,22 +453,28 @@ impl<F: MeshFrame> Shared<F> {
         self.peers.write().map.remove(node).is_some()
     }
 
-    pub(crate) fn send(&self, to: &NodeId, frame: F) -> Result<(), MeshError> {
-        let bytes = self.encoder.encode_frame(&Wire::Frame(frame))?;
+    /// Queues `frame` for `to`; a frame that was not queued comes back with the reason.
+    pub(crate) fn send(&self, to: &NodeId, frame: F) -> Result<(), (F, MeshError)> {
+        let bytes = match self.encoder.encode_as(&Wire::Frame(&frame)) {
+            Ok(bytes) => bytes,
+            Err(e) => return Err((frame, e.into())),
+        };
         let peers = self.peers.read();
         if peers.closed {
-            return Err(MeshError::Closed);
+            return Err((frame, MeshError::Closed));
         }
-        let handle = peers
-            .map
-            .get(to)
-            .ok_or_else(|| MeshError::UnknownPeer(to.clone()))?;
+        let Some(handle) = peers.map.get(to) else {
+            return Err((frame, MeshError::UnknownPeer(to.clone())));
+        };
         handle.out.try_send(bytes).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => MeshError::Backlogged {
-                node: to.clone(),
-                queued: self.settings.send_queue,
-            },
-            mpsc::error::TrySendError::Closed(_) => MeshError::Closed,
+            mpsc::error::TrySendError::Full(_) => (
+                frame,
+                MeshError::Backlogged {
+                    node: to.clone(),
+                    queued: self.settings.send_queue,
+                },
+            ),
+            mpsc::error::TrySendError::Closed(_) => (frame, MeshError::Closed),
         })
     }
 

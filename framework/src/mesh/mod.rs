@@ -359,6 +359,12 @@ impl<F: MeshFrame> Mesh<F> {
     /// Returns at once; the frame is encoded here, so an oversized or unencodable frame
     /// is reported to the caller rather than to the peer.
     pub fn send(&self, to: &NodeId, frame: F) -> Result<(), MeshError> {
+        self.shared.send(to, frame).map_err(|(_, e)| e)
+    }
+
+    /// [`Mesh::send`], giving a frame that was not queued back with the reason, for a caller
+    /// that will send it elsewhere.
+    pub fn send_or_give_back(&self, to: &NodeId, frame: F) -> Result<(), (F, MeshError)> {
         self.shared.send(to, frame)
     }
 

@@ -107,7 +107,7 @@ impl Payload {
     pub fn into_encoded(self) -> Result<Bytes, Payload> {
         match self {
             Payload::Encoded(bytes) => Ok(bytes),
-            Payload::Inline(inline) => Ok(Bytes::copy_from_slice(inline.as_bytes())),
+            Payload::Inline(inline) => Ok(crate::mesh::codec::copy_shared(inline.as_bytes())),
             other => Err(other),
         }
     }
