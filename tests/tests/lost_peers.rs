@@ -141,3 +141,73 @@ async fn a_peer_that_dies_ends_each_request_it_had_and_each_lost_tell_is_reporte
     cut.heal();
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_seed_that_dies_is_declared_gone_like_any_peer_and_its_rooms_are_reached_where_rebuilt() {
+    let mut cluster = Cluster::start(0, registry).await;
+    let mut config = cluster.config("n2");
+    config.lease_ttl = Duration::from_secs(1);
+    let doomed = cluster.add_with(config, registry()).await;
+    let cut = CutSockets::default();
+    let mut config = cluster.config("n1");
+    if let Some(mesh) = config.mesh.as_mut() {
+        mesh.sockets = Arc::new(cut.clone());
+        // Configured, as operators list their nodes: not only learned from the store.
+        mesh.seeds = vec![(doomed.id().clone(), doomed.mesh_addr().expect("mesh"))];
+    }
+    let sender = cluster.add_with(config, registry()).await;
+    let room = SpotId::new("counter").expect("id");
+    doomed
+        .create_spot_on(doomed.id(), "counter", &room)
+        .await
+        .expect("created");
+    sender.tell(&room, Msg::Number(7)).expect("told");
+    let seen: Vec<u32> = sender
+        .request(&room, Msg::Get, Duration::from_secs(10))
+        .await
+        .expect("room answers");
+    assert_eq!(seen, vec![7]);
+
+    // A request the seed has acknowledged but cannot answer, then the seed dies.
+    let gate = TurnGate::new("lost-seed");
+    sender
+        .tell(&room, Msg::Hold("lost-seed".into()))
+        .expect("told");
+    gate.wait_entered().await;
+    let asked = {
+        let (sender, room) = (sender.clone(), room.clone());
+        tokio::spawn(async move {
+            sender
+                .request::<Msg, Vec<u32>>(&room, Msg::Get, Duration::from_secs(60))
+                .await
+        })
+    };
+    wait_acknowledged(&sender, &doomed).await;
+    // As a process killed: nothing more comes from it.
+    cut.cut(doomed.mesh_addr().expect("mesh"));
+    gate.open();
+    doomed.abort().await;
+    let ended = asked.await.expect("request task");
+    assert!(
+        matches!(&ended, Err(MessageError::PeerGone { node, .. }) if node == doomed.id()),
+        "a request the dead seed had ends as such: {ended:?}"
+    );
+
+    // Its room is rebuilt fresh on the one node left, and messages find it there.
+    let mut rebuilt = None;
+    for _ in 0..100 {
+        match sender
+            .request::<Msg, Vec<u32>>(&room, Msg::Get, Duration::from_millis(500))
+            .await
+        {
+            Ok(numbers) => {
+                rebuilt = Some(numbers);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    assert_eq!(rebuilt, Some(Vec::new()), "the rebuilt room answers, fresh");
+    cut.heal();
+    cluster.shutdown().await;
+}

@@ -102,23 +102,41 @@ impl Node {
                 None => break,
             }
         }
+        let departed: Vec<crate::ids::NodeId> = self
+            .core
+            .view
+            .read()
+            .iter()
+            .filter(|d| !live.iter().any(|l| l.node == d.node))
+            .map(|d| d.node.clone())
+            .collect();
         if let Some(mesh) = &self.core.mesh {
             let known: Vec<_> = mesh.peers();
-            // Seeds stay: they were configured, not learned from the store.
-            let seeds: Vec<&crate::ids::NodeId> = self
+            let seeds = self
                 .config()
                 .mesh
-                .iter()
-                .flat_map(|m| m.seeds.iter().map(|(n, _)| n))
-                .collect();
-            for gone in known
-                .iter()
-                .filter(|p| !live.iter().any(|d| d.node == p.node) && !seeds.contains(&&p.node))
-            {
+                .as_ref()
+                .map_or(&[][..], |m| &m.seeds[..]);
+            let seed_addr = |node: &crate::ids::NodeId| {
+                seeds.iter().find(|(n, _)| n == node).map(|(_, addr)| *addr)
+            };
+            // A peer learned from the store goes once its lease is gone. A seed was configured: it
+            // is declared gone like any peer once it was seen live and no longer is, then dialled
+            // afresh at its configured address, for when it comes back.
+            let gone = known.iter().filter(|p| {
+                !live.iter().any(|d| d.node == p.node)
+                    && (seed_addr(&p.node).is_none() || departed.contains(&p.node))
+            });
+            for gone in gone {
                 tracing::info!(peer = %gone.node, "peer left the cluster");
                 mesh.remove_peer(&gone.node);
                 self.core.router.forget_node(&gone.node);
                 self.peer_gone(&gone.node);
+                if let Some(addr) = seed_addr(&gone.node)
+                    && let Err(error) = mesh.add_peer(gone.node.clone(), addr)
+                {
+                    tracing::warn!(peer = %gone.node, %error, "seed not dialled again");
+                }
             }
             for peer in &live {
                 let (Some(addr), true) = (peer.mesh_addr, peer.node != *self.id()) else {
@@ -134,14 +152,6 @@ impl Node {
         }
         // Moves from a node that is gone will never get their cutover: give their copies up now.
         self.give_up_staged_from_departed(&live);
-        let departed: Vec<crate::ids::NodeId> = self
-            .core
-            .view
-            .read()
-            .iter()
-            .filter(|d| !live.iter().any(|l| l.node == d.node))
-            .map(|d| d.node.clone())
-            .collect();
         *self.core.view.write() = live;
         // Sessions bound to Actors of a departed node bind them again once they are rebuilt.
         if let Some(hub) = &self.core.sessions {

@@ -157,7 +157,8 @@ fn text(s: &BotsSummary) -> String {
     format!(
         "{} bots: {} inputs sent, {} applied; lost by the server {}, duplicated {}, reordered {}; \
          not delivered by the client {}; lost in rebuilt rooms {}; {} mismatches; tick gap p50 {} \
-         p99 {} longest {:.1} ms; {} reconnected; rooms rebuilt after a crash: {}\n",
+         p99 {} longest {:.1} ms; {} reconnected; {} bound again after being unbound; rooms rebuilt after \
+         a crash: {}\n",
         s.players,
         s.inputs_sent,
         s.inputs_applied,
@@ -171,6 +172,7 @@ fn text(s: &BotsSummary) -> String {
         readable_us(s.tick_gaps.p99_us),
         s.longest_tick_gap_ms,
         s.reconnected,
+        s.rebound,
         s.rebuilt_text()
     )
 }

@@ -97,6 +97,8 @@ pub struct BotsSummary {
     pub longest_tick_gap_ms: f64,
     /// Bots whose client reconnected during the run.
     pub reconnected: u64,
+    /// Times a bot's Actor was unbound and the bot bound it again.
+    pub rebound: u64,
     /// Bots that stopped early, and why.
     pub errors: Vec<String>,
 }
@@ -125,6 +127,7 @@ impl BotsSummary {
             tick_gaps: gaps.summary(),
             longest_tick_gap_ms: crate::percentiles::ms(longest),
             reconnected: tallies.iter().filter(|t| t.connects > 1).count() as u64,
+            rebound: tallies.iter().map(|t| t.rebinds).sum(),
             errors: tallies.iter().filter_map(|t| t.error.clone()).collect(),
         }
     }

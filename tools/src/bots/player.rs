@@ -87,6 +87,8 @@ pub struct Tally {
     pub ticks: TickGaps,
     /// Sessions the client held (1 if it never reconnected).
     pub connects: u64,
+    /// Times its Actor was unbound and the bot bound it again.
+    pub rebinds: u64,
     /// Why the bot stopped early, if it did.
     pub error: Option<String>,
 }
@@ -148,8 +150,15 @@ pub async fn play<G: Game>(
                     }
                 }
                 Ok(ClientEvent::Unbound { reason, .. }) => {
-                    tally.error = Some(format!("{me} was unbound: {reason}"));
-                    break;
+                    // As a player's client would: bind again (its Actor may be rebuilt after a
+                    // crash), sending nothing until then.
+                    tally.rebinds += 1;
+                    if let Err(last) = rebind(&client, &me, &mut stop).await {
+                        tally.error = Some(format!(
+                            "{me} was unbound ({reason}) and could not bind again before the end: {last}"
+                        ));
+                        break;
+                    }
                 }
                 Ok(ClientEvent::Undelivered { inputs, .. }) => tally.undelivered += inputs,
                 Ok(ClientEvent::Reconnected { .. }) => {}
@@ -182,6 +191,30 @@ pub async fn play<G: Game>(
     tally.connects = client.session().connects;
     client.close().await;
     tally
+}
+
+/// How long a bot waits between two tries to bind its Actor again.
+const REBIND_EVERY: Duration = Duration::from_secs(1);
+
+/// Binds `me` again until it works, or until the run stops (then the last error).
+async fn rebind(
+    client: &Client,
+    me: &ActorId,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<(), String> {
+    loop {
+        let last = tokio::select! {
+            bound = client.bind(me) => match bound {
+                Ok(()) => return Ok(()),
+                Err(error) => error.to_string(),
+            },
+            _ = stop.wait_for(|stopped| *stopped) => return Err("the run ended".to_owned()),
+        };
+        tokio::select! {
+            () = tokio::time::sleep(REBIND_EVERY) => {}
+            _ = stop.wait_for(|stopped| *stopped) => return Err(last),
+        }
+    }
 }
 
 async fn connect(config: ClientConfig, me: &ActorId) -> Result<Client, ClientError> {
