@@ -642,7 +642,7 @@ async fn redis_connect_to_a_missing_server_is_a_typed_error() {
 }
 
 #[tokio::test]
-async fn redis_store_reconnects_when_the_server_comes_back() {
+async fn a_redis_that_restarted_empty_is_refused_not_carried_on_with() {
     let Some(mut server) = RedisServer::start_or_skip().await else {
         return;
     };
@@ -650,28 +650,117 @@ async fn redis_store_reconnects_when_the_server_comes_back() {
         op_timeout: Duration::from_secs(1),
         ..RedisStoreConfig::new("back")
     };
-    let store = RedisStore::connect(&server.url(), config)
+    let store = RedisStore::connect(&server.url(), config.clone())
         .await
         .expect("connect");
-    put(&store, "k", "v").await;
+    let version = put(&store, "k", "v").await;
+    let lease = store
+        .acquire_lease(&node("n1"), Duration::from_secs(30))
+        .await
+        .expect("acquire");
     server.stop();
     assert!(store.get("k").await.is_err(), "the server is down");
     server.restart().await.expect("restart on the same port");
 
-    // The restarted server kept nothing (no persistence); the store finds it again by itself.
+    // The restarted server kept nothing (no persistence). Once the client reaches it again, it
+    // tells that store from the one it knew: every call is refused, none finds a stale match.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
         match store.get("k").await {
-            Ok(found) => {
-                assert_eq!(found, None);
-                break;
-            }
+            Err(StoreError::Reset { .. }) => break,
             Err(StoreError::Unavailable { .. } | StoreError::Timeout { .. }) => {
                 assert!(tokio::time::Instant::now() < deadline, "never reconnected");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            Err(other) => panic!("unexpected error while reconnecting: {other}"),
+            other => panic!("a store that lost everything was carried on with: {other:?}"),
         }
     }
-    assert_eq!(put(&store, "k", "again").await, 1);
+    let batched = store
+        .batch(
+            vec![Condition::version("k", version)],
+            vec![Op::put("k", "w")],
+        )
+        .await;
+    assert!(
+        matches!(batched, Err(StoreError::Reset { .. })),
+        "{batched:?}"
+    );
+    let created = store
+        .batch(vec![Condition::absent("k")], vec![Op::put("k", "w")])
+        .await;
+    assert!(
+        matches!(created, Err(StoreError::Reset { .. })),
+        "{created:?}"
+    );
+    let renewed = store.renew_lease(&lease).await;
+    assert!(
+        matches!(renewed, Err(StoreError::Reset { .. })),
+        "{renewed:?}"
+    );
+    let scanned = store.scan("", None, 10).await;
+    assert!(
+        matches!(scanned, Err(StoreError::Reset { .. })),
+        "{scanned:?}"
+    );
+    let error = store.get("k").await.expect_err("refused");
+    assert!(error.to_string().contains("restart every node"), "{error}");
+
+    // A client that connects now starts afresh on it, and the old one still refuses it.
+    let fresh = RedisStore::connect(&server.url(), config)
+        .await
+        .expect("connect afresh");
+    assert_ne!(fresh.epoch(), store.epoch());
+    assert_eq!(fresh.get("k").await.expect("get"), None);
+    assert_eq!(put(&fresh, "k", "again").await, 1);
+    assert!(matches!(
+        store.get("k").await,
+        Err(StoreError::Reset { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_redis_that_lost_acknowledged_writes_is_refused_even_with_its_epoch() {
+    let Some(mut server) = RedisServer::start_persistent_or_skip().await else {
+        return;
+    };
+    let config = RedisStoreConfig {
+        op_timeout: Duration::from_secs(1),
+        ..RedisStoreConfig::new("lost")
+    };
+    let store = RedisStore::connect(&server.url(), config)
+        .await
+        .expect("connect");
+    let first = put(&store, "k", "v1").await;
+    // What the store held then, as a replica that lagged behind would hold it.
+    let behind = server.copy_data().expect("copy of the data");
+    let second = put(&store, "k", "v2").await;
+    assert!(second > first);
+    server
+        .restart_from(&behind)
+        .await
+        .expect("restart from the older data");
+
+    // The epoch is the same, but the revision went back: the version `first` would match again,
+    // for a record that was since written over. The client refuses rather than match it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        match store
+            .batch(
+                vec![Condition::version("k", first)],
+                vec![Op::put("k", "stale")],
+            )
+            .await
+        {
+            Err(StoreError::Reset { .. }) => break,
+            Err(StoreError::Unavailable { .. } | StoreError::Timeout { .. }) => {
+                assert!(tokio::time::Instant::now() < deadline, "never reconnected");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("a write matched a version from before the loss: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        store.get("k").await,
+        Err(StoreError::Reset { .. })
+    ));
 }

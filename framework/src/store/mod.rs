@@ -180,6 +180,19 @@ pub enum StoreError {
         /// The generation that was lost.
         generation: u64,
     },
+    /// The store is not the one this client connected to: it restarted empty, or lost writes it
+    /// had acknowledged (a failover to a replica that had not received them). Nothing was done:
+    /// carrying on would let stale versions match and records point back to old owners.
+    #[error(
+        "the location store lost what it had acknowledged ({reason}); nothing was done and this \
+         client does not carry on with it: restore the store from its backup, or restart every \
+         node of the cluster so that they start afresh on it (rooms keep running meanwhile, up \
+         to the outage limit)"
+    )]
+    Reset {
+        /// What the store holds instead.
+        reason: String,
+    },
     /// An entry in the store does not have the shape this module writes.
     #[error(
         "store entry {key:?} is corrupt ({reason}); another program may have written under this \
