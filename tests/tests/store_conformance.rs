@@ -1,13 +1,15 @@
 //! One conformance suite for every location store: each check below runs against the
-//! `MemoryStore` (on tokio's paused clock) and against a `RedisStore` on a real redis-server.
+//! `MemoryStore` (on tokio's paused clock), against a `RedisStore` on a real redis-server, and
+//! against an `EtcdStore` on a real etcd.
 
 use std::time::Duration;
 
 use ferry::ids::NodeId;
 use ferry::store::{
-    BatchOutcome, Condition, LocationStore, MemoryStore, Op, RedisStore, RedisStoreConfig,
-    StoreError, Versioned,
+    BatchOutcome, Condition, EtcdStore, EtcdStoreConfig, LocationStore, MemoryStore, Op,
+    RedisStore, RedisStoreConfig, StoreError, Versioned,
 };
+use ferry_tests::etcd_server::EtcdServer;
 use ferry_tests::redis_server::RedisServer;
 
 // ---------------------------------------------------------------------------------------------
@@ -420,6 +422,12 @@ async fn redis_store(server: &RedisServer, prefix: &str) -> RedisStore {
         .expect("connect to the test redis-server")
 }
 
+async fn etcd_store(server: &EtcdServer, prefix: &str) -> EtcdStore {
+    EtcdStore::connect(&[server.endpoint()], EtcdStoreConfig::new(prefix))
+        .await
+        .expect("connect to the test etcd")
+}
+
 macro_rules! conformance {
     ($($check:ident),+ $(,)?) => {
         mod memory {
@@ -441,6 +449,19 @@ macro_rules! conformance {
                         return;
                     };
                     super::$check(&redis_store(&server, "conformance").await).await;
+                }
+            )+
+        }
+
+        mod etcd {
+            use super::*;
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let Some(server) = EtcdServer::start_or_skip().await else {
+                        return;
+                    };
+                    super::$check(&etcd_store(&server, "conformance").await).await;
                 }
             )+
         }
@@ -757,6 +778,101 @@ async fn a_redis_that_lost_acknowledged_writes_is_refused_even_with_its_epoch() 
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             other => panic!("a write matched a version from before the loss: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        store.get("k").await,
+        Err(StoreError::Reset { .. })
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// etcd only
+
+#[tokio::test]
+async fn etcd_going_away_gives_typed_errors_not_hangs() {
+    let Some(mut server) = EtcdServer::start_or_skip().await else {
+        return;
+    };
+    let config = EtcdStoreConfig {
+        op_timeout: Duration::from_secs(1),
+        ..EtcdStoreConfig::new("gone")
+    };
+    let store = EtcdStore::connect(&[server.endpoint()], config.clone())
+        .await
+        .expect("connect");
+    let version = put(&store, "k", "v").await;
+    let lease = store
+        .acquire_lease(&node("n1"), Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    server.stop();
+    let is_down = |error: &StoreError| {
+        matches!(
+            error,
+            StoreError::Unavailable { .. } | StoreError::Timeout { .. }
+        )
+    };
+    let bound = Duration::from_secs(10);
+    let got = tokio::time::timeout(bound, store.get("k"))
+        .await
+        .expect("get returned");
+    assert!(got.as_ref().is_err_and(is_down), "get: {got:?}");
+    let batched = tokio::time::timeout(
+        bound,
+        store.batch(
+            vec![Condition::version("k", version)],
+            vec![Op::put("k", "w")],
+        ),
+    )
+    .await
+    .expect("batch returned");
+    assert!(batched.as_ref().is_err_and(is_down), "batch: {batched:?}");
+    let renewed = tokio::time::timeout(bound, store.renew_lease(&lease))
+        .await
+        .expect("renew returned");
+    assert!(renewed.as_ref().is_err_and(is_down), "renew: {renewed:?}");
+    let again = EtcdStore::connect(&[server.endpoint()], config).await;
+    assert!(again.as_ref().is_err_and(is_down), "connect: {again:?}");
+}
+
+#[tokio::test]
+async fn an_etcd_cluster_that_is_not_the_one_connected_to_is_refused() {
+    let Some(first) = EtcdServer::start_or_skip().await else {
+        return;
+    };
+    let Some(second) = EtcdServer::start_or_skip().await else {
+        return;
+    };
+    // The client knows two endpoints; they turn out to be two clusters. Once the first stops,
+    // the second answers, and the client tells it is not the store it wrote to.
+    let mut first = first;
+    let store = EtcdStore::connect(
+        &[first.endpoint(), second.endpoint()],
+        EtcdStoreConfig::new("epoch"),
+    )
+    .await
+    .expect("connect");
+    let version = put(&store, "k", "v").await;
+    first.stop();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        match store
+            .batch(
+                vec![Condition::version("k", version)],
+                vec![Op::put("k", "w")],
+            )
+            .await
+        {
+            Err(StoreError::Reset { .. }) => break,
+            // A call in flight on the stopped member fails; the next goes to the other.
+            Err(StoreError::Unavailable { .. } | StoreError::Timeout { .. }) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "never reached the other"
+                );
+            }
+            other => panic!("another etcd cluster was carried on with: {other:?}"),
         }
     }
     assert!(matches!(

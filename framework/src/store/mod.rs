@@ -6,6 +6,8 @@
 //!
 //! - [`MemoryStore`]: in-process, shared by the nodes of one process (demo, tests).
 //! - [`RedisStore`]: for clusters of processes and machines, backed by a redis-server.
+//! - `EtcdStore` (with the `etcd` feature): the linearizable backend, on an etcd cluster.
+//! - [`StoreUrl`]: where a store is, as a config names it, and opening it.
 //!
 //! Every write carries a store-wide revision that only grows, so a version seen once is never
 //! seen again for a different value, even after a delete and a re-create (no ABA).
@@ -18,10 +20,16 @@ use bytes::Bytes;
 
 use crate::ids::NodeId;
 
+#[cfg(feature = "etcd")]
+mod etcd;
 mod memory;
 mod redis;
+mod url;
 
+#[cfg(feature = "etcd")]
+pub use self::etcd::{EtcdStore, EtcdStoreConfig};
 pub use self::redis::{RedisStore, RedisStoreConfig};
+pub use self::url::StoreUrl;
 pub use memory::MemoryStore;
 
 /// A boxed, sendable future, so that [`LocationStore`] can be used as a trait object
@@ -151,8 +159,9 @@ pub struct Lease {
 pub enum StoreError {
     /// The store could not be reached; nothing was done, or the answer was lost with the connection.
     #[error(
-        "the location store is unavailable ({reason}); check that redis-server is running and \
-         reachable from this host, then retry after re-reading any key that was being written"
+        "the location store is unavailable ({reason}); check that the store (redis-server or \
+         etcd) is running and reachable from this host, then retry after re-reading any key \
+         that was being written"
     )]
     Unavailable {
         /// What the connection reported.
