@@ -304,8 +304,15 @@ mod tests {
         let witness = Witness::new();
         let n = id("n");
         witness.answered(&n, witness.stamp(), true);
-        let read =
-            |w: &Witness| w.read(Instant::now(), &[n.clone()], &[lapsed(&n, 7)], &TIMES, true);
+        let read = |w: &Witness| {
+            w.read(
+                Instant::now(),
+                std::slice::from_ref(&n),
+                &[lapsed(&n, 7)],
+                &TIMES,
+                true,
+            )
+        };
         assert_eq!(read(&witness), vec![(n.clone(), Verdict::Suspected)]);
         tokio::time::advance(TIMES.grace + TIMES.margin() - Duration::from_millis(1)).await;
         assert_eq!(read(&witness), vec![(n.clone(), Verdict::Suspected)]);
@@ -322,8 +329,15 @@ mod tests {
     async fn a_node_never_heard_from_is_dead_only_after_the_outage_limit() {
         let witness = Witness::new();
         let n = id("n");
-        let read =
-            |w: &Witness| w.read(Instant::now(), &[n.clone()], &[lapsed(&n, 1)], &TIMES, true);
+        let read = |w: &Witness| {
+            w.read(
+                Instant::now(),
+                std::slice::from_ref(&n),
+                &[lapsed(&n, 1)],
+                &TIMES,
+                true,
+            )
+        };
         assert_eq!(read(&witness), vec![(n.clone(), Verdict::Suspected)]);
         tokio::time::advance(TIMES.outage_limit + TIMES.lease_ttl).await;
         assert_eq!(read(&witness), vec![(n.clone(), Verdict::Suspected)]);
@@ -342,8 +356,8 @@ mod tests {
         let read = |w: &Witness| {
             w.read(
                 Instant::now(),
-                &[n.clone()],
-                &[counting.clone()],
+                std::slice::from_ref(&n),
+                std::slice::from_ref(&counting),
                 &TIMES,
                 true,
             )
@@ -358,13 +372,19 @@ mod tests {
         let witness = Witness::new();
         let n = id("n");
         witness.answered(&n, witness.stamp(), false);
-        let verdicts = witness.read(Instant::now(), &[n.clone()], &[lapsed(&n, 3)], &TIMES, true);
+        let verdicts = witness.read(
+            Instant::now(),
+            std::slice::from_ref(&n),
+            &[lapsed(&n, 3)],
+            &TIMES,
+            true,
+        );
         assert_eq!(verdicts, vec![(n.clone(), Verdict::Dead)]);
         // Without a mesh there is no second witness: a lapsed lease is enough.
         let alone = Witness::new();
         let verdicts = alone.read(
             Instant::now(),
-            &[n.clone()],
+            std::slice::from_ref(&n),
             &[lapsed(&n, 3)],
             &TIMES,
             false,
