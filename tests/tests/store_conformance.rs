@@ -2,6 +2,7 @@
 //! `MemoryStore` (on tokio's paused clock), against a `RedisStore` on a real redis-server, and
 //! against an `EtcdStore` on a real etcd.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ferry::ids::NodeId;
@@ -879,4 +880,67 @@ async fn an_etcd_cluster_that_is_not_the_one_connected_to_is_refused() {
         store.get("k").await,
         Err(StoreError::Reset { .. })
     ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Both network stores
+
+/// Polls `fut` once, so that what it sends is sent, and gives it back unfinished.
+fn poll_once<F: std::future::Future + Unpin>(fut: &mut F) {
+    let waker = std::task::Waker::noop();
+    let _ = std::pin::Pin::new(fut).poll(&mut std::task::Context::from_waker(waker));
+}
+
+/// A turn that holds its runtime thread (a long game tick, a blocking call in a handler) must not
+/// hold the store's answers to every other task: they come on time from a thread of the store's
+/// own. Here a task sends a store call and then holds its thread for three times the store's
+/// timeout; the store's connection is then next in line on that thread, where no other thread can
+/// take it over. Meanwhile another call from elsewhere must still be answered.
+async fn a_held_runtime_thread_does_not_hold_the_answers(store: Arc<dyn LocationStore>) {
+    put(&*store, "k", "v").await;
+    let holder = store.clone();
+    let held = tokio::spawn(async move {
+        let mut sent = Box::pin(holder.get("k"));
+        poll_once(&mut sent);
+        std::thread::sleep(Duration::from_secs(3));
+        sent.await
+    });
+    // Long enough for the holder to be holding its thread.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = store.get("k").await;
+    assert!(
+        matches!(&got, Ok(Some(found)) if found.value.as_ref() == b"v"),
+        "a call made while another task holds its thread: {got:?}"
+    );
+    held.await.expect("holder").expect("the held call");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_answers_while_a_turn_holds_a_runtime_thread() {
+    let Some(server) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let config = RedisStoreConfig {
+        op_timeout: Duration::from_secs(1),
+        ..RedisStoreConfig::new("held")
+    };
+    let store = RedisStore::connect(&server.url(), config)
+        .await
+        .expect("connect");
+    a_held_runtime_thread_does_not_hold_the_answers(Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_answers_while_a_turn_holds_a_runtime_thread() {
+    let Some(server) = EtcdServer::start_or_skip().await else {
+        return;
+    };
+    let config = EtcdStoreConfig {
+        op_timeout: Duration::from_secs(1),
+        ..EtcdStoreConfig::new("held")
+    };
+    let store = EtcdStore::connect(&[server.endpoint()], config)
+        .await
+        .expect("connect");
+    a_held_runtime_thread_does_not_hold_the_answers(Arc::new(store)).await;
 }

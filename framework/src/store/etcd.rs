@@ -14,7 +14,8 @@
 //! the one connected to (an etcd that restarted empty is a new cluster) or a revision below one
 //! already seen fails the call with [`StoreError::Reset`]. Every call is bounded by the
 //! configured timeout; a request that may have reached etcd is never sent again, since its
-//! outcome is unknown (re-read, never guess).
+//! outcome is unknown (re-read, never guess). Connections and calls run on the store's own thread
+//! (see `io_thread`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -31,6 +32,7 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::io_thread::IoThread;
 use super::{
     BatchOutcome, BoxFuture, Condition, Lease, LocationStore, Op, Page, StoreError, Versioned,
 };
@@ -102,6 +104,8 @@ struct Inner {
     cluster: AtomicU64,
     /// The highest revision seen: an etcd below it lost what it had acknowledged.
     seen: AtomicU64,
+    /// Where the connections and every call run.
+    io: IoThread,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -249,6 +253,7 @@ impl EtcdStore {
                 base: format!("{}/", config.prefix),
                 cluster: AtomicU64::new(0),
                 seen: AtomicU64::new(0),
+                io: IoThread::start("ferry-etcd")?,
             }),
         };
         // Any read names the cluster; the first one is kept to tell it from another later.
@@ -278,8 +283,21 @@ impl EtcdStore {
         format!("{}lgen/{node}", self.inner.base)
     }
 
-    /// Posts one request under the store's timeout and decodes its answer.
-    async fn call<T: for<'de> Deserialize<'de>>(
+    /// Posts one request under the store's timeout, on the store's thread, and decodes its answer.
+    async fn call<T: for<'de> Deserialize<'de> + Send + 'static>(
+        &self,
+        op: &'static str,
+        path: &str,
+        body: Value,
+    ) -> Result<T, StoreError> {
+        let (this, path) = (self.clone(), path.to_owned());
+        self.inner
+            .io
+            .run(op, async move { this.call_here(op, &path, body).await })
+            .await
+    }
+
+    async fn call_here<T: for<'de> Deserialize<'de>>(
         &self,
         op: &'static str,
         path: &str,

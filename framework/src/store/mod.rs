@@ -22,6 +22,7 @@ use crate::ids::NodeId;
 
 #[cfg(feature = "etcd")]
 mod etcd;
+mod io_thread;
 mod memory;
 mod redis;
 mod url;

@@ -16,7 +16,8 @@
 //! - `{P}:lgen:<node>`: the node's last lease generation; kept, so generations never repeat.
 //!
 //! Every call runs as one Lua script that first checks the epoch and the revision, so redis
-//! checks, applies or reads it as one step. Every call is bounded by the configured timeout.
+//! checks, applies or reads it as one step. Every call is bounded by the configured timeout, and
+//! runs on the store's own thread (see `io_thread`).
 
 use std::fmt;
 use std::future::Future;
@@ -28,6 +29,7 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{ErrorKind, RedisError, RedisResult, Script, ScriptInvocation, ServerErrorKind};
 use bytes::Bytes;
 
+use super::io_thread::IoThread;
 use super::{
     BatchOutcome, BoxFuture, Condition, Lease, LocationStore, Op, Page, StoreError, Versioned,
 };
@@ -218,6 +220,8 @@ pub struct RedisStore {
     epoch: Arc<str>,
     /// The highest revision this client saw: a store below it lost acknowledged writes.
     seen: Arc<AtomicU64>,
+    /// Where the connection and every call run.
+    io: IoThread,
 }
 
 struct Scripts {
@@ -310,23 +314,30 @@ impl RedisStore {
             .set_response_timeout(Some(op_timeout))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
-        let mut conn = bounded(
-            "connect",
-            op_timeout,
-            ConnectionManager::new_with_config(client, manager_config),
-        )
-        .await?;
+        let io = IoThread::start("ferry-redis")?;
         let keys = KeySpace::new(&config.prefix);
-        let fresh = format!("{:032x}", rand::random::<u128>());
-        let epoch: String = bounded(
-            "connect",
-            op_timeout,
-            Script::new(EPOCH_LUA)
-                .key(&keys.epoch)
-                .arg(fresh)
-                .invoke_async(&mut conn),
-        )
-        .await?;
+        let epoch_key = keys.epoch.clone();
+        let (conn, epoch) = io
+            .run("connect", async move {
+                let mut conn = bounded(
+                    "connect",
+                    op_timeout,
+                    ConnectionManager::new_with_config(client, manager_config),
+                )
+                .await?;
+                let fresh = format!("{:032x}", rand::random::<u128>());
+                let epoch: String = bounded(
+                    "connect",
+                    op_timeout,
+                    Script::new(EPOCH_LUA)
+                        .key(epoch_key)
+                        .arg(fresh)
+                        .invoke_async(&mut conn),
+                )
+                .await?;
+                Ok((conn, epoch))
+            })
+            .await?;
         Ok(Self {
             conn,
             op_timeout,
@@ -334,7 +345,22 @@ impl RedisStore {
             scripts: Arc::new(Scripts::new()),
             epoch: Arc::from(epoch),
             seen: Arc::new(AtomicU64::new(0)),
+            io,
         })
+    }
+
+    /// Runs a call on the store's thread.
+    fn on_io<'a, T, Fut>(
+        &'a self,
+        op: &'static str,
+        call: impl FnOnce(RedisStore) -> Fut,
+    ) -> BoxFuture<'a, Result<T, StoreError>>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let call = call(self.clone());
+        Box::pin(self.io.run(op, call))
     }
 
     /// The store's epoch as this client found it when it connected.
@@ -582,7 +608,8 @@ impl RedisStore {
 
 impl LocationStore for RedisStore {
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
-        Box::pin(self.get_inner(key))
+        let key = key.to_owned();
+        self.on_io("get", move |s| async move { s.get_inner(&key).await })
     }
 
     fn batch<'a>(
@@ -590,7 +617,9 @@ impl LocationStore for RedisStore {
         conditions: Vec<Condition>,
         ops: Vec<Op>,
     ) -> BoxFuture<'a, Result<BatchOutcome, StoreError>> {
-        Box::pin(self.batch_inner(conditions, ops))
+        self.on_io("batch", move |s| async move {
+            s.batch_inner(conditions, ops).await
+        })
     }
 
     fn scan<'a>(
@@ -599,7 +628,10 @@ impl LocationStore for RedisStore {
         after: Option<&'a str>,
         limit: usize,
     ) -> BoxFuture<'a, Result<Page, StoreError>> {
-        Box::pin(self.scan_inner(prefix, after, limit))
+        let (prefix, after) = (prefix.to_owned(), after.map(ToOwned::to_owned));
+        self.on_io("scan", move |s| async move {
+            s.scan_inner(&prefix, after.as_deref(), limit).await
+        })
     }
 
     fn acquire_lease<'a>(
@@ -607,22 +639,35 @@ impl LocationStore for RedisStore {
         node: &'a NodeId,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Lease, StoreError>> {
-        Box::pin(self.acquire_inner(node, ttl))
+        let node = node.clone();
+        self.on_io("acquire_lease", move |s| async move {
+            s.acquire_inner(&node, ttl).await
+        })
     }
 
     fn renew_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.renew_inner(lease))
+        let lease = lease.clone();
+        self.on_io("renew_lease", move |s| async move {
+            s.renew_inner(&lease).await
+        })
     }
 
     fn lease_of<'a>(
         &'a self,
         node: &'a NodeId,
     ) -> BoxFuture<'a, Result<Option<Lease>, StoreError>> {
-        Box::pin(self.lease_of_inner(node))
+        let node = node.clone();
+        self.on_io(
+            "lease_of",
+            move |s| async move { s.lease_of_inner(&node).await },
+        )
     }
 
     fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.release_inner(lease))
+        let lease = lease.clone();
+        self.on_io("release_lease", move |s| async move {
+            s.release_inner(&lease).await
+        })
     }
 }
 

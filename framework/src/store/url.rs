@@ -23,7 +23,7 @@ impl StoreUrl {
         if text == "memory" {
             return Ok(StoreUrl::Memory);
         }
-        if text.starts_with("redis://") || text.starts_with("rediss://") {
+        if text.starts_with("redis://") {
             return Ok(StoreUrl::Redis(text.to_owned()));
         }
         if let Some(list) = text.strip_prefix("etcd://") {
