@@ -8,6 +8,7 @@
 //! - [`RedisStore`]: for clusters of processes and machines, backed by a redis-server.
 //! - `EtcdStore` (with the `etcd` feature): the linearizable backend, on an etcd cluster.
 //! - [`StoreUrl`]: where a store is, as a config names it, and opening it.
+//! - `io_thread`: the runtime thread the network stores run their connections on.
 //!
 //! Every write carries a store-wide revision that only grows, so a version seen once is never
 //! seen again for a different value, even after a delete and a re-create (no ABA).
