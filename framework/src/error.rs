@@ -186,6 +186,16 @@ pub enum UnitError {
         /// The unit (or the room it moves with).
         id: UnitId,
     },
+    /// The location store could not be reached (or has not confirmed this node's lease lately),
+    /// so what needs it (a creation, a recovery, a record's change) waits; the rooms that run
+    /// keep running. The outcome of a write in flight is unknown: re-read.
+    #[error("{what} failed: the location store is unavailable ({reason}); retry once it is back")]
+    StoreUnavailable {
+        /// What was attempted.
+        what: String,
+        /// What failed.
+        reason: String,
+    },
     /// The location store or a peer could not be reached; the outcome is unknown, so re-read.
     #[error("{what} failed: {reason}; retry once the store and mesh are back")]
     Unavailable {

@@ -13,7 +13,8 @@
 //! - [`client`]: the client library bots, samples and tests connect with.
 //! - [`mesh`]: QUIC between nodes with mutual TLS by node id, and ordered, size-limited frames
 //!   that are acknowledged and sent again over the next connection when a link resets.
-//! - [`store`]: the location store, the authority on where every unit lives (memory or redis).
+//! - [`store`]: the location store, the authority on where every unit lives (memory, redis, or
+//!   etcd with feature `etcd`).
 //! - [`error`]: the typed errors callers see.
 
 pub mod behavior;

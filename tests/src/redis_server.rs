@@ -33,6 +33,9 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    /// Whether it writes every change to an append-only file before it answers, so that a
+    /// restart finds what it had acknowledged.
+    persistent: bool,
 }
 
 /// Why a redis-server could not be started.
@@ -49,25 +52,27 @@ impl RedisServer {
     /// installed (panicking instead when `FERRY_REQUIRE_REDIS=1`). Any other failure to start
     /// panics: an installed server that does not come up is a real problem.
     pub async fn start_or_skip() -> Option<RedisServer> {
-        match Self::start().await {
-            Ok(server) => Some(server),
-            Err(StartError::NotInstalled) => {
-                if std::env::var(REQUIRE_ENV).is_ok_and(|value| value == "1") {
-                    panic!("{SKIP_MESSAGE}; {REQUIRE_ENV}=1 requires it");
-                }
-                println!("{SKIP_MESSAGE}");
-                None
-            }
-            Err(StartError::Failed(output)) => panic!("redis-server did not start:\n{output}"),
-        }
+        or_skip(Self::start().await)
     }
 
     /// Starts a server on a free port of 127.0.0.1, without persistence, in a fresh temp dir,
     /// and returns once it reports that it accepts connections.
     pub async fn start() -> Result<RedisServer, StartError> {
+        Self::start_with(false).await
+    }
+
+    /// Like [`start_or_skip`](Self::start_or_skip), for a server that persists every write
+    /// (`appendonly yes`, `appendfsync always`), as a studio runs it: after
+    /// [`restart_keeping_data`](Self::restart_keeping_data) it has what it acknowledged (and the
+    /// keys whose expiry passed meanwhile are gone).
+    pub async fn start_persistent_or_skip() -> Option<RedisServer> {
+        or_skip(Self::start_with(true).await)
+    }
+
+    async fn start_with(persistent: bool) -> Result<RedisServer, StartError> {
         let mut last = String::new();
         for _ in 0..ATTEMPTS {
-            match Self::start_once(None).await {
+            match Self::start_once(None, None, persistent).await {
                 Err(StartError::Failed(output)) if output.contains("Address already in use") => {
                     last = output;
                 }
@@ -77,17 +82,36 @@ impl RedisServer {
         Err(StartError::Failed(last))
     }
 
-    async fn start_once(port: Option<u16>) -> Result<RedisServer, StartError> {
+    async fn start_once(
+        port: Option<u16>,
+        dir: Option<PathBuf>,
+        persistent: bool,
+    ) -> Result<RedisServer, StartError> {
         let port = match port {
             Some(port) => port,
             None => free_port().map_err(|e| StartError::Failed(format!("no free port: {e}")))?,
         };
-        let dir = temp_dir(port).map_err(|e| StartError::Failed(format!("no temp dir: {e}")))?;
+        let dir = match dir {
+            Some(dir) => dir,
+            None => temp_dir(port).map_err(|e| StartError::Failed(format!("no temp dir: {e}")))?,
+        };
+        let persistence: &[&str] = if persistent {
+            &[
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ]
+        } else {
+            &["--save", "", "--appendonly", "no"]
+        };
         let spawned = Command::new("redis-server")
             .arg("--port")
             .arg(port.to_string())
             .args(["--bind", "127.0.0.1", "--protected-mode", "yes"])
-            .args(["--save", "", "--appendonly", "no"])
+            .args(persistence)
             .arg("--dir")
             .arg(&dir)
             .args(["--daemonize", "no", "--loglevel", "notice"])
@@ -111,6 +135,7 @@ impl RedisServer {
             child: None,
             port,
             dir,
+            persistent,
         };
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             server.child = Some(child);
@@ -134,11 +159,41 @@ impl RedisServer {
     /// was restarted without persistence: clients that reconnect find no data.
     pub async fn restart(&mut self) -> Result<(), StartError> {
         self.stop();
-        let mut fresh = Self::start_once(Some(self.port)).await?;
+        let mut fresh = Self::start_once(Some(self.port), None, self.persistent).await?;
         self.child = fresh.child.take();
         // `fresh` now removes the old dir on drop; this server keeps the new one.
         std::mem::swap(&mut self.dir, &mut fresh.dir);
         Ok(())
+    }
+
+    /// Starts the server again on the same port and data directory after [`stop`](Self::stop):
+    /// a persistent server comes back with what it had acknowledged.
+    pub async fn restart_keeping_data(&mut self) -> Result<(), StartError> {
+        self.stop();
+        let mut again =
+            Self::start_once(Some(self.port), Some(self.dir.clone()), self.persistent).await?;
+        self.child = again.child.take();
+        // Both name the one directory: only this server removes it.
+        again.dir = PathBuf::new();
+        Ok(())
+    }
+
+    /// A copy of the server's data directory as it is now (a persistent server writes every
+    /// change before it answers), for [`restart_from`](Self::restart_from).
+    pub fn copy_data(&self) -> std::io::Result<PathBuf> {
+        let copy = temp_dir(self.port)?;
+        copy_tree(&self.dir, &copy)?;
+        Ok(copy)
+    }
+
+    /// Stops the server and starts it again on the data of `copy` (which is used up): as a
+    /// replica that had not received the latest writes and took over.
+    pub async fn restart_from(&mut self, copy: &std::path::Path) -> Result<(), StartError> {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        std::fs::rename(copy, &self.dir)
+            .map_err(|e| StartError::Failed(format!("data not put back: {e}")))?;
+        self.restart_keeping_data().await
     }
 
     /// Where to connect: `redis://127.0.0.1:<port>/`.
@@ -164,7 +219,25 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The server, or `None` after [`SKIP_MESSAGE`] when redis-server is not installed (a panic
+/// instead when `FERRY_REQUIRE_REDIS=1`); any other failure to start panics.
+fn or_skip(started: Result<RedisServer, StartError>) -> Option<RedisServer> {
+    match started {
+        Ok(server) => Some(server),
+        Err(StartError::NotInstalled) => {
+            if std::env::var(REQUIRE_ENV).is_ok_and(|value| value == "1") {
+                panic!("{SKIP_MESSAGE}; {REQUIRE_ENV}=1 requires it");
+            }
+            println!("{SKIP_MESSAGE}");
+            None
+        }
+        Err(StartError::Failed(output)) => panic!("redis-server did not start:\n{output}"),
     }
 }
 
@@ -204,6 +277,20 @@ fn watch_output(
         }
     });
     rx
+}
+
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
 }
 
 fn free_port() -> std::io::Result<u16> {

@@ -1,13 +1,16 @@
 //! One conformance suite for every location store: each check below runs against the
-//! `MemoryStore` (on tokio's paused clock) and against a `RedisStore` on a real redis-server.
+//! `MemoryStore` (on tokio's paused clock), against a `RedisStore` on a real redis-server, and
+//! against an `EtcdStore` on a real etcd.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ferry::ids::NodeId;
 use ferry::store::{
-    BatchOutcome, Condition, LocationStore, MemoryStore, Op, RedisStore, RedisStoreConfig,
-    StoreError, Versioned,
+    BatchOutcome, Condition, EtcdStore, EtcdStoreConfig, LocationStore, MemoryStore, Op,
+    RedisStore, RedisStoreConfig, StoreError, Versioned,
 };
+use ferry_tests::etcd_server::EtcdServer;
 use ferry_tests::redis_server::RedisServer;
 
 // ---------------------------------------------------------------------------------------------
@@ -420,6 +423,12 @@ async fn redis_store(server: &RedisServer, prefix: &str) -> RedisStore {
         .expect("connect to the test redis-server")
 }
 
+async fn etcd_store(server: &EtcdServer, prefix: &str) -> EtcdStore {
+    EtcdStore::connect(&[server.endpoint()], EtcdStoreConfig::new(prefix))
+        .await
+        .expect("connect to the test etcd")
+}
+
 macro_rules! conformance {
     ($($check:ident),+ $(,)?) => {
         mod memory {
@@ -441,6 +450,19 @@ macro_rules! conformance {
                         return;
                     };
                     super::$check(&redis_store(&server, "conformance").await).await;
+                }
+            )+
+        }
+
+        mod etcd {
+            use super::*;
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let Some(server) = EtcdServer::start_or_skip().await else {
+                        return;
+                    };
+                    super::$check(&etcd_store(&server, "conformance").await).await;
                 }
             )+
         }
@@ -642,7 +664,7 @@ async fn redis_connect_to_a_missing_server_is_a_typed_error() {
 }
 
 #[tokio::test]
-async fn redis_store_reconnects_when_the_server_comes_back() {
+async fn a_redis_that_restarted_empty_is_refused_not_carried_on_with() {
     let Some(mut server) = RedisServer::start_or_skip().await else {
         return;
     };
@@ -650,28 +672,275 @@ async fn redis_store_reconnects_when_the_server_comes_back() {
         op_timeout: Duration::from_secs(1),
         ..RedisStoreConfig::new("back")
     };
-    let store = RedisStore::connect(&server.url(), config)
+    let store = RedisStore::connect(&server.url(), config.clone())
         .await
         .expect("connect");
-    put(&store, "k", "v").await;
+    let version = put(&store, "k", "v").await;
+    let lease = store
+        .acquire_lease(&node("n1"), Duration::from_secs(30))
+        .await
+        .expect("acquire");
     server.stop();
     assert!(store.get("k").await.is_err(), "the server is down");
     server.restart().await.expect("restart on the same port");
 
-    // The restarted server kept nothing (no persistence); the store finds it again by itself.
+    // The restarted server kept nothing (no persistence). Once the client reaches it again, it
+    // tells that store from the one it knew: every call is refused, none finds a stale match.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
         match store.get("k").await {
-            Ok(found) => {
-                assert_eq!(found, None);
-                break;
-            }
+            Err(StoreError::Reset { .. }) => break,
             Err(StoreError::Unavailable { .. } | StoreError::Timeout { .. }) => {
                 assert!(tokio::time::Instant::now() < deadline, "never reconnected");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            Err(other) => panic!("unexpected error while reconnecting: {other}"),
+            other => panic!("a store that lost everything was carried on with: {other:?}"),
         }
     }
-    assert_eq!(put(&store, "k", "again").await, 1);
+    let batched = store
+        .batch(
+            vec![Condition::version("k", version)],
+            vec![Op::put("k", "w")],
+        )
+        .await;
+    assert!(
+        matches!(batched, Err(StoreError::Reset { .. })),
+        "{batched:?}"
+    );
+    let created = store
+        .batch(vec![Condition::absent("k")], vec![Op::put("k", "w")])
+        .await;
+    assert!(
+        matches!(created, Err(StoreError::Reset { .. })),
+        "{created:?}"
+    );
+    let renewed = store.renew_lease(&lease).await;
+    assert!(
+        matches!(renewed, Err(StoreError::Reset { .. })),
+        "{renewed:?}"
+    );
+    let scanned = store.scan("", None, 10).await;
+    assert!(
+        matches!(scanned, Err(StoreError::Reset { .. })),
+        "{scanned:?}"
+    );
+    let error = store.get("k").await.expect_err("refused");
+    assert!(error.to_string().contains("restart every node"), "{error}");
+
+    // A client that connects now starts afresh on it, and the old one still refuses it.
+    let fresh = RedisStore::connect(&server.url(), config)
+        .await
+        .expect("connect afresh");
+    assert_ne!(fresh.epoch(), store.epoch());
+    assert_eq!(fresh.get("k").await.expect("get"), None);
+    assert_eq!(put(&fresh, "k", "again").await, 1);
+    assert!(matches!(
+        store.get("k").await,
+        Err(StoreError::Reset { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_redis_that_lost_acknowledged_writes_is_refused_even_with_its_epoch() {
+    let Some(mut server) = RedisServer::start_persistent_or_skip().await else {
+        return;
+    };
+    let config = RedisStoreConfig {
+        op_timeout: Duration::from_secs(1),
+        ..RedisStoreConfig::new("lost")
+    };
+    let store = RedisStore::connect(&server.url(), config)
+        .await
+        .expect("connect");
+    let first = put(&store, "k", "v1").await;
+    // What the store held then, as a replica that lagged behind would hold it.
+    let behind = server.copy_data().expect("copy of the data");
+    let second = put(&store, "k", "v2").await;
+    assert!(second > first);
+    server
+        .restart_from(&behind)
+        .await
+        .expect("restart from the older data");
+
+    // The epoch is the same, but the revision went back: the version `first` would match again,
+    // for a record that was since written over. The client refuses rather than match it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        match store
+            .batch(
+                vec![Condition::version("k", first)],
+                vec![Op::put("k", "stale")],
+            )
+            .await
+        {
+            Err(StoreError::Reset { .. }) => break,
+            Err(StoreError::Unavailable { .. } | StoreError::Timeout { .. }) => {
+                assert!(tokio::time::Instant::now() < deadline, "never reconnected");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("a write matched a version from before the loss: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        store.get("k").await,
+        Err(StoreError::Reset { .. })
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// etcd only
+
+#[tokio::test]
+async fn etcd_going_away_gives_typed_errors_not_hangs() {
+    let Some(mut server) = EtcdServer::start_or_skip().await else {
+        return;
+    };
+    let config = EtcdStoreConfig {
+        op_timeout: Duration::from_secs(1),
+        ..EtcdStoreConfig::new("gone")
+    };
+    let store = EtcdStore::connect(&[server.endpoint()], config.clone())
+        .await
+        .expect("connect");
+    let version = put(&store, "k", "v").await;
+    let lease = store
+        .acquire_lease(&node("n1"), Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    server.stop();
+    let is_down = |error: &StoreError| {
+        matches!(
+            error,
+            StoreError::Unavailable { .. } | StoreError::Timeout { .. }
+        )
+    };
+    let bound = Duration::from_secs(10);
+    let got = tokio::time::timeout(bound, store.get("k"))
+        .await
+        .expect("get returned");
+    assert!(got.as_ref().is_err_and(is_down), "get: {got:?}");
+    let batched = tokio::time::timeout(
+        bound,
+        store.batch(
+            vec![Condition::version("k", version)],
+            vec![Op::put("k", "w")],
+        ),
+    )
+    .await
+    .expect("batch returned");
+    assert!(batched.as_ref().is_err_and(is_down), "batch: {batched:?}");
+    let renewed = tokio::time::timeout(bound, store.renew_lease(&lease))
+        .await
+        .expect("renew returned");
+    assert!(renewed.as_ref().is_err_and(is_down), "renew: {renewed:?}");
+    let again = EtcdStore::connect(&[server.endpoint()], config).await;
+    assert!(again.as_ref().is_err_and(is_down), "connect: {again:?}");
+}
+
+#[tokio::test]
+async fn an_etcd_cluster_that_is_not_the_one_connected_to_is_refused() {
+    let Some(first) = EtcdServer::start_or_skip().await else {
+        return;
+    };
+    let Some(second) = EtcdServer::start_or_skip().await else {
+        return;
+    };
+    // The client knows two endpoints; they turn out to be two clusters. Once the first stops,
+    // the second answers, and the client tells it is not the store it wrote to.
+    let mut first = first;
+    let store = EtcdStore::connect(
+        &[first.endpoint(), second.endpoint()],
+        EtcdStoreConfig::new("epoch"),
+    )
+    .await
+    .expect("connect");
+    let version = put(&store, "k", "v").await;
+    first.stop();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        match store
+            .batch(
+                vec![Condition::version("k", version)],
+                vec![Op::put("k", "w")],
+            )
+            .await
+        {
+            Err(StoreError::Reset { .. }) => break,
+            // A call in flight on the stopped member fails; the next goes to the other.
+            Err(StoreError::Unavailable { .. } | StoreError::Timeout { .. }) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "never reached the other"
+                );
+            }
+            other => panic!("another etcd cluster was carried on with: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        store.get("k").await,
+        Err(StoreError::Reset { .. })
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Both network stores
+
+/// Polls `fut` once, so that what it sends is sent, and gives it back unfinished.
+fn poll_once<F: std::future::Future + Unpin>(fut: &mut F) {
+    let waker = std::task::Waker::noop();
+    let _ = std::pin::Pin::new(fut).poll(&mut std::task::Context::from_waker(waker));
+}
+
+/// A turn that holds its runtime thread (a long game tick, a blocking call in a handler) must not
+/// hold the store's answers to every other task: they come on time from a thread of the store's
+/// own. Here a task sends a store call and then holds its thread for three times the store's
+/// timeout; the store's connection is then next in line on that thread, where no other thread can
+/// take it over. Meanwhile another call from elsewhere must still be answered.
+async fn a_held_runtime_thread_does_not_hold_the_answers(store: Arc<dyn LocationStore>) {
+    put(&*store, "k", "v").await;
+    let holder = store.clone();
+    let held = tokio::spawn(async move {
+        let mut sent = Box::pin(holder.get("k"));
+        poll_once(&mut sent);
+        std::thread::sleep(Duration::from_secs(3));
+        sent.await
+    });
+    // Long enough for the holder to be holding its thread.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = store.get("k").await;
+    assert!(
+        matches!(&got, Ok(Some(found)) if found.value.as_ref() == b"v"),
+        "a call made while another task holds its thread: {got:?}"
+    );
+    held.await.expect("holder").expect("the held call");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_answers_while_a_turn_holds_a_runtime_thread() {
+    let Some(server) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let config = RedisStoreConfig {
+        op_timeout: Duration::from_secs(1),
+        ..RedisStoreConfig::new("held")
+    };
+    let store = RedisStore::connect(&server.url(), config)
+        .await
+        .expect("connect");
+    a_held_runtime_thread_does_not_hold_the_answers(Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_answers_while_a_turn_holds_a_runtime_thread() {
+    let Some(server) = EtcdServer::start_or_skip().await else {
+        return;
+    };
+    let config = EtcdStoreConfig {
+        op_timeout: Duration::from_secs(1),
+        ..EtcdStoreConfig::new("held")
+    };
+    let store = EtcdStore::connect(&[server.endpoint()], config)
+        .await
+        .expect("connect");
+    a_held_runtime_thread_does_not_hold_the_answers(Arc::new(store)).await;
 }

@@ -240,7 +240,7 @@ fn default_refresh_ms() -> u64 {
 pub enum StoreChoice {
     /// An in-process store: the node is a cluster of one.
     Memory,
-    /// A redis-server shared by the cluster.
+    /// A store shared by the cluster: a redis-server or an etcd cluster.
     Redis {
         /// Where to connect.
         url: String,
@@ -494,9 +494,10 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
         .collect::<Result<Vec<_>, _>>()?;
     let admin = optional_addr(&file.admin).map_err(|reason| invalid("admin", reason))?;
     let sessions = gateway(base, &file).map_err(|(key, reason)| invalid(key, reason))?;
-    let store = if file.store == "memory" {
+    let parsed = ferry::store::StoreUrl::parse(&file.store);
+    let store = if parsed == Ok(ferry::store::StoreUrl::Memory) {
         StoreChoice::Memory
-    } else if file.store.starts_with("redis://") {
+    } else if parsed.is_ok() {
         if file.store_prefix.is_empty() || file.store_prefix.contains(['{', '}']) {
             return Err(invalid(
                 "store_prefix",
@@ -514,7 +515,8 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
         return Err(invalid(
             "store",
             format!(
-                "{:?} is neither \"memory\" nor a redis:// URL such as \"redis://127.0.0.1:6379/\"",
+                "{:?} is neither \"memory\" nor a redis:// URL such as \"redis://127.0.0.1:6379/\" \
+                 nor an etcd:// list such as \"etcd://127.0.0.1:2379\"",
                 redact(&file.store)
             ),
         ));

@@ -8,14 +8,13 @@ use std::time::Duration;
 
 use ferry::mesh::{ClusterCa, TlsError};
 use ferry::session::tls::SessionTlsError;
-use ferry::store::{LocationStore, MemoryStore, RedisStore, RedisStoreConfig, StoreError};
+use ferry::store::{LocationStore, StoreError};
 use ferry::{
     MeshSettings, Node, NodeConfig, NodeId, Registry, SessionSettings, SessionTls, StartError,
     StaticTokens,
 };
 
 use crate::bots::GatewayAccess;
-use crate::config::redact;
 
 /// The name the gateways' ephemeral certificate carries.
 const SERVER_NAME: &str = "localhost";
@@ -26,38 +25,9 @@ const TOKEN: &[u8] = b"ferry-demo-bot";
 /// How long a node may take to link to another before the cluster gives up.
 const LINK_WITHIN: Duration = Duration::from_secs(10);
 
-/// Which location store the nodes share.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreChoice {
-    /// The in-process `MemoryStore`.
-    Memory,
-    /// A `RedisStore` at this `redis://` URL.
-    Redis(String),
-}
-
-impl StoreChoice {
-    /// Reads `memory` or a `redis://` URL, as the `--store` flag takes it.
-    pub fn parse(text: &str) -> Result<StoreChoice, String> {
-        if text == "memory" {
-            Ok(StoreChoice::Memory)
-        } else if text.starts_with("redis://") {
-            Ok(StoreChoice::Redis(text.to_owned()))
-        } else {
-            Err(format!(
-                "{:?} is neither `memory` nor a redis:// URL such as redis://127.0.0.1:6379/",
-                redact(text)
-            ))
-        }
-    }
-
-    /// A name for reports: `memory` or `redis`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            StoreChoice::Memory => "memory",
-            StoreChoice::Redis(_) => "redis",
-        }
-    }
-}
+/// Which location store the nodes share: `memory`, a `redis://` URL or an `etcd://` list, as the
+/// `--store` flag takes it.
+pub use ferry::store::StoreUrl as StoreChoice;
 
 /// Why the cluster could not start.
 #[derive(Debug, thiserror::Error)]
@@ -68,9 +38,9 @@ pub enum ClusterError {
     /// The gateways' ephemeral certificate could not be made.
     #[error("could not make the gateways' ephemeral certificate: {0}")]
     GatewayCertificate(#[from] SessionTlsError),
-    /// The redis store could not be reached or used.
+    /// The shared store could not be reached or used.
     #[error(
-        "cannot use the redis store at {url}: {source}; or leave out --store to use the \
+        "cannot use the store at {url}: {source}; or leave out --store to use the \
          in-process store"
     )]
     Store {
@@ -164,20 +134,15 @@ impl LocalCluster {
 }
 
 async fn open_store(choice: &StoreChoice) -> Result<Arc<dyn LocationStore>, ClusterError> {
-    match choice {
-        StoreChoice::Memory => Ok(Arc::new(MemoryStore::new())),
-        StoreChoice::Redis(url) => {
-            // A namespace of this run's own, so runs sharing a redis-server never meet.
-            let prefix = format!("ferry-demo-{}-{}", std::process::id(), run_suffix());
-            RedisStore::connect(url, RedisStoreConfig::new(prefix))
-                .await
-                .map(|store| Arc::new(store) as Arc<dyn LocationStore>)
-                .map_err(|source| ClusterError::Store {
-                    url: redact(url),
-                    source,
-                })
-        }
-    }
+    // A namespace of this run's own, so runs sharing a store never meet.
+    let prefix = format!("ferry-demo-{}-{}", std::process::id(), run_suffix());
+    choice
+        .open(&prefix)
+        .await
+        .map_err(|source| ClusterError::Store {
+            url: choice.to_string(),
+            source,
+        })
 }
 
 /// A suffix that differs between runs started in the same process id (a reused pid).

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use ferry::mesh::{NodeTls, TlsError};
-use ferry::store::{LocationStore, MemoryStore, RedisStore, RedisStoreConfig, StoreError};
+use ferry::store::{LocationStore, MemoryStore, StoreError};
 use ferry::{MeshSettings, Node, NodeConfig, NodeId, NodeState, StartError};
 
 use crate::admin::{self, AdminError, AdminServer, MetricsError};
@@ -244,11 +244,11 @@ async fn node_config(settings: &NodeSettings) -> Result<NodeConfig, NodeError> {
         })?;
     let store: Arc<dyn LocationStore> = match &settings.store {
         StoreChoice::Memory => Arc::new(MemoryStore::new()),
-        StoreChoice::Redis { url, prefix } => Arc::new(
-            RedisStore::connect(url, RedisStoreConfig::new(prefix.clone()))
-                .await
-                .map_err(|source| store_error(url, source))?,
-        ),
+        StoreChoice::Redis { url, prefix } => ferry::store::StoreUrl::parse(url)
+            .map_err(|source| store_error(url, source))?
+            .open(prefix)
+            .await
+            .map_err(|source| store_error(url, source))?,
     };
     let mut mesh = MeshSettings::new(settings.mesh_listen, tls);
     mesh.seeds = settings.seeds.clone();

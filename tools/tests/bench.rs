@@ -5,6 +5,7 @@
 mod common;
 
 use common::{TempDir, ferry};
+use ferry_tests::etcd_server::EtcdServer;
 use ferry_tests::redis_server::RedisServer;
 use serde_json::Value;
 
@@ -195,13 +196,37 @@ async fn the_bench_runs_on_a_real_redis_server() {
     drop(redis);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bench_runs_on_a_real_etcd() {
+    let Some(etcd) = EtcdServer::start_or_skip().await else {
+        return;
+    };
+    let url = etcd.url();
+    let dir = TempDir::new("bench-etcd");
+    let (stdout, chart) = tokio::task::spawn_blocking(move || {
+        let ran = bench(&dir, &["--store", &url]);
+        drop(dir);
+        ran
+    })
+    .await
+    .expect("the bench ran");
+    table(&stdout);
+    assert!(
+        stdout.contains("etcd"),
+        "the table names the store:\n{stdout}"
+    );
+    assert!(chart.trim().starts_with("<svg"), "{chart}");
+    drop(etcd);
+}
+
 #[test]
 fn bad_sizes_are_refused_with_the_flag_named() {
     for (args, named) in [
         (&["--rooms", "0"][..], "--rooms"),
         (&["--players", "99"][..], "--players"),
         (&["--queued", "lots"][..], "--queued"),
-        (&["--store", "etcd://x"][..], "redis://"),
+        (&["--store", "mysql://x"][..], "redis://"),
+        (&["--store", "etcd://x"][..], "host:port"),
     ] {
         let out = ferry()
             .arg("bench")

@@ -7,12 +7,13 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::processes::{Processes, driver, wait_two_refreshes, within};
+use common::processes::{Processes, driver, settle, wait_two_refreshes, within};
 use common::{TempDir, certs};
 use ferry::cluster::authority::{node_key, unit_key};
 use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
 use ferry::{Node, NodeId, Registry, SpotId, UnitId};
 use ferry_samples::ping::{self, PingMsg, PingReport};
+use ferry_tests::etcd_server::EtcdServer;
 use ferry_tests::redis_server::RedisServer;
 
 /// How long one request may take.
@@ -58,13 +59,13 @@ async fn report_until(
     )
 }
 
-fn node_config(id: &str, redis_url: &str) -> String {
+fn node_config(id: &str, store_url: &str) -> String {
     format!(
         r#"id = "{id}"
 app_version = "{VERSION}"
 mesh_listen = "127.0.0.1:0"
 certs = "certs"
-store = "{redis_url}"
+store = "{store_url}"
 store_prefix = "{PREFIX}"
 capacity = 1000
 weight = 2
@@ -79,6 +80,22 @@ async fn three_node_processes_on_redis_exchange_tells_and_requests_across_all_pa
     let Some(redis) = RedisServer::start_or_skip().await else {
         return;
     };
+    three_processes_exchange(&redis.url()).await;
+    drop(redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_node_processes_on_etcd_exchange_tells_and_requests_across_all_pairs() {
+    let Some(etcd) = EtcdServer::start_or_skip().await else {
+        return;
+    };
+    three_processes_exchange(&etcd.url()).await;
+    drop(etcd);
+}
+
+/// Three `ferry node` processes on the store at `store_url` find each other, talk across every
+/// pair, and leave the store clean when they stop.
+async fn three_processes_exchange(store_url: &str) {
     let tmp = TempDir::new("processes");
     let certs_dir = tmp.path().join("certs");
     certs(&certs_dir, "p1,p2,p3,driver");
@@ -88,14 +105,14 @@ async fn three_node_processes_on_redis_exchange_tells_and_requests_across_all_pa
     let mut addrs = BTreeMap::new();
     for name in names {
         let config = tmp.path().join(format!("{name}.toml"));
-        std::fs::write(&config, node_config(name, &redis.url())).expect("config written");
+        std::fs::write(&config, node_config(name, store_url)).expect("config written");
         let ready = processes.start(name, &config, tmp.path()).await;
         addrs.insert(name.to_owned(), ready.mesh);
     }
 
     let mut registry = Registry::new();
     registry.register(ping::ping());
-    let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
+    let (driver, store) = driver(store_url, PREFIX, VERSION, &certs_dir, registry).await;
 
     let mut view = Vec::new();
     for _ in 0..1_000 {
@@ -233,7 +250,6 @@ async fn three_node_processes_on_redis_exchange_tells_and_requests_across_all_pa
         assert!(record.is_none(), "{node} released {id}");
     }
     drop(processes);
-    drop(redis);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -274,6 +290,66 @@ async fn a_node_process_that_loses_its_lease_shuts_down_and_exits_non_zero() {
         "the last line says why:\n{log}"
     );
     assert!(!last.contains("store's health"), "{last}");
+    drop(processes);
+    drop(redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_processes_run_on_through_a_20_s_redis_restart() {
+    let Some(mut redis) = RedisServer::start_persistent_or_skip().await else {
+        return;
+    };
+    let tmp = TempDir::new("outage");
+    let certs_dir = tmp.path().join("certs");
+    certs(&certs_dir, "p1,p2,driver");
+    let names = ["p1", "p2"];
+    let mut processes = Processes::default();
+    for name in names {
+        let config = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(&config, node_config(name, &redis.url())).expect("config written");
+        processes.start(name, &config, tmp.path()).await;
+    }
+    let mut registry = Registry::new();
+    registry.register(ping::ping());
+    let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
+    let nodes: Vec<NodeId> = names.iter().map(|n| id(n)).collect();
+    settle(&driver, &store, &nodes).await;
+    let spots: Vec<SpotId> = names.iter().map(|n| spot(&format!("{n}-room"))).collect();
+    for (node, id) in nodes.iter().zip(&spots) {
+        driver
+            .create_spot_on(node, ping::PING, id)
+            .await
+            .expect("spot created");
+    }
+
+    // Twice the lease TTL without a store: no process ends (they used to exit 1 within 10 s).
+    redis.stop();
+    let down = tokio::time::Instant::now();
+    while down.elapsed() < Duration::from_secs(20) {
+        for (i, name) in names.iter().enumerate() {
+            assert!(processes.running(i), "{name} ended during the outage");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    redis
+        .restart_keeping_data()
+        .await
+        .expect("redis-server starts again with its data");
+
+    // Each room still answers from the node it was created on, and each node stops cleanly.
+    for (node, id) in nodes.iter().zip(&spots) {
+        let found = report_until(&driver, id, |r| r.node == node.as_str()).await;
+        assert_eq!(found.node, node.as_str(), "{id} still lives in {node}");
+    }
+    driver.shutdown().await;
+    for (name, status, log) in processes.terminate_all().await {
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "{name} exits 0 after SIGTERM:\n{log}"
+        );
+        assert!(!log.contains("panicked"), "{name} panicked:\n{log}");
+    }
     drop(processes);
     drop(redis);
 }

@@ -138,6 +138,9 @@ pub struct NodeDescriptor {
     pub factories: Vec<String>,
     /// Its lease generation: a restarted node publishes a higher one.
     pub lease_generation: u64,
+    /// The peers it counts on hearing from over the mesh (as of its previous membership read):
+    /// past its lease it runs turns only while each of them answers it.
+    pub peers: Vec<NodeId>,
 }
 
 impl NodeDescriptor {

@@ -40,6 +40,24 @@ pub(crate) enum Frame {
         /// What is asked.
         call: Call,
     },
+    /// Do you hear me? Asked of every peer each probe period, so that a lapsed lease is never
+    /// taken for death while the mesh still hears the node (see `cluster::witness`).
+    Probe {
+        /// The asker's send time, in its own clock; the answer brings it back.
+        stamp: u64,
+        /// The asker's lease generation, which tells this process from a later one of its id.
+        generation: u64,
+    },
+    /// The answer to a `Probe`.
+    ProbeAnswer {
+        /// The probe's stamp.
+        stamp: u64,
+        /// Whether the answering node still runs turns.
+        running: bool,
+        /// False once the answering node has taken the asker (this process) for dead: the asker
+        /// must stop at once.
+        vouched: bool,
+    },
     /// A tell the receiving node sent, which a node forwarding it lost: the peer it was handed to
     /// left before acknowledging it.
     TellLost {
@@ -93,6 +111,9 @@ pub(crate) enum Call {
         version: u64,
         /// That record.
         previous: crate::cluster::authority::UnitRecord,
+        /// The version of the dead owner's descriptor when it was taken for dead (`None`: it
+        /// had none): the rebuild is gated on it, so an owner that came back is not rebuilt.
+        owner_descriptor: Option<u64>,
     },
     /// Activate an Instance Spot on the receiving node (placement chose it).
     Activate {
@@ -179,8 +200,10 @@ mod tests {
             let frames = [
                 Frame::Reply { request: n, terminal },
                 Frame::RouteHint { id: unit.clone(), owner: node.clone() },
+                Frame::Probe { stamp: n, generation: n / 2 },
+                Frame::ProbeAnswer { stamp: n, running: ok, vouched: !ok },
                 Frame::Call { request: n, call: Call::Create { type_name: text.clone(), id: unit.clone(), or_get: ok } },
-                Frame::Call { request: n, call: Call::Recover { id: unit.clone(), version: n, previous: record } },
+                Frame::Call { request: n, call: Call::Recover { id: unit.clone(), version: n, previous: record, owner_descriptor: ok.then_some(n) } },
                 Frame::Call { request: n, call: Call::Activate { type_name: text.clone(), id: unit.clone() } },
                 Frame::Call { request: n, call: Call::Member { spot: crate::ids::SpotId::new("room").unwrap(), actor: actor.clone(), joined: ok } },
                 Frame::Session(SessionFrame::Bound { session: SessionId(n), actor: actor.clone(), epoch, verdict: Ok(text.clone()) }),

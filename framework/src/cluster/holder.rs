@@ -1,6 +1,6 @@
-//! One process per node id. Before a node takes its owner lease, it checks whether a live lease
-//! for its id is held by a process that still runs, by asking that process at the mesh address
-//! its descriptor publishes: a QUIC handshake with the node's own credentials. A holder that
+//! One process per node id. Before a node takes its owner lease, it checks whether the last
+//! holder of its id (live lease or not: a holder cut off from the store may still run) is a
+//! process that still runs, by asking that process at the mesh address its descriptor publishes: a QUIC handshake with the node's own credentials. A holder that
 //! answers is a live node, and the new process refuses to start rather than evict it. A holder
 //! that does not answer within [`HOLDER_PROBE`] is gone (a crash, a kill), and the new process
 //! takes over its lease at once, without waiting for the lease to run out: a supervisor's
@@ -33,13 +33,12 @@ enum Answer {
 /// Refuses the start if a live process holds this node id; returns once the id is free to take.
 pub(crate) async fn check_id_free(config: &NodeConfig) -> Result<(), StartError> {
     let store = &config.store;
-    if store.lease_of(&config.id).await?.is_none() {
-        return Ok(());
-    }
-    // A node without a mesh has no address to be asked at; its lease is taken as before.
+    // A node without a mesh has no address to be asked at; its lease is taken over.
     let Some(mesh) = &config.mesh else {
         return Ok(());
     };
+    // A holder whose lease lapsed may still run (while the store was out of its reach, its peers
+    // vouching for it): it is asked all the same.
     let key = node_key(&config.id);
     let addr = match store.get(&key).await? {
         Some(found) => NodeDescriptor::decode(&key, &found.value)?.mesh_addr,

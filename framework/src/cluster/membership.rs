@@ -5,8 +5,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::authority::{NODE_PREFIX, NodeDescriptor, node_key};
+use super::frames::Frame;
+use super::witness::{Lapsed, Verdict};
+use crate::ids::NodeId;
 use crate::node::Node;
-use crate::store::{Condition, Op, StoreError};
+use crate::store::{Condition, Lease, Op, StoreError};
 
 /// The most descriptors read per page when learning peers.
 const PAGE: usize = 256;
@@ -66,19 +69,23 @@ impl Node {
             weight: config.weight,
             factories,
             lease_generation: self.core.lease.lock().generation,
+            peers: self.core.witness.peers(),
         }
     }
 
-    /// Publishes this node's descriptor, rereads every live node's, and dials new peers.
+    /// Publishes this node's descriptor, rereads every node's, and dials new peers.
     ///
-    /// Runs on its own every `refresh`; call it to learn of a new node at once.
+    /// A node whose lease has lapsed is taken for dead only if the mesh confirms it (see
+    /// `cluster::witness`); until then it is suspected: it stays a mesh peer, and its units are
+    /// left alone. Runs on its own every `refresh`; call it to learn of a new node at once.
     pub async fn refresh_membership(&self) -> Result<(), StoreError> {
+        let read_at = tokio::time::Instant::now();
         let me = self.descriptor();
         self.store()
             .batch(Vec::new(), vec![Op::put(node_key(self.id()), me.encode())])
             .await?;
         let mut live = Vec::new();
-        let mut dead = Vec::new();
+        let mut lapsed = Vec::new();
         let mut after: Option<String> = None;
         loop {
             let page = self
@@ -93,8 +100,8 @@ impl Node {
                 let lease = self.store().lease_of(&descriptor.node).await?;
                 if lease.is_some_and(|l| l.generation == descriptor.lease_generation) {
                     live.push(descriptor);
-                } else {
-                    dead.push(descriptor.node);
+                } else if descriptor.node != *self.id() {
+                    lapsed.push((descriptor, value.version));
                 }
             }
             match page.next {
@@ -102,14 +109,53 @@ impl Node {
                 None => break,
             }
         }
-        let departed: Vec<crate::ids::NodeId> = self
-            .core
-            .view
-            .read()
+        let peers: Vec<NodeId> = live
             .iter()
-            .filter(|d| !live.iter().any(|l| l.node == d.node))
             .map(|d| d.node.clone())
+            .chain(lapsed.iter().map(|(d, _)| d.node.clone()))
+            .filter(|n| n != self.id())
             .collect();
+        let versions: Vec<Lapsed> = lapsed
+            .iter()
+            .map(|(d, version)| Lapsed {
+                node: d.node.clone(),
+                version: *version,
+                generation: d.lease_generation,
+                counts_on_me: d.peers.contains(self.id()),
+            })
+            .collect();
+        let verdicts = self.core.witness.read(
+            read_at,
+            &peers,
+            &versions,
+            &self.config().witness_times(),
+            self.core.mesh.is_some(),
+        );
+        let mut dead = Vec::new();
+        let mut suspected = Vec::new();
+        // The nodes still here: live, or lapsed without the mesh's confirmation.
+        let mut present = live.clone();
+        for ((descriptor, _), (_, verdict)) in lapsed.into_iter().zip(verdicts) {
+            match verdict {
+                Verdict::Dead => dead.push(descriptor.node),
+                Verdict::Suspected => {
+                    tracing::warn!(node = %descriptor.node, "lease lapsed but the mesh does not confirm the node stopped: its units are left alone");
+                    suspected.push(descriptor.node.clone());
+                    present.push(descriptor);
+                }
+            }
+        }
+        // Nodes present at the last read (live or suspected) that are not any more.
+        let departed: Vec<NodeId> = {
+            let view = self.core.view.read();
+            let suspected = self.core.suspected.read();
+            view.iter()
+                .map(|d| &d.node)
+                .chain(suspected.iter())
+                .filter(|n| *n != self.id() && !present.iter().any(|l| l.node == **n))
+                .cloned()
+                .collect()
+        };
         if let Some(mesh) = &self.core.mesh {
             let known: Vec<_> = mesh.peers();
             let seeds = self
@@ -117,14 +163,13 @@ impl Node {
                 .mesh
                 .as_ref()
                 .map_or(&[][..], |m| &m.seeds[..]);
-            let seed_addr = |node: &crate::ids::NodeId| {
-                seeds.iter().find(|(n, _)| n == node).map(|(_, addr)| *addr)
-            };
-            // A peer learned from the store goes once its lease is gone. A seed was configured: it
-            // is declared gone like any peer once it was seen live and no longer is, then dialled
-            // afresh at its configured address, for when it comes back.
+            let seed_addr =
+                |node: &NodeId| seeds.iter().find(|(n, _)| n == node).map(|(_, addr)| *addr);
+            // A peer learned from the store goes once it is taken for dead. A seed was configured:
+            // it is declared gone like any peer once it was seen and is gone, then dialled afresh at
+            // its configured address, for when it comes back.
             let gone = known.iter().filter(|p| {
-                !live.iter().any(|d| d.node == p.node)
+                !present.iter().any(|d| d.node == p.node)
                     && (seed_addr(&p.node).is_none() || departed.contains(&p.node))
             });
             for gone in gone {
@@ -138,7 +183,7 @@ impl Node {
                     tracing::warn!(peer = %gone.node, %error, "seed not dialled again");
                 }
             }
-            for peer in &live {
+            for peer in &present {
                 let (Some(addr), true) = (peer.mesh_addr, peer.node != *self.id()) else {
                     continue;
                 };
@@ -151,7 +196,7 @@ impl Node {
             }
         }
         // Moves from a node that is gone will never get their cutover: give their copies up now.
-        self.give_up_staged_from_departed(&live);
+        self.give_up_staged_from_departed(&present);
         *self.core.view.write() = live;
         // Sessions bound to Actors of a departed node bind them again once they are rebuilt.
         if let Some(hub) = &self.core.sessions {
@@ -159,6 +204,7 @@ impl Node {
                 hub.owner_left(self, gone);
             }
         }
+        *self.core.suspected.write() = suspected;
         *self.core.dead.write() = dead;
         Ok(())
     }
@@ -179,18 +225,25 @@ impl Node {
         }
     }
 
-    /// Starts the tasks that renew the lease and refresh membership until shutdown.
+    /// Starts the tasks that renew the lease, probe the peers and refresh membership until
+    /// shutdown.
     pub(crate) fn spawn_keepers(&self) {
         let node = self.clone();
         tokio::spawn(async move { node.keep_lease().await });
         let node = self.clone();
         tokio::spawn(async move { node.keep_membership().await });
+        if self.core.mesh.is_some() {
+            let node = self.clone();
+            tokio::spawn(async move { node.keep_probing().await });
+        }
     }
 
     /// Renews the owner lease every third of its TTL. The store counts a renewal from when it
     /// arrives, which is after it was sent: so the lease is certainly held until the send plus the
-    /// TTL, and this node stops acting as owner then, if no renewal was confirmed, without waiting
-    /// for a store that does not answer.
+    /// TTL. Past that, turns run only while the mesh vouches for this node (`Node::fenced`).
+    ///
+    /// A lease the store let lapse while it could not be reached is taken again, as long as no
+    /// other process took it meanwhile and no node may have taken this node for dead.
     async fn keep_lease(self) {
         let ttl = self.config().lease_ttl;
         let every = ttl / 3;
@@ -199,30 +252,118 @@ impl Node {
             tokio::select! {
                 () = self.core.stop.cancelled() => return,
                 () = tokio::time::sleep(every) => {}
-                () = tokio::time::sleep_until(clock.until()) => {
-                    self.fence("the owner lease ran out before a renewal was confirmed");
-                    return;
-                }
+            }
+            if self.fenced() {
+                return;
             }
             let lease = self.core.lease.lock().clone();
             let sent = tokio::time::Instant::now();
             let renewed = tokio::select! {
                 () = self.core.stop.cancelled() => return,
                 renewed = self.store().renew_lease(&lease) => renewed,
-                () = tokio::time::sleep_until(clock.until()) => {
-                    self.fence("the owner lease ran out while its renewal waited for the store");
-                    return;
-                }
             };
             match renewed {
                 Ok(()) => clock.renewed(sent + ttl),
                 Err(StoreError::LeaseLost { .. }) => {
-                    self.fence("the store says the lease is gone");
-                    return;
+                    if let Err(why) = self.take_lease_again(&lease).await {
+                        self.fence(&why);
+                        return;
+                    }
                 }
                 // Tried again in a third of the TTL; the lease clock still runs meanwhile.
                 Err(error) => tracing::warn!(%error, "owner lease not renewed"),
             }
+        }
+    }
+
+    /// After the store said the lease is gone: takes a new one if nobody else holds this node id
+    /// and this node may still run. The new lease counts only once the descriptor that names it
+    /// is written: a recovery of this node's units is gated on the descriptor it read, so it
+    /// cannot win after that write. `Err` says why this node must stop instead.
+    async fn take_lease_again(&self, lost: &Lease) -> Result<(), String> {
+        let taken = || format!("another process took the lease of node {}", self.id());
+        match self.store().lease_of(self.id()).await {
+            Ok(Some(current)) if current.generation != lost.generation => return Err(taken()),
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, "owner lease lost; whether it was taken is not known yet");
+                return Ok(());
+            }
+        }
+        let ttl = self.config().lease_ttl;
+        let sent = tokio::time::Instant::now();
+        let lease = match self.store().acquire_lease(self.id(), ttl).await {
+            Ok(lease) if lease.generation == lost.generation + 1 => lease,
+            Ok(_) => return Err(taken()),
+            Err(error) => {
+                tracing::warn!(%error, "owner lease not taken again yet");
+                return Ok(());
+            }
+        };
+        *self.core.lease.lock() = lease;
+        let me = self.descriptor();
+        let published = self
+            .store()
+            .batch(Vec::new(), vec![Op::put(node_key(self.id()), me.encode())])
+            .await;
+        if self.fenced() {
+            return Err("the lease was taken again too late".to_owned());
+        }
+        match published {
+            Ok(_) => {
+                self.core.lease_clock.renewed(sent + ttl);
+                tracing::warn!(node = %self.id(), "owner lease lapsed while the store could not be reached; taken again");
+            }
+            Err(error) => tracing::warn!(%error, "descriptor not written with the new lease yet"),
+        }
+        Ok(())
+    }
+
+    /// Probes every peer, every probe period, so that each can vouch for this node (and this
+    /// node for them); stops running turns once no longer vouched for.
+    async fn keep_probing(self) {
+        let config = self.config();
+        let every = config
+            .refresh
+            .min(config.peer_grace() / 4)
+            .max(Duration::from_millis(10));
+        loop {
+            tokio::select! {
+                () = self.core.stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            let stamp = self.core.witness.stamp();
+            let generation = self.core.lease.lock().generation;
+            for peer in self.core.witness.peers() {
+                // A peer that cannot be sent to does not answer: that is what the witness counts.
+                let _ = self.mesh_send(&peer, Frame::Probe { stamp, generation });
+            }
+            // Checked here too, so that the node stops (and says so) on time even with no turn due.
+            if self.fenced() {
+                return;
+            }
+        }
+    }
+
+    /// Answers a peer's probe, after counting it among the peers that must vouch for this node.
+    /// A peer this node has taken for dead is told so, and not vouched for.
+    pub(crate) fn answer_probe(&self, from: &NodeId, stamp: u64, generation: u64) {
+        let vouched = self.core.witness.probed_by(from, generation);
+        let running = !self.fenced();
+        let answer = Frame::ProbeAnswer {
+            stamp,
+            running,
+            vouched,
+        };
+        let _ = self.mesh_send(from, answer);
+    }
+
+    /// Takes in a peer's answer to a probe; stops at once if the peer took this node for dead.
+    pub(crate) fn probe_answered(&self, from: &NodeId, stamp: u64, running: bool, vouched: bool) {
+        if vouched {
+            self.core.witness.answered(from, stamp, running);
+        } else {
+            self.fence(&format!("node {from} has taken this node for dead"));
         }
     }
 

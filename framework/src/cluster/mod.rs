@@ -8,6 +8,7 @@
 //! - `frames`: what nodes say to each other on the mesh.
 //! - [`losses`]: what the mesh could not deliver: requests end, lost tells are reported.
 //! - `holder`: one process per node id: the holder of a live lease is asked before a start.
+//! - `witness`: the mesh's account of who is alive, the second witness beside the lease.
 //! - `membership`: the owner lease, descriptors, and learning peers.
 //! - [`recovery`]: rebuilding a dead node's units on the survivors.
 
@@ -19,3 +20,4 @@ pub(crate) mod membership;
 pub mod placement;
 pub mod recovery;
 pub(crate) mod routing;
+pub(crate) mod witness;

@@ -46,6 +46,7 @@ mod tests {
             weight,
             factories: vec!["room".into()],
             lease_generation: 1,
+            peers: Vec::new(),
         }
     }
 

@@ -198,7 +198,7 @@ impl Node {
         recoverable: bool,
     ) -> Result<(), crate::error::UnitError> {
         let key = super::authority::unit_key(id);
-        let unavailable = |e: StoreError| crate::error::UnitError::Unavailable {
+        let unavailable = |e: StoreError| crate::error::UnitError::StoreUnavailable {
             what: format!("setting recovery for {id}"),
             reason: e.to_string(),
         };
@@ -245,8 +245,16 @@ impl Node {
         if !self.is_coordinator() {
             return Ok(());
         }
+        if !self.store_reachable() {
+            return Err(StoreError::Unavailable {
+                reason: "this node's lease is not confirmed by the store; recovery waits".into(),
+            });
+        }
         let records = self.scan_values(UNIT_PREFIX).await?;
+        // Units of a node whose lease lapsed but whom the mesh does not confirm dead are left
+        // alone: it may still run them.
         let live: BTreeSet<NodeId> = self.cluster_view().into_iter().map(|d| d.node).collect();
+        let suspected: BTreeSet<NodeId> = self.core.suspected.read().iter().cloned().collect();
         let mut tally: BTreeMap<NodeId, u64> = BTreeMap::new();
         let mut orphans: BTreeMap<NodeId, Vec<(UnitId, UnitRecord, u64)>> = BTreeMap::new();
         // Where each running spot is: a member rebuilt after its room is rebuilt next to it.
@@ -264,7 +272,7 @@ impl Node {
                 if let UnitId::Spot(spot) = id {
                     spots.insert(spot, record.owner);
                 }
-            } else {
+            } else if !suspected.contains(&record.owner) && record.owner != *self.id() {
                 orphans
                     .entry(record.owner.clone())
                     .or_default()
@@ -315,7 +323,7 @@ impl Node {
                 .as_ref()
                 .is_some_and(|i| i.kind == FactoryKind::InstanceSpot && !i.remembered);
             if !record.recoverable || lazy_instance {
-                match self.free_id(&id, version).await {
+                match self.free_id(&id, &record.owner, version).await {
                     Ok(()) => done.push(id),
                     Err(_) => failed.push(id),
                 }
@@ -428,13 +436,16 @@ impl Node {
         previous: UnitRecord,
         version: u64,
     ) -> Result<(), String> {
+        let owner_descriptor = self.core.witness.dead_at(&previous.owner);
         let result = if target == self.id() {
-            self.recover_here(id.clone(), version, previous).await
+            self.recover_here(id.clone(), version, previous, owner_descriptor)
+                .await
         } else {
             let call = Call::Recover {
                 id: id.clone(),
                 version,
                 previous,
+                owner_descriptor,
             };
             self.call::<CreateAnswer>(target, call)
                 .await
@@ -443,12 +454,18 @@ impl Node {
         result.map(|_| ()).map_err(|e| e.to_string())
     }
 
-    /// Frees the id of a unit that is not rebuilt, while its record still names the dead node.
-    async fn free_id(&self, id: &UnitId, version: u64) -> Result<(), StoreError> {
+    /// Frees the id of a unit that is not rebuilt, while its record still names the dead node and
+    /// that node's descriptor is as it was when it was taken for dead.
+    async fn free_id(&self, id: &UnitId, owner: &NodeId, version: u64) -> Result<(), StoreError> {
         let key = super::authority::unit_key(id);
+        let descriptor = node_key(owner);
+        let owner_condition = match self.core.witness.dead_at(owner) {
+            Some(at) => Condition::version(descriptor, at),
+            None => Condition::absent(descriptor),
+        };
         self.store()
             .batch(
-                vec![Condition::version(key.clone(), version)],
+                vec![Condition::version(key.clone(), version), owner_condition],
                 vec![Op::delete(key)],
             )
             .await
@@ -529,7 +546,10 @@ impl Node {
             let Ok(descriptor) = NodeDescriptor::decode(&key, &value.value) else {
                 continue;
             };
-            if live.contains(&descriptor.node) || owners.contains(&descriptor.node) {
+            if live.contains(&descriptor.node)
+                || owners.contains(&descriptor.node)
+                || self.core.suspected.read().contains(&descriptor.node)
+            {
                 continue;
             }
             let key = node_key(&descriptor.node);

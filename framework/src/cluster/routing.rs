@@ -849,6 +849,12 @@ impl Node {
                 tokio::spawn(self.clone().answer_call(from, request, call));
             }
             Frame::TellLost { to, peer, payload } => self.report_tell(to, peer, payload),
+            Frame::Probe { stamp, generation } => self.answer_probe(&from, stamp, generation),
+            Frame::ProbeAnswer {
+                stamp,
+                running,
+                vouched,
+            } => self.probe_answered(&from, stamp, running, vouched),
         }
     }
 }

@@ -76,6 +76,11 @@ pub struct NodeConfig {
     /// How long the node's owner lease lasts without renewal. A node that cannot renew it in time
     /// stops running turns: it must never act as an owner it might no longer be.
     pub lease_ttl: Duration,
+    /// The longest a node with a mesh runs turns past the end of its lease while the store does not
+    /// answer it (as long as every peer still hears it over the mesh). A node that never heard
+    /// from it waits this long plus a TTL before rebuilding its units, so it also bounds how long
+    /// recovery can wait for such a node.
+    pub outage_limit: Duration,
     /// How often the node republishes its descriptor and rereads its peers'.
     pub refresh: Duration,
     /// The system-wide default for recovery: whether units of a node that died are rebuilt on the
@@ -107,6 +112,7 @@ impl NodeConfig {
             store: Arc::new(MemoryStore::new()),
             mesh: None,
             lease_ttl: Duration::from_secs(10),
+            outage_limit: Duration::from_secs(60),
             refresh: Duration::from_secs(1),
             recover_units: true,
             recovery_sweep: Duration::from_secs(10),
@@ -141,6 +147,22 @@ impl NodeConfig {
     }
 }
 
+impl NodeConfig {
+    /// How long an answered mesh probe vouches for the node that sent it: half the lease TTL, so
+    /// that a crashed node is confirmed dead by the time its lease runs out.
+    pub fn peer_grace(&self) -> Duration {
+        self.lease_ttl / 2
+    }
+
+    pub(crate) fn witness_times(&self) -> crate::cluster::witness::Times {
+        crate::cluster::witness::Times {
+            grace: self.peer_grace(),
+            lease_ttl: self.lease_ttl,
+            outage_limit: self.outage_limit,
+        }
+    }
+}
+
 impl fmt::Debug for NodeConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NodeConfig")
@@ -150,6 +172,7 @@ impl fmt::Debug for NodeConfig {
             .field("weight", &self.weight)
             .field("mesh", &self.mesh.as_ref().map(|m| m.listen))
             .field("lease_ttl", &self.lease_ttl)
+            .field("outage_limit", &self.outage_limit)
             .field("refresh", &self.refresh)
             .field("recover_units", &self.recover_units)
             .field("recovery_sweep", &self.recovery_sweep)

@@ -149,8 +149,14 @@ pub(crate) struct NodeCore {
     pub(crate) recovery: tokio::sync::broadcast::Sender<crate::cluster::recovery::RecoveryEvent>,
     /// Why recovery waits, as this node last saw it.
     pub(crate) recovery_stall: Mutex<Option<crate::cluster::recovery::RecoveryStall>>,
-    /// Nodes whose descriptor is in the store but whose lease has lapsed, as last read.
+    /// Nodes whose descriptor is in the store, whose lease has lapsed, and whom the mesh confirms
+    /// dead, as last read: their units may be rebuilt.
     pub(crate) dead: RwLock<Vec<NodeId>>,
+    /// Nodes whose lease has lapsed but whom the mesh does not confirm dead, as last read: their
+    /// units are left alone, since they may still run them.
+    pub(crate) suspected: RwLock<Vec<NodeId>>,
+    /// What the mesh says about who is alive.
+    pub(crate) witness: crate::cluster::witness::Witness,
     /// Set when the owner lease may have lapsed: no turn starts any more.
     fenced: AtomicBool,
     /// Until when the owner lease is certainly held, counted from the send of the request that
@@ -197,8 +203,13 @@ impl NodeCore {
 pub(crate) enum Claim {
     /// A new unit: no record may exist (with `or_get`, an existing one is fine).
     New { or_get: bool },
-    /// A recovery: the record must still be the one read from the dead owner, at this version.
-    Recover { version: u64, previous: UnitRecord },
+    /// A recovery: the record must still be the one read from the dead owner, at this version,
+    /// and the owner's descriptor as it was when the owner was taken for dead.
+    Recover {
+        version: u64,
+        previous: UnitRecord,
+        owner_descriptor: Option<u64>,
+    },
 }
 
 /// How long a node waits for another node to answer a call (a remote creation).
@@ -260,6 +271,8 @@ impl Node {
             recovery: tokio::sync::broadcast::Sender::new(1024),
             recovery_stall: Mutex::new(None),
             dead: RwLock::new(Vec::new()),
+            suspected: RwLock::new(Vec::new()),
+            witness: crate::cluster::witness::Witness::new(),
             fenced: AtomicBool::new(false),
             lease_clock,
             mesh,
@@ -347,9 +360,45 @@ impl Node {
         }
     }
 
-    /// Whether turns may run: false once the owner lease may have lapsed.
+    /// Whether turns may no longer run. Once true it stays true: from then on another node may
+    /// take this node's units over.
     pub(crate) fn fenced(&self) -> bool {
-        self.core.fenced.load(Ordering::Acquire) || !self.core.lease_clock.held()
+        if self.core.fenced.load(Ordering::Acquire) {
+            return true;
+        }
+        if self.may_run() {
+            return false;
+        }
+        self.fence("the owner lease ran out, and the mesh no longer vouches for this node");
+        true
+    }
+
+    /// Whether no other node can take this node's units over yet: its lease is certainly held, or
+    /// it lapsed less than the outage limit ago and every peer still answers this node's probes.
+    fn may_run(&self) -> bool {
+        let now = tokio::time::Instant::now();
+        let until = self.core.lease_clock.until();
+        if now < until {
+            return true;
+        }
+        // Without a mesh no peer can vouch, and peers take a lapsed lease for death.
+        if self.core.mesh.is_none() {
+            return false;
+        }
+        let config = self.config();
+        if now >= until + config.outage_limit {
+            return false;
+        }
+        match self.core.witness.vouch(config.peer_grace()) {
+            crate::cluster::witness::Vouch::Alone => true,
+            crate::cluster::witness::Vouch::Until(end) => now < end,
+        }
+    }
+
+    /// Whether the store confirmed this node's lease recently enough that it is certainly held:
+    /// what moves, creations and recovery need before they write to the store.
+    pub(crate) fn store_reachable(&self) -> bool {
+        self.core.lease_clock.held()
     }
 
     /// Stops every turn for good: this node can no longer prove it owns its units.
@@ -448,6 +497,12 @@ impl Node {
         self.serving().map_err(|state| UnitError::NotServing {
             state: state.to_string(),
         })?;
+        if !self.store_reachable() {
+            return Err(UnitError::StoreUnavailable {
+                what: format!("creating {id}"),
+                reason: "it has not confirmed this node's lease lately".to_owned(),
+            });
+        }
         let target = match id {
             // Actors start in the Entry Spot of the node that creates them.
             UnitId::Actor(_) => self.id().clone(),
@@ -596,7 +651,16 @@ impl Node {
                 };
                 (record, vec![Condition::absent(key.clone())], Vec::new())
             }
-            Claim::Recover { version, previous } => {
+            Claim::Recover {
+                version,
+                previous,
+                owner_descriptor,
+            } => {
+                let descriptor = crate::cluster::authority::node_key(&previous.owner);
+                let owner_condition = match owner_descriptor {
+                    Some(at) => Condition::version(descriptor, *at),
+                    None => Condition::absent(descriptor),
+                };
                 let record = UnitRecord {
                     owner: self.id().clone(),
                     lease_generation,
@@ -610,7 +674,7 @@ impl Node {
                 };
                 (
                     record,
-                    vec![Condition::version(key.clone(), *version)],
+                    vec![Condition::version(key.clone(), *version), owner_condition],
                     Vec::new(),
                 )
             }
@@ -670,11 +734,16 @@ impl Node {
         id: UnitId,
         version: u64,
         previous: UnitRecord,
+        owner_descriptor: Option<u64>,
     ) -> Result<bool, UnitError> {
         let (wanted, kind) = recover_kind_of(&id);
         let type_name = previous.factory.clone();
         let spot = previous.spot.clone();
-        let claim = Claim::Recover { version, previous };
+        let claim = Claim::Recover {
+            version,
+            previous,
+            owner_descriptor,
+        };
         let rebuilt = self
             .claim_here(&type_name, id.clone(), claim, wanted, kind)
             .await?;
@@ -1052,8 +1121,11 @@ impl Node {
                 id,
                 version,
                 previous,
+                owner_descriptor,
             } => {
-                let answer: CreateAnswer = self.recover_here(id, version, previous).await;
+                let answer: CreateAnswer = self
+                    .recover_here(id, version, previous, owner_descriptor)
+                    .await;
                 postcard::to_allocvec(&answer)
             }
             Call::Member {
@@ -1348,7 +1420,7 @@ fn existing_answer(
 }
 
 fn unavailable(id: &UnitId, error: &StoreError) -> UnitError {
-    UnitError::Unavailable {
+    UnitError::StoreUnavailable {
         what: format!("recording {id} in the location store"),
         reason: error.to_string(),
     }

@@ -326,7 +326,8 @@ impl Node {
             for unit in std::mem::take(&mut waiting) {
                 let target = match self.pick_spread(&unit, version.as_deref(), &planned) {
                     Ok(target) => target,
-                    Err(MoveError::NoTarget { .. }) => {
+                    // Waits for a target, or for the store to answer again.
+                    Err(MoveError::NoTarget { .. } | MoveError::StoreUnavailable { .. }) => {
                         still.push(unit);
                         continue;
                     }

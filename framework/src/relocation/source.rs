@@ -77,6 +77,16 @@ pub enum MoveError {
         /// Its state.
         state: NodeState,
     },
+    /// The location store has not confirmed this node's lease lately, so a move could not
+    /// commit: it does not start (the unit runs on here). Retry once the store answers again.
+    #[error(
+        "the location store has not confirmed this node's lease lately; {id} stays here: retry \
+         once the store answers again"
+    )]
+    StoreUnavailable {
+        /// The unit.
+        id: UnitId,
+    },
 }
 
 /// What one move did.
@@ -130,6 +140,9 @@ impl Node {
         let state = self.state();
         if !matches!(state, NodeState::Serving | NodeState::Relocating) {
             return Err(MoveError::NotServing { state });
+        }
+        if !self.store_reachable() {
+            return Err(MoveError::StoreUnavailable { id: id.clone() });
         }
         let entry = self
             .core

@@ -6,6 +6,9 @@
 //!
 //! - [`MemoryStore`]: in-process, shared by the nodes of one process (demo, tests).
 //! - [`RedisStore`]: for clusters of processes and machines, backed by a redis-server.
+//! - `EtcdStore` (with the `etcd` feature): the linearizable backend, on an etcd cluster.
+//! - [`StoreUrl`]: where a store is, as a config names it, and opening it.
+//! - `io_thread`: the runtime thread the network stores run their connections on.
 //!
 //! Every write carries a store-wide revision that only grows, so a version seen once is never
 //! seen again for a different value, even after a delete and a re-create (no ABA).
@@ -18,10 +21,17 @@ use bytes::Bytes;
 
 use crate::ids::NodeId;
 
+#[cfg(feature = "etcd")]
+mod etcd;
+mod io_thread;
 mod memory;
 mod redis;
+mod url;
 
+#[cfg(feature = "etcd")]
+pub use self::etcd::{EtcdStore, EtcdStoreConfig};
 pub use self::redis::{RedisStore, RedisStoreConfig};
+pub use self::url::StoreUrl;
 pub use memory::MemoryStore;
 
 /// A boxed, sendable future, so that [`LocationStore`] can be used as a trait object
@@ -151,8 +161,9 @@ pub struct Lease {
 pub enum StoreError {
     /// The store could not be reached; nothing was done, or the answer was lost with the connection.
     #[error(
-        "the location store is unavailable ({reason}); check that redis-server is running and \
-         reachable from this host, then retry after re-reading any key that was being written"
+        "the location store is unavailable ({reason}); check that the store (redis-server or \
+         etcd) is running and reachable from this host, then retry after re-reading any key \
+         that was being written"
     )]
     Unavailable {
         /// What the connection reported.
@@ -179,6 +190,19 @@ pub enum StoreError {
         node: NodeId,
         /// The generation that was lost.
         generation: u64,
+    },
+    /// The store is not the one this client connected to: it restarted empty, or lost writes it
+    /// had acknowledged (a failover to a replica that had not received them). Nothing was done:
+    /// carrying on would let stale versions match and records point back to old owners.
+    #[error(
+        "the location store lost what it had acknowledged ({reason}); nothing was done and this \
+         client does not carry on with it: restore the store from its backup, or restart every \
+         node of the cluster so that they start afresh on it (rooms keep running meanwhile, up \
+         to the outage limit)"
+    )]
+    Reset {
+        /// What the store holds instead.
+        reason: String,
     },
     /// An entry in the store does not have the shape this module writes.
     #[error(

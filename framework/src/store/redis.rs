@@ -3,41 +3,72 @@
 //! Layout under the configured prefix `P` (in braces, so that every key of one store hashes to
 //! one slot and two prefixes can never overlap):
 //!
-//! - `{P}:rev`: the revision counter; every committed batch takes the next value.
+//! - `{P}:epoch`: the store's epoch, a random value the first client writes. A redis that
+//!   restarted empty (or a replica that took over without it) no longer holds the epoch a client
+//!   connected with: every call then fails with [`StoreError::Reset`] instead of carrying on with a
+//!   store that forgot what it acknowledged.
+//! - `{P}:rev`: the revision counter; every committed batch takes the next value. Each client
+//!   remembers the highest revision it saw, and a store whose counter is below it lost writes:
+//!   that is [`StoreError::Reset`] too, so a conditional write never matches a reused version.
 //! - `{P}:idx`: a sorted set of every live key (all scores 0), so scans read in byte order.
 //! - `{P}:k:<key>`: a hash with the value (`v`) and the revision that wrote it (`r`).
 //! - `{P}:lease:<node>`: `<generation>:<ttl ms>`, expiring with the lease (redis PX TTL).
 //! - `{P}:lgen:<node>`: the node's last lease generation; kept, so generations never repeat.
 //!
-//! Conditional batches, scans and lease changes each run as one Lua script, so redis applies or
-//! reads them as one step. Every call is bounded by the configured timeout.
+//! Every call runs as one Lua script that first checks the epoch and the revision, so redis
+//! checks, applies or reads it as one step. Every call is bounded by the configured timeout, and
+//! runs on the store's own thread (see `io_thread`).
 
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{ErrorKind, RedisError, RedisResult, Script, ServerErrorKind};
+use ::redis::{ErrorKind, RedisError, RedisResult, Script, ScriptInvocation, ServerErrorKind};
 use bytes::Bytes;
 
+use super::io_thread::IoThread;
 use super::{
     BatchOutcome, BoxFuture, Condition, Lease, LocationStore, Op, Page, StoreError, Versioned,
 };
 use crate::ids::NodeId;
 
+/// Opens every script: the store must hold the client's epoch, and a revision no lower than the
+/// client has seen. KEYS[1], KEYS[2]: epoch, rev. ARGV[1], ARGV[2]: epoch, lowest revision.
+const GUARD_LUA: &str = r#"
+local held = redis.call('GET', KEYS[1])
+if held ~= ARGV[1] then
+  return redis.error_reply('FERRYRESET the store holds epoch ' .. tostring(held) .. ', not ' .. ARGV[1])
+end
+local at = tonumber(redis.call('GET', KEYS[2]) or '0')
+if at < tonumber(ARGV[2]) then
+  return redis.error_reply('FERRYRESET the store is at revision ' .. at .. ', below revision ' .. ARGV[2] .. ' it acknowledged')
+end
+"#;
+
+/// The error code the guard answers with.
+const RESET_CODE: &str = "FERRYRESET";
+
+/// KEYS: epoch. ARGV: a fresh epoch. Writes it if the store has none; returns the store's.
+const EPOCH_LUA: &str = r#"
+redis.call('SET', KEYS[1], ARGV[1], 'NX')
+return redis.call('GET', KEYS[1])
+"#;
+
 /// Checks every condition, then takes one revision and applies every op with it.
 ///
-/// KEYS: rev, idx, one per condition, one per op.
-/// ARGV: condition count, op count, then per condition (kind `a`|`v`, version), then per op
-/// (kind `p`|`d`, key as indexed, value or empty).
+/// KEYS: epoch, rev, idx, one per condition, one per op.
+/// ARGV: epoch, lowest revision, condition count, op count, then per condition (kind `a`|`v`,
+/// version), then per op (kind `p`|`d`, key as indexed, value or empty).
 /// Returns {1, revision} or {0, index of the failed condition, from 1}.
 const BATCH_LUA: &str = r#"
-local ncond = tonumber(ARGV[1])
-local nops = tonumber(ARGV[2])
-local a = 3
+local ncond = tonumber(ARGV[3])
+local nops = tonumber(ARGV[4])
+local a = 5
 for i = 1, ncond do
-  local current = redis.call('HGET', KEYS[2 + i], 'r')
+  local current = redis.call('HGET', KEYS[3 + i], 'r')
   if ARGV[a] == 'a' then
     if current then return {0, i} end
   elseif current ~= ARGV[a + 1] then
@@ -46,19 +77,19 @@ for i = 1, ncond do
   a = a + 2
 end
 if nops == 0 then
-  return {1, tonumber(redis.call('GET', KEYS[1]) or '0')}
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
 end
-local rev = redis.call('INCR', KEYS[1])
+local rev = redis.call('INCR', KEYS[2])
 local srev = string.format('%d', rev)
 for j = 1, nops do
-  local key = KEYS[2 + ncond + j]
+  local key = KEYS[3 + ncond + j]
   if ARGV[a] == 'p' then
     redis.call('DEL', key)
     redis.call('HSET', key, 'v', ARGV[a + 2], 'r', srev)
-    redis.call('ZADD', KEYS[2], 0, ARGV[a + 1])
+    redis.call('ZADD', KEYS[3], 0, ARGV[a + 1])
   else
     redis.call('DEL', key)
-    redis.call('ZREM', KEYS[2], ARGV[a + 1])
+    redis.call('ZREM', KEYS[3], ARGV[a + 1])
   end
   a = a + 3
 end
@@ -67,13 +98,13 @@ return {1, rev}
 
 /// Reads one page of the index and the entries it names, in one step.
 ///
-/// KEYS: idx. ARGV: range start, range end, count, entry key prefix.
-/// Returns a flat array: key, value, revision, key, value, revision, ...
+/// KEYS: epoch, rev, idx. ARGV: epoch, lowest revision, range start, range end, count, entry key
+/// prefix. Returns a flat array: key, value, revision, key, value, revision, ...
 const SCAN_LUA: &str = r#"
-local names = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], ARGV[2], 'LIMIT', 0, ARGV[3])
+local names = redis.call('ZRANGEBYLEX', KEYS[3], ARGV[3], ARGV[4], 'LIMIT', 0, ARGV[5])
 local out = {}
 for _, name in ipairs(names) do
-  local entry = redis.call('HMGET', ARGV[4] .. name, 'v', 'r')
+  local entry = redis.call('HMGET', ARGV[6] .. name, 'v', 'r')
   out[#out + 1] = name
   out[#out + 1] = entry[1]
   out[#out + 1] = entry[2]
@@ -81,26 +112,39 @@ end
 return out
 "#;
 
-/// KEYS: lease, generation counter. ARGV: ttl ms. Returns the new generation.
+/// KEYS: epoch, rev, entry. ARGV: epoch, lowest revision. Returns {value, revision}.
+const GET_LUA: &str = r#"
+return redis.call('HMGET', KEYS[3], 'v', 'r')
+"#;
+
+/// KEYS: epoch, rev, lease, generation counter. ARGV: epoch, lowest revision, ttl ms. Returns the
+/// new generation.
 const ACQUIRE_LUA: &str = r#"
-local g = string.format('%d', redis.call('INCR', KEYS[2]))
-redis.call('SET', KEYS[1], g .. ':' .. ARGV[1], 'PX', ARGV[1])
+local g = string.format('%d', redis.call('INCR', KEYS[4]))
+redis.call('SET', KEYS[3], g .. ':' .. ARGV[3], 'PX', ARGV[3])
 return tonumber(g)
 "#;
 
-/// KEYS: lease. ARGV: generation, ttl ms. Returns 1 if renewed, 0 if expired or superseded.
+/// KEYS: epoch, rev, lease. ARGV: epoch, lowest revision, generation, ttl ms. Returns 1 if
+/// renewed, 0 if expired or superseded.
 const RENEW_LUA: &str = r#"
-local current = redis.call('GET', KEYS[1])
-if not current or string.match(current, '^(%d+):') ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[2])
+local current = redis.call('GET', KEYS[3])
+if not current or string.match(current, '^(%d+):') ~= ARGV[3] then return 0 end
+redis.call('SET', KEYS[3], ARGV[3] .. ':' .. ARGV[4], 'PX', ARGV[4])
 return 1
 "#;
 
-/// KEYS: lease. ARGV: generation. Deletes the lease only if it is still this generation.
+/// KEYS: epoch, rev, lease. ARGV: epoch, lowest revision. Returns the lease or nil.
+const LEASE_OF_LUA: &str = r#"
+return redis.call('GET', KEYS[3])
+"#;
+
+/// KEYS: epoch, rev, lease. ARGV: epoch, lowest revision, generation. Deletes the lease only if
+/// it is still this generation.
 const RELEASE_LUA: &str = r#"
-local current = redis.call('GET', KEYS[1])
-if current and string.match(current, '^(%d+):') == ARGV[1] then
-  redis.call('DEL', KEYS[1])
+local current = redis.call('GET', KEYS[3])
+if current and string.match(current, '^(%d+):') == ARGV[3] then
+  redis.call('DEL', KEYS[3])
   return 1
 end
 return 0
@@ -172,20 +216,44 @@ pub struct RedisStore {
     op_timeout: Duration,
     keys: Arc<KeySpace>,
     scripts: Arc<Scripts>,
+    /// The epoch the store held when this client connected.
+    epoch: Arc<str>,
+    /// The highest revision this client saw: a store below it lost acknowledged writes.
+    seen: Arc<AtomicU64>,
+    /// Where the connection and every call run.
+    io: IoThread,
 }
 
 struct Scripts {
     batch: Script,
     scan: Script,
+    get: Script,
     acquire: Script,
     renew: Script,
+    lease_of: Script,
     release: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        let guarded = |body: &str| Script::new(&format!("{GUARD_LUA}{body}"));
+        Scripts {
+            batch: guarded(BATCH_LUA),
+            scan: guarded(SCAN_LUA),
+            get: guarded(GET_LUA),
+            acquire: guarded(ACQUIRE_LUA),
+            renew: guarded(RENEW_LUA),
+            lease_of: guarded(LEASE_OF_LUA),
+            release: guarded(RELEASE_LUA),
+        }
+    }
 }
 
 /// Names of the redis keys of one store.
 struct KeySpace {
     prefix: String,
     base: String,
+    epoch: String,
     rev: String,
     idx: String,
     entry: String,
@@ -196,6 +264,7 @@ impl KeySpace {
         let base = format!("{{{prefix}}}:");
         Self {
             prefix: prefix.to_owned(),
+            epoch: format!("{base}epoch"),
             rev: format!("{base}rev"),
             idx: format!("{base}idx"),
             entry: format!("{base}k:"),
@@ -220,6 +289,7 @@ impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
             .field("prefix", &self.keys.prefix)
+            .field("epoch", &self.epoch)
             .field("op_timeout", &self.op_timeout)
             .finish()
     }
@@ -244,24 +314,74 @@ impl RedisStore {
             .set_response_timeout(Some(op_timeout))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
-        let conn = bounded(
-            "connect",
-            op_timeout,
-            ConnectionManager::new_with_config(client, manager_config),
-        )
-        .await?;
+        let io = IoThread::start("ferry-redis")?;
+        let keys = KeySpace::new(&config.prefix);
+        let epoch_key = keys.epoch.clone();
+        let (conn, epoch) = io
+            .run("connect", async move {
+                let mut conn = bounded(
+                    "connect",
+                    op_timeout,
+                    ConnectionManager::new_with_config(client, manager_config),
+                )
+                .await?;
+                let fresh = format!("{:032x}", rand::random::<u128>());
+                let epoch: String = bounded(
+                    "connect",
+                    op_timeout,
+                    Script::new(EPOCH_LUA)
+                        .key(epoch_key)
+                        .arg(fresh)
+                        .invoke_async(&mut conn),
+                )
+                .await?;
+                Ok((conn, epoch))
+            })
+            .await?;
         Ok(Self {
             conn,
             op_timeout,
-            keys: Arc::new(KeySpace::new(&config.prefix)),
-            scripts: Arc::new(Scripts {
-                batch: Script::new(BATCH_LUA),
-                scan: Script::new(SCAN_LUA),
-                acquire: Script::new(ACQUIRE_LUA),
-                renew: Script::new(RENEW_LUA),
-                release: Script::new(RELEASE_LUA),
-            }),
+            keys: Arc::new(keys),
+            scripts: Arc::new(Scripts::new()),
+            epoch: Arc::from(epoch),
+            seen: Arc::new(AtomicU64::new(0)),
+            io,
         })
+    }
+
+    /// Runs a call on the store's thread.
+    fn on_io<'a, T, Fut>(
+        &'a self,
+        op: &'static str,
+        call: impl FnOnce(RedisStore) -> Fut,
+    ) -> BoxFuture<'a, Result<T, StoreError>>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let call = call(self.clone());
+        Box::pin(self.io.run(op, call))
+    }
+
+    /// The store's epoch as this client found it when it connected.
+    pub fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    /// An invocation of a guarded script, with the guard's keys and arguments in place.
+    fn guarded<'s>(&self, script: &'s Script) -> ScriptInvocation<'s> {
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&self.keys.epoch)
+            .key(&self.keys.rev)
+            .arg(&*self.epoch)
+            .arg(self.seen.load(Ordering::Acquire));
+        invocation
+    }
+
+    /// Notes a revision the store answered with.
+    fn saw(&self, revision: u64) {
+        self.seen.fetch_max(revision, Ordering::AcqRel);
     }
 
     /// The prefix this store's keys live under.
@@ -271,18 +391,15 @@ impl RedisStore {
 
     async fn get_inner(&self, key: &str) -> Result<Option<Versioned>, StoreError> {
         let mut conn = self.conn.clone();
-        let entry_key = self.keys.entry(key);
-        let (value, version): (Option<Vec<u8>>, Option<Vec<u8>>) = bounded(
-            "get",
-            self.op_timeout,
-            ::redis::cmd("HMGET")
-                .arg(&entry_key)
-                .arg("v")
-                .arg("r")
-                .query_async(&mut conn),
-        )
-        .await?;
-        decode_entry(key, value, version)
+        let mut invocation = self.guarded(&self.scripts.get);
+        invocation.key(self.keys.entry(key));
+        let (value, version): (Option<Vec<u8>>, Option<Vec<u8>>) =
+            bounded("get", self.op_timeout, invocation.invoke_async(&mut conn)).await?;
+        let found = decode_entry(key, value, version)?;
+        if let Some(found) = &found {
+            self.saw(found.version);
+        }
+        Ok(found)
     }
 
     async fn batch_inner(
@@ -291,9 +408,8 @@ impl RedisStore {
         ops: Vec<Op>,
     ) -> Result<BatchOutcome, StoreError> {
         let mut conn = self.conn.clone();
-        let mut invocation = self.scripts.batch.prepare_invoke();
+        let mut invocation = self.guarded(&self.scripts.batch);
         invocation
-            .key(&self.keys.rev)
             .key(&self.keys.idx)
             .arg(conditions.len())
             .arg(ops.len());
@@ -314,6 +430,7 @@ impl RedisStore {
         let (committed, number): (i64, u64) =
             bounded("batch", self.op_timeout, invocation.invoke_async(&mut conn)).await?;
         if committed == 1 {
+            self.saw(number);
             return Ok(BatchOutcome::Committed { revision: number });
         }
         let failed = usize::try_from(number)
@@ -352,19 +469,15 @@ impl RedisStore {
             [b"(", prefix.as_bytes(), b"\xff"].concat()
         };
         let mut conn = self.conn.clone();
-        let flat: Vec<Option<Vec<u8>>> = bounded(
-            "scan",
-            self.op_timeout,
-            self.scripts
-                .scan
-                .key(&self.keys.idx)
-                .arg(start)
-                .arg(end)
-                .arg(limit + 1)
-                .arg(&self.keys.entry)
-                .invoke_async(&mut conn),
-        )
-        .await?;
+        let mut invocation = self.guarded(&self.scripts.scan);
+        invocation
+            .key(&self.keys.idx)
+            .arg(start)
+            .arg(end)
+            .arg(limit + 1)
+            .arg(&self.keys.entry);
+        let flat: Vec<Option<Vec<u8>>> =
+            bounded("scan", self.op_timeout, invocation.invoke_async(&mut conn)).await?;
         if !flat.len().is_multiple_of(3) {
             return Err(StoreError::Corrupt {
                 key: self.keys.idx.clone(),
@@ -383,7 +496,10 @@ impl RedisStore {
                     reason: "the index holds a key that is not UTF-8".to_owned(),
                 })?;
             match decode_entry(&key, value, version)? {
-                Some(found) => items.push((key, found)),
+                Some(found) => {
+                    self.saw(found.version);
+                    items.push((key, found));
+                }
                 None => {
                     return Err(StoreError::Corrupt {
                         reason: "the key is in the index but has no entry".to_owned(),
@@ -403,15 +519,15 @@ impl RedisStore {
 
     async fn acquire_inner(&self, node: &NodeId, ttl: Duration) -> Result<Lease, StoreError> {
         let mut conn = self.conn.clone();
+        let mut invocation = self.guarded(&self.scripts.acquire);
+        invocation
+            .key(self.keys.lease(node))
+            .key(self.keys.generation(node))
+            .arg(ttl_millis(ttl));
         let generation: u64 = bounded(
             "acquire_lease",
             self.op_timeout,
-            self.scripts
-                .acquire
-                .key(self.keys.lease(node))
-                .key(self.keys.generation(node))
-                .arg(ttl_millis(ttl))
-                .invoke_async(&mut conn),
+            invocation.invoke_async(&mut conn),
         )
         .await?;
         Ok(Lease {
@@ -423,15 +539,15 @@ impl RedisStore {
 
     async fn renew_inner(&self, lease: &Lease) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
+        let mut invocation = self.guarded(&self.scripts.renew);
+        invocation
+            .key(self.keys.lease(&lease.node))
+            .arg(lease.generation)
+            .arg(ttl_millis(lease.ttl));
         let renewed: i64 = bounded(
             "renew_lease",
             self.op_timeout,
-            self.scripts
-                .renew
-                .key(self.keys.lease(&lease.node))
-                .arg(lease.generation)
-                .arg(ttl_millis(lease.ttl))
-                .invoke_async(&mut conn),
+            invocation.invoke_async(&mut conn),
         )
         .await?;
         if renewed == 1 {
@@ -447,10 +563,12 @@ impl RedisStore {
     async fn lease_of_inner(&self, node: &NodeId) -> Result<Option<Lease>, StoreError> {
         let mut conn = self.conn.clone();
         let key = self.keys.lease(node);
+        let mut invocation = self.guarded(&self.scripts.lease_of);
+        invocation.key(&key);
         let raw: Option<String> = bounded(
             "lease_of",
             self.op_timeout,
-            ::redis::cmd("GET").arg(&key).query_async(&mut conn),
+            invocation.invoke_async(&mut conn),
         )
         .await?;
         let Some(raw) = raw else {
@@ -474,14 +592,14 @@ impl RedisStore {
 
     async fn release_inner(&self, lease: &Lease) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
+        let mut invocation = self.guarded(&self.scripts.release);
+        invocation
+            .key(self.keys.lease(&lease.node))
+            .arg(lease.generation);
         let _released: i64 = bounded(
             "release_lease",
             self.op_timeout,
-            self.scripts
-                .release
-                .key(self.keys.lease(&lease.node))
-                .arg(lease.generation)
-                .invoke_async(&mut conn),
+            invocation.invoke_async(&mut conn),
         )
         .await?;
         Ok(())
@@ -490,7 +608,8 @@ impl RedisStore {
 
 impl LocationStore for RedisStore {
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
-        Box::pin(self.get_inner(key))
+        let key = key.to_owned();
+        self.on_io("get", move |s| async move { s.get_inner(&key).await })
     }
 
     fn batch<'a>(
@@ -498,7 +617,9 @@ impl LocationStore for RedisStore {
         conditions: Vec<Condition>,
         ops: Vec<Op>,
     ) -> BoxFuture<'a, Result<BatchOutcome, StoreError>> {
-        Box::pin(self.batch_inner(conditions, ops))
+        self.on_io("batch", move |s| async move {
+            s.batch_inner(conditions, ops).await
+        })
     }
 
     fn scan<'a>(
@@ -507,7 +628,10 @@ impl LocationStore for RedisStore {
         after: Option<&'a str>,
         limit: usize,
     ) -> BoxFuture<'a, Result<Page, StoreError>> {
-        Box::pin(self.scan_inner(prefix, after, limit))
+        let (prefix, after) = (prefix.to_owned(), after.map(ToOwned::to_owned));
+        self.on_io("scan", move |s| async move {
+            s.scan_inner(&prefix, after.as_deref(), limit).await
+        })
     }
 
     fn acquire_lease<'a>(
@@ -515,22 +639,35 @@ impl LocationStore for RedisStore {
         node: &'a NodeId,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Lease, StoreError>> {
-        Box::pin(self.acquire_inner(node, ttl))
+        let node = node.clone();
+        self.on_io("acquire_lease", move |s| async move {
+            s.acquire_inner(&node, ttl).await
+        })
     }
 
     fn renew_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.renew_inner(lease))
+        let lease = lease.clone();
+        self.on_io("renew_lease", move |s| async move {
+            s.renew_inner(&lease).await
+        })
     }
 
     fn lease_of<'a>(
         &'a self,
         node: &'a NodeId,
     ) -> BoxFuture<'a, Result<Option<Lease>, StoreError>> {
-        Box::pin(self.lease_of_inner(node))
+        let node = node.clone();
+        self.on_io(
+            "lease_of",
+            move |s| async move { s.lease_of_inner(&node).await },
+        )
     }
 
     fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.release_inner(lease))
+        let lease = lease.clone();
+        self.on_io("release_lease", move |s| async move {
+            s.release_inner(&lease).await
+        })
     }
 }
 
@@ -550,6 +687,11 @@ async fn bounded<T>(
 fn classify(op: &'static str, after: Duration, error: &RedisError) -> StoreError {
     if error.is_timeout() {
         return StoreError::Timeout { op, after };
+    }
+    if error.code() == Some(RESET_CODE) {
+        return StoreError::Reset {
+            reason: error.detail().unwrap_or("the guard refused").to_owned(),
+        };
     }
     let unreachable = error.is_io_error()
         || error.is_connection_dropped()

@@ -466,6 +466,7 @@ fn unit_refused(node: &Node, error: UnitError) -> Refusal {
         UnitError::AlreadyExists { .. } | UnitError::NotServing { .. } => StatusCode::CONFLICT,
         UnitError::NoCapacity { .. }
         | UnitError::Unavailable { .. }
+        | UnitError::StoreUnavailable { .. }
         | UnitError::Moving { .. }
         | UnitError::MembershipNotRecorded { .. } => StatusCode::SERVICE_UNAVAILABLE,
         UnitError::InvalidId(_)

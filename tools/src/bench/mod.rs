@@ -61,7 +61,7 @@ pub struct BenchArgs {
     /// How long rooms move one at a time beside the baseline before the drain, such as 30s.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::durations::parse)]
     duration: Duration,
-    /// The location store: `memory` (in this process) or a redis:// URL.
+    /// The location store: `memory` (in this process), a redis:// URL or an etcd:// list.
     #[arg(long, default_value = "memory", value_parser = StoreChoice::parse)]
     store: StoreChoice,
     /// Print the report as JSON instead of the table.

@@ -18,7 +18,7 @@ use crate::percentiles::{Durations, Percentiles, ms, readable_us, secs};
 /// Everything the bench prints and writes.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    /// The location store: `memory` or `redis`.
+    /// The location store: `memory`, `redis` or `etcd`.
     pub store: &'static str,
     /// Nodes in the cluster.
     pub nodes: usize,

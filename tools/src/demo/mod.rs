@@ -38,7 +38,7 @@ pub struct DemoArgs {
     /// How long the bots play, such as 10s or 2m; the drain starts after the first third.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::durations::parse)]
     duration: Duration,
-    /// The location store: `memory` (in this process) or a redis:// URL.
+    /// The location store: `memory` (in this process), a redis:// URL or an etcd:// list.
     #[arg(long, default_value = "memory", value_parser = StoreChoice::parse)]
     store: StoreChoice,
     /// Print the report as JSON.

@@ -17,7 +17,7 @@ use crate::percentiles::readable_us;
 pub struct Report {
     /// Nodes in the cluster.
     pub nodes: usize,
-    /// The location store: `memory` or `redis`.
+    /// The location store: `memory`, `redis` or `etcd`.
     pub store: &'static str,
     /// Rooms of each sample game.
     pub rooms_per_game: u16,

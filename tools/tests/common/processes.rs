@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use ferry::cluster::authority::node_key;
 use ferry::mesh::NodeTls;
-use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
+use ferry::store::{LocationStore, StoreUrl};
 use ferry::{MeshSettings, Node, NodeConfig, NodeId, Registry};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -164,6 +164,11 @@ impl Processes {
         status
     }
 
+    /// Whether the `i`th process still runs.
+    pub fn running(&mut self, i: usize) -> bool {
+        matches!(self.0[i].child.try_wait(), Ok(None))
+    }
+
     /// Waits for the `i`th process to exit and returns its id, exit status and log.
     pub async fn wait(&mut self, i: usize) -> (String, ExitStatus, String) {
         let p = &mut self.0[i];
@@ -214,21 +219,21 @@ pub async fn wait_two_refreshes(store: &Arc<dyn LocationStore>, nodes: &[NodeId]
     .await;
 }
 
-/// Starts a test's driver node: it joins the processes' cluster (same redis `prefix`, a certificate
-/// `ferry certs` wrote for `driver` in `certs_dir`, the same `version`) to place units and talk to
-/// them, with room for no unit, so that it never takes one.
+/// Starts a test's driver node: it joins the processes' cluster (same store and `prefix`, a
+/// certificate `ferry certs` wrote for `driver` in `certs_dir`, the same `version`) to place units
+/// and talk to them, with room for no unit, so that it never takes one.
 pub async fn driver(
-    redis_url: &str,
+    store_url: &str,
     prefix: &str,
     version: &str,
     certs_dir: &Path,
     registry: Registry,
 ) -> (Node, Arc<dyn LocationStore>) {
-    let store: Arc<dyn LocationStore> = Arc::new(
-        RedisStore::connect(redis_url, RedisStoreConfig::new(prefix))
-            .await
-            .expect("redis store"),
-    );
+    let store = StoreUrl::parse(store_url)
+        .expect("store url")
+        .open(prefix)
+        .await
+        .expect("the processes' store");
     let id = NodeId::new("driver").expect("valid node id");
     let tls = NodeTls::load(certs_dir, id.clone()).expect("driver certificate");
     let mut mesh = MeshSettings::new("127.0.0.1:0".parse().expect("addr"), tls);

@@ -1,0 +1,190 @@
+//! A three-member etcd cluster loses a member, then its leader, while rooms move under client
+//! load. The store stays linearizable through both (two members keep a quorum), so moves go on
+//! committing: every acknowledged input ran exactly once, in order (a room that ran on two nodes
+//! would have run some twice or lost some), each room ends on exactly the node its record names,
+//! and no node stops.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ferry::cluster::authority::{UnitRecord, unit_key};
+use ferry::relocation::protocol::MoveEnd;
+use ferry::store::{EtcdStore, EtcdStoreConfig, LocationStore};
+use ferry::{
+    Behavior, Ctx, Node, NodeState, Registration, Registry, RelocationPolicy, SpotId, UnitId,
+};
+use ferry_tests::cluster::Cluster;
+use ferry_tests::etcd_server::EtcdCluster;
+use ferry_tests::invariants::assert_exactly_once_in_order;
+use serde::{Deserialize, Serialize};
+
+const ROOMS: usize = 6;
+
+/// A room that logs the inputs it runs.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Room(Vec<u64>);
+
+impl Behavior for Room {
+    type Msg = Option<u64>;
+    type Reply = Vec<u64>;
+
+    fn handle(&mut self, _ctx: &mut Ctx<'_>, input: Option<u64>) -> Vec<u64> {
+        if let Some(n) = input {
+            self.0.push(n);
+        }
+        self.0.clone()
+    }
+}
+
+fn registry() -> Registry {
+    let mut reg = Registry::new();
+    reg.register(Registration::spot("room", |_| Room::default()).policy(RelocationPolicy::serde()));
+    reg
+}
+
+/// Sends numbered inputs to `room` from `node`, one at a time, until `stop`; returns those
+/// acknowledged.
+async fn client(node: Node, room: SpotId, stop: Arc<AtomicBool>) -> Vec<u64> {
+    let mut acked = Vec::new();
+    let mut n = 0;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let sent = node
+            .request::<Option<u64>, Vec<u64>>(room.clone(), Some(n), Duration::from_secs(5))
+            .await;
+        if sent.is_ok() {
+            acked.push(n);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    acked
+}
+
+/// Moves rooms round the nodes, one at a time, until `stop`; counts the moves that committed.
+async fn mover(
+    nodes: Vec<Node>,
+    rooms: Vec<SpotId>,
+    stop: Arc<AtomicBool>,
+    moved: Arc<AtomicUsize>,
+) {
+    let mut turn = 0;
+    while !stop.load(Ordering::Relaxed) {
+        turn += 1;
+        let room = UnitId::Spot(rooms[turn % rooms.len()].clone());
+        let Some(from) = nodes.iter().find(|n| n.hosts(&room)) else {
+            // On its way between two nodes: try another.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        };
+        let to = nodes
+            [(nodes.iter().position(|n| n.id() == from.id()).unwrap_or(0) + 1) % nodes.len()]
+        .id()
+        .clone();
+        if let Ok(report) = from.move_unit(&room, Some(to)).await
+            && report.end == MoveEnd::Moved
+        {
+            moved.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Waits until `moved` has grown by a few moves, so that moves commit in the state the cluster is
+/// in now.
+async fn moves_go_on(moved: &AtomicUsize, what: &str) {
+    let before = moved.load(Ordering::Relaxed);
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while moved.load(Ordering::Relaxed) < before + 20 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("moves stopped committing {what}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moves_go_on_while_the_etcd_cluster_loses_a_member_and_then_its_leader() {
+    let Some(mut etcd) = EtcdCluster::start_or_skip(3).await else {
+        return;
+    };
+    tokio::time::timeout(Duration::from_secs(150), failover(&mut etcd))
+        .await
+        .expect("the failover test ends within 150 s");
+}
+
+async fn failover(etcd: &mut EtcdCluster) {
+    let store = EtcdStore::connect(&etcd.endpoints(), EtcdStoreConfig::new("failover"))
+        .await
+        .expect("etcd store");
+    let store: Arc<dyn LocationStore> = Arc::new(store);
+    let cluster = Cluster::start_on(3, store.clone(), registry).await;
+    let nodes = cluster.nodes.clone();
+    let rooms: Vec<SpotId> = (0..ROOMS)
+        .map(|i| SpotId::new(format!("room-{i}")).expect("id"))
+        .collect();
+    for (i, room) in rooms.iter().enumerate() {
+        nodes[0]
+            .create_spot_on(nodes[i % nodes.len()].id(), "room", room)
+            .await
+            .expect("room created");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let moved = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = rooms
+        .iter()
+        .enumerate()
+        .map(|(i, room)| {
+            let from = nodes[(i + 1) % nodes.len()].clone();
+            tokio::spawn(client(from, room.clone(), stop.clone()))
+        })
+        .collect();
+    let moving = tokio::spawn(mover(
+        nodes.clone(),
+        rooms.clone(),
+        stop.clone(),
+        moved.clone(),
+    ));
+    moves_go_on(&moved, "before any member was lost").await;
+
+    // A member that does not lead: the first endpoint, the one the store talks to, if it can be.
+    let leader = etcd.leader().await.expect("a leader");
+    let follower = if leader == 0 { 1 } else { 0 };
+    etcd.kill(follower);
+    moves_go_on(&moved, "after a follower was lost").await;
+    etcd.restart(follower).await;
+
+    // The leader: the two others elect a new one.
+    let leader = etcd.leader().await.expect("a leader");
+    etcd.kill(leader);
+    moves_go_on(&moved, "after the leader was lost").await;
+
+    stop.store(true, Ordering::Relaxed);
+    moving.await.expect("mover");
+    let mut acked = Vec::new();
+    for client in clients {
+        acked.push(client.await.expect("client"));
+    }
+
+    for node in &nodes {
+        assert_eq!(node.state(), NodeState::Serving, "{} stopped", node.id());
+    }
+    for (room, acked) in rooms.iter().zip(&acked) {
+        let id = UnitId::Spot(room.clone());
+        let hosts: Vec<&Node> = nodes.iter().filter(|n| n.hosts(&id)).collect();
+        assert_eq!(hosts.len(), 1, "{room} runs on exactly one node");
+        let key = unit_key(&id);
+        let record = store.get(&key).await.expect("record read").expect("record");
+        let record = UnitRecord::decode(&key, &record.value).expect("record decodes");
+        assert_eq!(
+            record.owner,
+            *hosts[0].id(),
+            "{room} runs where its record says"
+        );
+        let ran = nodes[0]
+            .request::<Option<u64>, Vec<u64>>(room.clone(), None, Duration::from_secs(5))
+            .await
+            .expect("room answers");
+        assert_exactly_once_in_order(room, acked, &ran);
+    }
+    cluster.shutdown().await;
+}
