@@ -7,10 +7,10 @@ use std::time::Duration;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::admin::wire::{
+use ferry_host::admin::wire::{
     DrainReport, Mode, Outcome, ProgressBody, RelocateRequest, StatusBody, advice, millis,
 };
-use crate::admin::{AdminClient, ClientError};
+use ferry_host::admin::{AdminClient, ClientError};
 
 /// The exit code of a drain that ended Blocked: the units that stayed run on the node again.
 pub const EXIT_BLOCKED: u8 = 3;

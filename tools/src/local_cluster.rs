@@ -15,7 +15,7 @@ use ferry::{
 };
 
 use crate::bots::GatewayAccess;
-use crate::config::redact;
+use ferry_host::config::redact;
 
 /// The name the gateways' ephemeral certificate carries.
 const SERVER_NAME: &str = "localhost";

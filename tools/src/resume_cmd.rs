@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use crate::admin::{AdminClient, ClientError};
+use ferry_host::admin::{AdminClient, ClientError};
 
 /// Which node.
 #[derive(Args, Debug, Clone)]

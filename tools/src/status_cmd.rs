@@ -2,9 +2,9 @@
 
 use clap::Args;
 
-use crate::admin::wire::{DrainReport, StatusBody};
-use crate::admin::{AdminClient, ClientError};
 use crate::drain_cmd::{bytes, units};
+use ferry_host::admin::wire::{DrainReport, StatusBody};
+use ferry_host::admin::{AdminClient, ClientError};
 
 /// Which node, and how to print it.
 #[derive(Args, Debug, Clone)]
@@ -120,7 +120,7 @@ fn describe(r: &DrainReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admin::wire::{ProgressBody, RecoveryWaiting};
+    use ferry_host::admin::wire::{ProgressBody, RecoveryWaiting};
 
     fn status(units: usize, safe: bool, waiting: Option<RecoveryWaiting>) -> StatusBody {
         StatusBody {

@@ -103,14 +103,29 @@ impl Drop for Processes {
 }
 
 impl Processes {
-    /// Starts `ferry node --config config` and returns what its ready line says.
+    /// Starts `ferry node --config config` and returns what its ready line says. A signal
+    /// stops it without a drain (`FERRY_DRAIN_GRACE_MS=0`), so that a test's nodes, stopped
+    /// together at its end, do not drain into each other.
     pub async fn start(&mut self, node: &str, config: &Path, logs: &Path) -> Ready {
+        self.start_with(node, config, logs, &[("FERRY_DRAIN_GRACE_MS", "0")])
+            .await
+    }
+
+    /// Starts `ferry node --config config` with `env` set, and returns what its ready line says.
+    pub async fn start_with(
+        &mut self,
+        node: &str,
+        config: &Path,
+        logs: &Path,
+        env: &[(&str, &str)],
+    ) -> Ready {
         let log = logs.join(format!("{node}.log"));
         let stderr = std::fs::File::create(&log).expect("log file");
         let mut child = Command::new(env!("CARGO_BIN_EXE_ferry"))
             .arg("node")
             .arg("--config")
             .arg(config)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "warn,ferry=info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -1,0 +1,153 @@
+//! The process's Prometheus recorder: fixed histogram buckets for every duration, and the help
+//! text of every metric, so that `promtool check metrics` and dashboards read them as they are.
+
+use ferry::NodeId;
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+/// Why the metrics recorder could not be installed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot record metrics: {0}")]
+pub struct MetricsError(String);
+
+/// The bucket bounds, in seconds, of every histogram (pauses and move phases): from 100 µs to
+/// 30 s, so a room pause of any length lands in a bucket that says how long it was.
+const BUCKETS: &[f64] = &[
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+];
+
+/// Installs the process's Prometheus recorder and returns the handle `GET /metrics` renders.
+/// Durations are histograms with fixed buckets, not summaries: a summary's quantiles cover a
+/// sliding window and read 0 a few minutes after the last drain, while buckets keep counting and
+/// Prometheus works out quantiles over whatever range a dashboard asks. Upkeep runs at each
+/// scrape, so no background task is needed.
+///
+/// Every series carries the label `node`, so that a cluster's series add up in one query.
+pub fn install(node: &NodeId) -> Result<PrometheusHandle, MetricsError> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets(BUCKETS)
+        .map_err(|e| MetricsError(e.to_string()))?
+        .add_global_label("node", node.as_str())
+        .install_recorder()
+        .map_err(|e| MetricsError(e.to_string()))?;
+    describe();
+    Ok(handle)
+}
+
+/// What each metric is, as kind, name and help text: the exporter writes them as `# TYPE` and
+/// `# HELP` lines. docs/operations.md's table lists the same metrics.
+pub const METRICS: &[(Kind, &str, &str)] = &[
+    (
+        Kind::Gauge,
+        "ferry_node_state",
+        "1 for the node's lifecycle state (label state), 0 for the others",
+    ),
+    (
+        Kind::Gauge,
+        "ferry_node_units",
+        "Units (spots and actors) the node hosts",
+    ),
+    (
+        Kind::Gauge,
+        "ferry_node_sessions",
+        "Game client sessions the node's gateway holds (gateways only)",
+    ),
+    (
+        Kind::Gauge,
+        "ferry_node_peers_ready",
+        "Mesh peers with a link up",
+    ),
+    (
+        Kind::Gauge,
+        "ferry_node_safe_to_shutdown",
+        "1 when stopping the node loses nothing",
+    ),
+    (
+        Kind::Gauge,
+        "ferry_drain_units",
+        "Units in the current or last drain",
+    ),
+    (
+        Kind::Gauge,
+        "ferry_drain_moved_units",
+        "Units of the current or last drain moved so far",
+    ),
+    (
+        Kind::Gauge,
+        "ferry_drain_failed_units",
+        "Units of the current or last drain that failed to move",
+    ),
+    (
+        Kind::Gauge,
+        "ferry_drain_bytes",
+        "Bytes of state the current or last drain moved",
+    ),
+    (
+        Kind::Counter,
+        "ferry_relocation_units_moved_total",
+        "Moves off this node that succeeded",
+    ),
+    (
+        Kind::Counter,
+        "ferry_relocation_units_failed_total",
+        "Moves off this node that failed; the unit stayed",
+    ),
+    (
+        Kind::Counter,
+        "ferry_relocation_bytes_total",
+        "Bytes of state moved off this node",
+    ),
+    (
+        Kind::Histogram,
+        "ferry_relocation_interruption_seconds",
+        "How long each moved unit was paused on this node, seal to cutover",
+    ),
+    (
+        Kind::Histogram,
+        "ferry_relocation_target_resume_seconds",
+        "On the receiving node, commit to the unit running again",
+    ),
+    (
+        Kind::Histogram,
+        "ferry_relocation_phase_seconds",
+        "Time of each phase of a move (label phase)",
+    ),
+    (
+        Kind::Counter,
+        "ferry_mesh_frames_lost_total",
+        "Mesh frames a peer never acknowledged because it left or restarted",
+    ),
+    (
+        Kind::Counter,
+        "ferry_tells_lost_total",
+        "Tells this node sent that were lost with a peer",
+    ),
+    (
+        Kind::Counter,
+        "ferry_route_lookup_tells_dropped_total",
+        "Tells given up while the location store failed to give their route",
+    ),
+];
+
+/// The Prometheus type of a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A value that goes up and down.
+    Gauge,
+    /// A count that only rises.
+    Counter,
+    /// Observations in buckets, here always durations in seconds.
+    Histogram,
+}
+
+/// Registers the help text of every metric with the recorder.
+fn describe() {
+    for (kind, name, help) in METRICS {
+        match kind {
+            Kind::Gauge => describe_gauge!(*name, *help),
+            Kind::Counter => describe_counter!(*name, *help),
+            Kind::Histogram => describe_histogram!(*name, Unit::Seconds, *help),
+        }
+    }
+}
