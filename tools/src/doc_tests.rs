@@ -6,7 +6,7 @@ use ferry_host::admin::wire::{self, ShutdownReport, StatusBody, UnitCreated};
 use ferry_tests::docs::code_blocks;
 
 /// The pages whose shell blocks show `ferry` commands.
-const PAGES: [(&str, &str); 4] = [
+const PAGES: [(&str, &str); 5] = [
     ("README.md", include_str!("../../README.md")),
     (
         "docs/getting-started.md",
@@ -16,6 +16,10 @@ const PAGES: [(&str, &str); 4] = [
     (
         "docs/operations.md",
         include_str!("../../docs/operations.md"),
+    ),
+    (
+        "docs/production.md",
+        include_str!("../../docs/production.md"),
     ),
 ];
 

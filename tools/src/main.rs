@@ -14,8 +14,10 @@
 //! - [`gateway`]: a node's client gateway, from its certificate and tokens files.
 //! - [`admin`]: the admin endpoint each node serves, and the client the commands below use.
 //! - [`status_cmd`], [`drain_cmd`], [`resume_cmd`], [`shutdown_cmd`]: what an operator does to a
-//!   running node, through the host library's admin client.
+//!   running node, through the host library's admin client, with [`admin_token`]: the token
+//!   they send.
 
+mod admin_token;
 mod bench;
 mod bots;
 mod certs;

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::processes::{
-    Processes, driver, get, post, raw_http, run_ferry, settle, status_json, text, within,
+    Processes, driver, get, post, promtool_problems, raw_http, run_ferry, settle, status_json,
+    text, within,
 };
 use common::{TempDir, certs, one_line_failure};
 use ferry::store::LocationStore;
@@ -193,15 +194,16 @@ async fn drain_moves_every_unit_off_a_node_process_and_shutdown_stops_it() {
     let (code, metrics) = raw_http(p1, &get("/metrics")).await;
     assert_eq!(code, 200, "{metrics}");
     for line in [
-        format!("ferry_relocation_units_moved_total {ROOMS}"),
+        // Every series carries the node's label, counters and histograms too.
+        format!("ferry_relocation_units_moved_total{{node=\"p1\"}} {ROOMS}"),
         "ferry_node_units{node=\"p1\"} 0".to_owned(),
         "ferry_node_safe_to_shutdown{node=\"p1\"} 1".to_owned(),
         "ferry_node_state{node=\"p1\",state=\"Relocated\"} 1".to_owned(),
         "ferry_node_peers_ready{node=\"p1\"} 3".to_owned(),
         format!("ferry_drain_moved_units{{node=\"p1\"}} {ROOMS}"),
         // Pauses are histograms: their buckets count every move and never decay to 0.
-        format!("ferry_relocation_interruption_seconds_bucket{{le=\"+Inf\"}} {ROOMS}"),
-        format!("ferry_relocation_interruption_seconds_count {ROOMS}"),
+        format!("ferry_relocation_interruption_seconds_bucket{{node=\"p1\",le=\"+Inf\"}} {ROOMS}"),
+        format!("ferry_relocation_interruption_seconds_count{{node=\"p1\"}} {ROOMS}"),
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
     }
@@ -209,6 +211,15 @@ async fn drain_moves_every_unit_off_a_node_process_and_shutdown_stops_it() {
         !metrics.contains("ferry_relocation_interruption_seconds{quantile="),
         "no sliding-window quantiles:\n{metrics}"
     );
+    // Prometheus's own linter takes the scrape as it is: HELP and TYPE for every metric.
+    if let Some(problems) = promtool_problems(&metrics) {
+        assert_eq!(problems, "", "promtool check metrics on:\n{metrics}");
+    }
+    for (_, name, _) in ferry_host::metrics::METRICS {
+        let help = format!("# HELP {name} ");
+        let recorded = metrics.lines().any(|l| l.starts_with(name));
+        assert!(!recorded || metrics.contains(&help), "{name} has help text");
+    }
 
     // Bad requests to a real process: a 4xx with a JSON error each, and the node serves on.
     for (request, code, says) in [
@@ -335,10 +346,24 @@ async fn a_drain_with_nowhere_to_go_exits_3_with_the_reason() {
     for room in &rooms {
         assert_eq!(report(&driver, room).await.node, "p1", "{room} stayed");
     }
+    // The scrape counts both units as failed moves; a node that is no gateway reports no
+    // sessions gauge at all, rather than a misleading 0.
+    let failed = |metrics: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("ferry_relocation_units_failed_total{node=\"p1\"} "))
+            .map(str::to_owned)
+    };
+    let (code, metrics) = raw_http(&p1, &get("/metrics")).await;
+    assert_eq!(code, 200, "{metrics}");
+    assert_eq!(failed(&metrics).as_deref(), Some("2"), "{metrics}");
+    assert!(!metrics.contains("ferry_node_sessions"), "{metrics}");
 
     // A rolling update to a version no node runs is blocked the same way.
     let out = run_ferry(&["drain", &p1, "--rolling-update", "8", "--deadline", "300ms"]).await;
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let (_, metrics) = raw_http(&p1, &get("/metrics")).await;
+    assert_eq!(failed(&metrics).as_deref(), Some("4"), "{metrics}");
 
     // Something that is not an admin endpoint: the redis-server.
     let redis_addr = redis

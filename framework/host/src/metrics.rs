@@ -146,8 +146,137 @@ fn describe() {
     for (kind, name, help) in METRICS {
         match kind {
             Kind::Gauge => describe_gauge!(*name, *help),
-            Kind::Counter => describe_counter!(*name, *help),
+            Kind::Counter => {
+                describe_counter!(*name, *help);
+                // From 0 at start, so `rate()` and alerts see the first one, not a new series.
+                metrics::counter!(*name).increment(0);
+            }
             Kind::Histogram => describe_histogram!(*name, Unit::Seconds, *help),
         }
+    }
+}
+
+/// The process metrics Prometheus's client libraries name alike (`process_cpu_seconds_total`,
+/// ...), read from `/proc` at each scrape and written as exposition text, labelled with `node`.
+/// Empty where `/proc` cannot be read (not Linux).
+pub fn process_text(node: &NodeId) -> String {
+    let Some(process) = Process::read() else {
+        return String::new();
+    };
+    let node = node.as_str().replace('\\', "\\\\").replace('"', "\\\"");
+    let mut text = String::new();
+    let series = [
+        (
+            "process_cpu_seconds_total",
+            "counter",
+            "User and system CPU time the process spent, in seconds",
+            process.cpu_seconds,
+        ),
+        (
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory of the process, in bytes",
+            process.resident_bytes,
+        ),
+        (
+            "process_start_time_seconds",
+            "gauge",
+            "When the process started, in seconds since the Unix epoch",
+            process.start_time,
+        ),
+        (
+            "process_open_fds",
+            "gauge",
+            "File descriptors the process holds open",
+            process.open_fds,
+        ),
+        (
+            "process_threads",
+            "gauge",
+            "Threads of the process",
+            process.threads,
+        ),
+    ];
+    for (name, kind, help, value) in series {
+        text.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{node=\"{node}\"}} {value}\n\n"
+        ));
+    }
+    text
+}
+
+/// What `/proc` says about this process.
+struct Process {
+    cpu_seconds: f64,
+    resident_bytes: f64,
+    start_time: f64,
+    open_fds: f64,
+    threads: f64,
+}
+
+impl Process {
+    /// Linux's clock ticks per second in `/proc` (USER_HZ), the same on every architecture.
+    const TICKS: f64 = 100.0;
+
+    fn read() -> Option<Process> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // Fields after the command name, which is in parentheses and may hold spaces; the first
+        // of them is field 3 of proc(5).
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let field = |n: usize| fields.get(n - 3)?.parse::<f64>().ok();
+        let cpu_seconds = (field(14)? + field(15)?) / Self::TICKS;
+        let threads = field(20)?;
+        let boot = std::fs::read_to_string("/proc/stat")
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("btime "))?
+            .trim()
+            .parse::<f64>()
+            .ok()?;
+        let start_time = boot + field(22)? / Self::TICKS;
+        let resident_kib = std::fs::read_to_string("/proc/self/status")
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<f64>()
+            .ok()?;
+        let open_fds = std::fs::read_dir("/proc/self/fd").ok()?.count() as f64;
+        Some(Process {
+            cpu_seconds,
+            resident_bytes: resident_kib * 1024.0,
+            start_time,
+            open_fds,
+            threads,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_metrics_are_read_from_proc() {
+        let node = NodeId::new("n1").expect("node id");
+        let text = process_text(&node);
+        if !std::path::Path::new("/proc/self/stat").exists() {
+            assert_eq!(text, "");
+            return;
+        }
+        for name in ["process_cpu_seconds_total", "process_resident_memory_bytes"] {
+            assert!(text.contains(&format!("# TYPE {name} ")), "{text}");
+        }
+        let rss: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("process_resident_memory_bytes{node=\"n1\"} "))
+            .and_then(|v| v.parse().ok())
+            .expect("a resident size");
+        assert!(
+            rss > 1_000_000.0,
+            "a test process holds more than 1 MB: {rss}"
+        );
     }
 }

@@ -40,6 +40,8 @@ pub struct BotsArgs {
     /// the rooms and players must exist.
     #[arg(long = "admin", value_name = "ADDR", value_delimiter = ',')]
     admins: Vec<String>,
+    #[command(flatten)]
+    admin_token: crate::admin_token::TokenArgs,
     /// The sample games the rooms run; separate several with commas to play each.
     #[arg(
         long = "game",
@@ -114,7 +116,7 @@ pub async fn run(args: BotsArgs) -> Result<(), BotsError> {
     let admins = args
         .admins
         .iter()
-        .map(|addr| AdminClient::new(addr))
+        .map(|addr| args.admin_token.client(addr))
         .collect::<Result<Vec<_>, _>>()
         .map_err(BotsError::Admin)?;
     let mut kinds: Vec<GameKind> = Vec::new();

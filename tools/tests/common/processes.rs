@@ -169,6 +169,17 @@ impl Processes {
         ended
     }
 
+    /// Sends SIGTERM to the `i`th process, as a supervisor stopping it does.
+    pub fn terminate(&self, i: usize) {
+        let p = &self.0[i];
+        let pid = p.child.id().expect("the process runs");
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "SIGTERM to {}", p.id);
+    }
+
     /// Kills the `i`th process with SIGKILL, as a crash does: it gets no chance to release its
     /// lease or its units. Returns how it ended, once it has.
     pub async fn kill(&mut self, i: usize) -> ExitStatus {
@@ -336,4 +347,45 @@ pub fn post(path: &str, body: &str) -> String {
         "POST {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
+}
+
+/// Runs `promtool check metrics` on a scrape and returns what it found wrong (empty when
+/// clean), or `None` when promtool is not installed and `FERRY_REQUIRE_PROMTOOL=1` does not
+/// demand it (CI installs it: Debian's `prometheus` package).
+pub fn promtool_problems(scrape: &str) -> Option<String> {
+    use std::io::Write;
+    let child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            if std::env::var("FERRY_REQUIRE_PROMTOOL").is_ok_and(|v| v == "1") {
+                panic!(
+                    "promtool is not installed (apt-get install prometheus); FERRY_REQUIRE_PROMTOOL=1 requires it"
+                );
+            }
+            println!(
+                "promtool is not installed (apt-get install prometheus): the metrics check is skipped"
+            );
+            return None;
+        }
+        Err(error) => panic!("promtool did not start: {error}"),
+    };
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(scrape.as_bytes())
+        .expect("scrape written");
+    let out = child.wait_with_output().expect("promtool ran");
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    if out.status.success() && said.trim().is_empty() {
+        Some(String::new())
+    } else {
+        Some(format!("exit {:?}: {said}", out.status.code()))
+    }
 }

@@ -89,10 +89,10 @@ pub async fn guard(State(access): State<Access>, request: Request, next: Next) -
     }
     let error = if given.is_some() {
         "the admin token is wrong; pass the token in the node's `admin_token_file` (or \
-         FERRY_ADMIN_TOKEN) with --token-file or FERRY_ADMIN_TOKEN"
+         FERRY_ADMIN_TOKEN) with --admin-token-file or FERRY_ADMIN_TOKEN"
     } else {
         "this route needs the admin token: send `Authorization: Bearer <token>` (the `ferry` \
-         commands take --token-file or FERRY_ADMIN_TOKEN)"
+         commands take --admin-token-file or FERRY_ADMIN_TOKEN)"
     };
     tracing::warn!(method = %request.method(), path = %request.uri().path(), "an admin request without the right token was refused");
     (

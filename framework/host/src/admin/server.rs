@@ -442,11 +442,9 @@ async fn render_metrics(State(shared): State<Arc<Shared>>) -> Response {
     let running = shared.ops.running().is_some();
     record_gauges(shared.node(), running);
     shared.metrics.run_upkeep();
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        shared.metrics.render(),
-    )
-        .into_response()
+    let mut text = shared.metrics.render();
+    text.push_str(&crate::metrics::process_text(shared.node().id()));
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// Sets the node's gauges just before a scrape reads them; the recorder adds the `node` label.
@@ -464,7 +462,6 @@ fn record_gauges(node: &Node, running: bool) {
         .count();
     let gauges = [
         ("ferry_node_units", node.unit_count() as f64),
-        ("ferry_node_sessions", node.session_count() as f64),
         ("ferry_node_peers_ready", ready as f64),
         ("ferry_drain_units", host.total as f64),
         ("ferry_drain_moved_units", host.moved as f64),
@@ -477,6 +474,10 @@ fn record_gauges(node: &Node, running: bool) {
     ];
     for (name, value) in gauges {
         metrics::gauge!(name).set(value);
+    }
+    // Only a gateway holds sessions: on any other node the gauge would be a misleading 0.
+    if node.session_addr().is_some() {
+        metrics::gauge!("ferry_node_sessions").set(node.session_count() as f64);
     }
 }
 
