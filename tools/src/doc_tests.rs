@@ -105,3 +105,22 @@ fn every_metric_in_the_runbook_is_recorded() {
         );
     }
 }
+
+#[test]
+fn every_metric_in_the_runbook_has_help_text_and_no_other() {
+    let mut named: Vec<&str> = RUNBOOK
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `ferry_"))
+        .filter_map(|rest| rest.split_once('`').map(|(name, _)| name))
+        .collect();
+    let mut described: Vec<&str> = ferry_host::metrics::METRICS
+        .iter()
+        .map(|(_, name, _)| name.trim_start_matches("ferry_"))
+        .collect();
+    named.sort_unstable();
+    described.sort_unstable();
+    assert_eq!(
+        named, described,
+        "the runbook's table is the metrics the host describes"
+    );
+}
