@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use ferry_host::admin::{AdminClient, ClientError};
+use ferry_host::admin::ClientError;
 
 /// Which node.
 #[derive(Args, Debug, Clone)]

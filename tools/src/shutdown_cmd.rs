@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::drain_cmd::{DrainError, EXIT_BLOCKED, EXIT_UNDECIDED, with_progress};
+use ferry_host::admin::ClientError;
 use ferry_host::admin::wire::{ShutdownRequest, millis};
-use ferry_host::admin::{AdminClient, ClientError};
 
 /// The exit codes, for `--help`.
 const EXIT_CODES: &str = "Exit codes: 0 every unit moved and the node stopped cleanly; 1 the \

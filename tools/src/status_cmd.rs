@@ -3,8 +3,8 @@
 use clap::Args;
 
 use crate::drain_cmd::{bytes, units};
+use ferry_host::admin::ClientError;
 use ferry_host::admin::wire::{DrainReport, StatusBody};
-use ferry_host::admin::{AdminClient, ClientError};
 
 /// Which node, and how to print it.
 #[derive(Args, Debug, Clone)]

@@ -12,7 +12,7 @@ use clap::Args;
 use super::games::{self, GameKind};
 use super::{BotsSummary, GatewayAccess, Team, provision};
 use crate::percentiles::readable_us;
-use ferry_host::admin::{AdminClient, ClientError};
+use ferry_host::admin::ClientError;
 
 /// Where the cluster's gateways are, how to trust them, and how hard to play.
 #[derive(Args, Debug, Clone)]
