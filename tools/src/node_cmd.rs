@@ -22,6 +22,9 @@ pub enum NodeError {
     /// The config is missing or wrong.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The log could not be set up.
+    #[error(transparent)]
+    Logs(#[from] ferry_host::logs::LogsError),
     /// The node failed to start or stopped on its own.
     #[error(transparent)]
     Host(#[from] HostError),
@@ -30,7 +33,8 @@ pub enum NodeError {
 /// Runs the node of `args.config` until it is told to stop.
 pub async fn run(args: NodeArgs) -> Result<(), NodeError> {
     let settings = ferry_host::config::load(&args.config)?;
-    ferry_host::logs::init(settings.log_format);
+    // Kept to the end: dropping it sends the spans not yet exported.
+    let _logs = ferry_host::logs::install(&settings)?;
     // Every sample, as the demo's nodes host them, so `ferry bots` can play any of them.
     Host::new(settings, crate::bots::games::registry())
         .pages(|node| crate::play::routes(node.clone()))

@@ -89,6 +89,7 @@ pub const KEYS: &[&str] = &[
     "sessions_websocket",
     "sessions_websocket_plain",
     "log_format",
+    "otlp_endpoint",
 ];
 
 /// The keys whose value is text: an environment value is taken as it is, never as a TOML
@@ -109,6 +110,7 @@ const TEXT_KEYS: &[&str] = &[
     "sessions_tokens",
     "sessions_websocket",
     "log_format",
+    "otlp_endpoint",
 ];
 
 /// A node config file as written, before its values are checked.
@@ -215,6 +217,8 @@ pub struct NodeFile {
     /// How log lines are written: `"text"` or `"json"` (one object a line).
     #[serde(default)]
     pub log_format: LogFormat,
+    /// Where the relocation spans are exported over OTLP/HTTP (feature `otlp`).
+    pub otlp_endpoint: Option<String>,
 }
 
 fn default_drain_grace_ms() -> u64 {
@@ -345,6 +349,8 @@ pub struct NodeSettings {
     pub sessions: Option<GatewayFiles>,
     /// How log lines are written.
     pub log_format: LogFormat,
+    /// Where the relocation spans are exported, if anywhere.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// Where the admin endpoint's token comes from.
@@ -741,6 +747,7 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
         admin_token,
         sessions,
         log_format: file.log_format,
+        otlp_endpoint: file.otlp_endpoint,
     })
 }
 
@@ -1188,6 +1195,7 @@ mod tests {
         sessions_websocket = "127.0.0.1:7401"
         sessions_websocket_plain = true
         log_format = "json"
+        otlp_endpoint = "http://127.0.0.1:4318/v1/traces"
     "#;
 
     #[test]

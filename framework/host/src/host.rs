@@ -126,8 +126,8 @@ pub enum HostError {
     },
     /// A second stop signal came while the node drained: it stopped at once.
     #[error(
-        "node {node} stopped at once on a second stop signal, while it drained; the {units} \
-         units it still hosted ended with it (recovery rebuilds those it can on the other nodes)"
+        "node {node} stopped at once on a second stop signal, while it drained; the units it \
+         still hosted ({units}) were closed with it, and their state is gone"
     )]
     Interrupted {
         /// The node.
@@ -190,7 +190,11 @@ impl Host {
             Some(addr) => Some(AdminServer::bind(addr).await?),
             None => None,
         };
-        let metrics = crate::metrics::install(&settings.id)?;
+        // Metrics are recorded only where they can be read: with the admin endpoint.
+        let metrics = match settings.admin {
+            Some(_) => Some(crate::metrics::install(&settings.id)?),
+            None => None,
+        };
         let mut stop = StopSignals::install().map_err(HostError::Signal)?;
         let node = Node::start(config, registry)
             .await
@@ -199,8 +203,8 @@ impl Host {
                 source,
             })?;
         let ops = Operations::new(node.clone());
-        let admin = match admin_listener {
-            Some(listener) => {
+        let admin = match (admin_listener, metrics) {
+            (Some(listener), Some(metrics)) => {
                 let options = AdminOptions {
                     access,
                     pages: pages.map(|pages| pages(&node)).unwrap_or_default(),
@@ -213,7 +217,7 @@ impl Host {
                     }
                 }
             }
-            None => None,
+            _ => None,
         };
         if let Err(error) = print_ready(&node, admin.as_ref()) {
             node.shutdown().await;
@@ -303,13 +307,21 @@ fn access(settings: &NodeSettings) -> Result<Access, HostError> {
     let token = match &settings.admin_token {
         None => return Ok(Access::open()),
         Some(crate::config::AdminToken::Value(secret)) => secret.expose().to_owned(),
-        Some(crate::config::AdminToken::File(path)) => std::fs::read_to_string(path)
-            .map_err(|source| HostError::AdminToken {
+        Some(crate::config::AdminToken::File(path)) => {
+            let error = |source| HostError::AdminToken {
                 path: path.clone(),
                 source,
-            })?
-            .trim()
-            .to_owned(),
+            };
+            let token = std::fs::read_to_string(path).map_err(error)?;
+            if token.trim().is_empty() {
+                // An empty token would admit `Authorization: Bearer ` with nothing after it.
+                return Err(error(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "the file is empty; write a long random token in it",
+                )));
+            }
+            token.trim().to_owned()
+        }
     };
     Ok(Access::token(token, reads_too))
 }
@@ -410,12 +422,13 @@ fn store_error(url: &str, source: StoreError) -> HostError {
 
 /// The whole `main` of a host program: reads `--config FILE` from the command line (or the
 /// `FERRY_CONFIG` environment variable) and the `FERRY_<KEY>` overrides, installs the log of the
-/// config's `log_format`, runs a [`Host`] of `registry` on a multi-threaded runtime, and on
+/// config's `log_format` (and `otlp_endpoint`), runs a [`Host`] of `registry` on a multi-threaded runtime, and on
 /// failure prints the error as one line to stderr and exits 1.
 pub fn main(registry: impl FnOnce() -> Registry) -> std::process::ExitCode {
     let result = config_path().and_then(|path| {
         let settings = crate::config::load(&path).map_err(MainError::Config)?;
-        crate::logs::init(settings.log_format);
+        // Kept to the end: dropping it sends the spans not yet exported.
+        let _logs = crate::logs::install(&settings).map_err(MainError::Logs)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -443,6 +456,8 @@ enum MainError {
     NoConfig,
     #[error(transparent)]
     Config(ConfigError),
+    #[error(transparent)]
+    Logs(crate::logs::LogsError),
     #[error("could not start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error(transparent)]

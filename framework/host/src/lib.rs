@@ -9,6 +9,7 @@
 //! - [`gateway`]: a node's client gateway, from its certificate and its tokens file (which
 //!   Actors each token may bind).
 //! - [`logs`]: the process's log output, text or JSON lines.
+//! - `traces` (feature `otlp`): the relocation spans exported over OTLP beside the log.
 //! - [`metrics`]: the Prometheus recorder, with the help text and type of every metric.
 //! - [`ops`]: the one drain or shutdown that runs on a node at a time, whoever asked for it.
 //! - [`admin`]: the admin endpoint (status, drain, shutdown, probes, metrics, new units) with its
@@ -26,6 +27,8 @@ pub mod metrics;
 pub mod node_ids;
 pub mod ops;
 pub mod signals;
+#[cfg(feature = "otlp")]
+pub mod traces;
 
 pub use config::{ConfigError, NodeSettings};
 pub use host::{Host, HostError};

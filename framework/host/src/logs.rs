@@ -1,8 +1,13 @@
 //! The process's log: to stderr, filtered by `RUST_LOG` (default `warn`), as text for a person
-//! or as JSON, one object a line, for a log collector.
+//! or as JSON, one object a line, for a log collector; and, with the `otlp` feature and an
+//! `otlp_endpoint`, the relocation spans (`drain`, `relocation`) exported over OTLP.
 
 use serde::Deserialize;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+use crate::config::NodeSettings;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -16,30 +21,76 @@ pub enum LogFormat {
     Json,
 }
 
-impl LogFormat {
-    /// The format's name in the config.
-    pub fn name(self) -> &'static str {
-        match self {
-            LogFormat::Text => "text",
-            LogFormat::Json => "json",
+/// What the log set-up holds while the process runs; dropping it sends the spans not yet sent.
+#[must_use = "dropping it stops the span export"]
+#[derive(Default)]
+pub struct Logs {
+    /// Held for its drop, which flushes the export.
+    #[cfg(feature = "otlp")]
+    _traces: Option<crate::traces::Traces>,
+}
+
+/// Why the log could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum LogsError {
+    /// `otlp_endpoint` is set, but this binary has no exporter.
+    #[error(
+        "`otlp_endpoint` is set, but this program was built without the `otlp` feature of \
+         ferry-host; build it with that feature, or remove the key"
+    )]
+    NoExporter,
+    /// The OTLP exporter could not be built.
+    #[cfg(feature = "otlp")]
+    #[error(transparent)]
+    Traces(#[from] crate::traces::TracesError),
+}
+
+/// Installs the log of a node's settings: its `log_format`, and its `otlp_endpoint`. A
+/// subscriber the application installed first stays, and this one is not installed.
+pub fn install(settings: &NodeSettings) -> Result<Logs, LogsError> {
+    #[cfg(feature = "otlp")]
+    {
+        let traces = match &settings.otlp_endpoint {
+            Some(endpoint) => Some(crate::traces::Traces::new(endpoint, &settings.id)?),
+            None => None,
+        };
+        let layer = traces.as_ref().map(crate::traces::Traces::layer);
+        subscribe(settings.log_format, layer);
+        Ok(Logs { _traces: traces })
+    }
+    #[cfg(not(feature = "otlp"))]
+    {
+        if settings.otlp_endpoint.is_some() {
+            return Err(LogsError::NoExporter);
         }
+        init(settings.log_format);
+        Ok(Logs::default())
     }
 }
 
-/// Installs the process's log subscriber. A second call (a subscriber is already installed)
-/// changes nothing.
+/// Installs a log of `format` alone (no span export), for commands that are no node.
 pub fn init(format: LogFormat) {
+    subscribe(format, None::<tracing_subscriber::layer::Identity>);
+}
+
+/// The stderr log of `format`, with `extra` beside it, as the process's subscriber.
+fn subscribe<L>(format: LogFormat, extra: Option<L>)
+where
+    L: Layer<tracing_subscriber::Registry> + Send + Sync,
+{
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let installed = match format {
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = match format {
         // Colour codes only for a person at a terminal, not in log files and journals.
-        LogFormat::Text => builder
+        LogFormat::Text => lines
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init(),
-        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+            .boxed(),
+        LogFormat::Json => lines.json().with_ansi(false).boxed(),
     };
+    let installed = tracing_subscriber::registry()
+        .with(extra)
+        .with(lines.with_filter(filter))
+        .try_init();
     // Err: the application installed its own subscriber first, which it is free to do.
     drop(installed);
 }

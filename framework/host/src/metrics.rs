@@ -21,7 +21,7 @@ const BUCKETS: &[f64] = &[
 /// Durations are histograms with fixed buckets, not summaries: a summary's quantiles cover a
 /// sliding window and read 0 a few minutes after the last drain, while buckets keep counting and
 /// Prometheus works out quantiles over whatever range a dashboard asks. Upkeep runs at each
-/// scrape, so no background task is needed.
+/// scrape and every second ([`spawn_upkeep`]).
 ///
 /// Every series carries the label `node`, so that a cluster's series add up in one query.
 pub fn install(node: &NodeId) -> Result<PrometheusHandle, MetricsError> {
@@ -128,6 +128,16 @@ pub const METRICS: &[(Kind, &str, &str)] = &[
         "ferry_route_lookup_tells_dropped_total",
         "Tells given up while the location store failed to give their route",
     ),
+    (
+        Kind::Counter,
+        "ferry_messages_total",
+        "Messages (tells and requests) the node's units handled",
+    ),
+    (
+        Kind::Histogram,
+        "ferry_turn_seconds",
+        "How long each turn of a unit took: a message, a tick or a callback",
+    ),
 ];
 
 /// The Prometheus type of a metric.
@@ -139,6 +149,21 @@ pub enum Kind {
     Counter,
     /// Observations in buckets, here always durations in seconds.
     Histogram,
+}
+
+/// How often histogram samples are folded into their buckets between scrapes, so that a busy
+/// node's per-turn samples take memory for at most this long.
+const UPKEEP: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Folds histogram samples into their buckets every [`UPKEEP`] until the task is aborted.
+pub fn spawn_upkeep(handle: PrometheusHandle) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(UPKEEP);
+        loop {
+            every.tick().await;
+            handle.run_upkeep();
+        }
+    })
 }
 
 /// Registers the help text of every metric with the recorder.

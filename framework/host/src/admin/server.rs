@@ -79,6 +79,8 @@ pub struct AdminServer {
     addr: SocketAddr,
     close: watch::Sender<bool>,
     task: JoinHandle<()>,
+    /// The metrics upkeep, which ends with the endpoint.
+    upkeep: JoinHandle<()>,
 }
 
 impl AdminServer {
@@ -89,7 +91,8 @@ impl AdminServer {
             .map_err(|source| AdminError::Bind { addr, source })
     }
 
-    /// Serves the node of `ops` on `listener`, rendering `metrics` for `GET /metrics`.
+    /// Serves the node of `ops` on `listener`, rendering `metrics` for `GET /metrics` (and
+    /// keeping up their histograms meanwhile).
     pub fn start(
         listener: tokio::net::TcpListener,
         ops: Arc<Operations>,
@@ -97,6 +100,7 @@ impl AdminServer {
         options: AdminOptions,
     ) -> Result<AdminServer, AdminError> {
         let addr = listener.local_addr().map_err(AdminError::Address)?;
+        let upkeep = crate::metrics::spawn_upkeep(metrics.clone());
         let (close, mut closing) = watch::channel(false);
         let router = router(ops, metrics, options);
         let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
@@ -108,7 +112,12 @@ impl AdminServer {
                 tracing::error!(%error, "the admin endpoint stopped");
             }
         });
-        Ok(AdminServer { addr, close, task })
+        Ok(AdminServer {
+            addr,
+            close,
+            task,
+            upkeep,
+        })
     }
 
     /// Where it listens.
@@ -119,6 +128,7 @@ impl AdminServer {
     /// Stops taking requests, lets answers in flight be written (for a few seconds at most),
     /// and stops.
     pub async fn close(mut self) {
+        self.upkeep.abort();
         let _ = self.close.send(true);
         if tokio::time::timeout(CLOSE_GRACE, &mut self.task)
             .await
