@@ -34,7 +34,11 @@ pub enum NodeError {
 pub async fn run(args: NodeArgs) -> Result<(), NodeError> {
     let settings = ferry_host::config::load(&args.config)?;
     // Kept to the end: dropping it sends the spans not yet exported.
-    let _logs = ferry_host::logs::install(&settings)?;
+    let _logs = ferry_host::logs::install(
+        settings.log_format,
+        settings.otlp_endpoint.as_deref(),
+        &settings.id,
+    )?;
     // Every sample, as the demo's nodes host them, so `ferry bots` can play any of them.
     Host::new(settings, crate::bots::games::registry())
         .pages(|node| crate::play::routes(node.clone()))

@@ -23,13 +23,13 @@ use ferry::store::{LocationStore, MemoryStore, RedisStore, RedisStoreConfig, Sto
 use ferry::{MeshSettings, Node, NodeConfig, NodeId, NodeState, Registry, StartError};
 
 use crate::admin::auth::Access;
+use crate::admin::ops::Operations;
 use crate::admin::server::AdminOptions;
 use crate::admin::wire::{Outcome, ShutdownReport};
 use crate::admin::{AdminError, AdminServer};
 use crate::config::{ConfigError, NodeSettings, StoreChoice, redact};
 use crate::gateway::{self, GatewayError};
 use crate::metrics::MetricsError;
-use crate::ops::Operations;
 use crate::signals::StopSignals;
 
 /// The application's own admin pages, made once the node runs.
@@ -428,7 +428,12 @@ pub fn main(registry: impl FnOnce() -> Registry) -> std::process::ExitCode {
     let result = config_path().and_then(|path| {
         let settings = crate::config::load(&path).map_err(MainError::Config)?;
         // Kept to the end: dropping it sends the spans not yet exported.
-        let _logs = crate::logs::install(&settings).map_err(MainError::Logs)?;
+        let _logs = crate::logs::install(
+            settings.log_format,
+            settings.otlp_endpoint.as_deref(),
+            &settings.id,
+        )
+        .map_err(MainError::Logs)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

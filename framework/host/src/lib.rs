@@ -4,16 +4,16 @@
 //!
 //! Layout, in dependency order:
 //! - [`node_ids`]: node ids as operators type them, checked the same way everywhere.
+//! - `traces` (feature `otlp`): the relocation spans exported over OTLP beside the log.
+//! - [`logs`]: the process's log output, text or JSON lines (and the span export).
 //! - [`config`]: the TOML file of one node, the `FERRY_<KEY>` environment overrides, the
 //!   defaults and the checks that turn them into settings.
 //! - [`gateway`]: a node's client gateway, from its certificate and its tokens file (which
 //!   Actors each token may bind).
-//! - [`logs`]: the process's log output, text or JSON lines.
-//! - `traces` (feature `otlp`): the relocation spans exported over OTLP beside the log.
 //! - [`metrics`]: the Prometheus recorder, with the help text and type of every metric.
-//! - [`ops`]: the one drain or shutdown that runs on a node at a time, whoever asked for it.
 //! - [`admin`]: the admin endpoint (status, drain, shutdown, probes, metrics, new units) with its
-//!   bearer token, and the client the `ferry` commands reach it with.
+//!   bearer token, the one drain or shutdown that runs at a time, and the client the `ferry`
+//!   commands reach it with.
 //! - [`signals`]: SIGTERM and Ctrl-C, the first to drain, the second to stop at once.
 //! - [`host`]: one node process from its settings: certificates, store, mesh, gateway, admin
 //!   endpoint, the ready line, and the drain on SIGTERM.
@@ -25,7 +25,6 @@ pub mod host;
 pub mod logs;
 pub mod metrics;
 pub mod node_ids;
-pub mod ops;
 pub mod signals;
 #[cfg(feature = "otlp")]
 pub mod traces;

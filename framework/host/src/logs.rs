@@ -7,7 +7,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use crate::config::NodeSettings;
+use ferry::NodeId;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -45,25 +45,31 @@ pub enum LogsError {
     Traces(#[from] crate::traces::TracesError),
 }
 
-/// Installs the log of a node's settings: its `log_format`, and its `otlp_endpoint`. A
-/// subscriber the application installed first stays, and this one is not installed.
-pub fn install(settings: &NodeSettings) -> Result<Logs, LogsError> {
+/// Installs the log of a node: lines of `format`, and the spans exported to `otlp_endpoint`
+/// naming `node`, if it is set (a node's `log_format` and `otlp_endpoint`). A subscriber the
+/// application installed first stays, and this one is not installed.
+pub fn install(
+    format: LogFormat,
+    otlp_endpoint: Option<&str>,
+    node: &NodeId,
+) -> Result<Logs, LogsError> {
     #[cfg(feature = "otlp")]
     {
-        let traces = match &settings.otlp_endpoint {
-            Some(endpoint) => Some(crate::traces::Traces::new(endpoint, &settings.id)?),
+        let traces = match otlp_endpoint {
+            Some(endpoint) => Some(crate::traces::Traces::new(endpoint, node)?),
             None => None,
         };
         let layer = traces.as_ref().map(crate::traces::Traces::layer);
-        subscribe(settings.log_format, layer);
+        subscribe(format, layer);
         Ok(Logs { _traces: traces })
     }
     #[cfg(not(feature = "otlp"))]
     {
-        if settings.otlp_endpoint.is_some() {
+        let _ = node;
+        if otlp_endpoint.is_some() {
             return Err(LogsError::NoExporter);
         }
-        init(settings.log_format);
+        init(format);
         Ok(Logs::default())
     }
 }

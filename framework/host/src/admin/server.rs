@@ -27,7 +27,7 @@ use super::wire::{
     DrainReport, ErrorBody, Mode, PeerBody, ProgressBody, RelocateRequest, Resumed, RunningBody,
     ShutdownReport, ShutdownRequest, StatusBody, UnitCreated, UnitKind, UnitRequest, millis,
 };
-use crate::ops::{Busy, Operations};
+use crate::admin::ops::{Busy, Operations};
 
 /// The largest request body taken: every valid one is far smaller.
 const MAX_BODY: usize = 16 * 1024;

@@ -17,7 +17,7 @@ use tower::ServiceExt;
 use super::auth::Access;
 use super::server::{AdminOptions, router};
 use super::wire::{DrainReport, Outcome, ShutdownReport, StatusBody, UnitCreated};
-use crate::ops::Operations;
+use crate::admin::ops::Operations;
 
 /// How long one request to a unit may take.
 const T: std::time::Duration = std::time::Duration::from_secs(10);
