@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod cut_socket;
+pub mod docs;
 pub mod etcd_server;
 pub mod faults;
 pub mod invariants;

@@ -11,7 +11,7 @@ use clap::Args;
 use ferry::NodeId;
 use ferry::mesh::{ClusterCa, TlsError, node_file_stem, write_pem};
 
-use crate::node_ids::{BadNodeId, node_id};
+use ferry_host::node_ids::{BadNodeId, node_id};
 
 /// Where to write and for which nodes.
 #[derive(Args, Debug, Clone)]

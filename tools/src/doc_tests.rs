@@ -1,10 +1,12 @@
 //! The docs checked against the code: every `ferry` command line in their shell blocks parses as
-//! the real CLI does, and their other code blocks can be found by language for the modules' tests.
+//! the real CLI does, and the runbook's JSON, factories and metrics are the node's.
 
 use clap::Parser;
+use ferry_host::admin::wire::{self, ShutdownReport, StatusBody, UnitCreated};
+use ferry_tests::docs::code_blocks;
 
 /// The pages whose shell blocks show `ferry` commands.
-const PAGES: [(&str, &str); 4] = [
+const PAGES: [(&str, &str); 5] = [
     ("README.md", include_str!("../../README.md")),
     (
         "docs/getting-started.md",
@@ -15,21 +17,11 @@ const PAGES: [(&str, &str); 4] = [
         "docs/operations.md",
         include_str!("../../docs/operations.md"),
     ),
+    (
+        "docs/production.md",
+        include_str!("../../docs/production.md"),
+    ),
 ];
-
-/// The bodies of the code blocks of one language in a page.
-pub fn code_blocks<'a>(page: &'a str, language: &str) -> Vec<&'a str> {
-    let fence = format!("```{language}\n");
-    let mut found = Vec::new();
-    let mut rest = page;
-    while let Some(start) = rest.find(&fence) {
-        let body = &rest[start + fence.len()..];
-        let end = body.find("```").expect("closed block");
-        found.push(&body[..end]);
-        rest = &body[end + 3..];
-    }
-    found
-}
 
 #[test]
 fn every_ferry_command_in_the_docs_parses() {
@@ -50,4 +42,85 @@ fn every_ferry_command_in_the_docs_parses() {
         }
         assert!(commands > 0, "{name} shows no ferry command");
     }
+}
+
+const RUNBOOK: &str = include_str!("../../docs/operations.md");
+
+/// The bodies of the runbook's code blocks of one language.
+fn blocks(language: &str) -> Vec<&'static str> {
+    code_blocks(RUNBOOK, language)
+}
+
+#[test]
+fn the_runbooks_json_is_what_the_endpoint_takes_and_answers() {
+    let examples = blocks("json");
+    assert_eq!(examples.len(), 7);
+    for example in examples {
+        let fits = serde_json::from_str::<StatusBody>(example).is_ok()
+            || serde_json::from_str::<ShutdownReport>(example).is_ok()
+            || serde_json::from_str::<wire::UnitRequest>(example).is_ok()
+            || serde_json::from_str::<UnitCreated>(example).is_ok()
+            || serde_json::from_str::<wire::Resumed>(example).is_ok()
+            || serde_json::from_str::<wire::RelocateRequest>(example)
+                .is_ok_and(|r| r.options().is_ok())
+            || serde_json::from_str::<wire::ShutdownRequest>(example).is_ok();
+        assert!(fits, "the runbook's JSON fits no route: {example}");
+    }
+}
+
+#[test]
+fn the_factories_the_runbook_names_are_those_every_node_registers() {
+    let (_, after) = RUNBOOK
+        .split_once("registers every\nsample: ")
+        .expect("the runbook lists the factories of `ferry node`");
+    let (list, _) = after.split_once(')').expect("the list ends");
+    let named: Vec<&str> = list.split('`').skip(1).step_by(2).collect();
+    assert_eq!(named.len(), 8, "{named:?}");
+    let registry = crate::bots::games::registry();
+    for name in named {
+        assert!(registry.info(name).is_some(), "{name} is not registered");
+    }
+}
+
+#[test]
+fn every_metric_in_the_runbook_is_recorded() {
+    let sources = [
+        include_str!("../../framework/host/src/admin/server.rs"),
+        include_str!("../../framework/src/relocation/source.rs"),
+        include_str!("../../framework/src/node/lane/mod.rs"),
+        include_str!("../../framework/src/mesh/link.rs"),
+        include_str!("../../framework/src/cluster/losses.rs"),
+        include_str!("../../framework/src/cluster/routing.rs"),
+    ];
+    let named: Vec<&str> = RUNBOOK
+        .split('`')
+        .filter(|word| word.starts_with("ferry_") && !word.contains(' '))
+        .collect();
+    assert!(named.len() >= 14, "{named:?}");
+    for metric in named {
+        let quoted = format!("\"{metric}\"");
+        assert!(
+            sources.iter().any(|s| s.contains(&quoted)),
+            "{metric} is in the runbook but recorded nowhere"
+        );
+    }
+}
+
+#[test]
+fn every_metric_in_the_runbook_has_help_text_and_no_other() {
+    let mut named: Vec<&str> = RUNBOOK
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `ferry_"))
+        .filter_map(|rest| rest.split_once('`').map(|(name, _)| name))
+        .collect();
+    let mut described: Vec<&str> = ferry_host::metrics::METRICS
+        .iter()
+        .map(|(_, name, _)| name.trim_start_matches("ferry_"))
+        .collect();
+    named.sort_unstable();
+    described.sort_unstable();
+    assert_eq!(
+        named, described,
+        "the runbook's table is the metrics the host describes"
+    );
 }

@@ -7,10 +7,10 @@ use std::time::Duration;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::admin::wire::{
+use ferry_host::admin::wire::{
     DrainReport, Mode, Outcome, ProgressBody, RelocateRequest, StatusBody, advice, millis,
 };
-use crate::admin::{AdminClient, ClientError};
+use ferry_host::admin::{AdminClient, ClientError};
 
 /// The exit code of a drain that ended Blocked: the units that stayed run on the node again.
 pub const EXIT_BLOCKED: u8 = 3;
@@ -33,6 +33,8 @@ const EXIT_CODES: &str = "Exit codes: 0 every unit moved (Relocated); 1 the drai
 pub struct DrainArgs {
     /// The node's admin endpoint, HOST:PORT (the admin= part of its ready line).
     addr: String,
+    #[command(flatten)]
+    token: crate::admin_token::TokenArgs,
     /// A rolling update: move the units only to nodes of this application version.
     #[arg(long, value_name = "VERSION")]
     rolling_update: Option<String>,
@@ -115,7 +117,7 @@ impl DrainError {
 
 /// Drains the node, shows its progress on stderr, and prints the result.
 pub async fn run(args: DrainArgs) -> Result<(), DrainError> {
-    let client = AdminClient::new(&args.addr)?;
+    let client = args.token.client(&args.addr)?;
     let (mode, version) = match args.rolling_update {
         Some(version) => (Mode::RollingUpdate, Some(version)),
         None => (Mode::Maintenance, None),

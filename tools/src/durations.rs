@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::admin::wire::MAX_DEADLINE;
+use ferry_host::admin::wire::MAX_DEADLINE;
 
 /// What every duration flag takes, for error messages.
 const USAGE: &str = "write a whole number with ms, s, m or h, such as 500ms, 30s, 2m or 1h";

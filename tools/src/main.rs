@@ -7,7 +7,6 @@
 //! - [`bots`]: bot players, real clients that check every input and tick they see.
 //! - [`bench`]: the end-to-end benchmark: moves and a drain while bots play, beside the
 //!   stop-the-room baseline; built from the same parts as the demo, and [`move_reports`].
-//! - [`node_ids`]: node ids as operators type them, checked the same way everywhere.
 //! - [`durations`]: durations as operators type them (`500ms`, `30s`, `2m`, `1h`), on every command.
 //! - [`certs`]: a development cluster CA and node certificates, written as files.
 //! - [`config`]: the TOML file of one node, its defaults and its checks.
@@ -15,25 +14,24 @@
 //! - [`gateway`]: a node's client gateway, from its certificate and tokens files.
 //! - [`admin`]: the admin endpoint each node serves, and the client the commands below use.
 //! - [`status_cmd`], [`drain_cmd`], [`resume_cmd`], [`shutdown_cmd`]: what an operator does to a
-//!   running node.
+//!   running node, through the host library's admin client, with [`admin_token`]: the token
+//!   they send.
 
-mod admin;
+mod admin_token;
 mod bench;
 mod bots;
 mod certs;
-mod config;
 mod demo;
 #[cfg(test)]
 mod doc_tests;
 mod drain_cmd;
 mod drain_watch;
 mod durations;
-mod gateway;
 mod local_cluster;
 mod move_reports;
 mod node_cmd;
-mod node_ids;
 mod percentiles;
+mod play;
 mod resume_cmd;
 mod shutdown_cmd;
 mod status_cmd;
@@ -107,26 +105,12 @@ impl Failure {
     }
 }
 
-/// An error as one line: scripts and supervisors read errors line by line.
-fn one_line(text: &str) -> String {
-    text.lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        // Colour codes only for a person at a terminal, not in log files and journals.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let cli = Cli::parse();
+    // A node installs the log format its config names; every other command logs as text.
+    if !matches!(cli.command, Command::Node(_)) {
+        ferry_host::logs::init(ferry_host::logs::LogFormat::Text);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -153,7 +137,7 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {}", one_line(&error.to_string()));
+            eprintln!("error: {}", ferry_host::host::one_line(&error.to_string()));
             std::process::ExitCode::from(error.exit_code())
         }
     }

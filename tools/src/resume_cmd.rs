@@ -3,13 +3,15 @@
 
 use clap::Args;
 
-use crate::admin::{AdminClient, ClientError};
+use ferry_host::admin::ClientError;
 
 /// Which node.
 #[derive(Args, Debug, Clone)]
 pub struct ResumeArgs {
     /// The node's admin endpoint, HOST:PORT (the admin= part of its ready line).
     addr: String,
+    #[command(flatten)]
+    token: crate::admin_token::TokenArgs,
 }
 
 /// Why the node was not put back into service.
@@ -22,7 +24,7 @@ pub enum ResumeError {
 
 /// Resumes the node and says what changed.
 pub async fn run(args: ResumeArgs) -> Result<(), ResumeError> {
-    let client = AdminClient::new(&args.addr)?;
+    let client = args.token.client(&args.addr)?;
     let resumed = client.resume().await?;
     if resumed.was == resumed.state {
         println!(

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::admin::wire::{ShutdownRequest, millis};
-use crate::admin::{AdminClient, ClientError};
 use crate::drain_cmd::{DrainError, EXIT_BLOCKED, EXIT_UNDECIDED, with_progress};
+use ferry_host::admin::ClientError;
+use ferry_host::admin::wire::{ShutdownRequest, millis};
 
 /// The exit codes, for `--help`.
 const EXIT_CODES: &str = "Exit codes: 0 every unit moved and the node stopped cleanly; 1 the \
@@ -23,6 +23,8 @@ const EXIT_CODES: &str = "Exit codes: 0 every unit moved and the node stopped cl
 pub struct ShutdownArgs {
     /// The node's admin endpoint, HOST:PORT (the admin= part of its ready line).
     addr: String,
+    #[command(flatten)]
+    token: crate::admin_token::TokenArgs,
     /// How long the drain and the stop may take together, such as 500ms, 30s or 2m.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::durations::parse)]
     deadline: Duration,
@@ -68,7 +70,7 @@ impl ShutdownError {
 
 /// Drains and stops the node, showing the drain's progress on stderr.
 pub async fn run(args: ShutdownArgs) -> Result<(), ShutdownError> {
-    let client = AdminClient::new(&args.addr)?;
+    let client = args.token.client(&args.addr)?;
     let request = ShutdownRequest {
         deadline_ms: Some(millis(args.deadline)),
     };

@@ -2,15 +2,17 @@
 
 use clap::Args;
 
-use crate::admin::wire::{DrainReport, StatusBody};
-use crate::admin::{AdminClient, ClientError};
 use crate::drain_cmd::{bytes, units};
+use ferry_host::admin::ClientError;
+use ferry_host::admin::wire::{DrainReport, StatusBody};
 
 /// Which node, and how to print it.
 #[derive(Args, Debug, Clone)]
 pub struct StatusArgs {
     /// The node's admin endpoint, HOST:PORT (the admin= part of its ready line).
     addr: String,
+    #[command(flatten)]
+    token: crate::admin_token::TokenArgs,
     /// Print the node's answer as JSON, as `GET /status` gives it.
     #[arg(long)]
     json: bool,
@@ -29,7 +31,7 @@ pub enum StatusError {
 
 /// Prints the node's status.
 pub async fn run(args: StatusArgs) -> Result<(), StatusError> {
-    let client = AdminClient::new(&args.addr)?;
+    let client = args.token.client(&args.addr)?;
     if args.json {
         let status: serde_json::Value = client.status().await?;
         println!("{}", serde_json::to_string_pretty(&status)?);
@@ -120,7 +122,7 @@ fn describe(r: &DrainReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admin::wire::{ProgressBody, RecoveryWaiting};
+    use ferry_host::admin::wire::{ProgressBody, RecoveryWaiting};
 
     fn status(units: usize, safe: bool, waiting: Option<RecoveryWaiting>) -> StatusBody {
         StatusBody {

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::processes::{
-    Processes, driver, get, post, raw_http, run_ferry, settle, status_json, text, within,
+    Processes, driver, get, post, promtool_problems, raw_http, run_ferry, settle, status_json,
+    text, within,
 };
 use common::{TempDir, certs, one_line_failure};
 use ferry::store::LocationStore;
@@ -193,15 +194,16 @@ async fn drain_moves_every_unit_off_a_node_process_and_shutdown_stops_it() {
     let (code, metrics) = raw_http(p1, &get("/metrics")).await;
     assert_eq!(code, 200, "{metrics}");
     for line in [
-        format!("ferry_relocation_units_moved_total {ROOMS}"),
+        // Every series carries the node's label, counters and histograms too.
+        format!("ferry_relocation_units_moved_total{{node=\"p1\"}} {ROOMS}"),
         "ferry_node_units{node=\"p1\"} 0".to_owned(),
         "ferry_node_safe_to_shutdown{node=\"p1\"} 1".to_owned(),
         "ferry_node_state{node=\"p1\",state=\"Relocated\"} 1".to_owned(),
         "ferry_node_peers_ready{node=\"p1\"} 3".to_owned(),
         format!("ferry_drain_moved_units{{node=\"p1\"}} {ROOMS}"),
         // Pauses are histograms: their buckets count every move and never decay to 0.
-        format!("ferry_relocation_interruption_seconds_bucket{{le=\"+Inf\"}} {ROOMS}"),
-        format!("ferry_relocation_interruption_seconds_count {ROOMS}"),
+        format!("ferry_relocation_interruption_seconds_bucket{{node=\"p1\",le=\"+Inf\"}} {ROOMS}"),
+        format!("ferry_relocation_interruption_seconds_count{{node=\"p1\"}} {ROOMS}"),
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
     }
@@ -209,6 +211,15 @@ async fn drain_moves_every_unit_off_a_node_process_and_shutdown_stops_it() {
         !metrics.contains("ferry_relocation_interruption_seconds{quantile="),
         "no sliding-window quantiles:\n{metrics}"
     );
+    // Prometheus's own linter takes the scrape as it is: HELP and TYPE for every metric.
+    if let Some(problems) = promtool_problems(&metrics) {
+        assert_eq!(problems, "", "promtool check metrics on:\n{metrics}");
+    }
+    for (_, name, _) in ferry_host::metrics::METRICS {
+        let help = format!("# HELP {name} ");
+        let recorded = metrics.lines().any(|l| l.starts_with(name));
+        assert!(!recorded || metrics.contains(&help), "{name} has help text");
+    }
 
     // Bad requests to a real process: a 4xx with a JSON error each, and the node serves on.
     for (request, code, says) in [
@@ -335,10 +346,24 @@ async fn a_drain_with_nowhere_to_go_exits_3_with_the_reason() {
     for room in &rooms {
         assert_eq!(report(&driver, room).await.node, "p1", "{room} stayed");
     }
+    // The scrape counts both units as failed moves; a node that is no gateway reports no
+    // sessions gauge at all, rather than a misleading 0.
+    let failed = |metrics: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("ferry_relocation_units_failed_total{node=\"p1\"} "))
+            .map(str::to_owned)
+    };
+    let (code, metrics) = raw_http(&p1, &get("/metrics")).await;
+    assert_eq!(code, 200, "{metrics}");
+    assert_eq!(failed(&metrics).as_deref(), Some("2"), "{metrics}");
+    assert!(!metrics.contains("ferry_node_sessions"), "{metrics}");
 
     // A rolling update to a version no node runs is blocked the same way.
     let out = run_ferry(&["drain", &p1, "--rolling-update", "8", "--deadline", "300ms"]).await;
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let (_, metrics) = raw_http(&p1, &get("/metrics")).await;
+    assert_eq!(failed(&metrics).as_deref(), Some("4"), "{metrics}");
 
     // Something that is not an admin endpoint: the redis-server.
     let redis_addr = redis
@@ -522,6 +547,120 @@ sessions_tokens = "tokens.txt"
     stranger.reconnect = None;
     let refused = within("a refusal", Client::connect(stranger)).await;
     assert!(refused.is_err(), "an unlisted token is refused");
+
+    for (name, status, log) in processes.terminate_all().await {
+        assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+    }
+}
+
+/// A request with `Authorization: Bearer <token>` when `token` is given.
+fn request(method: &str, path: &str, token: Option<&str>) -> String {
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n{auth}Content-Length: 0\r\n\r\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_token_guards_every_change_and_beyond_loopback_every_read_but_the_probes() {
+    let tmp = TempDir::new("admin-token");
+    certs(&tmp.path().join("certs"), "t1,t2,t3");
+    std::fs::write(tmp.path().join("admin.token"), "s3cret-token\n").expect("token file");
+
+    // Beyond loopback without a token: the node refuses to start.
+    let open = tmp.path().join("open.toml");
+    std::fs::write(
+        &open,
+        "id = \"t1\"\ncerts = \"certs\"\nadmin = \"0.0.0.0:0\"\n",
+    )
+    .expect("config");
+    let out = run_ferry(&["node", "--config", open.to_str().expect("utf-8")]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("bad `admin`") && said.contains("admin_token_file"),
+        "{said}"
+    );
+
+    // On loopback with a token: reads are open, changes need it.
+    let local = tmp.path().join("local.toml");
+    std::fs::write(
+        &local,
+        "id = \"t2\"\ncerts = \"certs\"\nadmin_token_file = \"admin.token\"\n",
+    )
+    .expect("config");
+    let mut processes = Processes::default();
+    let t2 = processes.start("t2", &local, tmp.path()).await.admin();
+    for token in [None, Some("wrong"), Some("s3cret-tokenX")] {
+        for path in ["/relocate", "/shutdown", "/resume", "/units"] {
+            let (code, body) = raw_http(&t2, &request("POST", path, token)).await;
+            assert_eq!(code, 401, "POST {path} with {token:?}: {body}");
+            let error: Value = serde_json::from_str(&body).expect("a JSON error");
+            assert!(
+                error["error"].as_str().is_some_and(|e| e.contains("token")),
+                "{body}"
+            );
+        }
+    }
+    // Nothing changed: the node serves, drained nothing, and is ready.
+    let s = status_json(&t2).await;
+    assert_eq!(
+        (s["state"].as_str(), &s["last_drain"]),
+        (Some("Serving"), &Value::Null)
+    );
+    assert_eq!(raw_http(&t2, &get("/readyz")).await.0, 200);
+    assert_eq!(raw_http(&t2, &get("/healthz")).await.0, 200);
+    // The CLI without the token is refused too; with it, the drain runs and the node is no
+    // longer ready.
+    let out = run_ferry(&["drain", &t2]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("401"), "{}", text(&out.stderr));
+    let token_file = tmp.path().join("admin.token");
+    let token_file = token_file.to_str().expect("utf-8");
+    let out = run_ferry(&["drain", &t2, "--admin-token-file", token_file]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (code, body) = raw_http(&t2, &get("/readyz")).await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("Relocated"), "{body}");
+
+    // Beyond loopback with a token: every read but the probes needs it too.
+    let wide = tmp.path().join("wide.toml");
+    std::fs::write(
+        &wide,
+        "id = \"t3\"\ncerts = \"certs\"\nadmin = \"0.0.0.0:0\"\nadmin_token_file = \"admin.token\"\n",
+    )
+    .expect("config");
+    let ready = processes.start("t3", &wide, tmp.path()).await;
+    let t3 = format!("127.0.0.1:{}", ready.admin.expect("admin on").port());
+    for path in ["/status", "/metrics", "/cluster/node"] {
+        assert_eq!(
+            raw_http(&t3, &request("GET", path, None)).await.0,
+            401,
+            "{path}"
+        );
+        assert_eq!(
+            raw_http(&t3, &request("GET", path, Some("wrong"))).await.0,
+            401,
+            "{path}"
+        );
+        let (code, body) = raw_http(&t3, &request("GET", path, Some("s3cret-token"))).await;
+        assert_eq!(code, 200, "{path}: {body}");
+    }
+    assert_eq!(raw_http(&t3, &get("/readyz")).await.0, 200);
+    let out = run_ferry(&["status", &t3]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let out = within(
+        "ferry status with the token from the environment",
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args(["status", &t3])
+            .env("FERRY_ADMIN_TOKEN", "s3cret-token")
+            .output(),
+    )
+    .await
+    .expect("ferry runs");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 
     for (name, status, log) in processes.terminate_all().await {
         assert_eq!(status.code(), Some(0), "{name}:\n{log}");

@@ -1,7 +1,8 @@
 //! `ferry bots` against a cluster of three `ferry node` processes on a real redis-server, each a
 //! client gateway: the bots create their chat, FPS and bingo rooms through the admin endpoints,
 //! play, and lose nothing while `ferry drain` moves every unit off one node under them; a second
-//! run on the rooms the first one played reports nothing wrong.
+//! run on the rooms the first one played reports nothing wrong. A node stopped with SIGTERM
+//! under the bots drains first: its rooms go on elsewhere with their state and their players.
 
 mod common;
 
@@ -26,18 +27,23 @@ const NODES: [&str; 3] = ["p1", "p2", "p3"];
 
 /// A gateway node's config on redis; p2 and p3 dial `seeds` (p1) at start.
 fn node_config(id: &str, redis_url: &str, seeds: &[String]) -> String {
+    format!(
+        "{}sessions_listen = \"127.0.0.1:0\"\nsessions_cert = \"certs/gateway.pem\"\n\
+         sessions_key = \"certs/gateway.key\"\nsessions_tokens = \"tokens.txt\"\n",
+        plain_config(id, redis_url, PREFIX, seeds)
+    )
+}
+
+/// A node's config on redis under `prefix`, no gateway; it dials `seeds` at start.
+fn plain_config(id: &str, redis_url: &str, prefix: &str, seeds: &[String]) -> String {
     let seeds: Vec<String> = seeds.iter().map(|s| format!("{s:?}")).collect();
     format!(
         r#"id = "{id}"
 certs = "certs"
 store = "{redis_url}"
-store_prefix = "{PREFIX}"
+store_prefix = "{prefix}"
 refresh_ms = 200
 seeds = [{}]
-sessions_listen = "127.0.0.1:0"
-sessions_cert = "certs/gateway.pem"
-sessions_key = "certs/gateway.key"
-sessions_tokens = "tokens.txt"
 "#,
         seeds.join(", ")
     )
@@ -253,6 +259,138 @@ async fn bots_lose_nothing_while_a_node_process_is_drained_under_them() {
 
     for (name, status, log) in processes.terminate_all().await {
         assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+        assert!(!log.contains("panicked"), "{name}:\n{log}");
+    }
+    drop(processes);
+    drop(redis);
+}
+
+/// The checks of a bots report: every bot played, and nothing was lost, doubled, reordered or
+/// found other than the bot worked it out.
+fn clean(report: &Value, bots: u64) {
+    assert_eq!(report["players"], bots, "{report:#}");
+    assert!(report["inputs_sent"].as_u64() > Some(0), "{report:#}");
+    assert_eq!(
+        report["inputs_applied"], report["inputs_sent"],
+        "{report:#}"
+    );
+    for fault in ["lost", "duplicated", "reordered"] {
+        assert_eq!(report["inputs"][fault], 0, "{fault}: {report:#}");
+    }
+    assert_eq!(report["mismatches"], 0, "{report:#}");
+    assert_eq!(report["inputs_lost_in_rebuilds"], 0, "{report:#}");
+    assert_eq!(
+        report["rooms_rebuilt"].as_array().map(Vec::len),
+        Some(0),
+        "{report:#}"
+    );
+    assert_eq!(
+        report["errors"].as_array().map(Vec::len),
+        Some(0),
+        "{report:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_stopped_with_sigterm_under_bots_drains_and_its_rooms_go_on_elsewhere() {
+    const PREFIX: &str = "tools-bots-sigterm";
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let tmp = TempDir::new("bots-sigterm");
+    certs(&tmp.path().join("certs")).await;
+    std::fs::write(tmp.path().join("tokens.txt"), format!("{TOKEN} bots\n")).expect("tokens");
+    // p1 hosts rooms but no gateway, and a signal drains it (the default drain_grace_ms); p2
+    // and p3 are the gateways the bots connect to.
+    let mut processes = Processes::default();
+    let mut nodes: Vec<Ready> = Vec::new();
+    let mut seeds = Vec::new();
+    for name in NODES {
+        let config = tmp.path().join(format!("{name}.toml"));
+        let ready = if name == "p1" {
+            std::fs::write(&config, plain_config(name, &redis.url(), PREFIX, &seeds))
+                .expect("config");
+            processes.start_with(name, &config, tmp.path(), &[]).await
+        } else {
+            let gateway = format!(
+                "{}sessions_listen = \"127.0.0.1:0\"\nsessions_cert = \"certs/gateway.pem\"\n\
+                 sessions_key = \"certs/gateway.key\"\nsessions_tokens = \"tokens.txt\"\n",
+                plain_config(name, &redis.url(), PREFIX, &seeds)
+            );
+            std::fs::write(&config, gateway).expect("config");
+            processes.start(name, &config, tmp.path()).await
+        };
+        if seeds.is_empty() {
+            seeds.push(format!("{name}@{}", ready.mesh));
+        }
+        nodes.push(ready);
+    }
+    let admins: Vec<String> = nodes.iter().map(Ready::admin).collect();
+    let gateways: Vec<String> = nodes
+        .iter()
+        .filter_map(|r| r.sessions.map(|s| s.to_string()))
+        .collect();
+    assert_eq!(gateways.len(), 2);
+    let store: Arc<dyn LocationStore> = Arc::new(
+        RedisStore::connect(&redis.url(), RedisStoreConfig::new(PREFIX))
+            .await
+            .expect("redis store"),
+    );
+    let ids: Vec<NodeId> = NODES
+        .iter()
+        .map(|n| NodeId::new(*n).expect("valid id"))
+        .collect();
+    wait_two_refreshes(&store, &ids).await;
+    linked(&admins).await;
+
+    // Room 0 of every game, with its two players, on p1.
+    const BOTS: u64 = 3 * 2 * 2;
+    let ca = tmp.path().join("certs/gateway.pem");
+    let bots = tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["bots", "--cluster", &gateways.join(","), "--ca"])
+        .arg(&ca)
+        .args(["--token", TOKEN, "--admin", &admins.join(",")])
+        .args(["--game", "chat,fps,bingo", "--rooms", "2", "--players", "2"])
+        .args(["--duration", "10s", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("ferry bots starts");
+    playing(&admins, BOTS).await;
+    let p1 = admins[0].clone();
+    assert_eq!(status(&p1).await["units"].as_u64(), Some(3 * 3));
+
+    // SIGTERM, as Kubernetes or systemd stop a process: p1 drains, then exits 0.
+    processes.terminate(0);
+    let (_, exit, log) = processes.wait(0).await;
+    assert_eq!(exit.code(), Some(0), "p1 lost nothing:\n{log}");
+    assert!(log.contains("draining, then stopping"), "{log}");
+    let mut hosted = 0;
+    for admin in &admins[1..] {
+        hosted += status(admin).await["units"].as_u64().unwrap_or(0);
+    }
+    // Two rooms of each game with two players each: p1's 9 units moved to p2 and p3.
+    assert_eq!(hosted, 3 * 2 * 3, "every unit runs on p2 or p3");
+
+    let out = within("ferry bots to finish", bots.wait_with_output())
+        .await
+        .expect("ferry bots ran");
+    assert!(
+        out.status.success(),
+        "ferry bots failed: {}\n{}",
+        text(&out.stderr),
+        text(&out.stdout)
+    );
+    // The bots check every line, tick, card and mark against the state they see: the rooms
+    // went on from where they were, with every input applied once.
+    let report: Value = serde_json::from_slice(&out.stdout).expect("the report is JSON");
+    clean(&report, BOTS);
+
+    for (name, status, log) in processes.terminate_all().await {
+        if name != "p1" {
+            assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+        }
         assert!(!log.contains("panicked"), "{name}:\n{log}");
     }
     drop(processes);

@@ -302,3 +302,86 @@ async fn a_client_whose_gateway_is_killed_fails_over_rebinds_and_is_told_what_it
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_with_bind_patterns_binds_only_its_own_actors() {
+    let tmp = TempDir::new("gateway-binds");
+    let certs_dir = tmp.path().join("certs");
+    let out = run_ferry(&[
+        "certs",
+        "--out",
+        certs_dir.to_str().expect("utf-8 path"),
+        "--nodes",
+        "solo",
+        "--gateway",
+        "localhost",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(
+        tmp.path().join("tokens.txt"),
+        "t-ann ann bind=ann,fps-*-ann\nt-bots bots\n",
+    )
+    .expect("tokens");
+    let config = tmp.path().join("solo.toml");
+    std::fs::write(
+        &config,
+        "id = \"solo\"\ncerts = \"certs\"\nsessions_listen = \"127.0.0.1:0\"\n\
+         sessions_cert = \"certs/gateway.pem\"\nsessions_key = \"certs/gateway.key\"\n\
+         sessions_tokens = \"tokens.txt\"\n",
+    )
+    .expect("config");
+    let mut processes = Processes::default();
+    let ready = processes.start("solo", &config, tmp.path()).await;
+    let admin = ready.admin();
+    create_unit(
+        &admin,
+        &format!(
+            r#"{{"kind":"spot","factory":"{}","id":"fps-1"}}"#,
+            fps::ROOM
+        ),
+    )
+    .await;
+    for player in ["ann", "bob", "fps-1-ann"] {
+        let body = format!(
+            r#"{{"kind":"actor","factory":"{}","id":"{player}","join":"fps-1"}}"#,
+            fps::PLAYER
+        );
+        create_unit(&admin, &body).await;
+    }
+    let ca_pem = std::fs::read_to_string(certs_dir.join("gateway.pem")).expect("gateway CA");
+    let connect = |token: &str| {
+        let servers = vec![ready.sessions.expect("a gateway")];
+        let mut config = ClientConfig::new(
+            servers,
+            "localhost",
+            ca_pem.clone(),
+            token.as_bytes().to_vec(),
+        );
+        config.reconnect = None;
+        Client::connect(config)
+    };
+    let actor = |id: &str| ActorId::new(id).expect("valid id");
+
+    // ann's token binds ann and the ids its pattern names, and is refused bob; the session
+    // stays open and bound to what it may bind.
+    let mut ann = connect("t-ann").await.expect("ann connects");
+    ann.bind(&actor("ann")).await.expect("ann may bind ann");
+    ann.bind(&actor("fps-1-ann"))
+        .await
+        .expect("the pattern matches");
+    let refused = ann.bind(&actor("bob")).await.expect_err("bob is not ann's");
+    assert!(
+        refused.to_string().contains("may not bind bob"),
+        "{refused}"
+    );
+    snapshot_from(&mut ann, &actor("ann"), "solo").await;
+    // A token without bind= binds any Actor, as before.
+    let bots = connect("t-bots").await.expect("bots connect");
+    bots.bind(&actor("bob")).await.expect("any actor");
+    ann.close().await;
+    bots.close().await;
+    for (name, status, log) in processes.terminate_all().await {
+        assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+    }
+}

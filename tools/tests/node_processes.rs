@@ -7,7 +7,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::processes::{Processes, driver, settle, wait_two_refreshes, within};
+use common::processes::{
+    Processes, driver, get, post, raw_http, settle, wait_two_refreshes, within,
+};
 use common::{TempDir, certs};
 use ferry::cluster::authority::{node_key, unit_key};
 use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
@@ -352,4 +354,90 @@ async fn node_processes_run_on_through_a_20_s_redis_restart() {
     }
     drop(processes);
     drop(redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_the_json_log_format_writes_one_json_object_a_line() {
+    let tmp = TempDir::new("json-log");
+    certs(&tmp.path().join("certs"), "j1");
+    let config = tmp.path().join("j1.toml");
+    std::fs::write(&config, "id = \"j1\"\ncerts = \"certs\"\n").expect("config");
+    let mut processes = Processes::default();
+    // The format from the environment, as a container sets it.
+    processes
+        .start_with(
+            "j1",
+            &config,
+            tmp.path(),
+            &[("FERRY_LOG_FORMAT", "json"), ("FERRY_DRAIN_GRACE_MS", "0")],
+        )
+        .await;
+    let ended = processes.terminate_all().await;
+    let (_, status, log) = &ended[0];
+    assert_eq!(status.code(), Some(0), "{log}");
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty(), "the node logged its start and stop");
+    for line in &lines {
+        let event: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?} is not JSON: {e}"));
+        assert!(
+            event["level"].is_string() && event["fields"].is_object(),
+            "{line}"
+        );
+    }
+    assert!(lines.iter().any(|l| l.contains("stop requested")), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_drain_that_cannot_move_its_units_exits_non_zero_and_a_second_signal_stops_at_once()
+ {
+    let tmp = TempDir::new("signals");
+    certs(&tmp.path().join("certs"), "s1,s2");
+    let mut processes = Processes::default();
+    // A node alone, with a room: a drain has nowhere to send it.
+    let alone = |name: &str| {
+        let config = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(&config, format!("id = \"{name}\"\ncerts = \"certs\"\n")).expect("config");
+        config
+    };
+    let room = r#"{"kind":"spot","factory":"ping","id":"stuck"}"#;
+
+    // A short grace: the drain ends blocked, the node stops, and the exit says it lost the room.
+    let config = alone("s1");
+    let ready = processes
+        .start_with(
+            "s1",
+            &config,
+            tmp.path(),
+            &[("FERRY_DRAIN_GRACE_MS", "300")],
+        )
+        .await;
+    let (code, body) = raw_http(&ready.admin(), &post("/units", room)).await;
+    assert_eq!(code, 201, "{body}");
+    processes.terminate(0);
+    let (_, status, log) = processes.wait(0).await;
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("draining, then stopping"), "{log}");
+
+    // The default grace (25 s): a second SIGTERM while it drains stops it at once.
+    let config = alone("s2");
+    let ready = processes.start_with("s2", &config, tmp.path(), &[]).await;
+    let admin = ready.admin();
+    let (code, body) = raw_http(&admin, &post("/units", room)).await;
+    assert_eq!(code, 201, "{body}");
+    processes.terminate(1);
+    within("the node to start draining", async {
+        while raw_http(&admin, &get("/readyz")).await.0 == 200 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    processes.terminate(1);
+    let (_, status, log) = processes.wait(1).await;
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("a second stop signal"), "{log}");
+    assert!(
+        log.contains("stopped at once on a second stop signal, while it drained; the units it still hosted (1) were closed"),
+        "{log}"
+    );
 }

@@ -441,6 +441,8 @@ impl Node {
     /// level, and told on the event stream.
     fn not_moved(&self, unit: &UnitId, count: usize, reason: &str) {
         tracing::warn!(%unit, reason, "unit not moved; it runs on here");
+        // Never sent, so no move's own metrics count it: counted here.
+        metrics::counter!("ferry_relocation_units_failed_total").increment(count as u64);
         self.publish_status(|s| s.failed += count);
         self.emit(RelocationEvent::UnitFailed {
             unit: unit.clone(),

@@ -11,8 +11,8 @@ use clap::Args;
 
 use super::games::{self, GameKind};
 use super::{BotsSummary, GatewayAccess, Team, provision};
-use crate::admin::{AdminClient, ClientError};
 use crate::percentiles::readable_us;
+use ferry_host::admin::ClientError;
 
 /// Where the cluster's gateways are, how to trust them, and how hard to play.
 #[derive(Args, Debug, Clone)]
@@ -40,6 +40,8 @@ pub struct BotsArgs {
     /// the rooms and players must exist.
     #[arg(long = "admin", value_name = "ADDR", value_delimiter = ',')]
     admins: Vec<String>,
+    #[command(flatten)]
+    admin_token: crate::admin_token::TokenArgs,
     /// The sample games the rooms run; separate several with commas to play each.
     #[arg(
         long = "game",
@@ -114,7 +116,7 @@ pub async fn run(args: BotsArgs) -> Result<(), BotsError> {
     let admins = args
         .admins
         .iter()
-        .map(|addr| AdminClient::new(addr))
+        .map(|addr| args.admin_token.client(addr))
         .collect::<Result<Vec<_>, _>>()
         .map_err(BotsError::Admin)?;
     let mut kinds: Vec<GameKind> = Vec::new();

@@ -3,8 +3,8 @@
 //! player created on the node of its room and joined to it.
 
 use super::games::RoomPlan;
-use crate::admin::wire::{UnitKind, UnitRequest};
-use crate::admin::{AdminClient, ClientError};
+use ferry_host::admin::wire::{UnitKind, UnitRequest};
+use ferry_host::admin::{AdminClient, ClientError};
 
 /// Creates every room of `plans` with its players, spread over `admins`; stops at the first
 /// refusal (a room that exists already, a node that does not serve).

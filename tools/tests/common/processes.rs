@@ -103,14 +103,29 @@ impl Drop for Processes {
 }
 
 impl Processes {
-    /// Starts `ferry node --config config` and returns what its ready line says.
+    /// Starts `ferry node --config config` and returns what its ready line says. A signal
+    /// stops it without a drain (`FERRY_DRAIN_GRACE_MS=0`), so that a test's nodes, stopped
+    /// together at its end, do not drain into each other.
     pub async fn start(&mut self, node: &str, config: &Path, logs: &Path) -> Ready {
+        self.start_with(node, config, logs, &[("FERRY_DRAIN_GRACE_MS", "0")])
+            .await
+    }
+
+    /// Starts `ferry node --config config` with `env` set, and returns what its ready line says.
+    pub async fn start_with(
+        &mut self,
+        node: &str,
+        config: &Path,
+        logs: &Path,
+        env: &[(&str, &str)],
+    ) -> Ready {
         let log = logs.join(format!("{node}.log"));
         let stderr = std::fs::File::create(&log).expect("log file");
         let mut child = Command::new(env!("CARGO_BIN_EXE_ferry"))
             .arg("node")
             .arg("--config")
             .arg(config)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "warn,ferry=info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -152,6 +167,17 @@ impl Processes {
             ended.push(self.wait(i).await);
         }
         ended
+    }
+
+    /// Sends SIGTERM to the `i`th process, as a supervisor stopping it does.
+    pub fn terminate(&self, i: usize) {
+        let p = &self.0[i];
+        let pid = p.child.id().expect("the process runs");
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "SIGTERM to {}", p.id);
     }
 
     /// Kills the `i`th process with SIGKILL, as a crash does: it gets no chance to release its
@@ -326,4 +352,45 @@ pub fn post(path: &str, body: &str) -> String {
         "POST {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
+}
+
+/// Runs `promtool check metrics` on a scrape and returns what it found wrong (empty when
+/// clean), or `None` when promtool is not installed and `FERRY_REQUIRE_PROMTOOL=1` does not
+/// demand it (CI installs it: Debian's `prometheus` package).
+pub fn promtool_problems(scrape: &str) -> Option<String> {
+    use std::io::Write;
+    let child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            if std::env::var("FERRY_REQUIRE_PROMTOOL").is_ok_and(|v| v == "1") {
+                panic!(
+                    "promtool is not installed (apt-get install prometheus); FERRY_REQUIRE_PROMTOOL=1 requires it"
+                );
+            }
+            println!(
+                "promtool is not installed (apt-get install prometheus): the metrics check is skipped"
+            );
+            return None;
+        }
+        Err(error) => panic!("promtool did not start: {error}"),
+    };
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(scrape.as_bytes())
+        .expect("scrape written");
+    let out = child.wait_with_output().expect("promtool ran");
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    if out.status.success() && said.trim().is_empty() {
+        Some(String::new())
+    } else {
+        Some(format!("exit {:?}: {said}", out.status.code()))
+    }
 }

@@ -187,6 +187,23 @@ pub(crate) struct Lane {
     /// Members joining or leaving this PerActor spot while it moves, in arrival order: applied
     /// wherever the spot runs once the move has ended.
     parked: Vec<(ActorId, bool)>,
+    /// How long each turn took, and how many message turns ran (looked up once per lane).
+    metrics: TurnMetrics,
+}
+
+/// The per-turn metrics of a lane: handles, so a turn records without a registry lookup.
+struct TurnMetrics {
+    seconds: metrics::Histogram,
+    messages: metrics::Counter,
+}
+
+impl TurnMetrics {
+    fn new() -> Self {
+        TurnMetrics {
+            seconds: metrics::histogram!("ferry_turn_seconds"),
+            messages: metrics::counter!("ferry_messages_total"),
+        }
+    }
 }
 
 impl Lane {
@@ -230,6 +247,7 @@ impl Lane {
             quiescing: None,
             deferred: Vec::new(),
             parked: Vec::new(),
+            metrics: TurnMetrics::new(),
         };
         (tx, lane)
     }
@@ -457,7 +475,13 @@ impl Lane {
         let cell = self.cells.at_mut(slot)?;
         let mut effects = TurnEffects::default();
         let node = &self.node;
-        match catch_unwind(AssertUnwindSafe(|| cell.turn(node, turn, &mut effects))) {
+        if matches!(turn, Turn::Message(..)) {
+            self.metrics.messages.increment(1);
+        }
+        let started = Instant::now();
+        let ran = catch_unwind(AssertUnwindSafe(|| cell.turn(node, turn, &mut effects)));
+        self.metrics.seconds.record(started.elapsed().as_secs_f64());
+        match ran {
             Ok(reply) => {
                 if let Some(due) = cell.next_due() {
                     self.next_due = Some(self.next_due.map_or(due, |d| d.min(due)));

@@ -1,11 +1,10 @@
 //! The admin endpoint of one node: status, drain, shutdown, metrics and creating units over
 //! HTTP, for the `ferry` CLI, scripts and Prometheus.
 //!
-//! Drains and shutdowns run on tasks of their own, so a client that gives up waiting (or a
-//! dropped connection) never cuts one short; only one runs at a time. Every refusal is a 4xx
-//! with a JSON body that says what to do.
+//! Drains and shutdowns run as the node's [`Operations`]: on tasks of their own, one at a time.
+//! Every refusal is a 4xx with a JSON body that says what to do; [`super::auth`] decides who
+//! may ask.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,19 +16,18 @@ use axum::extract::State;
 use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use ferry::{
-    ActorId, InvalidId, Node, NodeState, RelocateMode, RelocateOptions, SpotId, UnitError, UnitId,
-};
+use ferry::{ActorId, InvalidId, Node, NodeState, RelocateMode, SpotId, UnitError, UnitId};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
+use super::auth::Access;
 use super::wire::{
     DrainReport, ErrorBody, Mode, PeerBody, ProgressBody, RelocateRequest, Resumed, RunningBody,
     ShutdownReport, ShutdownRequest, StatusBody, UnitCreated, UnitKind, UnitRequest, millis,
 };
+use crate::admin::ops::{Busy, Operations};
 
 /// The largest request body taken: every valid one is far smaller.
 const MAX_BODY: usize = 16 * 1024;
@@ -38,8 +36,8 @@ const MAX_BODY: usize = 16 * 1024;
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// The routes, for error messages.
-const ROUTES: &str =
-    "GET /status, POST /relocate, POST /resume, POST /shutdown, GET /metrics and POST /units";
+const ROUTES: &str = "GET /status, GET /healthz, GET /readyz, POST /relocate, POST /resume, \
+                      POST /shutdown, GET /metrics and POST /units";
 
 /// A `POST /units` body, for error messages.
 const UNIT_EXAMPLE: &str =
@@ -66,13 +64,23 @@ pub enum AdminError {
     Address(std::io::Error),
 }
 
+/// What an admin endpoint serves beside its own routes, and whom it lets in.
+#[derive(Default)]
+pub struct AdminOptions {
+    /// Who may use it.
+    pub access: Access,
+    /// The application's own pages (GET routes), merged in behind the same token.
+    pub pages: Router,
+}
+
 /// A running admin endpoint. Dropping it leaves the server running until the process ends; call
 /// [`AdminServer::close`] to stop it.
 pub struct AdminServer {
     addr: SocketAddr,
-    stopped: watch::Receiver<Option<ShutdownReport>>,
     close: watch::Sender<bool>,
     task: JoinHandle<()>,
+    /// The metrics upkeep, which ends with the endpoint.
+    upkeep: JoinHandle<()>,
 }
 
 impl AdminServer {
@@ -83,19 +91,18 @@ impl AdminServer {
             .map_err(|source| AdminError::Bind { addr, source })
     }
 
-    /// Serves `node` on `listener`, rendering `metrics` for `GET /metrics`.
+    /// Serves the node of `ops` on `listener`, rendering `metrics` for `GET /metrics` (and
+    /// keeping up their histograms meanwhile).
     pub fn start(
         listener: tokio::net::TcpListener,
-        node: Node,
+        ops: Arc<Operations>,
         metrics: PrometheusHandle,
+        options: AdminOptions,
     ) -> Result<AdminServer, AdminError> {
         let addr = listener.local_addr().map_err(AdminError::Address)?;
-        if !addr.ip().is_loopback() {
-            tracing::warn!(%addr, "the admin endpoint has no authentication and listens beyond loopback: keep it on a private network");
-        }
-        let (stopped_tx, stopped) = watch::channel(None);
+        let upkeep = crate::metrics::spawn_upkeep(metrics.clone());
         let (close, mut closing) = watch::channel(false);
-        let router = router(node, metrics, stopped_tx);
+        let router = router(ops, metrics, options);
         let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
             // An error means the sender is gone, which is also a reason to stop.
             let _ = closing.wait_for(|close| *close).await;
@@ -107,9 +114,9 @@ impl AdminServer {
         });
         Ok(AdminServer {
             addr,
-            stopped,
             close,
             task,
+            upkeep,
         })
     }
 
@@ -118,21 +125,10 @@ impl AdminServer {
         self.addr
     }
 
-    /// Resolves once `POST /shutdown` has stopped the node, with its report.
-    pub fn stopped(&self) -> impl Future<Output = Option<ShutdownReport>> + use<> {
-        let mut stopped = self.stopped.clone();
-        async move {
-            match stopped.wait_for(Option::is_some).await {
-                Ok(report) => report.clone(),
-                // The server is gone: no shutdown will be asked for any more.
-                Err(_) => std::future::pending().await,
-            }
-        }
-    }
-
     /// Stops taking requests, lets answers in flight be written (for a few seconds at most),
     /// and stops.
     pub async fn close(mut self) {
+        self.upkeep.abort();
         let _ = self.close.send(true);
         if tokio::time::timeout(CLOSE_GRACE, &mut self.task)
             .await
@@ -143,22 +139,16 @@ impl AdminServer {
     }
 }
 
-/// The routes over one node; `stopped` is told the report of a shutdown.
-pub fn router(
-    node: Node,
-    metrics: PrometheusHandle,
-    stopped: watch::Sender<Option<ShutdownReport>>,
-) -> Router {
-    let shared = Arc::new(Shared {
-        node,
-        metrics,
-        ops: watch::Sender::new(Ops::default()),
-        stopped,
-    });
-    let play = super::play::routes(shared.node.clone());
-    let cluster_view = super::cluster_view::routes(shared.node.clone());
+/// The routes over the node of `ops`, the application's pages beside them, every one behind the
+/// access check.
+pub fn router(ops: Arc<Operations>, metrics: PrometheusHandle, options: AdminOptions) -> Router {
+    let node = ops.node().clone();
+    let shared = Arc::new(Shared { ops, metrics });
+    let cluster_view = super::cluster_view::routes(node);
     Router::new()
         .route("/status", get(status))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/relocate", post(relocate))
         .route("/resume", post(resume))
         .route("/shutdown", post(shutdown))
@@ -167,75 +157,35 @@ pub fn router(
         .fallback(not_found)
         .method_not_allowed_fallback(wrong_method)
         .with_state(shared)
-        .merge(play)
+        .merge(options.pages)
         .merge(cluster_view)
+        .layer(axum::middleware::from_fn_with_state(
+            options.access,
+            super::auth::guard,
+        ))
 }
 
 /// What every handler shares.
 struct Shared {
-    node: Node,
+    ops: Arc<Operations>,
     metrics: PrometheusHandle,
-    ops: watch::Sender<Ops>,
-    stopped: watch::Sender<Option<ShutdownReport>>,
-}
-
-/// The host operation running now, and how the last drain ended.
-#[derive(Default)]
-struct Ops {
-    running: Option<Running>,
-    last_drain: Option<DrainReport>,
-}
-
-struct Running {
-    operation: &'static str,
-    options: RelocateOptions,
-    started: Instant,
 }
 
 impl Shared {
-    /// Claims the one slot for a host operation, or says which one holds it.
-    fn claim(&self, operation: &'static str, options: &RelocateOptions) -> Result<(), Refusal> {
-        let mut busy = None;
-        self.ops.send_if_modified(|ops| match &ops.running {
-            Some(running) => {
-                busy = Some(running.operation);
-                false
-            }
-            None => {
-                ops.running = Some(Running {
-                    operation,
-                    options: options.clone(),
-                    started: Instant::now(),
-                });
-                true
-            }
-        });
-        match busy {
-            None => Ok(()),
-            Some(other) => Err(Refusal::new(
-                StatusCode::CONFLICT,
-                format!(
-                    "node {} is already running a {other}; wait for it to end (`ferry status` \
-                     shows its progress), then ask again",
-                    self.node.id()
-                ),
-            )),
-        }
+    fn node(&self) -> &Node {
+        self.ops.node()
     }
 
-    /// Drains the node and remembers the report.
-    async fn drain(&self, options: RelocateOptions) -> DrainReport {
-        let started = Instant::now();
-        let outcome = self.node.relocate(options).await;
-        let status = self.node.watch_status().borrow().clone();
-        let report = DrainReport::new(&outcome, &status, started.elapsed());
-        self.ops
-            .send_modify(|ops| ops.last_drain = Some(report.clone()));
-        report
-    }
-
-    fn release(&self) {
-        self.ops.send_modify(|ops| ops.running = None);
+    /// A refusal for an operation that another holds.
+    fn busy(&self, Busy(other): Busy) -> Refusal {
+        Refusal::new(
+            StatusCode::CONFLICT,
+            format!(
+                "node {} is already running a {other}; wait for it to end (`ferry status` \
+                 shows its progress), then ask again",
+                self.node().id()
+            ),
+        )
     }
 }
 
@@ -262,10 +212,9 @@ impl IntoResponse for Refusal {
 }
 
 async fn status(State(shared): State<Arc<Shared>>) -> Json<StatusBody> {
-    let node = &shared.node;
+    let node = shared.node();
     let host = node.watch_status().borrow().clone();
-    let ops = shared.ops.borrow();
-    let running = ops.running.as_ref().map(|r| {
+    let running = shared.ops.running().map(|r| {
         let (mode, version) = match &r.options.mode {
             RelocateMode::PlannedMaintenance => (Mode::Maintenance, None),
             RelocateMode::RollingUpdate { target_version } => {
@@ -297,7 +246,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> Json<StatusBody> {
         progress: ProgressBody::from(&host),
         safe_to_shutdown: safe_to_shutdown(node, &host, running.is_some()),
         running,
-        last_drain: ops.last_drain.clone(),
+        last_drain: shared.ops.last_drain(),
         recovery_waiting: node.recovery_stall().map(Into::into),
     })
 }
@@ -320,21 +269,18 @@ async fn relocate(
     let options = request
         .options()
         .map_err(|e| Refusal::new(StatusCode::UNPROCESSABLE_ENTITY, e))?;
-    shared.claim("drain", &options)?;
-    let task = shared.clone();
-    let report = tokio::spawn(async move {
-        let report = task.drain(options).await;
-        task.release();
-        report
-    });
+    let report = shared
+        .ops
+        .drain(options)
+        .map_err(|busy| shared.busy(busy))?;
     report.await.map(Json).map_err(task_failed)
 }
 
 /// Puts a drained node back into service. Refused while a drain or shutdown runs, and on a
 /// node that is stopping or stopped.
 async fn resume(State(shared): State<Arc<Shared>>) -> Result<Json<Resumed>, Refusal> {
-    let node = &shared.node;
-    if let Some(running) = &shared.ops.borrow().running {
+    let node = shared.node();
+    if let Some(running) = shared.ops.running() {
         return Err(Refusal::new(
             StatusCode::CONFLICT,
             format!(
@@ -363,31 +309,30 @@ async fn shutdown(
     let request: ShutdownRequest = read_json(body, "{\"deadline_ms\": 30000}").await?;
     let deadline = super::wire::deadline(request.deadline_ms)
         .map_err(|e| Refusal::new(StatusCode::UNPROCESSABLE_ENTITY, e))?;
-    let options = RelocateOptions {
-        mode: RelocateMode::PlannedMaintenance,
-        deadline,
-    };
-    shared.claim("shutdown", &options)?;
-    let task = shared.clone();
-    let report = tokio::spawn(async move {
-        let until = Instant::now() + deadline;
-        let drain = task.drain(options).await;
-        let shutdown = task
-            .node
-            .shutdown_within(until.saturating_duration_since(Instant::now()))
-            .await;
-        let clean = drain.outcome == super::wire::Outcome::Relocated
-            && shutdown == ferry::ShutdownOutcome::Stopped;
-        let report = ShutdownReport {
-            drain,
-            shutdown,
-            clean,
-        };
-        // The slot stays taken: the node is stopped, nothing else can run on it.
-        task.stopped.send_replace(Some(report.clone()));
-        report
-    });
+    let report = shared
+        .ops
+        .shutdown(deadline)
+        .map_err(|busy| shared.busy(busy))?;
     report.await.map(Json).map_err(task_failed)
+}
+
+/// 200 while the process serves its admin endpoint: for a liveness probe.
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// 200 while the node serves and takes units; 503 while it starts, drains, stops or after it
+/// lost its lease: for a readiness probe, so a load balancer sends no new players its way.
+async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, String) {
+    let state = shared.node().state();
+    if state == NodeState::Serving {
+        (StatusCode::OK, "ready\n".to_owned())
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: node {} is {state}\n", shared.node().id()),
+        )
+    }
 }
 
 async fn create_unit(
@@ -395,7 +340,7 @@ async fn create_unit(
     body: Body,
 ) -> Result<(StatusCode, Json<UnitCreated>), Refusal> {
     let request: UnitRequest = read_required_json(body, UNIT_EXAMPLE).await?;
-    let node = &shared.node;
+    let node = shared.node();
     let state = node.state();
     if state != NodeState::Serving {
         return Err(Refusal::new(
@@ -505,23 +450,20 @@ fn task_failed(error: tokio::task::JoinError) -> Refusal {
 }
 
 async fn render_metrics(State(shared): State<Arc<Shared>>) -> Response {
-    let running = shared.ops.borrow().running.is_some();
-    record_gauges(&shared.node, running);
+    let running = shared.ops.running().is_some();
+    record_gauges(shared.node(), running);
     shared.metrics.run_upkeep();
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        shared.metrics.render(),
-    )
-        .into_response()
+    let mut text = shared.metrics.render();
+    text.push_str(&crate::metrics::process_text(shared.node().id()));
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
-/// Sets the node's gauges just before a scrape reads them.
+/// Sets the node's gauges just before a scrape reads them; the recorder adds the `node` label.
 fn record_gauges(node: &Node, running: bool) {
-    let id = node.id().to_string();
     let host = node.watch_status().borrow().clone();
     let state = node.state();
     for each in NodeState::ALL {
-        metrics::gauge!("ferry_node_state", "node" => id.clone(), "state" => each.to_string())
+        metrics::gauge!("ferry_node_state", "state" => each.to_string())
             .set(f64::from(u8::from(each == state)));
     }
     let ready = node
@@ -531,7 +473,6 @@ fn record_gauges(node: &Node, running: bool) {
         .count();
     let gauges = [
         ("ferry_node_units", node.unit_count() as f64),
-        ("ferry_node_sessions", node.session_count() as f64),
         ("ferry_node_peers_ready", ready as f64),
         ("ferry_drain_units", host.total as f64),
         ("ferry_drain_moved_units", host.moved as f64),
@@ -543,7 +484,11 @@ fn record_gauges(node: &Node, running: bool) {
         ),
     ];
     for (name, value) in gauges {
-        metrics::gauge!(name, "node" => id.clone()).set(value);
+        metrics::gauge!(name).set(value);
+    }
+    // Only a gateway holds sessions: on any other node the gauge would be a misleading 0.
+    if node.session_addr().is_some() {
+        metrics::gauge!("ferry_node_sessions").set(node.session_count() as f64);
     }
 }
 
@@ -559,7 +504,7 @@ async fn not_found(method: Method, uri: Uri) -> Refusal {
 
 async fn wrong_method(method: Method, uri: Uri) -> Refusal {
     let right = match uri.path() {
-        "/status" | "/metrics" => "GET",
+        "/status" | "/metrics" | "/healthz" | "/readyz" => "GET",
         _ => "POST",
     };
     Refusal::new(

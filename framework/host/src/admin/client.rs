@@ -80,6 +80,14 @@ pub enum ClientError {
         /// How the connection ended.
         reason: String,
     },
+    /// The admin token file could not be read.
+    #[error("cannot read the admin token file {}: {reason}; pass the file the node's `admin_token_file` names", path.display())]
+    TokenFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// The node refused the request, saying why.
     #[error("node at {addr} refused {what} ({status}): {message}")]
     Refused {
@@ -95,9 +103,20 @@ pub enum ClientError {
 }
 
 /// The admin endpoint of one node.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AdminClient {
     addr: String,
+    token: Option<String>,
+}
+
+impl std::fmt::Debug for AdminClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token itself.
+        f.debug_struct("AdminClient")
+            .field("addr", &self.addr)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .finish()
+    }
 }
 
 impl AdminClient {
@@ -123,7 +142,14 @@ impl AdminClient {
         }
         Ok(AdminClient {
             addr: trimmed.to_owned(),
+            token: None,
         })
+    }
+
+    /// Sends `token` as `Authorization: Bearer <token>` with every request.
+    pub fn with_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
     }
 
     /// The address, as requests name it.
@@ -226,6 +252,9 @@ impl AdminClient {
             .header(header::HOST, &self.addr);
         if has_body {
             request = request.header(header::CONTENT_TYPE, "application/json");
+        }
+        if let Some(token) = &self.token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
         }
         let request = request
             .body(Full::new(Bytes::from(body.unwrap_or_default())))

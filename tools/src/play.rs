@@ -18,9 +18,9 @@ use serde::Serialize;
 
 /// The page, its script, and the client compiled from `tools/client-ts/src` (`npm run build`
 /// there writes it; CI checks the committed file is what the source compiles to).
-const PAGE: &str = include_str!("../../client-ts/web/play.html");
-const SCRIPT: &str = include_str!("../../client-ts/web/play.js");
-const CLIENT: &str = include_str!("../../client-ts/dist/index.js");
+const PAGE: &str = include_str!("../client-ts/web/play.html");
+const SCRIPT: &str = include_str!("../client-ts/web/play.js");
+const CLIENT: &str = include_str!("../client-ts/dist/index.js");
 
 /// What the page asks of this node first.
 #[derive(Debug, Serialize)]

@@ -11,11 +11,13 @@ use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::cluster::Cluster;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use std::sync::Arc;
 use tower::ServiceExt;
 
-use super::server::router;
+use super::auth::Access;
+use super::server::{AdminOptions, router};
 use super::wire::{DrainReport, Outcome, ShutdownReport, StatusBody, UnitCreated};
+use crate::admin::ops::Operations;
 
 /// How long one request to a unit may take.
 const T: std::time::Duration = std::time::Duration::from_secs(10);
@@ -28,15 +30,23 @@ fn registry() -> Registry {
 
 struct Admin {
     router: Router,
-    stopped: watch::Receiver<Option<ShutdownReport>>,
+    ops: Arc<Operations>,
 }
 
 fn admin(cluster: &Cluster, node: &str) -> Admin {
-    let (tx, stopped) = watch::channel(None);
+    admin_with(cluster, node, Access::open())
+}
+
+fn admin_with(cluster: &Cluster, node: &str, access: Access) -> Admin {
+    let ops = Operations::new(cluster.node(node).clone());
     let metrics = PrometheusBuilder::new().build_recorder().handle();
+    let options = AdminOptions {
+        access,
+        pages: Router::new(),
+    };
     Admin {
-        router: router(cluster.node(node).clone(), metrics, tx),
-        stopped,
+        router: router(ops.clone(), metrics, options),
+        ops,
     }
 }
 
@@ -293,7 +303,7 @@ async fn every_bad_request_gets_a_4xx_with_a_json_error_and_changes_nothing() {
         (s.state.as_str(), s.running, s.last_drain, s.units),
         ("Serving", None, None, 0)
     );
-    assert!(admin.stopped.borrow().is_none());
+    assert!(admin.ops.running().is_none());
     let (code, _) = call(&admin.router, "GET", "/metrics", "").await;
     assert_eq!(code, StatusCode::OK);
     cluster.shutdown().await;
@@ -478,70 +488,8 @@ async fn a_rolling_update_waits_for_the_new_version_one_operation_at_a_time_then
     let report: ShutdownReport = serde_json::from_value(body).expect("a shutdown report");
     assert!(report.clean, "{report:?}");
     assert_eq!(n1.state(), NodeState::Stopped);
-    assert_eq!(admin.stopped.borrow().as_ref(), Some(&report));
+    assert_eq!(admin.ops.stopped().await, report);
     cluster.shutdown().await;
-}
-
-const RUNBOOK: &str = include_str!("../../../docs/operations.md");
-
-/// The bodies of the runbook's code blocks of one language.
-fn blocks(language: &str) -> Vec<&'static str> {
-    crate::doc_tests::code_blocks(RUNBOOK, language)
-}
-
-#[test]
-fn the_runbooks_json_is_what_the_endpoint_takes_and_answers() {
-    let examples = blocks("json");
-    assert_eq!(examples.len(), 7);
-    for example in examples {
-        let fits = serde_json::from_str::<StatusBody>(example).is_ok()
-            || serde_json::from_str::<ShutdownReport>(example).is_ok()
-            || serde_json::from_str::<super::wire::UnitRequest>(example).is_ok()
-            || serde_json::from_str::<UnitCreated>(example).is_ok()
-            || serde_json::from_str::<super::wire::Resumed>(example).is_ok()
-            || serde_json::from_str::<super::wire::RelocateRequest>(example)
-                .is_ok_and(|r| r.options().is_ok())
-            || serde_json::from_str::<super::wire::ShutdownRequest>(example).is_ok();
-        assert!(fits, "the runbook's JSON fits no route: {example}");
-    }
-}
-
-#[test]
-fn the_factories_the_runbook_names_are_those_every_node_registers() {
-    let (_, after) = RUNBOOK
-        .split_once("registers every\nsample: ")
-        .expect("the runbook lists the factories of `ferry node`");
-    let (list, _) = after.split_once(')').expect("the list ends");
-    let named: Vec<&str> = list.split('`').skip(1).step_by(2).collect();
-    assert_eq!(named.len(), 8, "{named:?}");
-    let registry = crate::bots::games::registry();
-    for name in named {
-        assert!(registry.info(name).is_some(), "{name} is not registered");
-    }
-}
-
-#[test]
-fn every_metric_in_the_runbook_is_recorded() {
-    let sources = [
-        include_str!("server.rs"),
-        include_str!("../../../framework/src/relocation/source.rs"),
-        include_str!("../../../framework/src/node/lane/mod.rs"),
-        include_str!("../../../framework/src/mesh/link.rs"),
-        include_str!("../../../framework/src/cluster/losses.rs"),
-        include_str!("../../../framework/src/cluster/routing.rs"),
-    ];
-    let named: Vec<&str> = RUNBOOK
-        .split('`')
-        .filter(|word| word.starts_with("ferry_") && !word.contains(' '))
-        .collect();
-    assert!(named.len() >= 14, "{named:?}");
-    for metric in named {
-        let quoted = format!("\"{metric}\"");
-        assert!(
-            sources.iter().any(|s| s.contains(&quoted)),
-            "{metric} is in the runbook but recorded nowhere"
-        );
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

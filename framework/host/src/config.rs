@@ -1,5 +1,7 @@
-//! The TOML file `ferry node` reads: what each key means, its default, and the checks that turn
-//! a file into settings a node can start with.
+//! The TOML file a node reads: what each key means, its default, and the checks that turn a
+//! file into settings a node can start with. Every key can also be set in the environment as
+//! `FERRY_<KEY>` (`FERRY_STORE`, `FERRY_ADMIN_TOKEN`, ...), which wins over the file: containers
+//! take one file for a whole fleet and set what differs per node, and secrets, that way.
 //!
 //! Every key is listed in `docs/configuration.md`; a unit test below keeps [`KEYS`] and the
 //! [`NodeFile`] fields in step, so the list printed for an unknown key is always complete.
@@ -11,6 +13,7 @@ use std::time::Duration;
 use ferry::NodeId;
 use serde::Deserialize;
 
+use crate::logs::LogFormat;
 use crate::node_ids::{BadNodeId, node_id};
 
 /// Default of `app_version`.
@@ -35,6 +38,11 @@ pub const DEFAULT_MAX_FRAME_BYTES: usize = ferry::mesh::DEFAULT_MAX_FRAME;
 pub const DEFAULT_MAX_STATE_BYTES: u64 = ferry::node::DEFAULT_MAX_STATE;
 /// Default of `max_requests_in_flight` (the framework's default).
 pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: usize = 100_000;
+/// Default of `drain_grace_ms`: a stop signal's drain fits in Kubernetes' default
+/// `terminationGracePeriodSeconds` of 30 s, with 5 s left for the stop itself.
+pub const DEFAULT_DRAIN_GRACE_MS: u64 = 25_000;
+/// The prefix of the environment variables that override the file's keys.
+pub const ENV_PREFIX: &str = "FERRY_";
 /// Default of `admin`: loopback only, on a free port the `ready` line shows.
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:0";
 /// The value of `admin` and `sessions_listen` that turns them off.
@@ -60,8 +68,11 @@ pub const KEYS: &[&str] = &[
     "mesh_unacked_bytes",
     "max_state_bytes",
     "max_requests_in_flight",
+    "drain_grace_ms",
     "seeds",
     "admin",
+    "admin_token",
+    "admin_token_file",
     "sessions_listen",
     "sessions_cert",
     "sessions_key",
@@ -77,6 +88,29 @@ pub const KEYS: &[&str] = &[
     "sessions_idle_timeout_ms",
     "sessions_websocket",
     "sessions_websocket_plain",
+    "log_format",
+    "otlp_endpoint",
+];
+
+/// The keys whose value is text: an environment value is taken as it is, never as a TOML
+/// number or list (an `app_version` of `7` stays the text "7").
+const TEXT_KEYS: &[&str] = &[
+    "id",
+    "app_version",
+    "mesh_listen",
+    "certs",
+    "store",
+    "store_prefix",
+    "admin",
+    "admin_token",
+    "admin_token_file",
+    "sessions_listen",
+    "sessions_cert",
+    "sessions_key",
+    "sessions_tokens",
+    "sessions_websocket",
+    "log_format",
+    "otlp_endpoint",
 ];
 
 /// A node config file as written, before its values are checked.
@@ -133,12 +167,20 @@ pub struct NodeFile {
     /// How many requests may wait for replies on this node at once.
     #[serde(default = "default_max_requests_in_flight")]
     pub max_requests_in_flight: usize,
+    /// How long a stop signal's drain may take before the node stops, in milliseconds; 0 stops
+    /// without a drain.
+    #[serde(default = "default_drain_grace_ms")]
+    pub drain_grace_ms: u64,
     /// Peers to dial at start, as `"<node-id>@<ip>:<port>"`.
     #[serde(default)]
     pub seeds: Vec<String>,
     /// Where the admin endpoint listens (HTTP), or `"off"`.
     #[serde(default = "default_admin")]
     pub admin: String,
+    /// The admin endpoint's bearer token (best set as `FERRY_ADMIN_TOKEN`, not in the file).
+    pub admin_token: Option<String>,
+    /// A file that holds the admin endpoint's bearer token.
+    pub admin_token_file: Option<PathBuf>,
     /// Where game clients connect (QUIC), or `"off"`: this node is then no gateway.
     #[serde(default = "default_off")]
     pub sessions_listen: String,
@@ -172,6 +214,15 @@ pub struct NodeFile {
     /// Serve `sessions_websocket` as plain `ws://` instead: for development, on loopback only.
     #[serde(default)]
     pub sessions_websocket_plain: bool,
+    /// How log lines are written: `"text"` or `"json"` (one object a line).
+    #[serde(default)]
+    pub log_format: LogFormat,
+    /// Where the relocation spans are exported over OTLP/HTTP (feature `otlp`).
+    pub otlp_endpoint: Option<String>,
+}
+
+fn default_drain_grace_ms() -> u64 {
+    DEFAULT_DRAIN_GRACE_MS
 }
 
 fn default_admin() -> String {
@@ -241,7 +292,7 @@ pub enum StoreChoice {
     /// An in-process store: the node is a cluster of one.
     Memory,
     /// A store shared by the cluster: a redis-server or an etcd cluster.
-    Redis {
+    Shared {
         /// Where to connect.
         url: String,
         /// The namespace of the cluster's keys.
@@ -286,12 +337,46 @@ pub struct NodeSettings {
     pub max_state: u64,
     /// The requests that may wait for replies at once.
     pub max_requests_in_flight: usize,
+    /// How long a stop signal's drain may take; zero stops without one.
+    pub drain_grace: Duration,
     /// The peers dialled at start.
     pub seeds: Vec<(NodeId, SocketAddr)>,
     /// Where the admin endpoint listens, if it is on.
     pub admin: Option<SocketAddr>,
+    /// The admin endpoint's bearer token, if it has one.
+    pub admin_token: Option<AdminToken>,
     /// The client gateway, if this node is one.
     pub sessions: Option<GatewayFiles>,
+    /// How log lines are written.
+    pub log_format: LogFormat,
+    /// Where the relocation spans are exported, if anywhere.
+    pub otlp_endpoint: Option<String>,
+}
+
+/// Where the admin endpoint's token comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminToken {
+    /// `admin_token` (or `FERRY_ADMIN_TOKEN`).
+    Value(Secret),
+    /// `admin_token_file`, read when the node starts.
+    File(PathBuf),
+}
+
+/// A secret that never shows in logs or `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself, for the one place that compares it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
 }
 
 /// Where a gateway node listens for game clients, and the files it reads for them. Relative paths
@@ -437,38 +522,101 @@ pub enum ConfigError {
     },
 }
 
-/// Reads and checks the node config at `path`.
+/// Reads and checks the node config at `path`, with the `FERRY_<KEY>` overrides of this
+/// process's environment.
 pub fn load(path: &Path) -> Result<NodeSettings, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_owned(),
         source,
     })?;
     let base = path.parent().unwrap_or_else(|| Path::new(""));
-    parse(path, base, &text)
+    parse_with_env(path, base, &text, |var| std::env::var(var).ok())
 }
 
-/// Checks config `text` (read from `path`); relative `certs` paths are taken from `base`.
+/// Checks config `text` (read from `path`) alone; relative paths are taken from `base`.
 pub fn parse(path: &Path, base: &Path, text: &str) -> Result<NodeSettings, ConfigError> {
+    parse_with_env(path, base, text, |_| None)
+}
+
+/// The environment variable that overrides `key`: `FERRY_` and the key in capitals.
+pub fn env_var(key: &str) -> String {
+    format!("{ENV_PREFIX}{}", key.to_ascii_uppercase())
+}
+
+/// Checks config `text` (read from `path`) with the overrides `env` gives for each key's
+/// [`env_var`]; relative paths are taken from `base`.
+pub fn parse_with_env(
+    path: &Path,
+    base: &Path,
+    text: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<NodeSettings, ConfigError> {
     // Syntax first, then unknown keys, then values: each error then says the one thing to fix.
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| ConfigError::Syntax {
-            path: path.to_owned(),
-            at: position(text, &e),
-            message: e.message().trim().to_owned(),
-        })?;
+    let mut table: toml::Table =
+        text.parse()
+            .map_err(|e: toml::de::Error| ConfigError::Syntax {
+                path: path.to_owned(),
+                at: position(text, &e),
+                message: e.message().trim().to_owned(),
+            })?;
     if let Some(key) = table.keys().find(|key| !KEYS.contains(&key.as_str())) {
         return Err(ConfigError::UnknownKey {
             path: path.to_owned(),
             key: key.clone(),
         });
     }
-    let file: NodeFile = toml::from_str(text).map_err(|e| ConfigError::Value {
-        path: path.to_owned(),
-        at: position(text, &e),
-        message: e.message().trim().to_owned(),
-    })?;
+    let mut overridden = Vec::new();
+    for key in KEYS {
+        let var = env_var(key);
+        if let Some(value) = env(&var) {
+            table.insert((*key).to_owned(), env_value(key, &value));
+            overridden.push(var);
+        }
+    }
+    let file: NodeFile = if overridden.is_empty() {
+        // The file alone: errors point at its line.
+        toml::from_str(text).map_err(|e| ConfigError::Value {
+            path: path.to_owned(),
+            at: position(text, &e),
+            message: e.message().trim().to_owned(),
+        })?
+    } else {
+        // Through text again, so the error can show the key and value it is about.
+        let merged = toml::to_string(&table).unwrap_or_default();
+        toml::from_str(&merged).map_err(|e: toml::de::Error| {
+            let line = e
+                .span()
+                .and_then(|span| merged.get(..span.start))
+                .map(|before| before.matches('\n').count())
+                .and_then(|n| merged.lines().nth(n))
+                .map(|line| format!(", at `{}`", line.trim()))
+                .unwrap_or_default();
+            ConfigError::Value {
+                path: path.to_owned(),
+                at: format!(
+                    " (with {} from the environment{line})",
+                    overridden.join(", ")
+                ),
+                message: e.message().trim().to_owned(),
+            }
+        })?
+    };
     check(path, base, file)
+}
+
+/// An environment value as the TOML value of `key`: text keys as they are, others as TOML
+/// (`5`, `false`, `["p1@10.0.0.1:7000"]`), or as text when they are not TOML, so the type
+/// check names the key.
+fn env_value(key: &str, value: &str) -> toml::Value {
+    if TEXT_KEYS.contains(&key) {
+        return toml::Value::String(value.to_owned());
+    }
+    match format!("v = {value}").parse::<toml::Table>() {
+        Ok(mut table) => table
+            .remove("v")
+            .unwrap_or_else(|| toml::Value::String(value.to_owned())),
+        Err(_) => toml::Value::String(value.to_owned()),
+    }
 }
 
 fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, ConfigError> {
@@ -494,33 +642,10 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
         .collect::<Result<Vec<_>, _>>()?;
     let admin = optional_addr(&file.admin).map_err(|reason| invalid("admin", reason))?;
     let sessions = gateway(base, &file).map_err(|(key, reason)| invalid(key, reason))?;
-    let parsed = ferry::store::StoreUrl::parse(&file.store);
-    let store = if parsed == Ok(ferry::store::StoreUrl::Memory) {
-        StoreChoice::Memory
-    } else if parsed.is_ok() {
-        if file.store_prefix.is_empty() || file.store_prefix.contains(['{', '}']) {
-            return Err(invalid(
-                "store_prefix",
-                format!(
-                    "{:?} must be non-empty and contain no '{{' or '}}'",
-                    file.store_prefix
-                ),
-            ));
-        }
-        StoreChoice::Redis {
-            url: file.store,
-            prefix: file.store_prefix,
-        }
-    } else {
-        return Err(invalid(
-            "store",
-            format!(
-                "{:?} is neither \"memory\" nor a redis:// URL such as \"redis://127.0.0.1:6379/\" \
-                 nor an etcd:// list such as \"etcd://127.0.0.1:2379\"",
-                redact(&file.store)
-            ),
-        ));
-    };
+    let store = store_choice(&file.store, &file.store_prefix)
+        .map_err(|(key, reason)| invalid(key, reason))?;
+    let admin_token =
+        admin_token(base, &file, admin).map_err(|(key, reason)| invalid(key, reason))?;
     if file.lease_ttl_ms == 0 {
         return Err(invalid(
             "lease_ttl_ms",
@@ -616,10 +741,83 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
         mesh_unacked_bytes,
         max_state: file.max_state_bytes,
         max_requests_in_flight: file.max_requests_in_flight,
+        drain_grace: Duration::from_millis(file.drain_grace_ms),
         seeds,
         admin,
+        admin_token,
         sessions,
+        log_format: file.log_format,
+        otlp_endpoint: file.otlp_endpoint,
     })
+}
+
+/// The location store `store` names, with its key prefix.
+fn store_choice(store: &str, prefix: &str) -> Result<StoreChoice, (&'static str, String)> {
+    match ferry::store::StoreUrl::parse(store) {
+        Ok(ferry::store::StoreUrl::Memory) => return Ok(StoreChoice::Memory),
+        Ok(_) => {}
+        Err(_) => {
+            return Err((
+                "store",
+                format!(
+                    "{:?} is neither \"memory\" nor a redis:// URL such as \"redis://127.0.0.1:6379/\" \
+                     nor an etcd:// list such as \"etcd://127.0.0.1:2379\"",
+                    redact(store)
+                ),
+            ));
+        }
+    }
+    if prefix.is_empty() || prefix.contains(['{', '}']) {
+        return Err((
+            "store_prefix",
+            format!("{prefix:?} must be non-empty and contain no '{{' or '}}'"),
+        ));
+    }
+    Ok(StoreChoice::Shared {
+        url: store.to_owned(),
+        prefix: prefix.to_owned(),
+    })
+}
+
+/// The admin token, from `admin_token` or `admin_token_file` (not both); required when the
+/// endpoint listens beyond loopback, where anyone on the network could otherwise drain the node.
+fn admin_token(
+    base: &Path,
+    file: &NodeFile,
+    admin: Option<SocketAddr>,
+) -> Result<Option<AdminToken>, (&'static str, String)> {
+    let token = match (&file.admin_token, &file.admin_token_file) {
+        (Some(_), Some(_)) => {
+            return Err((
+                "admin_token",
+                "it is set and so is `admin_token_file`; keep one of them".to_owned(),
+            ));
+        }
+        (Some(token), None) if token.trim().is_empty() => {
+            return Err((
+                "admin_token",
+                "it is empty; write a long random token (`openssl rand -hex 32` makes one)"
+                    .to_owned(),
+            ));
+        }
+        (Some(token), None) => Some(AdminToken::Value(Secret(token.trim().to_owned()))),
+        (None, Some(path)) => Some(AdminToken::File(base.join(path))),
+        (None, None) => None,
+    };
+    if let Some(addr) = admin
+        && token.is_none()
+        && !addr.ip().is_loopback()
+    {
+        return Err((
+            "admin",
+            format!(
+                "{addr} is beyond loopback, and the admin endpoint can drain and stop the node: \
+                 set `admin_token_file` (or FERRY_ADMIN_TOKEN) so that only operators can use it, \
+                 or listen on 127.0.0.1"
+            ),
+        ));
+    }
+    Ok(token)
 }
 
 /// A seed as `<node-id>@<ip>:<port>`.
@@ -872,9 +1070,94 @@ mod tests {
             Some("127.0.0.1:0")
         );
         assert_eq!(s.sessions, None);
+        assert_eq!(s.drain_grace, Duration::from_secs(25));
+        assert_eq!(s.admin_token, None);
+        assert_eq!(s.log_format, LogFormat::Text);
     }
 
-    /// A file that sets every key.
+    fn parse_env(text: &str, env: &[(&str, &str)]) -> Result<NodeSettings, String> {
+        let lookup = |var: &str| {
+            env.iter()
+                .find(|(name, _)| *name == var)
+                .map(|(_, value)| (*value).to_owned())
+        };
+        parse_with_env(
+            Path::new("node.toml"),
+            Path::new("/etc/ferry"),
+            text,
+            lookup,
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn every_key_can_come_from_the_environment_and_wins_over_the_file() {
+        // A file of nothing: every key from the environment, each as its type asks.
+        let s = parse_env(
+            "",
+            &[
+                ("FERRY_ID", "n7"),
+                ("FERRY_CERTS", "certs"),
+                ("FERRY_APP_VERSION", "7"),
+                ("FERRY_CAPACITY", "5"),
+                ("FERRY_RECOVER_UNITS", "false"),
+                ("FERRY_SEEDS", r#"["p2@10.0.0.12:7000"]"#),
+                ("FERRY_STORE", "redis://127.0.0.1:6379/"),
+                ("FERRY_ADMIN", "0.0.0.0:7100"),
+                ("FERRY_ADMIN_TOKEN", "s3cret"),
+                ("FERRY_LOG_FORMAT", "json"),
+            ],
+        )
+        .expect("accepted");
+        assert_eq!((s.id.as_str(), s.app_version.as_str()), ("n7", "7"));
+        assert_eq!((s.capacity, s.recover_units), (5, false));
+        assert_eq!(s.seeds.len(), 1);
+        assert!(matches!(s.store, StoreChoice::Shared { .. }));
+        assert_eq!(
+            s.admin_token,
+            Some(AdminToken::Value(Secret("s3cret".to_owned())))
+        );
+        assert_eq!(s.log_format, LogFormat::Json);
+        let s = parse_env(
+            "id = \"a\"\ncerts = \"c\"\ncapacity = 3\n",
+            &[("FERRY_CAPACITY", "9")],
+        )
+        .expect("accepted");
+        assert_eq!(s.capacity, 9);
+        let e = parse_env("id = \"a\"\ncerts = \"c\"\n", &[("FERRY_CAPACITY", "lots")])
+            .expect_err("refused");
+        assert!(
+            e.contains("FERRY_CAPACITY") && e.contains("capacity"),
+            "{e}"
+        );
+        // The token never shows in Debug output.
+        let s = parse_env(
+            "id = \"a\"\ncerts = \"c\"\n",
+            &[("FERRY_ADMIN_TOKEN", "s3cret")],
+        )
+        .expect("accepted");
+        assert!(!format!("{s:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn an_admin_endpoint_beyond_loopback_needs_a_token() {
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nadmin = \"0.0.0.0:7100\"\n");
+        assert!(
+            e.contains("bad `admin`") && e.contains("admin_token_file"),
+            "{e}"
+        );
+        let s = parse_ok(
+            "id = \"a\"\ncerts = \"c\"\nadmin = \"0.0.0.0:7100\"\nadmin_token_file = \"t\"\n",
+        );
+        assert_eq!(s.admin_token, Some(AdminToken::File("/etc/ferry/t".into())));
+        let e =
+            parse_err("id = \"a\"\ncerts = \"c\"\nadmin_token = \"x\"\nadmin_token_file = \"t\"\n");
+        assert!(e.contains("bad `admin_token`"), "{e}");
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nadmin_token = \" \"\n");
+        assert!(e.contains("empty"), "{e}");
+    }
+
+    /// A file that sets every key but `admin_token`, which excludes `admin_token_file`.
     const FULL: &str = r#"
         id = "n1"
         app_version = "7"
@@ -894,8 +1177,10 @@ mod tests {
         mesh_unacked_bytes = 1000000
         max_state_bytes = 4096
         max_requests_in_flight = 64
+        drain_grace_ms = 5000
         seeds = ["p2@10.0.0.12:7000", "p@3@10.0.0.13:7000"]
         admin = "127.0.0.1:7100"
+        admin_token_file = "admin.token"
         sessions_listen = "0.0.0.0:7400"
         sessions_cert = "gateway.pem"
         sessions_key = "/secret/gateway.key"
@@ -911,6 +1196,8 @@ mod tests {
         sessions_idle_timeout_ms = 9
         sessions_websocket = "127.0.0.1:7401"
         sessions_websocket_plain = true
+        log_format = "json"
+        otlp_endpoint = "http://127.0.0.1:4318/v1/traces"
     "#;
 
     #[test]
@@ -922,7 +1209,7 @@ mod tests {
         assert_eq!(s.certs, Path::new("/var/lib/ferry/certs"));
         assert_eq!(
             s.store,
-            StoreChoice::Redis {
+            StoreChoice::Shared {
                 url: "redis://127.0.0.1:6379/".into(),
                 prefix: "game".into()
             }
@@ -947,6 +1234,12 @@ mod tests {
             s.admin.map(|a| a.to_string()).as_deref(),
             Some("127.0.0.1:7100")
         );
+        assert_eq!(
+            s.admin_token,
+            Some(AdminToken::File("/etc/ferry/admin.token".into()))
+        );
+        assert_eq!(s.drain_grace, Duration::from_millis(5000));
+        assert_eq!(s.log_format, LogFormat::Json);
         assert_eq!(
             s.sessions,
             Some(GatewayFiles {
@@ -1010,6 +1303,7 @@ mod tests {
     fn the_key_list_matches_the_file_type() {
         let table: toml::Table = FULL.parse().expect("TOML");
         let mut written: Vec<&str> = table.keys().map(String::as_str).collect();
+        written.push("admin_token");
         let mut listed = KEYS.to_vec();
         written.sort_unstable();
         listed.sort_unstable();
@@ -1109,7 +1403,7 @@ mod tests {
         );
     }
 
-    const GUIDE: &str = include_str!("../../docs/configuration.md");
+    const GUIDE: &str = include_str!("../../../docs/configuration.md");
 
     #[test]
     fn the_guide_lists_every_key_with_its_true_default() {
@@ -1138,9 +1432,9 @@ mod tests {
 
     #[test]
     fn the_guides_examples_are_valid() {
-        let getting_started = include_str!("../../docs/getting-started.md");
+        let getting_started = include_str!("../../../docs/getting-started.md");
         for (page, count) in [(GUIDE, 2), (getting_started, 1)] {
-            let blocks = crate::doc_tests::code_blocks(page, "toml");
+            let blocks = ferry_tests::docs::code_blocks(page, "toml");
             assert_eq!(blocks.len(), count);
             for block in blocks {
                 parse_ok(block);

@@ -1,0 +1,495 @@
+//! One node process: from its checked settings and the application's [`Registry`] until it is
+//! told to stop.
+//!
+//! The process prints one line, `ready <node-id> mesh=<addr> admin=<addr> sessions=<addr>
+//! websocket=<addr>` (the last three only when on), once the node serves: supervisors and tests
+//! wait for it instead of guessing how long start-up takes.
+//!
+//! SIGTERM or Ctrl-C drain the node within `drain_grace_ms` (its units move to the other nodes,
+//! with their state and their players), then stop it; the run ends `Ok` only if nothing was
+//! lost. A second signal while it drains stops the node at once. A `POST /shutdown` on the admin
+//! endpoint does the same drain and stop. With `drain_grace_ms = 0` a signal stops the node
+//! without a drain: its units end (for development clusters stopped as a whole). A node that
+//! loses its owner lease can no longer run turns; it shuts down and the run ends with an error,
+//! so that a supervisor restarts it with a fresh lease.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use ferry::mesh::{NodeTls, TlsError};
+use ferry::store::{LocationStore, MemoryStore, StoreError};
+use ferry::{MeshSettings, Node, NodeConfig, NodeId, NodeState, Registry, StartError};
+
+use crate::admin::auth::Access;
+use crate::admin::ops::Operations;
+use crate::admin::server::AdminOptions;
+use crate::admin::wire::{Outcome, ShutdownReport};
+use crate::admin::{AdminError, AdminServer};
+use crate::config::{ConfigError, NodeSettings, StoreChoice, redact};
+use crate::gateway::{self, GatewayError};
+use crate::metrics::MetricsError;
+use crate::signals::StopSignals;
+
+/// The application's own admin pages, made once the node runs.
+type Pages = Box<dyn FnOnce(&Node) -> Router + Send>;
+
+/// One node process of an application: its settings, its factories, and its own admin pages.
+pub struct Host {
+    settings: NodeSettings,
+    registry: Registry,
+    pages: Option<Pages>,
+}
+
+/// Why the node did not start, or stopped on its own.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// The config file is missing or wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The certificates in `certs` are missing or do not fit this node.
+    #[error("cannot load the mesh certificates of node {node} from {}: {source}", dir.display())]
+    Certs {
+        /// The node.
+        node: NodeId,
+        /// The certificate directory.
+        dir: PathBuf,
+        /// Why.
+        source: TlsError,
+    },
+    /// No redis-server answered at the configured URL.
+    #[error(
+        "cannot reach the redis store at {url} ({detail}); check that redis-server runs there and \
+         that `store` in the config names it"
+    )]
+    StoreUnreachable {
+        /// The URL, without any password.
+        url: String,
+        /// What the connection attempt reported.
+        detail: String,
+    },
+    /// The redis store refused the settings.
+    #[error("cannot use the redis store at {url}: {source}")]
+    Store {
+        /// The URL, without any password.
+        url: String,
+        /// Why.
+        source: StoreError,
+    },
+    /// The node itself refused to start.
+    #[error("node {node} did not start: {source}")]
+    Start {
+        /// The node.
+        node: NodeId,
+        /// Why.
+        source: StartError,
+    },
+    /// The signal handlers could not be installed, so the node could not be stopped cleanly.
+    #[error("cannot listen for SIGTERM and Ctrl-C: {0}")]
+    Signal(std::io::Error),
+    /// The ready line could not be written.
+    #[error("cannot write the ready line to stdout: {0}")]
+    Stdout(std::io::Error),
+    /// The client gateway's files are missing or wrong.
+    #[error(transparent)]
+    Gateway(#[from] GatewayError),
+    /// The admin endpoint could not start.
+    #[error(transparent)]
+    Admin(#[from] AdminError),
+    /// The metrics recorder could not be installed.
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    /// The admin token file could not be read.
+    #[error(
+        "cannot read the admin token file {}: {source}; check `admin_token_file`",
+        path.display()
+    )]
+    AdminToken {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A shutdown (asked on the admin endpoint, or by a signal) lost something.
+    #[error(
+        "node {node} stopped, but not cleanly: the drain ended {drain:?} and the stop ended \
+         {stop:?}; the node's log names the units concerned"
+    )]
+    UncleanShutdown {
+        /// The node.
+        node: NodeId,
+        /// How its drain ended.
+        drain: Outcome,
+        /// How its stop ended.
+        stop: ferry::ShutdownOutcome,
+    },
+    /// A second stop signal came while the node drained: it stopped at once.
+    #[error(
+        "node {node} stopped at once on a second stop signal, while it drained; the units it \
+         still hosted ({units}) were closed with it, and their state is gone"
+    )]
+    Interrupted {
+        /// The node.
+        node: NodeId,
+        /// The units it still hosted.
+        units: usize,
+    },
+    /// Another process took over the node's id, so this one stopped running turns.
+    #[error(
+        "node {node} stopped: another process started as {node} took over its owner lease \
+         (generation {theirs}, this process held {ours}); two processes must not share a node id, \
+         so this one stopped and the other runs its units. If that was a mistake, stop the other \
+         process (it answers at the mesh address the store lists for {node}), then restart this one"
+    )]
+    Superseded {
+        /// The node.
+        node: NodeId,
+        /// The lease generation this process held.
+        ours: u64,
+        /// The lease generation the other process holds.
+        theirs: u64,
+    },
+    /// The lease ran out before it could be renewed, so this process stopped running turns.
+    #[error(
+        "node {0} lost its owner lease: it could not renew it in time, so it stopped running \
+         turns and shut down; check the store's health and the network to it, then restart it \
+         (with a fresh lease)"
+    )]
+    LeaseLost(NodeId),
+}
+
+impl Host {
+    /// A node of `registry`'s factories, as `settings` say.
+    pub fn new(settings: NodeSettings, registry: Registry) -> Self {
+        Host {
+            settings,
+            registry,
+            pages: None,
+        }
+    }
+
+    /// Adds the application's own pages to the admin endpoint, made from the running node;
+    /// they sit behind the same token as every route.
+    pub fn pages(mut self, pages: impl FnOnce(&Node) -> Router + Send + 'static) -> Self {
+        self.pages = Some(Box::new(pages));
+        self
+    }
+
+    /// Runs the node until SIGTERM, Ctrl-C or `POST /shutdown`, as the module says.
+    pub async fn run(self) -> Result<(), HostError> {
+        let Host {
+            settings,
+            registry,
+            pages,
+        } = self;
+        let config = node_config(&settings).await?;
+        let access = access(&settings)?;
+        // Bound before the node starts, so a taken port fails before the node joins the cluster.
+        let admin_listener = match settings.admin {
+            Some(addr) => Some(AdminServer::bind(addr).await?),
+            None => None,
+        };
+        // Metrics are recorded only where they can be read: with the admin endpoint.
+        let metrics = match settings.admin {
+            Some(_) => Some(crate::metrics::install(&settings.id)?),
+            None => None,
+        };
+        let mut stop = StopSignals::install().map_err(HostError::Signal)?;
+        let node = Node::start(config, registry)
+            .await
+            .map_err(|source| HostError::Start {
+                node: settings.id.clone(),
+                source,
+            })?;
+        let ops = Operations::new(node.clone());
+        let admin = match (admin_listener, metrics) {
+            (Some(listener), Some(metrics)) => {
+                let options = AdminOptions {
+                    access,
+                    pages: pages.map(|pages| pages(&node)).unwrap_or_default(),
+                };
+                match AdminServer::start(listener, ops.clone(), metrics, options) {
+                    Ok(server) => Some(server),
+                    Err(error) => {
+                        node.shutdown().await;
+                        return Err(error.into());
+                    }
+                }
+            }
+            _ => None,
+        };
+        if let Err(error) = print_ready(&node, admin.as_ref()) {
+            node.shutdown().await;
+            close(admin).await;
+            return Err(HostError::Stdout(error));
+        }
+        let mut state = node.watch_state();
+        let lease_lost = async move {
+            // The sender lives as long as the node, so an error here cannot mean a lost lease.
+            if state.wait_for(|s| *s == NodeState::Error).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let outcome = tokio::select! {
+            () = stop.recv() => on_signal(&ops, &mut stop, settings.drain_grace).await,
+            () = lease_lost => Err(lease_lost_error(&node).await),
+            report = ops.stopped() => unclean(&node, &report),
+        };
+        // A shutdown has stopped it already, unless a second signal cut it short.
+        if node.state() != NodeState::Stopped {
+            node.shutdown().await;
+        }
+        close(admin).await;
+        outcome
+    }
+}
+
+/// The first stop signal: drain within `grace`, then stop; another signal meanwhile stops the
+/// node at once. A shutdown already running (asked on the admin endpoint) is waited for, and a
+/// drain running is let end first.
+async fn on_signal(
+    ops: &Arc<Operations>,
+    stop: &mut StopSignals,
+    grace: std::time::Duration,
+) -> Result<(), HostError> {
+    let node = ops.node();
+    if grace.is_zero() {
+        tracing::info!(node = %node.id(), "stop requested; drain_grace_ms is 0: stopping without a drain");
+        return Ok(());
+    }
+    tracing::info!(node = %node.id(), grace_ms = grace.as_millis(), "stop requested; draining, then stopping");
+    let drained = async {
+        loop {
+            match ops.shutdown(grace) {
+                Ok(task) => break task.await.ok(),
+                Err(_) if ops.running().is_some_and(|r| r.operation == "shutdown") => {
+                    break Some(ops.stopped().await);
+                }
+                Err(_) => ops.idle().await,
+            }
+        }
+    };
+    tokio::select! {
+        report = drained => match report {
+            Some(report) => unclean(node, &report),
+            // The task panicked: the stop below runs anyway.
+            None => Err(HostError::Interrupted { node: node.id().clone(), units: node.unit_count() }),
+        },
+        () = stop.recv() => {
+            let units = node.unit_count();
+            tracing::warn!(node = %node.id(), units, "a second stop signal: stopping at once");
+            node.shutdown().await;
+            if units == 0 {
+                Ok(())
+            } else {
+                Err(HostError::Interrupted { node: node.id().clone(), units })
+            }
+        }
+    }
+}
+
+/// `Ok` for a clean shutdown, or the error that says what it lost.
+fn unclean(node: &Node, report: &ShutdownReport) -> Result<(), HostError> {
+    if report.clean {
+        return Ok(());
+    }
+    Err(HostError::UncleanShutdown {
+        node: node.id().clone(),
+        drain: report.drain.outcome,
+        stop: report.shutdown,
+    })
+}
+
+/// Who may use the admin endpoint: the token of the config or its file, if any.
+fn access(settings: &NodeSettings) -> Result<Access, HostError> {
+    let reads_too = settings.admin.is_some_and(|addr| !addr.ip().is_loopback());
+    let token = match &settings.admin_token {
+        None => return Ok(Access::open()),
+        Some(crate::config::AdminToken::Value(secret)) => secret.expose().to_owned(),
+        Some(crate::config::AdminToken::File(path)) => {
+            let error = |source| HostError::AdminToken {
+                path: path.clone(),
+                source,
+            };
+            let token = std::fs::read_to_string(path).map_err(error)?;
+            if token.trim().is_empty() {
+                // An empty token would admit `Authorization: Bearer ` with nothing after it.
+                return Err(error(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "the file is empty; write a long random token in it",
+                )));
+            }
+            token.trim().to_owned()
+        }
+    };
+    Ok(Access::token(token, reads_too))
+}
+
+/// Why the lease was lost: taken over by another process of the same id, or run out.
+async fn lease_lost_error(node: &Node) -> HostError {
+    let ours = node.lease().generation;
+    match node.store().lease_of(node.id()).await {
+        Ok(Some(theirs)) if theirs.generation > ours => HostError::Superseded {
+            node: node.id().clone(),
+            ours,
+            theirs: theirs.generation,
+        },
+        _ => HostError::LeaseLost(node.id().clone()),
+    }
+}
+
+/// Prints `ready <id> mesh=<addr>`, then ` admin=<addr>`, ` sessions=<addr>` and
+/// ` websocket=<addr>` when on.
+fn print_ready(node: &Node, admin: Option<&AdminServer>) -> std::io::Result<()> {
+    let mut line = format!("ready {}", node.id());
+    let addrs = [
+        ("mesh", node.mesh_addr()),
+        ("admin", admin.map(AdminServer::local_addr)),
+        ("sessions", node.session_addr()),
+        ("websocket", node.websocket_addr()),
+    ];
+    for (name, addr) in addrs {
+        if let Some(addr) = addr {
+            line.push_str(&format!(" {name}={addr}"));
+        }
+    }
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}")?;
+    stdout.flush()
+}
+
+async fn close(admin: Option<AdminServer>) {
+    if let Some(admin) = admin {
+        admin.close().await;
+    }
+}
+
+/// Turns checked settings into a node config: loads the certificates and connects the store.
+async fn node_config(settings: &NodeSettings) -> Result<NodeConfig, HostError> {
+    let tls =
+        NodeTls::load(&settings.certs, settings.id.clone()).map_err(|source| HostError::Certs {
+            node: settings.id.clone(),
+            dir: settings.certs.clone(),
+            source,
+        })?;
+    let store: Arc<dyn LocationStore> = match &settings.store {
+        StoreChoice::Memory => Arc::new(MemoryStore::new()),
+        StoreChoice::Shared { url, prefix } => ferry::store::StoreUrl::parse(url)
+            .map_err(|source| store_error(url, source))?
+            .open(prefix)
+            .await
+            .map_err(|source| store_error(url, source))?,
+    };
+    let mut mesh = MeshSettings::new(settings.mesh_listen, tls);
+    mesh.seeds = settings.seeds.clone();
+    mesh.max_frame = settings.max_frame;
+    mesh.keep_alive = settings.mesh_keep_alive;
+    mesh.idle_timeout = settings.mesh_idle_timeout;
+    mesh.unacked_bytes = settings.mesh_unacked_bytes;
+    let mut config = NodeConfig::new(settings.id.clone())
+        .app_version(settings.app_version.clone())
+        .store(store)
+        .mesh(mesh);
+    if let Some(files) = &settings.sessions {
+        config = config.sessions(gateway::settings(files)?);
+    }
+    config.capacity = settings.capacity;
+    config.weight = settings.weight;
+    config.lease_ttl = settings.lease_ttl;
+    config.refresh = settings.refresh;
+    config.recover_units = settings.recover_units;
+    config.recovery_sweep = settings.recovery_sweep;
+    config.max_state = settings.max_state;
+    config.max_requests_in_flight = settings.max_requests_in_flight;
+    Ok(config)
+}
+
+fn store_error(url: &str, source: StoreError) -> HostError {
+    let url = redact(url);
+    match source {
+        StoreError::Unavailable { reason } => HostError::StoreUnreachable {
+            url,
+            detail: reason,
+        },
+        StoreError::Timeout { after, .. } => HostError::StoreUnreachable {
+            url,
+            detail: format!("no answer within {after:?}"),
+        },
+        source => HostError::Store { url, source },
+    }
+}
+
+/// The whole `main` of a host program: reads `--config FILE` from the command line (or the
+/// `FERRY_CONFIG` environment variable) and the `FERRY_<KEY>` overrides, installs the log of the
+/// config's `log_format` (and `otlp_endpoint`), runs a [`Host`] of `registry` on a multi-threaded runtime, and on
+/// failure prints the error as one line to stderr and exits 1.
+pub fn main(registry: impl FnOnce() -> Registry) -> std::process::ExitCode {
+    let result = config_path().and_then(|path| {
+        let settings = crate::config::load(&path).map_err(MainError::Config)?;
+        // Kept to the end: dropping it sends the spans not yet exported.
+        let _logs = crate::logs::install(
+            settings.log_format,
+            settings.otlp_endpoint.as_deref(),
+            &settings.id,
+        )
+        .map_err(MainError::Logs)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(MainError::Runtime)?;
+        runtime
+            .block_on(Host::new(settings, registry()).run())
+            .map_err(MainError::Host)
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", one_line(&error.to_string()));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Why [`main`] failed.
+#[derive(Debug, thiserror::Error)]
+enum MainError {
+    #[error(
+        "no config file: pass --config FILE (or set FERRY_CONFIG); docs/configuration.md lists \
+         the keys"
+    )]
+    NoConfig,
+    #[error(transparent)]
+    Config(ConfigError),
+    #[error(transparent)]
+    Logs(crate::logs::LogsError),
+    #[error("could not start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error(transparent)]
+    Host(HostError),
+}
+
+/// `--config FILE` or `--config=FILE` from the command line, else `FERRY_CONFIG`.
+fn config_path() -> Result<PathBuf, MainError> {
+    let mut args = std::env::args_os().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--config" {
+            return args.next().map(PathBuf::from).ok_or(MainError::NoConfig);
+        }
+        if let Some(path) = arg.to_str().and_then(|a| a.strip_prefix("--config=")) {
+            return Ok(PathBuf::from(path));
+        }
+    }
+    std::env::var_os("FERRY_CONFIG")
+        .map(PathBuf::from)
+        .ok_or(MainError::NoConfig)
+}
+
+/// An error as one line: scripts and supervisors read errors line by line.
+pub fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,102 @@
+//! The process's log: to stderr, filtered by `RUST_LOG` (default `warn`), as text for a person
+//! or as JSON, one object a line, for a log collector; and, with the `otlp` feature and an
+//! `otlp_endpoint`, the relocation spans (`drain`, `relocation`) exported over OTLP.
+
+use serde::Deserialize;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+use ferry::NodeId;
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One line of text per event; colours only at a terminal.
+    #[default]
+    Text,
+    /// One JSON object per event and line: `timestamp`, `level`, `target`, `fields` and the
+    /// spans it happened in.
+    Json,
+}
+
+/// What the log set-up holds while the process runs; dropping it sends the spans not yet sent.
+#[must_use = "dropping it stops the span export"]
+#[derive(Default)]
+pub struct Logs {
+    /// Held for its drop, which flushes the export.
+    #[cfg(feature = "otlp")]
+    _traces: Option<crate::traces::Traces>,
+}
+
+/// Why the log could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum LogsError {
+    /// `otlp_endpoint` is set, but this binary has no exporter.
+    #[error(
+        "`otlp_endpoint` is set, but this program was built without the `otlp` feature of \
+         ferry-host; build it with that feature, or remove the key"
+    )]
+    NoExporter,
+    /// The OTLP exporter could not be built.
+    #[cfg(feature = "otlp")]
+    #[error(transparent)]
+    Traces(#[from] crate::traces::TracesError),
+}
+
+/// Installs the log of a node: lines of `format`, and the spans exported to `otlp_endpoint`
+/// naming `node`, if it is set (a node's `log_format` and `otlp_endpoint`). A subscriber the
+/// application installed first stays, and this one is not installed.
+pub fn install(
+    format: LogFormat,
+    otlp_endpoint: Option<&str>,
+    node: &NodeId,
+) -> Result<Logs, LogsError> {
+    #[cfg(feature = "otlp")]
+    {
+        let traces = match otlp_endpoint {
+            Some(endpoint) => Some(crate::traces::Traces::new(endpoint, node)?),
+            None => None,
+        };
+        let layer = traces.as_ref().map(crate::traces::Traces::layer);
+        subscribe(format, layer);
+        Ok(Logs { _traces: traces })
+    }
+    #[cfg(not(feature = "otlp"))]
+    {
+        let _ = node;
+        if otlp_endpoint.is_some() {
+            return Err(LogsError::NoExporter);
+        }
+        init(format);
+        Ok(Logs::default())
+    }
+}
+
+/// Installs a log of `format` alone (no span export), for commands that are no node.
+pub fn init(format: LogFormat) {
+    subscribe(format, None::<tracing_subscriber::layer::Identity>);
+}
+
+/// The stderr log of `format`, with `extra` beside it, as the process's subscriber.
+fn subscribe<L>(format: LogFormat, extra: Option<L>)
+where
+    L: Layer<tracing_subscriber::Registry> + Send + Sync,
+{
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = match format {
+        // Colour codes only for a person at a terminal, not in log files and journals.
+        LogFormat::Text => lines
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .boxed(),
+        LogFormat::Json => lines.json().with_ansi(false).boxed(),
+    };
+    let installed = tracing_subscriber::registry()
+        .with(extra)
+        .with(lines.with_filter(filter))
+        .try_init();
+    // Err: the application installed its own subscriber first, which it is free to do.
+    drop(installed);
+}
