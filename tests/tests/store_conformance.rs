@@ -576,6 +576,50 @@ async fn redis_stores_with_different_prefixes_are_isolated() {
         .expect("a's lease is unaffected by b");
 }
 
+/// Whether a store error says the store is down (as opposed to a refusal or a reset).
+fn is_down(error: &StoreError) -> bool {
+    matches!(
+        error,
+        StoreError::Unavailable { .. } | StoreError::Timeout { .. }
+    )
+}
+
+/// With the store's server stopped: get, a conditional batch, a lease renewal and a scan each end
+/// with a typed "down" error, none hangs. Returns the get's error.
+async fn calls_fail_as_down(
+    store: &dyn LocationStore,
+    version: u64,
+    lease: &ferry::store::Lease,
+) -> StoreError {
+    // The outer bound only keeps a broken build from hanging the suite.
+    let bound = Duration::from_secs(10);
+    let got = tokio::time::timeout(bound, store.get("k"))
+        .await
+        .expect("get returned");
+    let batched = tokio::time::timeout(
+        bound,
+        store.batch(
+            vec![Condition::version("k", version)],
+            vec![Op::put("k", "w")],
+        ),
+    )
+    .await
+    .expect("batch returned");
+    assert!(batched.as_ref().is_err_and(is_down), "batch: {batched:?}");
+    let renewed = tokio::time::timeout(bound, store.renew_lease(lease))
+        .await
+        .expect("renew returned");
+    assert!(renewed.as_ref().is_err_and(is_down), "renew: {renewed:?}");
+    let scanned = tokio::time::timeout(bound, store.scan("", None, 10))
+        .await
+        .expect("scan returned");
+    assert!(scanned.as_ref().is_err_and(is_down), "scan: {scanned:?}");
+    match got {
+        Err(error) if is_down(&error) => error,
+        other => panic!("get: {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn redis_going_away_gives_typed_errors_not_hangs() {
     let Some(mut server) = RedisServer::start_or_skip().await else {
@@ -596,40 +640,9 @@ async fn redis_going_away_gives_typed_errors_not_hangs() {
 
     server.stop();
 
-    let is_down = |error: &StoreError| {
-        matches!(
-            error,
-            StoreError::Unavailable { .. } | StoreError::Timeout { .. }
-        )
-    };
-    // The outer bound only keeps a broken build from hanging the suite.
-    let bound = Duration::from_secs(10);
-    let got = tokio::time::timeout(bound, store.get("k"))
-        .await
-        .expect("get returned");
-    assert!(got.as_ref().is_err_and(is_down), "get: {got:?}");
-    let batched = tokio::time::timeout(
-        bound,
-        store.batch(
-            vec![Condition::version("k", version)],
-            vec![Op::put("k", "w")],
-        ),
-    )
-    .await
-    .expect("batch returned");
-    assert!(batched.as_ref().is_err_and(is_down), "batch: {batched:?}");
-    let renewed = tokio::time::timeout(bound, store.renew_lease(&lease))
-        .await
-        .expect("renew returned");
-    assert!(renewed.as_ref().is_err_and(is_down), "renew: {renewed:?}");
-    let scanned = tokio::time::timeout(bound, store.scan("", None, 10))
-        .await
-        .expect("scan returned");
-    assert!(scanned.as_ref().is_err_and(is_down), "scan: {scanned:?}");
+    let got = calls_fail_as_down(&store, version, &lease).await;
     // And the error tells the operator what to do.
-    if let Err(error) = got {
-        assert!(error.to_string().contains("redis-server"), "{error}");
-    }
+    assert!(got.to_string().contains("redis-server"), "{got}");
 }
 
 #[tokio::test]
@@ -808,31 +821,7 @@ async fn etcd_going_away_gives_typed_errors_not_hangs() {
         .await
         .expect("acquire");
     server.stop();
-    let is_down = |error: &StoreError| {
-        matches!(
-            error,
-            StoreError::Unavailable { .. } | StoreError::Timeout { .. }
-        )
-    };
-    let bound = Duration::from_secs(10);
-    let got = tokio::time::timeout(bound, store.get("k"))
-        .await
-        .expect("get returned");
-    assert!(got.as_ref().is_err_and(is_down), "get: {got:?}");
-    let batched = tokio::time::timeout(
-        bound,
-        store.batch(
-            vec![Condition::version("k", version)],
-            vec![Op::put("k", "w")],
-        ),
-    )
-    .await
-    .expect("batch returned");
-    assert!(batched.as_ref().is_err_and(is_down), "batch: {batched:?}");
-    let renewed = tokio::time::timeout(bound, store.renew_lease(&lease))
-        .await
-        .expect("renew returned");
-    assert!(renewed.as_ref().is_err_and(is_down), "renew: {renewed:?}");
+    calls_fail_as_down(&store, version, &lease).await;
     let again = EtcdStore::connect(&[server.endpoint()], config).await;
     assert!(again.as_ref().is_err_and(is_down), "connect: {again:?}");
 }
