@@ -28,6 +28,8 @@ pub const DEFAULT_CAPACITY: u64 = 1_000_000;
 pub const DEFAULT_WEIGHT: u32 = 1;
 /// Default of `lease_ttl_ms` (the framework's default).
 pub const DEFAULT_LEASE_TTL_MS: u64 = 10_000;
+/// Default of `outage_limit_ms` (the framework's default).
+pub const DEFAULT_OUTAGE_LIMIT_MS: u64 = 60_000;
 /// Default of `refresh_ms` (the framework's default).
 pub const DEFAULT_REFRESH_MS: u64 = 1_000;
 /// Default of `recovery_sweep_ms` (the framework's default).
@@ -59,6 +61,7 @@ pub const KEYS: &[&str] = &[
     "capacity",
     "weight",
     "lease_ttl_ms",
+    "outage_limit_ms",
     "refresh_ms",
     "recover_units",
     "recovery_sweep_ms",
@@ -143,6 +146,9 @@ pub struct NodeFile {
     /// How long the owner lease lasts without renewal, in milliseconds.
     #[serde(default = "default_lease_ttl_ms")]
     pub lease_ttl_ms: u64,
+    /// How long past its lease the node runs turns through a store outage, in milliseconds.
+    #[serde(default = "default_outage_limit_ms")]
+    pub outage_limit_ms: u64,
     /// How often the node republishes itself and rereads its peers, in milliseconds.
     #[serde(default = "default_refresh_ms")]
     pub refresh_ms: u64,
@@ -282,6 +288,10 @@ fn default_lease_ttl_ms() -> u64 {
     DEFAULT_LEASE_TTL_MS
 }
 
+fn default_outage_limit_ms() -> u64 {
+    DEFAULT_OUTAGE_LIMIT_MS
+}
+
 fn default_refresh_ms() -> u64 {
     DEFAULT_REFRESH_MS
 }
@@ -319,6 +329,8 @@ pub struct NodeSettings {
     pub weight: u32,
     /// The owner lease's time to live.
     pub lease_ttl: Duration,
+    /// How long past its lease it runs turns while the store does not answer.
+    pub outage_limit: Duration,
     /// The membership refresh period.
     pub refresh: Duration,
     /// Whether dead nodes' units are rebuilt on the survivors.
@@ -732,6 +744,7 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
         capacity: file.capacity,
         weight: file.weight,
         lease_ttl: Duration::from_millis(file.lease_ttl_ms),
+        outage_limit: Duration::from_millis(file.outage_limit_ms),
         refresh: Duration::from_millis(file.refresh_ms),
         recover_units: file.recover_units,
         recovery_sweep: Duration::from_millis(file.recovery_sweep_ms),
@@ -1047,6 +1060,7 @@ mod tests {
         assert_eq!(s.capacity, framework.capacity);
         assert_eq!(s.weight, framework.weight);
         assert_eq!(s.lease_ttl, framework.lease_ttl);
+        assert_eq!(s.outage_limit, framework.outage_limit);
         assert_eq!(s.refresh, framework.refresh);
         assert_eq!(s.recover_units, framework.recover_units);
         assert_eq!(s.recovery_sweep, framework.recovery_sweep);
@@ -1168,6 +1182,7 @@ mod tests {
         capacity = 5
         weight = 3
         lease_ttl_ms = 3000
+        outage_limit_ms = 20000
         refresh_ms = 250
         recover_units = false
         recovery_sweep_ms = 2000
@@ -1216,6 +1231,7 @@ mod tests {
         );
         assert_eq!((s.capacity, s.weight), (5, 3));
         assert_eq!(s.lease_ttl, Duration::from_millis(3000));
+        assert_eq!(s.outage_limit, Duration::from_secs(20));
         assert_eq!(s.refresh, Duration::from_millis(250));
         assert!(!s.recover_units);
         assert_eq!(s.recovery_sweep, Duration::from_millis(2000));

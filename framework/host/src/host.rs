@@ -397,6 +397,7 @@ async fn node_config(settings: &NodeSettings) -> Result<NodeConfig, HostError> {
     config.capacity = settings.capacity;
     config.weight = settings.weight;
     config.lease_ttl = settings.lease_ttl;
+    config.outage_limit = settings.outage_limit;
     config.refresh = settings.refresh;
     config.recover_units = settings.recover_units;
     config.recovery_sweep = settings.recovery_sweep;
