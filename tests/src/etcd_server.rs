@@ -4,7 +4,6 @@
 //! prints one line and the test returns; CI sets `FERRY_REQUIRE_ETCD=1` so that a missing etcd
 //! fails loudly instead of skipping.
 
-use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -233,7 +232,11 @@ impl Member {
         };
         // Owned from here on, so a failure later kills it.
         self.child = Some(child);
-        Ok(watch_output(stdout, stderr))
+        Ok(crate::server_output::watch_for(
+            stderr,
+            "ready to serve client requests",
+            stdout,
+        ))
     }
 
     fn stop(&mut self) {
@@ -276,38 +279,6 @@ async fn post(port: u16, path: &str, body: &str) -> Option<serde_json::Value> {
         .await
         .ok()
         .flatten()
-}
-
-/// Reads etcd's output on plain threads and resolves once it serves clients, or with its output
-/// if it exits first. The threads keep draining afterwards, so etcd never blocks on a full pipe.
-fn watch_output(
-    stdout: impl Read + Send + 'static,
-    stderr: impl Read + Send + 'static,
-) -> oneshot::Receiver<Result<(), String>> {
-    let (tx, rx) = oneshot::channel();
-    std::thread::spawn(move || {
-        let _ = std::io::copy(&mut BufReader::new(stdout), &mut std::io::sink());
-    });
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        let mut seen = Vec::new();
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if tx.is_some() {
-                if line.contains("ready to serve client requests") {
-                    if let Some(tx) = tx.take() {
-                        let _ = tx.send(Ok(()));
-                    }
-                } else {
-                    seen.push(line);
-                }
-            }
-        }
-        if let Some(tx) = tx {
-            let _ = tx.send(Err(seen.join("\n")));
-        }
-    });
-    rx
 }
 
 fn free_port() -> std::io::Result<u16> {

@@ -8,6 +8,7 @@ pub mod faults;
 pub mod invariants;
 pub mod player;
 pub mod redis_server;
+mod server_output;
 pub mod sessions;
 pub mod sim_cluster;
 pub mod sim_socket;

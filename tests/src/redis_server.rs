@@ -5,14 +5,11 @@
 //! a green run of everything else; CI sets `FERRY_REQUIRE_REDIS=1` so that a missing server fails
 //! loudly instead of skipping.
 
-use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
-
-use tokio::sync::oneshot;
 
 /// The line a test prints when it skips for want of redis-server.
 pub const SKIP_MESSAGE: &str = "skipped: redis-server not installed (apt-get install redis-server)";
@@ -144,7 +141,7 @@ impl RedisServer {
             ));
         };
         server.child = Some(child);
-        let ready = watch_output(stdout, stderr);
+        let ready = crate::server_output::watch_for(stdout, "Ready to accept connections", stderr);
         match tokio::time::timeout(READY_WITHIN, ready).await {
             Ok(Ok(Ok(()))) => Ok(server),
             Ok(Ok(Err(output))) => Err(StartError::Failed(output)),
@@ -239,44 +236,6 @@ fn or_skip(started: Result<RedisServer, StartError>) -> Option<RedisServer> {
         }
         Err(StartError::Failed(output)) => panic!("redis-server did not start:\n{output}"),
     }
-}
-
-/// Reads the server's output on plain threads (so it does not depend on which runtime is alive)
-/// and resolves once the server is ready, or with its output if it exits first. The threads keep
-/// draining afterwards, so a chatty server never blocks on a full pipe.
-fn watch_output(
-    stdout: impl Read + Send + 'static,
-    stderr: impl Read + Send + 'static,
-) -> oneshot::Receiver<Result<(), String>> {
-    let (tx, rx) = oneshot::channel();
-    let (err_tx, err_rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = BufReader::new(stderr).read_to_string(&mut text);
-        let _ = err_tx.send(text);
-    });
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        let mut seen = Vec::new();
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.is_some() {
-                if line.contains("Ready to accept connections") {
-                    if let Some(tx) = tx.take() {
-                        let _ = tx.send(Ok(()));
-                    }
-                } else {
-                    seen.push(line);
-                }
-            }
-        }
-        if let Some(tx) = tx {
-            // The server exited before it was ready: its stderr is complete by now.
-            seen.extend(err_rx.recv().ok());
-            let _ = tx.send(Err(seen.join("\n")));
-        }
-    });
-    rx
 }
 
 fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
