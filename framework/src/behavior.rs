@@ -19,21 +19,14 @@ use crate::session::wire::Encoding;
 use crate::session::{PushError, SessionBinding};
 use crate::timer::{OverrunPolicy, Tick, TimerSet};
 
+pub use ferry_core::relocation::ReadyOutcome;
+
 /// Anything that can be sent to a unit or returned from one. It must round-trip through postcard:
 /// it is encoded when it crosses the mesh or moves with its unit, and a small one (up to 23 bytes
 /// encoded) travels encoded on its own node too, so that sending it allocates nothing. A larger
 /// one is passed by value.
 pub trait Message: Serialize + DeserializeOwned + Send + 'static {}
 impl<T: Serialize + DeserializeOwned + Send + 'static> Message for T {}
-
-/// How a prepared move ended, told to an ApplicationSignaled spot before its next application turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadyOutcome {
-    /// No move took place (none was prepared, or it was cancelled before relay-ready): carry on here.
-    Continued,
-    /// The spot now runs on another node; this is its first turn there.
-    Relocated,
-}
 
 /// The behaviour of a Spot or an Actor. One message, timer tick or lifecycle callback is one turn.
 ///
@@ -128,13 +121,14 @@ impl Ctx<'_> {
     /// Registers (or replaces) a periodic timer, first due one period from now.
     pub fn set_timer(&mut self, name: &str, period: Duration, policy: OverrunPolicy) {
         let now = self.now();
-        self.timers.set_periodic(name, period, policy, now);
+        self.timers
+            .set_periodic(name, period, policy, now.into_std());
     }
 
     /// Registers (or replaces) a timer that fires once after `delay`.
     pub fn set_timeout(&mut self, name: &str, delay: Duration) {
         let now = self.now();
-        self.timers.set_one_shot(name, delay, now);
+        self.timers.set_one_shot(name, delay, now.into_std());
     }
 
     /// Cancels a timer; returns whether it was registered.

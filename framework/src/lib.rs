@@ -24,14 +24,14 @@ pub mod error;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod ids;
+pub use ferry_core::ids;
 pub mod mesh;
 pub mod node;
 pub mod registry;
 pub mod relocation;
 pub mod session;
 pub mod store;
-pub mod timer;
+pub use ferry_core::timer;
 
 pub use behavior::{Behavior, Ctx, Message, ReadyOutcome};
 pub use cluster::recovery::{RecoveryEvent, RecoveryStall};

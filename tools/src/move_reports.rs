@@ -91,7 +91,7 @@ mod tests {
     fn report(pause_us: u64, transfer_us: u64) -> MoveReport {
         let node = |name: &str| NodeId::new(name).expect("a valid node id");
         MoveReport {
-            relocation: RelocationId::random(),
+            relocation: RelocationId(7),
             unit: UnitId::Spot(SpotId::new("room").expect("a valid spot id")),
             from: node("a"),
             to: node("b"),

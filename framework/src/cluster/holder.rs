@@ -16,6 +16,7 @@ use super::authority::{NodeDescriptor, node_key};
 use crate::error::StartError;
 use crate::mesh::tls::{NodeTls, node_dns_name};
 use crate::node::NodeConfig;
+use crate::store::StoreError;
 
 /// How long a start waits for the holder of its id's lease to answer before it takes over.
 pub const HOLDER_PROBE: Duration = Duration::from_secs(2);
@@ -41,7 +42,11 @@ pub(crate) async fn check_id_free(config: &NodeConfig) -> Result<(), StartError>
     // vouching for it): it is asked all the same.
     let key = node_key(&config.id);
     let addr = match store.get(&key).await? {
-        Some(found) => NodeDescriptor::decode(&key, &found.value)?.mesh_addr,
+        Some(found) => {
+            NodeDescriptor::decode(&key, &found.value)
+                .map_err(StoreError::from)?
+                .mesh_addr
+        }
         None => None,
     };
     let Some(addr) = addr else {

@@ -12,12 +12,12 @@
 //! - `membership`: the owner lease, descriptors, and learning peers.
 //! - [`recovery`]: rebuilding a dead node's units on the survivors.
 
-pub mod authority;
-pub(crate) mod frames;
+pub use ferry_core::authority;
+pub(crate) use ferry_core::frames;
 pub(crate) mod holder;
 pub mod losses;
 pub(crate) mod membership;
-pub mod placement;
+pub use ferry_core::placement;
 pub mod recovery;
 pub(crate) mod routing;
 pub(crate) mod witness;

@@ -207,7 +207,8 @@ impl Node {
             let Some(current) = self.store().get(&key).await.map_err(unavailable)? else {
                 return Err(crate::error::UnitError::UnknownId { id: id.clone() });
             };
-            let mut record = UnitRecord::decode(&key, &current.value).map_err(unavailable)?;
+            let mut record =
+                UnitRecord::decode(&key, &current.value).map_err(|e| unavailable(e.into()))?;
             record.recoverable = recoverable;
             let written = self
                 .store()

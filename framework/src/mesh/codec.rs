@@ -8,6 +8,7 @@ use std::io;
 use std::marker::PhantomData;
 
 use bytes::{Bytes, BytesMut};
+use ferry_core::shared_bytes::Decoding;
 use postcard::ser_flavors::Flavor;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -160,71 +161,6 @@ impl Flavor for Capped<'_> {
     fn finalize(self) -> postcard::Result<()> {
         Ok(())
     }
-}
-
-thread_local! {
-    /// The body a [`FrameCodec`] decodes on this thread right now, for [`shared_bytes`].
-    static DECODING: std::cell::RefCell<Option<Bytes>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Makes `body` the one [`shared_bytes`] fields slice from until the guard drops.
-struct Decoding;
-
-impl Decoding {
-    fn start(body: &Bytes) -> Decoding {
-        DECODING.set(Some(body.clone()));
-        Decoding
-    }
-}
-
-impl Drop for Decoding {
-    fn drop(&mut self) {
-        DECODING.set(None);
-    }
-}
-
-/// Decodes a `Bytes` field (`#[serde(deserialize_with = ...)]`) as a slice of the frame body a
-/// [`FrameCodec`] is decoding, not a copy: a message's payload then shares the buffer it was read
-/// into, and is freed with it. Other deserializers get a copy, as with `Bytes`'s own impl.
-pub(crate) fn shared_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Bytes, D::Error> {
-    struct Visit;
-
-    impl<'de> serde::de::Visitor<'de> for Visit {
-        type Value = Bytes;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("bytes")
-        }
-
-        fn visit_borrowed_bytes<E>(self, v: &'de [u8]) -> Result<Bytes, E> {
-            let within = |body: &Bytes| {
-                let (start, base) = (v.as_ptr() as usize, body.as_ptr() as usize);
-                start >= base && start + v.len() <= base + body.len()
-            };
-            Ok(DECODING.with_borrow(|body| match body {
-                Some(body) if within(body) => body.slice_ref(v),
-                _ => Bytes::copy_from_slice(v),
-            }))
-        }
-
-        fn visit_bytes<E>(self, v: &[u8]) -> Result<Bytes, E> {
-            Ok(Bytes::copy_from_slice(v))
-        }
-
-        fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Bytes, E> {
-            Ok(Bytes::from(v))
-        }
-
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Bytes, A::Error> {
-            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
-            while let Some(b) = seq.next_element::<u8>()? {
-                out.push(b);
-            }
-            Ok(Bytes::from(out))
-        }
-    }
-
-    d.deserialize_bytes(Visit)
 }
 
 /// Encodes and decodes frames of type `T` with a hard size limit.
@@ -505,7 +441,7 @@ mod tests {
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
     struct Carrier {
-        #[serde(deserialize_with = "shared_bytes")]
+        #[serde(deserialize_with = "ferry_core::shared_bytes::shared_bytes")]
         payload: Bytes,
         tail: u8,
     }

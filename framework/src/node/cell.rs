@@ -159,11 +159,11 @@ impl<B: Behavior> UnitCell for Cell<B> {
     }
 
     fn next_due(&self) -> Option<Instant> {
-        self.timers.next_due()
+        self.timers.next_due().map(Instant::from_std)
     }
 
     fn take_due(&mut self, now: Instant) -> Vec<Tick> {
-        self.timers.take_due(now)
+        self.timers.take_due(now.into_std())
     }
 
     fn turn(&mut self, node: &Node, turn: Turn<'_>, effects: &mut TurnEffects) -> TurnReply {
@@ -232,7 +232,7 @@ impl<B: Behavior> UnitCell for Cell<B> {
     }
 
     fn timer_snapshot(&self, now: Instant) -> Vec<TimerSnapshot> {
-        self.timers.snapshot(now)
+        self.timers.snapshot(now.into_std())
     }
 
     fn set_timers(&mut self, timers: TimerSet) {

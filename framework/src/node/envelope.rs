@@ -3,12 +3,13 @@
 use std::any::{Any, TypeId};
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 
 use crate::behavior::Message;
 use crate::error::MessageError;
-use crate::ids::{NodeId, UnitId};
+use crate::ids::UnitId;
 use crate::session::SessionOp;
+
+pub use ferry_core::frames::ReplyTo;
 
 /// The most bytes a message may take encoded to travel inline, in the envelope itself.
 const INLINE_BYTES: usize = 23;
@@ -141,17 +142,6 @@ impl Payload {
             None => Payload::Encoded(bytes),
         }
     }
-}
-
-/// Where a request's terminal goes: the node that asked, and its request number there.
-///
-/// It is plain data, not a channel, so a queued request keeps its way home when its unit moves.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReplyTo {
-    /// The node that asked.
-    pub node: NodeId,
-    /// The request's number on that node.
-    pub request: u64,
 }
 
 /// A reply or the error that ends a request.

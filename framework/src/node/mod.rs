@@ -19,6 +19,7 @@ mod unit_ref;
 pub use config::{DEFAULT_MAX_STATE, MeshSettings, NodeConfig};
 pub use envelope::ReplyTo;
 pub(crate) use envelope::{Envelope, Payload};
+pub use ferry_core::authority::NodeState;
 pub use unit_ref::UnitRef;
 
 use std::any::TypeId;
@@ -47,59 +48,6 @@ use crate::ids::{ActorId, NodeId, ObjectGeneration, SpotId, UnitId};
 use crate::mesh::{Mesh, MeshConfig};
 use crate::registry::{FactoryKind, Registry};
 use crate::store::{BatchOutcome, Condition, Lease, LocationStore, Op, StoreError};
-
-/// A node's lifecycle state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum NodeState {
-    /// Starting up; not accepting work yet.
-    Preparing,
-    /// Accepting and running work.
-    Serving,
-    /// Moving its units to other nodes.
-    Relocating,
-    /// Every unit has moved away; connections stay until shutdown.
-    Relocated,
-    /// Closing its units for shutdown.
-    Draining,
-    /// Shut down.
-    Stopped,
-    /// Failed; see the log.
-    Error,
-}
-
-impl NodeState {
-    /// Every state, in lifecycle order (for status pages and metrics that list them all).
-    pub const ALL: [NodeState; 7] = [
-        NodeState::Preparing,
-        NodeState::Serving,
-        NodeState::Relocating,
-        NodeState::Relocated,
-        NodeState::Draining,
-        NodeState::Stopped,
-        NodeState::Error,
-    ];
-
-    fn from_u8(n: u8) -> NodeState {
-        Self::ALL
-            .get(usize::from(n))
-            .copied()
-            .unwrap_or(NodeState::Error)
-    }
-
-    /// Whether the node takes new messages in this state.
-    pub fn accepts_work(self) -> bool {
-        matches!(
-            self,
-            NodeState::Serving | NodeState::Relocating | NodeState::Relocated
-        )
-    }
-}
-
-impl fmt::Display for NodeState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
-    }
-}
 
 /// Who a message is for: a unit by id, optionally with the intent to activate an Instance Spot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -761,7 +709,7 @@ impl Node {
     pub async fn read_record(&self, id: &UnitId) -> Result<Option<UnitRecord>, StoreError> {
         let key = unit_key(id);
         match self.store().get(&key).await? {
-            Some(v) => UnitRecord::decode(&key, &v.value).map(Some),
+            Some(v) => Ok(Some(UnitRecord::decode(&key, &v.value)?)),
             None => Ok(None),
         }
     }

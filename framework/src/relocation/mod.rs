@@ -8,39 +8,16 @@
 //! - `target`: the async shell of the target side: restore, relay, commit, open.
 //! - `host`: draining a whole node within a deadline and budget, with status and events.
 
-pub mod capture;
-pub(crate) mod frames;
 mod host;
-mod phases;
-pub mod protocol;
 mod source;
 mod target;
 
+pub use ferry_core::relocation::phases::MovePhases;
+pub use ferry_core::relocation::{RelocationId, capture, protocol};
+pub(crate) use ferry_core::relocation::{frames, phases};
 pub(crate) use host::HostOp;
 pub use host::{
     BlockedReason, HostStatus, RelocateMode, RelocateOptions, RelocateOutcome, RelocationEvent,
 };
-pub use phases::MovePhases;
 pub use source::{MoveError, MoveReport};
 pub(crate) use target::Moves;
-
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
-
-/// The identity of one move: random, so two moves never share one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct RelocationId(pub u128);
-
-impl RelocationId {
-    /// A fresh random id.
-    pub fn random() -> Self {
-        RelocationId(rand::random())
-    }
-}
-
-impl fmt::Display for RelocationId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
-    }
-}

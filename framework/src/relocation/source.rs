@@ -202,7 +202,7 @@ impl Node {
         deadline: Instant,
         budget: Option<Arc<Semaphore>>,
     ) -> MoveReport {
-        let rel = RelocationId::random();
+        let rel = RelocationId(rand::random());
         let span = tracing::info_span!("relocation", relocation = %rel, unit = %id, to = %target);
         self.move_in_span(rel, id, target, deadline, budget)
             .instrument(span)

@@ -19,6 +19,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use ferry_core::authority::CorruptRecord;
+
 use crate::ids::NodeId;
 
 #[cfg(feature = "etcd")]
@@ -232,6 +234,15 @@ pub enum StoreError {
         /// What to change.
         reason: String,
     },
+}
+
+impl From<CorruptRecord> for StoreError {
+    fn from(e: CorruptRecord) -> Self {
+        StoreError::Corrupt {
+            key: e.key,
+            reason: e.reason,
+        }
+    }
 }
 
 /// The location store: the one authority on where every unit lives.

@@ -448,7 +448,7 @@ impl Lane {
                         format!("{} could not be restored: {e}", c.id)
                     })?;
             }
-            cell.set_timers(TimerSet::restore(c.timers, now));
+            cell.set_timers(TimerSet::restore(c.timers, now.into_std()));
             *cell.binding_mut() = c.binding;
             *cell.membership_mut() = match c.membership {
                 MembershipData::Spot(members) => Membership::Spot {

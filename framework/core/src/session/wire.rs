@@ -1,6 +1,6 @@
 //! The client protocol. A client opens one bidirectional QUIC stream (ALPN [`ALPN`]) and both
 //! sides write frames on it: a 4-byte big-endian length, then a postcard body (see
-//! [`crate::mesh::codec::FrameCodec`]), never longer than the gateway's `max_frame`.
+//! the mesh's frame codec), never longer than the gateway's `max_frame`.
 //!
 //! The first client frame is [`ClientFrame::Hello`]; the gateway answers
 //! [`ServerFrame::Welcome`] or closes. A gateway that ends a session writes

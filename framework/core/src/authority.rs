@@ -3,14 +3,13 @@
 //! Records are postcard-encoded values under short keys. The store's version of a record is what
 //! conditional writes are gated on; the generations inside it are what a reader reasons about.
 
+use std::fmt;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{ActorId, NodeId, ObjectGeneration, SpotId, UnitId};
-use crate::node::NodeState;
-use crate::store::StoreError;
 
 /// Where a unit is in its life, as the store sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,7 +48,7 @@ impl UnitRecord {
     }
 
     /// Decodes a store value; a value that does not decode is reported as corrupt.
-    pub fn decode(key: &str, value: &[u8]) -> Result<Self, StoreError> {
+    pub fn decode(key: &str, value: &[u8]) -> Result<Self, CorruptRecord> {
         decode(key, value, "authority record")
     }
 }
@@ -59,13 +58,23 @@ fn encode<T: Serialize>(value: &T) -> Bytes {
     Bytes::from(postcard::to_allocvec(value).unwrap_or_default())
 }
 
+/// A store value that does not decode: written by another version, or damaged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the store entry {key} is corrupt ({reason}); delete it, or check which version wrote it")]
+pub struct CorruptRecord {
+    /// The key of the entry.
+    pub key: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
 /// Decodes a store value, reporting one that does not decode as corrupt.
 fn decode<T: for<'de> Deserialize<'de>>(
     key: &str,
     value: &[u8],
     what: &str,
-) -> Result<T, StoreError> {
-    postcard::from_bytes(value).map_err(|e| StoreError::Corrupt {
+) -> Result<T, CorruptRecord> {
+    postcard::from_bytes(value).map_err(|e| CorruptRecord {
         key: key.to_owned(),
         reason: format!("{what} does not decode: {e}"),
     })
@@ -150,8 +159,62 @@ impl NodeDescriptor {
     }
 
     /// Decodes a store value.
-    pub fn decode(key: &str, value: &[u8]) -> Result<Self, StoreError> {
+    pub fn decode(key: &str, value: &[u8]) -> Result<Self, CorruptRecord> {
         decode(key, value, "node descriptor")
+    }
+}
+
+/// A node's lifecycle state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum NodeState {
+    /// Starting up; not accepting work yet.
+    Preparing,
+    /// Accepting and running work.
+    Serving,
+    /// Moving its units to other nodes.
+    Relocating,
+    /// Every unit has moved away; connections stay until shutdown.
+    Relocated,
+    /// Closing its units for shutdown.
+    Draining,
+    /// Shut down.
+    Stopped,
+    /// Failed; see the log.
+    Error,
+}
+
+impl NodeState {
+    /// Every state, in lifecycle order (for status pages and metrics that list them all).
+    pub const ALL: [NodeState; 7] = [
+        NodeState::Preparing,
+        NodeState::Serving,
+        NodeState::Relocating,
+        NodeState::Relocated,
+        NodeState::Draining,
+        NodeState::Stopped,
+        NodeState::Error,
+    ];
+
+    /// The state stored as `n` (its place in [`NodeState::ALL`]); an unknown number is `Error`.
+    pub fn from_u8(n: u8) -> NodeState {
+        Self::ALL
+            .get(usize::from(n))
+            .copied()
+            .unwrap_or(NodeState::Error)
+    }
+
+    /// Whether the node takes new messages in this state.
+    pub fn accepts_work(self) -> bool {
+        matches!(
+            self,
+            NodeState::Serving | NodeState::Relocating | NodeState::Relocated
+        )
+    }
+}
+
+impl fmt::Display for NodeState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
     }
 }
 
@@ -184,7 +247,7 @@ mod tests {
         assert_eq!(UnitRecord::decode("k", &r.encode()).unwrap(), r);
         assert!(matches!(
             UnitRecord::decode("k", &[0xff, 0xff, 0xff]),
-            Err(StoreError::Corrupt { .. })
+            Err(CorruptRecord { .. })
         ));
     }
 }

@@ -14,51 +14,76 @@ use crate::relocation::RelocationId;
 
 /// One bound Actor of a session, as a move names it to the gateway.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct BoundActor {
+pub struct BoundActor {
+    /// The Actor.
     pub actor: ActorId,
+    /// The session on the gateway.
     pub session: SessionId,
+    /// The bind within the session.
     pub epoch: u32,
 }
 
 /// One frame about sessions between two nodes.
 #[derive(Debug, Serialize, Deserialize)]
-pub(crate) enum SessionFrame {
+pub enum SessionFrame {
     /// Actor's node → gateway: the bind was applied here (with the Actor's factory), or not.
     Bound {
+        /// The session on the gateway.
         session: SessionId,
+        /// The Actor.
         actor: ActorId,
+        /// The bind within the session.
         epoch: u32,
+        /// The Actor's factory, or why the bind was refused.
         verdict: Result<String, String>,
     },
     /// Actor's node → gateway: the Actor let this binding go (another session bound it, or it
     /// stopped), for this reason.
     Unbound {
+        /// The session on the gateway.
         session: SessionId,
+        /// The Actor.
         actor: ActorId,
+        /// The bind within the session.
         epoch: u32,
+        /// Why.
         reason: String,
     },
     /// Actor's node → gateway: a push, numbered per binding.
     Push {
+        /// The session on the gateway.
         session: SessionId,
+        /// The Actor.
         actor: ActorId,
+        /// The bind within the session.
         epoch: u32,
+        /// The push's number within its binding.
         seq: u64,
+        /// The pushed message, encoded.
         payload: Bytes,
     },
     /// Source → gateway: hold these Actors' inputs; answer `SealAck` once held. `hold` is the
     /// time left to the move's deadline: the release is due by then, however long the move works.
     Seal {
+        /// The move.
         rel: RelocationId,
+        /// The Actors concerned.
         actors: Vec<BoundActor>,
+        /// How long to hold them at most.
         hold: Duration,
     },
     /// Gateway → source: every input sent before this is on its way ahead of it.
-    SealAck { rel: RelocationId },
+    SealAck {
+        /// The move.
+        rel: RelocationId,
+    },
     /// Source → gateway: the move ended; these Actors run on `owner` (`None`: nowhere).
     Release {
+        /// The move.
         rel: RelocationId,
+        /// The Actors concerned.
         actors: Vec<BoundActor>,
+        /// Where the Actors run now.
         owner: Option<crate::ids::NodeId>,
     },
 }

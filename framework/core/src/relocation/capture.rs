@@ -4,9 +4,9 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::behavior::ReadyOutcome;
+use super::ReadyOutcome;
+use crate::frames::ReplyTo;
 use crate::ids::{ActorId, SpotId, UnitId};
-use crate::node::ReplyTo;
 use crate::session::{SessionBinding, SessionOp};
 use crate::timer::{Tick, TimerSnapshot};
 

@@ -50,8 +50,10 @@ impl MovePhases {
 
 /// What the target reports of its own phases.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct TargetPhases {
+pub struct TargetPhases {
+    /// How long the restore took.
     pub restore: Duration,
+    /// How long the store commit took.
     pub commit: Duration,
 }
 

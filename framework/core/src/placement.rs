@@ -1,9 +1,8 @@
 //! Where a new unit goes: a pure choice among node descriptors, so it can be tested without a cluster.
 
 use crate::ids::NodeId;
-use crate::node::NodeState;
 
-use super::authority::NodeDescriptor;
+use crate::authority::{NodeDescriptor, NodeState};
 
 /// Picks the node for a new unit of `factory`: a Serving node that has the factory and capacity left,
 /// the least loaded first (units over capacity), then the highest weight, then the lowest node id.

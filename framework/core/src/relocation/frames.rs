@@ -7,68 +7,112 @@ use serde::{Deserialize, Serialize};
 
 use super::RelocationId;
 use super::capture::{Manifest, QueuedOp};
-use crate::cluster::authority::UnitRecord;
+use crate::authority::UnitRecord;
 use crate::ids::UnitId;
 
 /// An authority record as the source read it, with the store version a commit is conditional on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct RecordAt {
+pub struct RecordAt {
+    /// The unit the record is of.
     pub id: UnitId,
+    /// The record as read.
     pub record: UnitRecord,
+    /// The store version it was read at.
     pub version: u64,
 }
 
 /// One frame of a move.
 #[derive(Debug, Serialize, Deserialize)]
-pub(crate) enum RelocFrame {
+pub enum RelocFrame {
     /// Source → target: a unit is coming; its records and the manifest of its capture.
     Offer {
+        /// The move.
         rel: RelocationId,
+        /// The unit that moves.
         unit: UnitId,
+        /// The authority records of the unit and its members, as read.
         records: Vec<RecordAt>,
+        /// How the capture is cut into chunks.
         manifest: Manifest,
         /// The time left until the move's deadline: how long the target keeps the unit staged.
         within: Duration,
     },
     /// Source → target: one chunk of the capture.
     Chunk {
+        /// The move.
         rel: RelocationId,
+        /// The chunk's place in the capture.
         index: u32,
+        /// The chunk's bytes.
         bytes: Bytes,
     },
     /// Target → source: the offer was taken and the work on it goes on (chunks assembled, a
     /// restore still running): the source counts silence only from the last one of these.
-    Progress { rel: RelocationId },
+    Progress {
+        /// The move.
+        rel: RelocationId,
+    },
     /// Target → source: restored into a queue that does not run yet; relay may start. With how
     /// long the restore took there.
     RelayReady {
+        /// The move.
         rel: RelocationId,
+        /// How long the restore took on the target.
         restore: Duration,
     },
     /// Target → source: the unit was refused.
-    Refused { rel: RelocationId, reason: String },
+    Refused {
+        /// The move.
+        rel: RelocationId,
+        /// Why.
+        reason: String,
+    },
     /// Source → target: relay records sent again follow; drop the ones before.
-    RelayReset { rel: RelocationId },
+    RelayReset {
+        /// The move.
+        rel: RelocationId,
+    },
     /// Source → target: the move was given up before the handover; drop what was staged.
-    Withdraw { rel: RelocationId },
+    Withdraw {
+        /// The move.
+        rel: RelocationId,
+    },
     /// Source → target: one operation that arrived after the seal.
-    Relay { rel: RelocationId, op: QueuedOp },
+    Relay {
+        /// The move.
+        rel: RelocationId,
+        /// The operation.
+        op: QueuedOp,
+    },
     /// Source → target: no more relay records; their count and checksum.
     Cutover {
+        /// The move.
         rel: RelocationId,
+        /// How many relay records were sent.
         count: u32,
+        /// Their checksum.
         crc: u32,
     },
     /// Target → source: recorded as owner and open. With how long the store commit took there.
-    Committed { rel: RelocationId, commit: Duration },
+    Committed {
+        /// The move.
+        rel: RelocationId,
+        /// How long the store commit took on the target.
+        commit: Duration,
+    },
     /// Target → source: gave up before committing.
-    Aborted { rel: RelocationId, reason: String },
+    Aborted {
+        /// The move.
+        rel: RelocationId,
+        /// Why.
+        reason: String,
+    },
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::authority::Stage;
+    use crate::authority::Stage;
     use crate::ids::{NodeId, ObjectGeneration, SpotId};
     use proptest::prelude::*;
 

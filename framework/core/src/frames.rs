@@ -3,16 +3,15 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{MessageError, UnitError};
+use crate::errors::{MessageError, UnitError};
 use crate::ids::{ActorId, NodeId, SpotId, UnitId};
-use crate::node::ReplyTo;
 
 /// The most times a message is forwarded before it is given up as unknown.
 pub const MAX_HOPS: u8 = 8;
 
 /// One frame between nodes.
 #[derive(Debug, Serialize, Deserialize)]
-pub(crate) enum Frame {
+pub enum Frame {
     /// A message for a unit.
     Deliver(Deliver),
     /// The terminal of a request (or of a call), for the node that asked.
@@ -72,12 +71,12 @@ pub(crate) enum Frame {
 
 /// A message for a unit, with where its reply goes.
 #[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct Deliver {
+pub struct Deliver {
     /// The unit.
     pub to: UnitId,
     /// The message, postcard-encoded (empty for a session change); read off the mesh, it shares
     /// the frame's buffer.
-    #[serde(deserialize_with = "crate::mesh::codec::shared_bytes")]
+    #[serde(deserialize_with = "crate::shared_bytes::shared_bytes")]
     pub payload: Bytes,
     /// A change to the Actor's session binding, instead of a message.
     pub session: Option<crate::session::SessionOp>,
@@ -93,7 +92,7 @@ pub(crate) struct Deliver {
 
 /// Operations between nodes.
 #[derive(Debug, Serialize, Deserialize)]
-pub(crate) enum Call {
+pub enum Call {
     /// Create a unit on the receiving node (placement chose it).
     Create {
         /// The factory.
@@ -110,7 +109,7 @@ pub(crate) enum Call {
         /// The version of the dead owner's record.
         version: u64,
         /// That record.
-        previous: crate::cluster::authority::UnitRecord,
+        previous: crate::authority::UnitRecord,
         /// The version of the dead owner's descriptor when it was taken for dead (`None`: it
         /// had none): the rebuild is gated on it, so an owner that came back is not rebuilt.
         owner_descriptor: Option<u64>,
@@ -147,10 +146,21 @@ impl Call {
 }
 
 /// What a `Member` call answers.
-pub(crate) type MemberAnswer = Result<(), UnitError>;
+pub type MemberAnswer = Result<(), UnitError>;
 
 /// What a `Create`, `Recover` or `Activate` call answers.
-pub(crate) type CreateAnswer = Result<bool, UnitError>;
+pub type CreateAnswer = Result<bool, UnitError>;
+
+/// Where a request's terminal goes: the node that asked, and its request number there.
+///
+/// It is plain data, not a channel, so a queued request keeps its way home when its unit moves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyTo {
+    /// The node that asked.
+    pub node: NodeId,
+    /// The request's number on that node.
+    pub request: u64,
+}
 
 #[cfg(test)]
 mod tests {
@@ -187,13 +197,13 @@ mod tests {
             } else {
                 Err(MessageError::UnknownId { id: unit.clone() })
             };
-            let record = crate::cluster::authority::UnitRecord {
+            let record = crate::authority::UnitRecord {
                 owner: node.clone(),
                 lease_generation: n,
                 object_generation: crate::ids::ObjectGeneration(n),
                 owner_generation: n / 3,
                 factory: text.clone(),
-                stage: crate::cluster::authority::Stage::Active,
+                stage: crate::authority::Stage::Active,
                 spot: None,
                 recoverable: ok,
             };

@@ -1,0 +1,26 @@
+//! Ferry's protocol core: what nodes, gateways and the store agree on, and the decisions of a move,
+//! with no I/O. Nothing here opens a socket, reads a clock or spawns a task: time comes in as a
+//! value, randomness from the caller, and the `ferry` crate's runtime feeds events in and carries
+//! actions out. So every interleaving of a protocol can be driven by a test, or by a simulator.
+//!
+//! Layout, in dependency order (each module uses only those above it):
+//! - [`ids`]: the logical ids callers address (spots, actors, nodes); they never change on a move.
+//! - [`errors`]: how a message or request ended, and why a unit could not be created or reached.
+//! - [`shared_bytes`]: payloads decoded as slices of the frame they arrived in.
+//! - [`timer`]: timers as data (registrations, cursors, overrun policies), so they can move.
+//! - [`session`]: a client session's id, an Actor's binding to it, the client wire, and what
+//!   gateways and Actors' nodes say to each other.
+//! - [`authority`]: the records the store holds per unit and per node, and a node's lifecycle state.
+//! - [`placement`]: the choice of a node for a new unit.
+//! - [`relocation`]: a move's capture, frames and phases, and its two sides as state machines.
+//! - [`frames`]: everything nodes say to each other on the mesh.
+
+pub mod authority;
+pub mod errors;
+pub mod frames;
+pub mod ids;
+pub mod placement;
+pub mod relocation;
+pub mod session;
+pub mod shared_bytes;
+pub mod timer;

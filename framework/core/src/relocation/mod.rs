@@ -1,0 +1,35 @@
+//! What a move is made of: the unit in transit, what the two sides say, where its time goes, and
+//! the two sides' state machines.
+//!
+//! - [`protocol`]: the source and target of a move as plain state machines (events in, actions out).
+//! - [`capture`]: what moves (state, timers, saved work, pending ticks), chunked with CRC-32C.
+//! - [`frames`]: what source and target say to each other on the mesh.
+//! - [`phases`]: where the time of one move goes.
+
+pub mod capture;
+pub mod frames;
+pub mod phases;
+pub mod protocol;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// How a prepared move ended, told to an ApplicationSignaled spot before its next application turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadyOutcome {
+    /// No move took place (none was prepared, or it was cancelled before relay-ready): carry on here.
+    Continued,
+    /// The spot now runs on another node; this is its first turn there.
+    Relocated,
+}
+
+/// The identity of one move: random, so two moves never share one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RelocationId(pub u128);
+
+impl fmt::Display for RelocationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
