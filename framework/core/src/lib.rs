@@ -14,8 +14,10 @@
 //! - [`placement`]: the choice of a node for a new unit.
 //! - [`relocation`]: a move's capture, frames and phases, and its two sides as state machines.
 //! - [`frames`]: everything nodes say to each other on the mesh.
+//! - [`delivery`]: frames numbered per link, kept until acknowledged and sent again after a reset.
 
 pub mod authority;
+pub mod delivery;
 pub mod errors;
 pub mod frames;
 pub mod ids;

@@ -32,7 +32,7 @@ use super::handshake::{
     Backoff, CloseCode, Hello, Holding, Refusal, Verdict, Wire, check_hello, check_welcome,
     judge_inbound,
 };
-use super::sequence::{Inbox, Outbox};
+use ferry_core::delivery::{Inbox, Outbox};
 use super::socket::bind_endpoint;
 use super::tls;
 use super::{

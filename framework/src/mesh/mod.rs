@@ -11,8 +11,7 @@
 //!   writes and replaces its connection, and a reader per connection.
 //! - `socket`: binds the UDP socket (see [`SocketFactory`]) and tells [`Mesh::close`] when
 //!   the port is free again.
-//!
-//! - `sequence`: numbering, acknowledgement and repeat detection, as plain data.
+//! - numbering, acknowledgement and repeat detection are plain data, in `ferry_core::delivery`.
 //!
 //! Frames to one peer arrive in the order [`Mesh::send`] queued them, because they all
 //! travel on one QUIC stream, and each arrives once: the sender keeps what the peer has
@@ -25,7 +24,6 @@
 pub mod codec;
 mod handshake;
 mod link;
-mod sequence;
 pub(crate) mod socket;
 pub mod tls;
 

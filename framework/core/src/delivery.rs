@@ -2,7 +2,7 @@
 //! acknowledged, and what a link received from each peer incarnation. No sockets, no clock.
 //!
 //! Frames to one peer are numbered 1, 2, 3, ... per sending incarnation. The numbers are not
-//! written into each frame: every stream starts with [`Wire::Resume`](super::handshake::Wire)
+//! written into each frame: every stream starts with a resume message
 //! naming the number of its first frame, and the frames after it count up from there, which
 //! the one ordered stream makes exact. The receiver acknowledges cumulatively; the sender
 //! keeps every frame until it is acknowledged and sends what is kept again, first and in
@@ -16,7 +16,7 @@ use bytes::Bytes;
 
 /// The frames sent to one peer and not yet acknowledged by it.
 #[derive(Debug)]
-pub(crate) struct Outbox {
+pub struct Outbox {
     /// The number the next new frame gets.
     next: u64,
     /// Unacknowledged frames, oldest first; the first is number `next - frames.len()`.
@@ -98,7 +98,7 @@ impl Outbox {
 
 /// What has been delivered from one peer, per its incarnation.
 #[derive(Debug, Default)]
-pub(crate) struct Inbox {
+pub struct Inbox {
     /// The incarnation counted, `None` before the first frame.
     instance: Option<u64>,
     /// The highest number delivered from that incarnation.
