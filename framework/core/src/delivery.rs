@@ -72,6 +72,11 @@ impl Outbox {
         self.frames.len()
     }
 
+    /// Whether every frame sent was acknowledged.
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
     /// The kept frames, oldest first, to send again on a new connection.
     pub fn pending(&self) -> impl Iterator<Item = &Bytes> {
         self.frames.iter()
@@ -148,6 +153,7 @@ mod tests {
         assert_eq!(out.first(), 3);
         out.ack(99);
         assert_eq!((out.first(), out.len(), out.bytes()), (4, 0, 0));
+        assert!(out.is_empty());
         assert_eq!(out.push(b(4)), 4);
     }
 

@@ -32,13 +32,13 @@ use super::handshake::{
     Backoff, CloseCode, Hello, Holding, Refusal, Verdict, Wire, check_hello, check_welcome,
     judge_inbound,
 };
-use ferry_core::delivery::{Inbox, Outbox};
 use super::socket::bind_endpoint;
 use super::tls;
 use super::{
     Direction, Inbound, LossReason, Lost, MeshConfig, MeshError, MeshFrame, PeerInfo, PeerState,
 };
 use crate::ids::NodeId;
+use ferry_core::delivery::{Inbox, Outbox};
 
 /// Frames taken from the queue and written to the stream in one call, at most.
 const WRITE_BATCH: usize = 1024;

@@ -1,0 +1,161 @@
+//! The deterministic simulator: many seeds of moves, tells, crashes and faults against the protocol
+//! core, each checked step by step (see `ferry_tests::simulation`).
+//!
+//! - `FERRY_SIM_SEEDS=1000000` runs that many seeds instead of the default.
+//! - `FERRY_SIM_SEED=<seed>` replays one seed and prints its trace.
+
+use std::process::Command;
+
+use ferry_tests::simulation::{Outcome, Plan, Shape, run, shrink};
+
+const SHAPE: Shape = Shape {
+    nodes: 4,
+    units: 4,
+    senders: 3,
+};
+const STEPS: usize = 80;
+
+fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// Runs one seed; on a violation, panics with the shortest plan found and its trace.
+fn check_seed(seed: u64) -> Outcome {
+    let plan = Plan::generate(seed, STEPS, SHAPE.nodes, SHAPE.units, SHAPE.senders);
+    let outcome = run(SHAPE, &plan);
+    if let Some((at, broken)) = &outcome.violation {
+        let short = shrink(SHAPE, &plan);
+        let replay = run(SHAPE, &short);
+        panic!(
+            "seed {seed} broke an invariant at step {at}: {broken}\n\
+             shortest plan ({} steps): {:?}\n\
+             its trace:\n{}\n\
+             replay with FERRY_SIM_SEED={seed} cargo test -p ferry-tests --test simulation replay",
+            short.steps.len(),
+            short.steps,
+            replay.trace.join("\n")
+        );
+    }
+    outcome
+}
+
+/// Ten thousand seeds (or `FERRY_SIM_SEEDS`) of 80 steps each, split over two threads: no
+/// invariant breaks, and the runs do real work (moves end, tells run).
+#[test]
+fn ten_thousand_seeds_keep_every_invariant() {
+    let seeds = env_number("FERRY_SIM_SEEDS").unwrap_or(10_000);
+    let halves: Vec<std::thread::JoinHandle<(usize, usize)>> = (0..2u64)
+        .map(|half| {
+            std::thread::spawn(move || {
+                let (mut moves, mut tells) = (0, 0);
+                for seed in (half..seeds).step_by(2) {
+                    let outcome = check_seed(seed);
+                    moves += outcome.moves_ended;
+                    tells += outcome.tells_ran;
+                }
+                (moves, tells)
+            })
+        })
+        .collect();
+    let (mut moves, mut tells) = (0, 0);
+    for half in halves {
+        let (m, t) = half.join().expect("a simulation thread panicked");
+        moves += m;
+        tells += t;
+    }
+    // A few moves and tells a seed on average, or the simulator explores nothing.
+    assert!(
+        moves as u64 >= seeds,
+        "{moves} moves ended over {seeds} seeds"
+    );
+    assert!(
+        tells as u64 >= seeds * 5,
+        "{tells} tells ran over {seeds} seeds"
+    );
+}
+
+/// A seed run twice gives the same trace, step by step; `FERRY_SIM_SEED` picks the seed.
+#[test]
+fn replay() {
+    let seed = env_number("FERRY_SIM_SEED").unwrap_or(4242);
+    let plan = Plan::generate(seed, STEPS, SHAPE.nodes, SHAPE.units, SHAPE.senders);
+    let first = run(SHAPE, &plan);
+    let again = run(
+        SHAPE,
+        &Plan::generate(seed, STEPS, SHAPE.nodes, SHAPE.units, SHAPE.senders),
+    );
+    assert!(first.trace.len() > STEPS / 2, "{} lines", first.trace.len());
+    assert_eq!(first.trace, again.trace);
+    if std::env::var("FERRY_SIM_SEED").is_ok() {
+        println!("{}", first.trace.join("\n"));
+    }
+}
+
+/// A bigger cluster: 100 nodes, 10,000 rooms, one node drained of its 100 rooms while tells keep
+/// coming; the run settles with every move ended and every tell run once, in order.
+#[test]
+fn a_hundred_node_cluster_drains_a_node_and_settles() {
+    let shape = Shape {
+        nodes: 100,
+        units: 10_000,
+        senders: 20,
+    };
+    let mut steps = vec![ferry_tests::simulation::Step::Drain { node: 7 }];
+    let mut rng = 7u64;
+    for i in 0..4000u32 {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        steps.push(if i % 4 == 0 {
+            ferry_tests::simulation::Step::Tell {
+                sender: (rng >> 33) as u8 % 20,
+                unit: 7,
+            }
+        } else {
+            ferry_tests::simulation::Step::Next((rng >> 33) as u32)
+        });
+    }
+    let outcome = run(shape, &Plan { seed: 7, steps });
+    assert_eq!(outcome.violation, None);
+    assert_eq!(
+        outcome.moves_ended, 100,
+        "every room of the drained node moved"
+    );
+    assert_eq!(outcome.tells_ran, 1000);
+}
+
+/// The protocol core builds with no async runtime, socket layer or clock in its dependencies.
+#[test]
+fn the_core_depends_on_no_async_runtime() {
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../framework/core/Cargo.toml");
+    let tree = Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--manifest-path",
+            manifest,
+            "-p",
+            "ferry-core",
+            "-e",
+            "normal,build",
+            "--prefix",
+            "none",
+            "--offline",
+        ])
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        tree.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tree.stderr)
+    );
+    let tree = String::from_utf8_lossy(&tree.stdout);
+    assert!(tree.contains("ferry-core"), "{tree}");
+    for runtime in ["tokio", "async-std", "smol", "mio", "quinn", "futures"] {
+        assert!(
+            !tree
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(runtime)),
+            "ferry-core depends on {runtime}:\n{tree}"
+        );
+    }
+}
