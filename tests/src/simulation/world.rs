@@ -164,6 +164,8 @@ struct Incoming {
     log: Vec<(usize, u64)>,
     queue: Vec<Work>,
     relays: Vec<QueuedOp>,
+    /// The relay record that just arrived, kept only if the machine says so.
+    arriving: Option<QueuedOp>,
     /// Arrived here while staged.
     gated: Vec<Work>,
     restored: bool,
@@ -582,7 +584,7 @@ impl World {
             }
             Msg::Relay(rel, op) => {
                 if let Some(t) = self.incoming(node, rel) {
-                    t.relays.push(op);
+                    t.arriving = Some(op);
                 }
                 self.target_event(node, rel, TargetEvent::Relay);
             }
@@ -865,6 +867,7 @@ impl World {
             log,
             queue,
             relays: Vec::new(),
+            arriving: None,
             gated: Vec::new(),
             restored: false,
             version,
@@ -904,7 +907,7 @@ impl World {
         match action {
             TargetAction::SendRelayReady => self.send(node, from, Msg::RelayReady(rel)),
             TargetAction::SendRefused(_) => self.send(node, from, Msg::Refused(rel)),
-            TargetAction::KeepRelay => {}
+            TargetAction::KeepRelay => t.relays.extend(t.arriving.take()),
             TargetAction::ClearRelay => t.relays.clear(),
             TargetAction::Commit => self.events.push(Event::Write {
                 node,
