@@ -13,7 +13,7 @@ const SHAPE: Shape = Shape {
     units: 4,
     senders: 3,
 };
-const STEPS: usize = 80;
+const STEPS: usize = 120;
 
 fn env_number(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -39,11 +39,11 @@ fn check_seed(seed: u64) -> Outcome {
     outcome
 }
 
-/// Ten thousand seeds (or `FERRY_SIM_SEEDS`) of 80 steps each, split over two threads: no
+/// Fifty thousand seeds (or `FERRY_SIM_SEEDS`) of 120 steps each, split over two threads: no
 /// invariant breaks, and the runs do real work (moves end, tells run).
 #[test]
-fn ten_thousand_seeds_keep_every_invariant() {
-    let seeds = env_number("FERRY_SIM_SEEDS").unwrap_or(10_000);
+fn fifty_thousand_seeds_keep_every_invariant() {
+    let seeds = env_number("FERRY_SIM_SEEDS").unwrap_or(50_000);
     let halves: Vec<std::thread::JoinHandle<(usize, usize)>> = (0..2u64)
         .map(|half| {
             std::thread::spawn(move || {

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::errors::{MessageError, UnitError};
 use crate::ids::{ActorId, NodeId, SpotId, UnitId};
+use crate::reply::ReplyTo;
 
 /// The most times a message is forwarded before it is given up as unknown.
 pub const MAX_HOPS: u8 = 8;
@@ -150,17 +151,6 @@ pub type MemberAnswer = Result<(), UnitError>;
 
 /// What a `Create`, `Recover` or `Activate` call answers.
 pub type CreateAnswer = Result<bool, UnitError>;
-
-/// Where a request's terminal goes: the node that asked, and its request number there.
-///
-/// It is plain data, not a channel, so a queued request keeps its way home when its unit moves.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReplyTo {
-    /// The node that asked.
-    pub node: NodeId,
-    /// The request's number on that node.
-    pub request: u64,
-}
 
 #[cfg(test)]
 mod tests {

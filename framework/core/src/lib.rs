@@ -7,6 +7,7 @@
 //! - [`ids`]: the logical ids callers address (spots, actors, nodes); they never change on a move.
 //! - [`errors`]: how a message or request ended, and why a unit could not be created or reached.
 //! - [`shared_bytes`]: payloads decoded as slices of the frame they arrived in.
+//! - [`reply`]: where a request's answer goes.
 //! - [`timer`]: timers as data (registrations, cursors, overrun policies), so they can move.
 //! - [`session`]: a client session's id, an Actor's binding to it, the client wire, and what
 //!   gateways and Actors' nodes say to each other.
@@ -23,6 +24,7 @@ pub mod frames;
 pub mod ids;
 pub mod placement;
 pub mod relocation;
+pub mod reply;
 pub mod session;
 pub mod shared_bytes;
 pub mod timer;

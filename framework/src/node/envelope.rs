@@ -9,7 +9,7 @@ use crate::error::MessageError;
 use crate::ids::UnitId;
 use crate::session::SessionOp;
 
-pub use ferry_core::frames::ReplyTo;
+pub use ferry_core::reply::ReplyTo;
 
 /// The most bytes a message may take encoded to travel inline, in the envelope itself.
 const INLINE_BYTES: usize = 23;

@@ -5,144 +5,23 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, broadcast, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::protocol::MoveEnd;
-use super::source::{MoveError, MoveReport};
+use super::reports::{
+    BUDGET_KIB, BlockedReason, HostStatus, MoveError, MoveReport, RelocateMode, RelocateOptions,
+    RelocateOutcome, RelocationEvent,
+};
 use crate::error::ResumeError;
 use crate::ids::{NodeId, UnitId};
 use crate::node::{Node, NodeState};
 use crate::registry::{ExecutionMode, FactoryKind, PolicyKind};
 
-/// Why a host drain is asked for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum RelocateMode {
-    /// Maintenance: move every unit to any serving node of the same version.
-    PlannedMaintenance,
-    /// A rolling update: move every unit to nodes of `target_version` only.
-    RollingUpdate {
-        /// The application version the units go to.
-        target_version: String,
-    },
-}
-
-/// What `relocate` is asked to do.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RelocateOptions {
-    /// Why.
-    pub mode: RelocateMode,
-    /// How long it may take; past it no unit is sealed, units before relay-ready go back, and a
-    /// unit past the point of no return that has not opened is force-stopped.
-    pub deadline: Duration,
-}
-
-impl Default for RelocateOptions {
-    fn default() -> Self {
-        RelocateOptions {
-            mode: RelocateMode::PlannedMaintenance,
-            deadline: Duration::from_secs(30),
-        }
-    }
-}
-
-/// Why a drain did not move every unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum BlockedReason {
-    /// No serving node could take some unit (factory, version or capacity).
-    TargetUnavailable,
-    /// The location store could not be reached.
-    StoreUnavailable,
-    /// Some unit's factory is registered with `RelocationPolicy::Disabled`.
-    RelocationDisabled,
-    /// A target could not restore some unit's state.
-    StateIncompatible,
-    /// A state adapter failed or panicked while capturing some unit; it runs on here with its
-    /// state, and the node's log names it.
-    AdapterFailed,
-    /// The deadline passed with units still here.
-    DeadlineExceeded,
-    /// Some move failed for another reason (see the events).
-    RelocationFailed,
-    /// The node is not serving (still starting, or failed).
-    RuntimeNotReady,
-    /// The node is shutting down.
-    ShutdownRequested,
-    /// Another drain with other options is running.
-    OperationInProgress,
-}
-
-/// How a drain ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum RelocateOutcome {
-    /// Every unit moved; the node hosts none and is `Relocated`.
-    Relocated {
-        /// How many units moved.
-        moved: usize,
-    },
-    /// Some unit did not move; those stay and run here, and the node serves again.
-    Blocked {
-        /// The main reason.
-        reason: BlockedReason,
-        /// The units that stayed.
-        stayed: Vec<UnitId>,
-    },
-    /// At the deadline some units were past the point of no return and the store had not said
-    /// whether their target's commit or this node's reclaim won: each is held (it runs nowhere)
-    /// until the store answers, then runs where the winning write says, with nothing lost.
-    Undecided {
-        /// Those units.
-        units: Vec<UnitId>,
-        /// The units that stayed here.
-        stayed: Vec<UnitId>,
-    },
-}
-
-/// Where a host operation stands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HostStatus {
-    /// The node's state.
-    pub state: NodeState,
-    /// Units in the drain's inventory.
-    pub total: usize,
-    /// Units moved so far.
-    pub moved: usize,
-    /// Units that failed to move so far (they stay here).
-    pub failed: usize,
-    /// Bytes of state moved so far.
-    pub bytes: u64,
-    /// Whether the node hosts nothing and moves nothing: it can be stopped without loss.
-    pub safe_to_shutdown: bool,
-}
-
-/// What happens during a drain, as it happens.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RelocationEvent {
-    /// A drain started with this many units.
-    Started {
-        /// Units in the inventory.
-        units: usize,
-    },
-    /// A unit moved.
-    UnitMoved(Box<MoveReport>),
-    /// A unit did not move.
-    UnitFailed {
-        /// The unit.
-        unit: UnitId,
-        /// Why.
-        reason: String,
-    },
-    /// The drain ended.
-    Completed(RelocateOutcome),
-}
-
 /// How many moves a drain runs at once.
 const IN_FLIGHT: usize = 128;
-/// The in-flight byte budget of a drain, in KiB (16 MiB).
-pub(crate) const BUDGET_KIB: u32 = 16 * 1024;
 
 /// The host operation of a node: one at a time.
 pub(crate) struct HostOp {

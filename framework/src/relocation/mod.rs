@@ -1,14 +1,16 @@
 //! Moving live units between nodes: one unit at a time, or a whole host drained.
 //!
+//! The decisions, the capture and the frames of a move are in `ferry_core::relocation` (re-exported
+//! here as [`protocol`], [`capture`], `frames` and `phases`); this module drives them.
+//!
 //! Layout, in the order a move runs:
-//! - [`protocol`]: the two sides of a move as plain state machines (events in, actions out).
-//! - [`capture`]: what moves (state, timers, saved work, pending ticks), chunked with CRC-32C.
-//! - `frames`: what source and target say to each other on the mesh.
+//! - `reports`: the options a move or a drain takes, how it ended, and the events it sends.
 //! - `source`: the async shell of the source side: seal, transfer, handover, fence.
 //! - `target`: the async shell of the target side: restore, relay, commit, open.
 //! - `host`: draining a whole node within a deadline and budget, with status and events.
 
 mod host;
+mod reports;
 mod source;
 mod target;
 
@@ -16,8 +18,8 @@ pub use ferry_core::relocation::phases::MovePhases;
 pub use ferry_core::relocation::{RelocationId, capture, protocol};
 pub(crate) use ferry_core::relocation::{frames, phases};
 pub(crate) use host::HostOp;
-pub use host::{
-    BlockedReason, HostStatus, RelocateMode, RelocateOptions, RelocateOutcome, RelocationEvent,
+pub use reports::{
+    BlockedReason, HostStatus, MoveError, MoveReport, RelocateMode, RelocateOptions,
+    RelocateOutcome, RelocationEvent,
 };
-pub use source::{MoveError, MoveReport};
 pub(crate) use target::Moves;

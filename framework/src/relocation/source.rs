@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -13,9 +12,9 @@ use tracing::Instrument;
 use super::RelocationId;
 use super::capture::{Capture, QueuedOp, relay_digest};
 use super::frames::{RecordAt, RelocFrame};
-use super::host::{BlockedReason, RelocationEvent};
 use super::phases::{MovePhases, TargetPhases};
 use super::protocol::{MoveEnd, SessionsTo, SourceAction, SourceEvent, SourceMachine};
+use super::reports::{BlockedReason, MoveError, MoveReport, RelocationEvent};
 use super::target::Outgoing;
 use crate::cluster::authority::unit_key;
 use crate::cluster::frames::Frame;
@@ -39,83 +38,6 @@ const FENCE_RETRY: Duration = Duration::from_millis(100);
 /// How long the fence write may take at the least, even past the deadline: a drain whose store
 /// does not answer ends this long after its deadline.
 const FENCE_GRACE: Duration = Duration::from_millis(500);
-
-/// Why a unit could not start to move (nothing was sealed; it runs on where it was).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
-pub enum MoveError {
-    /// The unit is not hosted on this node.
-    #[error("{id} is not hosted on this node; move it from the node that hosts it")]
-    NotHosted {
-        /// The unit.
-        id: UnitId,
-    },
-    /// An Actor in a SpotWide spot moves with its spot.
-    #[error("{id} is a member of SpotWide {spot} and moves with it; move the spot")]
-    MovesWithSpot {
-        /// The actor.
-        id: UnitId,
-        /// Its spot.
-        spot: UnitId,
-    },
-    /// The unit's factory says it is bound to its node.
-    #[error("{id} is registered with RelocationPolicy::Disabled and stays on its node")]
-    RelocationDisabled {
-        /// The unit.
-        id: UnitId,
-    },
-    /// No node can take the unit.
-    #[error("no node can take {id}: {reason}")]
-    NoTarget {
-        /// The unit.
-        id: UnitId,
-        /// Why not.
-        reason: String,
-    },
-    /// The node is not serving.
-    #[error("this node is {state}; moves start only while it serves")]
-    NotServing {
-        /// Its state.
-        state: NodeState,
-    },
-    /// The location store has not confirmed this node's lease lately, so a move could not
-    /// commit: it does not start (the unit runs on here). Retry once the store answers again.
-    #[error(
-        "the location store has not confirmed this node's lease lately; {id} stays here: retry \
-         once the store answers again"
-    )]
-    StoreUnavailable {
-        /// The unit.
-        id: UnitId,
-    },
-}
-
-/// What one move did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MoveReport {
-    /// The move's id (it is on every log line of the move).
-    pub relocation: RelocationId,
-    /// The unit.
-    pub unit: UnitId,
-    /// Where it was.
-    pub from: NodeId,
-    /// Where it was sent.
-    pub to: NodeId,
-    /// How it ended.
-    pub end: MoveEnd,
-    /// Bytes of the capture.
-    pub bytes: u64,
-    /// From the seal to the cutover being sent (S0 to S1), if it got that far.
-    pub interruption: Option<Duration>,
-    /// From the seal until the source heard the target opened it, if it did.
-    pub pause: Option<Duration>,
-    /// Where the time went, phase by phase.
-    pub phases: MovePhases,
-    /// Why it did not move, where the source knows it for certain (a drain reports this).
-    pub blocked: Option<BlockedReason>,
-    /// It moved, but only after the deadline: the target's commit won the race with the
-    /// source's reclaim at the deadline.
-    pub after_deadline: bool,
-}
 
 impl Node {
     /// Moves one unit (a SpotWide spot with its members, an actor, an Instance Spot) to `target`,
@@ -717,7 +639,7 @@ impl SourceRun {
         if let Some(budget) = self.budget.clone() {
             let kib = u32::try_from(manifest.len.div_ceil(1024))
                 .unwrap_or(u32::MAX)
-                .clamp(1, super::host::BUDGET_KIB);
+                .clamp(1, super::reports::BUDGET_KIB);
             self.permit = budget.acquire_many_owned(kib).await.ok();
         }
         self.offered_at = Some(Instant::now());

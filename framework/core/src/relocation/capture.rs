@@ -5,8 +5,8 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::ReadyOutcome;
-use crate::frames::ReplyTo;
 use crate::ids::{ActorId, SpotId, UnitId};
+use crate::reply::ReplyTo;
 use crate::session::{SessionBinding, SessionOp};
 use crate::timer::{Tick, TimerSnapshot};
 

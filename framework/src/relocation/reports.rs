@@ -1,0 +1,213 @@
+//! What a move or a drain reports: the options it takes, how it ended, and the events a node
+//! sends while it moves units. Plain data, shared by the one-unit and the whole-host paths.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::RelocationId;
+use super::phases::MovePhases;
+use super::protocol::MoveEnd;
+use crate::ids::{NodeId, UnitId};
+use crate::node::NodeState;
+
+/// The in-flight byte budget of a drain, in KiB (16 MiB).
+pub(crate) const BUDGET_KIB: u32 = 16 * 1024;
+
+/// Why a host drain is asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RelocateMode {
+    /// Maintenance: move every unit to any serving node of the same version.
+    PlannedMaintenance,
+    /// A rolling update: move every unit to nodes of `target_version` only.
+    RollingUpdate {
+        /// The application version the units go to.
+        target_version: String,
+    },
+}
+
+/// What `relocate` is asked to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelocateOptions {
+    /// Why.
+    pub mode: RelocateMode,
+    /// How long it may take; past it no unit is sealed, units before relay-ready go back, and a
+    /// unit past the point of no return that has not opened is force-stopped.
+    pub deadline: Duration,
+}
+
+impl Default for RelocateOptions {
+    fn default() -> Self {
+        RelocateOptions {
+            mode: RelocateMode::PlannedMaintenance,
+            deadline: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why a drain did not move every unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BlockedReason {
+    /// No serving node could take some unit (factory, version or capacity).
+    TargetUnavailable,
+    /// The location store could not be reached.
+    StoreUnavailable,
+    /// Some unit's factory is registered with `RelocationPolicy::Disabled`.
+    RelocationDisabled,
+    /// A target could not restore some unit's state.
+    StateIncompatible,
+    /// A state adapter failed or panicked while capturing some unit; it runs on here with its
+    /// state, and the node's log names it.
+    AdapterFailed,
+    /// The deadline passed with units still here.
+    DeadlineExceeded,
+    /// Some move failed for another reason (see the events).
+    RelocationFailed,
+    /// The node is not serving (still starting, or failed).
+    RuntimeNotReady,
+    /// The node is shutting down.
+    ShutdownRequested,
+    /// Another drain with other options is running.
+    OperationInProgress,
+}
+
+/// How a drain ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RelocateOutcome {
+    /// Every unit moved; the node hosts none and is `Relocated`.
+    Relocated {
+        /// How many units moved.
+        moved: usize,
+    },
+    /// Some unit did not move; those stay and run here, and the node serves again.
+    Blocked {
+        /// The main reason.
+        reason: BlockedReason,
+        /// The units that stayed.
+        stayed: Vec<UnitId>,
+    },
+    /// At the deadline some units were past the point of no return and the store had not said
+    /// whether their target's commit or this node's reclaim won: each is held (it runs nowhere)
+    /// until the store answers, then runs where the winning write says, with nothing lost.
+    Undecided {
+        /// Those units.
+        units: Vec<UnitId>,
+        /// The units that stayed here.
+        stayed: Vec<UnitId>,
+    },
+}
+
+/// Where a host operation stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostStatus {
+    /// The node's state.
+    pub state: NodeState,
+    /// Units in the drain's inventory.
+    pub total: usize,
+    /// Units moved so far.
+    pub moved: usize,
+    /// Units that failed to move so far (they stay here).
+    pub failed: usize,
+    /// Bytes of state moved so far.
+    pub bytes: u64,
+    /// Whether the node hosts nothing and moves nothing: it can be stopped without loss.
+    pub safe_to_shutdown: bool,
+}
+
+/// What happens during a drain, as it happens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelocationEvent {
+    /// A drain started with this many units.
+    Started {
+        /// Units in the inventory.
+        units: usize,
+    },
+    /// A unit moved.
+    UnitMoved(Box<MoveReport>),
+    /// A unit did not move.
+    UnitFailed {
+        /// The unit.
+        unit: UnitId,
+        /// Why.
+        reason: String,
+    },
+    /// The drain ended.
+    Completed(RelocateOutcome),
+}
+
+/// Why a unit could not start to move (nothing was sealed; it runs on where it was).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum MoveError {
+    /// The unit is not hosted on this node.
+    #[error("{id} is not hosted on this node; move it from the node that hosts it")]
+    NotHosted {
+        /// The unit.
+        id: UnitId,
+    },
+    /// An Actor in a SpotWide spot moves with its spot.
+    #[error("{id} is a member of SpotWide {spot} and moves with it; move the spot")]
+    MovesWithSpot {
+        /// The actor.
+        id: UnitId,
+        /// Its spot.
+        spot: UnitId,
+    },
+    /// The unit's factory says it is bound to its node.
+    #[error("{id} is registered with RelocationPolicy::Disabled and stays on its node")]
+    RelocationDisabled {
+        /// The unit.
+        id: UnitId,
+    },
+    /// No node can take the unit.
+    #[error("no node can take {id}: {reason}")]
+    NoTarget {
+        /// The unit.
+        id: UnitId,
+        /// Why not.
+        reason: String,
+    },
+    /// The node is not serving.
+    #[error("this node is {state}; moves start only while it serves")]
+    NotServing {
+        /// Its state.
+        state: NodeState,
+    },
+    /// The location store has not confirmed this node's lease lately, so a move could not
+    /// commit: it does not start (the unit runs on here). Retry once the store answers again.
+    #[error(
+        "the location store has not confirmed this node's lease lately; {id} stays here: retry \
+         once the store answers again"
+    )]
+    StoreUnavailable {
+        /// The unit.
+        id: UnitId,
+    },
+}
+
+/// What one move did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveReport {
+    /// The move's id (it is on every log line of the move).
+    pub relocation: RelocationId,
+    /// The unit.
+    pub unit: UnitId,
+    /// Where it was.
+    pub from: NodeId,
+    /// Where it was sent.
+    pub to: NodeId,
+    /// How it ended.
+    pub end: MoveEnd,
+    /// Bytes of the capture.
+    pub bytes: u64,
+    /// From the seal to the cutover being sent (S0 to S1), if it got that far.
+    pub interruption: Option<Duration>,
+    /// From the seal until the source heard the target opened it, if it did.
+    pub pause: Option<Duration>,
+    /// Where the time went, phase by phase.
+    pub phases: MovePhases,
+    /// Why it did not move, where the source knows it for certain (a drain reports this).
+    pub blocked: Option<BlockedReason>,
+    /// It moved, but only after the deadline: the target's commit won the race with the
+    /// source's reclaim at the deadline.
+    pub after_deadline: bool,
+}
