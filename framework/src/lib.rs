@@ -1,21 +1,26 @@
 //! Ferry: host game servers whose live rooms and players move between hosts while they run.
 //!
-//! Layout, in the order work flows through it:
-//! - [`ids`]: the logical ids callers address (spots, actors, nodes); they never change on a move.
-//! - [`registry`]: factories per type name, each with one relocation policy and readiness mode.
-//! - [`behavior`]: what applications implement, one synchronous turn at a time, and its context.
-//! - [`timer`]: timers as data (registrations, cursors, overrun policies), so they can move.
-//! - [`node`]: the runtime of one host: lanes that run turns, routing by id, requests and replies.
-//! - [`cluster`]: authority records, placement, routing across nodes, membership and leases.
-//! - [`relocation`]: moving live units between nodes, one at a time or a whole host drained.
-//! - [`session`]: game clients on QUIC or WebSocket (feature `websocket`): authentication, Actors
-//!   bound to sessions, inputs held while a bound Actor moves, pushes in order from wherever it runs.
-//! - [`client`]: the client library bots, samples and tests connect with.
-//! - [`mesh`]: QUIC between nodes with mutual TLS by node id, and ordered, size-limited frames
-//!   that are acknowledged and sent again over the next connection when a link resets.
+//! Ferry is two crates. `ferry_core` holds what nodes, gateways and the store agree on and the
+//! decisions of a move, with no I/O: ids, authority records, frames, captures, the source and target
+//! machines, per-link delivery numbering, and conditional writes settled by reading back. This crate
+//! is the runtime that drives it: lanes that run turns, the mesh, the store clients, the gateways and
+//! the [`Node`] API. Inbound mesh frames come in at `cluster::routing` (one dispatch for messages,
+//! moves, sessions and calls).
+//!
+//! Layout, from the modules that use no other module here to those that use the rest:
+//! - [`ids`], [`timer`]: the core's ids and timers, re-exported.
 //! - [`store`]: the location store, the authority on where every unit lives (memory, redis, or
 //!   etcd with feature `etcd`).
+//! - [`mesh`]: QUIC between nodes with mutual TLS by node id, and ordered, size-limited frames
+//!   that are acknowledged and sent again over the next connection when a link resets.
+//! - [`client`]: the client library bots, samples and tests connect with (uses `mesh`'s codec).
 //! - [`error`]: the typed errors callers see.
+//! - [`registry`] and [`behavior`]: factories per type name with their relocation policy, and what
+//!   applications implement, one synchronous turn at a time.
+//! - [`node`], [`cluster`], [`relocation`], [`session`]: one node's runtime. `node` holds the lanes,
+//!   the directory and the `Node` handle; `cluster` routes across nodes, keeps membership and the
+//!   lease, and runs recovery; `relocation` drives moves and drains; `session` serves game clients
+//!   on QUIC or WebSocket (feature `websocket`). These four still share `Node` both ways.
 
 pub mod behavior;
 pub mod client;

@@ -51,6 +51,14 @@ impl UnitRecord {
     pub fn decode(key: &str, value: &[u8]) -> Result<Self, CorruptRecord> {
         decode(key, value, "authority record")
     }
+
+    /// Whether `other` is the same claim of the unit: the same owner, owner generation and
+    /// incarnation (other fields, such as an Actor's spot, change without a new claim).
+    pub fn same_claim(&self, other: &UnitRecord) -> bool {
+        self.owner == other.owner
+            && self.owner_generation == other.owner_generation
+            && self.object_generation == other.object_generation
+    }
 }
 
 /// Encodes a store value. Records of ids, strings and integers always encode.

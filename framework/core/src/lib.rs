@@ -12,12 +12,14 @@
 //! - [`session`]: a client session's id, an Actor's binding to it, the client wire, and what
 //!   gateways and Actors' nodes say to each other.
 //! - [`authority`]: the records the store holds per unit and per node, and a node's lifecycle state.
+//! - [`conditional`]: a conditional write whose answer may be lost, settled by reading it back.
 //! - [`placement`]: the choice of a node for a new unit.
 //! - [`relocation`]: a move's capture, frames and phases, and its two sides as state machines.
 //! - [`frames`]: everything nodes say to each other on the mesh.
 //! - [`delivery`]: frames numbered per link, kept until acknowledged and sent again after a reset.
 
 pub mod authority;
+pub mod conditional;
 pub mod delivery;
 pub mod errors;
 pub mod frames;

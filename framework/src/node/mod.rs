@@ -39,6 +39,8 @@ use self::directory::{Directory, Entry};
 use self::envelope::Terminal;
 pub(crate) use self::lane::{Control, Lane, LaneTx, SealRefused};
 use self::replies::Replies;
+use ferry_core::conditional::{ConditionalWrite, Settled};
+
 use crate::behavior::Message;
 use crate::cluster::authority::{NodeDescriptor, Stage, UnitRecord, remembered_key, unit_key};
 use crate::cluster::frames::{Call, CreateAnswer, Deliver, Frame, MemberAnswer};
@@ -634,16 +636,18 @@ impl Node {
                 Bytes::from(type_name.to_owned()),
             ));
         }
+        let write = ConditionalWrite::new(record);
         let written = self.store().batch(conditions, ops).await;
-        let committed = match written {
-            Ok(BatchOutcome::Committed { .. }) => Ok(true),
-            Ok(BatchOutcome::Conflict { .. }) => Ok(false),
-            // The write may or may not have landed: read it back rather than guess.
-            Err(error) => match self.read_record(&id).await {
-                Ok(Some(now)) => Ok(now == record),
-                Ok(None) => Ok(false),
-                Err(_) => Err(error),
-            },
+        let mut settled = write.on_write(BatchOutcome::answer(&written));
+        if settled == Settled::ReadBack {
+            let now = self.read_record(&id).await;
+            settled = write.on_read(now.as_ref().map(Option::as_ref).map_err(|_| ()));
+        }
+        let committed = match settled {
+            Settled::Won => Ok(true),
+            Settled::Lost => Ok(false),
+            // Neither the write nor the read was answered: the creation fails, and says why.
+            Settled::ReadBack | Settled::Unknown => written.map(|_| false),
         };
         match (committed, claim) {
             (Ok(true), _) => {

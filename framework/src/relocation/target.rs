@@ -10,6 +10,8 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use ferry_core::conditional::{ConditionalWrite, Settled, WriteAnswer};
+
 use super::RelocationId;
 use super::capture::{Assembly, MembershipData, QueuedOp, relay_digest};
 use super::frames::{RecordAt, RelocFrame};
@@ -411,11 +413,11 @@ impl Node {
         if let Some(staging) = self.core.moves.incoming.lock().get_mut(&rel) {
             staging.committed_in = started.elapsed();
         }
-        let event = match outcome {
-            Ok(BatchOutcome::Committed { .. }) => TargetEvent::CommitWon,
-            Ok(BatchOutcome::Conflict { .. }) => TargetEvent::CommitLost,
-            Err(error) => {
-                tracing::warn!(relocation = %rel, %error, "commit result unknown; reading back");
+        let event = match BatchOutcome::answer(&outcome) {
+            WriteAnswer::Committed => TargetEvent::CommitWon,
+            WriteAnswer::Conflict => TargetEvent::CommitLost,
+            WriteAnswer::NoAnswer => {
+                tracing::warn!(relocation = %rel, "commit result unknown; reading back");
                 TargetEvent::CommitUnknown
             }
         };
@@ -428,13 +430,13 @@ impl Node {
             self.target_event(rel, TargetEvent::ReadShowsOther);
             return;
         };
-        let want_generation = first.record.owner_generation + 1;
-        let event = match self.read_record(&first.id).await {
-            Ok(Some(now)) if now.owner == *self.id() && now.owner_generation == want_generation => {
-                TargetEvent::ReadShowsOwner
-            }
-            Ok(_) => TargetEvent::ReadShowsOther,
-            Err(_) => {
+        let lease_generation = self.core.lease.lock().generation;
+        let write = ConditionalWrite::new(self.taken_over(&first.record, lease_generation));
+        let now = self.read_record(&first.id).await;
+        let event = match write.on_read(now.as_ref().map(Option::as_ref).map_err(|_| ())) {
+            Settled::Won => TargetEvent::ReadShowsOwner,
+            Settled::Lost => TargetEvent::ReadShowsOther,
+            Settled::ReadBack | Settled::Unknown => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 TargetEvent::CommitUnknown
             }

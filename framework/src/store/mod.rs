@@ -20,6 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use ferry_core::authority::CorruptRecord;
+use ferry_core::conditional::WriteAnswer;
 
 use crate::ids::NodeId;
 
@@ -133,6 +134,17 @@ pub enum BatchOutcome {
         /// The key of the first condition that failed.
         key: String,
     },
+}
+
+impl BatchOutcome {
+    /// What a batch's result says of a conditional write: an error leaves it unknown.
+    pub fn answer(result: &Result<BatchOutcome, StoreError>) -> WriteAnswer {
+        match result {
+            Ok(BatchOutcome::Committed { .. }) => WriteAnswer::Committed,
+            Ok(BatchOutcome::Conflict { .. }) => WriteAnswer::Conflict,
+            Err(_) => WriteAnswer::NoAnswer,
+        }
+    }
 }
 
 /// One page of a [`LocationStore::scan`].

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 use ferry_core::authority::{Stage, UnitRecord};
+use ferry_core::conditional::{ConditionalWrite, Settled};
 use ferry_core::delivery::{Inbox, Outbox};
 use ferry_core::ids::{NodeId, ObjectGeneration, SpotId, UnitId};
 use ferry_core::relocation::capture::{QueuedOp, relay_digest};
@@ -1066,7 +1067,10 @@ impl World {
                     Answer::Lost => TargetEvent::CommitLost,
                     Answer::Unknown => TargetEvent::CommitUnknown,
                     Answer::Read(record, _) => {
-                        let mine = self.incoming(node, rel).is_some_and(|t| t.wrote == record);
+                        let mine = self.incoming(node, rel).is_some_and(|t| {
+                            ConditionalWrite::new(t.wrote.clone()).on_read(Ok(Some(&record)))
+                                == Settled::Won
+                        });
                         if mine {
                             TargetEvent::ReadShowsOwner
                         } else {
@@ -1106,7 +1110,10 @@ impl World {
                         self.events.push(Event::Read { node, unit, why });
                         return;
                     }
-                    Answer::Read(record, _) => self.rebuilding.get(&unit) == Some(&record),
+                    Answer::Read(record, _) => self.rebuilding.get(&unit).is_some_and(|wrote| {
+                        ConditionalWrite::new(wrote.clone()).on_read(Ok(Some(&record)))
+                            == Settled::Won
+                    }),
                 };
                 self.rebuilding.remove(&unit);
                 if rebuilt && !self.nodes[node].copies.contains_key(&unit) {
