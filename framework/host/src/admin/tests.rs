@@ -43,6 +43,7 @@ fn admin_with(cluster: &Cluster, node: &str, access: Access) -> Admin {
     let options = AdminOptions {
         access,
         pages: Router::new(),
+        tls: None,
     };
     Admin {
         router: router(ops.clone(), metrics, options),
