@@ -95,3 +95,37 @@ impl axum::serve::Listener for TlsListener {
         Ok(self.addr)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::serve::Listener;
+    use ferry::NodeId;
+    use ferry::mesh::ClusterCa;
+
+    #[tokio::test]
+    async fn a_silent_client_holds_up_no_other_handshake() {
+        let ca = ClusterCa::generate().expect("a CA");
+        let node = NodeId::new("a").expect("an id");
+        let server = ca.node_tls(&node).expect("a node certificate");
+        let config = server.https_server_config().expect("HTTPS config");
+        let tcp = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let mut listener = TlsListener::new(tcp, Arc::new(config)).expect("a listener");
+        let addr = listener.local_addr().expect("its address");
+        let (client, name) =
+            ferry::mesh::https_client_config(ca.cert_pem(), Some(&node)).expect("client TLS");
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+
+        // Connected first, silent until the second has been served.
+        let silent = TcpStream::connect(addr).await.expect("connects");
+        let second = TcpStream::connect(addr).await.expect("connects");
+        let (client, (_, peer)) =
+            tokio::join!(connector.connect(name.clone(), second), listener.accept());
+        let client = client.expect("the second handshake passes");
+        assert_eq!(peer, client.get_ref().0.local_addr().expect("its address"));
+        // The silent one was waited for all along: it can still finish its handshake.
+        let (client, (_, peer)) = tokio::join!(connector.connect(name, silent), listener.accept());
+        let client = client.expect("the first handshake passes too");
+        assert_eq!(peer, client.get_ref().0.local_addr().expect("its address"));
+    }
+}
