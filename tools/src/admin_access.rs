@@ -22,16 +22,16 @@ pub struct AdminArgs {
     /// Speak HTTPS to a node with `admin_tls`, trusting only this cluster CA (the ca.pem of
     /// the nodes' certs folder): the endpoint must show a certificate it issued.
     #[arg(long = "admin-ca", value_name = "FILE", env = "FERRY_ADMIN_CA")]
-    ca: Option<PathBuf>,
+    admin_ca: Option<PathBuf>,
     /// With --admin-ca: the endpoint must show this node's certificate, not just any node's of
     /// the cluster, so a mistyped address reaches no other node.
     #[arg(
         long = "admin-node",
         value_name = "ID",
-        requires = "ca",
+        requires = "admin_ca",
         value_parser = ferry_host::node_ids::node_id
     )]
-    node: Option<NodeId>,
+    admin_node: Option<NodeId>,
 }
 
 impl AdminArgs {
@@ -52,8 +52,8 @@ impl AdminArgs {
         if let Some(token) = token.filter(|t| !t.trim().is_empty()) {
             client = client.with_token(token.trim());
         }
-        if let Some(ca) = &self.ca {
-            client = client.with_ca_file(ca, self.node.as_ref())?;
+        if let Some(ca) = &self.admin_ca {
+            client = client.with_ca_file(ca, self.admin_node.as_ref())?;
         }
         Ok(client)
     }
