@@ -805,8 +805,21 @@ async fn with_admin_tls_the_endpoint_answers_https_checked_against_the_cluster_c
     let (code, body) = raw_https(&t4, &ca_path, &get("/readyz")).await;
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("Relocated"), "{body}");
-
-    for (name, status, log) in processes.terminate_all().await {
-        assert_eq!(status.code(), Some(0), "{name}:\n{log}");
-    }
+    // And a shutdown: refused without the token, done with it from the environment.
+    let out = run_ferry(&["shutdown", &t4, "--admin-ca", ca]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("401"), "{}", text(&out.stderr));
+    assert!(processes.running(0), "a refused shutdown stops nothing");
+    let out = within(
+        "ferry shutdown with the token from the environment",
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args(["shutdown", &t4, "--admin-ca", ca])
+            .env("FERRY_ADMIN_TOKEN", "tls-token")
+            .output(),
+    )
+    .await
+    .expect("ferry runs");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (name, status, log) = processes.wait(0).await;
+    assert_eq!(status.code(), Some(0), "{name}:\n{log}");
 }
