@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use ferry::NodeId;
-use ferry::mesh::{ClusterCa, TlsError, node_file_stem, write_pem};
+use ferry::mesh::{ClusterCa, TlsError, node_dns_name, node_file_stem, write_pem};
 
 use ferry_host::node_ids::{BadNodeId, node_id};
 
@@ -147,11 +147,13 @@ pub fn run(args: CertsArgs) -> Result<(), CertsError> {
         let cert = ca.issue_node(node)?;
         cert.write_files(&dir)?;
         let (pem, key) = node_files(&dir, node);
+        // The name HTTPS clients of its admin endpoint (`admin_tls`) check, such as curl's.
         writeln!(
             out,
-            "wrote node {node}: {} and {}",
+            "wrote node {node}: {} and {} (its certificate names it {})",
             pem.display(),
-            key.display()
+            key.display(),
+            node_dns_name(node)
         )?;
     }
     if !args.gateway.is_empty() {

@@ -34,7 +34,7 @@ pub struct DrainArgs {
     /// The node's admin endpoint, HOST:PORT (the admin= part of its ready line).
     addr: String,
     #[command(flatten)]
-    token: crate::admin_token::TokenArgs,
+    access: crate::admin_access::AdminArgs,
     /// A rolling update: move the units only to nodes of this application version.
     #[arg(long, value_name = "VERSION")]
     rolling_update: Option<String>,
@@ -117,7 +117,7 @@ impl DrainError {
 
 /// Drains the node, shows its progress on stderr, and prints the result.
 pub async fn run(args: DrainArgs) -> Result<(), DrainError> {
-    let client = args.token.client(&args.addr)?;
+    let client = args.access.client(&args.addr)?;
     let (mode, version) = match args.rolling_update {
         Some(version) => (Mode::RollingUpdate, Some(version)),
         None => (Mode::Maintenance, None),

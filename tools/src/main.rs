@@ -9,15 +9,13 @@
 //!   stop-the-room baseline; built from the same parts as the demo, and [`move_reports`].
 //! - [`durations`]: durations as operators type them (`500ms`, `30s`, `2m`, `1h`), on every command.
 //! - [`certs`]: a development cluster CA and node certificates, written as files.
-//! - [`config`]: the TOML file of one node, its defaults and its checks.
-//! - [`node_cmd`]: one node process, from its config file until SIGTERM.
-//! - [`gateway`]: a node's client gateway, from its certificate and tokens files.
-//! - [`admin`]: the admin endpoint each node serves, and the client the commands below use.
+//! - [`node_cmd`]: one node process, from its config file until SIGTERM, on the host library
+//!   (`ferry-host`: the config, the gateway, the admin endpoint and the signals live there).
 //! - [`status_cmd`], [`drain_cmd`], [`resume_cmd`], [`shutdown_cmd`]: what an operator does to a
-//!   running node, through the host library's admin client, with [`admin_token`]: the token
-//!   they send.
+//!   running node, through the host library's admin client, with [`admin_access`]: the token
+//!   they send, and the cluster CA they check the endpoint's HTTPS against.
 
-mod admin_token;
+mod admin_access;
 mod bench;
 mod bots;
 mod certs;

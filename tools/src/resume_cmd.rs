@@ -11,7 +11,7 @@ pub struct ResumeArgs {
     /// The node's admin endpoint, HOST:PORT (the admin= part of its ready line).
     addr: String,
     #[command(flatten)]
-    token: crate::admin_token::TokenArgs,
+    access: crate::admin_access::AdminArgs,
 }
 
 /// Why the node was not put back into service.
@@ -24,7 +24,7 @@ pub enum ResumeError {
 
 /// Resumes the node and says what changed.
 pub async fn run(args: ResumeArgs) -> Result<(), ResumeError> {
-    let client = args.token.client(&args.addr)?;
+    let client = args.access.client(&args.addr)?;
     let resumed = client.resume().await?;
     if resumed.was == resumed.state {
         println!(

@@ -24,7 +24,7 @@ pub struct ShutdownArgs {
     /// The node's admin endpoint, HOST:PORT (the admin= part of its ready line).
     addr: String,
     #[command(flatten)]
-    token: crate::admin_token::TokenArgs,
+    access: crate::admin_access::AdminArgs,
     /// How long the drain and the stop may take together, such as 500ms, 30s or 2m.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::durations::parse)]
     deadline: Duration,
@@ -70,7 +70,7 @@ impl ShutdownError {
 
 /// Drains and stops the node, showing the drain's progress on stderr.
 pub async fn run(args: ShutdownArgs) -> Result<(), ShutdownError> {
-    let client = args.token.client(&args.addr)?;
+    let client = args.access.client(&args.addr)?;
     let request = ShutdownRequest {
         deadline_ms: Some(millis(args.deadline)),
     };

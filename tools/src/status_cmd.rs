@@ -12,7 +12,7 @@ pub struct StatusArgs {
     /// The node's admin endpoint, HOST:PORT (the admin= part of its ready line).
     addr: String,
     #[command(flatten)]
-    token: crate::admin_token::TokenArgs,
+    access: crate::admin_access::AdminArgs,
     /// Print the node's answer as JSON, as `GET /status` gives it.
     #[arg(long)]
     json: bool,
@@ -31,7 +31,7 @@ pub enum StatusError {
 
 /// Prints the node's status.
 pub async fn run(args: StatusArgs) -> Result<(), StatusError> {
-    let client = args.token.client(&args.addr)?;
+    let client = args.access.client(&args.addr)?;
     if args.json {
         let status: serde_json::Value = client.status().await?;
         println!("{}", serde_json::to_string_pretty(&status)?);

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::processes::{
-    Processes, driver, get, post, promtool_problems, raw_http, run_ferry, settle, status_json,
-    text, within,
+    Processes, driver, get, post, promtool_problems, raw_http, raw_https, run_ferry, settle,
+    status_json, text, within,
 };
 use common::{TempDir, certs, one_line_failure};
 use ferry::store::LocationStore;
@@ -665,4 +665,161 @@ async fn the_admin_token_guards_every_change_and_beyond_loopback_every_read_but_
     for (name, status, log) in processes.terminate_all().await {
         assert_eq!(status.code(), Some(0), "{name}:\n{log}");
     }
+}
+
+/// What a plain HTTP client gets for `request`: every byte until the connection closes.
+async fn plain_answer(addr: &str, request: &str) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("admin endpoint reachable");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("request sent");
+    let mut answer = Vec::new();
+    // A reset also ends it: what came before is the answer.
+    let _ = within("the connection to close", stream.read_to_end(&mut answer)).await;
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_admin_tls_the_endpoint_answers_https_checked_against_the_cluster_ca_and_the_token_still_rules()
+ {
+    let tmp = TempDir::new("admin-tls");
+    let certs_dir = tmp.path().join("certs");
+    certs(&certs_dir, "t4,t5");
+    // Another cluster, with a certificate of the same node id.
+    let other_dir = tmp.path().join("other");
+    certs(&other_dir, "t4");
+    std::fs::write(tmp.path().join("admin.token"), "tls-token\n").expect("token file");
+    let config = tmp.path().join("t4.toml");
+    std::fs::write(
+        &config,
+        "id = \"t4\"\ncerts = \"certs\"\nadmin_token_file = \"admin.token\"\n",
+    )
+    .expect("config");
+    // `admin_tls` from the environment, as a container sets it.
+    let mut processes = Processes::default();
+    let t4 = processes
+        .start_with(
+            "t4",
+            &config,
+            tmp.path(),
+            &[("FERRY_DRAIN_GRACE_MS", "0"), ("FERRY_ADMIN_TLS", "true")],
+        )
+        .await
+        .admin();
+    let ca_path = certs_dir.join("ca.pem");
+    let ca = ca_path.to_str().expect("utf-8");
+    let other_ca = other_dir.join("ca.pem");
+    let other_ca = other_ca.to_str().expect("utf-8");
+    let token_file = tmp.path().join("admin.token");
+    let token_file = token_file.to_str().expect("utf-8");
+
+    // With the cluster CA: the status of any node of the cluster, or of node t4 by name; the
+    // CA from the environment works as the flag does.
+    let out = run_ferry(&["status", &t4, "--admin-ca", ca]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("node t4 "),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run_ferry(&["status", &t4, "--admin-ca", ca, "--admin-node", "t4"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = within(
+        "ferry status with the CA from the environment",
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args(["status", "--json", &t4])
+            .env("FERRY_ADMIN_CA", ca)
+            .output(),
+    )
+    .await
+    .expect("ferry runs");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let s: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    assert_eq!(s["node"], "t4");
+
+    // Refused: another node's name, another cluster's CA, and no CA at all (plain HTTP).
+    let refusals = [
+        (
+            vec!["status", &t4, "--admin-ca", ca, "--admin-node", "t5"],
+            "TLS handshake",
+        ),
+        (vec!["status", &t4, "--admin-ca", other_ca], "TLS handshake"),
+        (vec!["status", &t4], "admin_tls"),
+    ];
+    for (args, said) in refusals {
+        let out = run_ferry(&args).await;
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
+    // A plain HTTP request, a probe's among them, gets no HTTP answer.
+    for path in ["/healthz", "/status"] {
+        let answer = plain_answer(&t4, &get(path)).await;
+        assert!(
+            !answer.starts_with(b"HTTP/"),
+            "plain GET {path}: {}",
+            text(&answer)
+        );
+    }
+
+    // Over HTTPS the token rules hold: every change without it, or with a wrong one, is 401.
+    for token in [None, Some("wrong"), Some("tls-tokenX")] {
+        for path in ["/relocate", "/shutdown", "/resume", "/units"] {
+            let (code, body) = raw_https(&t4, &ca_path, &request("POST", path, token)).await;
+            assert_eq!(code, 401, "POST {path} with {token:?}: {body}");
+            let error: Value = serde_json::from_str(&body).expect("a JSON error");
+            assert!(
+                error["error"].as_str().is_some_and(|e| e.contains("token")),
+                "{body}"
+            );
+        }
+    }
+    // Nothing changed; the probes answer over HTTPS.
+    let (code, body) = raw_https(&t4, &ca_path, &get("/status")).await;
+    assert_eq!(code, 200, "{body}");
+    let s: Value = serde_json::from_str(&body).expect("status JSON");
+    assert_eq!(
+        (s["state"].as_str(), &s["last_drain"]),
+        (Some("Serving"), &Value::Null)
+    );
+    assert_eq!(raw_https(&t4, &ca_path, &get("/healthz")).await.0, 200);
+    assert_eq!(raw_https(&t4, &ca_path, &get("/readyz")).await.0, 200);
+    // The CLI over HTTPS: refused without the token, a drain with it.
+    let out = run_ferry(&["drain", &t4, "--admin-ca", ca]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("401"), "{}", text(&out.stderr));
+    let out = run_ferry(&[
+        "drain",
+        &t4,
+        "--admin-ca",
+        ca,
+        "--admin-token-file",
+        token_file,
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (code, body) = raw_https(&t4, &ca_path, &get("/readyz")).await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("Relocated"), "{body}");
+    // And a shutdown: refused without the token, done with it from the environment.
+    let out = run_ferry(&["shutdown", &t4, "--admin-ca", ca]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("401"), "{}", text(&out.stderr));
+    assert!(processes.running(0), "a refused shutdown stops nothing");
+    let out = within(
+        "ferry shutdown with the token from the environment",
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args(["shutdown", &t4, "--admin-ca", ca])
+            .env("FERRY_ADMIN_TOKEN", "tls-token")
+            .output(),
+    )
+    .await
+    .expect("ferry runs");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (name, status, log) = processes.wait(0).await;
+    assert_eq!(status.code(), Some(0), "{name}:\n{log}");
 }

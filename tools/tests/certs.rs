@@ -32,6 +32,8 @@ fn ferry_certs_writes_files_that_node_tls_loads() {
     ] {
         assert!(said.contains(file), "{file} reported: {said}");
     }
+    // The name an HTTPS client of p1's admin endpoint checks.
+    assert!(said.contains("names it 7031.node.ferry"), "{said}");
     for id in ["p1", "p2", "p3"] {
         let tls = NodeTls::load(&dir, node(id)).expect("node TLS loads");
         assert_eq!(tls.node(), &node(id));

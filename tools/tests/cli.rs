@@ -10,13 +10,38 @@ fn every_subcommand_has_help() {
         ("demo", &["--rooms", "--duration", "--json"][..]),
         ("certs", &["--out", "--nodes", "--gateway", "--force"][..]),
         ("node", &["--config"][..]),
-        ("status", &["<ADDR>", "--json"][..]),
+        (
+            "status",
+            &["<ADDR>", "--json", "--admin-ca", "--admin-node"][..],
+        ),
         (
             "drain",
-            &["<ADDR>", "--rolling-update", "--deadline", "Exit codes: 0"][..],
+            &[
+                "<ADDR>",
+                "--rolling-update",
+                "--deadline",
+                "Exit codes: 0",
+                "--admin-ca",
+            ][..],
         ),
-        ("resume", &["<ADDR>"][..]),
-        ("shutdown", &["<ADDR>", "--deadline", "Exit codes: 0"][..]),
+        (
+            "resume",
+            &["<ADDR>", "--admin-token-file", "--admin-ca"][..],
+        ),
+        (
+            "shutdown",
+            &["<ADDR>", "--deadline", "Exit codes: 0", "--admin-ca"][..],
+        ),
+        (
+            "bots",
+            &[
+                "--cluster",
+                "--ca",
+                "--admin",
+                "--admin-token-file",
+                "--admin-ca",
+            ][..],
+        ),
         (
             "bench",
             &[

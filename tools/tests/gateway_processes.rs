@@ -11,7 +11,9 @@ mod common;
 use std::time::Duration;
 
 use common::TempDir;
-use common::processes::{Processes, driver, post, raw_http, run_ferry, settle, text, within};
+use common::processes::{
+    Processes, driver, get, post, promtool_problems, raw_http, run_ferry, settle, text, within,
+};
 use ferry::client::{Client, ClientConfig, ClientEvent};
 use ferry::{ActorId, NodeId, Registry, SpotId};
 use ferry_samples::fps::{self, Snapshot};
@@ -379,6 +381,30 @@ async fn a_token_with_bind_patterns_binds_only_its_own_actors() {
     // A token without bind= binds any Actor, as before.
     let bots = connect("t-bots").await.expect("bots connect");
     bots.bind(&actor("bob")).await.expect("any actor");
+
+    // A gateway's scrape: its two sessions, the messages and turns its room and players ran,
+    // and the process, each with the node's label; promtool takes it as it is.
+    let (code, metrics) = raw_http(&admin, &get("/metrics")).await;
+    assert_eq!(code, 200, "{metrics}");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "ferry_node_sessions{node=\"solo\"} 2"),
+        "{metrics}"
+    );
+    let value = |prefix: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in:\n{metrics}"))
+    };
+    assert!(value("ferry_messages_total{node=\"solo\"} ") > 0.0);
+    assert!(value("ferry_turn_seconds_count{node=\"solo\"} ") > 0.0);
+    assert!(value("process_resident_memory_bytes{node=\"solo\"} ") > 0.0);
+    if let Some(problems) = promtool_problems(&metrics) {
+        assert_eq!(problems, "", "promtool check metrics on:\n{metrics}");
+    }
     ann.close().await;
     bots.close().await;
     for (name, status, log) in processes.terminate_all().await {

@@ -100,3 +100,23 @@ fn an_unreachable_redis_is_named_with_what_to_check() {
     );
     assert!(error.contains("redis-server"), "{error}");
 }
+
+#[test]
+fn an_empty_admin_token_file_is_refused() {
+    let tmp = TempDir::new("node-empty-token");
+    certs(&tmp.path().join("certs"), "p1");
+    // Only whitespace: a token of nothing would admit `Authorization: Bearer ` alone.
+    std::fs::write(tmp.path().join("admin.token"), " \n").expect("token file");
+    let path = write(
+        tmp.path(),
+        "p1.toml",
+        "id = \"p1\"\ncerts = \"certs\"\nadmin_token_file = \"admin.token\"\n",
+    );
+    let error = node_fails(&path);
+    assert!(
+        error.contains("cannot read the admin token file"),
+        "{error}"
+    );
+    assert!(error.contains("admin.token"), "{error}");
+    assert!(error.contains("the file is empty"), "{error}");
+}

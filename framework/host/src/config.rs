@@ -76,6 +76,7 @@ pub const KEYS: &[&str] = &[
     "admin",
     "admin_token",
     "admin_token_file",
+    "admin_tls",
     "sessions_listen",
     "sessions_cert",
     "sessions_key",
@@ -180,13 +181,16 @@ pub struct NodeFile {
     /// Peers to dial at start, as `"<node-id>@<ip>:<port>"`.
     #[serde(default)]
     pub seeds: Vec<String>,
-    /// Where the admin endpoint listens (HTTP), or `"off"`.
+    /// Where the admin endpoint listens (HTTP, or HTTPS with `admin_tls`), or `"off"`.
     #[serde(default = "default_admin")]
     pub admin: String,
     /// The admin endpoint's bearer token (best set as `FERRY_ADMIN_TOKEN`, not in the file).
     pub admin_token: Option<String>,
     /// A file that holds the admin endpoint's bearer token.
     pub admin_token_file: Option<PathBuf>,
+    /// Serve the admin endpoint over HTTPS with this node's certificate from `certs`.
+    #[serde(default)]
+    pub admin_tls: bool,
     /// Where game clients connect (QUIC), or `"off"`: this node is then no gateway.
     #[serde(default = "default_off")]
     pub sessions_listen: String,
@@ -357,6 +361,8 @@ pub struct NodeSettings {
     pub admin: Option<SocketAddr>,
     /// The admin endpoint's bearer token, if it has one.
     pub admin_token: Option<AdminToken>,
+    /// Whether the admin endpoint speaks HTTPS, with this node's certificate.
+    pub admin_tls: bool,
     /// The client gateway, if this node is one.
     pub sessions: Option<GatewayFiles>,
     /// How log lines are written.
@@ -658,6 +664,14 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
         .map_err(|(key, reason)| invalid(key, reason))?;
     let admin_token =
         admin_token(base, &file, admin).map_err(|(key, reason)| invalid(key, reason))?;
+    if file.admin_tls && admin.is_none() {
+        return Err(invalid(
+            "admin_tls",
+            "it is true but `admin` is \"off\"; set `admin` to an address for the endpoint, or \
+             remove `admin_tls`"
+                .to_owned(),
+        ));
+    }
     if file.lease_ttl_ms == 0 {
         return Err(invalid(
             "lease_ttl_ms",
@@ -758,6 +772,7 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
         seeds,
         admin,
         admin_token,
+        admin_tls: file.admin_tls,
         sessions,
         log_format: file.log_format,
         otlp_endpoint: file.otlp_endpoint,
@@ -1119,6 +1134,7 @@ mod tests {
                 ("FERRY_STORE", "redis://127.0.0.1:6379/"),
                 ("FERRY_ADMIN", "0.0.0.0:7100"),
                 ("FERRY_ADMIN_TOKEN", "s3cret"),
+                ("FERRY_ADMIN_TLS", "true"),
                 ("FERRY_LOG_FORMAT", "json"),
             ],
         )
@@ -1131,6 +1147,7 @@ mod tests {
             s.admin_token,
             Some(AdminToken::Value(Secret("s3cret".to_owned())))
         );
+        assert!(s.admin_tls);
         assert_eq!(s.log_format, LogFormat::Json);
         let s = parse_env(
             "id = \"a\"\ncerts = \"c\"\ncapacity = 3\n",
@@ -1171,6 +1188,16 @@ mod tests {
         assert!(e.contains("empty"), "{e}");
     }
 
+    #[test]
+    fn admin_tls_needs_an_admin_endpoint() {
+        assert!(!parse_ok("id = \"a\"\ncerts = \"c\"\n").admin_tls);
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nadmin = \"off\"\nadmin_tls = true\n");
+        assert!(
+            e.contains("bad `admin_tls`") && e.contains("\"off\""),
+            "{e}"
+        );
+    }
+
     /// A file that sets every key but `admin_token`, which excludes `admin_token_file`.
     const FULL: &str = r#"
         id = "n1"
@@ -1196,6 +1223,7 @@ mod tests {
         seeds = ["p2@10.0.0.12:7000", "p@3@10.0.0.13:7000"]
         admin = "127.0.0.1:7100"
         admin_token_file = "admin.token"
+        admin_tls = true
         sessions_listen = "0.0.0.0:7400"
         sessions_cert = "gateway.pem"
         sessions_key = "/secret/gateway.key"
@@ -1255,6 +1283,7 @@ mod tests {
             Some(AdminToken::File("/etc/ferry/admin.token".into()))
         );
         assert_eq!(s.drain_grace, Duration::from_millis(5000));
+        assert!(s.admin_tls);
         assert_eq!(s.log_format, LogFormat::Json);
         assert_eq!(
             s.sessions,

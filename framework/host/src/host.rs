@@ -97,6 +97,17 @@ pub enum HostError {
     /// The admin endpoint could not start.
     #[error(transparent)]
     Admin(#[from] AdminError),
+    /// The node certificate could not serve the admin endpoint's HTTPS.
+    #[error(
+        "cannot serve the admin endpoint of node {node} over HTTPS with its certificate: {source}; \
+         `admin_tls` uses the node certificate in `certs`, or set `admin_tls = false`"
+    )]
+    AdminTls {
+        /// The node.
+        node: NodeId,
+        /// Why.
+        source: TlsError,
+    },
     /// The metrics recorder could not be installed.
     #[error(transparent)]
     Metrics(#[from] MetricsError),
@@ -183,7 +194,9 @@ impl Host {
             registry,
             pages,
         } = self;
-        let config = node_config(&settings).await?;
+        let tls = node_tls(&settings)?;
+        let admin_tls = admin_tls(&settings, &tls)?;
+        let config = node_config(&settings, tls).await?;
         let access = access(&settings)?;
         // Bound before the node starts, so a taken port fails before the node joins the cluster.
         let admin_listener = match settings.admin {
@@ -208,6 +221,7 @@ impl Host {
                 let options = AdminOptions {
                     access,
                     pages: pages.map(|pages| pages(&node)).unwrap_or_default(),
+                    tls: admin_tls,
                 };
                 match AdminServer::start(listener, ops.clone(), metrics, options) {
                     Ok(server) => Some(server),
@@ -365,14 +379,34 @@ async fn close(admin: Option<AdminServer>) {
     }
 }
 
-/// Turns checked settings into a node config: loads the certificates and connects the store.
-async fn node_config(settings: &NodeSettings) -> Result<NodeConfig, HostError> {
-    let tls =
-        NodeTls::load(&settings.certs, settings.id.clone()).map_err(|source| HostError::Certs {
+/// The node's certificates, from `certs`.
+fn node_tls(settings: &NodeSettings) -> Result<NodeTls, HostError> {
+    NodeTls::load(&settings.certs, settings.id.clone()).map_err(|source| HostError::Certs {
+        node: settings.id.clone(),
+        dir: settings.certs.clone(),
+        source,
+    })
+}
+
+/// The admin endpoint's HTTPS, with the node's own certificate, when `admin_tls` asks.
+fn admin_tls(
+    settings: &NodeSettings,
+    tls: &NodeTls,
+) -> Result<Option<Arc<rustls::ServerConfig>>, HostError> {
+    if !settings.admin_tls {
+        return Ok(None);
+    }
+    let config = tls
+        .https_server_config()
+        .map_err(|source| HostError::AdminTls {
             node: settings.id.clone(),
-            dir: settings.certs.clone(),
             source,
         })?;
+    Ok(Some(Arc::new(config)))
+}
+
+/// Turns checked settings into a node config with its certificates: connects the store.
+async fn node_config(settings: &NodeSettings, tls: NodeTls) -> Result<NodeConfig, HostError> {
     let store: Arc<dyn LocationStore> = match &settings.store {
         StoreChoice::Memory => Arc::new(MemoryStore::new()),
         StoreChoice::Shared { url, prefix } => ferry::store::StoreUrl::parse(url)

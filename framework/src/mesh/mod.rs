@@ -41,7 +41,10 @@ pub use codec::{DEFAULT_MAX_FRAME, DecodeError, EncodeError, FrameCodec};
 pub use handshake::{CloseCode, PROTOCOL_VERSION};
 pub(crate) use link::idle_timeout;
 pub use socket::{OsSockets, SocketFactory};
-pub use tls::{ClusterCa, NodeCert, NodeTls, TlsError, node_dns_name, node_file_stem, write_pem};
+pub use tls::{
+    ClusterCa, NodeCert, NodeTls, TlsError, https_client_config, node_dns_name, node_file_stem,
+    write_pem,
+};
 
 use crate::ids::NodeId;
 

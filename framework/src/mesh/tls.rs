@@ -6,6 +6,9 @@
 //! against the CA and then checks the node id the dialler claims against the same
 //! name in its certificate. Only the ring provider is used, passed in explicitly, so
 //! no process-wide provider has to be installed.
+//!
+//! A node's certificate also serves HTTPS (a host's admin endpoint): [`NodeTls::https_server_config`]
+//! presents it, and [`https_client_config`] is the client that trusts the cluster CA for it.
 
 use std::fmt;
 use std::fs;
@@ -17,13 +20,13 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
     GeneralSubtree, IsCa, Issuer, KeyPair, KeyUsagePurpose, NameConstraints,
 };
-use rustls::RootCertStore;
 use rustls::client::WebPkiServerVerifier;
-use rustls::client::danger::ServerCertVerifier;
-use rustls::crypto::CryptoProvider;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::server::WebPkiClientVerifier;
+use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use crate::ids::NodeId;
 
@@ -102,6 +105,9 @@ pub enum TlsError {
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
+
+/// The ALPN protocol of a node's HTTPS endpoints.
+const HTTP1: &[u8] = b"http/1.1";
 
 fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -512,6 +518,137 @@ impl NodeTls {
         config.alpn_protocols = vec![ALPN.to_vec()];
         Ok(config)
     }
+
+    /// TLS for an HTTPS endpoint of this node, such as a host's admin endpoint: TLS 1.3, this
+    /// node's certificate, HTTP/1.1, and no client certificate asked for (its callers are
+    /// operators and probes, who prove themselves otherwise, if at all).
+    pub fn https_server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
+        let mut config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_no_client_auth()
+            .with_single_cert(vec![self.cert.clone()], self.key.clone_key())?;
+        config.alpn_protocols = vec![HTTP1.to_vec()];
+        Ok(config)
+    }
+}
+
+/// The TLS of an HTTPS client of a node's endpoints ([`NodeTls::https_server_config`]), with the
+/// name to connect with: it trusts only the cluster CA of `ca_pem`, and takes the certificate of
+/// `node` only, or, without one, of any node of the cluster (a certificate the CA issued for a
+/// name in the node zone).
+pub fn https_client_config(
+    ca_pem: &str,
+    node: Option<&NodeId>,
+) -> Result<(rustls::ClientConfig, ServerName<'static>), TlsError> {
+    let mut roots = RootCertStore::empty();
+    roots.add(parse_cert("CA certificate", ca_pem)?)?;
+    let provider = provider();
+    let expected = node.map(node_server_name).transpose()?;
+    let name = match &expected {
+        Some(name) => name.clone(),
+        // Only the SNI: the verifier checks the names itself.
+        None => ServerName::try_from(NODE_ZONE).map_err(|e| {
+            TlsError::Rustls(rustls::Error::General(format!(
+                "{NODE_ZONE} is no DNS name: {e}"
+            )))
+        })?,
+    };
+    let verifier = ClusterNodeVerifier {
+        roots,
+        expected,
+        algorithms: provider.signature_verification_algorithms,
+    };
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![HTTP1.to_vec()];
+    Ok((config, name))
+}
+
+/// Takes a server certificate that chains to the cluster CA and names one node: the node
+/// expected, or any node of the zone. Webpki's own verifier checks one name given in advance,
+/// which a client that knows only the cluster cannot give.
+#[derive(Debug)]
+struct ClusterNodeVerifier {
+    roots: RootCertStore,
+    expected: Option<ServerName<'static>>,
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ClusterNodeVerifier {
+    /// Checks `cert` names the expected node, or some node: a name under the zone that the
+    /// certificate is valid for, as webpki decides validity.
+    fn check_name(
+        &self,
+        cert: &ParsedCertificate<'_>,
+        der: &CertificateDer<'_>,
+    ) -> Result<(), rustls::Error> {
+        if let Some(expected) = &self.expected {
+            return rustls::client::verify_server_name(cert, expected);
+        }
+        let suffix = format!(".{NODE_ZONE}");
+        let parsed = webpki::EndEntityCert::try_from(der).map_err(|e| {
+            rustls::Error::General(format!("the certificate cannot be parsed: {e}"))
+        })?;
+        let named = parsed
+            .valid_dns_names()
+            .filter(|name| name.to_ascii_lowercase().ends_with(&suffix))
+            .filter_map(|name| ServerName::try_from(name.to_owned()).ok())
+            .any(|name| rustls::client::verify_server_name(cert, &name).is_ok());
+        if named {
+            Ok(())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName,
+            ))
+        }
+    }
+}
+
+impl ServerCertVerifier for ClusterNodeVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let cert = ParsedCertificate::try_from(end_entity)?;
+        rustls::client::verify_server_cert_signed_by_trust_anchor(
+            &cert,
+            &self.roots,
+            intermediates,
+            now,
+            self.algorithms.all,
+        )?;
+        self.check_name(&cert, end_entity)?;
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
 }
 
 #[cfg(test)]
@@ -631,5 +768,113 @@ mod tests {
         let missing = NodeTls::load(&dir, node("nobody")).unwrap_err();
         assert!(matches!(missing, TlsError::Read { .. }), "{missing}");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A whole TLS handshake in memory between a client of `client` connecting as `name` and a
+    /// server of `server`; the error the client saw, if any.
+    fn handshake(
+        client: rustls::ClientConfig,
+        name: ServerName<'static>,
+        server: rustls::ServerConfig,
+    ) -> Result<(), rustls::Error> {
+        let mut client = rustls::ClientConnection::new(Arc::new(client), name)?;
+        let mut server = rustls::ServerConnection::new(Arc::new(server))?;
+        while client.is_handshaking() || server.is_handshaking() {
+            let mut wire = Vec::new();
+            client.write_tls(&mut wire).unwrap();
+            server.read_tls(&mut wire.as_slice()).unwrap();
+            // The server's refusal shows on the client's side, in the alert it sends.
+            let server_failed = server.process_new_packets().is_err();
+            let mut wire = Vec::new();
+            server.write_tls(&mut wire).unwrap();
+            client.read_tls(&mut wire.as_slice()).unwrap();
+            client.process_new_packets()?;
+            assert!(!server_failed, "the server failed, the client did not");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn an_https_client_of_the_cluster_ca_takes_its_nodes_and_only_them() {
+        let ca = ClusterCa::generate().unwrap();
+        let server = ca
+            .node_tls(&node("a"))
+            .unwrap()
+            .https_server_config()
+            .unwrap();
+        assert_eq!(server.alpn_protocols, [b"http/1.1".to_vec()]);
+        let connect = |ca_pem: &str, to: Option<&str>| {
+            let to = to.map(node);
+            let (client, name) = https_client_config(ca_pem, to.as_ref()).unwrap();
+            handshake(client, name, server.clone())
+        };
+        // Any node of the cluster, or node a by name.
+        assert!(connect(ca.cert_pem(), None).is_ok());
+        assert!(connect(ca.cert_pem(), Some("a")).is_ok());
+        // Another node's name, or another cluster's CA, is refused.
+        let other_node = connect(ca.cert_pem(), Some("b")).unwrap_err();
+        assert!(
+            matches!(
+                other_node,
+                rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::NotValidForName
+                        | rustls::CertificateError::NotValidForNameContext { .. }
+                )
+            ),
+            "{other_node}"
+        );
+        let other_ca = ClusterCa::generate().unwrap();
+        let stranger = connect(other_ca.cert_pem(), None).unwrap_err();
+        assert!(
+            matches!(
+                stranger,
+                // Every Ferry CA has the same name: the signature does not match.
+                rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::BadSignature
+                        | rustls::CertificateError::UnknownIssuer
+                )
+            ),
+            "{stranger}"
+        );
+        assert!(matches!(
+            https_client_config("not pem", None),
+            Err(TlsError::Pem { .. })
+        ));
+    }
+
+    #[test]
+    fn an_https_client_of_any_node_refuses_a_certificate_outside_the_node_zone() {
+        // A CA of another kind, which may sign any name: its "localhost" is no node.
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::default();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = params.self_signed(&key).unwrap();
+        let issuer = Issuer::new(params, key);
+        let leaf_key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .signed_by(&leaf_key, &issuer)
+            .unwrap();
+        let server = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf.der().clone()],
+                PrivateKeyDer::from_pem_slice(leaf_key.serialize_pem().as_bytes()).unwrap(),
+            )
+            .unwrap();
+        let (client, name) = https_client_config(&ca_cert.pem(), None).unwrap();
+        let error = handshake(client, name, server).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::NotValidForName
+                        | rustls::CertificateError::NotValidForNameContext { .. }
+                )
+            ),
+            "{error}"
+        );
     }
 }

@@ -46,5 +46,6 @@ fn the_guides_node_config_is_valid_with_the_per_node_keys_from_the_environment()
     assert_eq!(settings.id.as_str(), "p1");
     assert_eq!(settings.mesh_listen.to_string(), "10.0.0.11:7000");
     assert!(settings.admin_token.is_some());
+    assert!(settings.admin_tls);
     assert_eq!(settings.log_format, ferry_host::logs::LogFormat::Json);
 }

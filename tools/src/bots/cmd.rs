@@ -41,7 +41,7 @@ pub struct BotsArgs {
     #[arg(long = "admin", value_name = "ADDR", value_delimiter = ',')]
     admins: Vec<String>,
     #[command(flatten)]
-    admin_token: crate::admin_token::TokenArgs,
+    admin_access: crate::admin_access::AdminArgs,
     /// The sample games the rooms run; separate several with commas to play each.
     #[arg(
         long = "game",
@@ -116,7 +116,7 @@ pub async fn run(args: BotsArgs) -> Result<(), BotsError> {
     let admins = args
         .admins
         .iter()
-        .map(|addr| args.admin_token.client(addr))
+        .map(|addr| args.admin_access.client(addr))
         .collect::<Result<Vec<_>, _>>()
         .map_err(BotsError::Admin)?;
     let mut kinds: Vec<GameKind> = Vec::new();

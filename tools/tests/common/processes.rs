@@ -318,9 +318,35 @@ pub async fn status_json(addr: &str) -> Value {
 
 /// Sends `request` as it is on a fresh connection and returns the status code and body.
 pub async fn raw_http(addr: &str, request: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr)
+    let stream = TcpStream::connect(addr)
         .await
         .expect("admin endpoint reachable");
+    exchange(stream, request).await
+}
+
+/// Sends `request` as it is over HTTPS on a fresh connection, trusting only the cluster CA in
+/// the file `ca` for any node's certificate, and returns the status code and body.
+pub async fn raw_https(addr: &str, ca: &Path, request: &str) -> (u16, String) {
+    let pem = std::fs::read_to_string(ca).expect("CA file");
+    let (config, name) = ferry::mesh::https_client_config(&pem, None).expect("a usable CA");
+    let tcp = TcpStream::connect(addr)
+        .await
+        .expect("admin endpoint reachable");
+    let tls = within(
+        "a TLS handshake",
+        tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp),
+    )
+    .await
+    .expect("the TLS handshake passes");
+    exchange(tls, request).await
+}
+
+/// Writes `request` on `stream`, reads the answer to its end, and returns its status code and
+/// body.
+async fn exchange<S>(mut stream: S, request: &str) -> (u16, String)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     stream
         .write_all(request.as_bytes())
         .await
@@ -341,12 +367,12 @@ pub async fn raw_http(addr: &str, request: &str) -> (u16, String) {
     (code, body)
 }
 
-/// A GET request for `raw_http`.
+/// A GET request for `raw_http` and `raw_https`.
 pub fn get(path: &str) -> String {
     format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
 }
 
-/// A POST request for `raw_http`.
+/// A POST request for `raw_http` and `raw_https`.
 pub fn post(path: &str, body: &str) -> String {
     format!(
         "POST {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",

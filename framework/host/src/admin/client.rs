@@ -1,13 +1,18 @@
 //! A small HTTP/1.1 client for the admin endpoint: one request per connection, JSON in and out,
-//! every failure an error that names the address and what to check.
+//! every failure an error that names the address and what to check. It speaks HTTPS to a node
+//! with `admin_tls` when given the cluster CA, and checks the node's certificate against it.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use ferry::NodeId;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Method, Request, StatusCode, header};
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -57,7 +62,8 @@ pub enum ClientError {
     /// Something answered, but not as an admin endpoint does.
     #[error(
         "{addr} did not answer as a ferry admin endpoint ({reason}); check that it is the admin= \
-         address of the node's ready line"
+         address of the node's ready line, and give a node with `admin_tls` its cluster CA: it \
+         answers HTTPS only"
     )]
     NotAdmin {
         /// The address.
@@ -78,6 +84,30 @@ pub enum ClientError {
         /// The request.
         what: String,
         /// How the connection ended.
+        reason: String,
+    },
+    /// The endpoint's certificate did not pass the check against the cluster CA, or it speaks
+    /// no TLS.
+    #[error(
+        "the TLS handshake with the admin endpoint at {addr} failed ({reason}); check that the \
+         node has `admin_tls`, that the CA is the ca.pem of its cluster, and that the node id \
+         asked for (if any) is the node's"
+    )]
+    Handshake {
+        /// The address.
+        addr: String,
+        /// What TLS said.
+        reason: String,
+    },
+    /// The cluster CA file could not be read or holds no certificate.
+    #[error(
+        "cannot use {} as the cluster CA: {reason}; pass the ca.pem of the nodes' `certs` folder",
+        path.display()
+    )]
+    CaFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
         reason: String,
     },
     /// The admin token file could not be read.
@@ -107,6 +137,8 @@ pub enum ClientError {
 pub struct AdminClient {
     addr: String,
     token: Option<String>,
+    /// HTTPS: the TLS that trusts the cluster CA, and the name asked for.
+    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
 }
 
 impl std::fmt::Debug for AdminClient {
@@ -115,6 +147,7 @@ impl std::fmt::Debug for AdminClient {
         f.debug_struct("AdminClient")
             .field("addr", &self.addr)
             .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("tls", &self.tls.as_ref().map(|(_, name)| name))
             .finish()
     }
 }
@@ -143,7 +176,22 @@ impl AdminClient {
         Ok(AdminClient {
             addr: trimmed.to_owned(),
             token: None,
+            tls: None,
         })
+    }
+
+    /// Speaks HTTPS, trusting only the cluster CA in the PEM file `ca`: the endpoint must show
+    /// the certificate of `node`, or, without one, of any node of that cluster.
+    pub fn with_ca_file(mut self, ca: &Path, node: Option<&NodeId>) -> Result<Self, ClientError> {
+        let bad = |reason: String| ClientError::CaFile {
+            path: ca.to_owned(),
+            reason,
+        };
+        let pem = std::fs::read_to_string(ca).map_err(|e| bad(e.to_string()))?;
+        let (config, name) =
+            ferry::mesh::https_client_config(&pem, node).map_err(|e| bad(e.to_string()))?;
+        self.tls = Some((Arc::new(config), name));
+        Ok(self)
     }
 
     /// Sends `token` as `Authorization: Bearer <token>` with every request.
@@ -240,11 +288,6 @@ impl AdminClient {
         let stream = tokio::time::timeout(CONNECT, self.connect())
             .await
             .map_err(|_| unreachable(format!("no connection within {CONNECT:?}")))??;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| self.not_admin(e.to_string()))?;
-        // Drives the connection; it ends when the answer is read and the sender dropped.
-        tokio::spawn(connection);
         let has_body = body.is_some();
         let mut request = Request::builder()
             .method(method.clone())
@@ -259,6 +302,50 @@ impl AdminClient {
         let request = request
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| self.not_admin(e.to_string()))?;
+        let (status, body) = match &self.tls {
+            Some((config, name)) => {
+                let handshake = |reason: String| ClientError::Handshake {
+                    addr: self.addr.clone(),
+                    reason,
+                };
+                let connector = tokio_rustls::TlsConnector::from(config.clone());
+                let stream = tokio::time::timeout(CONNECT, connector.connect(name.clone(), stream))
+                    .await
+                    .map_err(|_| handshake(format!("no handshake within {CONNECT:?}")))?
+                    .map_err(|e| handshake(e.to_string()))?;
+                self.exchange(stream, request, wait).await?
+            }
+            None => self.exchange(stream, request, wait).await?,
+        };
+        if status.is_success() {
+            return Ok(body);
+        }
+        let message = serde_json::from_slice::<ErrorBody>(&body)
+            .map(|e| e.error)
+            .map_err(|_| self.not_admin(format!("{status} without a JSON error")))?;
+        Err(ClientError::Refused {
+            addr: self.addr.clone(),
+            what: format!("{method} {path}"),
+            status,
+            message,
+        })
+    }
+
+    /// Sends `request` on `stream` and reads the answer within `wait`.
+    async fn exchange<S>(
+        &self,
+        stream: S,
+        request: Request<Full<Bytes>>,
+        wait: Duration,
+    ) -> Result<(StatusCode, Bytes), ClientError>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| self.not_admin(e.to_string()))?;
+        // Drives the connection; it ends when the answer is read and the sender dropped.
+        tokio::spawn(connection);
         let exchange = async {
             let response = sender
                 .send_request(request)
@@ -272,21 +359,9 @@ impl AdminClient {
                 .to_bytes();
             Ok::<_, ClientError>((status, body))
         };
-        let (status, body) = tokio::time::timeout(wait, exchange)
+        tokio::time::timeout(wait, exchange)
             .await
-            .map_err(|_| self.not_admin(format!("no answer within {wait:?}")))??;
-        if status.is_success() {
-            return Ok(body);
-        }
-        let message = serde_json::from_slice::<ErrorBody>(&body)
-            .map(|e| e.error)
-            .map_err(|_| self.not_admin(format!("{status} without a JSON error")))?;
-        Err(ClientError::Refused {
-            addr: self.addr.clone(),
-            what: format!("{method} {path}"),
-            status,
-            message,
-        })
+            .map_err(|_| self.not_admin(format!("no answer within {wait:?}")))?
     }
 
     async fn connect(&self) -> Result<tokio::net::TcpStream, ClientError> {
@@ -388,5 +463,69 @@ mod tests {
         assert!(matches!(error, ClientError::NotAdmin { .. }), "{error:?}");
         let seen = seen.lock().expect("not poisoned").clone();
         assert_eq!(seen, ["GET /status HTTP/1.1"]);
+    }
+
+    /// Writes a fresh cluster CA's certificate to a file of its own, removed on drop.
+    struct CaFile(std::path::PathBuf);
+
+    impl CaFile {
+        fn new(text: &str) -> Self {
+            let path = std::env::temp_dir().join(format!(
+                "ferry-host-ca-{}-{}.pem",
+                std::process::id(),
+                next_suffix()
+            ));
+            std::fs::write(&path, text).expect("CA file written");
+            CaFile(path)
+        }
+    }
+
+    impl Drop for CaFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn next_suffix() -> u64 {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    }
+
+    #[tokio::test]
+    async fn with_the_cluster_ca_a_plain_http_server_is_sent_no_request() {
+        let ca = ferry::mesh::ClusterCa::generate().expect("a CA");
+        let file = CaFile::new(ca.cert_pem());
+        let (client, seen, server) = closing_server(true).await;
+        let client = client
+            .with_token("s3cret")
+            .with_ca_file(&file.0, None)
+            .expect("a usable CA");
+        let error = client
+            .status::<serde_json::Value>()
+            .await
+            .expect_err("no TLS there");
+        server.abort();
+        assert!(matches!(error, ClientError::Handshake { .. }), "{error:?}");
+        assert!(error.to_string().contains("admin_tls"), "{error}");
+        // The server saw a TLS hello, never a request (nor its token) in the clear.
+        let seen = seen.lock().expect("not poisoned").clone();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert!(!seen[0].contains("HTTP/1.1"), "{seen:?}");
+    }
+
+    #[test]
+    fn a_missing_or_unusable_ca_file_is_refused_before_any_request() {
+        let client = AdminClient::new("127.0.0.1:7100").expect("a valid address");
+        let missing = std::env::temp_dir().join("ferry-host-no-such-ca.pem");
+        let error = client
+            .clone()
+            .with_ca_file(&missing, None)
+            .expect_err("no file");
+        assert!(matches!(error, ClientError::CaFile { .. }), "{error:?}");
+        assert!(error.to_string().contains("ca.pem"), "{error}");
+        let file = CaFile::new("not a certificate");
+        let error = client.with_ca_file(&file.0, None).expect_err("no PEM");
+        assert!(matches!(error, ClientError::CaFile { .. }), "{error:?}");
     }
 }

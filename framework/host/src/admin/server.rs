@@ -1,5 +1,5 @@
 //! The admin endpoint of one node: status, drain, shutdown, metrics and creating units over
-//! HTTP, for the `ferry` CLI, scripts and Prometheus.
+//! HTTP (or HTTPS, [`super::tls`]), for the `ferry` CLI, scripts and Prometheus.
 //!
 //! Drains and shutdowns run as the node's [`Operations`]: on tasks of their own, one at a time.
 //! Every refusal is a 4xx with a JSON body that says what to do; [`super::auth`] decides who
@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::auth::Access;
+use super::tls::TlsListener;
 use super::wire::{
     DrainReport, ErrorBody, Mode, PeerBody, ProgressBody, RelocateRequest, Resumed, RunningBody,
     ShutdownReport, ShutdownRequest, StatusBody, UnitCreated, UnitKind, UnitRequest, millis,
@@ -71,6 +72,8 @@ pub struct AdminOptions {
     pub access: Access,
     /// The application's own pages (GET routes), merged in behind the same token.
     pub pages: Router,
+    /// HTTPS with this TLS (the node's certificate), or plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// A running admin endpoint. Dropping it leaves the server running until the process ends; call
@@ -100,18 +103,21 @@ impl AdminServer {
         options: AdminOptions,
     ) -> Result<AdminServer, AdminError> {
         let addr = listener.local_addr().map_err(AdminError::Address)?;
-        let upkeep = crate::metrics::spawn_upkeep(metrics.clone());
         let (close, mut closing) = watch::channel(false);
-        let router = router(ops, metrics, options);
-        let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
+        let closed = async move {
             // An error means the sender is gone, which is also a reason to stop.
             let _ = closing.wait_for(|close| *close).await;
-        });
-        let task = tokio::spawn(async move {
-            if let Err(error) = serve.await {
-                tracing::error!(%error, "the admin endpoint stopped");
+        };
+        let tls = options.tls.clone();
+        let router = router(ops, metrics.clone(), options);
+        let task = match tls {
+            Some(tls) => {
+                let listener = TlsListener::new(listener, tls).map_err(AdminError::Address)?;
+                tokio::spawn(serve(listener, router, closed))
             }
-        });
+            None => tokio::spawn(serve(listener, router, closed)),
+        };
+        let upkeep = crate::metrics::spawn_upkeep(metrics);
         Ok(AdminServer {
             addr,
             close,
@@ -136,6 +142,20 @@ impl AdminServer {
         {
             self.task.abort();
         }
+    }
+}
+
+/// Serves `router` on `listener` until `closed`, then lets answers in flight be written.
+async fn serve<L>(listener: L, router: Router, closed: impl Future<Output = ()> + Send + 'static)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    let served = axum::serve(listener, router)
+        .with_graceful_shutdown(closed)
+        .await;
+    if let Err(error) = served {
+        tracing::error!(%error, "the admin endpoint stopped");
     }
 }
 

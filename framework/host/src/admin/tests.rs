@@ -43,6 +43,7 @@ fn admin_with(cluster: &Cluster, node: &str, access: Access) -> Admin {
     let options = AdminOptions {
         access,
         pages: Router::new(),
+        tls: None,
     };
     Admin {
         router: router(ops.clone(), metrics, options),
@@ -554,5 +555,63 @@ async fn a_room_counts_with_its_members_and_a_drained_node_resumes_taking_units(
     let (code, body) = call(&admin.router, "POST", "/resume", "").await;
     assert_eq!(code, StatusCode::OK, "{body}");
     assert_eq!(body["was"], "Serving");
+    cluster.shutdown().await;
+}
+
+/// A probe's status and its text.
+async fn probe(router: &Router, path: &str) -> (StatusCode, String) {
+    let request = Request::builder()
+        .uri(path)
+        .body(Body::empty())
+        .expect("request");
+    let response = router.clone().oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_is_lost_while_drained_and_after_the_lease_is_lost_liveness_stays() {
+    let mut cluster = Cluster::start(1, registry).await;
+    let mut config = cluster.config("n2");
+    config.lease_ttl = std::time::Duration::from_millis(300);
+    let n2 = cluster.add_with(config, registry()).await;
+    let admin = admin(&cluster, "n2");
+    assert_eq!(
+        probe(&admin.router, "/readyz").await,
+        (StatusCode::OK, "ready\n".to_owned())
+    );
+
+    // Drained: not ready until it is resumed.
+    let (code, body) = call(&admin.router, "POST", "/relocate", "").await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    let (code, text) = probe(&admin.router, "/readyz").await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+    assert!(text.contains("node n2 is Relocated"), "{text}");
+    let (code, body) = call(&admin.router, "POST", "/resume", "").await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(probe(&admin.router, "/readyz").await.0, StatusCode::OK);
+
+    // Someone else takes n2's lease: it stops running turns, and is not ready again; the
+    // process still serves.
+    let mut state = n2.watch_state();
+    cluster
+        .store
+        .acquire_lease(n2.id(), std::time::Duration::from_secs(30))
+        .await
+        .expect("lease taken");
+    state
+        .wait_for(|s| *s == NodeState::Error)
+        .await
+        .expect("state followed");
+    let (code, text) = probe(&admin.router, "/readyz").await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+    assert!(text.contains("node n2 is Error"), "{text}");
+    assert_eq!(
+        probe(&admin.router, "/healthz").await,
+        (StatusCode::OK, "ok\n".to_owned())
+    );
     cluster.shutdown().await;
 }
