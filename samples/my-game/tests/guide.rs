@@ -49,3 +49,33 @@ fn the_guides_node_config_is_valid_with_the_per_node_keys_from_the_environment()
     assert!(settings.admin_tls);
     assert_eq!(settings.log_format, ferry_host::logs::LogFormat::Json);
 }
+
+/// The names under `[dependencies]` in a Cargo.toml text, in order.
+fn dependencies(manifest: &str) -> Vec<String> {
+    manifest
+        .lines()
+        .skip_while(|line| line.trim() != "[dependencies]")
+        .skip(1)
+        .take_while(|line| !line.trim().starts_with('['))
+        .filter_map(|line| line.split(['=', '.', ' ']).next())
+        .filter(|name| !name.is_empty() && !name.starts_with('#'))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_guides_cargo_toml_asks_for_what_this_crate_uses() {
+    let guide = code_blocks(GUIDE, "toml")
+        .into_iter()
+        .find(|block| block.contains("[package]"))
+        .expect("the guide shows a Cargo.toml");
+    assert!(guide.contains("name = \"my-game\""), "{guide}");
+    assert_eq!(
+        dependencies(guide),
+        dependencies(include_str!("../Cargo.toml")),
+        "the guide's dependencies are this crate's"
+    );
+    let minor = env!("CARGO_PKG_VERSION").rsplit_once('.').map(|(minor, _)| minor);
+    let wanted = format!("ferry = \"{}\"", minor.expect("a semver version"));
+    assert!(guide.contains(&wanted), "the guide asks for {wanted}: {guide}");
+}
