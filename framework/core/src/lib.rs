@@ -14,6 +14,7 @@
 //! - [`authority`]: the records the store holds per unit and per node, and a node's lifecycle state.
 //! - [`conditional`]: a conditional write whose answer may be lost, settled by reading it back.
 //! - [`placement`]: the choice of a node for a new unit.
+//! - [`recovery`]: who coordinates recovery, which units dead nodes left, and where each is rebuilt.
 //! - [`relocation`]: a move's capture, frames and phases, and its two sides as state machines.
 //! - [`frames`]: everything nodes say to each other on the mesh.
 //! - [`delivery`]: frames numbered per link, kept until acknowledged and sent again after a reset.
@@ -25,6 +26,7 @@ pub mod errors;
 pub mod frames;
 pub mod ids;
 pub mod placement;
+pub mod recovery;
 pub mod relocation;
 pub mod reply;
 pub mod session;

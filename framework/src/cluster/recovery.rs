@@ -15,9 +15,13 @@
 //! instead (an Instance Spot comes back on its next message). Units force-stopped at a drain's
 //! deadline are rebuilt the same way. Remembered units are also brought back after a cold start of
 //! the whole cluster.
+//!
+//! The plan (the census of records, the fill, rooms with their members, who coordinates) is pure,
+//! in `ferry_core::recovery`; this module reads the store, asks it, and carries it out.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use ferry_core::recovery::{Census, Found, census, coordinator, plan_node};
 use tokio::sync::broadcast;
 
 use super::authority::{
@@ -89,40 +93,6 @@ struct Unplaced {
 
 /// The most records read per page.
 const PAGE: usize = 1024;
-
-/// A survivor as the fill sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Survivor {
-    /// The units it hosts.
-    pub units: u64,
-    /// The most units it takes (its `NodeConfig::capacity`).
-    pub capacity: u64,
-}
-
-/// How many orphans each survivor gets: the emptiest are raised to a common level, the remainder
-/// goes one each to the emptiest, ties broken by node id. No survivor is filled past its capacity:
-/// orphans that fit nowhere get no share, and a later pass retries them. Pure, so every
-/// coordinator computes the same plan from the same tally.
-pub fn balanced_fill(
-    survivors: &BTreeMap<NodeId, Survivor>,
-    orphans: u64,
-) -> BTreeMap<NodeId, u64> {
-    let mut share: BTreeMap<NodeId, u64> = survivors.keys().map(|n| (n.clone(), 0)).collect();
-    for _ in 0..orphans {
-        // The emptiest survivor with room now (units plus its share so far); ties by node id.
-        let Some(node) = survivors
-            .iter()
-            .map(|(n, s)| (n, s.units + share.get(n).copied().unwrap_or(0), s.capacity))
-            .filter(|(_, load, capacity)| load < capacity)
-            .min_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(b.0)))
-            .map(|(n, _, _)| n.clone())
-        else {
-            break;
-        };
-        *share.entry(node).or_default() += 1;
-    }
-    share
-}
 
 impl Node {
     /// Follows recovery events from now on.
@@ -230,14 +200,7 @@ impl Node {
 
     /// Whether this node coordinates recovery: the serving node with the lowest id.
     pub fn is_coordinator(&self) -> bool {
-        self.state() == NodeState::Serving
-            && self
-                .cluster_view()
-                .iter()
-                .filter(|d| d.state == NodeState::Serving)
-                .map(|d| &d.node)
-                .min()
-                == Some(self.id())
+        self.state() == NodeState::Serving && coordinator(&self.cluster_view()) == Some(self.id())
     }
 
     /// Runs one recovery pass now, if this node is the coordinator: rebuilds or frees the units of
@@ -251,35 +214,28 @@ impl Node {
                 reason: "this node's lease is not confirmed by the store; recovery waits".into(),
             });
         }
-        let records = self.scan_values(UNIT_PREFIX).await?;
-        // Units of a node whose lease lapsed but whom the mesh does not confirm dead are left
-        // alone: it may still run them.
+        let records = self
+            .scan_values(UNIT_PREFIX)
+            .await?
+            .into_iter()
+            .filter_map(|(key, value)| {
+                let id = unit_of_key(&key)?;
+                let record = UnitRecord::decode(&key, &value.value).ok()?;
+                Some(Found {
+                    id,
+                    record,
+                    version: value.version,
+                })
+            })
+            .collect();
         let live: BTreeSet<NodeId> = self.cluster_view().into_iter().map(|d| d.node).collect();
         let suspected: BTreeSet<NodeId> = self.core.suspected.read().iter().cloned().collect();
-        let mut tally: BTreeMap<NodeId, u64> = BTreeMap::new();
-        let mut orphans: BTreeMap<NodeId, Vec<(UnitId, UnitRecord, u64)>> = BTreeMap::new();
-        // Where each running spot is: a member rebuilt after its room is rebuilt next to it.
-        let mut spots = BTreeMap::new();
-        let mut recorded = BTreeSet::new();
-        for (key, value) in records {
-            let (Some(id), Ok(record)) =
-                (unit_of_key(&key), UnitRecord::decode(&key, &value.value))
-            else {
-                continue;
-            };
-            recorded.insert(id.clone());
-            if live.contains(&record.owner) {
-                *tally.entry(record.owner.clone()).or_default() += 1;
-                if let UnitId::Spot(spot) = id {
-                    spots.insert(spot, record.owner);
-                }
-            } else if !suspected.contains(&record.owner) && record.owner != *self.id() {
-                orphans
-                    .entry(record.owner.clone())
-                    .or_default()
-                    .push((id, record, value.version));
-            }
-        }
+        let Census {
+            mut tally,
+            mut spots,
+            orphans,
+            recorded,
+        } = census(records, &live, &suspected, self.id());
         let mut stalled = Vec::new();
         let mut waiting = 0;
         for (dead, units) in orphans {
@@ -300,13 +256,12 @@ impl Node {
         self.forget_dead_descriptors().await
     }
 
-    /// Rebuilds or frees one dead node's units. Rooms are placed whole: the fill plans each room
-    /// as one unit, and the Actors its record names as members are rebuilt on the room's node
-    /// after it, where they join it again.
+    /// Rebuilds or frees one dead node's units, as the core's plan says: rooms first, then the
+    /// Actors their records name as members, on whichever node their room runs by then.
     async fn recover_node(
         &self,
         dead: NodeId,
-        units: Vec<(UnitId, UnitRecord, u64)>,
+        units: Vec<Found>,
         tally: &mut BTreeMap<NodeId, u64>,
         spots: &mut BTreeMap<SpotId, NodeId>,
     ) -> Unplaced {
@@ -314,89 +269,58 @@ impl Node {
         self.recovery_event(RecoveryEvent::Started {
             dead: Some(dead.clone()),
         });
-        let view = self.cluster_view();
+        let freed = |record: &UnitRecord| {
+            let lazy_instance = self.core.factory(&record.factory).is_some_and(|f| {
+                f.info().kind == FactoryKind::InstanceSpot && !f.info().remembered
+            });
+            !record.recoverable || lazy_instance
+        };
+        let plan = plan_node(units, freed, &self.cluster_view(), tally, spots);
         let mut done = Vec::new();
         let mut failed = Vec::new();
-        let mut rebuilt = Vec::new();
-        for (id, record, version) in units {
-            let info = self.core.factory(&record.factory).map(|f| f.info().clone());
-            let lazy_instance = info
-                .as_ref()
-                .is_some_and(|i| i.kind == FactoryKind::InstanceSpot && !i.remembered);
-            if !record.recoverable || lazy_instance {
-                match self.free_id(&id, &record.owner, version).await {
-                    Ok(()) => done.push(id),
-                    Err(_) => failed.push(id),
-                }
-            } else {
-                rebuilt.push((id, record, version));
+        for found in plan.free {
+            match self
+                .free_id(&found.id, &found.record.owner, found.version)
+                .await
+            {
+                Ok(()) => done.push(found.id),
+                Err(_) => failed.push(found.id),
             }
         }
-        let rooms: BTreeSet<SpotId> = rebuilt
-            .iter()
-            .filter_map(|(id, _, _)| match id {
-                UnitId::Spot(spot) => Some(spot.clone()),
-                UnitId::Actor(_) => None,
-            })
-            .collect();
-        // A member goes with its room if the room is rebuilt now or runs on a live node; one whose
-        // room is gone is rebuilt on its own, and its record then names no spot.
-        let (members, alone): (Vec<_>, Vec<_>) = rebuilt.into_iter().partition(|(_, record, _)| {
-            record
-                .spot
-                .as_ref()
-                .is_some_and(|s| rooms.contains(s) || spots.contains_key(s))
-        });
-        let mut by_factory: BTreeMap<String, Vec<(UnitId, UnitRecord, u64)>> = BTreeMap::new();
-        for unit in alone {
-            by_factory
-                .entry(unit.1.factory.clone())
-                .or_default()
-                .push(unit);
+        for found in plan.unplaced {
+            tracing::warn!(unit = %found.id, factory = %found.record.factory, "no serving node with this factory has room; the next pass retries: start one or raise capacity");
+            unplaced.no_room += 1;
+            failed.push(found.id);
         }
-        for (factory, mut units) in by_factory {
-            units.sort_by(|a, b| a.0.cmp(&b.0));
-            let survivors: BTreeMap<NodeId, Survivor> = view
-                .iter()
-                .filter(|d| d.state == NodeState::Serving && d.factories.contains(&factory))
-                .map(|d| {
-                    let units = tally.get(&d.node).copied().unwrap_or(0);
-                    let survivor = Survivor {
-                        units,
-                        capacity: d.capacity,
-                    };
-                    (d.node.clone(), survivor)
-                })
-                .collect();
-            let share = balanced_fill(&survivors, units.len() as u64);
-            let mut slots = share
-                .iter()
-                .flat_map(|(node, n)| std::iter::repeat_n(node.clone(), *n as usize));
-            for (id, record, version) in units {
-                let Some(target) = slots.next() else {
-                    tracing::warn!(unit = %id, %factory, "no serving node with this factory has room; the next pass retries: start one or raise capacity");
-                    unplaced.no_room += 1;
+        for (
+            Found {
+                id,
+                record,
+                version,
+            },
+            target,
+        ) in plan.rebuild
+        {
+            match self.rebuild_on(&target, &id, record, version).await {
+                Ok(()) => {
+                    *tally.entry(target.clone()).or_default() += 1;
+                    if let UnitId::Spot(spot) = &id {
+                        spots.insert(spot.clone(), target);
+                    }
+                    done.push(id);
+                }
+                Err(reason) => {
+                    tracing::warn!(unit = %id, %target, %reason, "rebuild failed; the next pass retries");
                     failed.push(id);
-                    continue;
-                };
-                match self.rebuild_on(&target, &id, record, version).await {
-                    Ok(()) => {
-                        *tally.entry(target.clone()).or_default() += 1;
-                        if let UnitId::Spot(spot) = &id {
-                            spots.insert(spot.clone(), target);
-                        }
-                        done.push(id);
-                    }
-                    Err(reason) => {
-                        tracing::warn!(unit = %id, %target, %reason, "rebuild failed; the next pass retries");
-                        failed.push(id);
-                    }
                 }
             }
         }
-        let mut members = members;
-        members.sort_by(|a, b| a.0.cmp(&b.0));
-        for (id, record, version) in members {
+        for Found {
+            id,
+            record,
+            version,
+        } in plan.members
+        {
             let Some(target) = record.spot.as_ref().and_then(|s| spots.get(s)).cloned() else {
                 // Its room was not rebuilt in this pass: the next pass places both.
                 tracing::warn!(unit = %id, "waits for its room to be rebuilt; the next pass retries");
@@ -576,89 +500,5 @@ impl Node {
                 None => return Ok(all),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tally(counts: &[(&str, u64)]) -> BTreeMap<NodeId, Survivor> {
-        counts
-            .iter()
-            .map(|(n, c)| (*n, *c, u64::MAX))
-            .map(|(n, units, capacity)| (NodeId::new(n).unwrap(), Survivor { units, capacity }))
-            .collect()
-    }
-
-    fn shares(plan: &BTreeMap<NodeId, u64>) -> Vec<(String, u64)> {
-        plan.iter().map(|(n, s)| (n.to_string(), *s)).collect()
-    }
-
-    #[test]
-    fn the_emptiest_are_raised_to_a_common_level_first() {
-        let plan = balanced_fill(&tally(&[("a", 10), ("b", 2), ("c", 4)]), 6);
-        // b is raised to c's level (2), then both share the rest (2 each): b 8, c 8, a 10.
-        assert_eq!(
-            shares(&plan),
-            vec![("a".into(), 0), ("b".into(), 4), ("c".into(), 2)]
-        );
-    }
-
-    #[test]
-    fn the_remainder_goes_to_the_emptiest_with_ties_by_node_id() {
-        let plan = balanced_fill(&tally(&[("c", 0), ("a", 0), ("b", 0)]), 4);
-        assert_eq!(
-            shares(&plan),
-            vec![("a".into(), 2), ("b".into(), 1), ("c".into(), 1)]
-        );
-        let total: u64 = plan.values().sum();
-        assert_eq!(total, 4);
-    }
-
-    #[test]
-    fn every_coordinator_computes_the_same_plan() {
-        // Coordinators read the survivors in whatever order the store lists them: each order
-        // gives the one plan, which is the balanced one (y and z are raised to x, then one each).
-        let seen = [("x", 3), ("y", 1), ("z", 1)];
-        let orders = [
-            [0, 1, 2],
-            [0, 2, 1],
-            [1, 0, 2],
-            [1, 2, 0],
-            [2, 0, 1],
-            [2, 1, 0],
-        ];
-        for order in orders {
-            let listed: Vec<(&str, u64)> = order.iter().map(|&i| seen[i]).collect();
-            assert_eq!(
-                shares(&balanced_fill(&tally(&listed), 7)),
-                vec![("x".into(), 1), ("y".into(), 3), ("z".into(), 3)],
-                "read in the order {order:?}"
-            );
-        }
-        assert!(balanced_fill(&BTreeMap::new(), 3).is_empty());
-    }
-
-    #[test]
-    fn no_survivor_is_filled_past_its_capacity() {
-        let survivor = |units, capacity| Survivor { units, capacity };
-        let survivors: BTreeMap<NodeId, Survivor> = [
-            ("a", survivor(3, 4)),
-            ("b", survivor(0, 0)),
-            ("c", survivor(5, 100)),
-        ]
-        .into_iter()
-        .map(|(n, s)| (NodeId::new(n).unwrap(), s))
-        .collect();
-        // a takes one (to its capacity of 4), b none (capacity 0), c the rest.
-        let plan = balanced_fill(&survivors, 6);
-        assert_eq!(
-            shares(&plan),
-            vec![("a".into(), 1), ("b".into(), 0), ("c".into(), 5)]
-        );
-        // With no room anywhere, the orphans get no share: a later pass retries them.
-        let full: BTreeMap<NodeId, Survivor> = [(NodeId::new("a").unwrap(), survivor(4, 4))].into();
-        assert_eq!(balanced_fill(&full, 3).values().sum::<u64>(), 0);
     }
 }

@@ -75,7 +75,12 @@ fn the_guides_cargo_toml_asks_for_what_this_crate_uses() {
         dependencies(include_str!("../Cargo.toml")),
         "the guide's dependencies are this crate's"
     );
-    let minor = env!("CARGO_PKG_VERSION").rsplit_once('.').map(|(minor, _)| minor);
+    let minor = env!("CARGO_PKG_VERSION")
+        .rsplit_once('.')
+        .map(|(minor, _)| minor);
     let wanted = format!("ferry = \"{}\"", minor.expect("a semver version"));
-    assert!(guide.contains(&wanted), "the guide asks for {wanted}: {guide}");
+    assert!(
+        guide.contains(&wanted),
+        "the guide asks for {wanted}: {guide}"
+    );
 }
