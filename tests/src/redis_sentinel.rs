@@ -85,6 +85,13 @@ impl SentinelGroup {
     /// Fails the master over now (`SENTINEL FAILOVER`), while it runs, and returns the new
     /// master once the sentinel names it and it says it is master.
     pub async fn failover(&self) -> usize {
+        let old = self.begin_failover().await;
+        self.await_master_other_than(old).await
+    }
+
+    /// Asks the sentinel to fail the master over now, while it runs, and returns the master it
+    /// had; the failover itself takes a second or so.
+    pub async fn begin_failover(&self) -> usize {
         let old = self.master().await;
         let asked: Option<String> = self
             .sentinel_says(redis::cmd("SENTINEL").arg("FAILOVER").arg(SENTINEL_MASTER))
@@ -94,7 +101,7 @@ impl SentinelGroup {
             Some("OK"),
             "the sentinel takes the failover"
         );
-        self.await_master_other_than(old).await
+        old
     }
 
     /// Kills the master (SIGKILL) and returns which server it was.
@@ -107,6 +114,24 @@ impl SentinelGroup {
     /// Kills data server `i` (SIGKILL).
     pub fn stop(&mut self, i: usize) {
         self.data[i].stop();
+    }
+
+    /// Waits until a data server other than `old` says it is master: the sentinel promoted a
+    /// replica (and may not name it yet).
+    pub async fn await_promoted(&self, old: usize) -> usize {
+        let deadline = Instant::now() + SETTLE_WITHIN;
+        loop {
+            for i in (0..self.data.len()).filter(|i| *i != old) {
+                if self.role(i).await.as_deref() == Some("master") {
+                    return i;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no promotion within {SETTLE_WITHIN:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Waits until the sentinel names a master other than `old`, and it says it is master.
