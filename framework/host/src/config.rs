@@ -1467,7 +1467,7 @@ mod tests {
     #[test]
     fn the_guides_examples_are_valid() {
         let getting_started = include_str!("../../../docs/getting-started.md");
-        for (page, count) in [(GUIDE, 2), (getting_started, 1)] {
+        for (page, count) in [(GUIDE, 3), (getting_started, 1)] {
             let blocks = ferry_tests::docs::code_blocks(page, "toml");
             assert_eq!(blocks.len(), count);
             for block in blocks {
