@@ -240,7 +240,7 @@ pub enum StoreError {
     /// The store answered with an error of its own.
     #[error(
         "the location store refused {op} ({reason}); check the redis-server log and its \
-         configuration (memory limit, read-only replica, ACL permissions for EVAL)"
+         configuration (memory limit, ACL permissions for EVAL and INFO)"
     )]
     Rejected {
         /// The operation that was refused.
