@@ -68,6 +68,12 @@ impl EtcdServer {
     pub fn stop(&mut self) {
         self.member.stop();
     }
+
+    /// Starts the member again on its data after [`stop`](Self::stop), and waits until it
+    /// serves: the same cluster, with everything it had committed.
+    pub async fn restart(&mut self) {
+        self.member.restart().await;
+    }
 }
 
 /// A cluster of etcd members on loopback, each killed on drop.
@@ -151,12 +157,7 @@ impl EtcdCluster {
 
     /// Starts member `i` again on its data, and waits until it serves.
     pub async fn restart(&mut self, i: usize) {
-        let started = self.members[i].spawn().expect("etcd member restarts");
-        tokio::time::timeout(READY_WITHIN, started)
-            .await
-            .expect("the restarted member serves in time")
-            .expect("output reader")
-            .expect("the restarted member serves");
+        self.members[i].restart().await;
     }
 
     /// Which running member leads the cluster now, as the members say.
@@ -237,6 +238,16 @@ impl Member {
             "ready to serve client requests",
             stdout,
         ))
+    }
+
+    /// Starts this member again on its data, and waits until it serves.
+    async fn restart(&mut self) {
+        let started = self.spawn().expect("etcd member restarts");
+        tokio::time::timeout(READY_WITHIN, started)
+            .await
+            .expect("the restarted member serves in time")
+            .expect("output reader")
+            .expect("the restarted member serves");
     }
 
     fn stop(&mut self) {

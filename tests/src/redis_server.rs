@@ -30,10 +30,30 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
-    /// Whether it writes every change to an append-only file before it answers, so that a
-    /// restart finds what it had acknowledged.
-    persistent: bool,
+    kind: Kind,
 }
+
+/// What a redis-server process is started as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A server of data: a master, or a replica of the master on `replica_of` from the start.
+    Data {
+        /// Whether it writes every change to an append-only file before it answers, so that a
+        /// restart finds what it had acknowledged.
+        persistent: bool,
+        /// The port of the master it replicates; it is ready once it has synced.
+        replica_of: Option<u16>,
+    },
+    /// A sentinel (`redis-server --sentinel`) watching the master on `master` as
+    /// [`SENTINEL_MASTER`], failing it over after a second of silence.
+    Sentinel {
+        /// The master's port.
+        master: u16,
+    },
+}
+
+/// The name a test sentinel knows its master by.
+pub const SENTINEL_MASTER: &str = "ferry";
 
 /// Why a redis-server could not be started.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,9 +87,18 @@ impl RedisServer {
     }
 
     async fn start_with(persistent: bool) -> Result<RedisServer, StartError> {
+        Self::start_kind(Kind::Data {
+            persistent,
+            replica_of: None,
+        })
+        .await
+    }
+
+    /// Starts a server of `kind` on a free port of 127.0.0.1, in a fresh temp dir.
+    pub(crate) async fn start_kind(kind: Kind) -> Result<RedisServer, StartError> {
         let mut last = String::new();
         for _ in 0..ATTEMPTS {
-            match Self::start_once(None, None, persistent).await {
+            match Self::start_once(None, None, kind).await {
                 Err(StartError::Failed(output)) if output.contains("Address already in use") => {
                     last = output;
                 }
@@ -82,7 +111,7 @@ impl RedisServer {
     async fn start_once(
         port: Option<u16>,
         dir: Option<PathBuf>,
-        persistent: bool,
+        kind: Kind,
     ) -> Result<RedisServer, StartError> {
         let port = match port {
             Some(port) => port,
@@ -92,25 +121,60 @@ impl RedisServer {
             Some(dir) => dir,
             None => temp_dir(port).map_err(|e| StartError::Failed(format!("no temp dir: {e}")))?,
         };
-        let persistence: &[&str] = if persistent {
-            &[
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-            ]
-        } else {
-            &["--save", "", "--appendonly", "no"]
+        let mut command = Command::new("redis-server");
+        let ready = match kind {
+            Kind::Data {
+                persistent,
+                replica_of,
+            } => {
+                let persistence: &[&str] = if persistent {
+                    &[
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "yes",
+                        "--appendfsync",
+                        "always",
+                    ]
+                } else {
+                    &["--save", "", "--appendonly", "no"]
+                };
+                command
+                    .arg("--port")
+                    .arg(port.to_string())
+                    .args(["--bind", "127.0.0.1", "--protected-mode", "yes"])
+                    .args(persistence)
+                    .arg("--dir")
+                    .arg(&dir)
+                    // A master that gains a replica sends it its data at once, not 5 s later.
+                    .args(["--repl-diskless-sync-delay", "0"]);
+                match replica_of {
+                    Some(master) => {
+                        command.args(["--replicaof", "127.0.0.1", &master.to_string()]);
+                        "MASTER <-> REPLICA sync: Finished with success"
+                    }
+                    None => "Ready to accept connections",
+                }
+            }
+            Kind::Sentinel { master } => {
+                // A sentinel keeps its state in its config file, which must exist and be writable.
+                let conf = dir.join("sentinel.conf");
+                let text = format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\n\
+                     sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {master} 1\n\
+                     sentinel down-after-milliseconds {SENTINEL_MASTER} 1000\n\
+                     sentinel failover-timeout {SENTINEL_MASTER} 10000\n",
+                    dir.display()
+                );
+                if let Err(e) = std::fs::write(&conf, text) {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(StartError::Failed(format!("no sentinel config: {e}")));
+                }
+                command.arg(&conf).arg("--sentinel");
+                "+monitor master"
+            }
         };
-        let spawned = Command::new("redis-server")
-            .arg("--port")
-            .arg(port.to_string())
-            .args(["--bind", "127.0.0.1", "--protected-mode", "yes"])
-            .args(persistence)
-            .arg("--dir")
-            .arg(&dir)
+        let spawned = command
             .args(["--daemonize", "no", "--loglevel", "notice"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -132,7 +196,7 @@ impl RedisServer {
             child: None,
             port,
             dir,
-            persistent,
+            kind,
         };
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             server.child = Some(child);
@@ -141,13 +205,15 @@ impl RedisServer {
             ));
         };
         server.child = Some(child);
-        let ready = crate::server_output::watch_for(stdout, "Ready to accept connections", stderr);
+        let phrase = ready;
+        let ready = crate::server_output::watch_for(stdout, phrase, stderr);
         match tokio::time::timeout(READY_WITHIN, ready).await {
             Ok(Ok(Ok(()))) => Ok(server),
             Ok(Ok(Err(output))) => Err(StartError::Failed(output)),
             Ok(Err(_)) => Err(StartError::Failed("the output reader stopped".into())),
             Err(_) => Err(StartError::Failed(format!(
-                "redis-server on port {port} did not report ready within {READY_WITHIN:?}"
+                "redis-server on port {port} did not report ready ({phrase:?}) within \
+                 {READY_WITHIN:?}"
             ))),
         }
     }
@@ -156,7 +222,7 @@ impl RedisServer {
     /// was restarted without persistence: clients that reconnect find no data.
     pub async fn restart(&mut self) -> Result<(), StartError> {
         self.stop();
-        let mut fresh = Self::start_once(Some(self.port), None, self.persistent).await?;
+        let mut fresh = Self::start_once(Some(self.port), None, self.kind).await?;
         self.child = fresh.child.take();
         // `fresh` now removes the old dir on drop; this server keeps the new one.
         std::mem::swap(&mut self.dir, &mut fresh.dir);
@@ -168,7 +234,7 @@ impl RedisServer {
     pub async fn restart_keeping_data(&mut self) -> Result<(), StartError> {
         self.stop();
         let mut again =
-            Self::start_once(Some(self.port), Some(self.dir.clone()), self.persistent).await?;
+            Self::start_once(Some(self.port), Some(self.dir.clone()), self.kind).await?;
         self.child = again.child.take();
         // Both name the one directory: only this server removes it.
         again.dir = PathBuf::new();
@@ -203,6 +269,37 @@ impl RedisServer {
         self.port
     }
 
+    /// Starts a fresh, empty server of `kind` on the same port after [`stop`](Self::stop).
+    pub(crate) async fn restart_as(&mut self, kind: Kind) -> Result<(), StartError> {
+        self.kind = kind;
+        self.restart().await
+    }
+
+    /// Holds the process (SIGSTOP): its connections stay open, and it answers nothing until
+    /// [`resume`](Self::resume).
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a [paused](Self::pause) process run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let sent = Command::new("kill")
+                .arg(signal)
+                .arg(child.id().to_string())
+                .status();
+            assert!(
+                sent.is_ok_and(|status| status.success()),
+                "kill {signal} {}",
+                child.id()
+            );
+        }
+    }
+
     /// Kills the server at once (SIGKILL), as a crash or a pulled cable would: connected clients
     /// see their connection drop and new connections are refused.
     pub fn stop(&mut self) {
@@ -224,7 +321,7 @@ impl Drop for RedisServer {
 
 /// The server, or `None` after [`SKIP_MESSAGE`] when redis-server is not installed (a panic
 /// instead when `FERRY_REQUIRE_REDIS=1`); any other failure to start panics.
-fn or_skip(started: Result<RedisServer, StartError>) -> Option<RedisServer> {
+pub(crate) fn or_skip(started: Result<RedisServer, StartError>) -> Option<RedisServer> {
     match started {
         Ok(server) => Some(server),
         Err(StartError::NotInstalled) => {

@@ -1,6 +1,7 @@
 //! One conformance suite for every location store: each check below runs against the
-//! `MemoryStore` (on tokio's paused clock), against a `RedisStore` on a real redis-server, and
-//! against an `EtcdStore` on a real etcd.
+//! `MemoryStore` (on tokio's paused clock), against a `RedisStore` on a real redis-server, against
+//! a `RedisStore` behind a real sentinel (a master, a replica that must confirm every write, and a
+//! sentinel), and against an `EtcdStore` on a real etcd.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,9 +9,10 @@ use std::time::Duration;
 use ferry::ids::NodeId;
 use ferry::store::{
     BatchOutcome, Condition, EtcdStore, EtcdStoreConfig, LocationStore, MemoryStore, Op,
-    RedisStore, RedisStoreConfig, StoreError, Versioned,
+    RedisStore, RedisStoreConfig, StoreError, StoreUrl, Versioned,
 };
 use ferry_tests::etcd_server::EtcdServer;
+use ferry_tests::redis_sentinel::SentinelGroup;
 use ferry_tests::redis_server::RedisServer;
 
 // ---------------------------------------------------------------------------------------------
@@ -423,6 +425,22 @@ async fn redis_store(server: &RedisServer, prefix: &str) -> RedisStore {
         .expect("connect to the test redis-server")
 }
 
+/// A store on the master the group's sentinel names, each write confirmed by one replica.
+async fn sentinel_store(group: &SentinelGroup, prefix: &str) -> RedisStore {
+    let url = format!("{}?wait_replicas=1&wait_timeout_ms=500", group.url());
+    let Ok(StoreUrl::RedisSentinel { target, wait }) = StoreUrl::parse(&url) else {
+        panic!("{url} is a sentinel url");
+    };
+    let config = RedisStoreConfig {
+        op_timeout: Duration::from_secs(1),
+        wait,
+        ..RedisStoreConfig::new(prefix)
+    };
+    RedisStore::connect_sentinel(&target, config)
+        .await
+        .expect("connect through the sentinel")
+}
+
 async fn etcd_store(server: &EtcdServer, prefix: &str) -> EtcdStore {
     EtcdStore::connect(&[server.endpoint()], EtcdStoreConfig::new(prefix))
         .await
@@ -450,6 +468,19 @@ macro_rules! conformance {
                         return;
                     };
                     super::$check(&redis_store(&server, "conformance").await).await;
+                }
+            )+
+        }
+
+        mod redis_sentinel {
+            use super::*;
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let Some(group) = SentinelGroup::start_or_skip(1).await else {
+                        return;
+                    };
+                    super::$check(&sentinel_store(&group, "conformance").await).await;
                 }
             )+
         }
@@ -798,6 +829,181 @@ async fn a_redis_that_lost_acknowledged_writes_is_refused_even_with_its_epoch() 
         store.get("k").await,
         Err(StoreError::Reset { .. })
     ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis with replicas and a sentinel
+
+/// Reads `k` until the store answers, taking only "down" errors meanwhile, within `bound`.
+async fn get_once_up(store: &dyn LocationStore, key: &str, bound: Duration) -> Option<Versioned> {
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        match store.get(key).await {
+            Ok(found) => return found,
+            Err(error) if is_down(&error) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "still down after {bound:?}: {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(other) => panic!("{key}: {other}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_sentinel_store_follows_a_forced_failover_with_what_the_replica_confirmed() {
+    let Some(group) = SentinelGroup::start_or_skip(1).await else {
+        return;
+    };
+    let store = sentinel_store(&group, "failover").await;
+    let version = put(&store, "k", "before").await;
+    let lease = store
+        .acquire_lease(&node("n1"), Duration::from_secs(60))
+        .await
+        .expect("acquire");
+    let old = group.master().await;
+    let new = group.failover().await;
+    assert_ne!(old, new, "the replica took over");
+
+    // The new master has no replica online until the sentinel turns the old master into one, and
+    // the old master is not master any more: calls are refused meanwhile, none answered from the
+    // old data. Then the store answers from the new master, with the confirmed write.
+    let found = get_once_up(&store, "k", Duration::from_secs(40))
+        .await
+        .expect("the write the replica confirmed");
+    assert_eq!((&found.value[..], found.version), (&b"before"[..], version));
+    assert_eq!(group.role(old).await.as_deref(), Some("slave"));
+    // A replica that just synced confirms writes once the master hears from it.
+    group.await_replicas_online(1).await;
+    let after = committed(
+        store
+            .batch(
+                vec![Condition::version("k", version)],
+                vec![Op::put("k", "after")],
+            )
+            .await,
+    );
+    assert!(after > version);
+    store
+        .renew_lease(&lease)
+        .await
+        .expect("the lease taken before the failover renews");
+    // Another client that connects now, through the sentinel, finds the same store.
+    let fresh = sentinel_store(&group, "failover").await;
+    assert_eq!(fresh.epoch(), store.epoch());
+    assert_eq!(get(&fresh, "k").await.map(|v| v.version), Some(after));
+}
+
+#[tokio::test]
+async fn a_master_short_of_its_replicas_refuses_every_call_and_a_replica_refuses_to_serve() {
+    let Some(mut group) = SentinelGroup::start_or_skip(1).await else {
+        return;
+    };
+    let master = group.master().await;
+    let replica = 1 - master;
+    let url = |i: usize| {
+        format!(
+            "{}?wait_replicas=1&wait_timeout_ms=300",
+            group.server(i).url()
+        )
+    };
+    let config = |url: &str| {
+        let Ok(StoreUrl::Redis { url, wait }) = StoreUrl::parse(url) else {
+            panic!("{url} is a redis url");
+        };
+        (
+            url,
+            RedisStoreConfig {
+                op_timeout: Duration::from_secs(1),
+                wait,
+                ..RedisStoreConfig::new("short")
+            },
+        )
+    };
+    // A store pointed at the replica does not read from it.
+    let (at_replica, replica_config) = config(&url(replica));
+    let refused = RedisStore::connect(&at_replica, replica_config).await;
+    assert!(
+        matches!(&refused, Err(StoreError::Unavailable { reason }) if reason.contains("replica")),
+        "{refused:?}"
+    );
+
+    let (at_master, master_config) = config(&url(master));
+    let store = RedisStore::connect(&at_master, master_config)
+        .await
+        .expect("connect to the master");
+    let version = put(&store, "k", "v").await;
+    let lease = store
+        .acquire_lease(&node("n1"), Duration::from_secs(60))
+        .await
+        .expect("acquire");
+
+    group.server(replica).pause();
+    // Still online in the master's eyes, but it confirms nothing: the write is applied and not
+    // confirmed, so its outcome is unknown (and a re-read finds it).
+    let unconfirmed = store
+        .batch(
+            vec![Condition::version("k", version)],
+            vec![Op::put("k", "unconfirmed")],
+        )
+        .await;
+    match unconfirmed {
+        Err(StoreError::NotReplicated {
+            op: "batch",
+            confirmed: 0,
+            wanted: 1,
+            ..
+        }) => {}
+        other => panic!("a write no replica confirmed: {other:?}"),
+    }
+    group.server(replica).resume();
+    let applied = get(&store, "k").await.expect("k");
+    assert_eq!(&applied.value[..], b"unconfirmed");
+    assert!(applied.version > version);
+    group.await_replicas_online(1).await;
+
+    // Without its replica the master refuses every call, writes and reads, and does nothing.
+    group.stop(replica);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let few = loop {
+        match store.get("k").await {
+            Err(StoreError::Unavailable { reason }) if reason.contains("FERRYFEW") => break reason,
+            // The master notices the replica gone as its connection closes.
+            Ok(_) => assert!(tokio::time::Instant::now() < deadline, "never refused"),
+            other => panic!("{other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(few.contains("0 of the 1 replicas"), "{few}");
+    let refused = store
+        .batch(
+            vec![Condition::version("k", applied.version)],
+            vec![Op::put("k", "refused")],
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::Unavailable { .. })),
+        "{refused:?}"
+    );
+    let renewed = store.renew_lease(&lease).await;
+    assert!(
+        matches!(renewed, Err(StoreError::Unavailable { .. })),
+        "{renewed:?}"
+    );
+
+    group.restart_as_replica(replica).await;
+    group.await_replicas_online(1).await;
+    let found = get_once_up(&store, "k", Duration::from_secs(10))
+        .await
+        .expect("k");
+    assert_eq!(
+        (&found.value[..], found.version),
+        (&b"unconfirmed"[..], applied.version),
+        "the refused write did nothing"
+    );
+    store.renew_lease(&lease).await.expect("renews again");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,20 +1,22 @@
-//! A store outage ends no game. With the redis-server killed for 20 s (twice the lease TTL) and
-//! started again with its data, under client load: every room keeps running its turns on the
-//! node that had it, no node stops, no room is rebuilt (so none ran on two nodes), and every
-//! acknowledged input ran exactly once, in order. Moves and creations asked during the outage are
-//! refused with `StoreUnavailable`, and work again once the store is back.
+//! A store outage ends no game. With the store killed for 20 s (twice the lease TTL) and started
+//! again with its data, under client load: every room keeps running its turns on the node that
+//! had it, no node stops, no room is rebuilt (so none ran on two nodes), and every acknowledged
+//! input ran exactly once, in order. Moves and creations asked during the outage are refused with
+//! `StoreUnavailable`, and work again once the store is back. The store is a persistent
+//! redis-server in one run and a one-member etcd in the other.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ferry::store::{RedisStore, RedisStoreConfig};
+use ferry::store::{EtcdStore, EtcdStoreConfig, LocationStore, RedisStore, RedisStoreConfig};
 use ferry::{
     Behavior, Ctx, MoveError, Node, NodeState, Registration, Registry, RelocationPolicy, SpotId,
     UnitError, UnitId,
 };
 use ferry_tests::cluster::Cluster;
+use ferry_tests::etcd_server::EtcdServer;
 use ferry_tests::invariants::assert_exactly_once_in_order;
 use ferry_tests::redis_server::RedisServer;
 use serde::{Deserialize, Serialize};
@@ -94,22 +96,71 @@ fn assert_one_owner(nodes: &[Node], rooms: &[SpotId]) {
     }
 }
 
+/// The store's server, which the test stops and starts again.
+enum Server {
+    Redis(RedisServer),
+    Etcd(EtcdServer),
+}
+
+impl Server {
+    async fn store(&self) -> Arc<dyn LocationStore> {
+        match self {
+            Server::Redis(server) => Arc::new(
+                RedisStore::connect(&server.url(), RedisStoreConfig::new("outage"))
+                    .await
+                    .expect("redis store"),
+            ),
+            Server::Etcd(server) => Arc::new(
+                EtcdStore::connect(&[server.endpoint()], EtcdStoreConfig::new("outage"))
+                    .await
+                    .expect("etcd store"),
+            ),
+        }
+    }
+
+    fn stop(&mut self) {
+        match self {
+            Server::Redis(server) => server.stop(),
+            Server::Etcd(server) => server.stop(),
+        }
+    }
+
+    /// Starts it again with what it had acknowledged.
+    async fn start_again(&mut self) {
+        match self {
+            Server::Redis(server) => server
+                .restart_keeping_data()
+                .await
+                .expect("redis-server starts again with its data"),
+            Server::Etcd(server) => server.restart().await,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rooms_run_on_through_a_20_s_redis_outage_and_no_node_stops() {
-    let Some(mut server) = RedisServer::start_persistent_or_skip().await else {
+    let Some(server) = RedisServer::start_persistent_or_skip().await else {
         return;
     };
-    tokio::time::timeout(Duration::from_secs(150), outage(&mut server))
+    tokio::time::timeout(Duration::from_secs(150), outage(Server::Redis(server)))
         .await
         .expect("the outage test ends within 150 s");
 }
 
-async fn outage(server: &mut RedisServer) {
-    let store = RedisStore::connect(&server.url(), RedisStoreConfig::new("outage"))
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rooms_run_on_through_a_20_s_etcd_outage_and_no_node_stops() {
+    let Some(server) = EtcdServer::start_or_skip().await else {
+        return;
+    };
+    tokio::time::timeout(Duration::from_secs(150), outage(Server::Etcd(server)))
         .await
-        .expect("redis store");
+        .expect("the outage test ends within 150 s");
+}
+
+async fn outage(mut server: Server) {
+    let store = server.store().await;
     let builds = Builds::default();
-    let cluster = Cluster::start_on(3, Arc::new(store), || registry(&builds)).await;
+    let cluster = Cluster::start_on(3, store, || registry(&builds)).await;
     let nodes = cluster.nodes.clone();
     let rooms: Vec<SpotId> = (0..ROOMS)
         .map(|i| SpotId::new(format!("room-{i}")).expect("id"))
@@ -164,10 +215,7 @@ async fn outage(server: &mut RedisServer) {
         "a creation during the outage is refused: {created:?}"
     );
     tokio::time::sleep_until(down + OUTAGE).await;
-    server
-        .restart_keeping_data()
-        .await
-        .expect("redis-server starts again with its data");
+    server.start_again().await;
     let up = Instant::now();
     watching.store(false, Ordering::Relaxed);
     watch.await.expect("one owner throughout the outage");

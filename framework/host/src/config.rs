@@ -132,7 +132,8 @@ pub struct NodeFile {
     /// The directory `ferry certs` wrote: `ca.pem` and this node's certificate and key (required).
     /// A relative path is taken from the directory of the config file.
     pub certs: PathBuf,
-    /// The location store: `"memory"` or a `redis://` URL.
+    /// The location store: `"memory"`, a `redis://` or `redis+sentinel://` URL (either with
+    /// `?wait_replicas=N`), or an `etcd://` list.
     #[serde(default = "default_store")]
     pub store: String,
     /// The namespace of every redis key; nodes of one cluster must agree on it.
@@ -784,16 +785,9 @@ fn store_choice(store: &str, prefix: &str) -> Result<StoreChoice, (&'static str,
     match ferry::store::StoreUrl::parse(store) {
         Ok(ferry::store::StoreUrl::Memory) => return Ok(StoreChoice::Memory),
         Ok(_) => {}
-        Err(_) => {
-            return Err((
-                "store",
-                format!(
-                    "{:?} is neither \"memory\" nor a redis:// URL such as \"redis://127.0.0.1:6379/\" \
-                     nor an etcd:// list such as \"etcd://127.0.0.1:2379\"",
-                    redact(store)
-                ),
-            ));
-        }
+        // The store's own reason names the forms it takes, with any password blanked.
+        Err(ferry::store::StoreError::InvalidConfig { reason }) => return Err(("store", reason)),
+        Err(other) => return Err(("store", other.to_string())),
     }
     if prefix.is_empty() || prefix.contains(['{', '}']) {
         return Err((
@@ -1120,6 +1114,20 @@ mod tests {
     }
 
     #[test]
+    fn redis_behind_sentinels_with_replica_acknowledgement_is_a_store() {
+        let url = "redis+sentinel://10.0.0.5:26379,10.0.0.6:26379/games?wait_replicas=2";
+        let s =
+            parse_env("id = \"a\"\ncerts = \"c\"\n", &[("FERRY_STORE", url)]).expect("accepted");
+        assert_eq!(
+            s.store,
+            StoreChoice::Shared {
+                url: url.into(),
+                prefix: DEFAULT_STORE_PREFIX.into()
+            }
+        );
+    }
+
+    #[test]
     fn every_key_can_come_from_the_environment_and_wins_over_the_file() {
         // A file of nothing: every key from the environment, each as its type asks.
         let s = parse_env(
@@ -1425,6 +1433,16 @@ mod tests {
         assert!(e.contains("spaces"), "{e}");
         let e = parse_err("id = \"a\"\ncerts = \"c\"\nstore = \"mysql://u:pw@db/\"\n");
         assert!(e.contains("bad `store`") && !e.contains("pw"), "{e}");
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nstore = \"redis+sentinel://s:26379\"\n");
+        assert!(
+            e.contains("bad `store`") && e.contains("names no master"),
+            "{e}"
+        );
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nstore = \"redis://h:1/?wait_replicas=x\"\n");
+        assert!(
+            e.contains("bad `store`") && e.contains("wait_replicas"),
+            "{e}"
+        );
         let e = parse_err("id = \"a\"\ncerts = \"c\"\nrefresh_ms = 0\n");
         assert!(e.contains("bad `refresh_ms`"), "{e}");
         let e = parse_err("id = \"a\"\ncerts = \"c\"\nseeds = [\"10.0.0.1:7000\"]\n");
@@ -1478,7 +1496,7 @@ mod tests {
     #[test]
     fn the_guides_examples_are_valid() {
         let getting_started = include_str!("../../../docs/getting-started.md");
-        for (page, count) in [(GUIDE, 2), (getting_started, 1)] {
+        for (page, count) in [(GUIDE, 3), (getting_started, 1)] {
             let blocks = ferry_tests::docs::code_blocks(page, "toml");
             assert_eq!(blocks.len(), count);
             for block in blocks {

@@ -5,7 +5,8 @@
 //! into the values, so this module stays small enough to be implemented by several engines.
 //!
 //! - [`MemoryStore`]: in-process, shared by the nodes of one process (demo, tests).
-//! - [`RedisStore`]: for clusters of processes and machines, backed by a redis-server.
+//! - [`RedisStore`]: for clusters of processes and machines, backed by a redis-server, or by the
+//!   master a set of sentinels names (`redis_link` holds that connection and finds it again).
 //! - `EtcdStore` (with the `etcd` feature): the linearizable backend, on an etcd cluster.
 //! - [`StoreUrl`]: where a store is, as a config names it, and opening it.
 //! - `io_thread`: the runtime thread the network stores run their connections on.
@@ -29,11 +30,13 @@ mod etcd;
 mod io_thread;
 mod memory;
 mod redis;
+mod redis_link;
 mod url;
 
 #[cfg(feature = "etcd")]
 pub use self::etcd::{EtcdStore, EtcdStoreConfig};
-pub use self::redis::{RedisStore, RedisStoreConfig};
+pub use self::redis::{RedisStore, RedisStoreConfig, WaitReplicas};
+pub use self::redis_link::SentinelTarget;
 pub use self::url::StoreUrl;
 pub use memory::MemoryStore;
 
@@ -194,6 +197,25 @@ pub enum StoreError {
         /// How long it waited.
         after: Duration,
     },
+    /// A write was applied on the master, but fewer replicas than asked for confirmed it in time.
+    /// It is visible, yet a failover now could lose it: the outcome is unknown, as after a
+    /// timeout. Re-read before deciding.
+    #[error(
+        "the location store applied {op} on its master, but only {confirmed} of the {wanted} \
+         replicas asked for confirmed it within {after:?}; a failover could still lose it, so \
+         the outcome is unknown: re-read before deciding, and check the replicas (INFO \
+         replication on the master)"
+    )]
+    NotReplicated {
+        /// The operation whose write is not confirmed.
+        op: &'static str,
+        /// How many replicas confirmed it.
+        confirmed: u32,
+        /// How many were asked for.
+        wanted: u32,
+        /// How long it waited for them.
+        after: Duration,
+    },
     /// The lease expired or was superseded by a newer acquisition of the same node.
     #[error(
         "lease generation {generation} of node {node} is lost (expired or superseded); stop acting \
@@ -232,7 +254,7 @@ pub enum StoreError {
     /// The store answered with an error of its own.
     #[error(
         "the location store refused {op} ({reason}); check the redis-server log and its \
-         configuration (memory limit, read-only replica, ACL permissions for EVAL)"
+         configuration (memory limit, ACL permissions for EVAL and INFO)"
     )]
     Rejected {
         /// The operation that was refused.

@@ -18,6 +18,12 @@
 //! Every call runs as one Lua script that first checks the epoch and the revision, so redis
 //! checks, applies or reads it as one step. Every call is bounded by the configured timeout, and
 //! runs on the store's own thread (see `io_thread`).
+//!
+//! Behind sentinels, or with a replica acknowledgement asked for ([`WaitReplicas`]), every script
+//! first checks that its server is master (a demoted master, still reached over an old connection,
+//! refuses instead of serving what it has) and, with `WAIT`, that enough replicas follow it
+//! online. A write is then confirmed with `WAIT` on the same connection; a write that too few
+//! replicas confirmed is [`StoreError::NotReplicated`], an outcome that is not known.
 
 use std::fmt;
 use std::future::Future;
@@ -25,11 +31,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::aio::MultiplexedConnection;
 use ::redis::{ErrorKind, RedisError, RedisResult, Script, ScriptInvocation, ServerErrorKind};
 use bytes::Bytes;
 
 use super::io_thread::IoThread;
+use super::redis_link::{Link, SentinelTarget};
 use super::{
     BatchOutcome, BoxFuture, Condition, Lease, LocationStore, Op, Page, StoreError, Versioned,
 };
@@ -50,6 +57,24 @@ end
 
 /// The error code the guard answers with.
 const RESET_CODE: &str = "FERRYRESET";
+
+/// Opens every script when the server must be master with `{replicas}` replicas online: a
+/// demoted master answers reads from data a failover left behind, and a master without its
+/// replicas acknowledges what a failover could lose. No KEYS, no ARGV.
+const MASTER_LUA: &str = r#"
+local replication = redis.call('INFO', 'replication')
+if not string.find(replication, 'role:master', 1, true) then
+  return redis.error_reply('FERRYNOTMASTER the server is a replica now')
+end
+local online = 0
+for _ in string.gmatch(replication, 'state=online') do online = online + 1 end
+if online < {replicas} then
+  return redis.error_reply('FERRYFEW ' .. online .. ' of the {replicas} replicas required are online')
+end
+"#;
+
+/// The error codes of [`MASTER_LUA`]: nothing was done, and another server may be master.
+const NOT_MASTER_CODES: [&str; 2] = ["FERRYNOTMASTER", "FERRYFEW"];
 
 /// KEYS: epoch. ARGV: a fresh epoch. Writes it if the store has none; returns the store's.
 const EPOCH_LUA: &str = r#"
@@ -158,6 +183,26 @@ const MAX_PAGE: usize = 100_000;
 /// overflow of redis's expiry arithmetic.
 const MAX_TTL_MILLIS: u64 = 1 << 46;
 
+/// How many replicas must confirm every write, and how long to wait for them (`WAIT`).
+///
+/// With it, every call also needs its server to be master with that many replicas online, or it
+/// is refused ([`StoreError::Unavailable`], nothing done); a write the replicas did not confirm in
+/// time is [`StoreError::NotReplicated`]. Set `replicas` to the number of replicas the master has:
+/// a failover then promotes a replica that holds every confirmed write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitReplicas {
+    /// Replicas that must confirm each write; at least 1.
+    pub replicas: u32,
+    /// How long a write waits for them; below the store's `op_timeout`.
+    pub timeout: Duration,
+}
+
+impl WaitReplicas {
+    /// The default wait of 500 ms: replicas on a healthy network confirm within milliseconds,
+    /// and it leaves most of the default 2 s call timeout for the call itself.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
+}
+
 /// How to reach and lay out a [`RedisStore`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisStoreConfig {
@@ -167,6 +212,9 @@ pub struct RedisStoreConfig {
     /// Upper bound on every call, connecting included: a redis-server that stops answering turns
     /// into [`StoreError::Timeout`] or [`StoreError::Unavailable`] after this long, never a hang.
     pub op_timeout: Duration,
+    /// Replicas that must confirm every write; `None` confirms none (a failover may then lose
+    /// the last writes, which the revision floor then reports as [`StoreError::Reset`]).
+    pub wait: Option<WaitReplicas>,
 }
 
 impl RedisStoreConfig {
@@ -179,6 +227,7 @@ impl RedisStoreConfig {
         Self {
             prefix: prefix.into(),
             op_timeout: Self::DEFAULT_OP_TIMEOUT,
+            wait: None,
         }
     }
 
@@ -196,6 +245,23 @@ impl RedisStoreConfig {
                 reason: "op_timeout must be above zero; 2 s is a good start".to_owned(),
             });
         }
+        if let Some(wait) = self.wait {
+            if wait.replicas == 0 {
+                return Err(StoreError::InvalidConfig {
+                    reason: "wait_replicas must be at least 1 (or leave it out)".to_owned(),
+                });
+            }
+            if wait.timeout.is_zero() || wait.timeout >= self.op_timeout {
+                return Err(StoreError::InvalidConfig {
+                    reason: format!(
+                        "wait_timeout_ms must be above 0 and below the store's timeout of {:?}, \
+                         which bounds the write and its wait together; {:?} is a good start",
+                        self.op_timeout,
+                        WaitReplicas::DEFAULT_TIMEOUT
+                    ),
+                });
+            }
+        }
         Ok(())
     }
 }
@@ -206,14 +272,16 @@ impl Default for RedisStoreConfig {
     }
 }
 
-/// The location store on a redis-server.
+/// The location store on a redis-server, or on the master a set of sentinels names.
 ///
-/// Clones share one connection, which is re-established in the background after it breaks;
-/// calls made while it is down fail with [`StoreError::Unavailable`] or [`StoreError::Timeout`].
+/// Clones share one connection; a call that finds it broken fails, and the next call connects
+/// again (behind sentinels, to the master they name then). Calls made while no server answers
+/// fail with [`StoreError::Unavailable`] or [`StoreError::Timeout`].
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    link: Arc<Link>,
     op_timeout: Duration,
+    wait: Option<WaitReplicas>,
     keys: Arc<KeySpace>,
     scripts: Arc<Scripts>,
     /// The epoch the store held when this client connected.
@@ -235,8 +303,9 @@ struct Scripts {
 }
 
 impl Scripts {
-    fn new() -> Self {
-        let guarded = |body: &str| Script::new(&format!("{GUARD_LUA}{body}"));
+    /// The scripts, each opened by `master` (empty, or [`MASTER_LUA`]) and the guard.
+    fn new(master: &str) -> Self {
+        let guarded = |body: &str| Script::new(&format!("{master}{GUARD_LUA}{body}"));
         Scripts {
             batch: guarded(BATCH_LUA),
             scan: guarded(SCAN_LUA),
@@ -303,64 +372,130 @@ impl RedisStore {
     /// url or prefix.
     pub async fn connect(url: &str, config: RedisStoreConfig) -> Result<Self, StoreError> {
         config.validate()?;
-        let client = ::redis::Client::open(url).map_err(|e| StoreError::InvalidConfig {
-            reason: format!("redis url {url:?} is not usable ({e}); use redis://host:port/db"),
-        })?;
-        let op_timeout = config.op_timeout;
-        // Few, short reconnect attempts: the caller's timeout bounds every call anyway, and a
-        // failed attempt on an I/O error starts a new one on the next call.
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(op_timeout))
-            .set_response_timeout(Some(op_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let io = IoThread::start("ferry-redis")?;
-        let keys = KeySpace::new(&config.prefix);
-        let epoch_key = keys.epoch.clone();
-        let (conn, epoch) = io
-            .run("connect", async move {
-                let mut conn = bounded(
-                    "connect",
-                    op_timeout,
-                    ConnectionManager::new_with_config(client, manager_config),
-                )
-                .await?;
+        let link = Link::server(url, config.op_timeout)?;
+        Self::start(link, config).await
+    }
+
+    /// Connects to the master that the sentinels of `target` name (`SENTINEL
+    /// get-master-addr-by-name`), once that server confirms it is master. When a call finds the
+    /// connection lost or the server demoted, the next call asks the sentinels again, so the
+    /// store follows a failover.
+    pub async fn connect_sentinel(
+        target: &SentinelTarget,
+        config: RedisStoreConfig,
+    ) -> Result<Self, StoreError> {
+        config.validate()?;
+        let link = Link::sentinels(target, config.op_timeout)?;
+        Self::start(link, config).await
+    }
+
+    /// Starts the store's thread on `link`, connects, and reads (or writes) the store's epoch.
+    async fn start(link: Link, config: RedisStoreConfig) -> Result<Self, StoreError> {
+        let master = match (config.wait, link.follows_sentinels()) {
+            (Some(wait), _) => MASTER_LUA.replace("{replicas}", &wait.replicas.to_string()),
+            (None, true) => MASTER_LUA.replace("{replicas}", "0"),
+            (None, false) => String::new(),
+        };
+        let mut store = Self {
+            link: Arc::new(link),
+            op_timeout: config.op_timeout,
+            wait: config.wait,
+            keys: Arc::new(KeySpace::new(&config.prefix)),
+            scripts: Arc::new(Scripts::new(&master)),
+            epoch: Arc::from(""),
+            seen: Arc::new(AtomicU64::new(0)),
+            io: IoThread::start("ferry-redis")?,
+        };
+        let epoch_script = Script::new(&format!("{master}{EPOCH_LUA}"));
+        let epoch = store
+            .on_io("connect", move |s, mut conn| async move {
                 let fresh = format!("{:032x}", rand::random::<u128>());
                 let epoch: String = bounded(
                     "connect",
-                    op_timeout,
-                    Script::new(EPOCH_LUA)
-                        .key(epoch_key)
+                    s.op_timeout,
+                    epoch_script
+                        .key(&s.keys.epoch)
                         .arg(fresh)
                         .invoke_async(&mut conn),
                 )
                 .await?;
-                Ok((conn, epoch))
+                s.replicated("connect", &mut conn).await?;
+                Ok(epoch)
             })
             .await?;
-        Ok(Self {
-            conn,
-            op_timeout,
-            keys: Arc::new(keys),
-            scripts: Arc::new(Scripts::new()),
-            epoch: Arc::from(epoch),
-            seen: Arc::new(AtomicU64::new(0)),
-            io,
-        })
+        store.epoch = Arc::from(epoch);
+        Ok(store)
     }
 
-    /// Runs a call on the store's thread.
+    /// Runs a call on the store's thread, on the link's connection, within the store's timeout.
+    /// A call that finds the server gone, demoted or short of replicas drops the connection, so
+    /// that the next call connects again.
     fn on_io<'a, T, Fut>(
         &'a self,
         op: &'static str,
-        call: impl FnOnce(RedisStore) -> Fut,
+        call: impl FnOnce(RedisStore, MultiplexedConnection) -> Fut + Send + 'static,
     ) -> BoxFuture<'a, Result<T, StoreError>>
     where
         T: Send + 'static,
         Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
     {
-        let call = call(self.clone());
-        Box::pin(self.io.run(op, call))
+        let store = self.clone();
+        Box::pin(self.io.run(op, async move {
+            let after = store.op_timeout;
+            let deadline = tokio::time::Instant::now() + after;
+            let link = store.link.clone();
+            let leased = match tokio::time::timeout_at(deadline, link.connection()).await {
+                Ok(leased) => leased?,
+                Err(_elapsed) => return Err(StoreError::Timeout { op, after }),
+            };
+            let answer =
+                match tokio::time::timeout_at(deadline, call(store, leased.conn.clone())).await {
+                    Ok(answer) => answer,
+                    Err(_elapsed) => Err(StoreError::Timeout { op, after }),
+                };
+            if let Err(
+                StoreError::Unavailable { .. }
+                | StoreError::Timeout { .. }
+                | StoreError::NotReplicated { .. },
+            ) = &answer
+            {
+                link.lost(&leased);
+            }
+            answer
+        }))
+    }
+
+    /// After a write on `conn`: `WAIT` until the replicas asked for confirmed it (every write of
+    /// this connection so far, in fact), or [`StoreError::NotReplicated`]. Without a wait
+    /// configured, nothing.
+    async fn replicated(
+        &self,
+        op: &'static str,
+        conn: &mut MultiplexedConnection,
+    ) -> Result<(), StoreError> {
+        let Some(wait) = self.wait else {
+            return Ok(());
+        };
+        let millis = u64::try_from(wait.timeout.as_millis()).unwrap_or(u64::MAX);
+        let confirmed: u32 = bounded(
+            op,
+            self.op_timeout,
+            ::redis::cmd("WAIT")
+                .arg(wait.replicas)
+                .arg(millis)
+                .query_async(conn),
+        )
+        .await?;
+        if confirmed >= wait.replicas {
+            Ok(())
+        } else {
+            Err(StoreError::NotReplicated {
+                op,
+                confirmed,
+                wanted: wait.replicas,
+                after: wait.timeout,
+            })
+        }
     }
 
     /// The store's epoch as this client found it when it connected.
@@ -389,8 +524,11 @@ impl RedisStore {
         &self.keys.prefix
     }
 
-    async fn get_inner(&self, key: &str) -> Result<Option<Versioned>, StoreError> {
-        let mut conn = self.conn.clone();
+    async fn get_inner(
+        &self,
+        mut conn: MultiplexedConnection,
+        key: &str,
+    ) -> Result<Option<Versioned>, StoreError> {
         let mut invocation = self.guarded(&self.scripts.get);
         invocation.key(self.keys.entry(key));
         let (value, version): (Option<Vec<u8>>, Option<Vec<u8>>) =
@@ -404,10 +542,10 @@ impl RedisStore {
 
     async fn batch_inner(
         &self,
+        mut conn: MultiplexedConnection,
         conditions: Vec<Condition>,
         ops: Vec<Op>,
     ) -> Result<BatchOutcome, StoreError> {
-        let mut conn = self.conn.clone();
         let mut invocation = self.guarded(&self.scripts.batch);
         invocation
             .key(&self.keys.idx)
@@ -430,6 +568,11 @@ impl RedisStore {
         let (committed, number): (i64, u64) =
             bounded("batch", self.op_timeout, invocation.invoke_async(&mut conn)).await?;
         if committed == 1 {
+            if !ops.is_empty() {
+                // Only a confirmed write raises the floor: one that too few replicas hold may be
+                // lost by a failover without the store having gone back on anything it confirmed.
+                self.replicated("batch", &mut conn).await?;
+            }
             self.saw(number);
             return Ok(BatchOutcome::Committed { revision: number });
         }
@@ -450,6 +593,7 @@ impl RedisStore {
 
     async fn scan_inner(
         &self,
+        mut conn: MultiplexedConnection,
         prefix: &str,
         after: Option<&str>,
         limit: usize,
@@ -468,7 +612,6 @@ impl RedisStore {
         } else {
             [b"(", prefix.as_bytes(), b"\xff"].concat()
         };
-        let mut conn = self.conn.clone();
         let mut invocation = self.guarded(&self.scripts.scan);
         invocation
             .key(&self.keys.idx)
@@ -517,8 +660,12 @@ impl RedisStore {
         Ok(Page { items, next })
     }
 
-    async fn acquire_inner(&self, node: &NodeId, ttl: Duration) -> Result<Lease, StoreError> {
-        let mut conn = self.conn.clone();
+    async fn acquire_inner(
+        &self,
+        mut conn: MultiplexedConnection,
+        node: &NodeId,
+        ttl: Duration,
+    ) -> Result<Lease, StoreError> {
         let mut invocation = self.guarded(&self.scripts.acquire);
         invocation
             .key(self.keys.lease(node))
@@ -530,6 +677,7 @@ impl RedisStore {
             invocation.invoke_async(&mut conn),
         )
         .await?;
+        self.replicated("acquire_lease", &mut conn).await?;
         Ok(Lease {
             node: node.clone(),
             generation,
@@ -537,8 +685,11 @@ impl RedisStore {
         })
     }
 
-    async fn renew_inner(&self, lease: &Lease) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
+    async fn renew_inner(
+        &self,
+        mut conn: MultiplexedConnection,
+        lease: &Lease,
+    ) -> Result<(), StoreError> {
         let mut invocation = self.guarded(&self.scripts.renew);
         invocation
             .key(self.keys.lease(&lease.node))
@@ -551,7 +702,7 @@ impl RedisStore {
         )
         .await?;
         if renewed == 1 {
-            Ok(())
+            self.replicated("renew_lease", &mut conn).await
         } else {
             Err(StoreError::LeaseLost {
                 node: lease.node.clone(),
@@ -560,8 +711,11 @@ impl RedisStore {
         }
     }
 
-    async fn lease_of_inner(&self, node: &NodeId) -> Result<Option<Lease>, StoreError> {
-        let mut conn = self.conn.clone();
+    async fn lease_of_inner(
+        &self,
+        mut conn: MultiplexedConnection,
+        node: &NodeId,
+    ) -> Result<Option<Lease>, StoreError> {
         let key = self.keys.lease(node);
         let mut invocation = self.guarded(&self.scripts.lease_of);
         invocation.key(&key);
@@ -590,18 +744,24 @@ impl RedisStore {
         }
     }
 
-    async fn release_inner(&self, lease: &Lease) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
+    async fn release_inner(
+        &self,
+        mut conn: MultiplexedConnection,
+        lease: &Lease,
+    ) -> Result<(), StoreError> {
         let mut invocation = self.guarded(&self.scripts.release);
         invocation
             .key(self.keys.lease(&lease.node))
             .arg(lease.generation);
-        let _released: i64 = bounded(
+        let released: i64 = bounded(
             "release_lease",
             self.op_timeout,
             invocation.invoke_async(&mut conn),
         )
         .await?;
+        if released == 1 {
+            self.replicated("release_lease", &mut conn).await?;
+        }
         Ok(())
     }
 }
@@ -609,7 +769,9 @@ impl RedisStore {
 impl LocationStore for RedisStore {
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
         let key = key.to_owned();
-        self.on_io("get", move |s| async move { s.get_inner(&key).await })
+        self.on_io("get", move |s, conn| async move {
+            s.get_inner(conn, &key).await
+        })
     }
 
     fn batch<'a>(
@@ -617,8 +779,8 @@ impl LocationStore for RedisStore {
         conditions: Vec<Condition>,
         ops: Vec<Op>,
     ) -> BoxFuture<'a, Result<BatchOutcome, StoreError>> {
-        self.on_io("batch", move |s| async move {
-            s.batch_inner(conditions, ops).await
+        self.on_io("batch", move |s, conn| async move {
+            s.batch_inner(conn, conditions, ops).await
         })
     }
 
@@ -629,8 +791,8 @@ impl LocationStore for RedisStore {
         limit: usize,
     ) -> BoxFuture<'a, Result<Page, StoreError>> {
         let (prefix, after) = (prefix.to_owned(), after.map(ToOwned::to_owned));
-        self.on_io("scan", move |s| async move {
-            s.scan_inner(&prefix, after.as_deref(), limit).await
+        self.on_io("scan", move |s, conn| async move {
+            s.scan_inner(conn, &prefix, after.as_deref(), limit).await
         })
     }
 
@@ -640,15 +802,15 @@ impl LocationStore for RedisStore {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Lease, StoreError>> {
         let node = node.clone();
-        self.on_io("acquire_lease", move |s| async move {
-            s.acquire_inner(&node, ttl).await
+        self.on_io("acquire_lease", move |s, conn| async move {
+            s.acquire_inner(conn, &node, ttl).await
         })
     }
 
     fn renew_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
         let lease = lease.clone();
-        self.on_io("renew_lease", move |s| async move {
-            s.renew_inner(&lease).await
+        self.on_io("renew_lease", move |s, conn| async move {
+            s.renew_inner(conn, &lease).await
         })
     }
 
@@ -657,22 +819,21 @@ impl LocationStore for RedisStore {
         node: &'a NodeId,
     ) -> BoxFuture<'a, Result<Option<Lease>, StoreError>> {
         let node = node.clone();
-        self.on_io(
-            "lease_of",
-            move |s| async move { s.lease_of_inner(&node).await },
-        )
+        self.on_io("lease_of", move |s, conn| async move {
+            s.lease_of_inner(conn, &node).await
+        })
     }
 
     fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
         let lease = lease.clone();
-        self.on_io("release_lease", move |s| async move {
-            s.release_inner(&lease).await
+        self.on_io("release_lease", move |s, conn| async move {
+            s.release_inner(conn, &lease).await
         })
     }
 }
 
 /// Runs one redis call under the store's timeout and gives its failure a [`StoreError`] type.
-async fn bounded<T>(
+pub(super) async fn bounded<T>(
     op: &'static str,
     after: Duration,
     call: impl Future<Output = RedisResult<T>>,
@@ -693,6 +854,14 @@ fn classify(op: &'static str, after: Duration, error: &RedisError) -> StoreError
             reason: error.detail().unwrap_or("the guard refused").to_owned(),
         };
     }
+    if let Some(code) = error.code().filter(|code| NOT_MASTER_CODES.contains(code)) {
+        return StoreError::Unavailable {
+            reason: format!(
+                "{op}: {code} {}; behind sentinels the next call asks them for the master again",
+                error.detail().unwrap_or_default()
+            ),
+        };
+    }
     let unreachable = error.is_io_error()
         || error.is_connection_dropped()
         || error.is_connection_refusal()
@@ -701,6 +870,7 @@ fn classify(op: &'static str, after: Duration, error: &RedisError) -> StoreError
             error.kind(),
             ErrorKind::Server(
                 ServerErrorKind::BusyLoading
+                    | ServerErrorKind::ReadOnly
                     | ServerErrorKind::TryAgain
                     | ServerErrorKind::ClusterDown
                     | ServerErrorKind::MasterDown
@@ -771,6 +941,22 @@ mod tests {
             ..RedisStoreConfig::default()
         };
         assert!(zero.validate().is_err());
+    }
+
+    #[test]
+    fn a_wait_must_fit_in_the_call_timeout() {
+        let with = |replicas, timeout| RedisStoreConfig {
+            wait: Some(WaitReplicas { replicas, timeout }),
+            ..RedisStoreConfig::default()
+        };
+        assert!(with(1, Duration::from_millis(500)).validate().is_ok());
+        assert!(with(0, Duration::from_millis(500)).validate().is_err());
+        assert!(with(1, Duration::ZERO).validate().is_err());
+        assert!(
+            with(1, RedisStoreConfig::DEFAULT_OP_TIMEOUT)
+                .validate()
+                .is_err()
+        );
     }
 
     #[test]
