@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ferry::cluster::authority::{UnitRecord, unit_key};
 use ferry::relocation::protocol::MoveEnd;
 use ferry::store::{EtcdStore, EtcdStoreConfig, LocationStore};
 use ferry::{
@@ -16,7 +15,7 @@ use ferry::{
 };
 use ferry_tests::cluster::Cluster;
 use ferry_tests::etcd_server::EtcdCluster;
-use ferry_tests::invariants::assert_exactly_once_in_order;
+use ferry_tests::invariants::{assert_exactly_once_in_order, assert_runs_where_recorded};
 use serde::{Deserialize, Serialize};
 
 const ROOMS: usize = 6;
@@ -170,16 +169,7 @@ async fn failover(etcd: &mut EtcdCluster) {
     }
     for (room, acked) in rooms.iter().zip(&acked) {
         let id = UnitId::Spot(room.clone());
-        let hosts: Vec<&Node> = nodes.iter().filter(|n| n.hosts(&id)).collect();
-        assert_eq!(hosts.len(), 1, "{room} runs on exactly one node");
-        let key = unit_key(&id);
-        let record = store.get(&key).await.expect("record read").expect("record");
-        let record = UnitRecord::decode(&key, &record.value).expect("record decodes");
-        assert_eq!(
-            record.owner,
-            *hosts[0].id(),
-            "{room} runs where its record says"
-        );
+        assert_runs_where_recorded(&nodes, store.as_ref(), &id).await;
         let ran = nodes[0]
             .request::<Option<u64>, Vec<u64>>(room.clone(), None, Duration::from_secs(5))
             .await

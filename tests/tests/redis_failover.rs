@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use ferry::cluster::authority::{UnitRecord, unit_key};
 use ferry::relocation::protocol::MoveEnd;
 use ferry::store::{LocationStore, RedisStore, RedisStoreConfig, StoreUrl};
 use ferry::{
@@ -25,7 +24,7 @@ use ferry::{
     RelocationPolicy, SpotId, UnitId,
 };
 use ferry_tests::cluster::{Cluster, drain_in_background};
-use ferry_tests::invariants::assert_exactly_once_in_order;
+use ferry_tests::invariants::{assert_exactly_once_in_order, assert_runs_where_recorded};
 use ferry_tests::redis_sentinel::SentinelGroup;
 use serde::{Deserialize, Serialize};
 
@@ -306,16 +305,7 @@ async fn failover_under_load(group: &mut SentinelGroup, failover: Failover, name
     let mut unconfirmed_missing = 0;
     for (room, seen) in rooms.iter().zip(&seen) {
         let id = UnitId::Spot(room.clone());
-        let hosts: Vec<&Node> = nodes.iter().filter(|n| n.hosts(&id)).collect();
-        assert_eq!(hosts.len(), 1, "{room} runs on exactly one node");
-        let key = unit_key(&id);
-        let record = store.get(&key).await.expect("record read").expect("record");
-        let record = UnitRecord::decode(&key, &record.value).expect("record decodes");
-        assert_eq!(
-            record.owner,
-            *hosts[0].id(),
-            "{room} runs where its record says"
-        );
+        assert_runs_where_recorded(&nodes, store.as_ref(), &id).await;
         let ran = nodes[1]
             .request::<Option<u64>, Vec<u64>>(room.clone(), None, Duration::from_secs(5))
             .await

@@ -788,19 +788,14 @@ impl World {
                 };
                 self.send(node, to, msg);
             }
-            SourceAction::Handover => {
+            SourceAction::Handover | SourceAction::ResendHandover => {
+                let again = s.handed;
                 s.handed = true;
                 let held: Vec<QueuedOp> = s.held.iter().map(|w| w.encode(unit)).collect();
                 let (count, crc) = relay_digest(&held);
-                for op in held {
-                    self.send(node, to, Msg::Relay(rel, op));
+                if again {
+                    self.send(node, to, Msg::RelayReset(rel));
                 }
-                self.send(node, to, Msg::Cutover(rel, count, crc));
-            }
-            SourceAction::ResendHandover => {
-                let held: Vec<QueuedOp> = s.held.iter().map(|w| w.encode(unit)).collect();
-                let (count, crc) = relay_digest(&held);
-                self.send(node, to, Msg::RelayReset(rel));
                 for op in held {
                     self.send(node, to, Msg::Relay(rel, op));
                 }
