@@ -2,13 +2,15 @@
 //! throwaway certificates.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ferry::mesh::ClusterCa;
+use ferry::relocation::protocol::MoveEnd;
 use ferry::store::{LocationStore, MemoryStore, RedisStore, RedisStoreConfig};
 use ferry::{
     MeshSettings, MoveError, MoveReport, Node, NodeConfig, NodeId, Registry, RelocateMode,
-    RelocateOptions, RelocateOutcome, UnitId,
+    RelocateOptions, RelocateOutcome, SpotId, UnitId,
 };
 use tokio::task::JoinHandle;
 
@@ -168,4 +170,44 @@ pub fn move_in_background(
 ) -> JoinHandle<Result<MoveReport, MoveError>> {
     let (node, to) = (node.clone(), to.clone());
     tokio::spawn(async move { node.move_unit(&id, Some(to)).await })
+}
+
+/// Moves rooms round the nodes, one at a time, until `stop`, and counts in `moved` the moves that
+/// committed. A move refused (the store down) or restored on its source is tried again soon.
+pub async fn move_rooms_round(
+    nodes: Vec<Node>,
+    rooms: Vec<SpotId>,
+    stop: Arc<AtomicBool>,
+    moved: Arc<AtomicUsize>,
+) {
+    let mut turn = 0;
+    while !stop.load(Ordering::Relaxed) {
+        turn += 1;
+        let room = UnitId::Spot(rooms[turn % rooms.len()].clone());
+        let Some(from) = nodes.iter().position(|n| n.hosts(&room)) else {
+            // On its way between two nodes: try another.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        };
+        let to = nodes[(from + 1) % nodes.len()].id().clone();
+        match nodes[from].move_unit(&room, Some(to)).await {
+            Ok(report) if report.end == MoveEnd::Moved => {
+                moved.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// Waits up to `within` until `moved` has grown by `more`, so that moves commit in the state the
+/// cluster is in now; panics naming `what` otherwise.
+pub async fn moves_go_on(moved: &AtomicUsize, more: usize, within: Duration, what: &str) {
+    let before = moved.load(Ordering::Relaxed);
+    tokio::time::timeout(within, async {
+        while moved.load(Ordering::Relaxed) < before + more {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("moves stopped committing {what}"));
 }

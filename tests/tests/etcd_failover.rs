@@ -8,12 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ferry::relocation::protocol::MoveEnd;
 use ferry::store::{EtcdStore, EtcdStoreConfig, LocationStore};
 use ferry::{
     Behavior, Ctx, Node, NodeState, Registration, Registry, RelocationPolicy, SpotId, UnitId,
 };
-use ferry_tests::cluster::Cluster;
+use ferry_tests::cluster::{Cluster, move_rooms_round, moves_go_on};
 use ferry_tests::etcd_server::EtcdCluster;
 use ferry_tests::invariants::{assert_exactly_once_in_order, assert_runs_where_recorded};
 use serde::{Deserialize, Serialize};
@@ -60,47 +59,6 @@ async fn client(node: Node, room: SpotId, stop: Arc<AtomicBool>) -> Vec<u64> {
     acked
 }
 
-/// Moves rooms round the nodes, one at a time, until `stop`; counts the moves that committed.
-async fn mover(
-    nodes: Vec<Node>,
-    rooms: Vec<SpotId>,
-    stop: Arc<AtomicBool>,
-    moved: Arc<AtomicUsize>,
-) {
-    let mut turn = 0;
-    while !stop.load(Ordering::Relaxed) {
-        turn += 1;
-        let room = UnitId::Spot(rooms[turn % rooms.len()].clone());
-        let Some(from) = nodes.iter().find(|n| n.hosts(&room)) else {
-            // On its way between two nodes: try another.
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            continue;
-        };
-        let to = nodes
-            [(nodes.iter().position(|n| n.id() == from.id()).unwrap_or(0) + 1) % nodes.len()]
-        .id()
-        .clone();
-        if let Ok(report) = from.move_unit(&room, Some(to)).await
-            && report.end == MoveEnd::Moved
-        {
-            moved.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-/// Waits until `moved` has grown by a few moves, so that moves commit in the state the cluster is
-/// in now.
-async fn moves_go_on(moved: &AtomicUsize, what: &str) {
-    let before = moved.load(Ordering::Relaxed);
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while moved.load(Ordering::Relaxed) < before + 20 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("moves stopped committing {what}"));
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moves_go_on_while_the_etcd_cluster_loses_a_member_and_then_its_leader() {
     let Some(mut etcd) = EtcdCluster::start_or_skip(3).await else {
@@ -137,25 +95,43 @@ async fn failover(etcd: &mut EtcdCluster) {
             tokio::spawn(client(from, room.clone(), stop.clone()))
         })
         .collect();
-    let moving = tokio::spawn(mover(
+    let moving = tokio::spawn(move_rooms_round(
         nodes.clone(),
         rooms.clone(),
         stop.clone(),
         moved.clone(),
     ));
-    moves_go_on(&moved, "before any member was lost").await;
+    moves_go_on(
+        &moved,
+        20,
+        Duration::from_secs(30),
+        "before any member was lost",
+    )
+    .await;
 
     // A member that does not lead: the first endpoint, the one the store talks to, if it can be.
     let leader = etcd.leader().await.expect("a leader");
     let follower = if leader == 0 { 1 } else { 0 };
     etcd.kill(follower);
-    moves_go_on(&moved, "after a follower was lost").await;
+    moves_go_on(
+        &moved,
+        20,
+        Duration::from_secs(30),
+        "after a follower was lost",
+    )
+    .await;
     etcd.restart(follower).await;
 
     // The leader: the two others elect a new one.
     let leader = etcd.leader().await.expect("a leader");
     etcd.kill(leader);
-    moves_go_on(&moved, "after the leader was lost").await;
+    moves_go_on(
+        &moved,
+        20,
+        Duration::from_secs(30),
+        "after the leader was lost",
+    )
+    .await;
 
     stop.store(true, Ordering::Relaxed);
     moving.await.expect("mover");

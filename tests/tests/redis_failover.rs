@@ -17,13 +17,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use ferry::relocation::protocol::MoveEnd;
 use ferry::store::{LocationStore, RedisStore, RedisStoreConfig, StoreUrl};
 use ferry::{
     Behavior, Ctx, Node, NodeId, NodeState, Registration, Registry, RelocateOutcome,
     RelocationPolicy, SpotId, UnitId,
 };
-use ferry_tests::cluster::{Cluster, drain_in_background};
+use ferry_tests::cluster::{Cluster, drain_in_background, move_rooms_round, moves_go_on};
 use ferry_tests::invariants::{assert_exactly_once_in_order, assert_runs_where_recorded};
 use ferry_tests::redis_sentinel::SentinelGroup;
 use serde::{Deserialize, Serialize};
@@ -108,44 +107,6 @@ async fn client(node: Node, room: SpotId, stop: Arc<AtomicBool>) -> Seen {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     seen
-}
-
-/// Moves rooms round the nodes, one at a time, until `stop`; counts the moves that committed.
-async fn mover(
-    nodes: Vec<Node>,
-    rooms: Vec<SpotId>,
-    stop: Arc<AtomicBool>,
-    moved: Arc<AtomicUsize>,
-) {
-    let mut turn = 0;
-    while !stop.load(Ordering::Relaxed) {
-        turn += 1;
-        let room = UnitId::Spot(rooms[turn % rooms.len()].clone());
-        let Some(from) = nodes.iter().position(|n| n.hosts(&room)) else {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            continue;
-        };
-        let to = nodes[(from + 1) % nodes.len()].id().clone();
-        match nodes[from].move_unit(&room, Some(to)).await {
-            Ok(report) if report.end == MoveEnd::Moved => {
-                moved.fetch_add(1, Ordering::Relaxed);
-            }
-            // Refused while the store is down, or restored on the source: try again soon.
-            _ => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
-}
-
-/// Waits until `moved` has grown by [`MOVES_AFTER`].
-async fn moves_go_on(moved: &AtomicUsize, what: &str) {
-    let before = moved.load(Ordering::Relaxed);
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while moved.load(Ordering::Relaxed) < before + MOVES_AFTER {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("moves stopped committing {what}"));
 }
 
 /// How the master is failed over.
@@ -252,16 +213,28 @@ async fn failover_under_load(group: &mut SentinelGroup, failover: Failover, name
     // Rooms move round the nodes; the master fails over; moves go on once the store is back.
     let stop_moving = Arc::new(AtomicBool::new(false));
     let moved = Arc::new(AtomicUsize::new(0));
-    let moving = tokio::spawn(mover(
+    let moving = tokio::spawn(move_rooms_round(
         nodes.clone(),
         rooms.clone(),
         stop_moving.clone(),
         moved.clone(),
     ));
-    moves_go_on(&moved, "before the failover").await;
+    moves_go_on(
+        &moved,
+        MOVES_AFTER,
+        Duration::from_secs(60),
+        "before the failover",
+    )
+    .await;
     let old = failover.begin(group).await;
     failover.settle(group, old).await;
-    moves_go_on(&moved, "after the failover").await;
+    moves_go_on(
+        &moved,
+        MOVES_AFTER,
+        Duration::from_secs(60),
+        "after the failover",
+    )
+    .await;
     stop_moving.store(true, Ordering::Relaxed);
     moving.await.expect("mover");
 
