@@ -6,7 +6,7 @@
 
 use std::process::Command;
 
-use ferry_tests::simulation::{Outcome, Plan, Shape, run, shrink};
+use ferry_tests::simulation::{Outcome, Plan, Rng, Shape, Step, run, shrink};
 
 const SHAPE: Shape = Shape {
     nodes: 4,
@@ -100,19 +100,16 @@ fn a_hundred_node_cluster_drains_a_node_and_settles() {
         units: 10_000,
         senders: 20,
     };
-    let mut steps = vec![ferry_tests::simulation::Step::Drain { node: 7 }];
-    let mut rng = 7u64;
+    let mut steps = vec![Step::Drain { node: 7 }];
+    let mut rng = Rng::new(7);
     for i in 0..4000u32 {
-        rng = rng
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
         steps.push(if i % 4 == 0 {
-            ferry_tests::simulation::Step::Tell {
-                sender: (rng >> 33) as u8 % 20,
+            Step::Tell {
+                sender: rng.below(20) as u8,
                 unit: 7,
             }
         } else {
-            ferry_tests::simulation::Step::Next((rng >> 33) as u32)
+            Step::Next(rng.below(1 << 16) as u32)
         });
     }
     let outcome = run(shape, &Plan { seed: 7, steps });

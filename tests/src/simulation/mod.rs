@@ -21,7 +21,7 @@
 mod plan;
 mod world;
 
-pub use plan::{Plan, Step};
+pub use plan::{Plan, Rng, Step};
 pub use world::{Shape, World};
 
 /// How one run ended.
