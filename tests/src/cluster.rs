@@ -47,6 +47,14 @@ pub fn test_config(id: &str, store: Arc<dyn LocationStore>, ca: &ClusterCa) -> N
     config
 }
 
+/// Shows the nodes' logs at the level `RUST_LOG` asks for (none without it), captured per test.
+pub fn show_logs() {
+    let _already = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
 impl Cluster {
     /// Starts `n` nodes on a fresh in-process store, each with the factories `registry` gives, and
     /// waits until every node's mesh links to every other are up.
@@ -103,6 +111,7 @@ impl Cluster {
 
     /// Starts one more node from a config and links it with every node already up.
     pub async fn add_with(&mut self, config: NodeConfig, registry: Registry) -> Node {
+        show_logs();
         let node = Node::start(config, registry).await.expect("node starts");
         self.nodes.push(node.clone());
         self.link().await;

@@ -33,6 +33,10 @@ pub struct FaultyStore {
     writes: Mutex<WriteFault>,
     /// Whether lease renewals go unanswered.
     renewals_unanswered: AtomicBool,
+    /// The node whose lease renewals are refused (a store it cannot reach), if any.
+    renewals_refused: Mutex<Option<NodeId>>,
+    /// How many of the next lease acquisitions land but lose their answer.
+    acquisitions_unanswered: AtomicUsize,
 }
 
 /// What a [`FaultyStore`] does with a write.
@@ -57,7 +61,20 @@ impl FaultyStore {
             failed: AtomicUsize::new(0),
             writes: Mutex::new(WriteFault::None),
             renewals_unanswered: AtomicBool::new(false),
+            renewals_refused: Mutex::new(None),
+            acquisitions_unanswered: AtomicUsize::new(0),
         })
+    }
+
+    /// From now on, `node`'s lease renewals are refused as by a store it cannot reach (`None`:
+    /// they go through again).
+    pub fn refuse_renewals_of(&self, node: Option<&NodeId>) {
+        *self.renewals_refused.lock().expect("refused") = node.cloned();
+    }
+
+    /// The next `times` lease acquisitions land in the store, but their callers hear a timeout.
+    pub fn lose_acquisition_answers(&self, times: usize) {
+        self.acquisitions_unanswered.store(times, Ordering::SeqCst);
     }
 
     /// From now on, lease renewals get no answer (a store that hangs, or a link to it that does).
@@ -181,14 +198,35 @@ impl LocationStore for FaultyStore {
     fn acquire_lease<'a>(
         &'a self,
         node: &'a NodeId,
+        holder: u64,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Lease, StoreError>> {
-        self.inner.acquire_lease(node, ttl)
+        let lost = self
+            .acquisitions_unanswered
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if !lost {
+            return self.inner.acquire_lease(node, holder, ttl);
+        }
+        Box::pin(async move {
+            let _ = self.inner.acquire_lease(node, holder, ttl).await;
+            Err(StoreError::Timeout {
+                op: "acquire_lease",
+                after: Duration::from_millis(1),
+            })
+        })
     }
 
     fn renew_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
         if self.renewals_unanswered.load(Ordering::SeqCst) {
             return Box::pin(std::future::pending());
+        }
+        if self.renewals_refused.lock().expect("refused").as_ref() == Some(&lease.node) {
+            return Box::pin(async {
+                Err(StoreError::Unavailable {
+                    reason: "the test cut this node off from the store".into(),
+                })
+            });
         }
         self.inner.renew_lease(lease)
     }

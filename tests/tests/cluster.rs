@@ -7,6 +7,9 @@ use ferry::{MessageError, NodeState, Registry, SpotId, UnitError, UnitId};
 use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::cluster::Cluster;
 
+/// The lease holder number of another process of the same node id.
+const ANOTHER_PROCESS: u64 = 2;
+
 const T: Duration = Duration::from_secs(10);
 
 fn registry() -> Registry {
@@ -271,7 +274,7 @@ async fn a_node_that_loses_its_lease_stops_running_turns() {
     // Someone else takes n2's lease (a restarted n2, say): the old one is superseded.
     cluster
         .store
-        .acquire_lease(n2.id(), Duration::from_secs(30))
+        .acquire_lease(n2.id(), ANOTHER_PROCESS, Duration::from_secs(30))
         .await
         .expect("lease taken");
     state

@@ -84,3 +84,66 @@ async fn a_node_whose_store_stops_answering_runs_no_turn_once_its_lease_may_have
     );
     node.abort().await;
 }
+
+/// A node cut off from the store past its TTL (its peer vouches for it meanwhile) takes its lease
+/// again when the store answers; if the answer to that acquisition is lost, the lease it finds
+/// next is its own, not another process's, and the node runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_taken_again_whose_answer_was_lost_is_known_as_the_nodes_own() {
+    let store = FaultyStore::new(Arc::new(MemoryStore::new()));
+    let shared: Arc<dyn LocationStore> = store.clone();
+    let mut cluster = ferry_tests::cluster::Cluster::start_on(0, shared, Registry::new).await;
+    let mut nodes = Vec::new();
+    for id in ["n1", "n2"] {
+        let mut config = cluster.config(id);
+        config.lease_ttl = TTL;
+        let mut registry = Registry::new();
+        registry.register(Registration::spot("ticking", |_| Ticking {
+            turns: Arc::default(),
+            ticked: Arc::default(),
+        }));
+        nodes.push(cluster.add_with(config, registry).await);
+    }
+    let n1 = nodes[0].clone();
+    let before = n1.lease();
+    let mut state = n1.watch_state();
+
+    // n1 cannot renew for longer than its TTL: the store lets its lease lapse.
+    store.refuse_renewals_of(Some(n1.id()));
+    let lapsed = tokio::time::timeout(Duration::from_secs(10), async {
+        while store.lease_of(n1.id()).await.expect("lease read").is_some() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    lapsed.await.expect("the lease lapses in the store");
+
+    // The store answers again, but the answer to n1's next acquisition is lost after it landed.
+    store.lose_acquisition_answers(1);
+    store.refuse_renewals_of(None);
+    let retaken = tokio::time::timeout(Duration::from_secs(10), async {
+        while n1.lease().generation == before.generation && n1.state() == NodeState::Serving {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    retaken.await.expect("n1 takes its lease again or stops");
+    assert_eq!(
+        n1.state(),
+        NodeState::Serving,
+        "n1 took its own lease for another process's"
+    );
+    let held = store
+        .lease_of(n1.id())
+        .await
+        .expect("lease read")
+        .expect("n1 holds a lease");
+    assert_eq!(
+        held.generation,
+        n1.lease().generation,
+        "n1 holds what the store says"
+    );
+    assert!(held.generation > before.generation, "a new lease");
+    // It stays held: renewals of the new lease go through, for longer than its TTL.
+    let left = tokio::time::timeout(TTL * 3, state.wait_for(|s| *s != NodeState::Serving)).await;
+    assert!(left.is_err(), "n1 stopped serving: {:?}", n1.state());
+    cluster.shutdown().await;
+}

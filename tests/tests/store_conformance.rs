@@ -18,6 +18,9 @@ use ferry_tests::redis_server::RedisServer;
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
+/// The lease holder number the checks acquire with.
+const HOLDER: u64 = 7;
+
 fn node(name: &str) -> NodeId {
     NodeId::new(name).expect("valid node id")
 }
@@ -354,7 +357,10 @@ async fn a_scan_page_is_one_consistent_snapshot(store: &dyn LocationStore) {
 async fn leases_expire_and_cannot_be_renewed_after(store: &dyn LocationStore) {
     let n1 = node("n1");
     let ttl = Duration::from_millis(300);
-    let lease = store.acquire_lease(&n1, ttl).await.expect("acquire");
+    let lease = store
+        .acquire_lease(&n1, HOLDER, ttl)
+        .await
+        .expect("acquire");
     assert_eq!(lease.node, n1);
     assert_eq!(lease.ttl, ttl);
     let live = store
@@ -363,7 +369,18 @@ async fn leases_expire_and_cannot_be_renewed_after(store: &dyn LocationStore) {
         .expect("lease_of")
         .expect("live lease");
     assert_eq!(live.generation, lease.generation);
+    assert_eq!(
+        (lease.holder, live.holder),
+        (HOLDER, HOLDER),
+        "the lease names its holder"
+    );
     store.renew_lease(&lease).await.expect("renew while live");
+    let renewed = store
+        .lease_of(&n1)
+        .await
+        .expect("lease_of")
+        .expect("live lease");
+    assert_eq!(renewed, lease, "a renewal keeps the lease as it was");
 
     wait_for_expiry(store, &n1, Duration::from_secs(5)).await;
     match store.renew_lease(&lease).await {
@@ -372,7 +389,10 @@ async fn leases_expire_and_cannot_be_renewed_after(store: &dyn LocationStore) {
         }
         other => panic!("renewing an expired lease must be LeaseLost, got {other:?}"),
     }
-    let next = store.acquire_lease(&n1, ttl).await.expect("acquire again");
+    let next = store
+        .acquire_lease(&n1, HOLDER, ttl)
+        .await
+        .expect("acquire again");
     assert!(next.generation > lease.generation);
 }
 
@@ -380,9 +400,18 @@ async fn a_new_generation_supersedes_the_old_one(store: &dyn LocationStore) {
     let n1 = node("n1");
     let n2 = node("n2");
     let ttl = Duration::from_secs(30);
-    let old = store.acquire_lease(&n1, ttl).await.expect("acquire");
-    let other = store.acquire_lease(&n2, ttl).await.expect("acquire n2");
-    let new = store.acquire_lease(&n1, ttl).await.expect("acquire again");
+    let old = store
+        .acquire_lease(&n1, HOLDER, ttl)
+        .await
+        .expect("acquire");
+    let other = store
+        .acquire_lease(&n2, HOLDER, ttl)
+        .await
+        .expect("acquire n2");
+    let new = store
+        .acquire_lease(&n1, HOLDER, ttl)
+        .await
+        .expect("acquire again");
     assert_eq!(new.generation, old.generation + 1);
 
     assert!(matches!(
@@ -406,7 +435,10 @@ async fn a_new_generation_supersedes_the_old_one(store: &dyn LocationStore) {
         Err(StoreError::LeaseLost { .. })
     ));
     // Generations keep counting after a release, and other nodes are untouched.
-    let again = store.acquire_lease(&n1, ttl).await.expect("acquire");
+    let again = store
+        .acquire_lease(&n1, HOLDER, ttl)
+        .await
+        .expect("acquire");
     assert_eq!(again.generation, new.generation + 1);
     let n2_live = store
         .lease_of(&n2)
@@ -521,7 +553,10 @@ async fn memory_lease_lives_exactly_its_ttl_and_renewal_extends_it() {
     let store = MemoryStore::new();
     let n1 = node("n1");
     let ttl = Duration::from_secs(10);
-    let lease = store.acquire_lease(&n1, ttl).await.expect("acquire");
+    let lease = store
+        .acquire_lease(&n1, HOLDER, ttl)
+        .await
+        .expect("acquire");
 
     tokio::time::advance(Duration::from_secs(9)).await;
     store.renew_lease(&lease).await.expect("renew at 9 s");
@@ -552,7 +587,7 @@ async fn memory_clones_share_one_store() {
         Some(version)
     );
     let lease = node_b
-        .acquire_lease(&node("b"), Duration::from_secs(5))
+        .acquire_lease(&node("b"), HOLDER, Duration::from_secs(5))
         .await
         .expect("acquire");
     assert_eq!(
@@ -593,12 +628,12 @@ async fn redis_stores_with_different_prefixes_are_isolated() {
     assert_eq!(scan_all(&a, "", 10).await.len(), 2);
 
     let lease = a
-        .acquire_lease(&node("n1"), Duration::from_secs(30))
+        .acquire_lease(&node("n1"), HOLDER, Duration::from_secs(30))
         .await
         .expect("acquire");
     assert_eq!(b.lease_of(&node("n1")).await.expect("lease_of"), None);
     let b_lease = b
-        .acquire_lease(&node("n1"), Duration::from_secs(30))
+        .acquire_lease(&node("n1"), HOLDER, Duration::from_secs(30))
         .await
         .expect("acquire");
     assert_eq!(b_lease.generation, 1, "generations are per store");
@@ -665,7 +700,7 @@ async fn redis_going_away_gives_typed_errors_not_hangs() {
         .expect("connect");
     let version = put(&store, "k", "v").await;
     let lease = store
-        .acquire_lease(&node("n1"), Duration::from_secs(30))
+        .acquire_lease(&node("n1"), HOLDER, Duration::from_secs(30))
         .await
         .expect("acquire");
 
@@ -721,7 +756,7 @@ async fn a_redis_that_restarted_empty_is_refused_not_carried_on_with() {
         .expect("connect");
     let version = put(&store, "k", "v").await;
     let lease = store
-        .acquire_lease(&node("n1"), Duration::from_secs(30))
+        .acquire_lease(&node("n1"), HOLDER, Duration::from_secs(30))
         .await
         .expect("acquire");
     server.stop();
@@ -860,7 +895,7 @@ async fn a_sentinel_store_follows_a_forced_failover_with_what_the_replica_confir
     let store = sentinel_store(&group, "failover").await;
     let version = put(&store, "k", "before").await;
     let lease = store
-        .acquire_lease(&node("n1"), Duration::from_secs(60))
+        .acquire_lease(&node("n1"), HOLDER, Duration::from_secs(60))
         .await
         .expect("acquire");
     let old = group.master().await;
@@ -936,7 +971,7 @@ async fn a_master_short_of_its_replicas_refuses_every_call_and_a_replica_refuses
         .expect("connect to the master");
     let version = put(&store, "k", "v").await;
     let lease = store
-        .acquire_lease(&node("n1"), Duration::from_secs(60))
+        .acquire_lease(&node("n1"), HOLDER, Duration::from_secs(60))
         .await
         .expect("acquire");
 
@@ -1023,7 +1058,7 @@ async fn etcd_going_away_gives_typed_errors_not_hangs() {
         .expect("connect");
     let version = put(&store, "k", "v").await;
     let lease = store
-        .acquire_lease(&node("n1"), Duration::from_secs(30))
+        .acquire_lease(&node("n1"), HOLDER, Duration::from_secs(30))
         .await
         .expect("acquire");
     server.stop();

@@ -18,6 +18,9 @@ use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::etcd_server::EtcdServer;
 use ferry_tests::redis_server::RedisServer;
 
+/// The lease holder number of another process of the same node id.
+const ANOTHER_PROCESS: u64 = 2;
+
 /// How long one request may take.
 const T: Duration = Duration::from_secs(10);
 
@@ -274,7 +277,7 @@ async fn a_node_process_that_loses_its_lease_shuts_down_and_exits_non_zero() {
         .await
         .expect("redis store");
     store
-        .acquire_lease(&id("p1"), Duration::from_secs(30))
+        .acquire_lease(&id("p1"), ANOTHER_PROCESS, Duration::from_secs(30))
         .await
         .expect("lease taken");
     let (_, status, log) = processes.wait(0).await;

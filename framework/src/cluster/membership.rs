@@ -248,6 +248,8 @@ impl Node {
         let ttl = self.config().lease_ttl;
         let every = ttl / 3;
         let clock = &self.core.lease_clock;
+        // Acquisitions since the lease was lost whose answer did not come: each may have landed.
+        let mut unanswered = 0;
         loop {
             tokio::select! {
                 () = self.core.stop.cancelled() => return,
@@ -263,9 +265,12 @@ impl Node {
                 renewed = self.store().renew_lease(&lease) => renewed,
             };
             match renewed {
-                Ok(()) => clock.renewed(sent + ttl),
+                Ok(()) => {
+                    clock.renewed(sent + ttl);
+                    unanswered = 0;
+                }
                 Err(StoreError::LeaseLost { .. }) => {
-                    if let Err(why) = self.take_lease_again(&lease).await {
+                    if let Err(why) = self.take_lease_again(&lease, &mut unanswered).await {
                         self.fence(&why);
                         return;
                     }
@@ -280,26 +285,47 @@ impl Node {
     /// and this node may still run. The new lease counts only once the descriptor that names it
     /// is written: a recovery of this node's units is gated on the descriptor it read, so it
     /// cannot win after that write. `Err` says why this node must stop instead.
-    async fn take_lease_again(&self, lost: &Lease) -> Result<(), String> {
+    ///
+    /// An acquisition whose answer was lost may have landed: the lease found next is this
+    /// process's own if it names this process as holder, and `unanswered` counts such attempts so
+    /// that the generation each may have used is not taken for another process's.
+    async fn take_lease_again(&self, lost: &Lease, unanswered: &mut u64) -> Result<(), String> {
         let taken = || format!("another process took the lease of node {}", self.id());
-        match self.store().lease_of(self.id()).await {
-            Ok(Some(current)) if current.generation != lost.generation => return Err(taken()),
-            Ok(_) => {}
+        let ttl = self.config().lease_ttl;
+        let found = match self.store().lease_of(self.id()).await {
+            Ok(found) => found,
             Err(error) => {
                 tracing::warn!(%error, "owner lease lost; whether it was taken is not known yet");
                 return Ok(());
             }
-        }
-        let ttl = self.config().lease_ttl;
-        let sent = tokio::time::Instant::now();
-        let lease = match self.store().acquire_lease(self.id(), ttl).await {
-            Ok(lease) if lease.generation == lost.generation + 1 => lease,
-            Ok(_) => return Err(taken()),
-            Err(error) => {
-                tracing::warn!(%error, "owner lease not taken again yet");
-                return Ok(());
-            }
         };
+        let sent = tokio::time::Instant::now();
+        let lease = match found {
+            Some(current) if current.holder != lost.holder => return Err(taken()),
+            // An acquisition of ours whose answer was lost landed: the lease is this process's.
+            // Renewed first, so that the lease clock counts from a call whose send time is known.
+            Some(current) if current.generation > lost.generation => {
+                if let Err(error) = self.store().renew_lease(&current).await {
+                    tracing::warn!(%error, "owner lease not taken again yet");
+                    return Ok(());
+                }
+                current
+            }
+            _ => match self
+                .store()
+                .acquire_lease(self.id(), lost.holder, ttl)
+                .await
+            {
+                Ok(lease) if lease.generation <= lost.generation + 1 + *unanswered => lease,
+                Ok(_) => return Err(taken()),
+                Err(error) => {
+                    *unanswered += 1;
+                    tracing::warn!(%error, "owner lease not taken again yet");
+                    return Ok(());
+                }
+            },
+        };
+        *unanswered = 0;
         *self.core.lease.lock() = lease;
         let me = self.descriptor();
         let published = self

@@ -185,7 +185,7 @@ impl Node {
         let asked = tokio::time::Instant::now();
         let lease = config
             .store
-            .acquire_lease(&config.id, config.lease_ttl)
+            .acquire_lease(&config.id, rand::random(), config.lease_ttl)
             .await?;
         let lease_clock = crate::cluster::membership::LeaseClock::new(asked + config.lease_ttl);
         let (mesh, inbound) = match &config.mesh {

@@ -560,7 +560,8 @@ impl EtcdStore {
     }
 
     /// The node's lease record: generation, etcd lease id and TTL.
-    async fn lease_record(&self, node: &NodeId) -> Result<Option<(u64, i64, u64)>, StoreError> {
+    /// The node's live lease, with the id of the etcd lease that keeps it.
+    async fn lease_record(&self, node: &NodeId) -> Result<Option<(Lease, i64)>, StoreError> {
         let key = self.lease_key(node);
         let Some(kv) = self.range("lease_of", &key).await? else {
             return Ok(None);
@@ -572,15 +573,27 @@ impl EtcdStore {
             let generation = parts.next()?.parse().ok()?;
             let id = parts.next()?.parse().ok()?;
             let ttl = parts.next()?.parse().ok()?;
-            Some((generation, id, ttl))
+            let holder = parts.next()?.parse().ok()?;
+            let lease = Lease {
+                node: node.clone(),
+                generation,
+                ttl: Duration::from_millis(ttl),
+                holder,
+            };
+            parts.next().is_none().then_some((lease, id))
         })();
         parsed.map(Some).ok_or_else(|| StoreError::Corrupt {
             key,
-            reason: format!("lease {text:?} is not <generation>:<lease id>:<ttl ms>"),
+            reason: format!("lease {text:?} is not <generation>:<lease id>:<ttl ms>:<holder>"),
         })
     }
 
-    async fn acquire_inner(&self, node: &NodeId, ttl: Duration) -> Result<Lease, StoreError> {
+    async fn acquire_inner(
+        &self,
+        node: &NodeId,
+        holder: u64,
+        ttl: Duration,
+    ) -> Result<Lease, StoreError> {
         let seconds = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
         let granted: LeaseAnswer = self
             .call(
@@ -624,7 +637,7 @@ impl EtcdStore {
                 ),
             };
             let generation = last + 1;
-            let record = format!("{generation}:{}:{millis}", granted.id);
+            let record = format!("{generation}:{}:{millis}:{holder}", granted.id);
             let answer: TxnAnswer = self
                 .call(
                     "acquire_lease",
@@ -646,6 +659,7 @@ impl EtcdStore {
                     node: node.clone(),
                     generation,
                     ttl,
+                    holder,
                 });
             }
         }
@@ -660,10 +674,10 @@ impl EtcdStore {
             node: lease.node.clone(),
             generation: lease.generation,
         };
-        let Some((generation, id, _)) = self.lease_record(&lease.node).await? else {
+        let Some((current, id)) = self.lease_record(&lease.node).await? else {
             return Err(lost());
         };
-        if generation != lease.generation {
+        if current.generation != lease.generation {
             return Err(lost());
         }
         let kept: KeepAliveAnswer = self
@@ -681,21 +695,14 @@ impl EtcdStore {
     }
 
     async fn lease_of_inner(&self, node: &NodeId) -> Result<Option<Lease>, StoreError> {
-        Ok(self
-            .lease_record(node)
-            .await?
-            .map(|(generation, _, ttl)| Lease {
-                node: node.clone(),
-                generation,
-                ttl: Duration::from_millis(ttl),
-            }))
+        Ok(self.lease_record(node).await?.map(|(lease, _)| lease))
     }
 
     async fn release_inner(&self, lease: &Lease) -> Result<(), StoreError> {
-        let Some((generation, id, _)) = self.lease_record(&lease.node).await? else {
+        let Some((current, id)) = self.lease_record(&lease.node).await? else {
             return Ok(());
         };
-        if generation != lease.generation {
+        if current.generation != lease.generation {
             return Ok(());
         }
         match self
@@ -784,9 +791,10 @@ impl LocationStore for EtcdStore {
     fn acquire_lease<'a>(
         &'a self,
         node: &'a NodeId,
+        holder: u64,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Lease, StoreError>> {
-        Box::pin(self.acquire_inner(node, ttl))
+        Box::pin(self.acquire_inner(node, holder, ttl))
     }
 
     fn renew_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {

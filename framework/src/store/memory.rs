@@ -126,7 +126,7 @@ impl State {
 }
 
 impl MemoryStore {
-    fn acquire(&self, node: &NodeId, ttl: Duration) -> Lease {
+    fn acquire(&self, node: &NodeId, holder: u64, ttl: Duration) -> Lease {
         let now = Instant::now();
         let mut state = self.inner.lock();
         let slot = state.leases.entry(node.clone()).or_insert(LeaseSlot {
@@ -138,6 +138,7 @@ impl MemoryStore {
             node: node.clone(),
             generation: slot.last_generation,
             ttl,
+            holder,
         };
         slot.current = Some((lease.clone(), expiry(now, ttl)));
         lease
@@ -209,9 +210,10 @@ impl LocationStore for MemoryStore {
     fn acquire_lease<'a>(
         &'a self,
         node: &'a NodeId,
+        holder: u64,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Lease, StoreError>> {
-        Box::pin(async move { Ok(self.acquire(node, ttl)) })
+        Box::pin(async move { Ok(self.acquire(node, holder, ttl)) })
     }
 
     fn renew_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {

@@ -170,6 +170,9 @@ pub struct Lease {
     pub generation: u64,
     /// How long the lease lives after it was acquired or last renewed, without a renewal.
     pub ttl: Duration,
+    /// A number the acquiring process chose at random: it tells that process's own lease from one
+    /// another process of the same node id took, even after the answer to an acquisition was lost.
+    pub holder: u64,
 }
 
 /// Why a store call failed. Each message says what the operator or caller should do next.
@@ -306,11 +309,13 @@ pub trait LocationStore: Send + Sync + 'static {
         limit: usize,
     ) -> BoxFuture<'a, Result<Page, StoreError>>;
 
-    /// Takes a new lease for `node`, with a generation one above any earlier one of that node.
-    /// An earlier lease of the node, live or not, is superseded: its renewals fail from now on.
+    /// Takes a new lease for `node` on behalf of `holder`, with a generation one above any earlier
+    /// one of that node. An earlier lease of the node, live or not, is superseded: its renewals
+    /// fail from now on.
     fn acquire_lease<'a>(
         &'a self,
         node: &'a NodeId,
+        holder: u64,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Lease, StoreError>>;
 

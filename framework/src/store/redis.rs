@@ -142,20 +142,20 @@ const GET_LUA: &str = r#"
 return redis.call('HMGET', KEYS[3], 'v', 'r')
 "#;
 
-/// KEYS: epoch, rev, lease, generation counter. ARGV: epoch, lowest revision, ttl ms. Returns the
-/// new generation.
+/// KEYS: epoch, rev, lease, generation counter. ARGV: epoch, lowest revision, ttl ms, holder.
+/// Returns the new generation. A lease reads `<generation>:<ttl ms>:<holder>`.
 const ACQUIRE_LUA: &str = r#"
 local g = string.format('%d', redis.call('INCR', KEYS[4]))
-redis.call('SET', KEYS[3], g .. ':' .. ARGV[3], 'PX', ARGV[3])
+redis.call('SET', KEYS[3], g .. ':' .. ARGV[3] .. ':' .. ARGV[4], 'PX', ARGV[3])
 return tonumber(g)
 "#;
 
-/// KEYS: epoch, rev, lease. ARGV: epoch, lowest revision, generation, ttl ms. Returns 1 if
-/// renewed, 0 if expired or superseded.
+/// KEYS: epoch, rev, lease. ARGV: epoch, lowest revision, generation, ttl ms, holder. Returns 1
+/// if renewed, 0 if expired or superseded.
 const RENEW_LUA: &str = r#"
 local current = redis.call('GET', KEYS[3])
 if not current or string.match(current, '^(%d+):') ~= ARGV[3] then return 0 end
-redis.call('SET', KEYS[3], ARGV[3] .. ':' .. ARGV[4], 'PX', ARGV[4])
+redis.call('SET', KEYS[3], ARGV[3] .. ':' .. ARGV[4] .. ':' .. ARGV[5], 'PX', ARGV[4])
 return 1
 "#;
 
@@ -664,13 +664,15 @@ impl RedisStore {
         &self,
         mut conn: MultiplexedConnection,
         node: &NodeId,
+        holder: u64,
         ttl: Duration,
     ) -> Result<Lease, StoreError> {
         let mut invocation = self.guarded(&self.scripts.acquire);
         invocation
             .key(self.keys.lease(node))
             .key(self.keys.generation(node))
-            .arg(ttl_millis(ttl));
+            .arg(ttl_millis(ttl))
+            .arg(holder);
         let generation: u64 = bounded(
             "acquire_lease",
             self.op_timeout,
@@ -682,6 +684,7 @@ impl RedisStore {
             node: node.clone(),
             generation,
             ttl,
+            holder,
         })
     }
 
@@ -694,7 +697,8 @@ impl RedisStore {
         invocation
             .key(self.keys.lease(&lease.node))
             .arg(lease.generation)
-            .arg(ttl_millis(lease.ttl));
+            .arg(ttl_millis(lease.ttl))
+            .arg(lease.holder);
         let renewed: i64 = bounded(
             "renew_lease",
             self.op_timeout,
@@ -728,18 +732,23 @@ impl RedisStore {
         let Some(raw) = raw else {
             return Ok(None);
         };
-        let parsed = raw.split_once(':').and_then(|(generation, ttl)| {
-            Some((generation.parse::<u64>().ok()?, ttl.parse::<u64>().ok()?))
-        });
+        let mut parts = raw.split(':');
+        let parsed = (|| {
+            let generation = parts.next()?.parse::<u64>().ok()?;
+            let ttl = parts.next()?.parse::<u64>().ok()?;
+            let holder = parts.next()?.parse::<u64>().ok()?;
+            parts.next().is_none().then_some((generation, ttl, holder))
+        })();
         match parsed {
-            Some((generation, ttl)) => Ok(Some(Lease {
+            Some((generation, ttl, holder)) => Ok(Some(Lease {
                 node: node.clone(),
                 generation,
                 ttl: Duration::from_millis(ttl),
+                holder,
             })),
             None => Err(StoreError::Corrupt {
                 key,
-                reason: format!("lease {raw:?} is not <generation>:<ttl ms>"),
+                reason: format!("lease {raw:?} is not <generation>:<ttl ms>:<holder>"),
             }),
         }
     }
@@ -799,11 +808,12 @@ impl LocationStore for RedisStore {
     fn acquire_lease<'a>(
         &'a self,
         node: &'a NodeId,
+        holder: u64,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Lease, StoreError>> {
         let node = node.clone();
         self.on_io("acquire_lease", move |s, conn| async move {
-            s.acquire_inner(conn, &node, ttl).await
+            s.acquire_inner(conn, &node, holder, ttl).await
         })
     }
 

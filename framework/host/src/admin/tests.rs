@@ -19,6 +19,9 @@ use super::server::{AdminOptions, router};
 use super::wire::{DrainReport, Outcome, ShutdownReport, StatusBody, UnitCreated};
 use crate::admin::ops::Operations;
 
+/// The lease holder number of another process of the same node id.
+const ANOTHER_PROCESS: u64 = 2;
+
 /// How long one request to a unit may take.
 const T: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -599,7 +602,7 @@ async fn readiness_is_lost_while_drained_and_after_the_lease_is_lost_liveness_st
     let mut state = n2.watch_state();
     cluster
         .store
-        .acquire_lease(n2.id(), std::time::Duration::from_secs(30))
+        .acquire_lease(n2.id(), ANOTHER_PROCESS, std::time::Duration::from_secs(30))
         .await
         .expect("lease taken");
     state
