@@ -290,6 +290,33 @@ async fn a_node_that_loses_its_lease_stops_running_turns() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_lease_another_process_took_writes_no_record_before_it_notices() {
+    let mut cluster = Cluster::start(1, registry).await;
+    let mut config = cluster.config("n2");
+    // Renewed every 20 s: n2 cannot notice the lease was taken before the creations below.
+    config.lease_ttl = Duration::from_secs(60);
+    let n2 = cluster.add_with(config, registry()).await;
+    cluster
+        .store
+        .acquire_lease(n2.id(), ANOTHER_PROCESS, Duration::from_secs(60))
+        .await
+        .expect("lease taken");
+    assert_eq!(n2.state(), NodeState::Serving, "n2 has not noticed yet");
+    for name in ["a", "b"] {
+        let room = spot(name);
+        let err = n2
+            .create_spot_on(n2.id(), ping::PING, &room)
+            .await
+            .expect_err("a superseded process records no unit");
+        assert!(matches!(err, UnitError::StoreUnavailable { .. }), "{err}");
+        let key = ferry::cluster::authority::unit_key(&UnitId::Spot(room.clone()));
+        let record = cluster.store.get(&key).await.expect("read");
+        assert!(record.is_none(), "{room} was recorded: {record:?}");
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_joins_by_its_seed_list_and_reports_its_peers() {
     let cluster = Cluster::start(1, registry).await;
     let n1 = &cluster.nodes[0];

@@ -158,8 +158,9 @@ async fn a_forced_sentinel_failover_during_moves_and_a_drain_keeps_one_owner_and
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open defect: in about 1 run in 4, moves stop committing after the killed master comes back \
-            empty, or the drain does not end Relocated; run with --ignored (docs/reliability.md)"]
+#[ignore = "open defect: in about 1 run in 5 the master the nodes reach after the second kill holds \
+            no epoch (an empty data set), so the nodes refuse it and the drain ends Blocked; run with \
+            --ignored (docs/reliability.md)"]
 async fn a_killed_redis_master_during_moves_and_a_drain_keeps_one_owner_and_every_message() {
     let Some(mut group) = SentinelGroup::start_or_skip(1).await else {
         return;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use ferry::ids::NodeId;
 use ferry::store::{
     BatchOutcome, Condition, EtcdStore, EtcdStoreConfig, LocationStore, MemoryStore, Op,
-    RedisStore, RedisStoreConfig, StoreError, StoreUrl, Versioned,
+    RedisStore, RedisStoreConfig, StoreError, StoreUrl, Versioned, lease_key,
 };
 use ferry_tests::etcd_server::EtcdServer;
 use ferry_tests::redis_sentinel::SentinelGroup;
@@ -479,6 +479,73 @@ async fn etcd_store(server: &EtcdServer, prefix: &str) -> EtcdStore {
         .expect("connect to the test etcd")
 }
 
+/// An owner's write carries its lease: it applies while that lease is live and current, and
+/// a process whose lease was superseded, or released, changes nothing.
+async fn an_owners_write_needs_its_lease_live_and_current(store: &dyn LocationStore) {
+    let n1 = node("n1");
+    let ttl = Duration::from_secs(30);
+    let written = |value: &'static str| vec![Op::put("room/fenced", value)];
+    let old = store
+        .acquire_lease(&n1, HOLDER, ttl)
+        .await
+        .expect("acquire");
+    let first = store
+        .batch(
+            vec![Condition::lease(&old)],
+            written("by the first process"),
+        )
+        .await
+        .expect("batch");
+    assert!(matches!(first, BatchOutcome::Committed { .. }), "{first:?}");
+
+    // Another process takes the node's lease: the first one's writes are refused.
+    let new = store
+        .acquire_lease(&n1, HOLDER + 1, ttl)
+        .await
+        .expect("acquire again");
+    let stale = store
+        .batch(vec![Condition::lease(&old)], written("by a stale owner"))
+        .await
+        .expect("batch");
+    assert_eq!(
+        stale,
+        BatchOutcome::Conflict {
+            key: lease_key(&n1)
+        }
+    );
+    let kept = store.get("room/fenced").await.expect("get").expect("kept");
+    assert_eq!(kept.value.as_ref(), b"by the first process");
+    let current = store
+        .batch(
+            vec![
+                Condition::version("room/fenced", kept.version),
+                Condition::lease(&new),
+            ],
+            written("by the second process"),
+        )
+        .await
+        .expect("batch");
+    assert!(
+        matches!(current, BatchOutcome::Committed { .. }),
+        "{current:?}"
+    );
+
+    // A released lease fences like a superseded one.
+    store.release_lease(&new).await.expect("release");
+    let released = store
+        .batch(vec![Condition::lease(&new)], written("after the release"))
+        .await
+        .expect("batch");
+    assert_eq!(
+        released,
+        BatchOutcome::Conflict {
+            key: lease_key(&n1)
+        }
+    );
+    let last = store.get("room/fenced").await.expect("get").expect("kept");
+    assert_eq!(last.value.as_ref(), b"by the second process");
+}
+
 macro_rules! conformance {
     ($($check:ident),+ $(,)?) => {
         mod memory {
@@ -543,6 +610,7 @@ conformance!(
     a_scan_page_is_one_consistent_snapshot,
     leases_expire_and_cannot_be_renewed_after,
     a_new_generation_supersedes_the_old_one,
+    an_owners_write_needs_its_lease_live_and_current,
 );
 
 // ---------------------------------------------------------------------------------------------

@@ -390,7 +390,11 @@ impl Node {
         };
         self.store()
             .batch(
-                vec![Condition::version(key.clone(), version), owner_condition],
+                vec![
+                    Condition::version(key.clone(), version),
+                    owner_condition,
+                    Condition::lease(&self.lease()),
+                ],
                 vec![Op::delete(key)],
             )
             .await

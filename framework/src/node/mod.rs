@@ -637,7 +637,23 @@ impl Node {
             ));
         }
         let write = ConditionalWrite::new(record);
+        // Only while this process holds the node's lease: a superseded one writes nothing.
+        let lease = self.lease();
+        let mut conditions = conditions;
+        conditions.push(Condition::lease(&lease));
         let written = self.store().batch(conditions, ops).await;
+        if let Ok(BatchOutcome::Conflict { key }) = &written
+            && *key == crate::store::lease_key(self.id())
+        {
+            let _ = lane.ctl.send(Control::Discard);
+            return Err(UnitError::StoreUnavailable {
+                what: format!("recording {id} in the location store"),
+                reason: format!(
+                    "the store does not hold this node's lease (generation {}) any more",
+                    lease.generation
+                ),
+            });
+        }
         let mut settled = write.on_write(BatchOutcome::answer(&written));
         if settled == Settled::ReadBack {
             let now = self.read_record(&id).await;

@@ -23,7 +23,7 @@ use crate::node::{Control, LaneTx, Node, NodeState, SealRefused};
 use crate::registry::PolicyKind;
 use crate::session::SessionBinding;
 use crate::session::frames::{BoundActor, SessionFrame};
-use crate::store::{BatchOutcome, Condition, Op};
+use crate::store::{BatchOutcome, Condition, Op, lease_key};
 
 /// How long the source waits without hearing anything from the target (an answer or a progress
 /// report) before it calls it silence; also how long it waits for one store write of its fence.
@@ -872,9 +872,20 @@ impl SourceRun {
             conditions.push(Condition::version(key.clone(), at.version));
             ops.push(Op::put(key, record.encode()));
         }
+        // A source whose lease was superseded fences nothing: it must not run the unit again.
+        conditions.push(Condition::lease(&self.node.lease()));
         let write = self.node.store().batch(conditions, ops);
         match tokio::time::timeout(wait, write).await {
             Ok(Ok(BatchOutcome::Committed { .. })) => SourceEvent::FenceWon,
+            // Nothing was written, and nothing says the target won: this node's lease lapsed
+            // (an outage) or was taken. Asked again once it is taken again; if it was taken by
+            // another process, this one stops meanwhile.
+            Ok(Ok(BatchOutcome::Conflict { key })) if key == lease_key(self.node.id()) => {
+                tracing::warn!(
+                    "fence write refused: the store does not hold this node's lease; asking again"
+                );
+                SourceEvent::FenceUnknown
+            }
             Ok(Ok(BatchOutcome::Conflict { .. })) => SourceEvent::FenceLost,
             Ok(Err(error)) => {
                 tracing::warn!(%error, "fence write failed; asking again");

@@ -377,19 +377,22 @@ impl Node {
     }
 
     /// The records this node writes when it takes the unit over.
+    /// Written only while this process holds the node's lease.
     fn owned_here(&self, records: &[RecordAt]) -> (Vec<Condition>, Vec<Op>) {
-        let lease_generation = self.core.lease.lock().generation;
-        records
+        let lease = self.lease();
+        let (mut conditions, ops): (Vec<_>, Vec<_>) = records
             .iter()
             .map(|at| {
                 let key = unit_key(&at.id);
-                let record = self.taken_over(&at.record, lease_generation);
+                let record = self.taken_over(&at.record, lease.generation);
                 (
                     Condition::version(key.clone(), at.version),
                     Op::put(key, record.encode()),
                 )
             })
-            .unzip()
+            .unzip();
+        conditions.push(Condition::lease(&lease));
+        (conditions, ops)
     }
 
     fn taken_over(&self, record: &UnitRecord, lease_generation: u64) -> UnitRecord {

@@ -453,16 +453,28 @@ impl EtcdStore {
     ) -> Result<BatchOutcome, StoreError> {
         let compare: Vec<Value> = conditions
             .iter()
-            .map(|condition| {
-                let key = b64(self.entry(condition.key()));
-                match condition {
-                    Condition::Absent(_) => json!({
-                        "key": key, "result": "EQUAL", "target": "CREATE", "create_revision": "0"
+            .flat_map(|condition| match condition {
+                Condition::Absent(key) => vec![json!({
+                    "key": b64(self.entry(key)), "result": "EQUAL", "target": "CREATE",
+                    "create_revision": "0"
+                })],
+                Condition::Version(key, at) => vec![json!({
+                    "key": b64(self.entry(key)), "result": "EQUAL", "target": "MOD",
+                    "mod_revision": at.to_string()
+                })],
+                // No later acquisition, and the lease not run out (its key goes with it).
+                Condition::Lease {
+                    node, generation, ..
+                } => vec![
+                    json!({
+                        "key": b64(self.generation_key(node)), "result": "EQUAL",
+                        "target": "VALUE", "value": b64(generation.to_string())
                     }),
-                    Condition::Version(_, at) => json!({
-                        "key": key, "result": "EQUAL", "target": "MOD", "mod_revision": at.to_string()
+                    json!({
+                        "key": b64(self.lease_key(node)), "result": "GREATER",
+                        "target": "CREATE", "create_revision": "0"
                     }),
-                }
+                ],
             })
             .collect();
         let success: Vec<Value> = ops
@@ -479,7 +491,13 @@ impl EtcdStore {
         // On failure, read every condition's key, to name the one that failed.
         let failure: Vec<Value> = conditions
             .iter()
-            .map(|c| json!({ "request_range": { "key": b64(self.entry(c.key())) } }))
+            .map(|c| {
+                let key = match c {
+                    Condition::Lease { node, .. } => self.lease_key(node),
+                    _ => self.entry(c.key()),
+                };
+                json!({ "request_range": { "key": b64(key) } })
+            })
             .collect();
         let answer: TxnAnswer = self
             .call(
@@ -503,6 +521,11 @@ impl EtcdStore {
                     Condition::Version(_, at) => {
                         found.is_none_or(|kv| version(kv.mod_revision) != *at)
                     }
+                    Condition::Lease { generation, .. } => found.is_none_or(|kv| {
+                        let raw = B64.decode(&kv.value).unwrap_or_default();
+                        let text = String::from_utf8_lossy(&raw);
+                        text.split(':').next() != Some(generation.to_string().as_str())
+                    }),
                 }
             });
         let key = failed.map_or_else(

@@ -56,6 +56,7 @@ impl std::fmt::Debug for MemoryStore {
 
 impl State {
     fn batch(&mut self, conditions: Vec<Condition>, ops: Vec<Op>) -> BatchOutcome {
+        let now = Instant::now();
         for condition in &conditions {
             let holds = match condition {
                 Condition::Absent(key) => !self.entries.contains_key(key),
@@ -63,6 +64,11 @@ impl State {
                     .entries
                     .get(key)
                     .is_some_and(|current| current.version == *version),
+                Condition::Lease {
+                    node, generation, ..
+                } => self
+                    .live_lease(node, now)
+                    .is_some_and(|lease| lease.generation == *generation),
             };
             if !holds {
                 return BatchOutcome::Conflict {

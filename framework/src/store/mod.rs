@@ -63,6 +63,22 @@ pub enum Condition {
     /// The key must exist and carry exactly this version: used to change a record only if nobody
     /// else changed it since it was read.
     Version(String, u64),
+    /// The node's lease must be live and of this generation: an owner's writes carry it, so that a
+    /// process whose lease was superseded or has run out cannot change the records it once owned.
+    /// Its key (as named in a conflict) is [`lease_key`] of the node.
+    Lease {
+        /// [`lease_key`] of `node`.
+        key: String,
+        /// The node whose lease it is.
+        node: NodeId,
+        /// The generation the writer holds.
+        generation: u64,
+    },
+}
+
+/// The name a [`Condition::Lease`] goes by in a [`BatchOutcome::Conflict`]; never a record key.
+pub fn lease_key(node: &NodeId) -> String {
+    format!("lease/{node}")
 }
 
 impl Condition {
@@ -76,10 +92,21 @@ impl Condition {
         Condition::Version(key.into(), version)
     }
 
+    /// The writer's lease must be live and still the one it holds.
+    pub fn lease(lease: &Lease) -> Self {
+        Condition::Lease {
+            key: lease_key(&lease.node),
+            node: lease.node.clone(),
+            generation: lease.generation,
+        }
+    }
+
     /// The key this condition is about, as named in a [`BatchOutcome::Conflict`].
     pub fn key(&self) -> &str {
         match self {
-            Condition::Absent(key) | Condition::Version(key, _) => key,
+            Condition::Absent(key) | Condition::Version(key, _) | Condition::Lease { key, .. } => {
+                key
+            }
         }
     }
 }

@@ -93,11 +93,16 @@ local ncond = tonumber(ARGV[3])
 local nops = tonumber(ARGV[4])
 local a = 5
 for i = 1, ncond do
-  local current = redis.call('HGET', KEYS[3 + i], 'r')
-  if ARGV[a] == 'a' then
-    if current then return {0, i} end
-  elseif current ~= ARGV[a + 1] then
-    return {0, i}
+  if ARGV[a] == 'l' then
+    local lease = redis.call('GET', KEYS[3 + i])
+    if not lease or string.match(lease, '^(%d+):') ~= ARGV[a + 1] then return {0, i} end
+  else
+    local current = redis.call('HGET', KEYS[3 + i], 'r')
+    if ARGV[a] == 'a' then
+      if current then return {0, i} end
+    elseif current ~= ARGV[a + 1] then
+      return {0, i}
+    end
   end
   a = a + 2
 end
@@ -552,10 +557,17 @@ impl RedisStore {
             .arg(conditions.len())
             .arg(ops.len());
         for condition in &conditions {
-            invocation.key(self.keys.entry(condition.key()));
             match condition {
-                Condition::Absent(_) => invocation.arg("a").arg(0u64),
-                Condition::Version(_, version) => invocation.arg("v").arg(*version),
+                Condition::Absent(key) => invocation.key(self.keys.entry(key)).arg("a").arg(0u64),
+                Condition::Version(key, version) => {
+                    invocation.key(self.keys.entry(key)).arg("v").arg(*version)
+                }
+                Condition::Lease {
+                    node, generation, ..
+                } => invocation
+                    .key(self.keys.lease(node))
+                    .arg("l")
+                    .arg(*generation),
             };
         }
         for op in &ops {
