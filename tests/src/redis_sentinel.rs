@@ -150,6 +150,32 @@ impl SentinelGroup {
         }
     }
 
+    /// Waits until the sentinel names a master other than `old` and has ended the failover
+    /// (`SENTINEL MASTER` flags say just `master`). The sentinel names the promoted replica while
+    /// it still reconfigures the others; a killed master started again before the end can be
+    /// taken for one of them, promoted by a second failover, and the data set lost.
+    pub async fn await_failover_ended(&self, old: usize) -> usize {
+        let deadline = Instant::now() + SETTLE_WITHIN;
+        loop {
+            let named = self.await_master_other_than(old).await;
+            let fields: Option<Vec<String>> = self
+                .sentinel_says(redis::cmd("SENTINEL").arg("MASTER").arg(SENTINEL_MASTER))
+                .await;
+            let flags = fields.and_then(|fields| {
+                let at = fields.iter().position(|f| f == "flags")?;
+                fields.get(at + 1).cloned()
+            });
+            if flags.as_deref() == Some("master") {
+                return named;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the failover did not end within {SETTLE_WITHIN:?} (flags {flags:?})"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Starts data server `i` again after it was killed: empty, and as a master, as a supervisor
     /// restarts a crashed server whose config still says master. The sentinel turns it into a
     /// replica of the master it knows.
