@@ -47,6 +47,9 @@ pub fn test_config(id: &str, store: Arc<dyn LocationStore>, ca: &ClusterCa) -> N
     config
 }
 
+/// The lease holder number of another process of the same node id (one a test starts by hand).
+pub const ANOTHER_PROCESS: u64 = 2;
+
 /// Shows the nodes' logs at the level `RUST_LOG` asks for (none without it), captured per test.
 pub fn show_logs() {
     let _already = tracing_subscriber::fmt()

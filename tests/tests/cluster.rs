@@ -5,10 +5,7 @@ use std::time::Duration;
 
 use ferry::{MessageError, NodeState, Registry, SpotId, UnitError, UnitId};
 use ferry_samples::ping::{self, PingMsg, PingReport};
-use ferry_tests::cluster::Cluster;
-
-/// The lease holder number of another process of the same node id.
-const ANOTHER_PROCESS: u64 = 2;
+use ferry_tests::cluster::{ANOTHER_PROCESS, Cluster};
 
 const T: Duration = Duration::from_secs(10);
 

@@ -15,11 +15,9 @@ use ferry::cluster::authority::{node_key, unit_key};
 use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
 use ferry::{Node, NodeId, Registry, SpotId, UnitId};
 use ferry_samples::ping::{self, PingMsg, PingReport};
+use ferry_tests::cluster::ANOTHER_PROCESS;
 use ferry_tests::etcd_server::EtcdServer;
 use ferry_tests::redis_server::RedisServer;
-
-/// The lease holder number of another process of the same node id.
-const ANOTHER_PROCESS: u64 = 2;
 
 /// How long one request may take.
 const T: Duration = Duration::from_secs(10);

@@ -587,7 +587,7 @@ impl Node {
         let info = factory.info();
         let lease_generation = self.core.lease.lock().generation;
         let key = unit_key(&id);
-        let (record, conditions, mut ops) = match &claim {
+        let (record, mut conditions, mut ops) = match &claim {
             Claim::New { .. } => {
                 let record = UnitRecord {
                     owner: self.id().clone(),
@@ -639,12 +639,9 @@ impl Node {
         let write = ConditionalWrite::new(record);
         // Only while this process holds the node's lease: a superseded one writes nothing.
         let lease = self.lease();
-        let mut conditions = conditions;
         conditions.push(Condition::lease(&lease));
         let written = self.store().batch(conditions, ops).await;
-        if let Ok(BatchOutcome::Conflict { key }) = &written
-            && *key == crate::store::lease_key(self.id())
-        {
+        if written.as_ref().is_ok_and(|w| w.lease_refused(self.id())) {
             let _ = lane.ctl.send(Control::Discard);
             return Err(UnitError::StoreUnavailable {
                 what: format!("recording {id} in the location store"),

@@ -23,7 +23,7 @@ use crate::node::{Control, LaneTx, Node, NodeState, SealRefused};
 use crate::registry::PolicyKind;
 use crate::session::SessionBinding;
 use crate::session::frames::{BoundActor, SessionFrame};
-use crate::store::{BatchOutcome, Condition, Op, lease_key};
+use crate::store::{BatchOutcome, Condition, Op};
 
 /// How long the source waits without hearing anything from the target (an answer or a progress
 /// report) before it calls it silence; also how long it waits for one store write of its fence.
@@ -880,7 +880,7 @@ impl SourceRun {
             // Nothing was written, and nothing says the target won: this node's lease lapsed
             // (an outage) or was taken. Asked again once it is taken again; if it was taken by
             // another process, this one stops meanwhile.
-            Ok(Ok(BatchOutcome::Conflict { key })) if key == lease_key(self.node.id()) => {
+            Ok(Ok(refused)) if refused.lease_refused(self.node.id()) => {
                 tracing::warn!(
                     "fence write refused: the store does not hold this node's lease; asking again"
                 );

@@ -376,8 +376,8 @@ impl Node {
         }
     }
 
-    /// The records this node writes when it takes the unit over.
-    /// Written only while this process holds the node's lease.
+    /// The records this node writes when it takes the unit over, only while this process holds
+    /// the node's lease.
     fn owned_here(&self, records: &[RecordAt]) -> (Vec<Condition>, Vec<Op>) {
         let lease = self.lease();
         let (mut conditions, ops): (Vec<_>, Vec<_>) = records

@@ -521,8 +521,10 @@ impl EtcdStore {
                     Condition::Version(_, at) => {
                         found.is_none_or(|kv| version(kv.mod_revision) != *at)
                     }
-                    Condition::Lease { generation, .. } => found.is_none_or(|kv| {
-                        let raw = B64.decode(&kv.value).unwrap_or_default();
+                    Condition::Lease {
+                        key, generation, ..
+                    } => found.is_none_or(|kv| {
+                        let raw = decode(key, &kv.value).unwrap_or_default();
                         let text = String::from_utf8_lossy(&raw);
                         text.split(':').next() != Some(generation.to_string().as_str())
                     }),
@@ -582,7 +584,6 @@ impl EtcdStore {
         Ok(Page { items, next })
     }
 
-    /// The node's lease record: generation, etcd lease id and TTL.
     /// The node's live lease, with the id of the etcd lease that keeps it.
     async fn lease_record(&self, node: &NodeId) -> Result<Option<(Lease, i64)>, StoreError> {
         let key = self.lease_key(node);

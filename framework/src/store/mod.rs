@@ -175,6 +175,12 @@ impl BatchOutcome {
             Err(_) => WriteAnswer::NoAnswer,
         }
     }
+
+    /// Whether the batch was refused for `node`'s lease (its [`Condition::Lease`]), not for a
+    /// record: nothing was written, and nothing says another writer won.
+    pub fn lease_refused(&self, node: &NodeId) -> bool {
+        matches!(self, BatchOutcome::Conflict { key } if *key == lease_key(node))
+    }
 }
 
 /// One page of a [`LocationStore::scan`].

@@ -18,9 +18,7 @@ use super::auth::Access;
 use super::server::{AdminOptions, router};
 use super::wire::{DrainReport, Outcome, ShutdownReport, StatusBody, UnitCreated};
 use crate::admin::ops::Operations;
-
-/// The lease holder number of another process of the same node id.
-const ANOTHER_PROCESS: u64 = 2;
+use ferry_tests::cluster::ANOTHER_PROCESS;
 
 /// How long one request to a unit may take.
 const T: std::time::Duration = std::time::Duration::from_secs(10);
