@@ -488,3 +488,33 @@ async fn progress_counts_the_moves_made_while_the_drain_waits_for_a_target() {
     assert_eq!(outcome, RelocateOutcome::Relocated { moved: 6 });
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_that_met_a_store_error_is_tried_again_while_the_drain_has_time() {
+    let mut cluster = Cluster::start(1, registry).await;
+    let failing = ferry_tests::faults::FaultyStore::new(cluster.store.clone());
+    let config = cluster.config("n2").store(failing.clone());
+    let n2 = cluster.add_with(config, registry()).await;
+    let n1 = cluster.nodes[0].clone();
+    let (a, b) = (spot("a"), spot("b"));
+    for (room, inputs) in [(&a, 0..3), (&b, 10..12)] {
+        n2.create_spot_on(n2.id(), "room", room)
+            .await
+            .expect("room");
+        for n in inputs {
+            n2.tell(room, Play::Input(n)).expect("told");
+        }
+    }
+    // Both reads of a's record in its move fail (the one before the seal, and the one after it
+    // that the move cannot do without): that move ends with the room back on n2.
+    failing.fail_gets("u/s/a", 2);
+    let outcome = n2.relocate(opts(Duration::from_secs(10))).await;
+    assert_eq!(failing.failed(), 2, "the move met both failures");
+    assert_eq!(outcome, RelocateOutcome::Relocated { moved: 2 });
+    assert_eq!(n2.unit_count(), 0);
+    assert_eq!(get(&n1, &a).await.inputs, vec![0, 1, 2], "a moved with its state");
+    assert_eq!(get(&n1, &b).await.inputs, vec![10, 11]);
+    let status = n2.watch_status().borrow().clone();
+    assert_eq!((status.moved, status.failed), (2, 0));
+    cluster.shutdown().await;
+}

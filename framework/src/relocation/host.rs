@@ -198,16 +198,23 @@ impl Node {
         let mut moves = JoinSet::new();
         let mut undecided = Vec::new();
         // Units with a target start at once; the others wait (for a node of the right kind to
-        // come up) without holding back the rest.
-        let mut waiting: Vec<UnitId> = movable;
+        // come up, or for the store to answer) without holding back the rest, each with the
+        // reason it would stay for.
+        let mut waiting: Vec<(UnitId, BlockedReason)> = movable
+            .into_iter()
+            .map(|unit| (unit, BlockedReason::TargetUnavailable))
+            .collect();
         loop {
             let mut still = Vec::new();
-            for unit in std::mem::take(&mut waiting) {
+            for (unit, _) in std::mem::take(&mut waiting) {
                 let target = match self.pick_spread(&unit, version.as_deref(), &planned) {
                     Ok(target) => target,
-                    // Waits for a target, or for the store to answer again.
-                    Err(MoveError::NoTarget { .. } | MoveError::StoreUnavailable { .. }) => {
-                        still.push(unit);
+                    Err(MoveError::NoTarget { .. }) => {
+                        still.push((unit, BlockedReason::TargetUnavailable));
+                        continue;
+                    }
+                    Err(MoveError::StoreUnavailable { .. }) => {
+                        still.push((unit, BlockedReason::StoreUnavailable));
                         continue;
                     }
                     // A shutdown began: what is left closes with the node.
@@ -240,51 +247,56 @@ impl Node {
                     (unit, count, report)
                 });
                 // Collect what finished meanwhile, so progress is reported as it goes.
-                while let Some(Ok((unit, count, report))) = moves.try_join_next() {
-                    self.account(unit, count, report, &mut stayed, &mut undecided);
+                while let Some(Ok(ended)) = moves.try_join_next() {
+                    self.account(ended, deadline, &mut still, &mut stayed, &mut undecided);
                 }
             }
             waiting = still;
             let shutting_down = self.state() != NodeState::Relocating;
-            if waiting.is_empty() || Instant::now() >= deadline || shutting_down {
+            let nothing_left = waiting.is_empty() && moves.is_empty();
+            if nothing_left || Instant::now() >= deadline || shutting_down {
                 break;
             }
-            // Maybe a node of the right kind is on its way: look again soon, and report the
-            // moves that end meanwhile.
+            // Maybe a node of the right kind is on its way, or the store answers again: look
+            // again soon, and report the moves that end meanwhile (one that may succeed on
+            // another try waits with the others).
             let wait = self.config().refresh.min(deadline - Instant::now());
             let look_again = tokio::time::sleep(wait);
             tokio::pin!(look_again);
             loop {
                 tokio::select! {
-                    () = &mut look_again => break,
+                    () = &mut look_again, if !waiting.is_empty() => break,
                     Some(joined) = moves.join_next() => {
-                        if let Ok((unit, count, report)) = joined {
-                            self.account(unit, count, report, &mut stayed, &mut undecided);
+                        if let Ok(ended) = joined {
+                            self.account(ended, deadline, &mut waiting, &mut stayed, &mut undecided);
                         }
                     }
+                    else => break,
                 }
             }
             let _ = self.refresh_membership().await;
         }
-        let (why, reason) = if self.state() == NodeState::Relocating {
-            (
-                "no serving node can take it",
-                BlockedReason::TargetUnavailable,
-            )
-        } else {
-            (
-                "the node began shutting down",
-                BlockedReason::ShutdownRequested,
-            )
-        };
-        for unit in waiting {
+        // The deadline passed or a shutdown began: the moves still running end on their own.
+        while let Some(joined) = moves.join_next().await {
+            if let Ok(ended) = joined {
+                self.account(ended, deadline, &mut waiting, &mut stayed, &mut undecided);
+            }
+        }
+        let shutting_down = self.state() != NodeState::Relocating;
+        for (unit, reason) in waiting {
+            let (why, reason) = match reason {
+                _ if shutting_down => (
+                    "the node began shutting down",
+                    BlockedReason::ShutdownRequested,
+                ),
+                BlockedReason::StoreUnavailable => (
+                    "the location store did not answer in time",
+                    BlockedReason::StoreUnavailable,
+                ),
+                reason => ("no serving node can take it", reason),
+            };
             self.not_moved(&unit, moving_with(&unit), why);
             stayed.push((unit, reason));
-        }
-        while let Some(joined) = moves.join_next().await {
-            if let Ok((unit, count, report)) = joined {
-                self.account(unit, count, report, &mut stayed, &mut undecided);
-            }
         }
         // Every unit that stayed is named, a room's members with it.
         let stayed_units = self.with_members(stayed.iter().map(|(u, _)| u));
@@ -364,11 +376,13 @@ impl Node {
         named
     }
 
+    /// Reports a move that ended. One that met an unreachable store or a target that took no
+    /// units goes back to `waiting`, while the drain has time, to be tried again.
     fn account(
         &self,
-        unit: UnitId,
-        count: usize,
-        report: MoveReport,
+        (unit, count, report): (UnitId, usize, MoveReport),
+        deadline: Instant,
+        waiting: &mut Vec<(UnitId, BlockedReason)>,
         stayed: &mut Vec<(UnitId, BlockedReason)>,
         undecided: &mut Vec<UnitId>,
     ) {
@@ -410,6 +424,20 @@ impl Node {
                     }
                     _ => BlockedReason::RelocationFailed,
                 });
+                let retryable = matches!(
+                    reason,
+                    BlockedReason::StoreUnavailable | BlockedReason::TargetUnavailable
+                );
+                let still_here = self.core.directory.get(&unit).is_some();
+                if retryable
+                    && still_here
+                    && Instant::now() < deadline
+                    && self.state() == NodeState::Relocating
+                {
+                    tracing::info!(%unit, ?reason, ?end, relocation = %report.relocation, "move not made; tried again");
+                    waiting.push((unit, reason));
+                    return;
+                }
                 tracing::warn!(%unit, ?reason, ?end, relocation = %report.relocation, "unit not moved; it runs on here");
                 self.publish_status(|s| s.failed += count);
                 self.emit(RelocationEvent::UnitFailed {

@@ -23,7 +23,7 @@ use crate::node::{Control, LaneTx, Node, NodeState, SealRefused};
 use crate::registry::PolicyKind;
 use crate::session::SessionBinding;
 use crate::session::frames::{BoundActor, SessionFrame};
-use crate::store::{BatchOutcome, Condition, Op};
+use crate::store::{BatchOutcome, Condition, Op, StoreError};
 
 /// How long the source waits without hearing anything from the target (an answer or a progress
 /// report) before it calls it silence; also how long it waits for one store write of its fence.
@@ -214,6 +214,17 @@ fn record_metrics(
         metrics::histogram!("ferry_relocation_interruption_seconds")
             .record(s1.duration_since(s0).as_secs_f64());
     }
+}
+
+/// Why a move could not take its units' records.
+#[derive(Debug, thiserror::Error)]
+enum RecordsFailure {
+    /// The store did not answer: the move may be tried again once it does.
+    #[error("the location store could not be read: {0}")]
+    Store(StoreError),
+    /// What the store holds says the unit cannot move from here.
+    #[error("{0}")]
+    Wrong(String),
 }
 
 struct SourceRun {
@@ -614,7 +625,13 @@ impl SourceRun {
             .filter(|cell| !known.contains_key(&cell.id))
             .map(|cell| cell.id.clone())
             .collect();
-        for at in self.read_records(&unread).await? {
+        let read = self.read_records(&unread).await.map_err(|failure| {
+            if let RecordsFailure::Store(_) = failure {
+                self.blocked = Some(BlockedReason::StoreUnavailable);
+            }
+            failure.to_string()
+        })?;
+        for at in read {
             known.insert(at.id.clone(), at);
         }
         let records: Vec<RecordAt> = capture
@@ -662,7 +679,7 @@ impl SourceRun {
     }
 
     /// Reads these units' authority records, all at once, and checks that each names this node.
-    async fn read_records(&self, ids: &[UnitId]) -> Result<Vec<RecordAt>, String> {
+    async fn read_records(&self, ids: &[UnitId]) -> Result<Vec<RecordAt>, RecordsFailure> {
         let reads = ids.iter().map(|id| async move {
             let key = unit_key(id);
             let found = self
@@ -670,14 +687,17 @@ impl SourceRun {
                 .store()
                 .get(&key)
                 .await
-                .map_err(|e| format!("the location store could not be read: {e}"))?;
+                .map_err(RecordsFailure::Store)?;
             let Some(v) = found else {
-                return Err(format!("{id} has no authority record"));
+                return Err(RecordsFailure::Wrong(format!("{id} has no authority record")));
             };
             let record = crate::cluster::authority::UnitRecord::decode(&key, &v.value)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| RecordsFailure::Wrong(e.to_string()))?;
             if record.owner != *self.node.id() {
-                return Err(format!("{id} is recorded on {}, not here", record.owner));
+                return Err(RecordsFailure::Wrong(format!(
+                    "{id} is recorded on {}, not here",
+                    record.owner
+                )));
             }
             Ok(RecordAt {
                 id: id.clone(),
