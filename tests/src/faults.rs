@@ -29,6 +29,8 @@ pub struct FaultyStore {
     failing: Mutex<Option<(String, usize)>>,
     /// How many reads failed so far.
     failed: AtomicUsize,
+    /// Every key read so far, once per read, in order.
+    reads: watch::Sender<Vec<String>>,
     /// What happens to writes that are not held.
     writes: Mutex<WriteFault>,
     /// Whether lease renewals go unanswered.
@@ -59,6 +61,7 @@ impl FaultyStore {
             waiting: watch::Sender::new(0),
             failing: Mutex::new(None),
             failed: AtomicUsize::new(0),
+            reads: watch::Sender::new(Vec::new()),
             writes: Mutex::new(WriteFault::None),
             renewals_unanswered: AtomicBool::new(false),
             renewals_refused: Mutex::new(None),
@@ -119,6 +122,23 @@ impl FaultyStore {
         self.failed.load(Ordering::SeqCst)
     }
 
+    /// How many reads of keys starting with `prefix` were asked for so far (failed ones too).
+    pub fn reads_of(&self, prefix: &str) -> usize {
+        self.reads
+            .borrow()
+            .iter()
+            .filter(|k| k.starts_with(prefix))
+            .count()
+    }
+
+    /// Waits until `n` reads of keys starting with `prefix` were asked for.
+    pub async fn wait_reads(&self, prefix: &str, n: usize) {
+        let mut reads = self.reads.subscribe();
+        let _ = reads
+            .wait_for(|keys| keys.iter().filter(|k| k.starts_with(prefix)).count() >= n)
+            .await;
+    }
+
     /// From now on, writes that are not held meet `fault`.
     pub fn fault_writes(&self, fault: WriteFault) {
         *self.writes.lock().expect("writes") = fault;
@@ -141,6 +161,7 @@ impl FaultyStore {
 
 impl LocationStore for FaultyStore {
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
+        self.reads.send_modify(|keys| keys.push(key.to_owned()));
         if self.read_fails(key) {
             self.failed.fetch_add(1, Ordering::SeqCst);
             return Box::pin(async {

@@ -512,7 +512,11 @@ async fn a_move_that_met_a_store_error_is_tried_again_while_the_drain_has_time()
     assert_eq!(failing.failed(), 2, "the move met both failures");
     assert_eq!(outcome, RelocateOutcome::Relocated { moved: 2 });
     assert_eq!(n2.unit_count(), 0);
-    assert_eq!(get(&n1, &a).await.inputs, vec![0, 1, 2], "a moved with its state");
+    assert_eq!(
+        get(&n1, &a).await.inputs,
+        vec![0, 1, 2],
+        "a moved with its state"
+    );
     assert_eq!(get(&n1, &b).await.inputs, vec![10, 11]);
     let status = n2.watch_status().borrow().clone();
     assert_eq!((status.moved, status.failed), (2, 0));

@@ -1127,3 +1127,78 @@ async fn a_route_lookup_that_keeps_failing_ends_its_requests_with_a_typed_error_
     assert_eq!(room.log, log(&["after"]));
     cluster.shutdown().await;
 }
+
+/// The source of a move that the store could not decide by its deadline (its fence landed, but
+/// its answer and every read since were lost) holds what comes back to it from a target that lost
+/// the commit, and runs it once the store says the unit is its own again: nothing bounces between
+/// the two nodes until it is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_a_losing_target_sends_back_wait_at_an_undecided_source_and_run_there_in_order() {
+    // n1 only sends: it has no room factory, so the drain can only pick `t`.
+    let mut cluster = Cluster::start(1, Registry::new).await;
+    let source_store = ferry_tests::faults::FaultyStore::new(cluster.store.clone());
+    let target_store = ferry_tests::faults::FaultyStore::new(cluster.store.clone());
+    let config = cluster.config("s").store(source_store.clone());
+    let s = cluster.add_with(config, registry()).await;
+    let config = cluster.config("t").store(target_store.clone());
+    let t = cluster.add_with(config, registry()).await;
+    let n1 = cluster.nodes[0].clone();
+    let r = spot("r");
+    s.create_spot_on(s.id(), "room", &r).await.expect("room");
+    let first: Room = n1
+        .request(&r, Cmd::Log("before".into()), T)
+        .await
+        .expect("n1 learns the route to s");
+    assert_eq!(first.log, log(&["before"]));
+
+    // The target's commit waits; the source hands the room over and, at its deadline, fences
+    // it back: the fence lands, but the source hears no answer and can read nothing.
+    target_store.hold_keys("u/");
+    let draining = drain_in_background(&s, Duration::from_secs(2));
+    target_store.wait_held().await;
+    source_store.fault_writes(ferry_tests::faults::WriteFault::Unanswered);
+    source_store.fail_gets("u/s/r", usize::MAX);
+    // Sent after the handover: through s to the target's staged copy.
+    for n in 0..50 {
+        n1.tell(&r, Cmd::Log(n.to_string())).expect("told");
+    }
+    let asking = {
+        let n1 = n1.clone();
+        let r = r.clone();
+        tokio::spawn(async move {
+            n1.request::<Cmd, Room>(&r, Cmd::Log("last".into()), Duration::from_secs(30))
+                .await
+        })
+    };
+    let outcome = draining.await.expect("drain");
+    assert!(
+        matches!(outcome, ferry::RelocateOutcome::Undecided { .. }),
+        "the store did not answer the source's fence: {outcome:?}"
+    );
+
+    // The target's commit meets the fence and loses: its copy is given up, and what it held is
+    // sent where the store says the room lives, the source.
+    let looked_up = target_store.reads_of("u/s/r");
+    target_store.release();
+    target_store.wait_reads("u/s/r", looked_up + 1).await;
+    assert!(!asking.is_finished(), "the request waits for the source");
+
+    // The source hears the store again: the room runs there, with everything in order.
+    source_store.fault_writes(ferry_tests::faults::WriteFault::None);
+    source_store.heal();
+    let room = asking
+        .await
+        .expect("request task")
+        .expect("the last request runs where the room is");
+    let mut want = vec!["before".to_owned()];
+    want.extend((0..50).map(|n| n.to_string()));
+    want.push("last".into());
+    assert_eq!(room.log, want, "every message once, in order");
+    assert!(
+        s.hosts(&UnitId::Spot(r.clone())),
+        "the fence won: the room runs on s"
+    );
+    assert!(!t.hosts(&UnitId::Spot(r.clone())));
+    assert_eq!(n1.tells_lost(), 0);
+    cluster.shutdown().await;
+}

@@ -40,8 +40,17 @@ const FENCE_WAIT: Duration = Duration::from_secs(5);
 enum Route {
     /// The unit's owner, as last learned.
     Known(NodeId),
-    /// This node handed the unit over to that node: certain, whatever the store says yet.
+    /// This node handed the unit over to that node, and the move committed: certain, whatever
+    /// the store says yet.
     Moved(NodeId),
+    /// This node handed the unit over to `target`, and the move is not decided yet: messages go
+    /// there. What comes back (the target gave its copy up, or cannot be reached) waits here, in
+    /// arrival order, until the move ends: it runs here if this node takes the unit back, and
+    /// follows it to the target if the target's commit won.
+    Handed {
+        target: NodeId,
+        returned: Vec<Deliver>,
+    },
     /// A lookup is under way; these wait for it, in arrival order.
     Resolving(Vec<Deliver>),
     /// A route hint named `owner`, but earlier messages may still be on the old path: these wait,
@@ -114,7 +123,12 @@ impl Router {
                 shard.insert(id.clone(), Route::Arriving(Vec::new()));
                 Arrival::Fence(old)
             }
-            Some(Route::Resolving(waiting)) => Arrival::Waiting(waiting),
+            Some(
+                Route::Resolving(waiting)
+                | Route::Handed {
+                    returned: waiting, ..
+                },
+            ) => Arrival::Waiting(waiting),
             // Its fence is out already, along the old path: its return ends the arrival.
             Some(Route::Switching { held, .. }) => {
                 shard.insert(id.clone(), Route::Arriving(held));
@@ -135,7 +149,8 @@ impl Router {
         &self.shards[(self.hasher.hash_one(id) as usize) % SHARDS]
     }
 
-    /// Forgets what is known of a unit's owner (not a lookup under way).
+    /// Forgets what is known of a unit's owner (not a lookup under way, nor a move from here that
+    /// has not ended).
     pub fn forget(&self, id: &UnitId) {
         let mut shard = self.shard(id).lock();
         if matches!(shard.get(id), Some(Route::Known(_) | Route::Moved(_))) {
@@ -163,19 +178,78 @@ impl Router {
         }
     }
 
-    /// Points a unit at a new owner, whatever was known (a move hands it over). Messages waiting
-    /// for a lookup of it are given back, to be sent along the new route.
+    /// Points a unit at the target of its move from here, whatever was known (see
+    /// [`Route::Handed`]). Messages waiting for a lookup of it are given back, to be sent along
+    /// the new route.
     #[must_use]
-    pub fn point(&self, id: UnitId, owner: NodeId) -> Vec<Deliver> {
-        let old = self.shard(&id).lock().insert(id, Route::Moved(owner));
+    pub fn hand_over(&self, id: UnitId, target: NodeId) -> Vec<Deliver> {
+        let handed = Route::Handed {
+            target,
+            returned: Vec::new(),
+        };
+        let old = self.shard(&id).lock().insert(id, handed);
         self.took(&old);
         match old {
             Some(
                 Route::Resolving(waiting)
                 | Route::Switching { held: waiting, .. }
-                | Route::Arriving(waiting),
+                | Route::Arriving(waiting)
+                | Route::Handed {
+                    returned: waiting, ..
+                },
             ) => waiting,
             _ => Vec::new(),
+        }
+    }
+
+    /// Keeps a message for a unit whose move from here has not ended (see [`Route::Handed`]),
+    /// if it came back `from` the move's target (`None`: it could not be handed to the target);
+    /// gives it back otherwise.
+    fn hold_for_move(&self, deliver: Deliver, from: Option<&NodeId>) -> Option<Deliver> {
+        let mut shard = self.shard(&deliver.to).lock();
+        match shard.get_mut(&deliver.to) {
+            Some(Route::Handed { target, returned }) if from.is_none_or(|from| from == target) => {
+                returned.push(deliver);
+                None
+            }
+            _ => Some(deliver),
+        }
+    }
+
+    /// The move from here committed: the unit's route is its target for good. Gives back what
+    /// came back meanwhile, to be sent there.
+    #[must_use]
+    pub fn moved(&self, id: &UnitId) -> Vec<Deliver> {
+        let mut shard = self.shard(id).lock();
+        match shard.remove(id) {
+            Some(Route::Handed { target, returned }) => {
+                shard.insert(id.clone(), Route::Moved(target));
+                returned
+            }
+            Some(other) => {
+                shard.insert(id.clone(), other);
+                Vec::new()
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// This node took the unit back from its move: the route is forgotten (the unit is here), and
+    /// what came back meanwhile is given back, in arrival order, to run behind what the unit held.
+    #[must_use]
+    pub fn taken_back(&self, id: &UnitId) -> Vec<Deliver> {
+        let mut shard = self.shard(id).lock();
+        match shard.remove(id) {
+            Some(Route::Handed { returned, .. }) => returned,
+            Some(route @ (Route::Known(_) | Route::Moved(_))) => {
+                drop(route);
+                Vec::new()
+            }
+            Some(other) => {
+                shard.insert(id.clone(), other);
+                Vec::new()
+            }
+            None => Vec::new(),
         }
     }
 
@@ -185,8 +259,8 @@ impl Router {
     fn hint(&self, id: UnitId, owner: NodeId, me: &NodeId) -> Option<NodeId> {
         let mut shard = self.shard(&id).lock();
         match shard.get_mut(&id) {
-            // The unit runs here: no hint can say better.
-            Some(Route::Resolving(_) | Route::Arriving(_)) => None,
+            // The unit runs here, or its move from here has not ended: no hint can say better.
+            Some(Route::Resolving(_) | Route::Arriving(_) | Route::Handed { .. }) => None,
             Some(Route::Switching { owner: next, .. }) => {
                 *next = owner;
                 None
@@ -249,9 +323,12 @@ impl Node {
     /// Where this node believes a unit it does not host lives, if it has a route cached.
     pub fn cached_route(&self, id: &UnitId) -> Option<NodeId> {
         match self.core.router.shard(id).lock().get(id) {
-            Some(Route::Known(owner) | Route::Moved(owner) | Route::Switching { owner, .. }) => {
-                Some(owner.clone())
-            }
+            Some(
+                Route::Known(owner)
+                | Route::Moved(owner)
+                | Route::Switching { owner, .. }
+                | Route::Handed { target: owner, .. },
+            ) => Some(owner.clone()),
             _ => None,
         }
     }
@@ -268,9 +345,9 @@ impl Node {
         let known = {
             let mut shard = router.shard(&deliver.to).lock();
             match shard.get_mut(&deliver.to) {
-                Some(Route::Known(owner) | Route::Moved(owner)) if owner != self.id() => {
-                    Some(owner.clone())
-                }
+                Some(
+                    Route::Known(owner) | Route::Moved(owner) | Route::Handed { target: owner, .. },
+                ) if owner != self.id() => Some(owner.clone()),
                 Some(
                     Route::Resolving(waiting)
                     | Route::Switching { held: waiting, .. }
@@ -385,6 +462,10 @@ impl Node {
     /// After a failed hand-over to the mesh: look the owner up again (after learning of new
     /// nodes, if the owner was unknown), or give up past the hop bound. Call it with no lock held.
     fn retry_deliver(&self, retry: Deliver, error: MeshError) {
+        // The target of a move from here cannot be reached: the move's end says where it goes.
+        let Some(retry) = self.core.router.hold_for_move(retry, None) else {
+            return;
+        };
         if retry.hops > MAX_HOPS {
             self.give_up(retry, |id| MessageError::Unreachable {
                 id,
@@ -802,7 +883,11 @@ impl Node {
             return;
         }
         // Not here (any more): follow the route this node knows (a move points it), unless it
-        // leads back where the message came from; then look the owner up again.
+        // leads back where the message came from; then look the owner up again. Sent back by the
+        // target of a move from here that has not ended, it waits for that end.
+        let Some(deliver) = self.core.router.hold_for_move(deliver, Some(&from)) else {
+            return;
+        };
         self.core.router.forget_if_known(&deliver.to, &from);
         let node = self.clone();
         let (id, origin) = (deliver.to.clone(), deliver.origin.clone());
@@ -886,17 +971,71 @@ mod tests {
             .lock()
             .insert(id.clone(), Route::Resolving(waiting));
         let target = NodeId::new("n2").expect("id");
-        let displaced = router.point(id.clone(), target.clone());
+        let displaced = router.hand_over(id.clone(), target.clone());
         let payloads: Vec<&[u8]> = displaced.iter().map(|d| d.payload.as_ref()).collect();
         assert_eq!(payloads, vec![&[1u8][..], &[2u8][..]], "in order");
         assert!(matches!(
             router.shard(&id).lock().get(&id),
-            Some(Route::Moved(owner)) if *owner == target
+            Some(Route::Handed { target: owner, .. }) if *owner == target
         ));
         assert!(
-            router.point(id, target).is_empty(),
+            router.hand_over(id, target).is_empty(),
             "nothing waits any more"
         );
+    }
+
+    #[test]
+    fn what_a_moves_target_sends_back_waits_for_the_moves_end() {
+        let router = Router::new();
+        let id = UnitId::Spot(SpotId::new("room").expect("id"));
+        let (target, other) = (
+            NodeId::new("n2").expect("id"),
+            NodeId::new("n3").expect("id"),
+        );
+        assert!(router.hand_over(id.clone(), target.clone()).is_empty());
+        // From another node it is given back, to be forwarded to the target.
+        let passed = router.hold_for_move(deliver(&id, 1), Some(&other));
+        assert_eq!(passed.map(|d| d.payload[0]), Some(1));
+        // From the target, or unsendable to it: it waits, in arrival order.
+        assert!(
+            router
+                .hold_for_move(deliver(&id, 2), Some(&target))
+                .is_none()
+        );
+        assert!(router.hold_for_move(deliver(&id, 3), None).is_none());
+        let me = NodeId::new("n1").expect("id");
+        assert_eq!(
+            router.hint(id.clone(), other.clone(), &me),
+            None,
+            "no hint moves it"
+        );
+        router.forget(&id);
+        router.forget_node(&target);
+        // Taken back here: what waited is given back, and the route is gone.
+        let back = router.taken_back(&id);
+        assert_eq!(
+            back.iter().map(|d| d.payload[0]).collect::<Vec<_>>(),
+            [2, 3]
+        );
+        assert!(router.shard(&id).lock().get(&id).is_none());
+        // Committed at the target: what waited follows the unit there, and the route stays.
+        assert!(router.hand_over(id.clone(), target.clone()).is_empty());
+        assert!(
+            router
+                .hold_for_move(deliver(&id, 4), Some(&target))
+                .is_none()
+        );
+        let sent_on = router.moved(&id);
+        assert_eq!(
+            sent_on.iter().map(|d| d.payload[0]).collect::<Vec<_>>(),
+            [4]
+        );
+        assert!(matches!(
+            router.shard(&id).lock().get(&id),
+            Some(Route::Moved(owner)) if *owner == target
+        ));
+        let passed = router.hold_for_move(deliver(&id, 5), Some(&target));
+        assert!(passed.is_some(), "a decided move holds nothing");
     }
 
     #[test]
@@ -923,7 +1062,7 @@ mod tests {
             held.push(deliver(&id, 7));
         }
         // A handover takes what was held, in order.
-        let given = router.point(id.clone(), n2);
+        let given = router.hand_over(id.clone(), n2);
         assert_eq!(
             given.iter().map(|d| d.payload[0]).collect::<Vec<_>>(),
             vec![7]
@@ -967,7 +1106,7 @@ mod tests {
         );
         // A hint does not end an arrival; a handover away takes what it holds.
         assert_eq!(router.hint(room("c"), source.clone(), &third), None);
-        assert!(router.point(room("c"), source).is_empty());
+        assert!(router.hand_over(room("c"), source).is_empty());
         assert!(!router.any_arriving(), "the arrival was counted out");
     }
 

@@ -689,7 +689,9 @@ impl SourceRun {
                 .await
                 .map_err(RecordsFailure::Store)?;
             let Some(v) = found else {
-                return Err(RecordsFailure::Wrong(format!("{id} has no authority record")));
+                return Err(RecordsFailure::Wrong(format!(
+                    "{id} has no authority record"
+                )));
             };
             let record = crate::cluster::authority::UnitRecord::decode(&key, &v.value)
                 .map_err(|e| RecordsFailure::Wrong(e.to_string()))?;

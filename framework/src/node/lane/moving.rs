@@ -258,7 +258,7 @@ impl Lane {
         let mut displaced = Vec::new();
         for (id, slot) in &units {
             let mut shard = node.core.directory.lock(id);
-            displaced.extend(node.core.router.point(id.clone(), target.clone()));
+            displaced.extend(node.core.router.hand_over(id.clone(), target.clone()));
             if shard
                 .get(id)
                 .is_some_and(|e| std::ptr::eq(Arc::as_ptr(&e.lane), self.me.as_ptr()))
@@ -319,6 +319,9 @@ impl Lane {
             }) if r == rel => (true, signaled),
             _ => return,
         };
+        // What the target sent back while the move was undecided: it arrived after all the unit
+        // held, so it runs after it.
+        let mut returned = Vec::new();
         if handed {
             let node = self.node.clone();
             for (slot, cell) in self.cells.iter() {
@@ -331,11 +334,18 @@ impl Lane {
                 let id = cell.id();
                 let entry = Entry::new(lane, factory, slot);
                 node.core.directory.lock(id).insert(id.clone(), entry);
-                node.core.router.forget(id);
+                returned.extend(node.core.router.taken_back(id).into_iter().map(|deliver| {
+                    Envelope {
+                        to: slot,
+                        payload: Payload::from_wire(deliver.payload, deliver.session),
+                        reply: deliver.reply.map(Box::new),
+                    }
+                }));
             }
         }
         self.backlog.extend(self.relayed.drain(..));
         self.backlog.extend(self.hold.drain(..));
+        self.backlog.extend(returned);
         if signaled && let Some(primary) = self.primary() {
             self.sys.push_front((
                 primary,
@@ -374,6 +384,12 @@ impl Lane {
         }
         for envelope in self.data.drain() {
             self.reroute(envelope);
+        }
+        // What the target sent back before its commit was known follows the unit there.
+        for (_, cell) in self.cells.iter() {
+            for deliver in self.node.core.router.moved(cell.id()) {
+                self.node.route(deliver);
+            }
         }
         self.finish_moving();
     }
