@@ -14,4 +14,5 @@ pub mod sessions;
 pub mod sim_cluster;
 pub mod sim_socket;
 pub mod simulation;
+pub mod store_server;
 pub mod websocket;

@@ -1,5 +1,6 @@
 //! A node killed with SIGKILL in the middle of a drain, with real `ferry node` processes on a real
-//! redis-server: the node being drained, or a node receiving its rooms. What an operator checks
+//! redis-server (and, for a receiving node, on a real etcd too): the node being drained, or a node
+//! receiving its rooms. What an operator checks
 //! afterwards: every orphan lands on a survivor, every room answers from exactly one node (the
 //! one its record names), no record names the dead node, the drain ends as documented, rooms that
 //! moved kept their state and rebuilt ones start fresh.
@@ -33,6 +34,7 @@ use ferry::{ActorId, Node, NodeId, ObjectGeneration, Registry, SpotId, UnitId};
 use ferry_samples::fps::{self, RoomMsg, RoomReport, Snapshot};
 use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::redis_server::RedisServer;
+use ferry_tests::store_server::{StoreKind, StoreServer};
 use serde_json::Value;
 use tokio::process::{Child, Command};
 
@@ -64,13 +66,13 @@ fn id(text: &str) -> NodeId {
     NodeId::new(text).expect("valid node id")
 }
 
-/// A node's config: on redis, a short lease so that a killed node is soon dead to the others.
-fn node_config(name: &str, redis_url: &str, capacity: usize) -> String {
+/// A node's config: a short lease, so that a killed node is soon dead to the others.
+fn node_config(name: &str, store_url: &str, capacity: usize) -> String {
     format!(
         r#"id = "{name}"
 app_version = "{VERSION}"
 certs = "certs"
-store = "{redis_url}"
+store = "{store_url}"
 store_prefix = "{PREFIX}"
 capacity = {capacity}
 lease_ttl_ms = 3000
@@ -102,20 +104,20 @@ struct Cluster {
     admin: BTreeMap<&'static str, String>,
     rooms: Vec<Room>,
     tmp: TempDir,
-    redis: RedisServer,
+    server: StoreServer,
 }
 
 impl Cluster {
-    /// Starts redis, `alpha`, `bravo` and `charlie` and the driver, and creates the rooms, each
-    /// with one ping as its state.
-    async fn start(name: &str) -> Option<Cluster> {
-        let redis = RedisServer::start_or_skip().await?;
+    /// Starts the store server, `alpha`, `bravo` and `charlie` and the driver, and creates the
+    /// rooms, each with one ping as its state.
+    async fn start(name: &str, kind: StoreKind) -> Option<Cluster> {
+        let server = StoreServer::start_or_skip(kind).await?;
         let tmp = TempDir::new(name);
         let certs_dir = tmp.path().join("certs");
         certs(&certs_dir, "alpha,bravo,charlie,delta,driver");
         let mut registry = Registry::new();
         registry.register(ping::ping());
-        let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
+        let (driver, store) = driver(&server.url(), PREFIX, VERSION, &certs_dir, registry).await;
         let mut cluster = Cluster {
             processes: Processes::default(),
             driver,
@@ -123,7 +125,7 @@ impl Cluster {
             admin: BTreeMap::new(),
             rooms: Vec::new(),
             tmp,
-            redis,
+            server,
         };
         cluster.start_node("alpha", 1_000_000).await;
         cluster.start_node("bravo", RECEIVER_CAPACITY).await;
@@ -146,7 +148,7 @@ impl Cluster {
     /// Starts a node process and waits until the whole cluster knows it.
     async fn start_node(&mut self, name: &'static str, capacity: usize) {
         let config = self.tmp.path().join(format!("{name}.toml"));
-        std::fs::write(&config, node_config(name, &self.redis.url(), capacity)).expect("config");
+        std::fs::write(&config, node_config(name, &self.server.url(), capacity)).expect("config");
         let ready = self.processes.start(name, &config, self.tmp.path()).await;
         self.admin.insert(name, ready.admin());
         let live: Vec<NodeId> = self.live().iter().map(|n| id(n)).collect();
@@ -396,7 +398,16 @@ async fn ended(command: Child) -> Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receiving_node_killed_mid_drain_loses_only_its_rooms_and_the_drain_completes() {
-    let Some(mut cluster) = Cluster::start("crash-target").await else {
+    receiver_killed_mid_drain("crash-target", StoreKind::Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_a_receiving_node_killed_mid_drain_loses_only_its_rooms_and_the_drain_completes() {
+    receiver_killed_mid_drain("crash-target-etcd", StoreKind::Etcd).await;
+}
+
+async fn receiver_killed_mid_drain(name: &str, kind: StoreKind) {
+    let Some(mut cluster) = Cluster::start(name, kind).await else {
         return;
     };
     let alpha = cluster.admin("alpha").to_owned();
@@ -496,7 +507,7 @@ async fn a_receiving_node_killed_mid_drain_loses_only_its_rooms_and_the_drain_co
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_killed_while_it_drains_loses_only_the_rooms_it_still_had() {
-    let Some(mut cluster) = Cluster::start("crash-source").await else {
+    let Some(mut cluster) = Cluster::start("crash-source", StoreKind::Redis).await else {
         return;
     };
     let alpha = cluster.admin("alpha").to_owned();
