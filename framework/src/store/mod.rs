@@ -6,7 +6,8 @@
 //!
 //! - [`MemoryStore`]: in-process, shared by the nodes of one process (demo, tests).
 //! - [`RedisStore`]: for clusters of processes and machines, backed by a redis-server, or by the
-//!   master a set of sentinels names (`redis_link` holds that connection and finds it again).
+//!   master a set of sentinels names (`redis_link` holds that connection and finds it again;
+//!   `redis_call` bounds each call and types its failure).
 //! - `EtcdStore` (with the `etcd` feature): the linearizable backend, on an etcd cluster.
 //! - [`StoreUrl`]: where a store is, as a config names it, and opening it.
 //! - `io_thread`: the runtime thread the network stores run their connections on.
@@ -30,6 +31,7 @@ mod etcd;
 mod io_thread;
 mod memory;
 mod redis;
+mod redis_call;
 mod redis_link;
 mod url;
 

@@ -32,10 +32,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ::redis::aio::MultiplexedConnection;
-use ::redis::{ErrorKind, RedisError, RedisResult, Script, ScriptInvocation, ServerErrorKind};
+use ::redis::{Script, ScriptInvocation};
 use bytes::Bytes;
 
 use super::io_thread::IoThread;
+use super::redis_call::bounded;
 use super::redis_link::{Link, SentinelTarget};
 use super::{
     BatchOutcome, BoxFuture, Condition, Lease, LocationStore, Op, Page, StoreError, Versioned,
@@ -55,9 +56,6 @@ if at < tonumber(ARGV[2]) then
 end
 "#;
 
-/// The error code the guard answers with.
-const RESET_CODE: &str = "FERRYRESET";
-
 /// Opens every script when the server must be master with `{replicas}` replicas online: a
 /// demoted master answers reads from data a failover left behind, and a master without its
 /// replicas acknowledges what a failover could lose. No KEYS, no ARGV.
@@ -72,9 +70,6 @@ if online < {replicas} then
   return redis.error_reply('FERRYFEW ' .. online .. ' of the {replicas} replicas required are online')
 end
 "#;
-
-/// The error codes of [`MASTER_LUA`]: nothing was done, and another server may be master.
-const NOT_MASTER_CODES: [&str; 2] = ["FERRYNOTMASTER", "FERRYFEW"];
 
 /// KEYS: epoch. ARGV: a fresh epoch. Writes it if the store has none; returns the store's.
 const EPOCH_LUA: &str = r#"
@@ -851,62 +846,6 @@ impl LocationStore for RedisStore {
         self.on_io("release_lease", move |s, conn| async move {
             s.release_inner(conn, &lease).await
         })
-    }
-}
-
-/// Runs one redis call under the store's timeout and gives its failure a [`StoreError`] type.
-pub(super) async fn bounded<T>(
-    op: &'static str,
-    after: Duration,
-    call: impl Future<Output = RedisResult<T>>,
-) -> Result<T, StoreError> {
-    match tokio::time::timeout(after, call).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => Err(classify(op, after, &error)),
-        Err(_elapsed) => Err(StoreError::Timeout { op, after }),
-    }
-}
-
-fn classify(op: &'static str, after: Duration, error: &RedisError) -> StoreError {
-    if error.is_timeout() {
-        return StoreError::Timeout { op, after };
-    }
-    if error.code() == Some(RESET_CODE) {
-        return StoreError::Reset {
-            reason: error.detail().unwrap_or("the guard refused").to_owned(),
-        };
-    }
-    if let Some(code) = error.code().filter(|code| NOT_MASTER_CODES.contains(code)) {
-        return StoreError::Unavailable {
-            reason: format!(
-                "{op}: {code} {}; behind sentinels the next call asks them for the master again",
-                error.detail().unwrap_or_default()
-            ),
-        };
-    }
-    let unreachable = error.is_io_error()
-        || error.is_connection_dropped()
-        || error.is_connection_refusal()
-        || error.is_unrecoverable_error()
-        || matches!(
-            error.kind(),
-            ErrorKind::Server(
-                ServerErrorKind::BusyLoading
-                    | ServerErrorKind::ReadOnly
-                    | ServerErrorKind::TryAgain
-                    | ServerErrorKind::ClusterDown
-                    | ServerErrorKind::MasterDown
-            )
-        );
-    if unreachable {
-        StoreError::Unavailable {
-            reason: format!("{op}: {error}"),
-        }
-    } else {
-        StoreError::Rejected {
-            op,
-            reason: error.to_string(),
-        }
     }
 }
 

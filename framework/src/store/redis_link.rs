@@ -167,7 +167,7 @@ impl Link {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout));
-        super::redis::bounded(
+        super::redis_call::bounded(
             "connect",
             self.timeout,
             client.get_multiplexed_async_connection_with_config(&config),
@@ -225,7 +225,7 @@ impl Link {
     /// watches no master of that name.
     async fn ask(&self, sentinel: &Client, master: &str) -> Result<Option<String>, StoreError> {
         let mut conn = self.open(sentinel).await?;
-        let address: Option<(String, u16)> = super::redis::bounded(
+        let address: Option<(String, u16)> = super::redis_call::bounded(
             "connect",
             self.timeout,
             ::redis::cmd("SENTINEL")
@@ -257,7 +257,7 @@ impl Link {
             reason: format!("the master's address {address:?} is not usable ({e})"),
         })?;
         let mut conn = self.open(&client).await?;
-        let role: Role = super::redis::bounded(
+        let role: Role = super::redis_call::bounded(
             "connect",
             self.timeout,
             ::redis::cmd("ROLE").query_async(&mut conn),
