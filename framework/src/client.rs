@@ -6,9 +6,11 @@
 //! long), or dies (nothing heard from it for [`ClientConfig::idle_timeout`], a few seconds: QUIC
 //! keep-alives flow every [`ClientConfig::keep_alive`] while it lives), the client connects to
 //! the next gateway in its list with backoff, authenticates again, binds its Actors again, and
-//! reports [`ClientEvent::Reconnected`]. Inputs written into a connection that died may never
-//! have reached their Actor: the client reports them ([`ClientEvent::Undelivered`]) rather than
-//! guess, and does not send them again. When the session ends
+//! reports [`ClientEvent::Reconnected`]. The gateway confirms inputs once they ran at their Actor
+//! (a dead gateway loses none of those); inputs it had not confirmed when the connection ended,
+//! or when their Actor was unbound, may never have reached it: the client reports them
+//! ([`ClientEvent::Undelivered`]) rather than guess, and does not send them again (some may have
+//! run). When the session ends
 //! because of what this client sent, it does not reconnect: [`Client::recv`] returns the reason.
 //!
 //! ```no_run
@@ -154,9 +156,9 @@ pub enum ClientEvent<P> {
         /// Why.
         reason: String,
     },
-    /// Inputs to `actor` were written into a connection that then died, after the gateway was
-    /// last heard from: they may not have reached the Actor, and are not sent again. Comes just
-    /// before the `Reconnected` (or the end) that follows.
+    /// Inputs to `actor` the gateway had not confirmed (as run at the Actor) when the session
+    /// ended, or when the Actor was unbound: they may not have reached it, and are not sent
+    /// again. Comes just before the `Reconnected`, `Unbound` (or the end) that follows.
     Undelivered {
         /// The Actor.
         actor: ActorId,
@@ -534,7 +536,7 @@ impl Client {
             commands: commands_rx,
             events: events_tx,
             binds: HashMap::new(),
-            unconfirmed: BTreeMap::new(),
+            inputs: BTreeMap::new(),
         };
         tokio::spawn(driver.run(link));
         Ok(Client {
@@ -675,9 +677,16 @@ struct Driver {
     events: mpsc::UnboundedSender<Incoming>,
     /// Binds waiting for their answer.
     binds: HashMap<ActorId, Vec<oneshot::Sender<Result<(), ClientError>>>>,
-    /// Inputs written since the gateway was last heard from, by Actor: if the connection dies
-    /// now, these may not have arrived.
-    unconfirmed: BTreeMap<ActorId, u64>,
+    /// Inputs written to this session, by Actor, and how many of them the gateway confirmed:
+    /// if the session ends now, the others may not have arrived.
+    inputs: BTreeMap<ActorId, Sent>,
+}
+
+/// Inputs written to one Actor in the current session.
+#[derive(Debug, Default, Clone, Copy)]
+struct Sent {
+    written: u64,
+    delivered: u64,
 }
 
 impl Driver {
@@ -700,7 +709,7 @@ impl Driver {
                     return;
                 }
                 Ended::Closed { code, reason } => {
-                    self.report_undelivered(code, &reason);
+                    self.report_undelivered(None, &reason);
                     let retry = code.is_none_or(CloseCode::retryable);
                     let policy = self.connector.config.reconnect.filter(|_| retry);
                     let Some(policy) = policy else {
@@ -730,19 +739,23 @@ impl Driver {
         }
     }
 
-    /// Tells the application of the inputs a lost connection may have swallowed. A gateway that
-    /// closed the session itself (a close code) read what came before its close.
-    fn report_undelivered(&mut self, code: Option<CloseCode>, reason: &str) {
-        let unconfirmed = std::mem::take(&mut self.unconfirmed);
-        if code.is_some() {
-            return;
-        }
-        for (actor, inputs) in unconfirmed {
-            let _ = self.events.send(Incoming::Undelivered {
-                actor,
-                inputs,
-                reason: reason.to_owned(),
-            });
+    /// Tells the application of the inputs to `actor` (every Actor if `None`) that the gateway
+    /// had not confirmed: an ended session or binding may have swallowed them.
+    fn report_undelivered(&mut self, actor: Option<&ActorId>, reason: &str) {
+        let ended = match actor {
+            Some(actor) => self.inputs.remove_entry(actor).into_iter().collect(),
+            None => std::mem::take(&mut self.inputs),
+        };
+        for (actor, sent) in ended {
+            let inputs = sent.written.saturating_sub(sent.delivered);
+            if inputs > 0 {
+                let reason = reason.to_owned();
+                let _ = self.events.send(Incoming::Undelivered {
+                    actor,
+                    inputs,
+                    reason,
+                });
+            }
         }
     }
 
@@ -788,7 +801,7 @@ impl Driver {
                         }
                         Some(Command::Unbind { actor }) => write(link, &ClientFrame::Unbind { actor }).await,
                         Some(Command::Frame { actor, bytes }) => {
-                            *self.unconfirmed.entry(actor).or_default() += 1;
+                            self.inputs.entry(actor).or_default().written += 1;
                             link.send.write_all(&bytes).await.map_err(|e| e.to_string())
                         }
                     };
@@ -798,8 +811,6 @@ impl Driver {
                 }
                 frame = link.reader.next() => match frame {
                     Some(Ok(frame)) => {
-                        // The gateway spoke after these were written: it was alive to take them.
-                        self.unconfirmed.clear();
                         if let Some(ended) = self.on_frame(frame) {
                             return ended;
                         }
@@ -836,8 +847,14 @@ impl Driver {
                     let _ = done.send(Ok(()));
                 }
             }
+            ServerFrame::Delivered { actor, inputs } => {
+                if let Some(sent) = self.inputs.get_mut(&actor) {
+                    sent.delivered = sent.delivered.max(inputs);
+                }
+            }
             ServerFrame::BindRefused { actor, reason } => {
                 self.shared.wanted.lock().remove(&actor);
+                self.report_undelivered(Some(&actor), &reason);
                 let waiting = self.binds.remove(&actor).unwrap_or_default();
                 if waiting.is_empty() {
                     // A bind made again after a reconnect: the application hears of it here.
@@ -853,7 +870,12 @@ impl Driver {
                 }
             }
             ServerFrame::Unbound { actor, reason } => {
-                self.shared.wanted.lock().remove(&actor);
+                if self.shared.wanted.lock().remove(&actor) {
+                    self.report_undelivered(Some(&actor), &reason);
+                } else {
+                    // The application unbound it: what it sent before goes on to the Actor.
+                    self.inputs.remove(&actor);
+                }
                 let _ = self.events.send(Incoming::Unbound { actor, reason });
             }
             ServerFrame::Closing { code, reason } => {

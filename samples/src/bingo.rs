@@ -359,6 +359,10 @@ pub struct PlayerView {
     pub marks: Marks,
     /// Prizes won, over all rounds.
     pub rewards: u64,
+    /// The `Sync`s this player answered, this one included: a client that lost some answers
+    /// (its gateway died) tells from it how many of its `Sync`s ran.
+    #[serde(default)]
+    pub syncs: u64,
 }
 
 /// What a player pushes to its client.
@@ -410,6 +414,8 @@ pub struct BingoPlayer {
     card: Option<Card>,
     marks: Marks,
     rewards: u64,
+    #[serde(default)]
+    syncs: u64,
 }
 
 impl BingoPlayer {
@@ -420,6 +426,7 @@ impl BingoPlayer {
             card: self.card,
             marks: self.marks,
             rewards: self.rewards,
+            syncs: self.syncs,
         }
     }
 
@@ -444,7 +451,10 @@ impl BingoPlayer {
                 Self::find_room(ctx);
                 None
             }
-            PlayerMsg::Sync => Some(Push::State(self.view())),
+            PlayerMsg::Sync => {
+                self.syncs += 1;
+                Some(Push::State(self.view()))
+            }
             PlayerMsg::Report => None,
             PlayerMsg::Seated { room } => {
                 self.seat = Some(room.clone());

@@ -306,6 +306,156 @@ async fn a_client_whose_gateway_is_killed_fails_over_rebinds_and_is_told_what_it
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inputs_a_killed_gateway_had_not_handed_on_are_reported_though_it_spoke_after_them() {
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let tmp = TempDir::new("gateway-held");
+    let certs_dir = tmp.path().join("certs");
+    let out = run_ferry(&[
+        "certs",
+        "--out",
+        &certs_dir.display().to_string(),
+        "--nodes",
+        "alpha,bravo,charlie,driver",
+        "--gateway",
+        "localhost",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(tmp.path().join("tokens.txt"), "gw-token bots\n").expect("tokens");
+    let mut registry = Registry::new();
+    fps::register(&mut registry, fps::Rules::default());
+    let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
+    let mut processes = Processes::default();
+    let mut ready = Vec::new();
+    // One room on alpha, one on bravo; charlie is only a gateway. Leases outlast alpha's pause.
+    for (name, capacity, gateway) in [
+        ("alpha", 100, false),
+        ("bravo", 100, true),
+        ("charlie", 0, true),
+    ] {
+        let config = tmp.path().join(format!("{name}.toml"));
+        let text = node_config(name, &redis.url(), capacity, gateway)
+            .replace("lease_ttl_ms = 3000", "lease_ttl_ms = 20000");
+        std::fs::write(&config, text).expect("config");
+        ready.push(processes.start(name, &config, tmp.path()).await);
+    }
+    settle(&driver, &store, &[id("alpha"), id("bravo"), id("charlie")]).await;
+    let (held, heard) = (
+        ActorId::new("p-held").expect("valid id"),
+        ActorId::new("p-heard").expect("valid id"),
+    );
+    for (node, room, player) in [(0, "fps-held", &held), (1, "fps-heard", &heard)] {
+        let admin = ready[node].admin();
+        let body = format!(
+            r#"{{"kind":"spot","factory":"{}","id":"{room}","join":null}}"#,
+            fps::ROOM
+        );
+        create_unit(&admin, &body).await;
+        let body = format!(
+            r#"{{"kind":"actor","factory":"{}","id":"{player}","join":"{room}"}}"#,
+            fps::PLAYER
+        );
+        create_unit(&admin, &body).await;
+    }
+
+    // The client plays both players through charlie, bravo its second gateway.
+    let ca_pem = std::fs::read_to_string(certs_dir.join("gateway.pem")).expect("gateway CA");
+    let servers = vec![
+        ready[2].sessions.expect("charlie is a gateway"),
+        ready[1].sessions.expect("bravo is a gateway"),
+    ];
+    let mut config = ClientConfig::new(servers, "localhost", ca_pem, b"gw-token".to_vec());
+    config.keep_alive = Duration::from_millis(200);
+    config.idle_timeout = Duration::from_secs(1);
+    let mut client = Client::connect(config).await.expect("client connects");
+    assert_eq!(client.session().node.as_str(), "charlie");
+    client.bind(&heard).await.expect("bound");
+    snapshot_from(&mut client, &heard, "bravo").await;
+
+    // alpha is paused: charlie holds the bind of `held` and every input sent to it, while
+    // bravo's room keeps pushing to the client through charlie.
+    processes.signal(0, "STOP");
+    let binding = tokio::time::timeout(Duration::from_millis(200), client.bind(&held)).await;
+    assert!(binding.is_err(), "alpha is paused: the bind waits");
+    const HELD: u64 = 10;
+    for seq in 0..HELD {
+        let input = fps::PlayerMsg::Input(fps::Input { seq, aim: 0 });
+        client.send(&held, &input).expect("queued");
+    }
+    // One input to the other player, after them on the same stream: once a snapshot shows it
+    // applied, charlie had read every input before it, and spoke after.
+    let after = fps::PlayerMsg::Input(fps::Input { seq: 0, aim: 0 });
+    client.send(&heard, &after).expect("queued");
+    within("the input after them applied", async {
+        loop {
+            match client.recv::<Snapshot>().await.expect("the client runs") {
+                ClientEvent::Push { actor, msg } if actor == heard && msg.inputs.applied > 0 => {
+                    return;
+                }
+                ClientEvent::Push { .. } => {}
+                other => panic!("{other:?}"),
+            }
+        }
+    })
+    .await;
+
+    // charlie dies with the inputs it held; the client is told of each of them.
+    processes.kill(2).await;
+    let mut undelivered = std::collections::BTreeMap::new();
+    within("the failover", async {
+        loop {
+            match client.recv::<Snapshot>().await.expect("the client runs") {
+                ClientEvent::Undelivered { actor, inputs, .. } => {
+                    *undelivered.entry(actor).or_insert(0) += inputs;
+                }
+                ClientEvent::Reconnected { session, .. } => {
+                    assert_eq!(session.node.as_str(), "bravo");
+                    return;
+                }
+                ClientEvent::Push { .. } => {}
+                ClientEvent::Unbound { actor, reason } => panic!("{actor} unbound: {reason}"),
+            }
+        }
+    })
+    .await;
+    processes.signal(0, "CONT");
+    assert_eq!(
+        undelivered.get(&held).copied(),
+        Some(HELD),
+        "every input charlie held is reported once: {undelivered:?}"
+    );
+    // The input to `heard` ran; only its confirmation may have been on its way still.
+    let heard_reported = undelivered.get(&heard).copied().unwrap_or(0);
+    assert!(heard_reported <= 1, "{undelivered:?}");
+    // Bound again through bravo: none of them ran, so each was lost exactly as reported. (Both
+    // gateways' binds reached alpha as it went on, in either order: the later one holds.)
+    let log = within("a snapshot of the held player", async {
+        loop {
+            match client.recv::<Snapshot>().await.expect("the client runs") {
+                ClientEvent::Push { actor, msg } if actor == held => return msg.inputs,
+                ClientEvent::Unbound { actor, .. } if actor == held => {
+                    client.bind(&held).await.expect("bound again");
+                }
+                ClientEvent::Unbound { actor, reason } => panic!("{actor} unbound: {reason}"),
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert_eq!(log.applied, 0, "{log:?}");
+
+    client.close().await;
+    driver.shutdown().await;
+    for (name, status, log) in processes.terminate_all().await {
+        if name != "charlie" {
+            assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_with_bind_patterns_binds_only_its_own_actors() {
     let tmp = TempDir::new("gateway-binds");
     let certs_dir = tmp.path().join("certs");

@@ -33,6 +33,8 @@ use crate::relocation::protocol::SourceEvent;
 
 /// How long a bind may wait for the node running its Actor to answer.
 const BIND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a fence behind a session's inputs may wait for its answer.
+const FENCE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a binding to an Actor whose node left the cluster waits for recovery to rebuild it.
 const REBIND_WAIT: Duration = Duration::from_secs(30);
 /// How long a closing session may take to tell its client why before the connection is cut.
@@ -304,6 +306,12 @@ impl Hub {
                             }
                         }
                     }
+                    Action::Fence {
+                        actor,
+                        owner,
+                        epoch,
+                        upto,
+                    } => fence(node, live.id, actor, &owner, (epoch, upto)),
                     Action::RequestBind { actor, epoch } => {
                         self.request_bind(node, live.id, live.encoding, actor, epoch);
                     }
@@ -592,6 +600,51 @@ impl Node {
             }
         }
     }
+}
+
+/// Sends a fence to a bound Actor through `owner`, on the path of the inputs before it, and feeds
+/// the session whether it ran there: the lane answers a fence once everything queued before it
+/// has run, so the inputs it follows did too.
+fn fence(
+    node: &Node,
+    session: SessionId,
+    actor: ActorId,
+    owner: &NodeId,
+    (epoch, upto): (u32, u64),
+) {
+    let waiting = node.core.replies.open();
+    if let Some(waiting) = &waiting {
+        let reply = ReplyTo {
+            node: node.id().clone(),
+            request: waiting.request,
+        };
+        node.send_encoded(
+            UnitId::Actor(actor.clone()),
+            Payload::Session(SessionOp::Fence),
+            Some(reply),
+            Some(owner),
+        );
+    }
+    let node = node.clone();
+    // The answer is fed from a task: this runs under the session's lock.
+    tokio::spawn(async move {
+        let reached = match waiting {
+            None => false,
+            Some(mut waiting) => matches!(
+                tokio::time::timeout(FENCE_TIMEOUT, &mut waiting.answer).await,
+                Ok(Ok(Ok(_)))
+            ),
+        };
+        if let Some(hub) = node.core.sessions.as_ref() {
+            let event = Event::Fenced {
+                actor,
+                epoch,
+                upto,
+                reached,
+            };
+            hub.feed(&node, session, event);
+        }
+    });
 }
 
 /// Binds an Actor again after the node that ran it left the cluster: once its record names

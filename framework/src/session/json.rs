@@ -109,6 +109,10 @@ enum Outgoing<'a> {
         retryable: bool,
         reason: &'a str,
     },
+    Delivered {
+        actor: &'a ActorId,
+        inputs: u64,
+    },
 }
 
 /// Why a gateway frame could not be written as JSON.
@@ -164,6 +168,10 @@ pub(crate) fn server_frame(frame: &ServerFrame) -> Result<String, JsonFrameError
             code: *code,
             retryable: code.retryable(),
             reason,
+        },
+        ServerFrame::Delivered { actor, inputs } => Outgoing::Delivered {
+            actor,
+            inputs: *inputs,
         },
     };
     Ok(serde_json::to_string(&out)?)
@@ -262,6 +270,14 @@ mod tests {
         assert_eq!(
             server_frame(&closing).unwrap(),
             r#"{"type":"closing","code":"seal_timeout","retryable":true,"reason":"late"}"#
+        );
+        let delivered = ServerFrame::Delivered {
+            actor: actor("p1"),
+            inputs: 12,
+        };
+        assert_eq!(
+            server_frame(&delivered).unwrap(),
+            r#"{"type":"delivered","actor":"p1","inputs":12}"#
         );
         let not_json = ServerFrame::Push {
             actor: actor("p1"),

@@ -12,7 +12,9 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::limits::TokenBucket;
-use super::wire::{AnnouncedLimits, ClientFrame, CloseCode, PROTOCOL_VERSION, ServerFrame};
+use super::wire::{
+    AnnouncedLimits, ClientFrame, CloseCode, OLDEST_VERSION, PROTOCOL_VERSION, ServerFrame,
+};
 use super::{Identity, SessionId, SessionLimits};
 use crate::ids::{ActorId, NodeId};
 use crate::relocation::RelocationId;
@@ -67,6 +69,14 @@ pub(crate) enum Event {
         epoch: u32,
         owner: Option<NodeId>,
     },
+    /// The fence sent after the first `upto` inputs to the Actor ran there (`reached`), or its
+    /// answer did not come.
+    Fenced {
+        actor: ActorId,
+        epoch: u32,
+        upto: u64,
+        reached: bool,
+    },
     /// A node left the cluster (it crashed, or its lease lapsed): the Actors it ran are rebuilt
     /// elsewhere by recovery, and bindings to them are made again.
     OwnerLeft { node: NodeId },
@@ -94,6 +104,14 @@ pub(crate) enum Action {
         actor: ActorId,
         owner: NodeId,
         payload: Bytes,
+    },
+    /// Send a fence to the Actor through `owner`, behind the inputs forwarded so far (the first
+    /// `upto`), and feed back [`Event::Fenced`] once it ran there.
+    Fence {
+        actor: ActorId,
+        owner: NodeId,
+        epoch: u32,
+        upto: u64,
     },
     /// Send a bind to the Actor, wherever it lives.
     RequestBind { actor: ActorId, epoch: u32 },
@@ -164,11 +182,22 @@ struct Binding {
     gap_since: Option<Instant>,
     /// The Actor's factory, once bound: the hub checks inputs against its message type.
     type_name: Option<String>,
+    /// Inputs the client sent to the Actor since it bound it in this session.
+    taken: u64,
+    /// How many of them the client was told ran at the Actor.
+    confirmed: u64,
+    /// The count a fence on its way covers, if one is.
+    fence: Option<u64>,
 }
 
 impl Binding {
     fn held(&self) -> usize {
         self.inputs.len() + self.early.len()
+    }
+
+    /// How many of the client's inputs left this gateway for the Actor.
+    fn forwarded(&self) -> u64 {
+        self.taken - self.inputs.len() as u64
     }
 
     /// Until when inputs may stay held for the moves under way, if any is.
@@ -204,6 +233,8 @@ pub(crate) struct SessionMachine {
     bucket: TokenBucket,
     bindings: BTreeMap<ActorId, Binding>,
     next_epoch: u32,
+    /// Whether the client speaks a version that is told which inputs ran (`Delivered`).
+    confirms: bool,
 }
 
 impl SessionMachine {
@@ -218,6 +249,7 @@ impl SessionMachine {
             bucket: TokenBucket::new(limits.rate_per_second, limits.rate_burst, now),
             bindings: BTreeMap::new(),
             next_epoch: 1,
+            confirms: false,
         }
     }
 
@@ -309,6 +341,12 @@ impl SessionMachine {
                 epoch,
                 owner,
             } => self.release(rel, actor, epoch, owner),
+            Event::Fenced {
+                actor,
+                epoch,
+                upto,
+                reached,
+            } => self.fenced(actor, epoch, upto, reached),
             Event::OwnerLeft { node } => self.owner_left(&node),
             Event::SlowReader => self.close(
                 CloseCode::SlowReader,
@@ -327,15 +365,16 @@ impl SessionMachine {
     fn client(&mut self, frame: ClientFrame, now: Instant) -> Vec<Action> {
         match (&self.state, frame) {
             (State::Greeting, ClientFrame::Hello { version, token }) => {
-                if version != PROTOCOL_VERSION {
+                if !(OLDEST_VERSION..=PROTOCOL_VERSION).contains(&version) {
                     return self.close(
                         CloseCode::Protocol,
                         format!(
                             "protocol version {version} is not supported; this gateway speaks \
-                             version {PROTOCOL_VERSION}: update the client"
+                             versions {OLDEST_VERSION} to {PROTOCOL_VERSION}: update the client"
                         ),
                     );
                 }
+                self.confirms = version >= 2;
                 self.state = State::Authenticating;
                 vec![Action::Authenticate { token }]
             }
@@ -435,6 +474,9 @@ impl SessionMachine {
                 early: BTreeMap::new(),
                 gap_since: None,
                 type_name: None,
+                taken: 0,
+                confirmed: 0,
+                fence: None,
             },
         );
         vec![Action::RequestBind { actor, epoch }]
@@ -478,12 +520,18 @@ impl SessionMachine {
                 format!("input dropped: this session has not bound {actor}; bind it first");
             return vec![Action::Send(ServerFrame::Unbound { actor, reason })];
         };
+        binding.taken += 1;
         match &binding.phase {
-            Phase::Open { owner } => vec![Action::Forward {
-                owner: owner.clone(),
-                actor,
-                payload,
-            }],
+            Phase::Open { owner } => {
+                let forward = Action::Forward {
+                    owner: owner.clone(),
+                    actor: actor.clone(),
+                    payload,
+                };
+                let mut actions = vec![forward];
+                actions.extend(self.confirm(&actor));
+                actions
+            }
             Phase::Binding | Phase::Sealed { .. } => {
                 binding.inputs.push_back(payload);
                 self.check_held(&actor)
@@ -545,6 +593,7 @@ impl SessionMachine {
                     owner: owner.clone(),
                     payload,
                 }));
+                actions.extend(self.confirm(&actor));
                 actions
             }
             Err(reason) => {
@@ -672,7 +721,7 @@ impl SessionMachine {
                 binding.phase = Phase::Open {
                     owner: owner.clone(),
                 };
-                binding
+                let mut actions: Vec<Action> = binding
                     .inputs
                     .drain(..)
                     .map(|payload| Action::Forward {
@@ -680,7 +729,9 @@ impl SessionMachine {
                         owner: owner.clone(),
                         payload,
                     })
-                    .collect()
+                    .collect();
+                actions.extend(self.confirm(&actor));
+                actions
             }
             None => {
                 self.bindings.remove(&actor);
@@ -691,6 +742,57 @@ impl SessionMachine {
                 })]
             }
         }
+    }
+
+    /// A fence behind the inputs forwarded to the Actor so far, if the client is told which ran,
+    /// none is on its way already, and some went since the last: when it has run at the Actor,
+    /// so have they, and the client hears it ([`ServerFrame::Delivered`]). One fence at a time
+    /// per Actor, so confirmations cost one mesh round trip per batch of inputs.
+    fn confirm(&mut self, actor: &ActorId) -> Option<Action> {
+        if !self.confirms {
+            return None;
+        }
+        let binding = self.bindings.get_mut(actor)?;
+        let Phase::Open { owner } = &binding.phase else {
+            return None;
+        };
+        let upto = binding.forwarded();
+        if binding.fence.is_some() || upto <= binding.confirmed {
+            return None;
+        }
+        binding.fence = Some(upto);
+        Some(Action::Fence {
+            actor: actor.clone(),
+            owner: owner.clone(),
+            epoch: binding.epoch,
+            upto,
+        })
+    }
+
+    /// A fence came back: the inputs it covers ran. One that did not come back is not sent
+    /// again until more inputs go (the Actor's node may be gone; its rebind sends the next).
+    fn fenced(&mut self, actor: ActorId, epoch: u32, upto: u64, reached: bool) -> Vec<Action> {
+        let Some(binding) = self
+            .bindings
+            .get_mut(&actor)
+            .filter(|b| b.epoch == epoch && b.fence == Some(upto))
+        else {
+            return Vec::new();
+        };
+        binding.fence = None;
+        if !reached {
+            return Vec::new();
+        }
+        let mut actions = Vec::new();
+        if upto > binding.confirmed {
+            binding.confirmed = upto;
+            actions.push(Action::Send(ServerFrame::Delivered {
+                actor: actor.clone(),
+                inputs: upto,
+            }));
+        }
+        actions.extend(self.confirm(&actor));
+        actions
     }
 
     /// The node running some bound Actors is gone: each is bound again, under a new epoch, once
@@ -705,6 +807,7 @@ impl SessionMachine {
             binding.epoch = self.next_epoch;
             self.next_epoch = self.next_epoch.wrapping_add(1);
             binding.phase = Phase::Binding;
+            binding.fence = None;
             binding.next_push = 0;
             binding.early.clear();
             binding.gap_since = None;
@@ -811,10 +914,15 @@ mod tests {
 
     /// An authenticated session with `a` bound on node `s`.
     fn open_with(limits: SessionLimits, t: Instant) -> SessionMachine {
+        open_version(PROTOCOL_VERSION, limits, t)
+    }
+
+    /// An authenticated session of a client speaking `version`, binding `a`.
+    fn open_version(version: u16, limits: SessionLimits, t: Instant) -> SessionMachine {
         let mut m = SessionMachine::new(SessionId(7), node("g"), limits, t);
         let token = Bytes::from_static(b"t");
         let hello = ClientFrame::Hello {
-            version: PROTOCOL_VERSION,
+            version,
             token: token.clone(),
         };
         assert_eq!(
@@ -855,6 +963,81 @@ mod tests {
             },
             t,
         )
+    }
+
+    /// The counts the fences among `actions` cover.
+    fn fences(actions: &[Action]) -> Vec<u64> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Fence { upto, .. } => Some(*upto),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The counts the client is told ran.
+    fn delivered(actions: &[Action]) -> Vec<u64> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send(ServerFrame::Delivered { inputs, .. }) => Some(*inputs),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn fenced(upto: u64, reached: bool) -> Event {
+        Event::Fenced {
+            actor: actor("a"),
+            epoch: 1,
+            upto,
+            reached,
+        }
+    }
+
+    #[test]
+    fn inputs_are_confirmed_once_a_fence_behind_them_ran_one_fence_at_a_time() {
+        let t = Instant::now();
+        let mut m = open_with(SessionLimits::default(), t);
+        // Held while binding: not on their way yet, so nothing to confirm.
+        let held = m.on(input("a", 1), t);
+        assert_eq!(fences(&held), Vec::<u64>::new());
+        let answer = bound(&mut m, "s", t);
+        assert_eq!(forwards(&answer), vec![("s".into(), 1)]);
+        assert_eq!(fences(&answer), vec![1], "a fence follows the held input");
+        // Two more go while that fence is on its way: no second fence yet.
+        let more = [m.on(input("a", 2), t), m.on(input("a", 3), t)].concat();
+        assert_eq!(forwards(&more).len(), 2);
+        assert_eq!(fences(&more), Vec::<u64>::new());
+        // The fence ran: the client hears of the first input, and a fence follows the others.
+        let ran = m.on(fenced(1, true), t);
+        assert_eq!((delivered(&ran), fences(&ran)), (vec![1], vec![3]));
+        // A fence that did not come back confirms nothing, and waits for the next input.
+        assert!(m.on(fenced(3, false), t).is_empty());
+        let next = m.on(input("a", 4), t);
+        assert_eq!(fences(&next), vec![4]);
+        // A stale answer (of the fence given up on) changes nothing.
+        assert!(m.on(fenced(3, true), t).is_empty());
+        let ran = m.on(fenced(4, true), t);
+        assert_eq!((delivered(&ran), fences(&ran)), (vec![4], vec![]));
+    }
+
+    #[test]
+    fn a_version_1_client_is_never_sent_a_confirmation() {
+        let t = Instant::now();
+        let mut m = open_version(1, SessionLimits::default(), t);
+        let mut actions = bound(&mut m, "s", t);
+        actions.extend(m.on(input("a", 1), t));
+        assert_eq!(forwards(&actions), vec![("s".into(), 1)]);
+        assert_eq!(fences(&actions), Vec::<u64>::new());
+        // A version newer than this gateway speaks is refused.
+        let mut newer = SessionMachine::new(SessionId(2), node("g"), SessionLimits::default(), t);
+        let hello = Event::Client(ClientFrame::Hello {
+            version: PROTOCOL_VERSION + 1,
+            token: Bytes::new(),
+        });
+        assert_eq!(closed(&newer.on(hello, t)), Some(CloseCode::Protocol));
     }
 
     #[test]

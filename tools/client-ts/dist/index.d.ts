@@ -38,6 +38,17 @@ export type ClientEvent =
     actor: string;
     reason: string;
 }
+/**
+ * `inputs` inputs sent to `actor` were not confirmed by the gateway before the session ended (or
+ * the Actor was unbound): they may not have reached it, and are not sent again. Comes just
+ * before the `reconnected`, `unbound` or `closed` that follows.
+ */
+ | {
+    type: "undelivered";
+    actor: string;
+    inputs: number;
+    reason: string;
+}
 /** The session ended for the server's reasons; the client is connected again, its Actors bound. */
  | {
     type: "reconnected";
@@ -83,7 +94,7 @@ export declare class FerryError extends Error {
     code?: CloseCode | null);
 }
 /** The protocol version this client speaks. */
-export declare const PROTOCOL_VERSION = 1;
+export declare const PROTOCOL_VERSION = 2;
 /**
  * A connected game client. Events (pushes, unbinds, reconnects, the end) come from `next()` in
  * order, or go to `onEvent` once it is set.
@@ -102,6 +113,8 @@ export declare class FerryClient {
     private readonly binding;
     /** Inputs sent while no session was open, per Actor, in order. */
     private readonly pending;
+    /** Inputs written to the current session per Actor, and how many of them the gateway confirmed. */
+    private readonly inputs;
     private readonly events;
     private readonly waiters;
     private reconnecting;
@@ -117,6 +130,10 @@ export declare class FerryClient {
     unbind(actor: string): void;
     /** Sends a message to a bound Actor; while the client reconnects it is queued and sent after. */
     send(actor: string, message: Json): void;
+    /** Writes an input to the current session and counts it until the gateway confirms it. */
+    private write;
+    /** Reports the inputs to `actor` (every Actor when `null`) the gateway had not confirmed. */
+    private undelivered;
     /** The next event. */
     next(): Promise<ClientEvent>;
     /** Says goodbye and closes the session; no reconnect follows. */

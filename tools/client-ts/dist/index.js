@@ -14,7 +14,7 @@ export class FerryError extends Error {
     }
 }
 /** The protocol version this client speaks. */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 /** The WebSocket close codes of the protocol are 4000 plus the session's. */
 const CLOSE_BASE = 4000;
 const CODES = [
@@ -138,6 +138,8 @@ export class FerryClient {
     binding = new Map();
     /** Inputs sent while no session was open, per Actor, in order. */
     pending = [];
+    /** Inputs written to the current session per Actor, and how many of them the gateway confirmed. */
+    inputs = new Map();
     events = [];
     waiters = [];
     reconnecting = false;
@@ -189,7 +191,25 @@ export class FerryClient {
             this.pending.push({ actor, message });
         }
         else {
-            this.link.send({ type: "input", actor, message });
+            this.write(actor, message);
+        }
+    }
+    /** Writes an input to the current session and counts it until the gateway confirms it. */
+    write(actor, message) {
+        const counts = this.inputs.get(actor) ?? { sent: 0, delivered: 0 };
+        counts.sent += 1;
+        this.inputs.set(actor, counts);
+        this.link.send({ type: "input", actor, message });
+    }
+    /** Reports the inputs to `actor` (every Actor when `null`) the gateway had not confirmed. */
+    undelivered(actor, reason) {
+        const actors = actor === null ? [...this.inputs.keys()] : [actor];
+        for (const a of actors) {
+            const counts = this.inputs.get(a);
+            this.inputs.delete(a);
+            if (counts && counts.sent > counts.delivered) {
+                this.emit({ type: "undelivered", actor: a, inputs: counts.sent - counts.delivered, reason });
+            }
         }
     }
     /** The next event. */
@@ -271,8 +291,15 @@ export class FerryClient {
                 this.binding.get(frame.actor)?.resolve();
                 this.binding.delete(frame.actor);
                 break;
+            case "delivered": {
+                const counts = this.inputs.get(frame.actor);
+                if (counts)
+                    counts.delivered = Math.max(counts.delivered, frame.inputs);
+                break;
+            }
             case "bind_refused": {
                 this.wanted.delete(frame.actor);
+                this.undelivered(frame.actor, frame.reason);
                 const waiting = this.binding.get(frame.actor);
                 this.binding.delete(frame.actor);
                 const error = new FerryError(`binding ${frame.actor} was refused: ${frame.reason}`);
@@ -284,6 +311,7 @@ export class FerryClient {
             }
             case "unbound":
                 this.wanted.delete(frame.actor);
+                this.undelivered(frame.actor, frame.reason);
                 this.emit({ type: "unbound", actor: frame.actor, reason: frame.reason });
                 break;
             case "closing":
@@ -301,6 +329,7 @@ export class FerryClient {
             this.emit(this.closed);
             return;
         }
+        this.undelivered(null, end.reason);
         if (!end.retryable || !this.reconnect) {
             this.finish({ type: "closed", code: end.code, reason: end.reason });
             return;
@@ -321,7 +350,7 @@ export class FerryClient {
             }));
             for (const { actor, message } of this.pending.splice(0)) {
                 if (this.wanted.has(actor))
-                    this.link.send({ type: "input", actor, message });
+                    this.write(actor, message);
             }
             this.reconnecting = false;
             await Promise.allSettled(rebinds);

@@ -49,6 +49,12 @@ export type ClientEvent =
   | { type: "push"; actor: string; seq: number; message: Json }
   /** An Actor is no longer bound to this client. */
   | { type: "unbound"; actor: string; reason: string }
+  /**
+   * `inputs` inputs sent to `actor` were not confirmed by the gateway before the session ended (or
+   * the Actor was unbound): they may not have reached it, and are not sent again. Comes just
+   * before the `reconnected`, `unbound` or `closed` that follows.
+   */
+  | { type: "undelivered"; actor: string; inputs: number; reason: string }
   /** The session ended for the server's reasons; the client is connected again, its Actors bound. */
   | { type: "reconnected"; reason: string; session: SessionInfo }
   /** The session ended and the client will not reconnect. */
@@ -99,6 +105,7 @@ type ServerFrame =
   | { type: "bind_refused"; actor: string; reason: string }
   | { type: "unbound"; actor: string; reason: string }
   | { type: "push"; actor: string; seq: number; message: Json }
+  | { type: "delivered"; actor: string; inputs: number }
   | { type: "closing"; code: CloseCode; retryable: boolean; reason: string };
 
 type ClientFrame =
@@ -109,7 +116,7 @@ type ClientFrame =
   | { type: "bye" };
 
 /** The protocol version this client speaks. */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 
 /** The WebSocket close codes of the protocol are 4000 plus the session's. */
 const CLOSE_BASE = 4000;
@@ -248,6 +255,8 @@ export class FerryClient {
   private readonly binding = new Map<string, { resolve: () => void; reject: (e: FerryError) => void }>();
   /** Inputs sent while no session was open, per Actor, in order. */
   private readonly pending: { actor: string; message: Json }[] = [];
+  /** Inputs written to the current session per Actor, and how many of them the gateway confirmed. */
+  private readonly inputs = new Map<string, { sent: number; delivered: number }>();
   private readonly events: ClientEvent[] = [];
   private readonly waiters: ((event: ClientEvent) => void)[] = [];
   private reconnecting = false;
@@ -299,7 +308,27 @@ export class FerryClient {
     if (this.reconnecting) {
       this.pending.push({ actor, message });
     } else {
-      this.link.send({ type: "input", actor, message });
+      this.write(actor, message);
+    }
+  }
+
+  /** Writes an input to the current session and counts it until the gateway confirms it. */
+  private write(actor: string, message: Json): void {
+    const counts = this.inputs.get(actor) ?? { sent: 0, delivered: 0 };
+    counts.sent += 1;
+    this.inputs.set(actor, counts);
+    this.link.send({ type: "input", actor, message });
+  }
+
+  /** Reports the inputs to `actor` (every Actor when `null`) the gateway had not confirmed. */
+  private undelivered(actor: string | null, reason: string): void {
+    const actors = actor === null ? [...this.inputs.keys()] : [actor];
+    for (const a of actors) {
+      const counts = this.inputs.get(a);
+      this.inputs.delete(a);
+      if (counts && counts.sent > counts.delivered) {
+        this.emit({ type: "undelivered", actor: a, inputs: counts.sent - counts.delivered, reason });
+      }
     }
   }
 
@@ -383,8 +412,14 @@ export class FerryClient {
         this.binding.get(frame.actor)?.resolve();
         this.binding.delete(frame.actor);
         break;
+      case "delivered": {
+        const counts = this.inputs.get(frame.actor);
+        if (counts) counts.delivered = Math.max(counts.delivered, frame.inputs);
+        break;
+      }
       case "bind_refused": {
         this.wanted.delete(frame.actor);
+        this.undelivered(frame.actor, frame.reason);
         const waiting = this.binding.get(frame.actor);
         this.binding.delete(frame.actor);
         const error = new FerryError(`binding ${frame.actor} was refused: ${frame.reason}`);
@@ -394,6 +429,7 @@ export class FerryClient {
       }
       case "unbound":
         this.wanted.delete(frame.actor);
+        this.undelivered(frame.actor, frame.reason);
         this.emit({ type: "unbound", actor: frame.actor, reason: frame.reason });
         break;
       case "closing":
@@ -411,6 +447,7 @@ export class FerryClient {
       this.emit(this.closed);
       return;
     }
+    this.undelivered(null, end.reason);
     if (!end.retryable || !this.reconnect) {
       this.finish({ type: "closed", code: end.code, reason: end.reason });
       return;
@@ -433,7 +470,7 @@ export class FerryClient {
           }),
       );
       for (const { actor, message } of this.pending.splice(0)) {
-        if (this.wanted.has(actor)) this.link.send({ type: "input", actor, message });
+        if (this.wanted.has(actor)) this.write(actor, message);
       }
       this.reconnecting = false;
       await Promise.allSettled(rebinds);

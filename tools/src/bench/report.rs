@@ -409,14 +409,15 @@ impl Report {
         ));
         line(format!(
             "  inputs sent {}, applied {}; lost by the server {}, duplicated {}, reordered {}; \
-             not delivered by the client {}; lost in rebuilt rooms {}; {} reconnected; rooms \
-             rebuilt after a crash: {}",
+             not delivered by the client {}; answers lost with a dead gateway {}; lost in rebuilt \
+             rooms {}; {} reconnected; rooms rebuilt after a crash: {}",
             bots.inputs_sent,
             bots.inputs_applied,
             bots.inputs.lost,
             bots.inputs.duplicated,
             bots.inputs.reordered,
             bots.inputs_undelivered,
+            bots.answers_lost_with_gateways,
             bots.inputs_lost_in_rebuilds,
             bots.reconnected,
             bots.rebuilt_text()

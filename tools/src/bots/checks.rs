@@ -68,6 +68,19 @@ impl Sequence {
         }
     }
 
+    /// Lets the numbers below `n` that have not arrived go without counting them lost, and
+    /// returns how many those are: they will not come (their answers went to a session that
+    /// ended), so `n` is the next one expected.
+    pub fn excuse_below(&mut self, n: u64) -> u64 {
+        let kept = self.missing.split_off(&n);
+        let mut excused = std::mem::replace(&mut self.missing, kept).len() as u64;
+        if n > self.next {
+            excused += n - self.next;
+            self.next = n;
+        }
+        excused
+    }
+
     /// How many numbers arrived in order so far, counting from the first: the next one expected.
     pub fn next(&self) -> u64 {
         self.next
@@ -214,6 +227,21 @@ mod tests {
     #[test]
     fn a_repeat_is_a_duplicate() {
         assert_eq!(check(&[1, 2, 2, 3, 1], 4), faults(0, 2, 0));
+    }
+
+    #[test]
+    fn numbers_excused_below_a_mark_are_neither_lost_nor_late() {
+        let mut sequence = Sequence::starting_at(0);
+        for n in [0, 1, 3] {
+            sequence.observe(n);
+        }
+        // 2 was skipped, 4 and 5 never came: three excused; 7 still counts when skipped.
+        assert_eq!(sequence.excuse_below(6), 3);
+        for n in [6, 8] {
+            sequence.observe(n);
+        }
+        assert_eq!(sequence.faults_upto(9), faults(1, 0, 0));
+        assert_eq!(sequence.excuse_below(2), 0, "nothing below 2 is missing");
     }
 
     #[test]

@@ -158,7 +158,8 @@ pub async fn run(args: BotsArgs) -> Result<(), BotsError> {
 fn text(s: &BotsSummary) -> String {
     format!(
         "{} bots: {} inputs sent, {} applied; lost by the server {}, duplicated {}, reordered {}; \
-         not delivered by the client {}; lost in rebuilt rooms {}; {} mismatches; tick gap p50 {} \
+         not delivered by the client {}; answers lost with a dead gateway {}; lost in rebuilt rooms \
+         {}; {} mismatches; tick gap p50 {} \
          p99 {} longest {:.1} ms; {} reconnected; {} bound again after being unbound; rooms rebuilt after \
          a crash: {}\n",
         s.players,
@@ -168,6 +169,7 @@ fn text(s: &BotsSummary) -> String {
         s.inputs.duplicated,
         s.inputs.reordered,
         s.inputs_undelivered,
+        s.answers_lost_with_gateways,
         s.inputs_lost_in_rebuilds,
         s.mismatches,
         readable_us(s.tick_gaps.p50_us),

@@ -178,6 +178,10 @@ struct FpsBot {
     expected_out_of_order: u64,
     /// Inputs this bot handed to its client so far.
     sent: u64,
+    /// Times the client reported inputs it could not deliver, in this incarnation: the first
+    /// input the room applies after those that never arrived follows a gap, which the room
+    /// counts out of order.
+    gaps: u64,
     /// The room's incarnations before the current one.
     incarnations: Incarnations,
 }
@@ -199,11 +203,16 @@ impl FpsBot {
     fn checked(&self, sent: u64) -> Faults {
         let check = self.watch.inputs(0);
         let applied = self.incarnations.before() + self.applied_now();
+        let lost = sent.saturating_sub(applied);
+        // A gap the client reported is out of turn only if some input in it was lost.
+        let gaps = self.gaps.min(lost);
         Faults {
-            lost: sent.saturating_sub(applied),
+            lost,
             duplicated: applied.saturating_sub(sent),
             // A snapshot that went back means the room's view of this player went back.
-            reordered: check.reordered.saturating_sub(self.expected_out_of_order)
+            reordered: check
+                .reordered
+                .saturating_sub(self.expected_out_of_order + gaps)
                 + self.watch.went_back,
         }
     }
@@ -253,6 +262,7 @@ impl Game for FpsBot {
                 self.watch = fps::Watch::default();
                 self.base = Some(snapshot.inputs);
                 self.expected_out_of_order = u64::from(self.sent > 0);
+                self.gaps = 0;
             }
             _ => {}
         }
@@ -271,6 +281,12 @@ impl Game for FpsBot {
     fn incarnations(&self) -> &Incarnations {
         &self.incarnations
     }
+
+    fn undelivered(&mut self, inputs: u64) {
+        if inputs > 0 {
+            self.gaps += 1;
+        }
+    }
 }
 
 /// A chatter: says its input numbers as lines, and checks that its own lines come back from the
@@ -287,6 +303,12 @@ struct ChatBot {
     last_line: Option<u64>,
     /// Inputs this bot handed to its client so far.
     sent: u64,
+    /// Whether the chatter was bound again and none of its lines came since: the first that
+    /// does is the first said after the rebind.
+    rebound: bool,
+    /// Lines said before a rebind that never came back: their pushes went to the session that
+    /// ended (or the client could not deliver them).
+    unseen: u64,
     incarnations: Incarnations,
 }
 
@@ -297,6 +319,8 @@ impl ChatBot {
             mine: Sequence::starting_at(0),
             last_line: None,
             sent: 0,
+            rebound: false,
+            unseen: 0,
             incarnations: Incarnations::default(),
         }
     }
@@ -329,6 +353,11 @@ impl Game for ChatBot {
         }
         self.last_line = Some(line.seq);
         if let Some(seq) = mine {
+            // The first line of ours on the new binding: those before it that did not come were
+            // pushed to the binding that ended (they never come on this one).
+            if std::mem::take(&mut self.rebound) {
+                self.unseen += self.mine.excuse_below(seq);
+            }
             self.mine.observe(seq);
         }
         None
@@ -344,6 +373,14 @@ impl Game for ChatBot {
 
     fn incarnations(&self) -> &Incarnations {
         &self.incarnations
+    }
+
+    fn rebound(&mut self) {
+        self.rebound = true;
+    }
+
+    fn unseen(&self) -> u64 {
+        self.unseen
     }
 }
 
@@ -368,8 +405,12 @@ struct BingoBot {
     rewards: Option<u64>,
     /// The draw faults of the rounds the bot followed before this one, in this incarnation.
     past: Faults,
-    /// `State` pushes received from this incarnation: one per `Sync` sent to it.
-    states: u64,
+    /// The player's count of `Sync`s answered, in the first and the latest `State` of this
+    /// incarnation: one per `Sync` sent to it, also when some `State`s went to a session that
+    /// ended.
+    syncs: Option<(u64, u64)>,
+    /// `State`s that repeated the latest count: one answer pushed twice.
+    repeated: u64,
     mismatches: u64,
 }
 
@@ -411,7 +452,8 @@ impl BingoBot {
             round: None,
             rewards: None,
             past: Faults::default(),
-            states: 0,
+            syncs: None,
+            repeated: 0,
             mismatches: 0,
         }
     }
@@ -427,6 +469,12 @@ impl BingoBot {
     /// Whether `push` shows the room's state restarted: a round before the one followed, a deal
     /// of the round followed once its card is known (rewards that went down are a mismatch).
     fn restarted(&self, push: &bingo::Push) -> bool {
+        // Every `State` answers one more `Sync`: a count that went back started again.
+        if let (bingo::Push::State(view), Some((_, latest))) = (push, self.syncs)
+            && view.syncs < latest
+        {
+            return true;
+        }
         let Some(seen) = &self.round else {
             return false;
         };
@@ -446,13 +494,14 @@ impl BingoBot {
     fn rebuilt(&mut self) {
         let due = self.sent.saturating_sub(self.incarnations.before());
         let mut faults = self.draw_faults();
-        faults.duplicated += self.states.saturating_sub(due);
-        let answered = self.states.min(due);
+        faults.duplicated += self.answered().saturating_sub(due) + self.repeated;
+        let answered = self.answered().min(due);
         self.incarnations.rebuilt(None, self.sent, answered, faults);
         self.round = None;
         self.rewards = None;
         self.past = Faults::default();
-        self.states = 0;
+        self.syncs = None;
+        self.repeated = 0;
     }
 
     /// The draw faults of this incarnation.
@@ -462,6 +511,13 @@ impl BingoBot {
             faults.add(draws.faults_upto(draws.next()));
         }
         faults
+    }
+
+    /// The `Sync`s this incarnation answered since the bot first saw its count: the first
+    /// `State` seen answers one of this bot's (an earlier client's are not counted).
+    fn answered(&self) -> u64 {
+        self.syncs
+            .map_or(0, |(first, latest)| (latest + 1).saturating_sub(first))
     }
 
     fn mismatch(&mut self, matches: bool) {
@@ -556,7 +612,16 @@ impl BingoBot {
     }
 
     fn state(&mut self, view: &bingo::PlayerView) {
-        self.states += 1;
+        self.syncs = match self.syncs {
+            None => Some((view.syncs, view.syncs)),
+            Some((first, latest)) => {
+                // The same count again is the same answer twice.
+                if view.syncs == latest {
+                    self.repeated += 1;
+                }
+                Some((first, latest.max(view.syncs)))
+            }
+        };
         if let Some(card) = view.card {
             self.mismatch(card == bingo::card(&self.room, view.round, &self.me));
         }
@@ -613,14 +678,14 @@ impl Game for BingoBot {
     }
 
     fn caught_up(&self, sent: u64) -> bool {
-        self.incarnations.before() + self.states >= sent
+        self.incarnations.before() + self.answered() >= sent
     }
 
     fn faults(&self, sent: u64) -> Faults {
         let due = sent.saturating_sub(self.incarnations.before());
         let mut faults = self.draw_faults();
-        faults.lost += due.saturating_sub(self.states);
-        faults.duplicated += self.states.saturating_sub(due);
+        faults.lost += due.saturating_sub(self.answered());
+        faults.duplicated += self.answered().saturating_sub(due) + self.repeated;
         self.incarnations.faults(faults)
     }
 
@@ -630,6 +695,15 @@ impl Game for BingoBot {
 
     fn incarnations(&self) -> &Incarnations {
         &self.incarnations
+    }
+
+    /// Draws, round ends and deals pushed meanwhile went to the binding that ended: follow the
+    /// room again from the next push, as on joining, and take the rewards the next state shows.
+    fn rebound(&mut self) {
+        if let Some(draws) = self.round.take().and_then(|seen| seen.draws) {
+            self.past.add(draws.faults_upto(draws.next()));
+        }
+        self.rewards = None;
     }
 }
 
@@ -798,14 +872,15 @@ mod tests {
     fn two_rounds(room: &SpotId, me: &ActorId, other: &ActorId) -> Vec<Push> {
         let mine = bingo::card(room, 1, me);
         let theirs = bingo::card(room, 1, other);
-        let state = |round, card: Card, drawn: &[u8], rewards| PlayerView {
+        let state = |round, card: Card, drawn: &[u8], rewards, syncs| PlayerView {
             seat: None,
             round,
             card: Some(card),
             marks: card.marks(drawn),
             rewards,
+            syncs,
         };
-        let mut pushes = vec![Push::State(state(1, mine, &[], 0))];
+        let mut pushes = vec![Push::State(state(1, mine, &[], 0, 1))];
         let order = bingo::draw_order(room, 1);
         let mut winners = Vec::new();
         for (i, &number) in order.iter().enumerate() {
@@ -845,7 +920,7 @@ mod tests {
             number: first,
             marked: next.cell(first).is_some(),
         });
-        pushes.push(Push::State(state(2, next, &[first], rewards)));
+        pushes.push(Push::State(state(2, next, &[first], rewards, 2)));
         pushes
     }
 
@@ -934,6 +1009,7 @@ mod tests {
             card: Some(card),
             marks: card.marks(&order[..3]),
             rewards: 100,
+            syncs: 8,
         }));
         assert!(bot.caught_up(1));
         assert_eq!(bot.faults(1), Faults::default());
@@ -973,6 +1049,7 @@ mod tests {
             card: Some(card),
             marks: card.marks(&[first]),
             rewards: 0,
+            syncs: 1,
         }));
         let rooms = bot.incarnations();
         assert_eq!(rooms.rebuilds().len(), 1);

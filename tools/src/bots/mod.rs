@@ -78,9 +78,12 @@ pub struct BotsSummary {
     pub inputs_applied: u64,
     /// Inputs the server lost, applied twice, or applied out of order (all must be zero).
     pub inputs: Faults,
-    /// Inputs the clients could not deliver: written into a connection whose gateway died. They
+    /// Inputs the clients could not deliver: their gateway died before it confirmed them. They
     /// were never applied; that is the dead gateway's doing, not a fault of the server.
     pub inputs_undelivered: u64,
+    /// Inputs that ran, whose answers went to a session that died with its gateway while the
+    /// client failed over: the bots could not check them (chat lines; never counted lost).
+    pub answers_lost_with_gateways: u64,
     /// Inputs lost with rooms that crashed and were rebuilt (their state restarted).
     pub inputs_lost_in_rebuilds: u64,
     /// The rooms rebuilt after a crash while the bots played: each once, with the node it came
@@ -120,6 +123,7 @@ impl BotsSummary {
             inputs_applied: tallies.iter().map(|t| t.applied).sum(),
             inputs,
             inputs_undelivered: tallies.iter().map(|t| t.undelivered).sum(),
+            answers_lost_with_gateways: tallies.iter().map(|t| t.answers_lost).sum(),
             inputs_lost_in_rebuilds: tallies.iter().map(|t| t.lost_in_rebuilds).sum(),
             rooms_rebuilt: rebuilt_rooms(tallies),
             mismatches: tallies.iter().map(|t| t.mismatches).sum(),

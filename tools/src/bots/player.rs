@@ -39,6 +39,20 @@ pub trait Game: Send + 'static {
     /// The incarnations of the room seen so far: its rebuilds after a crash (its state
     /// restarted), and the inputs lost with the incarnations that died.
     fn incarnations(&self) -> &Incarnations;
+
+    /// The client reported `inputs` inputs it could not deliver (its connection died, or the
+    /// Actor was unbound, before the gateway confirmed them).
+    fn undelivered(&mut self, _inputs: u64) {}
+
+    /// The player Actor is bound again, on a new session or binding: what it pushed meanwhile
+    /// went to the one that ended, and the bot never sees it.
+    fn rebound(&mut self) {}
+
+    /// Inputs whose fate the bot could not see because the pushes that answer them went to a
+    /// session that ended (for games whose checks read answers, not a running count).
+    fn unseen(&self) -> u64 {
+        0
+    }
 }
 
 /// A room rebuilt after a crash, as a report names it.
@@ -77,6 +91,9 @@ pub struct Tally {
     pub undelivered: u64,
     /// Inputs lost with a room that crashed and was rebuilt (its state restarted).
     pub lost_in_rebuilds: u64,
+    /// Inputs the client delivered whose answers were pushed to a session that then died with
+    /// its gateway, so the bot could not check them (never counted lost).
+    pub answers_lost: u64,
     /// Its room's rebuilds, as it saw them.
     pub rebuilds: Vec<RoomRebuilt>,
     /// Pushes whose content the game's rules do not explain.
@@ -159,9 +176,13 @@ pub async fn play<G: Game>(
                         ));
                         break;
                     }
+                    game.rebound();
                 }
-                Ok(ClientEvent::Undelivered { inputs, .. }) => tally.undelivered += inputs,
-                Ok(ClientEvent::Reconnected { .. }) => {}
+                Ok(ClientEvent::Undelivered { inputs, .. }) => {
+                    tally.undelivered += inputs;
+                    game.undelivered(inputs);
+                }
+                Ok(ClientEvent::Reconnected { .. }) => game.rebound(),
                 Err(error) => {
                     tally.error = Some(format!("{me}: {error}"));
                     break;
@@ -183,11 +204,17 @@ pub async fn play<G: Game>(
         })
         .collect();
     tally.lost_in_rebuilds = lost_in_rebuilds;
-    let not_applied = tally.faults.lost + lost_in_rebuilds;
+    let unseen = game.unseen();
+    let not_applied = tally.faults.lost + lost_in_rebuilds + unseen;
     tally.applied = tally.sent - not_applied.min(tally.sent);
-    // What the client could not deliver is not what the server lost.
-    tally.undelivered = tally.undelivered.min(tally.faults.lost);
-    tally.faults.lost -= tally.undelivered;
+    // What the client could not deliver is not what the server lost, nor an answer lost with a
+    // dead session. The client reports every input it had no confirmation of, and some of those
+    // ran: only those the checks found missing count.
+    let explains_lost = tally.undelivered.min(tally.faults.lost);
+    let explains_unseen = (tally.undelivered - explains_lost).min(unseen);
+    tally.faults.lost -= explains_lost;
+    tally.undelivered = explains_lost + explains_unseen;
+    tally.answers_lost = unseen - explains_unseen;
     tally.connects = client.session().connects;
     client.close().await;
     tally

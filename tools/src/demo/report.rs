@@ -100,8 +100,12 @@ impl Report {
             b.inputs.reordered
         ));
         line(format!(
-            "  not delivered by the client {} (written into a connection whose gateway died)",
+            "  not delivered by the client {} (their gateway died before it confirmed them)",
             b.inputs_undelivered
+        ));
+        line(format!(
+            "  answers lost with a dead gateway {} (ran; pushed to the session that died)",
+            b.answers_lost_with_gateways
         ));
         line(format!(
             "  lost in rebuilt rooms       {} (rooms rebuilt after a crash: {})",

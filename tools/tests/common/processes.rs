@@ -171,13 +171,18 @@ impl Processes {
 
     /// Sends SIGTERM to the `i`th process, as a supervisor stopping it does.
     pub fn terminate(&self, i: usize) {
+        self.signal(i, "TERM");
+    }
+
+    /// Sends the signal named `name` (`TERM`, `STOP`, `CONT`) to the `i`th process.
+    pub fn signal(&self, i: usize, name: &str) {
         let p = &self.0[i];
         let pid = p.child.id().expect("the process runs");
         let status = std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
+            .args([&format!("-{name}"), &pid.to_string()])
             .status()
             .expect("kill runs");
-        assert!(status.success(), "SIGTERM to {}", p.id);
+        assert!(status.success(), "SIG{name} to {}", p.id);
     }
 
     /// Kills the `i`th process with SIGKILL, as a crash does: it gets no chance to release its

@@ -16,8 +16,12 @@ use crate::ids::{ActorId, NodeId};
 /// The ALPN protocol of the client listener; anything else fails the TLS handshake.
 pub const ALPN: &[u8] = b"ferry-client/1";
 
-/// The protocol version a client states in its Hello.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The protocol version a client states in its Hello. Version 2 added
+/// [`ServerFrame::Delivered`]; a gateway still takes version 1 clients and sends them none.
+pub const PROTOCOL_VERSION: u16 = 2;
+
+/// The oldest protocol version a gateway takes.
+pub const OLDEST_VERSION: u16 = 1;
 
 /// What a client sends.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,6 +125,15 @@ pub enum ServerFrame {
         code: CloseCode,
         /// Why, for people.
         reason: String,
+    },
+    /// The first `inputs` inputs this session sent to `actor` since it bound it have reached
+    /// the Actor and run there (or died with a node that crashed while running it): a gateway
+    /// that dies now loses none of them. Cumulative; sent to version 2 clients only.
+    Delivered {
+        /// The Actor.
+        actor: ActorId,
+        /// How many of this session's inputs to it, counted from its bind.
+        inputs: u64,
     },
 }
 
@@ -273,6 +286,7 @@ mod tests {
                 ServerFrame::Unbound { actor: actor(&name), reason: name.clone() },
                 ServerFrame::Push { actor: actor(&name), seq: session, payload: bytes.into() },
                 ServerFrame::Closing { code: CloseCode::ALL[code], reason: name.clone() },
+                ServerFrame::Delivered { actor: actor(&name), inputs: session },
             ];
             for frame in &frames {
                 round_trip(frame)?;
