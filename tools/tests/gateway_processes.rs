@@ -4,7 +4,10 @@
 //! right after: the drain moves the room (to `bravo`) without waiting for the dead gateway, and
 //! the player on the healthy gateway plays on, on the same session, through the move. A client
 //! whose own gateway is killed fails over to the next one it was given, within its idle timeout,
-//! binds again, and is told which of its inputs could not be delivered.
+//! binds again, and is told which of its inputs could not be delivered. A player who binds through
+//! a gateway while its Actor's node is dead and not rebuilt yet is refused at once, with a reason
+//! to retry, and binds once recovery has rebuilt the Actor, also when the dead node was a seed the
+//! gateway dials again.
 
 mod common;
 
@@ -559,5 +562,143 @@ async fn a_token_with_bind_patterns_binds_only_its_own_actors() {
     bots.close().await;
     for (name, status, log) in processes.terminate_all().await {
         assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+    }
+}
+
+/// Binds `player` once a second until a bind works; returns why the others were refused.
+async fn bind_until_bound(client: &Client, player: &ActorId) -> Vec<String> {
+    let mut refused = Vec::new();
+    within(&format!("a bind of {player}"), async {
+        while let Err(error) = client.bind(player).await {
+            refused.push(error.to_string());
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+    .await;
+    refused
+}
+
+/// Waits until `node`'s log (in `dir`) has a line with each of `parts`.
+async fn logged(dir: &std::path::Path, node: &str, parts: &[&str]) {
+    let log = dir.join(format!("{node}.log"));
+    within(&format!("{node} to log {parts:?}"), async {
+        loop {
+            let text = common::processes::read_log(&log);
+            if text.lines().any(|l| parts.iter().all(|p| l.contains(p))) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bind_to_an_actor_of_a_killed_node_works_through_a_gateway_once_recovery_rebuilt_it() {
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let tmp = TempDir::new("rebuilt-binds");
+    let certs_dir = tmp.path().join("certs");
+    let out = run_ferry(&[
+        "certs",
+        "--out",
+        &certs_dir.display().to_string(),
+        "--nodes",
+        "alpha,bravo,charlie,driver",
+        "--gateway",
+        "localhost",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(tmp.path().join("tokens.txt"), "gw-token bots\n").expect("tokens");
+    let mut registry = Registry::new();
+    fps::register(&mut registry, fps::Rules::default());
+    let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
+    let mut processes = Processes::default();
+    let mut ready = Vec::new();
+    // alpha runs the room; bravo is the players' gateway; charlie is where the room is rebuilt.
+    // bravo and charlie dial alpha as their seed, as the documented config does.
+    let mut seeds = String::new();
+    for (name, capacity, gateway) in [
+        ("alpha", 100, false),
+        ("bravo", 0, true),
+        ("charlie", 100, false),
+    ] {
+        let config = tmp.path().join(format!("{name}.toml"));
+        let text = node_config(name, &redis.url(), capacity, gateway) + &seeds;
+        std::fs::write(&config, text).expect("config");
+        let node = processes.start(name, &config, tmp.path()).await;
+        if seeds.is_empty() {
+            seeds = format!("seeds = [\"{name}@{}\"]\n", node.mesh);
+        }
+        ready.push(node);
+    }
+    settle(&driver, &store, &[id("alpha"), id("bravo"), id("charlie")]).await;
+    let room = SpotId::new("fps-room-rebuilt").expect("valid id");
+    create_unit(
+        &ready[0].admin(),
+        &format!(
+            r#"{{"kind":"spot","factory":"{}","id":"{room}","join":null}}"#,
+            fps::ROOM
+        ),
+    )
+    .await;
+    let (stayed, late) = (
+        ActorId::new("p-stayed").expect("valid id"),
+        ActorId::new("p-late").expect("valid id"),
+    );
+    for p in [&stayed, &late] {
+        let body = format!(
+            r#"{{"kind":"actor","factory":"{}","id":"{p}","join":"{room}"}}"#,
+            fps::PLAYER
+        );
+        create_unit(&ready[0].admin(), &body).await;
+    }
+    // charlie is drained (of nothing): until it is resumed, no node can rebuild alpha's room.
+    let charlie_admin = ready[2].admin();
+    let out = run_ferry(&["drain", &charlie_admin, "--deadline", "10s"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let ca_pem = std::fs::read_to_string(certs_dir.join("gateway.pem")).expect("gateway CA");
+    let client = || {
+        let servers = vec![ready[1].sessions.expect("a gateway")];
+        let mut config =
+            ClientConfig::new(servers, "localhost", ca_pem.clone(), b"gw-token".to_vec());
+        config.reconnect = None;
+        Client::connect(config)
+    };
+    let mut on_bravo = client().await.expect("client connects");
+    on_bravo.bind(&stayed).await.expect("bound");
+    snapshot_from(&mut on_bravo, &stayed, "alpha").await;
+
+    // alpha dies; bravo takes it for gone (and dials its seed address again).
+    processes.kill(0).await;
+    logged(tmp.path(), "bravo", &["peer left the cluster", "alpha"]).await;
+    // A player binds while no node has rebuilt the room: refused, with a reason to retry.
+    let mut late_client = client().await.expect("client connects");
+    let refused = late_client
+        .bind(&late)
+        .await
+        .expect_err("no node runs the Actor");
+    let not_yet = "which left the cluster, and no other node runs it yet";
+    assert!(refused.to_string().contains(not_yet), "{refused}");
+
+    // charlie serves again: recovery rebuilds the room there, and both players play on.
+    let out = run_ferry(&["resume", &charlie_admin]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // Until the room is rebuilt, a bind is refused at once for the same reason; then it works.
+    let refusals = bind_until_bound(&late_client, &late).await;
+    assert!(refusals.iter().all(|r| r.contains(not_yet)), "{refusals:?}");
+    snapshot_from(&mut late_client, &late, "charlie").await;
+    snapshot_from(&mut on_bravo, &stayed, "charlie").await;
+    assert_eq!(on_bravo.session().connects, 1, "no reconnect was needed");
+
+    on_bravo.close().await;
+    late_client.close().await;
+    driver.shutdown().await;
+    for (name, status, log) in processes.terminate_all().await {
+        if name != "alpha" {
+            assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+        }
     }
 }

@@ -109,6 +109,19 @@ pub enum MessageError {
         /// The node that had the request.
         node: NodeId,
     },
+    /// The unit's record names a node that left the cluster, and no other node runs it yet:
+    /// recovery rebuilds it on a survivor, unless it may not be rebuilt. Nothing was delivered.
+    #[error(
+        "{id} ran on node {node}, which left the cluster, and no other node runs it yet \
+         (recovery rebuilds it on a survivor, unless it may not be rebuilt); nothing was \
+         delivered: send again shortly"
+    )]
+    OwnerLeft {
+        /// The unit that was addressed.
+        id: UnitId,
+        /// The node its record still names.
+        node: NodeId,
+    },
     /// The unit's owner could not be reached over the mesh; nothing was delivered.
     #[error("{id} could not be reached: {reason}; retry once the store and mesh are back")]
     Unreachable {

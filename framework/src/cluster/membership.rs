@@ -195,6 +195,8 @@ impl Node {
                 }
             }
         }
+        // A node declared gone that is back (restarted under its id) may be routed to again.
+        self.core.router.present(present.iter().map(|d| &d.node));
         // Moves from a node that is gone will never get their cutover: give their copies up now.
         self.give_up_staged_from_departed(&present);
         *self.core.view.write() = live;

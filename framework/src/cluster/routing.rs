@@ -4,7 +4,7 @@
 //! While a route is being looked up, later messages to the same id wait behind the first in one
 //! queue and leave in order, so a sender's order survives the lookup.
 
-use foldhash::HashMap;
+use foldhash::{HashMap, HashSet};
 use std::any::TypeId;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -86,6 +86,10 @@ pub(crate) struct Router {
     lookup_drops: AtomicU64,
     /// How many units are [`Route::Arriving`]: while none is, a local send skips this cache.
     arriving: AtomicUsize,
+    /// Nodes membership declared gone that have not been seen live since: a record that still
+    /// names one (recovery has not rebuilt the unit yet) is no route. A seed among them is
+    /// dialled again, so a send to it would wait for a node that may never come back.
+    gone: Mutex<HashSet<NodeId>>,
 }
 
 impl Router {
@@ -95,6 +99,7 @@ impl Router {
             shards: std::array::from_fn(|_| Mutex::new(HashMap::default())),
             lookup_drops: AtomicU64::new(0),
             arriving: AtomicUsize::new(0),
+            gone: Mutex::new(HashSet::default()),
         }
     }
 
@@ -167,8 +172,10 @@ impl Router {
         }
     }
 
-    /// Forgets every route to a node that left the cluster.
+    /// Forgets every route to a node that left the cluster, and takes no new one to it until
+    /// it is back ([`Router::present`]).
     pub fn forget_node(&self, node: &NodeId) {
+        self.gone.lock().insert(node.clone());
         for shard in &self.shards {
             shard
                 .lock()
@@ -176,6 +183,22 @@ impl Router {
                     !matches!(route, Route::Known(owner) | Route::Moved(owner) if owner == node)
                 });
         }
+    }
+
+    /// Membership found these nodes live (or not yet confirmed dead): routes to them are good.
+    pub fn present<'a>(&self, nodes: impl IntoIterator<Item = &'a NodeId>) {
+        let mut gone = self.gone.lock();
+        if gone.is_empty() {
+            return;
+        }
+        for node in nodes {
+            gone.remove(node);
+        }
+    }
+
+    /// Whether membership declared `node` gone, and it has not been seen live since.
+    fn is_gone(&self, node: &NodeId) -> bool {
+        self.gone.lock().contains(node)
     }
 
     /// Points a unit at the target of its move from here, whatever was known (see
@@ -533,6 +556,9 @@ impl Node {
     /// earlier one still on the old path (forwarded by a former owner), so when the path changes,
     /// a fence goes along the old one and new messages wait for it to run at the unit.
     fn on_route_hint(&self, id: UnitId, owner: NodeId) {
+        if self.core.router.is_gone(&owner) {
+            return;
+        }
         if let Some(old) = self.core.router.hint(id.clone(), owner, self.id()) {
             self.send_fence(id, old);
         }
@@ -703,6 +729,14 @@ impl Node {
             Ok(Some(record)) if record.owner == *self.id() => {
                 for deliver in waiting {
                     self.deliver_here(deliver);
+                }
+            }
+            // Not rebuilt yet: nothing waits for a dead node, and the next send looks again.
+            Ok(Some(record)) if self.core.router.is_gone(&record.owner) => {
+                tracing::debug!(unit = %id, owner = %record.owner, "the unit's node left the cluster; not rebuilt yet");
+                for deliver in waiting {
+                    let node = record.owner.clone();
+                    self.give_up(deliver, |id| MessageError::OwnerLeft { id, node });
                 }
             }
             Ok(Some(record)) => self.flush(id, record.owner, waiting),
