@@ -119,14 +119,19 @@ pub struct Incarnations {
     /// The checks of the incarnations before the current one.
     past: Faults,
     rebuilds: Vec<Rebuild>,
+    /// Until the current incarnation's first input is seen: the inputs the incarnations before
+    /// it applied, below which none can be the current one's.
+    floor: Option<u64>,
 }
 
 impl Incarnations {
     /// The room came back fresh (on `node`, if the push said). The incarnation that died applied
     /// `applied` of this bot's inputs and its checks found `faults`; of the `sent` inputs so far,
     /// the rest died with it. Inputs from number `sent` on are the new incarnation's.
+    /// Until [`Incarnations::first_input`] says otherwise.
     pub fn rebuilt(&mut self, node: Option<String>, sent: u64, applied: u64, faults: Faults) {
         self.before += applied;
+        self.floor = Some(self.before);
         let lost = sent.saturating_sub(self.before);
         self.lost += lost;
         self.before += lost;
@@ -135,6 +140,19 @@ impl Incarnations {
             node,
             at: Instant::now(),
         });
+    }
+
+    /// The first input the current incarnation ran is numbered `first`. Those from it on that
+    /// [`Incarnations::rebuilt`] counted lost with the old one reached the new one instead (the
+    /// gateway held them while it bound the Actor again), but none the old one applied: an input
+    /// both ran stays a duplicate. Returns where the current incarnation's inputs start, the
+    /// first time after a rebuild only.
+    pub fn first_input(&mut self, first: u64) -> Option<u64> {
+        let floor = self.floor.take()?;
+        let start = first.clamp(floor, self.before);
+        self.lost -= self.before - start;
+        self.before = start;
+        Some(start)
     }
 
     /// How many inputs the incarnations before the current one account for: the current one
@@ -255,6 +273,25 @@ mod tests {
         assert_eq!(rooms.faults(faults(1, 0, 0)), faults(1, 0, 1));
         let nodes: Vec<_> = rooms.rebuilds().iter().map(|r| r.node.clone()).collect();
         assert_eq!(nodes, [Some("n2".to_owned()), None]);
+    }
+
+    #[test]
+    fn inputs_held_for_a_rebuilt_room_count_with_it_not_with_the_old_one() {
+        let mut rooms = Incarnations::default();
+        // 10 applied, 16 sent when the rebuild was seen; the new room's first input is 13.
+        rooms.rebuilt(None, 16, 10, Faults::default());
+        assert_eq!((rooms.before(), rooms.lost()), (16, 6));
+        assert_eq!(rooms.first_input(13), Some(13));
+        assert_eq!((rooms.before(), rooms.lost()), (13, 3));
+        assert_eq!(rooms.first_input(14), None, "once per incarnation");
+        // After a second rebuild, a first input the old room had applied is not moved below
+        // what it applied (the checks then count it twice), nor one sent later above `sent`.
+        rooms.rebuilt(None, 20, 5, Faults::default());
+        assert_eq!(rooms.first_input(15), Some(18));
+        assert_eq!(rooms.lost(), 3);
+        rooms.rebuilt(None, 25, 2, Faults::default());
+        assert_eq!(rooms.first_input(30), Some(25));
+        assert_eq!(rooms.lost(), 8);
     }
 
     #[test]

@@ -260,11 +260,18 @@ impl Game for FpsBot {
                 let applied = self.applied_now();
                 self.incarnations.rebuilt(node, self.sent, applied, faults);
                 self.watch = fps::Watch::default();
-                self.base = Some(snapshot.inputs);
+                // The rebuilt player's log starts empty: every input in it is this bot's.
+                self.base = Some(fps::InputLog::default());
                 self.expected_out_of_order = u64::from(self.sent > 0);
                 self.gaps = 0;
             }
             _ => {}
+        }
+        // The first input a rebuilt room applied, by its log: the ones before it died with the
+        // old room, those after it (held by the gateway meanwhile) ran in the new one.
+        if let Some(last) = snapshot.inputs.last_seq {
+            let first = (last + 1).saturating_sub(snapshot.inputs.applied);
+            self.incarnations.first_input(first);
         }
         self.watch.see(snapshot);
         Some(tick)
@@ -353,6 +360,10 @@ impl Game for ChatBot {
         }
         self.last_line = Some(line.seq);
         if let Some(seq) = mine {
+            // The first line of ours in a rebuilt room: what it says from here on is its own.
+            if let Some(start) = self.incarnations.first_input(seq) {
+                self.mine = Sequence::starting_at(start);
+            }
             // The first line of ours on the new binding: those before it that did not come were
             // pushed to the binding that ended (they never come on this one).
             if std::mem::take(&mut self.rebound) {
@@ -833,6 +844,55 @@ mod tests {
         assert_eq!(rooms.lost(), 1, "line 2 died with the old incarnation");
         assert!(bot.caught_up(4));
         assert_eq!(bot.faults(4), Faults::default());
+    }
+
+    #[test]
+    fn a_chat_bot_counts_lines_held_for_a_rebuilt_room_with_the_new_room() {
+        let mut bot = ChatBot::new(actor("chat-0-p0"));
+        for seq in 0..2 {
+            bot.input(seq);
+            bot.read(line(40 + seq, "chat-0-p0", &seq.to_string()));
+        }
+        // Line 2 dies with the room's node; line 3 is held by the gateway while it binds the
+        // chatter again, and said by the rebuilt room, after another member's first line.
+        bot.input(2);
+        bot.input(3);
+        bot.read(line(0, "chat-0-p1", "9"));
+        bot.input(4);
+        bot.read(line(1, "chat-0-p0", "3"));
+        bot.read(line(2, "chat-0-p0", "4"));
+        assert_eq!(
+            bot.incarnations().lost(),
+            1,
+            "only line 2 died with the old room"
+        );
+        assert!(bot.caught_up(5));
+        assert_eq!(bot.faults(5), Faults::default());
+        // A line the new room says twice is still a duplicate.
+        bot.read(line(3, "chat-0-p0", "3"));
+        assert_eq!(bot.faults(5).duplicated, 1);
+    }
+
+    #[test]
+    fn an_fps_bot_counts_inputs_held_for_a_rebuilt_room_with_the_new_room() {
+        let mut bot = FpsBot::default();
+        bot.read(snapshot("n1", 10, 0, None, 0));
+        bot.input(0);
+        bot.input(1);
+        bot.read(snapshot("n1", 11, 2, Some(1), 0));
+        // Input 2 dies with n1; input 3 is held by the gateway and applied by the rebuilt room
+        // after its first snapshot.
+        bot.input(2);
+        bot.input(3);
+        bot.read(snapshot("n2", 1, 0, None, 0));
+        bot.input(4);
+        bot.read(snapshot("n2", 2, 2, Some(4), 1));
+        assert_eq!(bot.incarnations().lost(), 1, "only input 2 died with n1");
+        assert!(bot.caught_up(5));
+        assert_eq!(bot.faults(5), Faults::default());
+        // An input the rebuilt room applies twice is still a duplicate.
+        bot.read(snapshot("n2", 3, 3, Some(4), 2));
+        assert_eq!(bot.faults(5).duplicated, 1);
     }
 
     #[test]
