@@ -146,11 +146,16 @@ pub async fn play<G: Game>(
         };
         tokio::select! {
             _ = every.tick(), if sending => {
-                if let Err(error) = client.send(&me, &game.input(tally.sent)) {
-                    tally.error = Some(format!("{me}: {error}"));
-                    break;
+                match client.send(&me, &game.input(tally.sent)) {
+                    Ok(()) => tally.sent += 1,
+                    // A bind made again after a reconnect was refused: the `Unbound` that says so
+                    // is on its way, and the bot binds again then. Nothing was sent.
+                    Err(ClientError::NotBound { .. }) => {}
+                    Err(error) => {
+                        tally.error = Some(format!("{me}: {error}"));
+                        break;
+                    }
                 }
-                tally.sent += 1;
             }
             changed = stop.changed(), if sending => {
                 if changed.is_err() || *stop.borrow() {
