@@ -211,3 +211,61 @@ async fn a_seed_that_dies_is_declared_gone_like_any_peer_and_its_rooms_are_reach
     cut.heal();
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tells_to_a_room_whose_node_died_and_is_not_rebuilt_yet_are_each_reported_lost() {
+    let mut cluster = Cluster::start(0, registry).await;
+    let mut config = cluster.config("n2");
+    config.lease_ttl = Duration::from_secs(1);
+    let doomed = cluster.add_with(config, registry()).await;
+    // The sender takes no unit: nothing can rebuild the room while the test looks.
+    let mut config = cluster.config("n1");
+    config.capacity = 0;
+    let sender = cluster.add_with(config, registry()).await;
+    let room = SpotId::new("counter").expect("id");
+    doomed
+        .create_spot_on(doomed.id(), "counter", &room)
+        .await
+        .expect("created");
+    let seen: Vec<u32> = sender
+        .request(&room, Msg::Get, Duration::from_secs(10))
+        .await
+        .expect("room answers");
+    assert!(seen.is_empty());
+    doomed.abort().await;
+    // Once the sender declared n2 gone, its record is no route: a request ends at once.
+    let mut reports = sender.undelivered_events();
+    let ended = loop {
+        sender.refresh_membership().await.expect("membership read");
+        if sender.peers().iter().any(|p| p.node == *doomed.id()) {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        break sender
+            .request::<Msg, Vec<u32>>(&room, Msg::Get, Duration::from_secs(10))
+            .await;
+    };
+    assert!(
+        matches!(&ended, Err(MessageError::OwnerLeft { node, .. }) if node == doomed.id()),
+        "{ended:?}"
+    );
+    // Tells are accepted, then each is reported lost, once, with its message.
+    for n in 0..3 {
+        sender.tell(&room, Msg::Number(n)).expect("told");
+    }
+    let mut lost = Vec::new();
+    while lost.len() < 3 {
+        let report = tokio::time::timeout(Duration::from_secs(10), reports.recv())
+            .await
+            .expect("a report")
+            .expect("reports");
+        assert_eq!(report.peer, *doomed.id());
+        match report.message::<Msg>().expect("decodes") {
+            Msg::Number(n) => lost.push(n),
+            other => panic!("only tells are reported: {other:?}"),
+        }
+    }
+    assert_eq!(lost, [0, 1, 2]);
+    assert_eq!(sender.tells_lost(), 3);
+    cluster.shutdown().await;
+}

@@ -19,12 +19,13 @@ use crate::node::Node;
 const REPORTS: usize = 4096;
 
 /// A tell that `tell` accepted but that no node will run: the peer it was handed to left the
-/// cluster or restarted before it acknowledged the tell.
+/// cluster or restarted before it acknowledged the tell, or the node that ran its unit left the
+/// cluster and no node runs the unit yet.
 #[derive(Debug, Clone)]
 pub struct Undelivered {
     /// The unit it was for.
     pub to: UnitId,
-    /// The node it was handed to last.
+    /// The node it was handed to last, or the one that ran its unit.
     pub peer: NodeId,
     payload: Bytes,
 }
@@ -56,7 +57,8 @@ impl Losses {
 
 impl Node {
     /// How many tells this node sent that no node will run, because the peer they were handed to
-    /// left the cluster or restarted before acknowledging them. Each is also reported on
+    /// left the cluster or restarted before acknowledging them, or because the node that ran
+    /// their unit left and no node runs it yet. Each is also reported on
     /// [`Node::undelivered_events`] and logged at `warn`.
     pub fn tells_lost(&self) -> u64 {
         self.core.losses.tells.load(Ordering::Relaxed)
@@ -127,6 +129,12 @@ impl Node {
             tracing::debug!(%peer, unit = %to, "a session change was lost with its peer");
             return;
         }
+        self.tell_lost(peer, to, payload, origin);
+    }
+
+    /// A tell no node will run, because `peer` (the node it was handed to, or the one that ran
+    /// its unit) left the cluster: reported to the node that sent it, here or across the mesh.
+    pub(crate) fn tell_lost(&self, peer: &NodeId, to: UnitId, payload: Bytes, origin: NodeId) {
         if origin == *self.id() {
             self.report_tell(to, peer.clone(), payload);
             return;
@@ -145,7 +153,7 @@ impl Node {
     pub(crate) fn report_tell(&self, to: UnitId, peer: NodeId, payload: Bytes) {
         self.core.losses.tells.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("ferry_tells_lost_total").increment(1);
-        tracing::warn!(unit = %to, %peer, "a tell was lost: the node it was handed to left before it acknowledged it");
+        tracing::warn!(unit = %to, %peer, "a tell was lost: the node it was handed to, or the one that ran its unit, left the cluster");
         // No receiver is fine: the count and the log stay.
         let _ = self
             .core

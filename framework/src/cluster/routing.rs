@@ -736,7 +736,12 @@ impl Node {
                 tracing::debug!(unit = %id, owner = %record.owner, "the unit's node left the cluster; not rebuilt yet");
                 for deliver in waiting {
                     let node = record.owner.clone();
-                    self.give_up(deliver, |id| MessageError::OwnerLeft { id, node });
+                    match deliver.reply {
+                        None if deliver.session.is_none() => {
+                            self.tell_lost(&node, deliver.to, deliver.payload, deliver.origin);
+                        }
+                        _ => self.give_up(deliver, |id| MessageError::OwnerLeft { id, node }),
+                    }
                 }
             }
             Ok(Some(record)) => self.flush(id, record.owner, waiting),
