@@ -15,10 +15,11 @@ use std::time::Duration;
 
 use common::TempDir;
 use common::processes::{
-    Processes, driver, get, post, promtool_problems, raw_http, run_ferry, settle, text, within,
+    Processes, Ready, driver, get, post, promtool_problems, raw_http, run_ferry, settle, text,
+    within,
 };
 use ferry::client::{Client, ClientConfig, ClientEvent};
-use ferry::{ActorId, NodeId, Registry, SpotId};
+use ferry::{ActorId, Node, NodeId, Registry, SpotId};
 use ferry_samples::fps::{self, Snapshot};
 use ferry_tests::redis_server::RedisServer;
 
@@ -57,6 +58,61 @@ sessions_tokens = "tokens.txt"
     config
 }
 
+/// alpha, bravo and charlie as `ferry node` processes on a real redis-server, each with the
+/// capacity and gateway `nodes` gives it, beside a driver node that knows the FPS rooms; the
+/// certificates and a `bots` token are written first. `edit` may change a node's config, given
+/// the nodes started before it.
+struct Trio {
+    _redis: RedisServer,
+    tmp: TempDir,
+    driver: Node,
+    processes: Processes,
+    ready: Vec<Ready>,
+}
+
+impl Trio {
+    async fn start(
+        name: &str,
+        nodes: [(&str, u64, bool); 3],
+        edit: impl Fn(String, &[Ready]) -> String,
+    ) -> Option<Trio> {
+        let redis = RedisServer::start_or_skip().await?;
+        let tmp = TempDir::new(name);
+        let certs_dir = tmp.path().join("certs");
+        let out = run_ferry(&[
+            "certs",
+            "--out",
+            &certs_dir.display().to_string(),
+            "--nodes",
+            "alpha,bravo,charlie,driver",
+            "--gateway",
+            "localhost",
+        ])
+        .await;
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        std::fs::write(tmp.path().join("tokens.txt"), "gw-token bots\n").expect("tokens");
+        let mut registry = Registry::new();
+        fps::register(&mut registry, fps::Rules::default());
+        let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
+        let mut processes = Processes::default();
+        let mut ready = Vec::new();
+        for (name, capacity, gateway) in nodes {
+            let config = tmp.path().join(format!("{name}.toml"));
+            let text = edit(node_config(name, &redis.url(), capacity, gateway), &ready);
+            std::fs::write(&config, text).expect("config");
+            ready.push(processes.start(name, &config, tmp.path()).await);
+        }
+        settle(&driver, &store, &[id("alpha"), id("bravo"), id("charlie")]).await;
+        Some(Trio {
+            _redis: redis,
+            tmp,
+            driver,
+            processes,
+            ready,
+        })
+    }
+}
+
 /// Creates a unit on `admin`'s node through `POST /units`.
 async fn create_unit(admin: &str, body: &str) {
     let (code, answer) = raw_http(admin, &post("/units", body)).await;
@@ -87,40 +143,27 @@ async fn snapshot_from(client: &mut Client, player: &ActorId, node: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_right_after_a_gateway_died_moves_the_room_and_healthy_players_play_on() {
-    let Some(redis) = RedisServer::start_or_skip().await else {
+    // charlie takes no unit: the drain's only target is bravo.
+    let Some(Trio {
+        _redis,
+        tmp,
+        driver,
+        mut processes,
+        ready,
+    }) = Trio::start(
+        "dead-gateway",
+        [
+            ("alpha", 100, false),
+            ("bravo", 100, true),
+            ("charlie", 0, true),
+        ],
+        |text, _| text,
+    )
+    .await
+    else {
         return;
     };
-    let tmp = TempDir::new("dead-gateway");
     let certs_dir = tmp.path().join("certs");
-    let out = run_ferry(&[
-        "certs",
-        "--out",
-        &certs_dir.display().to_string(),
-        "--nodes",
-        "alpha,bravo,charlie,driver",
-        "--gateway",
-        "localhost",
-    ])
-    .await;
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    std::fs::write(tmp.path().join("tokens.txt"), "gw-token bots\n").expect("tokens");
-    let mut registry = Registry::new();
-    fps::register(&mut registry, fps::Rules::default());
-    let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
-    let mut processes = Processes::default();
-    let mut ready = Vec::new();
-    // charlie takes no unit: the drain's only target is bravo.
-    for (name, capacity, gateway) in [
-        ("alpha", 100, false),
-        ("bravo", 100, true),
-        ("charlie", 0, true),
-    ] {
-        let config = tmp.path().join(format!("{name}.toml"));
-        std::fs::write(&config, node_config(name, &redis.url(), capacity, gateway))
-            .expect("config");
-        ready.push(processes.start(name, &config, tmp.path()).await);
-    }
-    settle(&driver, &store, &[id("alpha"), id("bravo"), id("charlie")]).await;
     let alpha_admin = ready[0].admin();
 
     let room = SpotId::new("fps-room-gateways").expect("valid id");
@@ -195,39 +238,26 @@ async fn a_drain_right_after_a_gateway_died_moves_the_room_and_healthy_players_p
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_whose_gateway_is_killed_fails_over_rebinds_and_is_told_what_it_could_not_deliver()
 {
-    let Some(redis) = RedisServer::start_or_skip().await else {
+    let Some(Trio {
+        _redis,
+        tmp,
+        driver,
+        mut processes,
+        ready,
+    }) = Trio::start(
+        "failover",
+        [
+            ("alpha", 100, false),
+            ("bravo", 0, true),
+            ("charlie", 0, true),
+        ],
+        |text, _| text,
+    )
+    .await
+    else {
         return;
     };
-    let tmp = TempDir::new("failover");
     let certs_dir = tmp.path().join("certs");
-    let out = run_ferry(&[
-        "certs",
-        "--out",
-        &certs_dir.display().to_string(),
-        "--nodes",
-        "alpha,bravo,charlie,driver",
-        "--gateway",
-        "localhost",
-    ])
-    .await;
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    std::fs::write(tmp.path().join("tokens.txt"), "gw-token bots\n").expect("tokens");
-    let mut registry = Registry::new();
-    fps::register(&mut registry, fps::Rules::default());
-    let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
-    let mut processes = Processes::default();
-    let mut ready = Vec::new();
-    for (name, capacity, gateway) in [
-        ("alpha", 100, false),
-        ("bravo", 0, true),
-        ("charlie", 0, true),
-    ] {
-        let config = tmp.path().join(format!("{name}.toml"));
-        std::fs::write(&config, node_config(name, &redis.url(), capacity, gateway))
-            .expect("config");
-        ready.push(processes.start(name, &config, tmp.path()).await);
-    }
-    settle(&driver, &store, &[id("alpha"), id("bravo"), id("charlie")]).await;
     let room = SpotId::new("fps-room-failover").expect("valid id");
     let player = ActorId::new("p-failover").expect("valid id");
     create_unit(
@@ -310,41 +340,27 @@ async fn a_client_whose_gateway_is_killed_fails_over_rebinds_and_is_told_what_it
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inputs_a_killed_gateway_had_not_handed_on_are_reported_though_it_spoke_after_them() {
-    let Some(redis) = RedisServer::start_or_skip().await else {
+    // One room on alpha, one on bravo; charlie is only a gateway. Leases outlast alpha's pause.
+    let Some(Trio {
+        _redis,
+        tmp,
+        driver,
+        mut processes,
+        ready,
+    }) = Trio::start(
+        "gateway-held",
+        [
+            ("alpha", 100, false),
+            ("bravo", 100, true),
+            ("charlie", 0, true),
+        ],
+        |text, _| text.replace("lease_ttl_ms = 3000", "lease_ttl_ms = 20000"),
+    )
+    .await
+    else {
         return;
     };
-    let tmp = TempDir::new("gateway-held");
     let certs_dir = tmp.path().join("certs");
-    let out = run_ferry(&[
-        "certs",
-        "--out",
-        &certs_dir.display().to_string(),
-        "--nodes",
-        "alpha,bravo,charlie,driver",
-        "--gateway",
-        "localhost",
-    ])
-    .await;
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    std::fs::write(tmp.path().join("tokens.txt"), "gw-token bots\n").expect("tokens");
-    let mut registry = Registry::new();
-    fps::register(&mut registry, fps::Rules::default());
-    let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
-    let mut processes = Processes::default();
-    let mut ready = Vec::new();
-    // One room on alpha, one on bravo; charlie is only a gateway. Leases outlast alpha's pause.
-    for (name, capacity, gateway) in [
-        ("alpha", 100, false),
-        ("bravo", 100, true),
-        ("charlie", 0, true),
-    ] {
-        let config = tmp.path().join(format!("{name}.toml"));
-        let text = node_config(name, &redis.url(), capacity, gateway)
-            .replace("lease_ttl_ms = 3000", "lease_ttl_ms = 20000");
-        std::fs::write(&config, text).expect("config");
-        ready.push(processes.start(name, &config, tmp.path()).await);
-    }
-    settle(&driver, &store, &[id("alpha"), id("bravo"), id("charlie")]).await;
     let (held, heard) = (
         ActorId::new("p-held").expect("valid id"),
         ActorId::new("p-heard").expect("valid id"),
@@ -595,46 +611,31 @@ async fn logged(dir: &std::path::Path, node: &str, parts: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bind_to_an_actor_of_a_killed_node_works_through_a_gateway_once_recovery_rebuilt_it() {
-    let Some(redis) = RedisServer::start_or_skip().await else {
-        return;
-    };
-    let tmp = TempDir::new("rebuilt-binds");
-    let certs_dir = tmp.path().join("certs");
-    let out = run_ferry(&[
-        "certs",
-        "--out",
-        &certs_dir.display().to_string(),
-        "--nodes",
-        "alpha,bravo,charlie,driver",
-        "--gateway",
-        "localhost",
-    ])
-    .await;
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    std::fs::write(tmp.path().join("tokens.txt"), "gw-token bots\n").expect("tokens");
-    let mut registry = Registry::new();
-    fps::register(&mut registry, fps::Rules::default());
-    let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
-    let mut processes = Processes::default();
-    let mut ready = Vec::new();
     // alpha runs the room; bravo is the players' gateway; charlie is where the room is rebuilt.
     // bravo and charlie dial alpha as their seed, as the documented config does.
-    let mut seeds = String::new();
-    for (name, capacity, gateway) in [
-        ("alpha", 100, false),
-        ("bravo", 0, true),
-        ("charlie", 100, false),
-    ] {
-        let config = tmp.path().join(format!("{name}.toml"));
-        let text = node_config(name, &redis.url(), capacity, gateway) + &seeds;
-        std::fs::write(&config, text).expect("config");
-        let node = processes.start(name, &config, tmp.path()).await;
-        if seeds.is_empty() {
-            seeds = format!("seeds = [\"{name}@{}\"]\n", node.mesh);
-        }
-        ready.push(node);
-    }
-    settle(&driver, &store, &[id("alpha"), id("bravo"), id("charlie")]).await;
+    let Some(Trio {
+        _redis,
+        tmp,
+        driver,
+        mut processes,
+        ready,
+    }) = Trio::start(
+        "rebuilt-binds",
+        [
+            ("alpha", 100, false),
+            ("bravo", 0, true),
+            ("charlie", 100, false),
+        ],
+        |text, started| match started.first() {
+            Some(alpha) => text + &format!("seeds = [\"alpha@{}\"]\n", alpha.mesh),
+            None => text,
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    let certs_dir = tmp.path().join("certs");
     let room = SpotId::new("fps-room-rebuilt").expect("valid id");
     create_unit(
         &ready[0].admin(),
