@@ -522,3 +522,39 @@ async fn a_move_that_met_a_store_error_is_tried_again_while_the_drain_has_time()
     assert_eq!((status.moved, status.failed), (2, 0));
     cluster.shutdown().await;
 }
+
+/// A target whose state adapter refuses every restore says so in its refusal: the drain is
+/// blocked as `StateIncompatible` (not tried again), and the room runs on with its state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_cannot_restore_the_state_blocks_the_drain_as_state_incompatible() {
+    let mut cluster = Cluster::start(1, registry).await;
+    let (refusing, gate) = ferry_tests::faults::Gate::new(true);
+    let mut reg = Registry::new();
+    reg.register(
+        Registration::spot("room", |_| Round::default())
+            .policy(RelocationPolicy::PreserveState(Arc::new(refusing))),
+    );
+    let config = cluster.config("n2");
+    cluster.add_with(config, reg).await;
+    let n1 = cluster.nodes[0].clone();
+    let r = spot("r");
+    n1.create_spot_on(n1.id(), "room", &r).await.expect("room");
+    n1.tell(&r, Play::Input(1)).expect("told");
+    let draining = ferry_tests::cluster::drain_in_background(&n1, Duration::from_secs(10));
+    gate.wait_started().await;
+    gate.open();
+    let outcome = draining.await.expect("drain");
+    assert_eq!(
+        outcome,
+        RelocateOutcome::Blocked {
+            reason: BlockedReason::StateIncompatible,
+            stayed: vec![UnitId::Spot(r.clone())],
+        }
+    );
+    assert_eq!(
+        get(&n1, &r).await.inputs,
+        vec![1],
+        "the room runs on n1 with its state"
+    );
+    cluster.shutdown().await;
+}

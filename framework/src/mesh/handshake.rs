@@ -37,7 +37,7 @@ pub(crate) enum Wire<F> {
 /// The version of the mesh protocol this build speaks: the frames between nodes and their meaning.
 /// It changes whenever a frame changes; nodes of different versions refuse each other's hello
 /// ([`CloseCode::Version`]) rather than misread each other's frames.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Who is speaking: the protocol version, the node id (checked against its certificate) and the
 /// incarnation. `Hello` stays the first variant of [`Wire`] and `version` its first field in every
@@ -361,11 +361,11 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(refused.code, CloseCode::Version);
-        assert!(
-            refused.reason.contains("version 2, this node 1"),
-            "{}",
-            refused.reason
+        let said = format!(
+            "version {}, this node {PROTOCOL_VERSION}",
+            PROTOCOL_VERSION + 1
         );
+        assert!(refused.reason.contains(&said), "{}", refused.reason);
         let refused = check_welcome(
             &node("b"),
             Wire::<u8>::Welcome(other(Hello::new(node("b"), 1))),

@@ -407,23 +407,8 @@ impl Node {
                 undecided.push(unit);
             }
             end => {
-                let reason = report.blocked.unwrap_or(match end {
-                    MoveEnd::NotSealed(why) if why.contains("deadline") => {
-                        BlockedReason::DeadlineExceeded
-                    }
-                    MoveEnd::Restored(why) if why.contains("deadline") => {
-                        BlockedReason::DeadlineExceeded
-                    }
-                    MoveEnd::Restored(why) if why.contains("takes no units") => {
-                        BlockedReason::TargetUnavailable
-                    }
-                    MoveEnd::Restored(why)
-                        if why.contains("restored") || why.contains("factory") =>
-                    {
-                        BlockedReason::StateIncompatible
-                    }
-                    _ => BlockedReason::RelocationFailed,
-                });
+                // The move says why where it knows (a refusal, the store, the deadline).
+                let reason = report.blocked.unwrap_or(BlockedReason::RelocationFailed);
                 let retryable = matches!(
                     reason,
                     BlockedReason::StoreUnavailable | BlockedReason::TargetUnavailable

@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use super::RelocationId;
 use super::capture::{Capture, QueuedOp, relay_digest};
-use super::frames::{RecordAt, RelocFrame};
+use super::frames::{RecordAt, Refusal, RefusedBecause, RelocFrame};
 use super::phases::{MovePhases, TargetPhases};
 use super::protocol::{MoveEnd, SessionsTo, SourceAction, SourceEvent, SourceMachine};
 use super::reports::{BlockedReason, MoveError, MoveReport, RelocationEvent};
@@ -730,6 +730,14 @@ impl SourceRun {
                 SourceEvent::RelayReady => self.ready_at = Some(Instant::now()),
                 SourceEvent::Committed => self.committed_at = Some(Instant::now()),
                 SourceEvent::Deadline => self.deadline_passed = true,
+                SourceEvent::Refused(refusal) => {
+                    let reason = match refusal.because {
+                        RefusedBecause::NotServing => Some(BlockedReason::TargetUnavailable),
+                        RefusedBecause::StateIncompatible => Some(BlockedReason::StateIncompatible),
+                        RefusedBecause::Other => None,
+                    };
+                    self.blocked = self.blocked.or(reason);
+                }
                 _ => {}
             }
             for action in self.machine.on(event) {
@@ -756,7 +764,7 @@ impl SourceRun {
                 let capture = self.capture.take()?;
                 match self.send_capture(&capture, deadline).await {
                     Ok(()) => None,
-                    Err(why) => Some(SourceEvent::Refused(why)),
+                    Err(why) => Some(SourceEvent::Refused(Refusal::other(why))),
                 }
             }
             SourceAction::Withdraw => {

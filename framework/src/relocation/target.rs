@@ -14,7 +14,7 @@ use ferry_core::conditional::{ConditionalWrite, Settled, WriteAnswer};
 
 use super::RelocationId;
 use super::capture::{Assembly, MembershipData, QueuedOp, relay_digest};
-use super::frames::{RecordAt, RelocFrame};
+use super::frames::{RecordAt, Refusal, RefusedBecause, RelocFrame};
 use super::phases::TargetPhases;
 use super::protocol::{SourceEvent, TargetAction, TargetEvent, TargetMachine};
 use crate::cluster::authority::{NodeDescriptor, Stage, UnitRecord, unit_key};
@@ -94,17 +94,20 @@ impl Node {
                 let max = self.config().max_state;
                 let refusal = if state != NodeState::Serving {
                     // The source's view of this node was older than its last state change.
-                    Some(format!(
-                        "{} is {state} and takes no units; pick a serving node",
-                        self.id()
-                    ))
+                    Some(Refusal {
+                        because: RefusedBecause::NotServing,
+                        why: format!(
+                            "{} is {state} and takes no units; pick a serving node",
+                            self.id()
+                        ),
+                    })
                 } else if manifest.len > max {
-                    Some(format!(
+                    Some(Refusal::other(format!(
                         "{unit}'s capture is {} bytes, over {}'s max_state of {max}; keep less \
                          state in the unit or raise max_state on every node",
                         manifest.len,
                         self.id()
-                    ))
+                    )))
                 } else {
                     None
                 };
@@ -232,7 +235,8 @@ impl Node {
         let capture = match finished {
             Some(Ok(capture)) => capture,
             Some(Err(error)) => {
-                self.target_event(rel, TargetEvent::RestoreFailed(error.to_string()));
+                let refusal = Refusal::other(error.to_string());
+                self.target_event(rel, TargetEvent::RestoreFailed(refusal));
                 return;
             }
             None => return,

@@ -9,6 +9,7 @@ use ferry_core::conditional::{ConditionalWrite, Settled};
 use ferry_core::delivery::{Inbox, Outbox};
 use ferry_core::ids::{NodeId, ObjectGeneration, SpotId, UnitId};
 use ferry_core::relocation::capture::{QueuedOp, relay_digest};
+use ferry_core::relocation::frames::Refusal;
 use ferry_core::relocation::protocol::{
     SourceAction, SourceEvent, SourceMachine, TargetAction, TargetEvent, TargetMachine,
 };
@@ -577,7 +578,7 @@ impl World {
             } => self.offer(node, from, rel, unit, version, record, log, queue),
             Msg::RelayReady(rel) => self.source_event(node, rel, SourceEvent::RelayReady),
             Msg::Refused(rel) => {
-                self.source_event(node, rel, SourceEvent::Refused("refused".into()))
+                self.source_event(node, rel, SourceEvent::Refused(Refusal::other("refused")))
             }
             Msg::Committed(rel) => self.source_event(node, rel, SourceEvent::Committed),
             Msg::Aborted(rel) => {
@@ -1016,7 +1017,7 @@ impl World {
                 };
                 let rel = t.rel;
                 let event = if std::mem::take(&mut self.restore_fails) {
-                    TargetEvent::RestoreFailed("the state adapter panicked".into())
+                    TargetEvent::RestoreFailed(Refusal::incompatible("the state adapter panicked"))
                 } else {
                     t.restored = true;
                     TargetEvent::Restored

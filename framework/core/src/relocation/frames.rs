@@ -10,6 +10,52 @@ use super::capture::{Manifest, QueuedOp};
 use crate::authority::UnitRecord;
 use crate::ids::UnitId;
 
+/// Why a target refused a unit: what the source reports as the reason it stayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RefusedBecause {
+    /// The target takes no units (it is not serving any more): another target may.
+    NotServing,
+    /// The unit's state cannot be restored there: its adapter failed or panicked, or no factory
+    /// of its type is registered there.
+    StateIncompatible,
+    /// Anything else: the capture did not check out or was too large, or the unit is hosted
+    /// there already.
+    Other,
+}
+
+/// A target's refusal of a unit: why, and in words for the logs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// Why, as the source reports it.
+    pub because: RefusedBecause,
+    /// What happened, in words.
+    pub why: String,
+}
+
+impl Refusal {
+    /// A refusal that is neither of the target's state nor of the unit's state.
+    pub fn other(why: impl Into<String>) -> Self {
+        Refusal {
+            because: RefusedBecause::Other,
+            why: why.into(),
+        }
+    }
+
+    /// The unit's state cannot be restored on the target.
+    pub fn incompatible(why: impl Into<String>) -> Self {
+        Refusal {
+            because: RefusedBecause::StateIncompatible,
+            why: why.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
 /// An authority record as the source read it, with the store version a commit is conditional on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordAt {
@@ -65,7 +111,7 @@ pub enum RelocFrame {
         /// The move.
         rel: RelocationId,
         /// Why.
-        reason: String,
+        reason: Refusal,
     },
     /// Source → target: relay records sent again follow; drop the ones before.
     RelayReset {
@@ -153,7 +199,7 @@ mod tests {
                 RelocFrame::Chunk { rel, index, bytes: bytes.into() },
                 RelocFrame::Progress { rel },
                 RelocFrame::RelayReady { rel, restore: took },
-                RelocFrame::Refused { rel, reason: reason.clone() },
+                RelocFrame::Refused { rel, reason: Refusal::other(reason.clone()) },
                 RelocFrame::RelayReset { rel },
                 RelocFrame::Withdraw { rel },
                 RelocFrame::Relay { rel, op },

@@ -21,6 +21,7 @@
 
 use std::collections::BTreeSet;
 
+use super::frames::Refusal;
 use crate::ids::NodeId;
 
 /// What happened, as the source sees it.
@@ -47,7 +48,7 @@ pub enum SourceEvent {
     /// The target restored the unit into a queue that does not run yet.
     RelayReady,
     /// The target refused the unit (restore failed, checksum, unknown factory...).
-    Refused(String),
+    Refused(Refusal),
     /// The target recorded itself as owner and opened the unit.
     Committed,
     /// The target gave up before committing.
@@ -319,7 +320,7 @@ impl SourceMachine {
                     )
                 }
             }
-            (P::Transferring { .. }, E::Refused(why) | E::Aborted(why)) => (
+            (P::Transferring { .. }, E::Refused(Refusal { why, .. }) | E::Aborted(why)) => (
                 P::Done(MoveEnd::Restored(why)),
                 self.ending(Some(A::Resume), SessionsTo::Source),
             ),
@@ -392,7 +393,7 @@ pub enum TargetEvent {
     /// Every chunk arrived and checked out, and the unit was restored into a gated queue.
     Restored,
     /// The transfer or the restore failed.
-    RestoreFailed(String),
+    RestoreFailed(Refusal),
     /// A relay record arrived.
     Relay,
     /// The source starts resending its relay records: they replace what came before.
@@ -424,7 +425,7 @@ pub enum TargetAction {
     /// Tell the source the unit is restored and may be relayed.
     SendRelayReady,
     /// Tell the source the unit was refused, with the reason.
-    SendRefused(String),
+    SendRefused(Refusal),
     /// Keep the relay record.
     KeepRelay,
     /// Drop the relay records kept so far (a resent batch replaces them).
@@ -586,7 +587,7 @@ mod tests {
     fn any_failure_before_relay_ready_restores_on_the_source() {
         // A target that refused has dropped the unit; one that went quiet may still stage it.
         let cases = [
-            (SE::Refused("checksum".into()), vec![SA::Resume]),
+            (SE::Refused(Refusal::other("checksum")), vec![SA::Resume]),
             (SE::Silence, vec![SA::Withdraw, SA::Resume]),
             (SE::Deadline, vec![SA::Withdraw, SA::Resume]),
         ];
@@ -598,8 +599,11 @@ mod tests {
         }
         let mut t = TargetMachine::new();
         assert_eq!(
-            t.on(TE::RestoreFailed("no factory".into())),
-            vec![TA::Discard, TA::SendRefused("no factory".into())]
+            t.on(TE::RestoreFailed(Refusal::incompatible("no factory"))),
+            vec![
+                TA::Discard,
+                TA::SendRefused(Refusal::incompatible("no factory"))
+            ]
         );
     }
 
@@ -707,7 +711,7 @@ mod tests {
         };
         let mut s = sealed();
         assert_eq!(
-            s.on(SE::Refused("no factory".into())),
+            s.on(SE::Refused(Refusal::incompatible("no factory"))),
             vec![SA::Resume, SA::ReleaseSessions(SessionsTo::Source)]
         );
         let mut s = sealed();

@@ -22,7 +22,7 @@ use crate::relocation::RelocationId;
 use crate::relocation::capture::{
     Capture, CellCapture, MembershipData, PendingCallback, QueuedOp, ReadyOutcomeData, relay_digest,
 };
-use crate::relocation::frames::RelocFrame;
+use crate::relocation::frames::{Refusal, RelocFrame};
 use crate::timer::TimerSet;
 
 /// Where a lane stands in a move.
@@ -438,19 +438,30 @@ impl Lane {
         node: &Node,
         source: &NodeId,
         capture: Capture,
-    ) -> Result<Arc<LaneTx>, String> {
+    ) -> Result<Arc<LaneTx>, Refusal> {
         let now = Instant::now();
         let mut cells: Vec<Box<dyn UnitCell>> = Vec::new();
         for c in capture.cells {
             let factory = node.core.factory(&c.factory).ok_or_else(|| {
-                format!("no factory {:?} is registered on {}", c.factory, node.id())
+                Refusal::incompatible(format!(
+                    "no factory {:?} is registered on {}",
+                    c.factory,
+                    node.id()
+                ))
             })?;
             // Factories and adapters are application code: a panic refuses the unit, and the
             // source runs it on.
-            let built = catch_unwind(AssertUnwindSafe(|| factory.build_cell(&c.id)))
-                .map_err(|p| format!("factory {:?} panicked: {}", c.factory, panic_text(&*p)))?;
-            let mut cell =
-                built.ok_or_else(|| format!("factory {:?} does not build {}", c.factory, c.id))?;
+            let built =
+                catch_unwind(AssertUnwindSafe(|| factory.build_cell(&c.id))).map_err(|p| {
+                    Refusal::incompatible(format!(
+                        "factory {:?} panicked: {}",
+                        c.factory,
+                        panic_text(&*p)
+                    ))
+                })?;
+            let mut cell = built.ok_or_else(|| {
+                Refusal::incompatible(format!("factory {:?} does not build {}", c.factory, c.id))
+            })?;
             if let Some(state) = &c.state {
                 catch_unwind(AssertUnwindSafe(|| cell.restore_state(state)))
                     .unwrap_or_else(|p| {
@@ -461,7 +472,7 @@ impl Lane {
                     })
                     .map_err(|e| {
                         tracing::error!(unit = %c.id, error = %e, "a moved unit could not be restored here; it stays on its source");
-                        format!("{} could not be restored: {e}", c.id)
+                        Refusal::incompatible(format!("{} could not be restored: {e}", c.id))
                     })?;
             }
             cell.set_timers(TimerSet::restore(c.timers, now.into_std()));
@@ -475,7 +486,9 @@ impl Lane {
             cells.push(cell);
         }
         let mut cells = cells.into_iter();
-        let first = cells.next().ok_or("the capture has no cells")?;
+        let first = cells
+            .next()
+            .ok_or_else(|| Refusal::other("the capture has no cells"))?;
         let directory = &node.core.directory;
         let (tx, mut lane) = Lane::new(node.clone(), first, directory.new_slot());
         for cell in cells {
@@ -496,10 +509,10 @@ impl Lane {
         lane.ticks = capture.ticks.into();
         for op in capture.journal {
             let envelope = lane.queued(op).map_err(|op| {
-                format!(
+                Refusal::other(format!(
                     "the capture queues work for {}, which it does not hold",
                     op.to
-                )
+                ))
             })?;
             lane.backlog.push_back(envelope);
         }
@@ -524,7 +537,10 @@ impl Lane {
                     for done in &registered {
                         directory.lock(done).remove(done);
                     }
-                    return Err(format!("{id} is already hosted on {}", node.id()));
+                    return Err(Refusal::other(format!(
+                        "{id} is already hosted on {}",
+                        node.id()
+                    )));
                 }
             }
         }
