@@ -264,15 +264,12 @@ impl Router {
         let mut shard = self.shard(id).lock();
         match shard.remove(id) {
             Some(Route::Handed { returned, .. }) => returned,
-            Some(route @ (Route::Known(_) | Route::Moved(_))) => {
-                drop(route);
-                Vec::new()
-            }
+            // What was known of the owner is void: the unit is here.
+            Some(Route::Known(_) | Route::Moved(_)) | None => Vec::new(),
             Some(other) => {
                 shard.insert(id.clone(), other);
                 Vec::new()
             }
-            None => Vec::new(),
         }
     }
 
