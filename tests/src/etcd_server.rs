@@ -4,13 +4,14 @@
 //! prints one line and the test returns; CI sets `FERRY_REQUIRE_ETCD=1` so that a missing etcd
 //! fails loudly instead of skipping.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
+
+use crate::ports::free_port;
 
 /// The line a test prints when it skips for want of etcd.
 pub const SKIP_MESSAGE: &str = "skipped: etcd not installed (apt-get install etcd-server)";
@@ -290,11 +291,6 @@ async fn post(port: u16, path: &str, body: &str) -> Option<serde_json::Value> {
         .await
         .ok()
         .flatten()
-}
-
-fn free_port() -> std::io::Result<u16> {
-    let listener = TcpListener::bind(("127.0.0.1", 0))?;
-    Ok(listener.local_addr()?.port())
 }
 
 fn temp_dir(port: u16) -> std::io::Result<PathBuf> {

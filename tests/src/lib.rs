@@ -7,6 +7,7 @@ pub mod etcd_server;
 pub mod faults;
 pub mod invariants;
 pub mod player;
+pub mod ports;
 pub mod redis_sentinel;
 pub mod redis_server;
 mod server_output;

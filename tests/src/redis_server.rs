@@ -5,11 +5,12 @@
 //! a green run of everything else; CI sets `FERRY_REQUIRE_REDIS=1` so that a missing server fails
 //! loudly instead of skipping.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
+
+use crate::ports::free_port;
 
 /// The line a test prints when it skips for want of redis-server.
 pub const SKIP_MESSAGE: &str = "skipped: redis-server not installed (apt-get install redis-server)";
@@ -347,11 +348,6 @@ fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()
         }
     }
     Ok(())
-}
-
-fn free_port() -> std::io::Result<u16> {
-    let listener = TcpListener::bind(("127.0.0.1", 0))?;
-    Ok(listener.local_addr()?.port())
 }
 
 fn temp_dir(port: u16) -> std::io::Result<PathBuf> {

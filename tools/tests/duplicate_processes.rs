@@ -9,6 +9,7 @@ use common::processes::{Processes, run_ferry, status_json, text};
 use common::{TempDir, certs};
 use ferry::NodeId;
 use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
+use ferry_tests::ports::free_port;
 use ferry_tests::redis_server::RedisServer;
 
 /// The redis key prefix of these tests' clusters.
@@ -19,9 +20,15 @@ const PREFIX: &str = "tools-duplicates";
 const LEASE_TTL_MS: u64 = 600_000;
 
 fn node_config(redis_url: &str) -> String {
+    node_config_on(redis_url, 0, 0)
+}
+
+/// p1's config with its mesh and admin ports (0: any free one).
+fn node_config_on(redis_url: &str, mesh_port: u16, admin_port: u16) -> String {
     format!(
         r#"id = "p1"
-mesh_listen = "127.0.0.1:0"
+mesh_listen = "127.0.0.1:{mesh_port}"
+admin = "127.0.0.1:{admin_port}"
 certs = "certs"
 store = "{redis_url}"
 store_prefix = "{PREFIX}"
@@ -43,13 +50,30 @@ fn p1() -> NodeId {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_process_with_a_live_nodes_id_refuses_to_start_and_the_live_one_serves_on() {
+    second_start_is_refused(None).await;
+}
+
+/// A copy of a config that names its ports: the second process finds the admin port taken, and
+/// says whose it is (the live node with its id), not just that the port is in use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_of_a_running_nodes_config_with_its_ports_is_refused_for_the_id_not_the_port() {
+    let mesh = free_port().expect("a free port");
+    let admin = free_port().expect("a free port");
+    second_start_is_refused(Some((mesh, admin))).await;
+}
+
+/// Starts p1, then the same config again: refused with one error line that names the id and the
+/// live node's mesh address, and the live node keeps its lease and serves on.
+async fn second_start_is_refused(ports: Option<(u16, u16)>) {
     let Some(redis) = RedisServer::start_or_skip().await else {
         return;
     };
     let tmp = TempDir::new("duplicate");
     certs(&tmp.path().join("certs"), "p1");
     let config = tmp.path().join("p1.toml");
-    std::fs::write(&config, node_config(&redis.url())).expect("config written");
+    let (mesh_port, admin_port) = ports.unwrap_or((0, 0));
+    std::fs::write(&config, node_config_on(&redis.url(), mesh_port, admin_port))
+        .expect("config written");
     let mut processes = Processes::default();
     let ready = processes.start("p1", &config, tmp.path()).await;
     let store = store(&redis).await;

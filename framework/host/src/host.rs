@@ -14,6 +14,7 @@
 //! so that a supervisor restarts it with a fresh lease.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -200,7 +201,7 @@ impl Host {
         let access = access(&settings)?;
         // Bound before the node starts, so a taken port fails before the node joins the cluster.
         let admin_listener = match settings.admin {
-            Some(addr) => Some(AdminServer::bind(addr).await?),
+            Some(addr) => Some(bind_admin(addr, &settings.id, &config).await?),
             None => None,
         };
         // Metrics are recorded only where they can be read: with the admin endpoint.
@@ -350,6 +351,25 @@ async fn lease_lost_error(node: &Node) -> HostError {
             theirs: theirs.generation,
         },
         _ => HostError::LeaseLost(node.id().clone()),
+    }
+}
+
+/// Binds the admin endpoint's port. A port in use may be a live node's with this node's id (a
+/// copy of its config): that is the error to report, as `Node::start` would.
+async fn bind_admin(
+    addr: SocketAddr,
+    id: &NodeId,
+    config: &NodeConfig,
+) -> Result<tokio::net::TcpListener, HostError> {
+    match AdminServer::bind(addr).await {
+        Ok(listener) => Ok(listener),
+        Err(error) => match Node::check_id_free(config).await {
+            Err(source @ StartError::IdInUse { .. }) => Err(HostError::Start {
+                node: id.clone(),
+                source,
+            }),
+            _ => Err(error.into()),
+        },
     }
 }
 

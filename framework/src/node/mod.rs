@@ -722,6 +722,14 @@ impl Node {
         Ok(rebuilt)
     }
 
+    /// Whether `config`'s node id is free to start with: refused (`StartError::IdInUse`) if a live
+    /// process holds it, as [`Node::start`] checks first. For a host that binds its own ports
+    /// before the start: a port taken by a copy of a running node's config is that node's, and
+    /// this says so instead of the port.
+    pub async fn check_id_free(config: &NodeConfig) -> Result<(), StartError> {
+        crate::cluster::holder::check_id_free(config).await
+    }
+
     /// Reads a unit's authority record from the store: who owns it, which incarnation it is.
     pub async fn read_record(&self, id: &UnitId) -> Result<Option<UnitRecord>, StoreError> {
         let key = unit_key(id);

@@ -15,7 +15,7 @@ pub mod games;
 pub mod player;
 pub mod provision;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -89,6 +89,9 @@ pub struct BotsSummary {
     /// The rooms rebuilt after a crash while the bots played: each once, with the node it came
     /// back on and when (the first bot to see it).
     pub rooms_rebuilt: Vec<RoomRebuilt>,
+    /// The bots that saw inputs lost, applied twice or out of order, each with its room, so an
+    /// operator can look that room up in the nodes' logs.
+    pub faulty_players: Vec<PlayerFaults>,
     /// Pushes whose content the game's rules do not explain, such as a bingo mark no draw made
     /// (must be zero).
     pub mismatches: u64,
@@ -126,6 +129,16 @@ impl BotsSummary {
             answers_lost_with_gateways: tallies.iter().map(|t| t.answers_lost).sum(),
             inputs_lost_in_rebuilds: tallies.iter().map(|t| t.lost_in_rebuilds).sum(),
             rooms_rebuilt: rebuilt_rooms(tallies),
+            faulty_players: tallies
+                .iter()
+                .filter(|t| !t.faults.is_clean())
+                .map(|t| PlayerFaults {
+                    player: t.player.clone(),
+                    room: t.room.clone(),
+                    faults: t.faults,
+                    room_rebuilt: !t.rebuilds.is_empty(),
+                })
+                .collect(),
             mismatches: tallies.iter().map(|t| t.mismatches).sum(),
             pushes: tallies.iter().map(|t| t.pushes).sum(),
             tick_gaps: gaps.summary(),
@@ -170,8 +183,15 @@ impl BotsSummary {
             reordered,
         } = self.inputs;
         if !self.inputs.is_clean() {
+            let rooms: BTreeSet<&str> = self
+                .faulty_players
+                .iter()
+                .map(|p| p.room.as_str())
+                .collect();
             parts.push(format!(
-                "the server lost {lost} inputs, applied {duplicated} twice and {reordered} out of order"
+                "the server lost {lost} inputs, applied {duplicated} twice and {reordered} out of order; rooms with a fault: {} (first: {})",
+                rooms.len(),
+                rooms.first().copied().unwrap_or("none"),
             ));
         }
         if self.mismatches > 0 {
@@ -188,6 +208,19 @@ impl BotsSummary {
         }
         Some(parts.join("; "))
     }
+}
+
+/// One bot's faults, as the report lists them.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlayerFaults {
+    /// The bot's Actor.
+    pub player: String,
+    /// Its room.
+    pub room: String,
+    /// What it saw lost, doubled or out of order.
+    pub faults: Faults,
+    /// Whether its room was rebuilt after a crash while it played.
+    pub room_rebuilt: bool,
 }
 
 /// Every room rebuild the bots saw, each once, the earliest sighting first. The bots of a room
@@ -250,5 +283,50 @@ impl Team {
             }));
         }
         tallies
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tally(player: &str, room: &str, lost: u64) -> Tally {
+        Tally {
+            player: player.to_owned(),
+            room: room.to_owned(),
+            sent: 10,
+            faults: Faults {
+                lost,
+                ..Faults::default()
+            },
+            ..Tally::default()
+        }
+    }
+
+    #[test]
+    fn the_summary_names_each_bot_that_saw_a_fault_and_its_room() {
+        let tallies = [
+            tally("chat-0-p0", "chat-0", 0),
+            tally("chat-1-p0", "chat-1", 2),
+            tally("chat-1-p1", "chat-1", 1),
+            tally("fps-2-p0", "fps-2", 0),
+        ];
+        let summary = BotsSummary::of(&tallies);
+        assert_eq!(summary.inputs.lost, 3);
+        let named: Vec<(&str, &str, u64)> = summary
+            .faulty_players
+            .iter()
+            .map(|p| (p.player.as_str(), p.room.as_str(), p.faults.lost))
+            .collect();
+        assert_eq!(
+            named,
+            [("chat-1-p0", "chat-1", 2), ("chat-1-p1", "chat-1", 1)]
+        );
+        let problem = summary.problem().expect("a fault");
+        assert!(
+            problem.contains("the server lost 3 inputs")
+                && problem.contains("rooms with a fault: 1 (first: chat-1)"),
+            "{problem}"
+        );
     }
 }

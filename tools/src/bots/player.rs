@@ -79,6 +79,10 @@ pub struct Pace {
 /// What one bot saw.
 #[derive(Debug, Clone, Default)]
 pub struct Tally {
+    /// The bot's Actor.
+    pub player: String,
+    /// The room it played in, as the report names it.
+    pub room: String,
     /// Inputs sent.
     pub sent: u64,
     /// Inputs the server reported applied (first reports only).
@@ -120,7 +124,11 @@ pub async fn play<G: Game>(
     pace: Pace,
     mut stop: watch::Receiver<bool>,
 ) -> Tally {
-    let mut tally = Tally::default();
+    let mut tally = Tally {
+        player: me.to_string(),
+        room: room.clone(),
+        ..Tally::default()
+    };
     let started = Instant::now();
     let mut client = match connect(config, &me).await {
         Ok(client) => client,
