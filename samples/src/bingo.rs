@@ -309,7 +309,11 @@ pub enum PlayerMsg {
     /// From the client: ask the matchmaker for a seat; the answer comes as [`Push::Seated`].
     FindRoom,
     /// From the client: push the player's whole state as [`Push::State`] (after a reconnect, say).
-    Sync,
+    Sync {
+        /// The client's number for this ask, echoed as [`PlayerView::last_sync`]: after a crash
+        /// rebuilt the player, its client tells from it which of its asks the new one ran.
+        seq: u64,
+    },
     /// From a server: answer with the player's state, pushing nothing.
     Report,
     /// From the matchmaker: the room the player is seated in.
@@ -363,6 +367,9 @@ pub struct PlayerView {
     /// (its gateway died) tells from it how many of its `Sync`s ran.
     #[serde(default)]
     pub syncs: u64,
+    /// The number of the last `Sync` answered, this one's.
+    #[serde(default)]
+    pub last_sync: Option<u64>,
 }
 
 /// What a player pushes to its client.
@@ -416,6 +423,8 @@ pub struct BingoPlayer {
     rewards: u64,
     #[serde(default)]
     syncs: u64,
+    #[serde(default)]
+    last_sync: Option<u64>,
 }
 
 impl BingoPlayer {
@@ -427,6 +436,7 @@ impl BingoPlayer {
             marks: self.marks,
             rewards: self.rewards,
             syncs: self.syncs,
+            last_sync: self.last_sync,
         }
     }
 
@@ -451,8 +461,9 @@ impl BingoPlayer {
                 Self::find_room(ctx);
                 None
             }
-            PlayerMsg::Sync => {
+            PlayerMsg::Sync { seq } => {
                 self.syncs += 1;
+                self.last_sync = Some(seq);
                 Some(Push::State(self.view()))
             }
             PlayerMsg::Report => None,

@@ -484,7 +484,9 @@ fn drawn_in(log: &[Push], of: u32) -> Vec<u8> {
 
 /// Asks a client's player for its whole state and waits for it.
 async fn sync(client: &mut Client, me: &ActorId, log: &mut Vec<Push>) -> bingo::PlayerView {
-    client.send(me, &bingo::PlayerMsg::Sync).expect("sent");
+    client
+        .send(me, &bingo::PlayerMsg::Sync { seq: 0 })
+        .expect("sent");
     match bingo_until(client, log, |p| matches!(p, Push::State(_))).await {
         Push::State(view) => view,
         other => panic!("expected a state, got {other:?}"),
