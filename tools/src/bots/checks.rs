@@ -189,13 +189,15 @@ pub struct TickGaps {
     pub longest: Duration,
     /// Ticks numbered below one already received (a server clock going back, or a replay).
     pub backwards: u64,
+    /// The room was rebuilt since the last tick: its clock started again.
+    restarted: bool,
 }
 
 impl TickGaps {
     /// Takes tick number `tick`, received at `at`.
     pub fn observe(&mut self, tick: u64, at: Instant) {
         if let Some((last_tick, last_at)) = self.last {
-            if tick <= last_tick {
+            if tick <= last_tick && !std::mem::take(&mut self.restarted) {
                 self.backwards += 1;
                 return;
             }
@@ -204,6 +206,12 @@ impl TickGaps {
             self.longest = self.longest.max(gap);
         }
         self.last = Some((tick, at));
+    }
+
+    /// The room was rebuilt after a crash and its ticks count from zero again: the next tick
+    /// is timed from the last one received, whatever its number.
+    pub fn restarted(&mut self) {
+        self.restarted = true;
     }
 }
 
@@ -305,5 +313,20 @@ mod tests {
         assert_eq!(gaps.longest, Duration::from_millis(67));
         assert_eq!(gaps.backwards, 1);
         assert_eq!(gaps.gaps.summary().count, 2);
+    }
+
+    #[test]
+    fn the_ticks_of_a_rebuilt_room_are_timed_from_the_last_one_before_the_crash() {
+        let start = Instant::now();
+        let mut gaps = TickGaps::default();
+        gaps.observe(700, start);
+        gaps.observe(701, start + Duration::from_millis(33));
+        // The room is rebuilt 2 s later and ticks from 1 again.
+        gaps.restarted();
+        gaps.observe(1, start + Duration::from_millis(2033));
+        gaps.observe(2, start + Duration::from_millis(2066));
+        assert_eq!(gaps.longest, Duration::from_millis(2000));
+        assert_eq!(gaps.backwards, 0);
+        assert_eq!(gaps.gaps.summary().count, 3);
     }
 }

@@ -175,7 +175,12 @@ pub async fn play<G: Game>(
             event = client.recv::<G::Push>() => match event {
                 Ok(ClientEvent::Push { msg, .. }) => {
                     tally.pushes += 1;
-                    if let Some(tick) = game.read(msg) {
+                    let rebuilds = game.incarnations().rebuilds().len();
+                    let tick = game.read(msg);
+                    if game.incarnations().rebuilds().len() > rebuilds {
+                        tally.ticks.restarted();
+                    }
+                    if let Some(tick) = tick {
                         tally.ticks.observe(tick, Instant::now());
                     }
                 }
