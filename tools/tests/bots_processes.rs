@@ -396,3 +396,146 @@ async fn a_node_stopped_with_sigterm_under_bots_drains_and_its_rooms_go_on_elsew
     drop(processes);
     drop(redis);
 }
+
+/// The operator's bad evening, on three gateway nodes under bots: a second start with a running
+/// node's id, a drain, a kill -9 of the drained node and its restart, a kill -9 of a node that
+/// received rooms (a gateway too), and a drain of the last node while that one is dead. The bots
+/// see nothing lost, doubled or out of order: the dead node's rooms are reported rebuilt, with
+/// what died with them counted apart, and every other room plays on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bots_play_on_through_a_duplicate_start_a_drain_two_kills_and_a_drain_beside_a_dead_node() {
+    const PREFIX: &str = "tools-bots-evening";
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let tmp = TempDir::new("bots-evening");
+    certs(&tmp.path().join("certs")).await;
+    std::fs::write(tmp.path().join("tokens.txt"), format!("{TOKEN} bots\n")).expect("tokens");
+    // A short lease, so that recovery of the killed node starts within seconds.
+    let env = [
+        ("FERRY_DRAIN_GRACE_MS", "0"),
+        ("FERRY_LEASE_TTL_MS", "3000"),
+    ];
+    let gateway_config = |name: &str, seeds: &[String]| {
+        format!(
+            "{}sessions_listen = \"127.0.0.1:0\"\nsessions_cert = \"certs/gateway.pem\"\n\
+             sessions_key = \"certs/gateway.key\"\nsessions_tokens = \"tokens.txt\"\n",
+            plain_config(name, &redis.url(), PREFIX, seeds)
+        )
+    };
+    let mut processes = Processes::default();
+    let mut nodes: Vec<Ready> = Vec::new();
+    let mut seeds = Vec::new();
+    for name in NODES {
+        let config = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(&config, gateway_config(name, &seeds)).expect("config");
+        nodes.push(processes.start_with(name, &config, tmp.path(), &env).await);
+        seeds = vec![format!("{name}@{}", nodes[nodes.len() - 1].mesh)];
+    }
+    let admins: Vec<String> = nodes.iter().map(Ready::admin).collect();
+    let gateways: Vec<String> = nodes
+        .iter()
+        .map(|r| r.sessions.expect("a gateway").to_string())
+        .collect();
+    let store: Arc<dyn LocationStore> = Arc::new(
+        RedisStore::connect(&redis.url(), RedisStoreConfig::new(PREFIX))
+            .await
+            .expect("redis store"),
+    );
+    let ids: Vec<NodeId> = NODES
+        .iter()
+        .map(|n| NodeId::new(*n).expect("valid id"))
+        .collect();
+    wait_two_refreshes(&store, &ids).await;
+    linked(&admins).await;
+
+    // Two rooms of each game with two players each, spread over the three nodes.
+    const BOTS: u64 = 3 * 2 * 2;
+    let ca = tmp.path().join("certs/gateway.pem");
+    let mut bots = tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["bots", "--cluster", &gateways.join(","), "--ca"])
+        .arg(&ca)
+        .args(["--token", TOKEN, "--admin", &admins.join(",")])
+        .args(["--game", "chat,fps,bingo", "--rooms", "2", "--players", "2"])
+        .args(["--duration", "40s", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("ferry bots starts");
+    playing(&admins, BOTS).await;
+
+    // A copy of p3's config started again: refused, and p3 serves on.
+    let p3_config = tmp.path().join("p3.toml");
+    let out = run_ferry(&["node", "--config", p3_config.to_str().expect("utf-8 path")]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("node id p3 is held by a live node"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(status(&admins[2]).await["state"], "Serving");
+
+    // p1 drained, killed, and restarted by its supervisor at once.
+    let out = run_ferry(&["drain", &admins[0], "--deadline", "60s"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!processes.kill(0).await.success());
+    let logs = tmp.path().join("restarted");
+    std::fs::create_dir_all(&logs).expect("log dir");
+    let p1 = processes
+        .start_with("p1", &tmp.path().join("p1.toml"), &logs, &env)
+        .await;
+    let p1_admin = p1.admin();
+
+    // p2, which received some of p1's rooms and is a gateway, killed; p3 drained while its
+    // lease still runs: p3's rooms move to p1, and p2's are rebuilt there.
+    assert!(!processes.kill(1).await.success());
+    let out = run_ferry(&["drain", &admins[2], "--deadline", "60s"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.starts_with("relocated: "), "{said}");
+    assert!(
+        matches!(bots.try_wait(), Ok(None)),
+        "the bots finished before the evening did: raise their --duration"
+    );
+
+    let out = within("ferry bots to finish", bots.wait_with_output())
+        .await
+        .expect("ferry bots ran");
+    assert!(
+        out.status.success(),
+        "ferry bots failed: {}\n{}",
+        text(&out.stderr),
+        text(&out.stdout)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("the report is JSON");
+    assert_eq!(report["players"], BOTS, "{report:#}");
+    for fault in ["lost", "duplicated", "reordered"] {
+        assert_eq!(report["inputs"][fault], 0, "{fault}: {report:#}");
+    }
+    assert_eq!(report["mismatches"], 0, "{report:#}");
+    assert_eq!(
+        report["errors"].as_array().map(Vec::len),
+        Some(0),
+        "{report:#}"
+    );
+    assert!(
+        report["rooms_rebuilt"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty()),
+        "p2's rooms were rebuilt: {report:#}"
+    );
+    // Every room and player runs on p1 now.
+    within("recovery to place every unit on p1", async {
+        while status(&p1_admin).await["units"].as_u64() != Some(3 * 2 * 3) {
+            wait_two_refreshes(&store, &ids[..1]).await;
+        }
+    })
+    .await;
+
+    for (name, _, log) in processes.terminate_all().await {
+        assert!(!log.contains("panicked"), "{name}:\n{log}");
+    }
+    drop(processes);
+    drop(redis);
+}

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// A fresh directory under the system temp dir, removed with everything in it on drop.
+/// A fresh directory under the system temp dir, removed with everything in it on drop (unless
+/// the test failed).
 pub struct TempDir(PathBuf);
 
 impl TempDir {
@@ -33,7 +34,12 @@ impl TempDir {
 }
 
 impl Drop for TempDir {
+    /// Kept when the test failed, so that its nodes' logs can be read.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept {} for its logs", self.0.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
