@@ -102,6 +102,10 @@ pub struct Snapshot {
     pub inputs: InputLog,
     /// Every player's score.
     pub scores: BTreeMap<ActorId, Score>,
+    /// Which life of the room made it: the same across moves, new when a crash rebuilt the room
+    /// fresh. A client that sees it change knows the state started again.
+    #[serde(default)]
+    pub life: u64,
 }
 
 /// What a room takes.
@@ -146,17 +150,25 @@ pub struct FpsRoom {
     started_at: Option<u64>,
     players: BTreeMap<ActorId, Player>,
     moved_after: Vec<u32>,
+    /// When this life of the room began, in nanoseconds since the Unix epoch: it moves with the
+    /// state, and a room built fresh (created, or rebuilt after a crash) gets a new one.
+    #[serde(default)]
+    life: u64,
 }
 
 impl FpsRoom {
     /// A room that has not started its first round.
     pub fn new(rules: Rules) -> FpsRoom {
+        let life = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos() as u64);
         FpsRoom {
             rules,
             round: 1,
             started_at: None,
             players: BTreeMap::new(),
             moved_after: Vec::new(),
+            life,
         }
     }
 
@@ -202,6 +214,7 @@ impl FpsRoom {
                     .map(|p| p.inputs)
                     .unwrap_or_default(),
                 scores: scores.clone(),
+                life: self.life,
             };
             if let Err(error) = ctx.tell(member, PlayerMsg::Snapshot(snapshot)) {
                 tracing::debug!(%member, %error, "snapshot not delivered");
@@ -487,6 +500,7 @@ mod tests {
             node: NodeId::new(node).expect("valid id"),
             inputs: InputLog::default(),
             scores: [(actor("p"), Score { points, wins: 0 })].into(),
+            life: 1,
         }
     }
 

@@ -164,8 +164,8 @@ pub fn registry() -> Registry {
 
 /// An FPS player: aims somewhere new each input, and checks the snapshots with the sample's own
 /// [`fps::Watch`]. It counts from the state it finds: a room an earlier client played already
-/// has inputs applied, and only what this bot sent is checked. A snapshot whose tick and input
-/// count both went back is the room rebuilt after a crash (its state restarted): the bot notes
+/// has inputs applied, and only what this bot sent is checked. A snapshot of another life of the
+/// room is the room rebuilt after a crash (its state restarted): the bot notes
 /// when, counts the inputs that were lost with the old incarnation apart, and checks on from the
 /// new one.
 #[derive(Default)]
@@ -247,9 +247,9 @@ impl Game for FpsBot {
                 }
                 self.base = Some(base);
             }
-            Some(last)
-                if snapshot.tick < last.tick && snapshot.inputs.applied < last.inputs.applied =>
-            {
+            // A new life of the room: rebuilt fresh after a crash. Its tick and log may have
+            // passed the old ones' by the time a client that was away sees it.
+            Some(last) if snapshot.life != last.life => {
                 // What the old incarnation lost of the inputs sent is counted with it; a gap the
                 // client reported still explains an input the old room ran out of turn.
                 let faults = Faults {
@@ -756,6 +756,8 @@ mod tests {
                 out_of_order: out,
             },
             scores: Default::default(),
+            // In these tests a room lives its first life on n1 and, rebuilt, its next on n2.
+            life: if node == "n1" { 1 } else { 2 },
         }
     }
 
@@ -819,6 +821,27 @@ mod tests {
         bot.read(snapshot("n2", 2, 1, Some(3), 1));
         assert!(bot.caught_up(4));
         assert_eq!(bot.faults(4), Faults::default());
+    }
+
+    #[test]
+    fn a_rebuild_seen_after_the_new_rooms_tick_and_log_passed_the_old_ones_is_a_rebuild() {
+        let mut bot = FpsBot::default();
+        bot.read(snapshot("n1", 10, 0, None, 0));
+        for seq in 0..3 {
+            bot.input(seq);
+        }
+        bot.read(snapshot("n1", 11, 2, Some(1), 0));
+        // The bot's gateway died: inputs 2 to 4 never arrived. By the time it is bound again the
+        // room was rebuilt and ran longer than the old one had, with inputs 5 to 9.
+        for seq in 3..10 {
+            bot.input(seq);
+        }
+        bot.undelivered(3);
+        bot.read(snapshot("n2", 40, 5, Some(9), 1));
+        assert_eq!(bot.incarnations().rebuilds().len(), 1);
+        assert_eq!(bot.incarnations().lost(), 3, "2 to 4 never ran");
+        assert!(bot.caught_up(10));
+        assert_eq!(bot.faults(10), Faults::default());
     }
 
     #[test]
