@@ -480,6 +480,19 @@ fn store_error(url: &str, source: StoreError) -> HostError {
 /// config's `log_format` (and `otlp_endpoint`), runs a [`Host`] of `registry` on a multi-threaded runtime, and on
 /// failure prints the error as one line to stderr and exits 1.
 pub fn main(registry: impl FnOnce() -> Registry) -> std::process::ExitCode {
+    run_main(registry, None)
+}
+
+/// [`main`], with the application's own admin pages beside the host's routes, as
+/// [`Host::pages`] adds them.
+pub fn main_with_pages(
+    registry: impl FnOnce() -> Registry,
+    pages: impl FnOnce(&Node) -> Router + Send + 'static,
+) -> std::process::ExitCode {
+    run_main(registry, Some(Box::new(pages)))
+}
+
+fn run_main(registry: impl FnOnce() -> Registry, pages: Option<Pages>) -> std::process::ExitCode {
     let result = config_path().and_then(|path| {
         let settings = crate::config::load(&path).map_err(MainError::Config)?;
         // Kept to the end: dropping it sends the spans not yet exported.
@@ -493,9 +506,12 @@ pub fn main(registry: impl FnOnce() -> Registry) -> std::process::ExitCode {
             .enable_all()
             .build()
             .map_err(MainError::Runtime)?;
-        runtime
-            .block_on(Host::new(settings, registry()).run())
-            .map_err(MainError::Host)
+        let host = Host {
+            settings,
+            registry: registry(),
+            pages,
+        };
+        runtime.block_on(host.run()).map_err(MainError::Host)
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,27 +1,22 @@
 //! The game's own node binary, twice, on a real redis-server: a counter room made on one node
 //! keeps its count and its ticking timer when that node is drained and the room moves to the
-//! other; then the nodes stop on SIGTERM.
+//! other, as the game's admin page on either node shows; then the nodes stop on SIGTERM.
 
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
-use ferry::mesh::{ClusterCa, NodeTls};
-use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
-use ferry::{MeshSettings, Node, NodeConfig, NodeId, SpotId};
-use ferry_host::admin::AdminClient;
+use ferry::NodeId;
+use ferry::mesh::ClusterCa;
 use ferry_host::admin::wire::{Outcome, RelocateRequest, UnitKind, UnitRequest};
+use ferry_host::admin::{AdminClient, ClientError};
 use ferry_tests::redis_server::RedisServer;
-use my_game::{COUNTER, CounterMsg, CounterReport};
+use my_game::{COUNTER, CounterReport};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// A bound on waits that have no timeout of their own, so a broken build fails, not hangs.
 const HANG_GUARD: Duration = Duration::from_secs(120);
-
-/// How long one request to the room may take.
-const ASK: Duration = Duration::from_secs(10);
 
 fn id(text: &str) -> NodeId {
     NodeId::new(text).expect("node id")
@@ -73,18 +68,15 @@ async fn start(name: &str, config: &Path, log: &Path) -> NodeProcess {
     }
 }
 
-/// Asks the room until `done` holds; each ask is a round trip over the mesh.
-async fn ask_until(
-    driver: &Node,
-    room: &SpotId,
-    done: impl Fn(&CounterReport) -> bool,
-) -> CounterReport {
+/// Reads the room on a node's admin page until `done` holds; each read is a round trip to
+/// wherever the room runs.
+async fn ask_until(admin: &AdminClient, done: impl Fn(&CounterReport) -> bool) -> CounterReport {
     tokio::time::timeout(HANG_GUARD, async {
         loop {
-            let report: CounterReport = driver
-                .request(room, CounterMsg::Get, ASK)
+            let report: CounterReport = admin
+                .get("/counters/c1")
                 .await
-                .expect("the room answers");
+                .expect("the page shows the room");
             if done(&report) {
                 return report;
             }
@@ -106,7 +98,7 @@ async fn a_counter_room_keeps_its_count_and_its_timer_when_its_node_is_drained()
     std::fs::create_dir_all(&certs).expect("dirs");
     let ca = ClusterCa::generate().expect("a CA");
     ca.write_files(&certs).expect("CA files");
-    for node in ["a", "b", "driver"] {
+    for node in ["a", "b"] {
         let cert = ca.issue_node(&id(node)).expect("a node certificate");
         cert.write_files(&certs).expect("node files");
     }
@@ -125,41 +117,34 @@ async fn a_counter_room_keeps_its_count_and_its_timer_when_its_node_is_drained()
         .expect("config");
         nodes.push(start(name, &config, &dir.join(format!("{name}.log"))).await);
     }
-
-    // A driver node of the same cluster, with room for no unit, asks the room.
-    let store: Arc<dyn LocationStore> = Arc::new(
-        RedisStore::connect(&redis.url(), RedisStoreConfig::new(prefix.as_str()))
-            .await
-            .expect("redis store"),
-    );
-    let tls = NodeTls::load(&certs, id("driver")).expect("driver certificate");
-    let mut config = NodeConfig::new(id("driver"))
-        .store(store)
-        .mesh(MeshSettings::new("127.0.0.1:0".parse().expect("addr"), tls));
-    config.capacity = 0;
-    let driver = Node::start(config, my_game::registry())
-        .await
-        .expect("driver starts");
-
-    // The room is made on a, through a's admin endpoint, and counts there.
     let a = AdminClient::new(&nodes[0].admin).expect("admin address");
-    let room = SpotId::new("c1").expect("spot id");
+    let b = AdminClient::new(&nodes[1].admin).expect("admin address");
+
+    // No room yet: the page says so, and how to make one.
+    match a.get::<CounterReport>("/counters/c1").await {
+        Err(ClientError::Refused {
+            status, message, ..
+        }) => {
+            assert_eq!(status.as_u16(), 404, "{message}");
+            assert!(message.contains("POST /units"), "{message}");
+        }
+        other => panic!("a page for a room that is not there: {other:?}"),
+    }
+
+    // The room is made on a, through a's admin endpoint, and counts there; b's page reaches it.
     let created = a
         .create_unit(&UnitRequest {
             kind: UnitKind::Spot,
             factory: COUNTER.to_owned(),
-            id: room.to_string(),
+            id: "c1".to_owned(),
             join: None,
         })
         .await
         .expect("the room is created");
     assert_eq!(created.node, "a");
-    let added: CounterReport = driver
-        .request(&room, CounterMsg::Add(5), ASK)
-        .await
-        .expect("the room answers");
+    let added: CounterReport = b.post("/counters/c1/add/5").await.expect("b adds");
     assert_eq!((added.count, added.node.as_str()), (5, "a"));
-    let before = ask_until(&driver, &room, |r| r.ticks >= 3).await;
+    let before = ask_until(&a, |r| r.ticks >= 3).await;
 
     // a is drained: the room moves to b with its count, and its timer ticks on there.
     let drained = a
@@ -167,13 +152,12 @@ async fn a_counter_room_keeps_its_count_and_its_timer_when_its_node_is_drained()
         .await
         .expect("a drains");
     assert_eq!((drained.outcome, drained.moved), (Outcome::Relocated, 1));
-    let moved = ask_until(&driver, &room, |r| r.node == "b").await;
+    let moved = ask_until(&a, |r| r.node == "b").await;
     assert_eq!(moved.count, 5, "the count moved with the room");
     assert!(moved.ticks >= before.ticks, "{moved:?} after {before:?}");
-    let later = ask_until(&driver, &room, |r| r.ticks >= moved.ticks + 3).await;
+    let later = ask_until(&b, |r| r.ticks >= moved.ticks + 3).await;
     assert_eq!((later.count, later.node.as_str()), (5, "b"));
 
-    driver.shutdown().await;
     for node in &mut nodes {
         let pid = node.child.id().expect("running");
         let sent = std::process::Command::new("kill")
