@@ -530,12 +530,15 @@ pub enum ConfigError {
         source: BadNodeId,
     },
     /// A value is well-typed but out of range.
-    #[error("the node config {} has a bad `{key}`: {reason}", path.display())]
+    #[error("the node config {} has a bad `{key}`{origin}: {reason}", path.display())]
     Invalid {
         /// The file.
         path: PathBuf,
         /// The key.
         key: &'static str,
+        /// " (from the environment variable FERRY_<KEY>)" when the value came from there, or
+        /// empty.
+        origin: String,
         /// What is wrong and what to write instead.
         reason: String,
     },
@@ -585,11 +588,23 @@ pub fn parse_with_env(
         });
     }
     let mut overridden = Vec::new();
+    let mut from_env: Vec<&'static str> = Vec::new();
     for key in KEYS {
         let var = env_var(key);
         if let Some(value) = env(&var) {
             table.insert((*key).to_owned(), env_value(key, &value));
             overridden.push(var);
+            from_env.push(key);
+        }
+    }
+    // The token and its file are one setting: the environment's replaces the file's, whichever
+    // of the two keys each uses (FERRY_ADMIN_TOKEN beside a file's `admin_token_file`).
+    for (key, other) in [
+        ("admin_token", "admin_token_file"),
+        ("admin_token_file", "admin_token"),
+    ] {
+        if from_env.contains(&key) && !from_env.contains(&other) {
+            table.remove(other);
         }
     }
     let file: NodeFile = if overridden.is_empty() {
@@ -620,7 +635,16 @@ pub fn parse_with_env(
             }
         })?
     };
-    check(path, base, file)
+    check(path, base, file, &from_env)
+}
+
+/// How an error names `key`: as the environment variable it came from, or as the file's key.
+fn named(key: &str, from_env: &[&str]) -> String {
+    if from_env.contains(&key) {
+        env_var(key)
+    } else {
+        format!("`{key}`")
+    }
 }
 
 /// An environment value as the TOML value of `key`: text keys as they are, others as TOML
@@ -638,10 +662,22 @@ fn env_value(key: &str, value: &str) -> toml::Value {
     }
 }
 
-fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, ConfigError> {
+/// Checks the values of `file`; the keys in `from_env` came from the environment, and errors
+/// about them name their variable.
+fn check(
+    path: &Path,
+    base: &Path,
+    file: NodeFile,
+    from_env: &[&str],
+) -> Result<NodeSettings, ConfigError> {
     let invalid = |key: &'static str, reason: String| ConfigError::Invalid {
         path: path.to_owned(),
         key,
+        origin: if from_env.contains(&key) {
+            format!(" (from the environment variable {})", env_var(key))
+        } else {
+            String::new()
+        },
         reason,
     };
     let id = node_id(&file.id).map_err(|source| ConfigError::Id {
@@ -664,7 +700,7 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
     let store = store_choice(&file.store, &file.store_prefix)
         .map_err(|(key, reason)| invalid(key, reason))?;
     let admin_token =
-        admin_token(base, &file, admin).map_err(|(key, reason)| invalid(key, reason))?;
+        admin_token(base, &file, admin, from_env).map_err(|(key, reason)| invalid(key, reason))?;
     if file.admin_tls && admin.is_none() {
         return Err(invalid(
             "admin_tls",
@@ -801,18 +837,23 @@ fn store_choice(store: &str, prefix: &str) -> Result<StoreChoice, (&'static str,
     })
 }
 
-/// The admin token, from `admin_token` or `admin_token_file` (not both); required when the
-/// endpoint listens beyond loopback, where anyone on the network could otherwise drain the node.
+/// The admin token, from `admin_token` or `admin_token_file` (not both; an environment value of
+/// one has replaced the file's other already); required when the endpoint listens beyond
+/// loopback, where anyone on the network could otherwise drain the node.
 fn admin_token(
     base: &Path,
     file: &NodeFile,
     admin: Option<SocketAddr>,
+    from_env: &[&str],
 ) -> Result<Option<AdminToken>, (&'static str, String)> {
     let token = match (&file.admin_token, &file.admin_token_file) {
         (Some(_), Some(_)) => {
             return Err((
                 "admin_token",
-                "it is set and so is `admin_token_file`; keep one of them".to_owned(),
+                format!(
+                    "it is set and so is {}; keep one of them",
+                    named("admin_token_file", from_env)
+                ),
             ));
         }
         (Some(token), None) if token.trim().is_empty() => {
@@ -1194,6 +1235,43 @@ mod tests {
         assert!(e.contains("bad `admin_token`"), "{e}");
         let e = parse_err("id = \"a\"\ncerts = \"c\"\nadmin_token = \" \"\n");
         assert!(e.contains("empty"), "{e}");
+    }
+
+    #[test]
+    fn an_admin_token_from_the_environment_replaces_the_files_token_file() {
+        // One FERRY_ADMIN_TOKEN for the node and the `ferry` commands, beside a file that names
+        // a token file: the environment wins, as it does for every key.
+        let file = "id = \"a\"\ncerts = \"c\"\nadmin = \"0.0.0.0:7100\"\nadmin_token_file = \"t\"\n";
+        let s = parse_env(file, &[("FERRY_ADMIN_TOKEN", "s3cret")]).expect("accepted");
+        assert_eq!(
+            s.admin_token,
+            Some(AdminToken::Value(Secret("s3cret".to_owned())))
+        );
+        // And a token file from the environment replaces a token in the file.
+        let file = "id = \"a\"\ncerts = \"c\"\nadmin_token = \"x\"\n";
+        let s = parse_env(file, &[("FERRY_ADMIN_TOKEN_FILE", "/run/token")]).expect("accepted");
+        assert_eq!(s.admin_token, Some(AdminToken::File("/run/token".into())));
+        // Both from the environment: the error names the two variables.
+        let e = parse_env(
+            "id = \"a\"\ncerts = \"c\"\n",
+            &[
+                ("FERRY_ADMIN_TOKEN", "s3cret"),
+                ("FERRY_ADMIN_TOKEN_FILE", "/run/token"),
+            ],
+        )
+        .expect_err("refused");
+        assert!(
+            e.contains("(from the environment variable FERRY_ADMIN_TOKEN)")
+                && e.contains("so is FERRY_ADMIN_TOKEN_FILE"),
+            "{e}"
+        );
+        // A bad value from the environment is named by its variable.
+        let e = parse_env(file, &[("FERRY_ADMIN_TOKEN", " ")]).expect_err("refused");
+        assert!(
+            e.contains("bad `admin_token` (from the environment variable FERRY_ADMIN_TOKEN)")
+                && e.contains("empty"),
+            "{e}"
+        );
     }
 
     #[test]
