@@ -195,6 +195,10 @@ impl Host {
             registry,
             pages,
         } = self;
+        let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+        for warning in crate::config::misspelt_variables(names) {
+            tracing::warn!("{warning}");
+        }
         let tls = node_tls(&settings)?;
         let admin_tls = admin_tls(&settings, &tls)?;
         let config = node_config(&settings, tls).await?;
