@@ -7,9 +7,12 @@
 //!
 //! SIGTERM or Ctrl-C drain the node within `drain_grace_ms` (its units move to the other nodes,
 //! with their state and their players), then stop it; the run ends `Ok` only if nothing was
-//! lost. A second signal while it drains stops the node at once. A `POST /shutdown` on the admin
+//! lost. The whole stop keeps to that grace from the signal: a drain or shutdown an operator
+//! started first is waited for only until the grace runs out, and the node then stops at once.
+//! A second signal while it drains stops the node at once. A `POST /shutdown` on the admin
 //! endpoint does the same drain and stop. With `drain_grace_ms = 0` a signal stops the node
-//! without a drain: its units end (for development clusters stopped as a whole). A node that
+//! without a drain (for development clusters stopped as a whole): its units end, and the run
+//! ends with an error that counts them, so the exit code says they were lost. A node that
 //! loses its owner lease can no longer run turns; it shuts down and the run ends with an error,
 //! so that a supervisor restarts it with a fresh lease.
 
@@ -135,6 +138,35 @@ pub enum HostError {
         drain: Outcome,
         /// How its stop ended.
         stop: ferry::ShutdownOutcome,
+    },
+    /// A stop signal with `drain_grace_ms = 0` closed the units the node hosted.
+    #[error(
+        "node {node} stopped without a drain, as drain_grace_ms = 0 asks: the units it hosted \
+         ({units}) were closed, and their state is gone; set drain_grace_ms (FERRY_DRAIN_GRACE_MS) \
+         above 0 for a stop signal to move them to the other nodes first"
+    )]
+    ClosedWithoutDrain {
+        /// The node.
+        node: NodeId,
+        /// The units it hosted.
+        units: usize,
+    },
+    /// The grace of a stop signal ran out while an operator's drain or shutdown still ran: the
+    /// node stopped at once.
+    #[error(
+        "node {node} stopped at once when its stop signal's grace (drain_grace_ms = {grace_ms}) \
+         ran out while an operator's {operation} still ran; the units it still hosted ({units}) \
+         were closed with it, and their state is gone"
+    )]
+    GraceExceeded {
+        /// The node.
+        node: NodeId,
+        /// The grace, in milliseconds.
+        grace_ms: u128,
+        /// `"drain"` or `"shutdown"`.
+        operation: &'static str,
+        /// The units it still hosted.
+        units: usize,
     },
     /// A second stop signal came while the node drained: it stopped at once.
     #[error(
@@ -265,35 +297,72 @@ impl Host {
 }
 
 /// The first stop signal: drain within `grace`, then stop; another signal meanwhile stops the
-/// node at once. A shutdown already running (asked on the admin endpoint) is waited for, and a
-/// drain running is let end first.
+/// node at once. An operation already running (asked on the admin endpoint) is waited for, but
+/// only until `grace` from the signal has passed: then the node stops at once.
 async fn on_signal(
     ops: &Arc<Operations>,
     stop: &mut StopSignals,
     grace: std::time::Duration,
 ) -> Result<(), HostError> {
     let node = ops.node();
+    let until = tokio::time::Instant::now() + grace;
     if grace.is_zero() {
-        tracing::info!(node = %node.id(), "stop requested; drain_grace_ms is 0: stopping without a drain");
-        return Ok(());
+        let units = node.unit_count();
+        tracing::warn!(node = %node.id(), units, "stop requested; drain_grace_ms is 0: stopping without a drain");
+        node.shutdown().await;
+        return match units {
+            0 => Ok(()),
+            units => Err(HostError::ClosedWithoutDrain {
+                node: node.id().clone(),
+                units,
+            }),
+        };
     }
-    tracing::info!(node = %node.id(), grace_ms = grace.as_millis(), "stop requested; draining, then stopping");
-    let drained = async {
+    tracing::info!(node = %node.id(), grace_ms = grace.as_millis(), units = node.unit_count(), "stop requested; draining, then stopping");
+    // Our own shutdown with what is left of the grace, or the report of an operator's.
+    let claimed = async {
         loop {
-            match ops.shutdown(grace) {
-                Ok(task) => break task.await.ok(),
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            match ops.shutdown(left) {
+                Ok(task) => break Ok(task),
                 Err(_) if ops.running().is_some_and(|r| r.operation == "shutdown") => {
-                    break Some(ops.stopped().await);
+                    break Err(ops.stopped().await);
                 }
                 Err(_) => ops.idle().await,
             }
         }
     };
+    let stopped = async {
+        match tokio::time::timeout_at(until, claimed).await {
+            // Its drain and stop keep to the deadline it was given.
+            Ok(Ok(task)) => Some(task.await.ok()),
+            Ok(Err(report)) => Some(Some(report)),
+            Err(_) => None,
+        }
+    };
     tokio::select! {
-        report = drained => match report {
-            Some(report) => unclean(node, &report),
+        report = stopped => match report {
+            Some(Some(report)) => {
+                tracing::info!(node = %node.id(), outcome = ?report.drain.outcome, moved = report.drain.moved, stayed = report.drain.stayed.len(), elapsed_ms = report.drain.elapsed_ms, "drained and stopped");
+                unclean(node, &report)
+            }
             // The task panicked: the stop below runs anyway.
-            None => Err(HostError::Interrupted { node: node.id().clone(), units: node.unit_count() }),
+            Some(None) => Err(HostError::Interrupted { node: node.id().clone(), units: node.unit_count() }),
+            None => {
+                let operation = ops.running().map_or("drain", |r| r.operation);
+                let units = node.unit_count();
+                tracing::warn!(node = %node.id(), operation, units, "the stop's grace ran out while an operator's operation ran: stopping at once");
+                node.shutdown_within(std::time::Duration::ZERO).await;
+                match units {
+                    0 => Ok(()),
+                    units => Err(HostError::GraceExceeded {
+                        node: node.id().clone(),
+                        grace_ms: grace.as_millis(),
+                        operation,
+                        units,
+                    }),
+                }
+            }
         },
         () = stop.recv() => {
             let units = node.unit_count();

@@ -1,6 +1,7 @@
 //! The game's own node binary, twice, on a real redis-server: a counter room made on one node
 //! keeps its count and its ticking timer when that node is drained and the room moves to the
-//! other, as the game's admin page on either node shows; then the nodes stop on SIGTERM.
+//! other, as the game's admin page on either node shows; SIGTERM drains it back with both; and
+//! the last node, stopped without a drain, says in its exit that the room was lost.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -30,14 +31,12 @@ struct NodeProcess {
     _stdout: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 }
 
-/// Starts the game's binary with `config` and waits for its ready line.
-async fn start(name: &str, config: &Path, log: &Path) -> NodeProcess {
+/// Starts the game's binary with `config` and `drain_grace_ms`, and waits for its ready line.
+async fn start(name: &str, config: &Path, log: &Path, drain_grace_ms: &str) -> NodeProcess {
     let mut child = Command::new(env!("CARGO_BIN_EXE_my-game"))
         .arg("--config")
         .arg(config)
-        // The test's end stops both nodes together: no drain into each other then.
-        .env("FERRY_DRAIN_GRACE_MS", "0")
-        .env("RUST_LOG", "warn,ferry=info")
+        .env("FERRY_DRAIN_GRACE_MS", drain_grace_ms)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(log).expect("log file"))
@@ -68,6 +67,25 @@ async fn start(name: &str, config: &Path, log: &Path) -> NodeProcess {
     }
 }
 
+/// Sends SIGTERM to the node, as a supervisor stopping it does.
+fn sigterm(node: &NodeProcess) {
+    let pid = node.child.id().expect("running");
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+}
+
+/// Waits for the node to exit; returns how it ended and its log.
+async fn exit(node: &mut NodeProcess, log: &Path) -> (std::process::ExitStatus, String) {
+    let status = tokio::time::timeout(HANG_GUARD, node.child.wait())
+        .await
+        .expect("the node exits in time")
+        .expect("exit status");
+    (status, std::fs::read_to_string(log).unwrap_or_default())
+}
+
 /// Reads the room on a node's admin page until `done` holds; each read is a round trip to
 /// wherever the room runs.
 async fn ask_until(admin: &AdminClient, done: impl Fn(&CounterReport) -> bool) -> CounterReport {
@@ -88,7 +106,7 @@ async fn ask_until(admin: &AdminClient, done: impl Fn(&CounterReport) -> bool) -
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_counter_room_keeps_its_count_and_its_timer_when_its_node_is_drained() {
+async fn a_counter_room_keeps_its_count_and_its_timer_through_a_drain_and_a_sigterm() {
     let Some(redis) = RedisServer::start_or_skip().await else {
         return;
     };
@@ -115,7 +133,9 @@ async fn a_counter_room_keeps_its_count_and_its_timer_when_its_node_is_drained()
             ),
         )
         .expect("config");
-        nodes.push(start(name, &config, &dir.join(format!("{name}.log"))).await);
+        // a stops last, with no node to drain to: without a drain, then.
+        let grace = if name == "a" { "0" } else { "20000" };
+        nodes.push(start(name, &config, &dir.join(format!("{name}.log")), grace).await);
     }
     let a = AdminClient::new(&nodes[0].admin).expect("admin address");
     let b = AdminClient::new(&nodes[1].admin).expect("admin address");
@@ -158,18 +178,29 @@ async fn a_counter_room_keeps_its_count_and_its_timer_when_its_node_is_drained()
     let later = ask_until(&b, |r| r.ticks >= moved.ticks + 3).await;
     assert_eq!((later.count, later.node.as_str()), (5, "b"));
 
-    for node in &mut nodes {
-        let pid = node.child.id().expect("running");
-        let sent = std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(sent.success());
-        let status = tokio::time::timeout(HANG_GUARD, node.child.wait())
-            .await
-            .expect("the node exits in time")
-            .expect("exit status");
-        assert_eq!(status.code(), Some(0));
-    }
+    // a serves again, and a SIGTERM drains b: the room moves back to a with its count.
+    a.resume().await.expect("a serves again");
+    sigterm(&nodes[1]);
+    let (status, log) = exit(&mut nodes[1], &dir.join("b.log")).await;
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "b moved its room and lost nothing:\n{log}"
+    );
+    let back = ask_until(&a, |r| r.node == "a").await;
+    assert_eq!(back.count, 5, "the count moved back with the room");
+    assert!(back.ticks >= later.ticks, "{back:?} after {later:?}");
+
+    // a, with no node to drain to and a grace of 0, closes the room, and its exit says so.
+    sigterm(&nodes[0]);
+    let (status, log) = exit(&mut nodes[0], &dir.join("a.log")).await;
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.lines().last().unwrap_or_default().starts_with(
+            "error: node a stopped without a drain, as drain_grace_ms = 0 asks: the units it \
+             hosted (1) were closed"
+        ),
+        "{log}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
