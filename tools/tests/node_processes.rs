@@ -538,3 +538,68 @@ async fn a_signal_during_an_operators_long_drain_stops_the_node_when_its_grace_r
     );
     assert_eq!(answered.stayed, ["spot:stuck"]);
 }
+
+/// Every line of a JSON log, each parsed; fails on a line that is no JSON object of an event.
+fn json_lines(log: &str) -> Vec<serde_json::Value> {
+    log.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let event: serde_json::Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?} is not JSON: {e}"));
+            assert!(
+                event["level"].is_string() && event["fields"]["message"].is_string(),
+                "{line}"
+            );
+            event
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_logging_node_ends_with_its_error_as_one_more_json_event() {
+    let tmp = TempDir::new("json-error");
+    certs(&tmp.path().join("certs"), "j2");
+    let mut processes = Processes::default();
+    let ready = processes
+        .start_with(
+            "j2",
+            &alone(&tmp, "j2"),
+            tmp.path(),
+            &[("FERRY_LOG_FORMAT", "json"), ("FERRY_DRAIN_GRACE_MS", "0")],
+        )
+        .await;
+    let (code, body) = raw_http(&ready.admin(), &post("/units", ROOM)).await;
+    assert_eq!(code, 201, "{body}");
+    processes.terminate(0);
+    let (_, status, log) = processes.wait(0).await;
+    assert_eq!(status.code(), Some(1), "{log}");
+    let events = json_lines(&log);
+    let last = events.last().expect("a log");
+    assert_eq!(last["level"], "ERROR", "{last}");
+    let message = last["fields"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("node j2 stopped without a drain") && message.contains("(1)"),
+        "{last}"
+    );
+    assert!(last["timestamp"].is_string(), "{last}");
+
+    // A start that fails once the log is installed (no certificate for this node) ends the same way.
+    let config = alone(&tmp, "j3");
+    let out = common::ferry()
+        .arg("node")
+        .arg("--config")
+        .arg(&config)
+        .env("FERRY_LOG_FORMAT", "json")
+        .output()
+        .expect("ferry runs");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let events = json_lines(&stderr);
+    let last = events.last().expect("an error");
+    assert_eq!(last["level"], "ERROR", "{stderr}");
+    let message = last["fields"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("cannot load the mesh certificates of node j3"),
+        "{stderr}"
+    );
+}

@@ -589,7 +589,7 @@ fn run_main(registry: impl FnOnce() -> Registry, pages: Option<Pages>) -> std::p
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {}", one_line(&error.to_string()));
+            crate::logs::print_error(&error.to_string());
             std::process::ExitCode::FAILURE
         }
     }
@@ -627,13 +627,4 @@ fn config_path() -> Result<PathBuf, MainError> {
     std::env::var_os("FERRY_CONFIG")
         .map(PathBuf::from)
         .ok_or(MainError::NoConfig)
-}
-
-/// An error as one line: scripts and supervisors read errors line by line.
-pub fn one_line(text: &str) -> String {
-    text.lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
 }

@@ -1,8 +1,13 @@
 //! The process's log: to stderr, filtered by `RUST_LOG` (default `warn`), as text for a person
 //! or as JSON, one object a line, for a log collector; and, with the `otlp` feature and an
-//! `otlp_endpoint`, the relocation spans (`drain`, `relocation`) exported over OTLP.
+//! `otlp_endpoint`, the relocation spans (`drain`, `relocation`) exported over OTLP. The error
+//! a process ends with is written in the same format ([`print_error`]).
+
+use std::sync::OnceLock;
 
 use serde::Deserialize;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -20,6 +25,9 @@ pub enum LogFormat {
     /// spans it happened in.
     Json,
 }
+
+/// The format of the log this module installed, once it has.
+static INSTALLED: OnceLock<LogFormat> = OnceLock::new();
 
 /// What the log set-up holds while the process runs; dropping it sends the spans not yet sent.
 #[must_use = "dropping it stops the span export"]
@@ -98,5 +106,38 @@ where
         .with(lines.with_filter(filter))
         .try_init();
     // Err: the application installed its own subscriber first, which it is free to do.
-    drop(installed);
+    if installed.is_ok() {
+        let _ = INSTALLED.set(format);
+    }
+}
+
+/// Writes the error a process ends with to stderr, as one line: `error: ...` as text, or, once
+/// a JSON log is installed, as one more JSON event of it (level `ERROR`), so that a collector
+/// reading one object a line reads this one too. Errors before the log is installed (a config
+/// that cannot be read) are text.
+pub fn print_error(error: &str) {
+    let message = one_line(error);
+    if INSTALLED.get() != Some(&LogFormat::Json) {
+        eprintln!("error: {message}");
+        return;
+    }
+    let mut timestamp = String::new();
+    // Writing to a String cannot fail.
+    let _ = SystemTime.format_time(&mut Writer::new(&mut timestamp));
+    let event = serde_json::json!({
+        "timestamp": timestamp,
+        "level": "ERROR",
+        "fields": {"message": message},
+        "target": module_path!(),
+    });
+    eprintln!("{event}");
+}
+
+/// An error as one line: scripts and supervisors read errors line by line.
+pub fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
