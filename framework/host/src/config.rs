@@ -479,7 +479,7 @@ pub enum ConfigError {
     /// The file could not be read.
     #[error(
         "cannot read the node config {}: {source}; pass --config with the path of a TOML file \
-         (docs/configuration.md has an example)",
+         that sets at least `id` (this node's id) and `certs` (the folder `ferry certs` wrote)",
         path.display()
     )]
     Read {
@@ -490,8 +490,9 @@ pub enum ConfigError {
     },
     /// The file is not TOML.
     #[error(
-        "the node config {} is not valid TOML{at}: {message}; fix the syntax (docs/configuration.md \
-         has an example)",
+        "the node config {} is not valid TOML{at}: {message}; fix the syntax: one `key = value` \
+         a line, text in double quotes (`id = \"p1\"`), numbers and true/false bare, lists in \
+         brackets",
         path.display()
     )]
     Syntax {
@@ -516,8 +517,9 @@ pub enum ConfigError {
     },
     /// A required key is missing or a value has the wrong type.
     #[error(
-        "the node config {} cannot be used{at}: {message}; docs/configuration.md lists every key \
-         and its type",
+        "the node config {} cannot be used{at}: {message}; `id` and `certs` are required, text \
+         goes in double quotes, numbers and true/false bare, and `seeds` is a list \
+         (`[\"p2@10.0.0.12:7000\"]`)",
         path.display()
     )]
     Value {
@@ -1001,9 +1003,17 @@ fn gateway(base: &Path, file: &NodeFile) -> Result<Option<GatewayFiles>, (&'stat
         Some(path) => Ok(base.join(path)),
         None => Err((
             key,
-            "it is required when `sessions_listen` is set (docs/configuration.md says what it \
-             holds)"
-                .to_owned(),
+            format!(
+                "it is required when `sessions_listen` is set: the path of {}",
+                match key {
+                    "sessions_cert" => "the PEM certificate chain the gateway shows game clients",
+                    "sessions_key" => "the PEM private key of `sessions_cert`",
+                    _ => {
+                        "the tokens file, one `<token> [name] [bind=<actor>,...]` a line for each \
+                         player who may connect"
+                    }
+                }
+            ),
         )),
     };
     let [cert, key, tokens] = files;

@@ -117,7 +117,8 @@ pub enum HostError {
     Metrics(#[from] MetricsError),
     /// The admin token file could not be read.
     #[error(
-        "cannot read the admin token file {}: {source}; check `admin_token_file`",
+        "cannot read the admin token file {}: {source}; check `admin_token_file`, or write a long \
+         random token in that file (`openssl rand -hex 32 > FILE`)",
         path.display()
     )]
     AdminToken {
@@ -551,7 +552,8 @@ fn store_error(url: &str, source: StoreError) -> HostError {
 /// The whole `main` of a host program: reads `--config FILE` from the command line (or the
 /// `FERRY_CONFIG` environment variable) and the `FERRY_<KEY>` overrides, installs the log of the
 /// config's `log_format` (and `otlp_endpoint`), runs a [`Host`] of `registry` on a multi-threaded runtime, and on
-/// failure prints the error as one line to stderr and exits 1.
+/// failure prints the error as one line to stderr and exits 1. `--help` prints the usage and
+/// every key, and exits 0.
 pub fn main(registry: impl FnOnce() -> Registry) -> std::process::ExitCode {
     run_main(registry, None)
 }
@@ -566,7 +568,19 @@ pub fn main_with_pages(
 }
 
 fn run_main(registry: impl FnOnce() -> Registry, pages: Option<Pages>) -> std::process::ExitCode {
-    let result = config_path().and_then(|path| {
+    let result = parse_args().and_then(|args| {
+        let path = match args {
+            Args::Run(path) => path,
+            Args::Help => {
+                let program = std::env::args_os()
+                    .next()
+                    .map(PathBuf::from)
+                    .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                    .unwrap_or_else(|| "node".to_owned());
+                print!("{}", usage(&program));
+                return Ok(());
+            }
+        };
         let settings = crate::config::load(&path).map_err(MainError::Config)?;
         // Kept to the end: dropping it sends the spans not yet exported.
         let _logs = crate::logs::install(
@@ -599,10 +613,12 @@ fn run_main(registry: impl FnOnce() -> Registry, pages: Option<Pages>) -> std::p
 #[derive(Debug, thiserror::Error)]
 enum MainError {
     #[error(
-        "no config file: pass --config FILE (or set FERRY_CONFIG); docs/configuration.md lists \
-         the keys"
+        "no config file: pass --config FILE (or set FERRY_CONFIG), a TOML file that sets at \
+         least `id` and `certs`; --help lists every key"
     )]
     NoConfig,
+    #[error("unknown argument {0:?}; the only one is --config FILE (--help says more)")]
+    Argument(String),
     #[error(transparent)]
     Config(ConfigError),
     #[error(transparent)]
@@ -613,18 +629,55 @@ enum MainError {
     Host(HostError),
 }
 
-/// `--config FILE` or `--config=FILE` from the command line, else `FERRY_CONFIG`.
-fn config_path() -> Result<PathBuf, MainError> {
+/// What the command line asks for.
+enum Args {
+    /// Run the node of this config file.
+    Run(PathBuf),
+    /// Print the usage and exit.
+    Help,
+}
+
+/// `--config FILE` or `--config=FILE` from the command line, else `FERRY_CONFIG`; or `--help`.
+fn parse_args() -> Result<Args, MainError> {
+    let help = |arg: &std::ffi::OsString| arg == "--help" || arg == "-h";
     let mut args = std::env::args_os().skip(1);
-    while let Some(arg) = args.next() {
-        if arg == "--config" {
-            return args.next().map(PathBuf::from).ok_or(MainError::NoConfig);
+    let path = match args.next() {
+        None => {
+            return std::env::var_os("FERRY_CONFIG")
+                .map(|path| Args::Run(PathBuf::from(path)))
+                .ok_or(MainError::NoConfig);
         }
-        if let Some(path) = arg.to_str().and_then(|a| a.strip_prefix("--config=")) {
-            return Ok(PathBuf::from(path));
+        Some(arg) if help(&arg) => return Ok(Args::Help),
+        Some(arg) if arg == "--config" => {
+            args.next().map(PathBuf::from).ok_or(MainError::NoConfig)?
         }
+        Some(arg) => match arg.to_str().and_then(|a| a.strip_prefix("--config=")) {
+            Some(path) => PathBuf::from(path),
+            None => return Err(MainError::Argument(arg.to_string_lossy().into_owned())),
+        },
+    };
+    match args.next() {
+        None => Ok(Args::Run(path)),
+        Some(arg) if help(&arg) => Ok(Args::Help),
+        Some(arg) => Err(MainError::Argument(arg.to_string_lossy().into_owned())),
     }
-    std::env::var_os("FERRY_CONFIG")
-        .map(PathBuf::from)
-        .ok_or(MainError::NoConfig)
+}
+
+/// What `--help` prints: how to run the program, and every key it reads.
+fn usage(program: &str) -> String {
+    let keys = crate::config::KEYS
+        .chunks(4)
+        .map(|keys| format!("  {}", keys.join(", ")))
+        .collect::<Vec<_>>()
+        .join(",\n");
+    format!(
+        "Usage: {program} --config FILE\n\n\
+         Runs one node of the game's Ferry cluster, configured by the TOML file FILE (or the one\n\
+         FERRY_CONFIG names), until SIGTERM or Ctrl-C: the first drains its rooms to the other\n\
+         nodes within drain_grace_ms and stops it, a second stops it at once. It prints\n\
+         `ready <node-id> mesh=<addr> admin=<addr> ...` on stdout once it serves, and logs to\n\
+         stderr (RUST_LOG, default warn,ferry=info). It exits 0 only if nothing was lost.\n\n\
+         The config keys (`id` and `certs` are required); each can be set in the environment\n\
+         as FERRY_<KEY> (FERRY_ID, FERRY_ADMIN_TOKEN, ...), which wins over the file:\n{keys}\n"
+    )
 }

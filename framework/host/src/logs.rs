@@ -1,4 +1,6 @@
-//! The process's log: to stderr, filtered by `RUST_LOG` (default `warn`), as text for a person
+//! The process's log: to stderr, filtered by `RUST_LOG` (by default [`NODE_FILTER`] for a node:
+//! what it does, such as its drains, moves and stop, and every other crate's warnings; `warn`
+//! for other commands), as text for a person
 //! or as JSON, one object a line, for a log collector; and, with the `otlp` feature and an
 //! `otlp_endpoint`, the relocation spans (`drain`, `relocation`) exported over OTLP. The error
 //! a process ends with is written in the same format ([`print_error`]).
@@ -25,6 +27,11 @@ pub enum LogFormat {
     /// spans it happened in.
     Json,
 }
+
+/// A node's log filter without `RUST_LOG`: Ferry's own events from `info` up (its start, its
+/// peers, each drain and move, its stop), what operators expect to read, and the warnings of
+/// everything else.
+pub const NODE_FILTER: &str = "warn,ferry=info";
 
 /// The format of the log this module installed, once it has.
 static INSTALLED: OnceLock<LogFormat> = OnceLock::new();
@@ -68,7 +75,7 @@ pub fn install(
             None => None,
         };
         let layer = traces.as_ref().map(crate::traces::Traces::layer);
-        subscribe(format, layer);
+        subscribe(format, NODE_FILTER, layer);
         Ok(Logs { _traces: traces })
     }
     #[cfg(not(feature = "otlp"))]
@@ -77,22 +84,28 @@ pub fn install(
         if otlp_endpoint.is_some() {
             return Err(LogsError::NoExporter);
         }
-        init(format);
+        subscribe(
+            format,
+            NODE_FILTER,
+            None::<tracing_subscriber::layer::Identity>,
+        );
         Ok(Logs::default())
     }
 }
 
-/// Installs a log of `format` alone (no span export), for commands that are no node.
+/// Installs a log of `format` alone (no span export), warnings only unless `RUST_LOG` says
+/// otherwise, for commands that are no node.
 pub fn init(format: LogFormat) {
-    subscribe(format, None::<tracing_subscriber::layer::Identity>);
+    subscribe(format, "warn", None::<tracing_subscriber::layer::Identity>);
 }
 
-/// The stderr log of `format`, with `extra` beside it, as the process's subscriber.
-fn subscribe<L>(format: LogFormat, extra: Option<L>)
+/// The stderr log of `format`, filtered by `RUST_LOG` or else `default`, with `extra` beside it,
+/// as the process's subscriber.
+fn subscribe<L>(format: LogFormat, default: &str, extra: Option<L>)
 where
     L: Layer<tracing_subscriber::Registry> + Send + Sync,
 {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let lines = match format {
         // Colour codes only for a person at a terminal, not in log files and journals.
