@@ -135,7 +135,8 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {}", ferry_host::host::one_line(&error.to_string()));
+            // As a JSON event when a node's log is JSON, so each line of it is one object.
+            ferry_host::logs::print_error(&error.to_string());
             std::process::ExitCode::from(error.exit_code())
         }
     }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::processes::{
-    Processes, driver, get, post, promtool_problems, raw_http, raw_https, run_ferry, settle,
-    status_json, text, within,
+    Processes, closed_without_drain, driver, get, post, promtool_problems, raw_http, raw_https,
+    run_ferry, settle, status_json, text, within,
 };
 use common::{TempDir, certs, one_line_failure};
 use ferry::store::LocationStore;
@@ -296,7 +296,7 @@ async fn drain_moves_every_unit_off_a_node_process_and_shutdown_stops_it() {
     }
     driver.shutdown().await;
     for (name, status, log) in processes.terminate_all().await {
-        assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+        closed_without_drain(&name, status, &log);
     }
     drop(processes);
     drop(redis);
@@ -549,24 +549,49 @@ sessions_tokens = "tokens.txt"
     assert!(refused.is_err(), "an unlisted token is refused");
 
     for (name, status, log) in processes.terminate_all().await {
-        assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+        closed_without_drain(&name, status, &log);
     }
 }
 
 /// A request with `Authorization: Bearer <token>` when `token` is given.
 fn request(method: &str, path: &str, token: Option<&str>) -> String {
+    request_with(method, path, token, "")
+}
+
+/// A request with `body` (JSON, when not empty), and the token when `token` is given.
+fn request_with(method: &str, path: &str, token: Option<&str>, body: &str) -> String {
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
+    let kind = if body.is_empty() {
+        ""
+    } else {
+        "Content-Type: application/json\r\n"
+    };
     format!(
-        "{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n{auth}Content-Length: 0\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n{auth}{kind}Content-Length: {}\r\n\r\n{body}",
+        body.len()
     )
 }
+
+/// A valid body for each changing route, so that a refusal can only be the token's.
+const CHANGES: [(&str, &str); 4] = [
+    (
+        "/relocate",
+        r#"{"mode": "maintenance", "deadline_ms": 1000}"#,
+    ),
+    ("/shutdown", r#"{"deadline_ms": 1000}"#),
+    ("/resume", ""),
+    (
+        "/units",
+        r#"{"kind": "spot", "factory": "ping", "id": "intruder"}"#,
+    ),
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_token_guards_every_change_and_beyond_loopback_every_read_but_the_probes() {
     let tmp = TempDir::new("admin-token");
-    certs(&tmp.path().join("certs"), "t1,t2,t3");
+    certs(&tmp.path().join("certs"), "t1,t2,t3,t4");
     std::fs::write(tmp.path().join("admin.token"), "s3cret-token\n").expect("token file");
 
     // Beyond loopback without a token: the node refuses to start.
@@ -594,8 +619,8 @@ async fn the_admin_token_guards_every_change_and_beyond_loopback_every_read_but_
     let mut processes = Processes::default();
     let t2 = processes.start("t2", &local, tmp.path()).await.admin();
     for token in [None, Some("wrong"), Some("s3cret-tokenX")] {
-        for path in ["/relocate", "/shutdown", "/resume", "/units"] {
-            let (code, body) = raw_http(&t2, &request("POST", path, token)).await;
+        for (path, valid) in CHANGES {
+            let (code, body) = raw_http(&t2, &request_with("POST", path, token, valid)).await;
             assert_eq!(code, 401, "POST {path} with {token:?}: {body}");
             let error: Value = serde_json::from_str(&body).expect("a JSON error");
             assert!(
@@ -604,11 +629,11 @@ async fn the_admin_token_guards_every_change_and_beyond_loopback_every_read_but_
             );
         }
     }
-    // Nothing changed: the node serves, drained nothing, and is ready.
+    // Nothing changed: the node serves, drained nothing, hosts no unit, and is ready.
     let s = status_json(&t2).await;
     assert_eq!(
-        (s["state"].as_str(), &s["last_drain"]),
-        (Some("Serving"), &Value::Null)
+        (s["state"].as_str(), &s["last_drain"], s["units"].as_u64()),
+        (Some("Serving"), &Value::Null, Some(0))
     );
     assert_eq!(raw_http(&t2, &get("/readyz")).await.0, 200);
     assert_eq!(raw_http(&t2, &get("/healthz")).await.0, 200);
@@ -661,10 +686,51 @@ async fn the_admin_token_guards_every_change_and_beyond_loopback_every_read_but_
     .await
     .expect("ferry runs");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The unit the refused requests asked for is one a node makes with the token: only the
+    // token stood in the way.
+    let (path, valid) = CHANGES[3];
+    let with_token = request_with("POST", path, Some("s3cret-token"), valid);
+    let (code, body) = raw_http(&t3, &with_token).await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(status_json_with(&t3, "s3cret-token").await["units"], 1);
+
+    // A token in the environment replaces the file's `admin_token_file`: one FERRY_ADMIN_TOKEN
+    // for the node and the commands.
+    let ready = processes
+        .start_with(
+            "t4",
+            &wide,
+            tmp.path(),
+            &[
+                ("FERRY_ID", "t4"),
+                ("FERRY_ADMIN_TOKEN", "env-token"),
+                ("FERRY_DRAIN_GRACE_MS", "0"),
+            ],
+        )
+        .await;
+    let t4 = format!("127.0.0.1:{}", ready.admin.expect("admin on").port());
+    assert_eq!(status_json_with(&t4, "env-token").await["node"], "t4");
+    let (code, _) = raw_http(&t4, &request("GET", "/status", Some("s3cret-token"))).await;
+    assert_eq!(code, 401, "the file's token is no longer the node's");
 
     for (name, status, log) in processes.terminate_all().await {
-        assert_eq!(status.code(), Some(0), "{name}:\n{log}");
+        closed_without_drain(&name, status, &log);
     }
+}
+
+/// `ferry status --json ADDR` with FERRY_ADMIN_TOKEN set to `token`, parsed.
+async fn status_json_with(addr: &str, token: &str) -> Value {
+    let out = within(
+        "ferry status with a token",
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args(["status", "--json", addr])
+            .env("FERRY_ADMIN_TOKEN", token)
+            .output(),
+    )
+    .await
+    .expect("ferry runs");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("status JSON")
 }
 
 /// What a plain HTTP client gets for `request`: every byte until the connection closes.

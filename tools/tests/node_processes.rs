@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::processes::{
-    Processes, driver, get, post, raw_http, settle, wait_two_refreshes, within,
+    Processes, closed_without_drain, driver, get, post, raw_http, settle, wait_two_refreshes,
+    within,
 };
 use common::{TempDir, certs};
 use ferry::cluster::authority::{node_key, unit_key};
@@ -235,12 +236,12 @@ async fn three_processes_exchange(store_url: &str) {
 
     driver.shutdown().await;
     for (name, status, log) in processes.terminate_all().await {
+        // Each hosted its room, and closed it without a drain, as the test's grace of 0 asks.
         assert_eq!(
-            status.code(),
-            Some(0),
-            "{name} exits 0 after SIGTERM:\n{log}"
+            closed_without_drain(&name, status, &log),
+            1,
+            "{name}:\n{log}"
         );
-        assert!(!log.contains("panicked"), "{name} panicked:\n{log}");
     }
     // A stopped node leaves the cluster: its descriptor and its spot's record are gone.
     for (node, id) in nodes.iter().zip(&spots) {
@@ -346,12 +347,12 @@ async fn node_processes_run_on_through_a_20_s_redis_restart() {
     }
     driver.shutdown().await;
     for (name, status, log) in processes.terminate_all().await {
+        // Each hosted its room, and closed it without a drain, as the test's grace of 0 asks.
         assert_eq!(
-            status.code(),
-            Some(0),
-            "{name} exits 0 after SIGTERM:\n{log}"
+            closed_without_drain(&name, status, &log),
+            1,
+            "{name}:\n{log}"
         );
-        assert!(!log.contains("panicked"), "{name} panicked:\n{log}");
     }
     drop(processes);
     drop(redis);
@@ -375,7 +376,11 @@ async fn a_node_with_the_json_log_format_writes_one_json_object_a_line() {
         .await;
     let ended = processes.terminate_all().await;
     let (_, status, log) = &ended[0];
-    assert_eq!(status.code(), Some(0), "{log}");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "a node that hosted nothing lost nothing:\n{log}"
+    );
     let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(!lines.is_empty(), "the node logged its start and stop");
     for line in &lines {
@@ -396,15 +401,10 @@ async fn a_signal_drain_that_cannot_move_its_units_exits_non_zero_and_a_second_s
     certs(&tmp.path().join("certs"), "s1,s2");
     let mut processes = Processes::default();
     // A node alone, with a room: a drain has nowhere to send it.
-    let alone = |name: &str| {
-        let config = tmp.path().join(format!("{name}.toml"));
-        std::fs::write(&config, format!("id = \"{name}\"\ncerts = \"certs\"\n")).expect("config");
-        config
-    };
-    let room = r#"{"kind":"spot","factory":"ping","id":"stuck"}"#;
+    let room = ROOM;
 
     // A short grace: the drain ends blocked, the node stops, and the exit says it lost the room.
-    let config = alone("s1");
+    let config = alone(&tmp, "s1");
     let ready = processes
         .start_with(
             "s1",
@@ -421,7 +421,7 @@ async fn a_signal_drain_that_cannot_move_its_units_exits_non_zero_and_a_second_s
     assert!(log.contains("draining, then stopping"), "{log}");
 
     // The default grace (25 s): a second SIGTERM while it drains stops it at once.
-    let config = alone("s2");
+    let config = alone(&tmp, "s2");
     let ready = processes.start_with("s2", &config, tmp.path(), &[]).await;
     let admin = ready.admin();
     let (code, body) = raw_http(&admin, &post("/units", room)).await;
@@ -440,5 +440,166 @@ async fn a_signal_drain_that_cannot_move_its_units_exits_non_zero_and_a_second_s
     assert!(
         log.contains("stopped at once on a second stop signal, while it drained; the units it still hosted (1) were closed"),
         "{log}"
+    );
+}
+
+/// A config for a node alone, with nothing to drain its units to.
+fn alone(tmp: &TempDir, name: &str) -> std::path::PathBuf {
+    let config = tmp.path().join(format!("{name}.toml"));
+    std::fs::write(&config, format!("id = \"{name}\"\ncerts = \"certs\"\n")).expect("config");
+    config
+}
+
+/// A ping room, as `POST /units` takes it.
+const ROOM: &str = r#"{"kind":"spot","factory":"ping","id":"stuck"}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_with_no_grace_closes_the_rooms_and_the_exit_code_says_they_were_lost() {
+    let tmp = TempDir::new("no-grace");
+    certs(&tmp.path().join("certs"), "g1");
+    let mut processes = Processes::default();
+    // A typo beside the grace: the node names the key it was meant for.
+    let ready = processes
+        .start_with(
+            "g1",
+            &alone(&tmp, "g1"),
+            tmp.path(),
+            &[("FERRY_DRAIN_GRACE_MS", "0"), ("FERRY_ADMN", "0.0.0.0:1")],
+        )
+        .await;
+    let (code, body) = raw_http(&ready.admin(), &post("/units", ROOM)).await;
+    assert_eq!(code, 201, "{body}");
+    processes.terminate(0);
+    let (name, status, log) = processes.wait(0).await;
+    assert_eq!(closed_without_drain(&name, status, &log), 1, "{log}");
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("FERRY_ADMN is no config key"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{log}");
+    assert!(warned[0].contains("did you mean FERRY_ADMIN "), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_during_an_operators_long_drain_stops_the_node_when_its_grace_runs_out() {
+    let tmp = TempDir::new("grace-cap");
+    certs(&tmp.path().join("certs"), "c1");
+    let mut processes = Processes::default();
+    let ready = processes
+        .start_with(
+            "c1",
+            &alone(&tmp, "c1"),
+            tmp.path(),
+            &[("FERRY_DRAIN_GRACE_MS", "500")],
+        )
+        .await;
+    let admin = ready.admin();
+    let (code, body) = raw_http(&admin, &post("/units", ROOM)).await;
+    assert_eq!(code, 201, "{body}");
+    // An operator's drain of an hour: the room has nowhere to go, so it would run all of it.
+    let client = ferry_host::admin::AdminClient::new(&admin).expect("admin address");
+    let drain = tokio::spawn(async move {
+        let request = ferry_host::admin::wire::RelocateRequest {
+            deadline_ms: Some(3_600_000),
+            ..Default::default()
+        };
+        client.relocate(&request).await
+    });
+    within("the operator's drain to start", async {
+        while raw_http(&admin, &get("/readyz")).await.0 == 200 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    // SIGTERM: the stop keeps to its own grace, not to the operator's hour.
+    processes.terminate(0);
+    let (_, status, log) = processes.wait(0).await;
+    assert_eq!(status.code(), Some(1), "{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(
+            "error: node c1 stopped at once when its stop signal's grace (drain_grace_ms = 500) \
+             ran out while an operator's drain still ran; the units it still hosted (1) were closed"
+        ),
+        "{log}"
+    );
+    // The operator hears that the stop ended the drain, with the room it could not move.
+    let answered = within("the drain's request to end", drain)
+        .await
+        .expect("the request task")
+        .expect("the drain's answer");
+    assert_eq!(
+        (answered.outcome, answered.reason),
+        (
+            ferry_host::admin::wire::Outcome::Blocked,
+            Some(ferry::BlockedReason::ShutdownRequested)
+        ),
+        "{answered:?}"
+    );
+    assert_eq!(answered.stayed, ["spot:stuck"]);
+}
+
+/// Every line of a JSON log, each parsed; fails on a line that is no JSON object of an event.
+fn json_lines(log: &str) -> Vec<serde_json::Value> {
+    log.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let event: serde_json::Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?} is not JSON: {e}"));
+            assert!(
+                event["level"].is_string() && event["fields"]["message"].is_string(),
+                "{line}"
+            );
+            event
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_logging_node_ends_with_its_error_as_one_more_json_event() {
+    let tmp = TempDir::new("json-error");
+    certs(&tmp.path().join("certs"), "j2");
+    let mut processes = Processes::default();
+    let ready = processes
+        .start_with(
+            "j2",
+            &alone(&tmp, "j2"),
+            tmp.path(),
+            &[("FERRY_LOG_FORMAT", "json"), ("FERRY_DRAIN_GRACE_MS", "0")],
+        )
+        .await;
+    let (code, body) = raw_http(&ready.admin(), &post("/units", ROOM)).await;
+    assert_eq!(code, 201, "{body}");
+    processes.terminate(0);
+    let (_, status, log) = processes.wait(0).await;
+    assert_eq!(status.code(), Some(1), "{log}");
+    let events = json_lines(&log);
+    let last = events.last().expect("a log");
+    assert_eq!(last["level"], "ERROR", "{last}");
+    let message = last["fields"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("node j2 stopped without a drain") && message.contains("(1)"),
+        "{last}"
+    );
+    assert!(last["timestamp"].is_string(), "{last}");
+
+    // A start that fails once the log is installed (no certificate for this node) ends the same way.
+    let config = alone(&tmp, "j3");
+    let out = common::ferry()
+        .arg("node")
+        .arg("--config")
+        .arg(&config)
+        .env("FERRY_LOG_FORMAT", "json")
+        .output()
+        .expect("ferry runs");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let events = json_lines(&stderr);
+    let last = events.last().expect("an error");
+    assert_eq!(last["level"], "ERROR", "{stderr}");
+    let message = last["fields"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("cannot load the mesh certificates of node j3"),
+        "{stderr}"
     );
 }

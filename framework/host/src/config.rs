@@ -117,6 +117,13 @@ const TEXT_KEYS: &[&str] = &[
     "otlp_endpoint",
 ];
 
+/// The keys whose value is a list: an environment value is a TOML list (`["a", "b"]`) or,
+/// without the brackets, items separated by commas (`a,b`).
+const LIST_KEYS: &[&str] = &["seeds"];
+
+/// The `FERRY_` variables that Ferry reads beside the config keys: no typo of a key.
+const OTHER_VARIABLES: &[&str] = &["FERRY_CONFIG", "FERRY_ADMIN_CA"];
+
 /// A node config file as written, before its values are checked.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -472,7 +479,7 @@ pub enum ConfigError {
     /// The file could not be read.
     #[error(
         "cannot read the node config {}: {source}; pass --config with the path of a TOML file \
-         (docs/configuration.md has an example)",
+         that sets at least `id` (this node's id) and `certs` (the folder `ferry certs` wrote)",
         path.display()
     )]
     Read {
@@ -483,8 +490,9 @@ pub enum ConfigError {
     },
     /// The file is not TOML.
     #[error(
-        "the node config {} is not valid TOML{at}: {message}; fix the syntax (docs/configuration.md \
-         has an example)",
+        "the node config {} is not valid TOML{at}: {message}; fix the syntax: one `key = value` \
+         a line, text in double quotes (`id = \"p1\"`), numbers and true/false bare, lists in \
+         brackets",
         path.display()
     )]
     Syntax {
@@ -509,8 +517,9 @@ pub enum ConfigError {
     },
     /// A required key is missing or a value has the wrong type.
     #[error(
-        "the node config {} cannot be used{at}: {message}; docs/configuration.md lists every key \
-         and its type",
+        "the node config {} cannot be used{at}: {message}; `id` and `certs` are required, text \
+         goes in double quotes, numbers and true/false bare, and `seeds` is a list \
+         (`[\"p2@10.0.0.12:7000\"]`)",
         path.display()
     )]
     Value {
@@ -530,12 +539,15 @@ pub enum ConfigError {
         source: BadNodeId,
     },
     /// A value is well-typed but out of range.
-    #[error("the node config {} has a bad `{key}`: {reason}", path.display())]
+    #[error("the node config {} has a bad `{key}`{origin}: {reason}", path.display())]
     Invalid {
         /// The file.
         path: PathBuf,
         /// The key.
         key: &'static str,
+        /// " (from the environment variable FERRY_<KEY>)" when the value came from there, or
+        /// empty.
+        origin: String,
         /// What is wrong and what to write instead.
         reason: String,
     },
@@ -585,11 +597,23 @@ pub fn parse_with_env(
         });
     }
     let mut overridden = Vec::new();
+    let mut from_env: Vec<&'static str> = Vec::new();
     for key in KEYS {
         let var = env_var(key);
         if let Some(value) = env(&var) {
             table.insert((*key).to_owned(), env_value(key, &value));
             overridden.push(var);
+            from_env.push(key);
+        }
+    }
+    // The token and its file are one setting: the environment's replaces the file's, whichever
+    // of the two keys each uses (FERRY_ADMIN_TOKEN beside a file's `admin_token_file`).
+    for (key, other) in [
+        ("admin_token", "admin_token_file"),
+        ("admin_token_file", "admin_token"),
+    ] {
+        if from_env.contains(&key) && !from_env.contains(&other) {
+            table.remove(other);
         }
     }
     let file: NodeFile = if overridden.is_empty() {
@@ -620,15 +644,79 @@ pub fn parse_with_env(
             }
         })?
     };
-    check(path, base, file)
+    check(path, base, file, &from_env)
 }
 
-/// An environment value as the TOML value of `key`: text keys as they are, others as TOML
-/// (`5`, `false`, `["p1@10.0.0.1:7000"]`), or as text when they are not TOML, so the type
-/// check names the key.
+/// Warnings for the `FERRY_` variables among `names` that are no key's but close to one: a typo
+/// (`FERRY_ADMN`) would otherwise be ignored without a word. Each names the key meant.
+pub fn misspelt_variables(names: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for name in names {
+        let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
+        if OTHER_VARIABLES.contains(&name.as_str()) || KEYS.iter().any(|key| env_var(key) == name) {
+            continue;
+        }
+        let rest = rest.to_ascii_lowercase();
+        let closest = KEYS
+            .iter()
+            .map(|key| (edit_distance(&rest, key), *key))
+            .min()
+            .filter(|(distance, _)| *distance <= 3);
+        if let Some((_, key)) = closest {
+            warnings.push(format!(
+                "the environment variable {name} is no config key and is ignored; did you mean \
+                 {} (the key `{key}`)?",
+                env_var(key)
+            ));
+        }
+    }
+    warnings
+}
+
+/// How many one-character insertions, deletions and substitutions turn `a` into `b`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// How an error names `key`: as the environment variable it came from, or as the file's key.
+fn named(key: &str, from_env: &[&str]) -> String {
+    if from_env.contains(&key) {
+        env_var(key)
+    } else {
+        format!("`{key}`")
+    }
+}
+
+/// An environment value as the TOML value of `key`: text keys as they are, list keys as a TOML
+/// list or comma-separated items, others as TOML (`5`, `false`), or as text when they are not
+/// TOML, so the type check names the key.
 fn env_value(key: &str, value: &str) -> toml::Value {
     if TEXT_KEYS.contains(&key) {
         return toml::Value::String(value.to_owned());
+    }
+    if LIST_KEYS.contains(&key) && !value.trim_start().starts_with('[') {
+        let items = value
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(|item| toml::Value::String(item.to_owned()))
+            .collect();
+        return toml::Value::Array(items);
     }
     match format!("v = {value}").parse::<toml::Table>() {
         Ok(mut table) => table
@@ -638,10 +726,22 @@ fn env_value(key: &str, value: &str) -> toml::Value {
     }
 }
 
-fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, ConfigError> {
+/// Checks the values of `file`; the keys in `from_env` came from the environment, and errors
+/// about them name their variable.
+fn check(
+    path: &Path,
+    base: &Path,
+    file: NodeFile,
+    from_env: &[&str],
+) -> Result<NodeSettings, ConfigError> {
     let invalid = |key: &'static str, reason: String| ConfigError::Invalid {
         path: path.to_owned(),
         key,
+        origin: if from_env.contains(&key) {
+            format!(" (from the environment variable {})", env_var(key))
+        } else {
+            String::new()
+        },
         reason,
     };
     let id = node_id(&file.id).map_err(|source| ConfigError::Id {
@@ -664,7 +764,7 @@ fn check(path: &Path, base: &Path, file: NodeFile) -> Result<NodeSettings, Confi
     let store = store_choice(&file.store, &file.store_prefix)
         .map_err(|(key, reason)| invalid(key, reason))?;
     let admin_token =
-        admin_token(base, &file, admin).map_err(|(key, reason)| invalid(key, reason))?;
+        admin_token(base, &file, admin, from_env).map_err(|(key, reason)| invalid(key, reason))?;
     if file.admin_tls && admin.is_none() {
         return Err(invalid(
             "admin_tls",
@@ -801,18 +901,23 @@ fn store_choice(store: &str, prefix: &str) -> Result<StoreChoice, (&'static str,
     })
 }
 
-/// The admin token, from `admin_token` or `admin_token_file` (not both); required when the
-/// endpoint listens beyond loopback, where anyone on the network could otherwise drain the node.
+/// The admin token, from `admin_token` or `admin_token_file` (not both; an environment value of
+/// one has replaced the file's other already); required when the endpoint listens beyond
+/// loopback, where anyone on the network could otherwise drain the node.
 fn admin_token(
     base: &Path,
     file: &NodeFile,
     admin: Option<SocketAddr>,
+    from_env: &[&str],
 ) -> Result<Option<AdminToken>, (&'static str, String)> {
     let token = match (&file.admin_token, &file.admin_token_file) {
         (Some(_), Some(_)) => {
             return Err((
                 "admin_token",
-                "it is set and so is `admin_token_file`; keep one of them".to_owned(),
+                format!(
+                    "it is set and so is {}; keep one of them",
+                    named("admin_token_file", from_env)
+                ),
             ));
         }
         (Some(token), None) if token.trim().is_empty() => {
@@ -898,9 +1003,17 @@ fn gateway(base: &Path, file: &NodeFile) -> Result<Option<GatewayFiles>, (&'stat
         Some(path) => Ok(base.join(path)),
         None => Err((
             key,
-            "it is required when `sessions_listen` is set (docs/configuration.md says what it \
-             holds)"
-                .to_owned(),
+            format!(
+                "it is required when `sessions_listen` is set: the path of {}",
+                match key {
+                    "sessions_cert" => "the PEM certificate chain the gateway shows game clients",
+                    "sessions_key" => "the PEM private key of `sessions_cert`",
+                    _ => {
+                        "the tokens file, one `<token> [name] [bind=<actor>,...]` a line for each \
+                         player who may connect"
+                    }
+                }
+            ),
         )),
     };
     let [cert, key, tokens] = files;
@@ -1127,36 +1240,152 @@ mod tests {
         );
     }
 
+    /// Every key of a config text, as the environment would set it: text as it is, other
+    /// values as TOML.
+    fn as_env(text: &str) -> Vec<(String, String)> {
+        let table: toml::Table = text.parse().expect("TOML");
+        table
+            .into_iter()
+            .map(|(key, value)| {
+                let value = match value {
+                    toml::Value::String(text) => text,
+                    other => other.to_string(),
+                };
+                (env_var(&key), value)
+            })
+            .collect()
+    }
+
+    fn parse_owned_env(text: &str, env: &[(String, String)]) -> Result<NodeSettings, String> {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        parse_env(text, &env)
+    }
+
+    /// Another file that sets every key, each to a value other than FULL's, `admin_token`
+    /// instead of `admin_token_file`.
+    const OTHER: &str = r#"
+        id = "n2"
+        app_version = "8"
+        mesh_listen = "10.0.0.2:4434"
+        certs = "other-certs"
+        store = "etcd://10.0.0.9:2379"
+        store_prefix = "other"
+        capacity = 6
+        weight = 4
+        lease_ttl_ms = 4000
+        outage_limit_ms = 30000
+        refresh_ms = 300
+        recover_units = true
+        recovery_sweep_ms = 3000
+        max_frame_bytes = 2097152
+        mesh_keep_alive_ms = 400
+        mesh_idle_timeout_ms = 3000
+        mesh_unacked_bytes = 2000000
+        max_state_bytes = 8192
+        max_requests_in_flight = 65
+        drain_grace_ms = 6000
+        seeds = ["p4@10.0.0.14:7000"]
+        admin = "127.0.0.1:7200"
+        admin_token = "s3cret"
+        admin_tls = false
+        sessions_listen = "0.0.0.0:7500"
+        sessions_cert = "other.pem"
+        sessions_key = "other.key"
+        sessions_tokens = "other-tokens.txt"
+        sessions_max_frame_bytes = 1001
+        sessions_max_held = 12
+        sessions_rate_per_second = 13
+        sessions_rate_burst = 14
+        sessions_max_bindings = 15
+        sessions_max_outbound = 16
+        sessions_seal_timeout_ms = 17
+        sessions_auth_timeout_ms = 18
+        sessions_idle_timeout_ms = 19
+        sessions_websocket = "127.0.0.1:7501"
+        sessions_websocket_plain = false
+        log_format = "text"
+        otlp_endpoint = "http://10.0.0.3:4318/v1/traces"
+    "#;
+
     #[test]
     fn every_key_can_come_from_the_environment_and_wins_over_the_file() {
-        // A file of nothing: every key from the environment, each as its type asks.
-        let s = parse_env(
-            "",
-            &[
-                ("FERRY_ID", "n7"),
-                ("FERRY_CERTS", "certs"),
-                ("FERRY_APP_VERSION", "7"),
-                ("FERRY_CAPACITY", "5"),
-                ("FERRY_RECOVER_UNITS", "false"),
-                ("FERRY_SEEDS", r#"["p2@10.0.0.12:7000"]"#),
-                ("FERRY_STORE", "redis://127.0.0.1:6379/"),
-                ("FERRY_ADMIN", "0.0.0.0:7100"),
-                ("FERRY_ADMIN_TOKEN", "s3cret"),
-                ("FERRY_ADMIN_TLS", "true"),
-                ("FERRY_LOG_FORMAT", "json"),
-            ],
-        )
-        .expect("accepted");
-        assert_eq!((s.id.as_str(), s.app_version.as_str()), ("n7", "7"));
-        assert_eq!((s.capacity, s.recover_units), (5, false));
-        assert_eq!(s.seeds.len(), 1);
-        assert!(matches!(s.store, StoreChoice::Shared { .. }));
-        assert_eq!(
-            s.admin_token,
-            Some(AdminToken::Value(Secret("s3cret".to_owned())))
+        let other: toml::Table = OTHER.parse().expect("TOML");
+        let mut written: Vec<&str> = other.keys().map(String::as_str).collect();
+        written.push("admin_token_file");
+        written.sort_unstable();
+        let mut listed = KEYS.to_vec();
+        listed.sort_unstable();
+        assert_eq!(written, listed, "OTHER sets every listed key once");
+        // Each key differs between the two, so a key the environment failed to set shows.
+        let full_table: toml::Table = FULL.parse().expect("TOML");
+        for key in KEYS {
+            assert_ne!(full_table.get(*key), other.get(*key), "{key} differs");
+        }
+        let (full, other) = (parse_ok(FULL), parse_ok(OTHER));
+        // A file of nothing: every key from the environment.
+        assert_eq!(parse_owned_env("", &as_env(FULL)), Ok(full.clone()));
+        assert_eq!(parse_owned_env("", &as_env(OTHER)), Ok(other.clone()));
+        // Every key from the environment wins over the file's, each one alone too.
+        assert_eq!(parse_owned_env(FULL, &as_env(OTHER)), Ok(other.clone()));
+        assert_eq!(parse_owned_env(OTHER, &as_env(FULL)), Ok(full));
+        for (var, value) in as_env(OTHER) {
+            let one = parse_owned_env(FULL, &[(var.clone(), value)]);
+            let one = one.unwrap_or_else(|e| panic!("{var} alone is refused: {e}"));
+            assert_ne!(one, parse_ok(FULL), "{var} changed nothing");
+        }
+    }
+
+    #[test]
+    fn a_list_key_takes_a_toml_list_or_commas_from_the_environment() {
+        let file = "id = \"a\"\ncerts = \"c\"\n";
+        let seeds = |value: &str| {
+            let s = parse_env(file, &[("FERRY_SEEDS", value)]).expect("accepted");
+            s.seeds
+                .iter()
+                .map(|(n, a)| format!("{n}={a}"))
+                .collect::<Vec<_>>()
+        };
+        let both = ["p2=10.0.0.12:7000", "p3=10.0.0.13:7000"];
+        assert_eq!(seeds(r#"["p2@10.0.0.12:7000", "p3@10.0.0.13:7000"]"#), both);
+        assert_eq!(seeds("p2@10.0.0.12:7000, p3@10.0.0.13:7000"), both);
+        assert_eq!(seeds("p2@10.0.0.12:7000"), ["p2=10.0.0.12:7000"]);
+        assert!(seeds("").is_empty());
+        let e = parse_env(file, &[("FERRY_SEEDS", "p2")]).expect_err("refused");
+        assert!(
+            e.contains("bad `seeds` (from the environment variable FERRY_SEEDS)"),
+            "{e}"
         );
-        assert!(s.admin_tls);
-        assert_eq!(s.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn a_misspelt_variable_is_named_with_the_key_it_is_close_to() {
+        let names = [
+            "FERRY_ADMN",
+            "FERRY_DRAIN_GRACE",
+            "FERRY_SESION_LISTEN",
+            "FERRY_ADMIN",
+            "FERRY_CONFIG",
+            "FERRY_ADMIN_CA",
+            "FERRY_REQUIRE_REDIS",
+            "PATH",
+        ];
+        let warnings = misspelt_variables(names.map(str::to_owned));
+        assert_eq!(warnings.len(), 3, "{warnings:#?}");
+        for (warning, (typo, meant)) in warnings.iter().zip([
+            ("FERRY_ADMN", "FERRY_ADMIN"),
+            ("FERRY_DRAIN_GRACE", "FERRY_DRAIN_GRACE_MS"),
+            ("FERRY_SESION_LISTEN", "FERRY_SESSIONS_LISTEN"),
+        ]) {
+            assert!(
+                warning.starts_with(&format!("the environment variable {typo} is no config key"))
+                    && warning.contains(&format!("did you mean {meant} ")),
+                "{warning}"
+            );
+        }
+    }
+
+    #[test]
+    fn env_values_of_the_wrong_type_are_refused_and_secrets_stay_hidden() {
         let s = parse_env(
             "id = \"a\"\ncerts = \"c\"\ncapacity = 3\n",
             &[("FERRY_CAPACITY", "9")],
@@ -1194,6 +1423,44 @@ mod tests {
         assert!(e.contains("bad `admin_token`"), "{e}");
         let e = parse_err("id = \"a\"\ncerts = \"c\"\nadmin_token = \" \"\n");
         assert!(e.contains("empty"), "{e}");
+    }
+
+    #[test]
+    fn an_admin_token_from_the_environment_replaces_the_files_token_file() {
+        // One FERRY_ADMIN_TOKEN for the node and the `ferry` commands, beside a file that names
+        // a token file: the environment wins, as it does for every key.
+        let file =
+            "id = \"a\"\ncerts = \"c\"\nadmin = \"0.0.0.0:7100\"\nadmin_token_file = \"t\"\n";
+        let s = parse_env(file, &[("FERRY_ADMIN_TOKEN", "s3cret")]).expect("accepted");
+        assert_eq!(
+            s.admin_token,
+            Some(AdminToken::Value(Secret("s3cret".to_owned())))
+        );
+        // And a token file from the environment replaces a token in the file.
+        let file = "id = \"a\"\ncerts = \"c\"\nadmin_token = \"x\"\n";
+        let s = parse_env(file, &[("FERRY_ADMIN_TOKEN_FILE", "/run/token")]).expect("accepted");
+        assert_eq!(s.admin_token, Some(AdminToken::File("/run/token".into())));
+        // Both from the environment: the error names the two variables.
+        let e = parse_env(
+            "id = \"a\"\ncerts = \"c\"\n",
+            &[
+                ("FERRY_ADMIN_TOKEN", "s3cret"),
+                ("FERRY_ADMIN_TOKEN_FILE", "/run/token"),
+            ],
+        )
+        .expect_err("refused");
+        assert!(
+            e.contains("(from the environment variable FERRY_ADMIN_TOKEN)")
+                && e.contains("so is FERRY_ADMIN_TOKEN_FILE"),
+            "{e}"
+        );
+        // A bad value from the environment is named by its variable.
+        let e = parse_env(file, &[("FERRY_ADMIN_TOKEN", " ")]).expect_err("refused");
+        assert!(
+            e.contains("bad `admin_token` (from the environment variable FERRY_ADMIN_TOKEN)")
+                && e.contains("empty"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -34,7 +34,12 @@ pub enum GatewayError {
         source: SessionTlsError,
     },
     /// The tokens file could not be read.
-    #[error("cannot read the tokens file {}: {source}; check `sessions_tokens`", path.display())]
+    #[error(
+        "cannot read the tokens file {}: {source}; check `sessions_tokens`, or write the file: one \
+         `<token> [name] [bind=<actor>,...]` a line for each player who may connect, such as \
+         `t-4f1c ann bind=ann`",
+        path.display()
+    )]
     Read {
         /// The file.
         path: PathBuf,

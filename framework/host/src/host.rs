@@ -7,9 +7,12 @@
 //!
 //! SIGTERM or Ctrl-C drain the node within `drain_grace_ms` (its units move to the other nodes,
 //! with their state and their players), then stop it; the run ends `Ok` only if nothing was
-//! lost. A second signal while it drains stops the node at once. A `POST /shutdown` on the admin
+//! lost. The whole stop keeps to that grace from the signal: a drain or shutdown an operator
+//! started first is waited for only until the grace runs out, and the node then stops at once.
+//! A second signal while it drains stops the node at once. A `POST /shutdown` on the admin
 //! endpoint does the same drain and stop. With `drain_grace_ms = 0` a signal stops the node
-//! without a drain: its units end (for development clusters stopped as a whole). A node that
+//! without a drain (for development clusters stopped as a whole): its units end, and the run
+//! ends with an error that counts them, so the exit code says they were lost. A node that
 //! loses its owner lease can no longer run turns; it shuts down and the run ends with an error,
 //! so that a supervisor restarts it with a fresh lease.
 
@@ -114,7 +117,8 @@ pub enum HostError {
     Metrics(#[from] MetricsError),
     /// The admin token file could not be read.
     #[error(
-        "cannot read the admin token file {}: {source}; check `admin_token_file`",
+        "cannot read the admin token file {}: {source}; check `admin_token_file`, or write a long \
+         random token in that file (`openssl rand -hex 32 > FILE`)",
         path.display()
     )]
     AdminToken {
@@ -135,6 +139,35 @@ pub enum HostError {
         drain: Outcome,
         /// How its stop ended.
         stop: ferry::ShutdownOutcome,
+    },
+    /// A stop signal with `drain_grace_ms = 0` closed the units the node hosted.
+    #[error(
+        "node {node} stopped without a drain, as drain_grace_ms = 0 asks: the units it hosted \
+         ({units}) were closed, and their state is gone; set drain_grace_ms (FERRY_DRAIN_GRACE_MS) \
+         above 0 for a stop signal to move them to the other nodes first"
+    )]
+    ClosedWithoutDrain {
+        /// The node.
+        node: NodeId,
+        /// The units it hosted.
+        units: usize,
+    },
+    /// The grace of a stop signal ran out while an operator's drain or shutdown still ran: the
+    /// node stopped at once.
+    #[error(
+        "node {node} stopped at once when its stop signal's grace (drain_grace_ms = {grace_ms}) \
+         ran out while an operator's {operation} still ran; the units it still hosted ({units}) \
+         were closed with it, and their state is gone"
+    )]
+    GraceExceeded {
+        /// The node.
+        node: NodeId,
+        /// The grace, in milliseconds.
+        grace_ms: u128,
+        /// `"drain"` or `"shutdown"`.
+        operation: &'static str,
+        /// The units it still hosted.
+        units: usize,
     },
     /// A second stop signal came while the node drained: it stopped at once.
     #[error(
@@ -195,6 +228,10 @@ impl Host {
             registry,
             pages,
         } = self;
+        let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+        for warning in crate::config::misspelt_variables(names) {
+            tracing::warn!("{warning}");
+        }
         let tls = node_tls(&settings)?;
         let admin_tls = admin_tls(&settings, &tls)?;
         let config = node_config(&settings, tls).await?;
@@ -261,35 +298,72 @@ impl Host {
 }
 
 /// The first stop signal: drain within `grace`, then stop; another signal meanwhile stops the
-/// node at once. A shutdown already running (asked on the admin endpoint) is waited for, and a
-/// drain running is let end first.
+/// node at once. An operation already running (asked on the admin endpoint) is waited for, but
+/// only until `grace` from the signal has passed: then the node stops at once.
 async fn on_signal(
     ops: &Arc<Operations>,
     stop: &mut StopSignals,
     grace: std::time::Duration,
 ) -> Result<(), HostError> {
     let node = ops.node();
+    let until = tokio::time::Instant::now() + grace;
     if grace.is_zero() {
-        tracing::info!(node = %node.id(), "stop requested; drain_grace_ms is 0: stopping without a drain");
-        return Ok(());
+        let units = node.unit_count();
+        tracing::warn!(node = %node.id(), units, "stop requested; drain_grace_ms is 0: stopping without a drain");
+        node.shutdown().await;
+        return match units {
+            0 => Ok(()),
+            units => Err(HostError::ClosedWithoutDrain {
+                node: node.id().clone(),
+                units,
+            }),
+        };
     }
-    tracing::info!(node = %node.id(), grace_ms = grace.as_millis(), "stop requested; draining, then stopping");
-    let drained = async {
+    tracing::info!(node = %node.id(), grace_ms = grace.as_millis(), units = node.unit_count(), "stop requested; draining, then stopping");
+    // Our own shutdown with what is left of the grace, or the report of an operator's.
+    let claimed = async {
         loop {
-            match ops.shutdown(grace) {
-                Ok(task) => break task.await.ok(),
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            match ops.shutdown(left) {
+                Ok(task) => break Ok(task),
                 Err(_) if ops.running().is_some_and(|r| r.operation == "shutdown") => {
-                    break Some(ops.stopped().await);
+                    break Err(ops.stopped().await);
                 }
                 Err(_) => ops.idle().await,
             }
         }
     };
+    let stopped = async {
+        match tokio::time::timeout_at(until, claimed).await {
+            // Its drain and stop keep to the deadline it was given.
+            Ok(Ok(task)) => Some(task.await.ok()),
+            Ok(Err(report)) => Some(Some(report)),
+            Err(_) => None,
+        }
+    };
     tokio::select! {
-        report = drained => match report {
-            Some(report) => unclean(node, &report),
+        report = stopped => match report {
+            Some(Some(report)) => {
+                tracing::info!(node = %node.id(), outcome = ?report.drain.outcome, moved = report.drain.moved, stayed = report.drain.stayed.len(), elapsed_ms = report.drain.elapsed_ms, "drained and stopped");
+                unclean(node, &report)
+            }
             // The task panicked: the stop below runs anyway.
-            None => Err(HostError::Interrupted { node: node.id().clone(), units: node.unit_count() }),
+            Some(None) => Err(HostError::Interrupted { node: node.id().clone(), units: node.unit_count() }),
+            None => {
+                let operation = ops.running().map_or("drain", |r| r.operation);
+                let units = node.unit_count();
+                tracing::warn!(node = %node.id(), operation, units, "the stop's grace ran out while an operator's operation ran: stopping at once");
+                node.shutdown_within(std::time::Duration::ZERO).await;
+                match units {
+                    0 => Ok(()),
+                    units => Err(HostError::GraceExceeded {
+                        node: node.id().clone(),
+                        grace_ms: grace.as_millis(),
+                        operation,
+                        units,
+                    }),
+                }
+            }
         },
         () = stop.recv() => {
             let units = node.unit_count();
@@ -478,9 +552,35 @@ fn store_error(url: &str, source: StoreError) -> HostError {
 /// The whole `main` of a host program: reads `--config FILE` from the command line (or the
 /// `FERRY_CONFIG` environment variable) and the `FERRY_<KEY>` overrides, installs the log of the
 /// config's `log_format` (and `otlp_endpoint`), runs a [`Host`] of `registry` on a multi-threaded runtime, and on
-/// failure prints the error as one line to stderr and exits 1.
+/// failure prints the error as one line to stderr and exits 1. `--help` prints the usage and
+/// every key, and exits 0.
 pub fn main(registry: impl FnOnce() -> Registry) -> std::process::ExitCode {
-    let result = config_path().and_then(|path| {
+    run_main(registry, None)
+}
+
+/// [`main`], with the application's own admin pages beside the host's routes, as
+/// [`Host::pages`] adds them.
+pub fn main_with_pages(
+    registry: impl FnOnce() -> Registry,
+    pages: impl FnOnce(&Node) -> Router + Send + 'static,
+) -> std::process::ExitCode {
+    run_main(registry, Some(Box::new(pages)))
+}
+
+fn run_main(registry: impl FnOnce() -> Registry, pages: Option<Pages>) -> std::process::ExitCode {
+    let result = parse_args().and_then(|args| {
+        let path = match args {
+            Args::Run(path) => path,
+            Args::Help => {
+                let program = std::env::args_os()
+                    .next()
+                    .map(PathBuf::from)
+                    .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                    .unwrap_or_else(|| "node".to_owned());
+                print!("{}", usage(&program));
+                return Ok(());
+            }
+        };
         let settings = crate::config::load(&path).map_err(MainError::Config)?;
         // Kept to the end: dropping it sends the spans not yet exported.
         let _logs = crate::logs::install(
@@ -493,14 +593,17 @@ pub fn main(registry: impl FnOnce() -> Registry) -> std::process::ExitCode {
             .enable_all()
             .build()
             .map_err(MainError::Runtime)?;
-        runtime
-            .block_on(Host::new(settings, registry()).run())
-            .map_err(MainError::Host)
+        let host = Host {
+            settings,
+            registry: registry(),
+            pages,
+        };
+        runtime.block_on(host.run()).map_err(MainError::Host)
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {}", one_line(&error.to_string()));
+            crate::logs::print_error(&error.to_string());
             std::process::ExitCode::FAILURE
         }
     }
@@ -510,10 +613,12 @@ pub fn main(registry: impl FnOnce() -> Registry) -> std::process::ExitCode {
 #[derive(Debug, thiserror::Error)]
 enum MainError {
     #[error(
-        "no config file: pass --config FILE (or set FERRY_CONFIG); docs/configuration.md lists \
-         the keys"
+        "no config file: pass --config FILE (or set FERRY_CONFIG), a TOML file that sets at \
+         least `id` and `certs`; --help lists every key"
     )]
     NoConfig,
+    #[error("unknown argument {0:?}; the only one is --config FILE (--help says more)")]
+    Argument(String),
     #[error(transparent)]
     Config(ConfigError),
     #[error(transparent)]
@@ -524,27 +629,55 @@ enum MainError {
     Host(HostError),
 }
 
-/// `--config FILE` or `--config=FILE` from the command line, else `FERRY_CONFIG`.
-fn config_path() -> Result<PathBuf, MainError> {
-    let mut args = std::env::args_os().skip(1);
-    while let Some(arg) = args.next() {
-        if arg == "--config" {
-            return args.next().map(PathBuf::from).ok_or(MainError::NoConfig);
-        }
-        if let Some(path) = arg.to_str().and_then(|a| a.strip_prefix("--config=")) {
-            return Ok(PathBuf::from(path));
-        }
-    }
-    std::env::var_os("FERRY_CONFIG")
-        .map(PathBuf::from)
-        .ok_or(MainError::NoConfig)
+/// What the command line asks for.
+enum Args {
+    /// Run the node of this config file.
+    Run(PathBuf),
+    /// Print the usage and exit.
+    Help,
 }
 
-/// An error as one line: scripts and supervisors read errors line by line.
-pub fn one_line(text: &str) -> String {
-    text.lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty())
+/// `--config FILE` or `--config=FILE` from the command line, else `FERRY_CONFIG`; or `--help`.
+fn parse_args() -> Result<Args, MainError> {
+    let help = |arg: &std::ffi::OsString| arg == "--help" || arg == "-h";
+    let mut args = std::env::args_os().skip(1);
+    let path = match args.next() {
+        None => {
+            return std::env::var_os("FERRY_CONFIG")
+                .map(|path| Args::Run(PathBuf::from(path)))
+                .ok_or(MainError::NoConfig);
+        }
+        Some(arg) if help(&arg) => return Ok(Args::Help),
+        Some(arg) if arg == "--config" => {
+            args.next().map(PathBuf::from).ok_or(MainError::NoConfig)?
+        }
+        Some(arg) => match arg.to_str().and_then(|a| a.strip_prefix("--config=")) {
+            Some(path) => PathBuf::from(path),
+            None => return Err(MainError::Argument(arg.to_string_lossy().into_owned())),
+        },
+    };
+    match args.next() {
+        None => Ok(Args::Run(path)),
+        Some(arg) if help(&arg) => Ok(Args::Help),
+        Some(arg) => Err(MainError::Argument(arg.to_string_lossy().into_owned())),
+    }
+}
+
+/// What `--help` prints: how to run the program, and every key it reads.
+fn usage(program: &str) -> String {
+    let keys = crate::config::KEYS
+        .chunks(4)
+        .map(|keys| format!("  {}", keys.join(", ")))
         .collect::<Vec<_>>()
-        .join(" ")
+        .join(",\n");
+    format!(
+        "Usage: {program} --config FILE\n\n\
+         Runs one node of the game's Ferry cluster, configured by the TOML file FILE (or the one\n\
+         FERRY_CONFIG names), until SIGTERM or Ctrl-C: the first drains its rooms to the other\n\
+         nodes within drain_grace_ms and stops it, a second stops it at once. It prints\n\
+         `ready <node-id> mesh=<addr> admin=<addr> ...` on stdout once it serves, and logs to\n\
+         stderr (RUST_LOG, default warn,ferry=info). It exits 0 only if nothing was lost.\n\n\
+         The config keys (`id` and `certs` are required); each can be set in the environment\n\
+         as FERRY_<KEY> (FERRY_ID, FERRY_ADMIN_TOKEN, ...), which wins over the file:\n{keys}\n"
+    )
 }

@@ -29,5 +29,8 @@ pub mod signals;
 #[cfg(feature = "otlp")]
 pub mod traces;
 
+/// The web framework of the admin endpoint, for the application's own pages ([`Host::pages`]):
+/// the same version the host serves them with.
+pub use axum;
 pub use config::{ConfigError, NodeSettings};
 pub use host::{Host, HostError};

@@ -1,10 +1,20 @@
 //! A game of one's own on Ferry: a counter room that keeps its count and ticks a timer, and moves
-//! between nodes with both. `src/main.rs` is the host program that runs it as a production node;
-//! docs/production.md walks through both files.
+//! between nodes with both, and an admin page that shows a counter wherever it runs.
+//! `src/main.rs` is the host program that runs it as a production node; docs/production.md walks
+//! through both files.
 
 use std::time::Duration;
 
-use ferry::{Behavior, Ctx, OverrunPolicy, Registration, Registry, RelocationPolicy, Tick};
+use ferry::{
+    Behavior, Ctx, MessageError, Node, OverrunPolicy, Registration, Registry, RelocationPolicy,
+    SpotId, Tick,
+};
+use ferry_host::admin::wire::ErrorBody;
+use ferry_host::axum::extract::{Path, State};
+use ferry_host::axum::http::StatusCode;
+use ferry_host::axum::response::{IntoResponse, Response};
+use ferry_host::axum::routing::{get, post};
+use ferry_host::axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 /// The factory name of counter rooms.
@@ -72,6 +82,45 @@ pub fn registry() -> Registry {
         Registration::spot(COUNTER, |_| Counter::default()).policy(RelocationPolicy::serde()),
     );
     registry
+}
+
+/// How long the admin page waits for a counter's answer.
+const ASK: Duration = Duration::from_secs(5);
+
+/// The game's own pages on each node's admin endpoint, behind its token like every route:
+/// `GET /counters/{id}` shows a counter's state and the node it runs on, and
+/// `POST /counters/{id}/add/{n}` adds to its count. Any node answers for any counter: the
+/// request goes to wherever the room runs now.
+pub fn admin_pages(node: &Node) -> Router {
+    Router::new()
+        .route("/counters/{id}", get(show))
+        .route("/counters/{id}/add/{n}", post(add))
+        .with_state(node.clone())
+}
+
+async fn show(State(node): State<Node>, Path(id): Path<String>) -> Response {
+    ask(&node, &id, CounterMsg::Get).await
+}
+
+async fn add(State(node): State<Node>, Path((id, n)): Path<(String, u64)>) -> Response {
+    ask(&node, &id, CounterMsg::Add(n)).await
+}
+
+/// Asks the counter `id` and answers its report as JSON, or a refusal as the host's routes do.
+async fn ask(node: &Node, id: &str, msg: CounterMsg) -> Response {
+    let refuse = |status: StatusCode, error: String| (status, Json(ErrorBody { error }));
+    let room = match SpotId::new(id) {
+        Ok(room) => room,
+        Err(e) => return refuse(StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+    };
+    match node.request::<_, CounterReport>(&room, msg, ASK).await {
+        Ok(report) => Json(report).into_response(),
+        Err(e @ MessageError::UnknownId { .. }) => {
+            let hint = format!("{e}; make it with POST /units first");
+            refuse(StatusCode::NOT_FOUND, hint).into_response()
+        }
+        Err(e) => refuse(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    }
 }
 
 /// The production guide's code blocks, compiled (and the room's run) as doctests.

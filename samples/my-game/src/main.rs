@@ -1,6 +1,7 @@
-//! The game's node: the host library runs the counter rooms as a production node, configured by
-//! `--config FILE` and `FERRY_<KEY>` variables, until SIGTERM drains it.
+//! The game's node: the host library runs the counter rooms as a production node, with the
+//! game's admin pages, configured by `--config FILE` and `FERRY_<KEY>` variables, until SIGTERM
+//! drains it.
 
 fn main() -> std::process::ExitCode {
-    ferry_host::host::main(my_game::registry)
+    ferry_host::host::main_with_pages(my_game::registry, my_game::admin_pages)
 }

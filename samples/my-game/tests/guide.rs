@@ -63,8 +63,44 @@ fn dependencies(manifest: &str) -> Vec<String> {
         .collect()
 }
 
+/// This repository's root, where a studio's checkout of it is `../ferry`.
+fn repository() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The package name of the crate at `dir`, read from its Cargo.toml.
+fn package_name(dir: &Path) -> String {
+    let manifest = std::fs::read_to_string(dir.join("Cargo.toml"))
+        .unwrap_or_else(|e| panic!("no Cargo.toml in {}: {e}", dir.display()));
+    let manifest: toml::Table = manifest.parse().expect("a TOML manifest");
+    manifest["package"]["name"]
+        .as_str()
+        .expect("a package name")
+        .to_owned()
+}
+
+/// Checks that a dependency entry of the guide takes `name` from the checkout the guide has
+/// cloned beside the studio's crate, and returns the entry.
+fn from_the_checkout<'a>(dependencies: &'a toml::Table, name: &str) -> &'a toml::Table {
+    let entry = dependencies[name]
+        .as_table()
+        .unwrap_or_else(|| panic!("{name} is no crates.io version (it is not published there)"));
+    let path = entry["path"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{name} comes from a path: {entry:?}"));
+    let inside = path
+        .strip_prefix("../ferry/")
+        .unwrap_or_else(|| panic!("{name}'s path {path} is in the checkout `../ferry`"));
+    assert_eq!(
+        package_name(&repository().join(inside)),
+        name,
+        "{path} holds the crate {name}"
+    );
+    entry
+}
+
 #[test]
-fn the_guides_cargo_toml_asks_for_what_this_crate_uses() {
+fn the_guides_cargo_toml_takes_ferry_from_a_checkout_as_this_crate_uses_it() {
     let guide = code_blocks(GUIDE, "toml")
         .into_iter()
         .find(|block| block.contains("[package]"))
@@ -75,12 +111,57 @@ fn the_guides_cargo_toml_asks_for_what_this_crate_uses() {
         dependencies(include_str!("../Cargo.toml")),
         "the guide's dependencies are this crate's"
     );
-    let minor = env!("CARGO_PKG_VERSION")
-        .rsplit_once('.')
-        .map(|(minor, _)| minor);
-    let wanted = format!("ferry = \"{}\"", minor.expect("a semver version"));
+    let manifest: toml::Table = guide.parse().expect("the guide's Cargo.toml is TOML");
+    let deps = manifest["dependencies"].as_table().expect("[dependencies]");
+    from_the_checkout(deps, "ferry");
+    from_the_checkout(deps, "ferry-host");
     assert!(
-        guide.contains(&wanted),
-        "the guide asks for {wanted}: {guide}"
+        GUIDE.contains("not on crates.io"),
+        "the guide says why it takes a checkout"
+    );
+
+    // The otlp line of section 3: the same crate, with a feature it has.
+    let otlp = GUIDE
+        .split('`')
+        .find(|span| span.starts_with("ferry-host = {") && span.contains("otlp"))
+        .expect("the guide shows the otlp dependency line");
+    let line: toml::Table = otlp.parse().expect("the otlp line is TOML");
+    let entry = from_the_checkout(&line, "ferry-host");
+    assert_eq!(entry["features"].as_array().map(Vec::len), Some(1));
+    assert_eq!(entry["features"][0].as_str(), Some("otlp"));
+    let host: toml::Table = std::fs::read_to_string(repository().join("framework/host/Cargo.toml"))
+        .expect("ferry-host's manifest")
+        .parse()
+        .expect("TOML");
+    assert!(
+        host["features"].get("otlp").is_some(),
+        "ferry-host has otlp"
+    );
+}
+
+#[test]
+fn the_guides_install_command_installs_the_ferry_command() {
+    let install = GUIDE
+        .split('`')
+        .find(|span| span.starts_with("cargo install --path "))
+        .expect("the guide says how to install the ferry command");
+    let path = install
+        .trim_start_matches("cargo install --path ")
+        .strip_prefix("ferry/")
+        .expect("the path is in the checkout");
+    let manifest: toml::Table = std::fs::read_to_string(repository().join(path).join("Cargo.toml"))
+        .expect("the installed crate's manifest")
+        .parse()
+        .expect("TOML");
+    let bins = manifest["bin"].as_array().expect("binaries");
+    assert!(
+        bins.iter().any(|bin| bin["name"].as_str() == Some("ferry")),
+        "{install} installs `ferry`"
+    );
+    let package = manifest["package"]["name"].as_str().expect("a name");
+    let git = format!("cargo install --git <the Ferry repository> {package}");
+    assert!(
+        GUIDE.contains(&git),
+        "the git form names the package: {git}"
     );
 }

@@ -1,27 +1,23 @@
 //! The game's own node binary, twice, on a real redis-server: a counter room made on one node
 //! keeps its count and its ticking timer when that node is drained and the room moves to the
-//! other; then the nodes stop on SIGTERM.
+//! other, as the game's admin page on either node shows; SIGTERM drains it back with both; and
+//! the last node, stopped without a drain, says in its exit that the room was lost.
 
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
-use ferry::mesh::{ClusterCa, NodeTls};
-use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
-use ferry::{MeshSettings, Node, NodeConfig, NodeId, SpotId};
-use ferry_host::admin::AdminClient;
+use ferry::NodeId;
+use ferry::mesh::ClusterCa;
 use ferry_host::admin::wire::{Outcome, RelocateRequest, UnitKind, UnitRequest};
+use ferry_host::admin::{AdminClient, ClientError};
 use ferry_tests::redis_server::RedisServer;
-use my_game::{COUNTER, CounterMsg, CounterReport};
+use my_game::{COUNTER, CounterReport};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// A bound on waits that have no timeout of their own, so a broken build fails, not hangs.
 const HANG_GUARD: Duration = Duration::from_secs(120);
-
-/// How long one request to the room may take.
-const ASK: Duration = Duration::from_secs(10);
 
 fn id(text: &str) -> NodeId {
     NodeId::new(text).expect("node id")
@@ -35,14 +31,12 @@ struct NodeProcess {
     _stdout: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 }
 
-/// Starts the game's binary with `config` and waits for its ready line.
-async fn start(name: &str, config: &Path, log: &Path) -> NodeProcess {
+/// Starts the game's binary with `config` and `drain_grace_ms`, and waits for its ready line.
+async fn start(name: &str, config: &Path, log: &Path, drain_grace_ms: &str) -> NodeProcess {
     let mut child = Command::new(env!("CARGO_BIN_EXE_my-game"))
         .arg("--config")
         .arg(config)
-        // The test's end stops both nodes together: no drain into each other then.
-        .env("FERRY_DRAIN_GRACE_MS", "0")
-        .env("RUST_LOG", "warn,ferry=info")
+        .env("FERRY_DRAIN_GRACE_MS", drain_grace_ms)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(log).expect("log file"))
@@ -73,18 +67,34 @@ async fn start(name: &str, config: &Path, log: &Path) -> NodeProcess {
     }
 }
 
-/// Asks the room until `done` holds; each ask is a round trip over the mesh.
-async fn ask_until(
-    driver: &Node,
-    room: &SpotId,
-    done: impl Fn(&CounterReport) -> bool,
-) -> CounterReport {
+/// Sends SIGTERM to the node, as a supervisor stopping it does.
+fn sigterm(node: &NodeProcess) {
+    let pid = node.child.id().expect("running");
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+}
+
+/// Waits for the node to exit; returns how it ended and its log.
+async fn exit(node: &mut NodeProcess, log: &Path) -> (std::process::ExitStatus, String) {
+    let status = tokio::time::timeout(HANG_GUARD, node.child.wait())
+        .await
+        .expect("the node exits in time")
+        .expect("exit status");
+    (status, std::fs::read_to_string(log).unwrap_or_default())
+}
+
+/// Reads the room on a node's admin page until `done` holds; each read is a round trip to
+/// wherever the room runs.
+async fn ask_until(admin: &AdminClient, done: impl Fn(&CounterReport) -> bool) -> CounterReport {
     tokio::time::timeout(HANG_GUARD, async {
         loop {
-            let report: CounterReport = driver
-                .request(room, CounterMsg::Get, ASK)
+            let report: CounterReport = admin
+                .get("/counters/c1")
                 .await
-                .expect("the room answers");
+                .expect("the page shows the room");
             if done(&report) {
                 return report;
             }
@@ -96,7 +106,7 @@ async fn ask_until(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_counter_room_keeps_its_count_and_its_timer_when_its_node_is_drained() {
+async fn a_counter_room_keeps_its_count_and_its_timer_through_a_drain_and_a_sigterm() {
     let Some(redis) = RedisServer::start_or_skip().await else {
         return;
     };
@@ -106,7 +116,7 @@ async fn a_counter_room_keeps_its_count_and_its_timer_when_its_node_is_drained()
     std::fs::create_dir_all(&certs).expect("dirs");
     let ca = ClusterCa::generate().expect("a CA");
     ca.write_files(&certs).expect("CA files");
-    for node in ["a", "b", "driver"] {
+    for node in ["a", "b"] {
         let cert = ca.issue_node(&id(node)).expect("a node certificate");
         cert.write_files(&certs).expect("node files");
     }
@@ -123,43 +133,38 @@ async fn a_counter_room_keeps_its_count_and_its_timer_when_its_node_is_drained()
             ),
         )
         .expect("config");
-        nodes.push(start(name, &config, &dir.join(format!("{name}.log"))).await);
+        // a stops last, with no node to drain to: without a drain, then.
+        let grace = if name == "a" { "0" } else { "20000" };
+        nodes.push(start(name, &config, &dir.join(format!("{name}.log")), grace).await);
+    }
+    let a = AdminClient::new(&nodes[0].admin).expect("admin address");
+    let b = AdminClient::new(&nodes[1].admin).expect("admin address");
+
+    // No room yet: the page says so, and how to make one.
+    match a.get::<CounterReport>("/counters/c1").await {
+        Err(ClientError::Refused {
+            status, message, ..
+        }) => {
+            assert_eq!(status.as_u16(), 404, "{message}");
+            assert!(message.contains("POST /units"), "{message}");
+        }
+        other => panic!("a page for a room that is not there: {other:?}"),
     }
 
-    // A driver node of the same cluster, with room for no unit, asks the room.
-    let store: Arc<dyn LocationStore> = Arc::new(
-        RedisStore::connect(&redis.url(), RedisStoreConfig::new(prefix.as_str()))
-            .await
-            .expect("redis store"),
-    );
-    let tls = NodeTls::load(&certs, id("driver")).expect("driver certificate");
-    let mut config = NodeConfig::new(id("driver"))
-        .store(store)
-        .mesh(MeshSettings::new("127.0.0.1:0".parse().expect("addr"), tls));
-    config.capacity = 0;
-    let driver = Node::start(config, my_game::registry())
-        .await
-        .expect("driver starts");
-
-    // The room is made on a, through a's admin endpoint, and counts there.
-    let a = AdminClient::new(&nodes[0].admin).expect("admin address");
-    let room = SpotId::new("c1").expect("spot id");
+    // The room is made on a, through a's admin endpoint, and counts there; b's page reaches it.
     let created = a
         .create_unit(&UnitRequest {
             kind: UnitKind::Spot,
             factory: COUNTER.to_owned(),
-            id: room.to_string(),
+            id: "c1".to_owned(),
             join: None,
         })
         .await
         .expect("the room is created");
     assert_eq!(created.node, "a");
-    let added: CounterReport = driver
-        .request(&room, CounterMsg::Add(5), ASK)
-        .await
-        .expect("the room answers");
+    let added: CounterReport = b.post("/counters/c1/add/5").await.expect("b adds");
     assert_eq!((added.count, added.node.as_str()), (5, "a"));
-    let before = ask_until(&driver, &room, |r| r.ticks >= 3).await;
+    let before = ask_until(&a, |r| r.ticks >= 3).await;
 
     // a is drained: the room moves to b with its count, and its timer ticks on there.
     let drained = a
@@ -167,25 +172,35 @@ async fn a_counter_room_keeps_its_count_and_its_timer_when_its_node_is_drained()
         .await
         .expect("a drains");
     assert_eq!((drained.outcome, drained.moved), (Outcome::Relocated, 1));
-    let moved = ask_until(&driver, &room, |r| r.node == "b").await;
+    let moved = ask_until(&a, |r| r.node == "b").await;
     assert_eq!(moved.count, 5, "the count moved with the room");
     assert!(moved.ticks >= before.ticks, "{moved:?} after {before:?}");
-    let later = ask_until(&driver, &room, |r| r.ticks >= moved.ticks + 3).await;
+    let later = ask_until(&b, |r| r.ticks >= moved.ticks + 3).await;
     assert_eq!((later.count, later.node.as_str()), (5, "b"));
 
-    driver.shutdown().await;
-    for node in &mut nodes {
-        let pid = node.child.id().expect("running");
-        let sent = std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(sent.success());
-        let status = tokio::time::timeout(HANG_GUARD, node.child.wait())
-            .await
-            .expect("the node exits in time")
-            .expect("exit status");
-        assert_eq!(status.code(), Some(0));
-    }
+    // a serves again, and a SIGTERM drains b: the room moves back to a with its count.
+    a.resume().await.expect("a serves again");
+    sigterm(&nodes[1]);
+    let (status, log) = exit(&mut nodes[1], &dir.join("b.log")).await;
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "b moved its room and lost nothing:\n{log}"
+    );
+    let back = ask_until(&a, |r| r.node == "a").await;
+    assert_eq!(back.count, 5, "the count moved back with the room");
+    assert!(back.ticks >= later.ticks, "{back:?} after {later:?}");
+
+    // a, with no node to drain to and a grace of 0, closes the room, and its exit says so.
+    sigterm(&nodes[0]);
+    let (status, log) = exit(&mut nodes[0], &dir.join("a.log")).await;
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.lines().last().unwrap_or_default().starts_with(
+            "error: node a stopped without a drain, as drain_grace_ms = 0 asks: the units it \
+             hosted (1) were closed"
+        ),
+        "{log}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -214,6 +214,29 @@ impl Processes {
     }
 }
 
+/// Checks how a node stopped by [`Processes::terminate_all`] ended, when it was started with
+/// the test's `drain_grace_ms = 0` ([`Processes::start`]): exit 0 if it hosted nothing, or exit 1
+/// with the one error line that counts the units it closed without a drain; never a panic.
+/// Returns that count.
+pub fn closed_without_drain(name: &str, status: ExitStatus, log: &str) -> usize {
+    assert!(!log.contains("panicked"), "{name} panicked:\n{log}");
+    if status.code() == Some(0) {
+        return 0;
+    }
+    assert_eq!(status.code(), Some(1), "{name}:\n{log}");
+    let last = log.lines().last().unwrap_or_default();
+    let units = last
+        .strip_prefix(&format!(
+            "error: node {name} stopped without a drain, as drain_grace_ms = 0 asks: the units \
+             it hosted ("
+        ))
+        .and_then(|rest| rest.split_once(')'))
+        .and_then(|(units, _)| units.parse().ok())
+        .unwrap_or_else(|| panic!("{name} exited 1 for another reason:\n{log}"));
+    assert!(units > 0, "{name} exited 1 with nothing closed:\n{log}");
+    units
+}
+
 /// A process's log, or why there is none.
 pub fn read_log(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| format!("(no log: {e})"))

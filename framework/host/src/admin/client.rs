@@ -237,6 +237,19 @@ impl AdminClient {
             .await
     }
 
+    /// `GET path` of one of the application's own pages, its JSON answer decoded.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let body = self.call(Method::GET, path, None, QUICK).await?;
+        self.decode(&body)
+    }
+
+    /// `POST path` without a body, to one of the application's own pages, its JSON answer
+    /// decoded.
+    pub async fn post<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let body = self.call(Method::POST, path, None, QUICK).await?;
+        self.decode(&body)
+    }
+
     /// A host operation, waited for until a while past its deadline.
     async fn operate<T: DeserializeOwned>(
         &self,
