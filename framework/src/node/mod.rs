@@ -979,8 +979,8 @@ impl Node {
             to,
             payload: bytes,
             session: None,
-            reply: reply.map(|r| *r),
-            activate: target.activate.map(|a| a.to_string()),
+            reply,
+            activate: target.activate.map(|a| Box::from(&*a)),
             origin: self.id().clone(),
             hops: 0,
         });
@@ -1065,8 +1065,14 @@ impl Node {
             )));
         };
         let request = waiting.request;
-        self.mesh_send(to, Frame::Call { request, call })
-            .map_err(|error| failed(error.to_string()))?;
+        self.mesh_send(
+            to,
+            Frame::Call {
+                request,
+                call: Box::new(call),
+            },
+        )
+        .map_err(|error| failed(error.to_string()))?;
         match tokio::time::timeout(CALL_TIMEOUT, &mut waiting.answer).await {
             Ok(Ok(Ok(payload))) => payload.take::<A>().map_err(failed),
             Ok(Ok(Err(error))) => Err(failed(error.to_string())),

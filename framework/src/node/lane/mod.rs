@@ -376,8 +376,8 @@ impl Lane {
             Ok((payload, session)) => self.node.route(Deliver {
                 to: id,
                 payload,
-                session,
-                reply: reply.map(|r| *r),
+                session: session.map(Box::new),
+                reply,
                 activate: None,
                 origin: self.node.id().clone(),
                 hops: 0,
@@ -494,9 +494,7 @@ impl Lane {
         let started = started.unwrap_or_else(Instant::now);
         let ran = catch_unwind(AssertUnwindSafe(|| cell.turn(node, turn, &mut effects)));
         let ended = Instant::now();
-        self.metrics
-            .seconds
-            .record((ended - started).as_secs_f64());
+        self.metrics.seconds.record((ended - started).as_secs_f64());
         match ran {
             Ok(reply) => {
                 if let Some(due) = cell.next_due() {
