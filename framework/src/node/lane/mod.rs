@@ -11,12 +11,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 mod cells;
-mod mailbox;
 mod moving;
 mod sessions;
 
 use self::cells::Cells;
-use self::mailbox::mailbox;
 use self::moving::Moving;
 use super::cell::{ReplyMode, Turn, TurnReply, UnitCell};
 use super::directory::{Entry, Slot};
@@ -25,6 +23,7 @@ use crate::behavior::{Membership, TurnEffects};
 use crate::cluster::frames::Deliver;
 use crate::error::{MessageError, UnitError};
 use crate::ids::{ActorId, NodeId, SpotId, UnitId};
+use crate::mailbox::{self, mailbox};
 use crate::node::Node;
 use crate::registry::{ExecutionMode, FactoryKind, OnPanic};
 use crate::relocation::RelocationId;
