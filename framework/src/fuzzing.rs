@@ -145,24 +145,24 @@ mod tests {
                 request: 7,
                 terminal: Ok(Bytes::from_static(b"ok")),
             },
-            Frame::Reloc(RelocFrame::Offer {
+            Frame::Reloc(Box::new(RelocFrame::Offer {
                 rel,
                 unit: room.clone(),
                 records: Vec::new(),
                 manifest,
                 within: std::time::Duration::from_secs(30),
-            }),
-            Frame::Reloc(RelocFrame::Chunk {
+            })),
+            Frame::Reloc(Box::new(RelocFrame::Chunk {
                 rel,
                 index: 0,
                 bytes: chunks[0].clone(),
-            }),
-            Frame::Reloc(RelocFrame::Relay { rel, op }),
-            Frame::Reloc(RelocFrame::Cutover {
+            })),
+            Frame::Reloc(Box::new(RelocFrame::Relay { rel, op })),
+            Frame::Reloc(Box::new(RelocFrame::Cutover {
                 rel,
                 count: 1,
                 crc: 0,
-            }),
+            })),
         ];
         let client = [
             ClientFrame::Hello {

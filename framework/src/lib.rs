@@ -9,6 +9,8 @@
 //!
 //! Layout, from the modules that use no other module here to those that use the rest:
 //! - [`ids`], [`timer`]: the core's ids and timers, re-exported.
+//! - `mailbox`: the queue a lane's messages and a peer's outgoing frames wait in: senders append
+//!   under a short lock, and the one receiver takes everything queued at once.
 //! - [`store`]: the location store, the authority on where every unit lives (memory, redis, or
 //!   etcd with feature `etcd`).
 //! - [`mesh`]: QUIC between nodes with mutual TLS by node id, and ordered, size-limited frames
@@ -30,6 +32,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub use ferry_core::ids;
+mod mailbox;
 pub mod mesh;
 pub mod node;
 pub mod registry;

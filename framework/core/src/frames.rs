@@ -29,8 +29,9 @@ pub enum Frame {
         /// Its owner.
         owner: NodeId,
     },
-    /// A frame of a move between two nodes.
-    Reloc(crate::relocation::frames::RelocFrame),
+    /// A frame of a move between two nodes (boxed, as the rarer and larger frames are: a
+    /// small frame is quicker to hand from task to task, and most frames are deliveries).
+    Reloc(Box<crate::relocation::frames::RelocFrame>),
     /// About client sessions: binds, pushes, seals and releases.
     Session(crate::session::frames::SessionFrame),
     /// An operation one node asks of another; answered with a `Reply`.
@@ -38,7 +39,7 @@ pub enum Frame {
         /// The request number on the asking node.
         request: u64,
         /// What is asked.
-        call: Call,
+        call: Box<Call>,
     },
     /// Do you hear me? Asked of every peer each probe period, so that a lapsed lease is never
     /// taken for death while the mesh still hears the node (see `cluster::witness`).
@@ -79,12 +80,13 @@ pub struct Deliver {
     /// the frame's buffer.
     #[serde(deserialize_with = "crate::shared_bytes::shared_bytes")]
     pub payload: Bytes,
-    /// A change to the Actor's session binding, instead of a message.
-    pub session: Option<crate::session::SessionOp>,
+    /// A change to the Actor's session binding, instead of a message. The rare fields are boxed:
+    /// a delivery is moved from task to task several times, and a small one moves quicker.
+    pub session: Option<Box<crate::session::SessionOp>>,
     /// Where the reply goes, for a request.
-    pub reply: Option<ReplyTo>,
+    pub reply: Option<Box<ReplyTo>>,
     /// The Instance Spot factory to activate if the unit does not exist yet.
-    pub activate: Option<String>,
+    pub activate: Option<Box<str>>,
     /// The node that first sent it, to be told of a better route.
     pub origin: NodeId,
     /// How many times it was forwarded.
@@ -202,10 +204,10 @@ mod tests {
                 Frame::RouteHint { id: unit.clone(), owner: node.clone() },
                 Frame::Probe { stamp: n, generation: n / 2 },
                 Frame::ProbeAnswer { stamp: n, running: ok, vouched: !ok },
-                Frame::Call { request: n, call: Call::Create { type_name: text.clone(), id: unit.clone(), or_get: ok } },
-                Frame::Call { request: n, call: Call::Recover { id: unit.clone(), version: n, previous: record, owner_descriptor: ok.then_some(n) } },
-                Frame::Call { request: n, call: Call::Activate { type_name: text.clone(), id: unit.clone() } },
-                Frame::Call { request: n, call: Call::Member { spot: crate::ids::SpotId::new("room").unwrap(), actor: actor.clone(), joined: ok } },
+                Frame::Call { request: n, call: Box::new(Call::Create { type_name: text.clone(), id: unit.clone(), or_get: ok }) },
+                Frame::Call { request: n, call: Box::new(Call::Recover { id: unit.clone(), version: n, previous: record, owner_descriptor: ok.then_some(n) }) },
+                Frame::Call { request: n, call: Box::new(Call::Activate { type_name: text.clone(), id: unit.clone() }) },
+                Frame::Call { request: n, call: Box::new(Call::Member { spot: crate::ids::SpotId::new("room").unwrap(), actor: actor.clone(), joined: ok }) },
                 Frame::Session(SessionFrame::Bound { session: SessionId(n), actor: actor.clone(), epoch, verdict: Ok(text.clone()) }),
                 Frame::Session(SessionFrame::Unbound { session: SessionId(n), actor: actor.clone(), epoch, reason: text.clone() }),
                 Frame::Session(SessionFrame::Push { session: SessionId(n), actor: actor.clone(), epoch, seq: n, payload: payload.into() }),
@@ -226,7 +228,7 @@ mod tests {
             let frame = Frame::Deliver(Deliver {
                 to: UnitId::Spot(crate::ids::SpotId::new("room").unwrap()),
                 payload: payload.clone().into(),
-                reply: Some(ReplyTo { node: NodeId::new("n1").unwrap(), request }),
+                reply: Some(Box::new(ReplyTo { node: NodeId::new("n1").unwrap(), request })),
                 activate: None,
                 origin: NodeId::new("n2").unwrap(),
                 hops,

@@ -53,6 +53,22 @@ fn interned(kind: &'static str, text: &str) -> Result<Arc<str>, InvalidId> {
     })
 }
 
+/// Reads an id's text where the decoder has it (in the frame's buffer, for postcard), with no
+/// string of its own: a decoded id is then only a look-up in [`interned`].
+struct IdText(&'static str);
+
+impl serde::de::Visitor<'_> for IdText {
+    type Value = Arc<str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a {} id", self.0)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Arc<str>, E> {
+        interned(self.0, text).map_err(E::custom)
+    }
+}
+
 macro_rules! logical_id {
     ($(#[$doc:meta])* $name:ident, $kind:literal) => {
         $(#[$doc])*
@@ -93,8 +109,7 @@ macro_rules! logical_id {
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-                interned($kind, &text).map(Self).map_err(serde::de::Error::custom)
+                d.deserialize_str(IdText($kind)).map(Self)
             }
         }
     };
@@ -212,5 +227,12 @@ mod tests {
             postcard::from_bytes::<ActorId>(&bytes).unwrap(),
             ActorId::new("p1").unwrap()
         );
+        // A decoder that has to unescape the text first gives it on loan too.
+        assert_eq!(
+            serde_json::from_str::<SpotId>(r#""r\u00e9\"1""#).unwrap(),
+            SpotId::new("ré\"1").unwrap()
+        );
+        assert!(serde_json::from_str::<SpotId>("\"\"").is_err());
+        assert!(serde_json::from_str::<SpotId>("7").is_err());
     }
 }

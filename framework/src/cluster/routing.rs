@@ -431,8 +431,8 @@ impl Node {
         let deliver = Deliver {
             to,
             payload,
-            session,
-            reply: reply.map(|r| *r),
+            session: session.map(Box::new),
+            reply,
             activate: None,
             origin: self.id().clone(),
             hops: 0,
@@ -587,11 +587,11 @@ impl Node {
         let fence = Deliver {
             to: id.clone(),
             payload: bytes::Bytes::new(),
-            session: Some(crate::session::SessionOp::Fence),
-            reply: Some(ReplyTo {
+            session: Some(Box::new(crate::session::SessionOp::Fence)),
+            reply: Some(Box::new(ReplyTo {
                 node: self.id().clone(),
                 request: waiting.request,
-            }),
+            })),
             activate: None,
             origin: self.id().clone(),
             hops: 0,
@@ -683,7 +683,7 @@ impl Node {
                 to,
                 payload,
                 session: None,
-                reply: reply.map(|r| *r),
+                reply,
                 activate: None,
                 origin: self.id().clone(),
                 hops: 0,
@@ -697,8 +697,8 @@ impl Node {
     fn enqueue_deliver(&self, entry: &Entry, deliver: Deliver) {
         let queued = crate::node::Envelope {
             to: entry.slot,
-            payload: Payload::from_wire(deliver.payload, deliver.session),
-            reply: deliver.reply.map(Box::new),
+            payload: Payload::from_wire(deliver.payload, deliver.session.map(|op| *op)),
+            reply: deliver.reply,
         };
         if let Err(refused) = entry.lane.data.send(queued)
             && let Some(reply_to) = refused.reply
@@ -838,8 +838,8 @@ impl Node {
         let id = deliver.to.clone();
         let envelope = crate::node::Envelope {
             to: deliver.to,
-            payload: Payload::from_wire(deliver.payload, deliver.session),
-            reply: deliver.reply.map(Box::new),
+            payload: Payload::from_wire(deliver.payload, deliver.session.map(|op| *op)),
+            reply: deliver.reply,
         };
         match self.push(envelope, None) {
             Ok(None) => {}
@@ -879,8 +879,8 @@ impl Node {
         let reply_to = reply.clone();
         let envelope = crate::node::Envelope {
             to,
-            payload: Payload::from_wire(payload, session),
-            reply: reply.map(Box::new),
+            payload: Payload::from_wire(payload, session.map(|op| *op)),
+            reply,
         };
         let envelope = match self.push(envelope, None) {
             Ok(None) => return,
@@ -895,14 +895,14 @@ impl Node {
         };
         let (payload, session) = match envelope.payload {
             Payload::Encoded(payload) => (payload, None),
-            Payload::Session(op) => (bytes::Bytes::new(), Some(op)),
+            Payload::Session(op) => (bytes::Bytes::new(), Some(Box::new(op))),
             _ => return,
         };
         let deliver = Deliver {
             to: envelope.to,
             payload,
             session,
-            reply: envelope.reply.map(|r| *r),
+            reply: envelope.reply,
             activate,
             origin,
             hops: hops.saturating_add(1),
@@ -964,10 +964,10 @@ impl Node {
                 .replies
                 .complete(request, terminal.map(Payload::Encoded)),
             Frame::RouteHint { id, owner } => self.on_route_hint(id, owner),
-            Frame::Reloc(frame) => self.on_reloc(from, frame),
+            Frame::Reloc(frame) => self.on_reloc(from, *frame),
             Frame::Session(frame) => self.on_session_frame(from, frame),
             Frame::Call { request, call } => {
-                tokio::spawn(self.clone().answer_call(from, request, call));
+                tokio::spawn(self.clone().answer_call(from, request, *call));
             }
             Frame::TellLost { to, peer, payload } => self.report_tell(to, peer, payload),
             Frame::Probe { stamp, generation } => self.answer_probe(&from, stamp, generation),

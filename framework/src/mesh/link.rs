@@ -9,6 +9,7 @@
 //! writes them in order on the connection's one outbound stream.
 
 use foldhash::HashMap;
+use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -38,10 +39,9 @@ use super::{
     Direction, Inbound, LossReason, Lost, MeshConfig, MeshError, MeshFrame, PeerInfo, PeerState,
 };
 use crate::ids::NodeId;
+use crate::mailbox;
 use ferry_core::delivery::{Inbox, Outbox};
 
-/// Frames taken from the queue and written to the stream in one call, at most.
-const WRITE_BATCH: usize = 1024;
 /// Frames a reader delivers under one hold of the inbox, at most, before it acknowledges them.
 const READ_BURST: usize = 256;
 /// Longest close reason sent to a peer; QUIC must fit it in one packet.
@@ -94,7 +94,9 @@ struct Peers<F> {
 
 struct PeerHandle<F> {
     ctrl: mpsc::UnboundedSender<PeerCtrl<F>>,
-    out: mpsc::Sender<Bytes>,
+    /// The peer's queue of encoded frames, taken by its task all at once (dropping the last
+    /// handle closes it, and the task ends once it has written what was queued).
+    out: Arc<mailbox::Sender<Bytes>>,
     status: watch::Receiver<PeerStatus>,
     sync: Arc<PeerSync>,
 }
@@ -196,7 +198,8 @@ enum Event<F> {
     Cancel,
     Ctrl(Option<PeerCtrl<F>>),
     Lost(ConnectionError),
-    Out(usize),
+    /// Frames were taken from the queue into the batch; `false`: it is closed and empty.
+    Out(bool),
     Dialled(Result<Dialled<F>, DialError>),
     Wake,
     ReaderDone,
@@ -395,7 +398,7 @@ impl<F: MeshFrame> Shared<F> {
         let endpoint = self.endpoint.lock().clone().ok_or(MeshError::Closed)?;
         let inbound = self.inbound.lock().clone().ok_or(MeshError::Closed)?;
         let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
-        let (out_tx, out_rx) = mpsc::channel(self.settings.send_queue);
+        let (out_tx, out_rx) = mailbox::mailbox();
         let (status_tx, status_rx) = watch::channel(PeerStatus {
             state: if dial.is_some() {
                 PeerState::Connecting
@@ -418,7 +421,7 @@ impl<F: MeshFrame> Shared<F> {
             status: status_tx,
             backoff: Backoff::new(self.settings.reconnect_min, self.settings.reconnect_max),
             readers: JoinSet::new(),
-            batch: Vec::with_capacity(WRITE_BATCH),
+            batch: VecDeque::new(),
             pieces: Vec::new(),
             links: 0,
             outbox: Outbox::default(),
@@ -428,7 +431,7 @@ impl<F: MeshFrame> Shared<F> {
         self.tasks.lock().spawn_on(task.run(), &self.runtime);
         let handle = PeerHandle {
             ctrl: ctrl_tx,
-            out: out_tx,
+            out: Arc::new(out_tx),
             status: status_rx,
             sync,
         };
@@ -466,15 +469,16 @@ impl<F: MeshFrame> Shared<F> {
         let Some(handle) = peers.map.get(to) else {
             return Err((frame, MeshError::UnknownPeer(to.clone())));
         };
-        handle.out.try_send(bytes).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => (
+        let queue = self.settings.send_queue;
+        handle.out.send_within(bytes, queue).map_err(|e| match e {
+            mailbox::Refused::Full(_) => (
                 frame,
                 MeshError::Backlogged {
                     node: to.clone(),
-                    queued: self.settings.send_queue,
+                    queued: queue,
                 },
             ),
-            mpsc::error::TrySendError::Closed(_) => (frame, MeshError::Closed),
+            mailbox::Refused::Closed(_) => (frame, MeshError::Closed),
         })
     }
 
@@ -491,7 +495,7 @@ impl<F: MeshFrame> Shared<F> {
                     state: status.state,
                     direction: status.direction,
                     links: status.links,
-                    queued: handle.out.max_capacity() - handle.out.capacity(),
+                    queued: handle.out.len(),
                     unacked: handle.sync.unacked.load(Ordering::Relaxed),
                 }
             })
@@ -862,11 +866,11 @@ struct PeerTask<F> {
     node: NodeId,
     addr: Option<SocketAddr>,
     ctrl: mpsc::UnboundedReceiver<PeerCtrl<F>>,
-    out: mpsc::Receiver<Bytes>,
+    out: mailbox::Receiver<Bytes>,
     status: watch::Sender<PeerStatus>,
     backoff: Backoff,
     readers: JoinSet<()>,
-    batch: Vec<Bytes>,
+    batch: VecDeque<Bytes>,
     /// The batch as written: small frames joined (see [`coalesce`]).
     pieces: Vec<Bytes>,
     links: u64,
@@ -902,7 +906,7 @@ impl<F: MeshFrame> PeerTask<F> {
         loop {
             let event = self.next_event(&mut mode).await;
             mode = match event {
-                Event::Cancel | Event::Ctrl(None) | Event::Out(0) => break,
+                Event::Cancel | Event::Ctrl(None) | Event::Out(false) => break,
                 Event::Ctrl(Some(PeerCtrl::Dial(addr))) => {
                     self.addr = Some(addr);
                     match mode {
@@ -915,7 +919,7 @@ impl<F: MeshFrame> PeerTask<F> {
                     info!(peer = %self.node, reason = %e, "mesh link lost");
                     self.retry()
                 }
-                Event::Out(_) => match mode {
+                Event::Out(true) => match mode {
                     Mode::Ready(link) => self.write_new(link).await,
                     other => other,
                 },
@@ -960,9 +964,7 @@ impl<F: MeshFrame> PeerTask<F> {
         self.readers.shutdown().await;
         self.out.close();
         let mut lost = self.outbox.clear();
-        while let Ok(frame) = self.out.try_recv() {
-            lost.push(frame);
-        }
+        lost.extend(self.out.drain());
         let reason = if self.shared.cancel.is_cancelled() {
             LossReason::Closed
         } else {
@@ -1016,7 +1018,7 @@ impl<F: MeshFrame> PeerTask<F> {
                     () = self.sync.ack_owed.notified(), if ack_owed => Event::AckOwed,
                     // Past the bound of unacknowledged bytes, frames wait in the queue, which
                     // fills until `send` reports `Backlogged`.
-                    n = self.out.recv_many(&mut self.batch, WRITE_BATCH), if room => Event::Out(n),
+                    taken = self.out.take_next(&mut self.batch), if room => Event::Out(taken),
                     Some(_) = readers.join_next(), if has_readers => Event::ReaderDone,
                 }
             }
@@ -1175,7 +1177,7 @@ impl<F: MeshFrame> PeerTask<F> {
             .encoder
             .encode_frame(&Wire::Resume(self.outbox.first()))
         {
-            Ok(resume) => self.batch.push(resume),
+            Ok(resume) => self.batch.push_back(resume),
             Err(e) => {
                 error!(peer = %self.node, error = %e, "could not encode a resume frame");
                 close(
@@ -1209,7 +1211,7 @@ impl<F: MeshFrame> PeerTask<F> {
             .encoder
             .encode_frame(&Wire::<F>::Ack { instance, upto })
         {
-            Ok(ack) => self.batch.push(ack),
+            Ok(ack) => self.batch.push_back(ack),
             Err(e) => {
                 error!(peer = %self.node, error = %e, "could not encode an ack frame");
                 return Mode::Ready(link);

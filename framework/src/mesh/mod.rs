@@ -135,7 +135,8 @@ pub struct MeshConfig {
     pub send_queue: usize,
     /// Bytes of frames sent to one peer and kept until it acknowledges them (to send again
     /// after a link reset). Past it, frames wait in the queue, and once `send_queue` is full
-    /// too, [`Mesh::send`] reports [`MeshError::Backlogged`].
+    /// too, [`Mesh::send`] reports [`MeshError::Backlogged`]. (The peer's task takes what is
+    /// queued all at once, so the bound can be passed by up to one queue of frames.)
     pub unacked_bytes: usize,
     /// Frames received but not yet taken from the inbound receiver before readers wait.
     pub inbound_queue: usize,

@@ -313,20 +313,26 @@ impl Node {
     /// Whether turns may no longer run. Once true it stays true: from then on another node may
     /// take this node's units over.
     pub(crate) fn fenced(&self) -> bool {
+        self.fenced_at(tokio::time::Instant::now())
+    }
+
+    /// [`Node::fenced`] as of `now`, a clock reading the caller just took (a lane reads the clock
+    /// once per turn, not once more for this).
+    pub(crate) fn fenced_at(&self, now: tokio::time::Instant) -> bool {
         if self.core.fenced.load(Ordering::Acquire) {
             return true;
         }
-        if self.may_run() {
+        if self.may_run(now) {
             return false;
         }
         self.fence("the owner lease ran out, and the mesh no longer vouches for this node");
         true
     }
 
-    /// Whether no other node can take this node's units over yet: its lease is certainly held, or
-    /// it lapsed less than the outage limit ago and every peer still answers this node's probes.
-    fn may_run(&self) -> bool {
-        let now = tokio::time::Instant::now();
+    /// Whether no other node can take this node's units over yet at `now`: its lease is certainly
+    /// held, or it lapsed less than the outage limit ago and every peer still answers this node's
+    /// probes.
+    fn may_run(&self, now: tokio::time::Instant) -> bool {
         let until = self.core.lease_clock.until();
         if now < until {
             return true;
@@ -981,8 +987,8 @@ impl Node {
             to,
             payload: bytes,
             session: None,
-            reply: reply.map(|r| *r),
-            activate: target.activate.map(|a| a.to_string()),
+            reply,
+            activate: target.activate.map(|a| Box::from(&*a)),
             origin: self.id().clone(),
             hops: 0,
         });
@@ -1067,8 +1073,14 @@ impl Node {
             )));
         };
         let request = waiting.request;
-        self.mesh_send(to, Frame::Call { request, call })
-            .map_err(|error| failed(error.to_string()))?;
+        self.mesh_send(
+            to,
+            Frame::Call {
+                request,
+                call: Box::new(call),
+            },
+        )
+        .map_err(|error| failed(error.to_string()))?;
         match tokio::time::timeout(CALL_TIMEOUT, &mut waiting.answer).await {
             Ok(Ok(Ok(payload))) => payload.take::<A>().map_err(failed),
             Ok(Ok(Err(error))) => Err(failed(error.to_string())),

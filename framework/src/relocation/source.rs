@@ -715,7 +715,7 @@ impl SourceRun {
 
     fn send(&self, frame: RelocFrame) -> Result<(), String> {
         self.node
-            .mesh_send(&self.target, Frame::Reloc(frame))
+            .mesh_send(&self.target, Frame::Reloc(Box::new(frame)))
             .map_err(|e| format!("the target is unreachable: {e}"))
     }
 

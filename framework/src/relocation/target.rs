@@ -113,7 +113,7 @@ impl Node {
                 };
                 if let Some(reason) = refusal {
                     tracing::warn!(relocation = %rel, %reason, "offer refused");
-                    let refused = Frame::Reloc(RelocFrame::Refused { rel, reason });
+                    let refused = Frame::Reloc(Box::new(RelocFrame::Refused { rel, reason }));
                     if let Err(error) = self.mesh_send(&from, refused) {
                         tracing::debug!(relocation = %rel, %error, "refusal not sent");
                     }
@@ -135,7 +135,7 @@ impl Node {
                 self.core.moves.incoming.lock().insert(rel, staging);
                 // Taken: the source counts silence from here, not from its offer.
                 if let Err(error) =
-                    self.mesh_send(&from, Frame::Reloc(RelocFrame::Progress { rel }))
+                    self.mesh_send(&from, Frame::Reloc(Box::new(RelocFrame::Progress { rel })))
                 {
                     tracing::debug!(relocation = %rel, %error, "progress not sent");
                 }
@@ -221,7 +221,7 @@ impl Node {
                 Ok(false) => {
                     if staging.reported.elapsed() >= PROGRESS {
                         staging.reported = Instant::now();
-                        let progress = Frame::Reloc(RelocFrame::Progress { rel });
+                        let progress = Frame::Reloc(Box::new(RelocFrame::Progress { rel }));
                         if let Err(error) = self.mesh_send(&staging.source, progress) {
                             tracing::debug!(relocation = %rel, %error, "progress not sent");
                         }
@@ -303,7 +303,7 @@ impl Node {
             }
             None => return false,
         };
-        let progress = Frame::Reloc(RelocFrame::Progress { rel });
+        let progress = Frame::Reloc(Box::new(RelocFrame::Progress { rel }));
         match self.mesh_send(&source, progress) {
             Ok(()) => true,
             Err(error) => {
@@ -337,7 +337,7 @@ impl Node {
         };
         for action in staging.machine.on(event) {
             let reply = |frame: RelocFrame| {
-                if let Err(error) = self.mesh_send(&staging.source, Frame::Reloc(frame)) {
+                if let Err(error) = self.mesh_send(&staging.source, Frame::Reloc(Box::new(frame))) {
                     tracing::warn!(relocation = %rel, %error, "answer to the source not sent");
                 }
             };

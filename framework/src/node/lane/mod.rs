@@ -11,12 +11,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 mod cells;
-mod mailbox;
 mod moving;
 mod sessions;
 
 use self::cells::Cells;
-use self::mailbox::mailbox;
 use self::moving::Moving;
 use super::cell::{ReplyMode, Turn, TurnReply, UnitCell};
 use super::directory::{Entry, Slot};
@@ -25,6 +23,7 @@ use crate::behavior::{Membership, TurnEffects};
 use crate::cluster::frames::Deliver;
 use crate::error::{MessageError, UnitError};
 use crate::ids::{ActorId, NodeId, SpotId, UnitId};
+use crate::mailbox::{self, mailbox};
 use crate::node::Node;
 use crate::registry::{ExecutionMode, FactoryKind, OnPanic};
 use crate::relocation::RelocationId;
@@ -189,6 +188,9 @@ pub(crate) struct Lane {
     parked: Vec<(ActorId, bool)>,
     /// How long each turn took, and how many message turns ran (looked up once per lane).
     metrics: TurnMetrics,
+    /// When the last turn ended, until the lane's loop comes round again: the next step reads
+    /// this instead of the clock, so a stream of messages costs one clock reading per turn.
+    clock: Option<Instant>,
 }
 
 /// The per-turn metrics of a lane: handles, so a turn records without a registry lookup.
@@ -248,6 +250,7 @@ impl Lane {
             deferred: Vec::new(),
             parked: Vec::new(),
             metrics: TurnMetrics::new(),
+            clock: None,
         };
         (tx, lane)
     }
@@ -256,7 +259,9 @@ impl Lane {
         let mut turns = 0u32;
         let mut busy = 0u32;
         while !self.cells.is_empty() {
-            if !self.open || self.node.fenced() {
+            // The end of the turn just run, if one did: nothing but these checks came since.
+            let mut now = self.clock.take().unwrap_or_else(Instant::now);
+            if !self.open || self.node.fenced_at(now) {
                 // Nothing runs: only controls (open, discard, close) are taken.
                 match self.ctl.recv().await {
                     Some(control) => self.control(control),
@@ -281,6 +286,7 @@ impl Lane {
             turns += 1;
             if turns.is_multiple_of(TURNS_PER_YIELD) {
                 tokio::task::yield_now().await;
+                now = Instant::now();
             }
             // Framework callbacks (on_start first of all) run before controls can move a unit away.
             if let Some((id, turn)) = self.sys.pop_front() {
@@ -293,23 +299,26 @@ impl Lane {
             }
             if let Some((id, tick)) = self.ticks.pop_front() {
                 if let Some(slot) = self.cells.slot(&id) {
-                    self.turn(slot, Turn::Tick(&tick));
+                    self.turn(slot, Turn::Tick(&tick), None);
                 }
                 continue;
             }
-            if let Some(due) = self.next_due {
-                let now = Instant::now();
-                if due <= now {
-                    self.fire_timers(now);
-                    continue;
-                }
+            if let Some(due) = self.next_due
+                && due <= now
+            {
+                self.fire_timers(now);
+                continue;
             }
-            if self.backlog.is_empty() {
+            // A message already queued here starts its turn now; a batch just taken, after it.
+            let started = if self.backlog.is_empty() {
                 self.data.take(&mut self.backlog);
-            }
+                None
+            } else {
+                Some(now)
+            };
             if let Some(envelope) = self.backlog.pop_front() {
                 busy += 1;
-                self.dispatch(envelope);
+                self.dispatch(envelope, started);
                 continue;
             }
             if busy >= LINGER_AFTER {
@@ -366,8 +375,8 @@ impl Lane {
             Ok((payload, session)) => self.node.route(Deliver {
                 to: id,
                 payload,
-                session,
-                reply: reply.map(|r| *r),
+                session: session.map(Box::new),
+                reply,
                 activate: None,
                 origin: self.node.id().clone(),
                 hops: 0,
@@ -405,7 +414,9 @@ impl Lane {
         }
     }
 
-    fn dispatch(&mut self, envelope: Envelope<Slot>) {
+    /// Runs a message's turn (or applies its session change); `started` is a clock reading taken
+    /// just before, if there is one.
+    fn dispatch(&mut self, envelope: Envelope<Slot>, started: Option<Instant>) {
         let slot = envelope.to;
         if self.cells.at(slot).is_none() {
             if self.ctl.is_empty() {
@@ -430,7 +441,7 @@ impl Lane {
             Some(r) if r.node == *self.node.id() => ReplyMode::Local,
             Some(_) => ReplyMode::Encoded,
         };
-        let outcome = self.turn(slot, Turn::Message(payload, mode));
+        let outcome = self.turn(slot, Turn::Message(payload, mode), started);
         if let Some(reply_to) = reply {
             match outcome {
                 Some(terminal) => self.node.complete(&reply_to, terminal),
@@ -453,7 +464,7 @@ impl Lane {
             PendingCallback::ReadyCompleted(o) => Turn::ReadyCompleted((*o).into()),
         };
         if let Some(slot) = self.cells.slot(id) {
-            self.turn(slot, turn);
+            self.turn(slot, turn, None);
         }
     }
 
@@ -465,22 +476,24 @@ impl Lane {
             }
         }
         for (slot, tick) in &ticks {
-            self.turn(*slot, Turn::Tick(tick));
+            self.turn(*slot, Turn::Tick(tick), None);
         }
         self.next_due = self.cells.iter().filter_map(|(_, c)| c.next_due()).min();
     }
 
-    /// Runs one turn on the unit in `slot`, catching a panic. A message turn yields its reply.
-    fn turn(&mut self, slot: Slot, turn: Turn<'_>) -> TurnReply {
+    /// Runs one turn on the unit in `slot`, catching a panic; `started` is a clock reading taken
+    /// just before, if there is one. A message turn yields its reply.
+    fn turn(&mut self, slot: Slot, turn: Turn<'_>, started: Option<Instant>) -> TurnReply {
         let cell = self.cells.at_mut(slot)?;
         let mut effects = TurnEffects::default();
         let node = &self.node;
         if matches!(turn, Turn::Message(..)) {
             self.metrics.messages.increment(1);
         }
-        let started = Instant::now();
+        let started = started.unwrap_or_else(Instant::now);
         let ran = catch_unwind(AssertUnwindSafe(|| cell.turn(node, turn, &mut effects)));
-        self.metrics.seconds.record(started.elapsed().as_secs_f64());
+        let ended = Instant::now();
+        self.metrics.seconds.record((ended - started).as_secs_f64());
         match ran {
             Ok(reply) => {
                 if let Some(due) = cell.next_due() {
@@ -492,6 +505,8 @@ impl Lane {
                 } else if effects.deferred {
                     let id = cell.id().clone();
                     self.deferred(&id);
+                } else {
+                    self.clock = Some(ended);
                 }
                 reply
             }

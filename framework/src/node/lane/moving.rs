@@ -280,10 +280,10 @@ impl Lane {
             self.hold = mine;
             records.extend(self.encode_in_place(Side::Hold));
             for op in &records[start..] {
-                let frame = Frame::Reloc(RelocFrame::Relay {
+                let frame = Frame::Reloc(Box::new(RelocFrame::Relay {
                     rel,
                     op: op.clone(),
-                });
+                }));
                 if let Err(error) = node.mesh_send(&target, frame) {
                     tracing::warn!(%rel, %error, "relay record not sent; the cutover will not match");
                 }
@@ -295,7 +295,7 @@ impl Lane {
         let (count, crc) = relay_digest(&records);
         if let Err(error) = node.mesh_send(
             &target,
-            Frame::Reloc(RelocFrame::Cutover { rel, count, crc }),
+            Frame::Reloc(Box::new(RelocFrame::Cutover { rel, count, crc })),
         ) {
             tracing::warn!(%rel, %error, "cutover not sent; it will be sent again");
         }
@@ -337,8 +337,8 @@ impl Lane {
                 returned.extend(node.core.router.taken_back(id).into_iter().map(|deliver| {
                     Envelope {
                         to: slot,
-                        payload: Payload::from_wire(deliver.payload, deliver.session),
-                        reply: deliver.reply.map(Box::new),
+                        payload: Payload::from_wire(deliver.payload, deliver.session.map(|op| *op)),
+                        reply: deliver.reply,
                     }
                 }));
             }

@@ -1,9 +1,9 @@
-//! A lane's message queue: senders append under a short lock, and the lane takes everything
-//! queued in one step.
+//! A queue with one receiving task (a lane's messages, a peer's outgoing frames): senders append
+//! under a short lock, and the receiver takes everything queued in one step.
 //!
-//! A channel that counts each message in a shared counter makes the sender's and the lane's
-//! cores take turns owning that counter for every message. Here the lane takes the senders' lock
-//! once per batch, and a sender only wakes the lane when it found the lane waiting.
+//! A channel that counts each item in a shared counter makes the sender's and the receiver's
+//! cores take turns owning that counter for every item. Here the receiver takes the senders' lock
+//! once per batch, and a sender only wakes the receiver when it found it waiting.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -13,7 +13,7 @@ use std::task::{Poll, Waker};
 
 use parking_lot::{Mutex, MutexGuard};
 
-/// How many items' room a lane's buffers keep once the bursts are over. While batches stay large
+/// How many items' room the buffers keep once the bursts are over. While batches stay large
 /// the buffers stay large too: giving memory back for every batch costs more than the batch.
 const KEEP: usize = 1024;
 
@@ -39,7 +39,7 @@ pub(crate) fn mailbox<T>() -> (Sender<T>, Receiver<T>) {
 struct Shared<T> {
     inbox: Mutex<Inbox<T>>,
     /// Whether the queue holds anything, changed under the lock only when it becomes non-empty
-    /// or is taken. The lane reads it without the lock, so a lane that has caught up does not
+    /// or is taken. The receiver reads it without the lock, so one that has caught up does not
     /// take the lock's cache line away from a sender for every look.
     queued: Flag,
 }
@@ -50,23 +50,43 @@ struct Flag(AtomicBool);
 
 struct Inbox<T> {
     queue: Vec<T>,
-    /// The lane, when it found the queue empty and waits.
+    /// The receiver, when it found the queue empty and waits.
     waker: Option<Waker>,
     /// No more items are accepted (what is queued is still handed out): the sender is gone,
-    /// or the lane closed it.
+    /// or the receiver closed it.
     closed: bool,
 }
 
-/// The sending side. Dropping it closes the mailbox: the lane then learns that nothing more
+/// The sending side. Dropping it closes the mailbox: the receiver then learns that nothing more
 /// can arrive.
 pub(crate) struct Sender<T>(Arc<Shared<T>>);
+
+/// Why [`Sender::send_within`] gave an item back.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refused<T> {
+    /// The limit of queued items was reached.
+    Full(T),
+    /// The mailbox is closed.
+    Closed(T),
+}
 
 impl<T> Sender<T> {
     /// Queues `item` behind everything sent before it, or gives it back if the mailbox is closed.
     pub fn send(&self, item: T) -> Result<(), T> {
+        self.send_within(item, usize::MAX)
+            .map_err(|refused| match refused {
+                Refused::Full(item) | Refused::Closed(item) => item,
+            })
+    }
+
+    /// [`Sender::send`], refusing the item while `limit` items wait to be taken.
+    pub fn send_within(&self, item: T, limit: usize) -> Result<(), Refused<T>> {
         let mut inbox = self.0.inbox.lock();
         if inbox.closed {
-            return Err(item);
+            return Err(Refused::Closed(item));
+        }
+        if inbox.queue.len() >= limit {
+            return Err(Refused::Full(item));
         }
         if inbox.queue.is_empty() {
             self.0.queued.0.store(true, Ordering::Release);
@@ -74,6 +94,11 @@ impl<T> Sender<T> {
         inbox.queue.push(item);
         wake_after_unlock(inbox);
         Ok(())
+    }
+
+    /// How many items wait to be taken.
+    pub fn len(&self) -> usize {
+        self.0.inbox.lock().queue.len()
     }
 }
 
@@ -85,7 +110,7 @@ impl<T> Drop for Sender<T> {
     }
 }
 
-/// Lets the lock go, then wakes the lane if it was waiting.
+/// Lets the lock go, then wakes the receiver if it was waiting.
 fn wake_after_unlock<T>(mut inbox: MutexGuard<'_, Inbox<T>>) {
     let waiting = inbox.waker.take();
     drop(inbox);
@@ -94,20 +119,20 @@ fn wake_after_unlock<T>(mut inbox: MutexGuard<'_, Inbox<T>>) {
     }
 }
 
-/// The lane's side. Dropping it (the lane's task ended) closes the mailbox and drops what is
-/// still queued, so that senders learn the lane is gone instead of queueing for nobody.
+/// The receiving side. Dropping it (its task ended) closes the mailbox and drops what is still
+/// queued, so that senders learn the receiver is gone instead of queueing for nobody.
 pub(crate) struct Receiver<T> {
     shared: Arc<Shared<T>>,
-    /// An empty buffer, swapped in for the queue when the lane takes it.
+    /// An empty buffer, swapped in for the queue when the receiver takes it.
     spare: Vec<T>,
 }
 
 impl<T> Receiver<T> {
     /// Moves everything queued, in order, to the end of `into`. Whether anything was queued.
     ///
-    /// It sees every send that happened before the call (a send under a lock that the lane took
-    /// since, or before a control that the lane received since): the flag it reads first is only
-    /// written under the mailbox's lock.
+    /// It sees every send that happened before the call (a send under a lock that the receiver
+    /// took since, or before a control message a lane received since): the flag it reads first is
+    /// only written under the mailbox's lock.
     pub fn take(&mut self, into: &mut VecDeque<T>) -> bool {
         if !self.shared.queued.0.load(Ordering::Acquire) {
             return false;
@@ -177,9 +202,9 @@ impl<T> Drop for Receiver<T> {
 }
 
 /// Moves a non-empty queue to `into`, letting the lock go before anything is copied: the
-/// queue's buffer is swapped for the lane's empty `spare`. A waker left from an earlier wait goes
-/// too, as the lane is not waiting now. Once batches are small again, the room that a burst left
-/// in these buffers is given back.
+/// queue's buffer is swapped for the receiver's empty `spare`. A waker left from an earlier wait
+/// goes too, as the receiver is not waiting now. Once batches are small again, the room that a
+/// burst left in these buffers is given back.
 fn hand_over<T>(
     mut inbox: MutexGuard<'_, Inbox<T>>,
     queued: &Flag,
