@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 
@@ -27,14 +27,121 @@ const TOKEN: &str = "bots-token";
 
 const NODES: [&str; 3] = ["p1", "p2", "p3"];
 
-/// A gateway node's config on redis; p2 and p3 dial `seeds` (p1) at start.
-fn node_config(id: &str, redis_url: &str, seeds: &[String]) -> String {
+/// A gateway node's config on redis under `prefix`; p2 and p3 dial `seeds` (p1) at start.
+fn node_config(id: &str, redis_url: &str, prefix: &str, seeds: &[String]) -> String {
     format!(
         "{}sessions_listen = \"127.0.0.1:0\"\nsessions_cert = \"certs/gateway.pem\"\n\
          sessions_key = \"certs/gateway.key\"\nsessions_tokens = \"tokens.txt\"\n",
-        plain_config(id, redis_url, PREFIX, seeds)
+        plain_config(id, redis_url, prefix, seeds)
     )
 }
+
+/// Three node processes on one redis-server under one prefix, linked and published, as the
+/// bots tests start them.
+struct Nodes {
+    tmp: TempDir,
+    processes: Processes,
+    admins: Vec<String>,
+    /// The client gateways, of the nodes that have one.
+    gateways: Vec<String>,
+    store: Arc<dyn LocationStore>,
+    ids: Vec<NodeId>,
+}
+
+/// How one node of [`Nodes`] runs.
+struct NodeSetup {
+    gateway: bool,
+    env: &'static [(&'static str, &'static str)],
+}
+
+/// A gateway node that closes its units at once when stopped (the tests' default).
+const GATEWAY: NodeSetup = NodeSetup {
+    gateway: true,
+    env: &[("FERRY_DRAIN_GRACE_MS", "0")],
+};
+
+impl Nodes {
+    /// Starts p1, p2 and p3 in a fresh directory `dir`, each as `setup` says, p2 and p3 with p1
+    /// as their seed.
+    async fn start(
+        redis: &RedisServer,
+        dir: &str,
+        prefix: &str,
+        setup: impl Fn(&str) -> NodeSetup,
+    ) -> Nodes {
+        let tmp = TempDir::new(dir);
+        certs(&tmp.path().join("certs")).await;
+        std::fs::write(tmp.path().join("tokens.txt"), format!("{TOKEN} bots\n")).expect("tokens");
+        let mut processes = Processes::default();
+        let mut nodes: Vec<Ready> = Vec::new();
+        let mut seeds = Vec::new();
+        for name in NODES {
+            let config = tmp.path().join(format!("{name}.toml"));
+            let NodeSetup { gateway, env } = setup(name);
+            let text = if gateway {
+                node_config(name, &redis.url(), prefix, &seeds)
+            } else {
+                plain_config(name, &redis.url(), prefix, &seeds)
+            };
+            std::fs::write(&config, text).expect("config");
+            let ready = processes.start_with(name, &config, tmp.path(), env).await;
+            if seeds.is_empty() {
+                seeds.push(format!("{name}@{}", ready.mesh));
+            }
+            nodes.push(ready);
+        }
+        let admins: Vec<String> = nodes.iter().map(Ready::admin).collect();
+        let gateways = nodes
+            .iter()
+            .filter_map(|r| r.sessions.map(|s| s.to_string()))
+            .collect();
+        let store: Arc<dyn LocationStore> = Arc::new(
+            RedisStore::connect(&redis.url(), RedisStoreConfig::new(prefix))
+                .await
+                .expect("redis store"),
+        );
+        let ids: Vec<NodeId> = NODES
+            .iter()
+            .map(|n| NodeId::new(*n).expect("valid id"))
+            .collect();
+        wait_two_refreshes(&store, &ids).await;
+        linked(&admins).await;
+        Nodes {
+            tmp,
+            processes,
+            admins,
+            gateways,
+            store,
+            ids,
+        }
+    }
+
+    /// The CA the gateways' certificate chains to.
+    fn ca(&self) -> PathBuf {
+        self.tmp.path().join("certs/gateway.pem")
+    }
+
+    /// Starts `ferry bots` on two rooms of each game with two players each (made through the
+    /// admin endpoints), for `duration`, and waits until every bot connected.
+    async fn bots(&self, duration: &str) -> tokio::process::Child {
+        let bots = tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args(["bots", "--cluster", &self.gateways.join(","), "--ca"])
+            .arg(self.ca())
+            .args(["--token", TOKEN, "--admin", &self.admins.join(",")])
+            .args(["--game", "chat,fps,bingo", "--rooms", "2", "--players", "2"])
+            .args(["--duration", duration, "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("ferry bots starts");
+        playing(&self.admins, BOTS).await;
+        bots
+    }
+}
+
+/// The bots of [`Nodes::bots`]: two rooms of each of three games, two players each.
+const BOTS: u64 = 3 * 2 * 2;
 
 /// A node's config on redis under `prefix`, no gateway; it dials `seeds` at start.
 fn plain_config(id: &str, redis_url: &str, prefix: &str, seeds: &[String]) -> String {
@@ -122,53 +229,9 @@ async fn bots_lose_nothing_while_a_node_process_is_drained_under_them() {
     let Some(redis) = RedisServer::start_or_skip().await else {
         return;
     };
-    let tmp = TempDir::new("bots-drain");
-    certs(&tmp.path().join("certs")).await;
-    std::fs::write(tmp.path().join("tokens.txt"), format!("{TOKEN} bots\n")).expect("tokens");
-    let mut processes = Processes::default();
-    let mut nodes: Vec<Ready> = Vec::new();
-    let mut seeds = Vec::new();
-    for name in NODES {
-        let config = tmp.path().join(format!("{name}.toml"));
-        std::fs::write(&config, node_config(name, &redis.url(), &seeds)).expect("config");
-        let ready = processes.start(name, &config, tmp.path()).await;
-        if seeds.is_empty() {
-            seeds.push(format!("{name}@{}", ready.mesh));
-        }
-        nodes.push(ready);
-    }
-    let admins: Vec<String> = nodes.iter().map(Ready::admin).collect();
-    let gateways: Vec<String> = nodes
-        .iter()
-        .map(|r| r.sessions.expect("a gateway").to_string())
-        .collect();
-    let store: Arc<dyn LocationStore> = Arc::new(
-        RedisStore::connect(&redis.url(), RedisStoreConfig::new(PREFIX))
-            .await
-            .expect("redis store"),
-    );
-    let ids: Vec<NodeId> = NODES
-        .iter()
-        .map(|n| NodeId::new(*n).expect("valid id"))
-        .collect();
-    wait_two_refreshes(&store, &ids).await;
-    linked(&admins).await;
-
-    // Two rooms of each game with two players each: room 0 of every game on p1.
-    const BOTS: u64 = 3 * 2 * 2;
-    let ca = tmp.path().join("certs/gateway.pem");
-    let bots = tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
-        .args(["bots", "--cluster", &gateways.join(","), "--ca"])
-        .arg(&ca)
-        .args(["--token", TOKEN, "--admin", &admins.join(",")])
-        .args(["--game", "chat,fps,bingo", "--rooms", "2", "--players", "2"])
-        .args(["--duration", "10s", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("ferry bots starts");
-    playing(&admins, BOTS).await;
+    let mut nodes = Nodes::start(&redis, "bots-drain", PREFIX, |_| GATEWAY).await;
+    let bots = nodes.bots("10s").await;
+    let (admins, gateways, ca) = (nodes.admins.clone(), nodes.gateways.clone(), nodes.ca());
     let p1 = admins[0].as_str();
     let before = status(p1).await["units"].as_u64().unwrap_or(0);
     assert_eq!(before, 3 * 3, "room 0 of each game and its players on p1");
@@ -259,11 +322,11 @@ async fn bots_lose_nothing_while_a_node_process_is_drained_under_them() {
         "{again:#}"
     );
 
-    for (name, status, log) in processes.terminate_all().await {
+    for (name, status, log) in nodes.processes.terminate_all().await {
         closed_without_drain(&name, status, &log);
         assert!(!log.contains("panicked"), "{name}:\n{log}");
     }
-    drop(processes);
+    drop(nodes);
     drop(redis);
 }
 
@@ -299,67 +362,20 @@ async fn a_node_stopped_with_sigterm_under_bots_drains_and_its_rooms_go_on_elsew
     let Some(redis) = RedisServer::start_or_skip().await else {
         return;
     };
-    let tmp = TempDir::new("bots-sigterm");
-    certs(&tmp.path().join("certs")).await;
-    std::fs::write(tmp.path().join("tokens.txt"), format!("{TOKEN} bots\n")).expect("tokens");
     // p1 hosts rooms but no gateway, and a signal drains it (the default drain_grace_ms); p2
     // and p3 are the gateways the bots connect to.
-    let mut processes = Processes::default();
-    let mut nodes: Vec<Ready> = Vec::new();
-    let mut seeds = Vec::new();
-    for name in NODES {
-        let config = tmp.path().join(format!("{name}.toml"));
-        let ready = if name == "p1" {
-            std::fs::write(&config, plain_config(name, &redis.url(), PREFIX, &seeds))
-                .expect("config");
-            processes.start_with(name, &config, tmp.path(), &[]).await
-        } else {
-            let gateway = format!(
-                "{}sessions_listen = \"127.0.0.1:0\"\nsessions_cert = \"certs/gateway.pem\"\n\
-                 sessions_key = \"certs/gateway.key\"\nsessions_tokens = \"tokens.txt\"\n",
-                plain_config(name, &redis.url(), PREFIX, &seeds)
-            );
-            std::fs::write(&config, gateway).expect("config");
-            processes.start(name, &config, tmp.path()).await
-        };
-        if seeds.is_empty() {
-            seeds.push(format!("{name}@{}", ready.mesh));
-        }
-        nodes.push(ready);
-    }
-    let admins: Vec<String> = nodes.iter().map(Ready::admin).collect();
-    let gateways: Vec<String> = nodes
-        .iter()
-        .filter_map(|r| r.sessions.map(|s| s.to_string()))
-        .collect();
-    assert_eq!(gateways.len(), 2);
-    let store: Arc<dyn LocationStore> = Arc::new(
-        RedisStore::connect(&redis.url(), RedisStoreConfig::new(PREFIX))
-            .await
-            .expect("redis store"),
-    );
-    let ids: Vec<NodeId> = NODES
-        .iter()
-        .map(|n| NodeId::new(*n).expect("valid id"))
-        .collect();
-    wait_two_refreshes(&store, &ids).await;
-    linked(&admins).await;
-
+    let mut nodes = Nodes::start(&redis, "bots-sigterm", PREFIX, |name| match name {
+        "p1" => NodeSetup {
+            gateway: false,
+            env: &[],
+        },
+        _ => GATEWAY,
+    })
+    .await;
+    assert_eq!(nodes.gateways.len(), 2);
     // Room 0 of every game, with its two players, on p1.
-    const BOTS: u64 = 3 * 2 * 2;
-    let ca = tmp.path().join("certs/gateway.pem");
-    let bots = tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
-        .args(["bots", "--cluster", &gateways.join(","), "--ca"])
-        .arg(&ca)
-        .args(["--token", TOKEN, "--admin", &admins.join(",")])
-        .args(["--game", "chat,fps,bingo", "--rooms", "2", "--players", "2"])
-        .args(["--duration", "10s", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("ferry bots starts");
-    playing(&admins, BOTS).await;
+    let bots = nodes.bots("10s").await;
+    let (admins, processes) = (nodes.admins.clone(), &mut nodes.processes);
     let p1 = admins[0].clone();
     assert_eq!(status(&p1).await["units"].as_u64(), Some(3 * 3));
 
@@ -395,7 +411,7 @@ async fn a_node_stopped_with_sigterm_under_bots_drains_and_its_rooms_go_on_elsew
         }
         assert!(!log.contains("panicked"), "{name}:\n{log}");
     }
-    drop(processes);
+    drop(nodes);
     drop(redis);
 }
 
@@ -410,65 +426,23 @@ async fn bots_play_on_through_a_duplicate_start_a_drain_two_kills_and_a_drain_be
     let Some(redis) = RedisServer::start_or_skip().await else {
         return;
     };
-    let tmp = TempDir::new("bots-evening");
-    certs(&tmp.path().join("certs")).await;
-    std::fs::write(tmp.path().join("tokens.txt"), format!("{TOKEN} bots\n")).expect("tokens");
     // A short lease, so that recovery of the killed node starts within seconds.
-    let env = [
+    const ENV: &[(&str, &str)] = &[
         ("FERRY_DRAIN_GRACE_MS", "0"),
         ("FERRY_LEASE_TTL_MS", "3000"),
     ];
-    let gateway_config = |name: &str, seeds: &[String]| {
-        format!(
-            "{}sessions_listen = \"127.0.0.1:0\"\nsessions_cert = \"certs/gateway.pem\"\n\
-             sessions_key = \"certs/gateway.key\"\nsessions_tokens = \"tokens.txt\"\n",
-            plain_config(name, &redis.url(), PREFIX, seeds)
-        )
-    };
-    let mut processes = Processes::default();
-    let mut nodes: Vec<Ready> = Vec::new();
-    let mut seeds = Vec::new();
-    for name in NODES {
-        let config = tmp.path().join(format!("{name}.toml"));
-        std::fs::write(&config, gateway_config(name, &seeds)).expect("config");
-        nodes.push(processes.start_with(name, &config, tmp.path(), &env).await);
-        seeds = vec![format!("{name}@{}", nodes[nodes.len() - 1].mesh)];
-    }
-    let admins: Vec<String> = nodes.iter().map(Ready::admin).collect();
-    let gateways: Vec<String> = nodes
-        .iter()
-        .map(|r| r.sessions.expect("a gateway").to_string())
-        .collect();
-    let store: Arc<dyn LocationStore> = Arc::new(
-        RedisStore::connect(&redis.url(), RedisStoreConfig::new(PREFIX))
-            .await
-            .expect("redis store"),
-    );
-    let ids: Vec<NodeId> = NODES
-        .iter()
-        .map(|n| NodeId::new(*n).expect("valid id"))
-        .collect();
-    wait_two_refreshes(&store, &ids).await;
-    linked(&admins).await;
-
-    // Two rooms of each game with two players each, spread over the three nodes.
-    const BOTS: u64 = 3 * 2 * 2;
-    let ca = tmp.path().join("certs/gateway.pem");
-    let mut bots = tokio::process::Command::new(env!("CARGO_BIN_EXE_ferry"))
-        .args(["bots", "--cluster", &gateways.join(","), "--ca"])
-        .arg(&ca)
-        .args(["--token", TOKEN, "--admin", &admins.join(",")])
-        .args(["--game", "chat,fps,bingo", "--rooms", "2", "--players", "2"])
-        .args(["--duration", "40s", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("ferry bots starts");
-    playing(&admins, BOTS).await;
+    let mut nodes = Nodes::start(&redis, "bots-evening", PREFIX, |_| NodeSetup {
+        gateway: true,
+        env: ENV,
+    })
+    .await;
+    let mut bots = nodes.bots("40s").await;
+    let (admins, tmp) = (nodes.admins.clone(), nodes.tmp.path().to_owned());
+    let (store, ids) = (nodes.store.clone(), nodes.ids.clone());
+    let processes = &mut nodes.processes;
 
     // A copy of p3's config started again: refused, and p3 serves on.
-    let p3_config = tmp.path().join("p3.toml");
+    let p3_config = tmp.join("p3.toml");
     let out = run_ferry(&["node", "--config", p3_config.to_str().expect("utf-8 path")]).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(
@@ -482,10 +456,10 @@ async fn bots_play_on_through_a_duplicate_start_a_drain_two_kills_and_a_drain_be
     let out = run_ferry(&["drain", &admins[0], "--deadline", "60s"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(!processes.kill(0).await.success());
-    let logs = tmp.path().join("restarted");
+    let logs = tmp.join("restarted");
     std::fs::create_dir_all(&logs).expect("log dir");
     let p1 = processes
-        .start_with("p1", &tmp.path().join("p1.toml"), &logs, &env)
+        .start_with("p1", &tmp.join("p1.toml"), &logs, ENV)
         .await;
     let p1_admin = p1.admin();
 
@@ -538,6 +512,6 @@ async fn bots_play_on_through_a_duplicate_start_a_drain_two_kills_and_a_drain_be
     for (name, _, log) in processes.terminate_all().await {
         assert!(!log.contains("panicked"), "{name}:\n{log}");
     }
-    drop(processes);
+    drop(nodes);
     drop(redis);
 }

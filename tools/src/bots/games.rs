@@ -1137,24 +1137,29 @@ mod tests {
         assert!(bot.incarnations().rebuilds().is_empty());
     }
 
-    #[test]
-    fn a_bingo_bot_names_a_rebuilt_room_and_counts_what_died_with_it_apart() {
+    /// A bingo bot that saw round 1 and the start of round 2 with two syncs answered, sent a
+    /// third, and then saw the room come back in round 1 (its node crashed) and deal it again.
+    fn bingo_bot_in_a_rebuilt_room() -> (BingoBot, SpotId, Card) {
         let (room, me) = (spot("bingo-0"), actor("bingo-0-p0"));
         let mut bot = BingoBot::new(me.clone(), room.clone());
-        // Round 1 and the start of round 2, with two syncs answered and a third sent.
         bot.input(0);
         bot.input(1);
         for push in game() {
             bot.read(push);
         }
         bot.input(2);
-        // The room's node crashed; the room came back in round 1 and dealt this player again.
         let card = bingo::card(&room, 1, &me);
         bot.read(Push::Dealt {
             round: 1,
             card,
             marks: card.marks(&[]),
         });
+        (bot, room, card)
+    }
+
+    #[test]
+    fn a_bingo_bot_names_a_rebuilt_room_and_counts_what_died_with_it_apart() {
+        let (mut bot, room, card) = bingo_bot_in_a_rebuilt_room();
         let first = bingo::draw_order(&room, 1)[0];
         bot.read(Push::Drawn {
             round: 1,
@@ -1186,21 +1191,9 @@ mod tests {
 
     #[test]
     fn a_sync_the_gateway_held_through_a_rebuild_runs_in_the_new_room_once_and_is_not_lost() {
-        let (room, me) = (spot("bingo-0"), actor("bingo-0-p0"));
-        let mut bot = BingoBot::new(me.clone(), room.clone());
-        bot.input(0);
-        bot.input(1);
-        for push in game() {
-            bot.read(push);
-        }
-        // Sent while the room's node died: the gateway holds it until the player is rebuilt.
-        bot.input(2);
-        let card = bingo::card(&room, 1, &me);
-        bot.read(Push::Dealt {
-            round: 1,
-            card,
-            marks: card.marks(&[]),
-        });
+        // The third sync was sent while the room's node died: the gateway held it until the
+        // player was rebuilt.
+        let (mut bot, _, card) = bingo_bot_in_a_rebuilt_room();
         let view = |syncs, last_sync| {
             Push::State(PlayerView {
                 seat: None,
