@@ -140,6 +140,20 @@ impl Nodes {
     }
 }
 
+/// Waits for a `ferry bots` run to end, checks that it succeeded, and returns its JSON report.
+async fn report_of(bots: tokio::process::Child) -> Value {
+    let out = within("ferry bots to finish", bots.wait_with_output())
+        .await
+        .expect("ferry bots ran");
+    assert!(
+        out.status.success(),
+        "ferry bots failed: {}\n{}",
+        text(&out.stderr),
+        text(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout).expect("the report is JSON")
+}
+
 /// The bots of [`Nodes::bots`]: two rooms of each of three games, two players each.
 const BOTS: u64 = 3 * 2 * 2;
 
@@ -246,16 +260,7 @@ async fn bots_lose_nothing_while_a_node_process_is_drained_under_them() {
         (Some("Relocated"), Some(0))
     );
 
-    let out = within("ferry bots to finish", bots.wait_with_output())
-        .await
-        .expect("ferry bots ran");
-    assert!(
-        out.status.success(),
-        "ferry bots failed: {}\n{}",
-        text(&out.stderr),
-        text(&out.stdout)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("the report is JSON");
+    let report = report_of(bots).await;
     assert_eq!(report["players"], BOTS, "{report:#}");
     assert!(report["inputs_sent"].as_u64() > Some(0), "{report:#}");
     assert_eq!(
@@ -391,19 +396,9 @@ async fn a_node_stopped_with_sigterm_under_bots_drains_and_its_rooms_go_on_elsew
     // Two rooms of each game with two players each: p1's 9 units moved to p2 and p3.
     assert_eq!(hosted, 3 * 2 * 3, "every unit runs on p2 or p3");
 
-    let out = within("ferry bots to finish", bots.wait_with_output())
-        .await
-        .expect("ferry bots ran");
-    assert!(
-        out.status.success(),
-        "ferry bots failed: {}\n{}",
-        text(&out.stderr),
-        text(&out.stdout)
-    );
     // The bots check every line, tick, card and mark against the state they see: the rooms
     // went on from where they were, with every input applied once.
-    let report: Value = serde_json::from_slice(&out.stdout).expect("the report is JSON");
-    clean(&report, BOTS);
+    clean(&report_of(bots).await, BOTS);
 
     for (name, status, log) in processes.terminate_all().await {
         if name != "p1" {
@@ -475,16 +470,7 @@ async fn bots_play_on_through_a_duplicate_start_a_drain_two_kills_and_a_drain_be
         "the bots finished before the evening did: raise their --duration"
     );
 
-    let out = within("ferry bots to finish", bots.wait_with_output())
-        .await
-        .expect("ferry bots ran");
-    assert!(
-        out.status.success(),
-        "ferry bots failed: {}\n{}",
-        text(&out.stderr),
-        text(&out.stdout)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("the report is JSON");
+    let report = report_of(bots).await;
     assert_eq!(report["players"], BOTS, "{report:#}");
     for fault in ["lost", "duplicated", "reordered"] {
         assert_eq!(report["inputs"][fault], 0, "{fault}: {report:#}");
