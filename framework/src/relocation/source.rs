@@ -13,7 +13,9 @@ use super::RelocationId;
 use super::capture::{Capture, QueuedOp, relay_digest};
 use super::frames::{RecordAt, Refusal, RefusedBecause, RelocFrame};
 use super::phases::{MovePhases, TargetPhases};
-use super::protocol::{MoveEnd, SessionsTo, SourceAction, SourceEvent, SourceMachine};
+use super::protocol::{
+    MoveEnd, SessionsTo, SourceAction, SourceEvent, SourceMachine, SourceTiming,
+};
 use super::reports::{BlockedReason, MoveError, MoveReport, RelocationEvent};
 use super::target::Outgoing;
 use crate::cluster::authority::unit_key;
@@ -24,20 +26,6 @@ use crate::registry::PolicyKind;
 use crate::session::SessionBinding;
 use crate::session::frames::{BoundActor, SessionFrame};
 use crate::store::{BatchOutcome, Condition, Op, StoreError};
-
-/// How long the source waits without hearing anything from the target (an answer or a progress
-/// report) before it calls it silence; also how long it waits for one store write of its fence.
-const STEP: Duration = Duration::from_secs(5);
-
-/// How often a move whose seal waits for gateways checks whether one of them is gone.
-const GATEWAY_CHECK: Duration = Duration::from_millis(100);
-
-/// How soon the source asks the store again when it could not say whether the fence landed.
-const FENCE_RETRY: Duration = Duration::from_millis(100);
-
-/// How long the fence write may take at the least, even past the deadline: a drain whose store
-/// does not answer ends this long after its deadline.
-const FENCE_GRACE: Duration = Duration::from_millis(500);
 
 impl Node {
     /// Moves one unit (a SpotWide spot with its members, an actor, an Instance Spot) to `target`,
@@ -154,11 +142,14 @@ impl Node {
             rel,
             id: id.clone(),
             target: target.clone(),
-            machine: SourceMachine::new(),
+            machine: SourceMachine::new(
+                Instant::now().into_std(),
+                deadline.into_std(),
+                self.source_timing(),
+            ),
             events: events_tx,
             capture: None,
             bindings: BTreeMap::new(),
-            acked: BTreeSet::new(),
             prefetched: Vec::new(),
             records: Vec::new(),
             relayed: Vec::new(),
@@ -170,9 +161,8 @@ impl Node {
             cut_at: None,
             committed_at: None,
             blocked: None,
-            deadline_passed: false,
         };
-        run.go(&mut events, deadline).await;
+        run.go(&mut events).await;
         let reported = self
             .core
             .moves
@@ -184,9 +174,23 @@ impl Node {
         let report = run.report(reported);
         if report.end == MoveEnd::Undecided {
             tracing::warn!("the store has not said who owns the unit; it is held until it does");
-            tokio::spawn(run.settle().in_current_span());
+            tokio::spawn(run.settle(events).in_current_span());
         }
         report
+    }
+
+    /// How a move from here times its steps: a gateway is waited for as long as the mesh takes
+    /// to notice that its link died.
+    fn source_timing(&self) -> SourceTiming {
+        let timing = SourceTiming::default();
+        SourceTiming {
+            link_timeout: self
+                .config()
+                .mesh
+                .as_ref()
+                .map_or(timing.link_timeout, |mesh| mesh.idle_timeout),
+            ..timing
+        }
     }
 }
 
@@ -244,8 +248,6 @@ struct SourceRun {
     capture: Option<Capture>,
     /// The sessions bound to the unit's Actors, by gateway; `true` once that gateway was told.
     bindings: BTreeMap<NodeId, Vec<(BoundActor, bool)>>,
-    /// The gateways that acknowledged the seal, or were given up as gone.
-    acked: BTreeSet<NodeId>,
     /// The records of the units on the lane, read before the seal so that the pause waits for
     /// no store round trip; a stale one only fails the commit's compare-and-swap.
     prefetched: Vec<RecordAt>,
@@ -262,8 +264,6 @@ struct SourceRun {
     committed_at: Option<Instant>,
     /// Why the move failed, where that is known for certain.
     blocked: Option<BlockedReason>,
-    /// Whether the deadline passed while the move ran.
-    deadline_passed: bool,
 }
 
 impl SourceRun {
@@ -286,8 +286,9 @@ impl SourceRun {
         };
         let moved = end == MoveEnd::Moved;
         // A move that stayed because its deadline passed says so, whatever step it was at.
+        let deadline_passed = self.machine.deadline_passed();
         let blocked = match self.blocked {
-            None if !moved && self.deadline_passed => Some(BlockedReason::DeadlineExceeded),
+            None if !moved && deadline_passed => Some(BlockedReason::DeadlineExceeded),
             blocked => blocked,
         };
         MoveReport {
@@ -295,7 +296,7 @@ impl SourceRun {
             unit: self.id.clone(),
             from: self.node.id().clone(),
             to: self.target.clone(),
-            after_deadline: moved && self.deadline_passed,
+            after_deadline: moved && deadline_passed,
             end,
             bytes: self.bytes,
             interruption: elapsed(self.cut_at),
@@ -344,79 +345,39 @@ impl SourceRun {
         }
     }
 
-    /// Runs the machine to its end. Every event heard (a target's progress report among them)
-    /// starts the step again: only a step with nothing heard is silence.
-    ///
-    /// While gateways told to seal have not acknowledged, it looks every [`GATEWAY_CHECK`] for
-    /// gateways that are gone (their mesh link broke, or their lease lapsed): a dead gateway's
-    /// sessions went with it, so the move goes on without it instead of failing. A gateway that
-    /// stays linked but silent is waited for until the mesh would have noticed a dead link.
-    async fn go(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>, deadline: Instant) {
-        let first = self.quiesce(deadline).await;
-        self.feed(first, deadline).await;
-        let mut heard = Instant::now();
-        while self.machine.end().is_none() {
-            if self.machine.fencing() {
-                // The fence gave up asking at the deadline: the move is undecided.
+    /// The move's deadline, as the runtime's clock reads it.
+    fn deadline(&self) -> Instant {
+        Instant::from_std(self.machine.deadline())
+    }
+
+    /// Runs the move until it ends, or until it is undecided at its deadline.
+    async fn go(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>) {
+        let first = self.quiesce().await;
+        self.feed(first).await;
+        self.drive(events, false).await;
+    }
+
+    /// Feeds the machine what is heard and the times it asks to be woken at; with `settling`,
+    /// also past the deadline while the fence is asked, until the store decides.
+    async fn drive(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>, settling: bool) {
+        while self.machine.end().is_none() && (settling || !self.machine.undecided()) {
+            let Some(wake) = self.machine.poll_timeout() else {
                 return;
-            }
-            let waiting_for_gateways = !self.unacked_gateways().is_empty();
-            let silence = if waiting_for_gateways {
-                STEP.max(self.link_timeout() + GATEWAY_CHECK)
-            } else {
-                STEP
             };
-            let check = if waiting_for_gateways {
-                GATEWAY_CHECK
-            } else {
-                STEP
-            };
-            let wait = (Instant::now() + check).min(heard + silence).min(deadline);
-            let event = match tokio::time::timeout_at(wait, events.recv()).await {
-                Ok(Some(event)) => event,
-                Ok(None) => SourceEvent::Silence,
-                Err(_) if Instant::now() >= deadline => SourceEvent::Deadline,
+            match tokio::time::timeout_at(Instant::from_std(wake), events.recv()).await {
+                Ok(Some(event)) => self.feed(event).await,
+                Ok(None) => self.feed(SourceEvent::Silence).await,
                 Err(_) => {
-                    let gone = self.gone_gateways();
-                    if gone.is_empty() && heard.elapsed() < silence {
-                        continue;
-                    }
-                    if gone.is_empty() {
-                        SourceEvent::Silence
-                    } else {
-                        for gateway in gone {
-                            tracing::warn!(%gateway, unit = %self.id, "session gateway gone (its link broke or its lease lapsed): its sessions went with it; moving without it");
-                            self.feed(SourceEvent::GatewaySealed(gateway), deadline)
-                                .await;
-                        }
-                        heard = Instant::now();
-                        continue;
-                    }
+                    let actions = self.machine.handle_timeout(Instant::now().into_std());
+                    self.carry(actions, Vec::new()).await;
                 }
-            };
-            heard = Instant::now();
-            self.feed(event, deadline).await;
+            }
         }
     }
 
-    /// The gateways told to seal that have not acknowledged yet.
-    fn unacked_gateways(&self) -> Vec<NodeId> {
-        self.bindings
-            .iter()
-            .filter(|(gateway, actors)| {
-                !self.acked.contains(*gateway) && actors.iter().any(|(_, told)| *told)
-            })
-            .map(|(gateway, _)| gateway.clone())
-            .collect()
-    }
-
-    /// Of the gateways not heard from, those that are gone: no mesh link is up to them (it broke
-    /// and does not come back), or the cluster counts them dead.
-    fn gone_gateways(&self) -> Vec<NodeId> {
-        let unacked = self.unacked_gateways();
-        if unacked.is_empty() {
-            return unacked;
-        }
+    /// Of these gateways, told to seal and not heard from, those that are gone: no mesh link is
+    /// up to them (it broke and does not come back), or the cluster counts them dead.
+    fn gone_gateways(&self, unacked: BTreeSet<NodeId>) -> Vec<NodeId> {
         let peers = self.node.peers();
         let dead = self.node.core.dead.read().clone();
         unacked
@@ -431,18 +392,10 @@ impl SourceRun {
             .collect()
     }
 
-    /// How long the mesh takes at most to notice a dead link.
-    fn link_timeout(&self) -> Duration {
-        self.node
-            .config()
-            .mesh
-            .as_ref()
-            .map_or(STEP, |mesh| mesh.idle_timeout)
-    }
-
     /// Asks the lane for the sessions bound to the unit's Actors (it holds back new binds from
     /// now on), and notes them by gateway.
-    async fn quiesce(&mut self, deadline: Instant) -> SourceEvent {
+    async fn quiesce(&mut self) -> SourceEvent {
+        let deadline = self.deadline();
         let (done, answer) = oneshot::channel();
         let control = Control::Quiesce {
             rel: self.rel,
@@ -509,8 +462,8 @@ impl SourceRun {
 
     /// Tells these gateways to hold the inputs of the Actors they were not told about yet, for
     /// as long as the move may still take.
-    fn seal_gateways(&mut self, gateways: &BTreeSet<NodeId>, deadline: Instant) {
-        let hold = deadline.saturating_duration_since(Instant::now());
+    fn seal_gateways(&mut self, gateways: &BTreeSet<NodeId>) {
+        let hold = self.deadline().saturating_duration_since(Instant::now());
         for gateway in gateways {
             let Some(at) = self.bindings.get_mut(gateway) else {
                 continue;
@@ -566,8 +519,9 @@ impl SourceRun {
     }
 
     /// Seals the lane at its next turn boundary and waits for the capture.
-    async fn seal_unit(&mut self, deadline: Instant) -> SourceEvent {
+    async fn seal_unit(&mut self) -> SourceEvent {
         let asked = Instant::now();
+        let deadline = self.deadline();
         let (done, sealed) = oneshot::channel();
         if !self.lane(Control::Seal {
             rel: self.rel,
@@ -613,7 +567,8 @@ impl SourceRun {
 
     /// Takes the records of every cell (reading those of cells that joined since the quiesce),
     /// then sends the manifest and the chunks.
-    async fn send_capture(&mut self, capture: &Capture, deadline: Instant) -> Result<(), String> {
+    async fn send_capture(&mut self, capture: &Capture) -> Result<(), String> {
+        let deadline = self.deadline();
         let reading = Instant::now();
         let mut known: HashMap<UnitId, RecordAt> = std::mem::take(&mut self.prefetched)
             .into_iter()
@@ -720,16 +675,21 @@ impl SourceRun {
     }
 
     /// Feeds an event and carries out the actions, feeding back their results until none is left.
-    async fn feed(&mut self, event: SourceEvent, deadline: Instant) {
-        let mut pending = vec![event];
+    async fn feed(&mut self, event: SourceEvent) {
+        self.carry(Vec::new(), vec![event]).await;
+    }
+
+    /// Carries out `actions`, then feeds back their results and `pending`, until none is left.
+    async fn carry(&mut self, actions: Vec<SourceAction>, mut pending: Vec<SourceEvent>) {
+        for action in actions {
+            if let Some(next) = self.act(action).await {
+                pending.push(next);
+            }
+        }
         while let Some(event) = pending.pop() {
             match &event {
-                SourceEvent::GatewaySealed(gateway) => {
-                    self.acked.insert(gateway.clone());
-                }
                 SourceEvent::RelayReady => self.ready_at = Some(Instant::now()),
                 SourceEvent::Committed => self.committed_at = Some(Instant::now()),
-                SourceEvent::Deadline => self.deadline_passed = true,
                 SourceEvent::Refused(refusal) => {
                     let reason = match refusal.because {
                         RefusedBecause::NotServing => Some(BlockedReason::TargetUnavailable),
@@ -740,29 +700,36 @@ impl SourceRun {
                 }
                 _ => {}
             }
-            for action in self.machine.on(event) {
-                if let Some(next) = self.act(action, deadline).await {
+            for action in self.machine.on(event, Instant::now().into_std()) {
+                if let Some(next) = self.act(action).await {
                     pending.push(next);
                 }
             }
         }
     }
 
-    async fn act(&mut self, action: SourceAction, deadline: Instant) -> Option<SourceEvent> {
+    async fn act(&mut self, action: SourceAction) -> Option<SourceEvent> {
         let rel = self.rel;
         match action {
             SourceAction::SealGateways(gateways) => {
-                self.seal_gateways(&gateways, deadline);
+                self.seal_gateways(&gateways);
                 None
             }
-            SourceAction::SealUnit => Some(self.seal_unit(deadline).await),
+            SourceAction::CheckGateways(unacked) => {
+                for gateway in self.gone_gateways(unacked) {
+                    tracing::warn!(%gateway, unit = %self.id, "session gateway gone (its link broke or its lease lapsed): its sessions went with it; moving without it");
+                    let _ = self.events.send(SourceEvent::GatewaySealed(gateway));
+                }
+                None
+            }
+            SourceAction::SealUnit => Some(self.seal_unit().await),
             SourceAction::ReleaseSessions(to) => {
                 self.release_sessions(to);
                 None
             }
             SourceAction::SendCapture => {
                 let capture = self.capture.take()?;
-                match self.send_capture(&capture, deadline).await {
+                match self.send_capture(&capture).await {
                     Ok(()) => None,
                     Err(why) => Some(SourceEvent::Refused(Refusal::other(why))),
                 }
@@ -805,43 +772,14 @@ impl SourceRun {
                 self.lane(Control::Release { rel });
                 None
             }
-            SourceAction::FenceReclaim => self.fence(deadline).await,
+            SourceAction::FenceReclaim { wait } => Some(self.fence(wait).await),
         }
     }
 
-    /// The conditional write that decides, after the point of no return, who owns the unit:
-    /// gated on every record being as the source read it before the move.
-    ///
-    /// While the store cannot answer it asks again every 100 ms. At the deadline it stops asking
-    /// and returns nothing: the move is then undecided, and [`SourceRun::settle`] goes on asking.
-    async fn fence(&mut self, deadline: Instant) -> Option<SourceEvent> {
-        loop {
-            // Past the deadline one try is still made, bounded by the grace.
-            let wait = deadline
-                .saturating_duration_since(Instant::now())
-                .clamp(FENCE_GRACE, STEP);
-            match self.fence_once(wait).await {
-                SourceEvent::FenceUnknown if Instant::now() < deadline => {
-                    tokio::time::sleep(FENCE_RETRY).await;
-                }
-                SourceEvent::FenceUnknown => return None,
-                decided => return Some(decided),
-            }
-        }
-    }
-
-    /// Asks the store until it says whether the reclaim won, then carries out the end of the move.
-    /// The unit is held (it runs nowhere) until then.
-    async fn settle(mut self) {
-        loop {
-            match self.fence_once(STEP).await {
-                SourceEvent::FenceUnknown => tokio::time::sleep(FENCE_RETRY).await,
-                decided => {
-                    self.feed(decided, Instant::now()).await;
-                    break;
-                }
-            }
-        }
+    /// Goes on asking the store, past the deadline, until it says whether the reclaim won, then
+    /// carries out the end of the move. The unit is held (it runs nowhere) until then.
+    async fn settle(mut self, mut events: mpsc::UnboundedReceiver<SourceEvent>) {
+        self.drive(&mut events, true).await;
         let report = self.report(TargetPhases::default());
         let event = match report.end {
             MoveEnd::Moved => RelocationEvent::UnitMoved(Box::new(report)),
@@ -853,22 +791,22 @@ impl SourceRun {
         self.node.emit(event);
     }
 
-    async fn fence_once(&mut self, wait: Duration) -> SourceEvent {
-        // A conflict means the record changed. If it names another node or another incarnation,
-        // the target committed (and recovery may have rebuilt the unit since, here or elsewhere):
-        // the unit is not ours any more. A change that leaves it ours (a recovery switch, say) is
-        // read back and the fence tried again.
-        for _ in 0..4 {
-            match self.fence_write(wait).await {
-                SourceEvent::FenceLost => match self.reread_records().await {
-                    Ok(true) => return SourceEvent::FenceLost,
-                    Ok(false) => continue,
-                    Err(()) => return SourceEvent::FenceUnknown,
-                },
-                decided => return decided,
-            }
+    /// The conditional write that decides, after the point of no return, who owns the unit:
+    /// gated on every record being as the source read it before the move.
+    ///
+    /// A conflict means the record changed. If it names another node or another incarnation,
+    /// the target committed (and recovery may have rebuilt the unit since, here or elsewhere):
+    /// the unit is not ours any more. A change that leaves it ours (an earlier fence that landed
+    /// unseen, a recovery switch) is stale: the conditions take what the store holds now.
+    async fn fence(&mut self, wait: Duration) -> SourceEvent {
+        match self.fence_write(wait).await {
+            SourceEvent::FenceLost => match self.reread_records().await {
+                Ok(true) => SourceEvent::FenceLost,
+                Ok(false) => SourceEvent::FenceStale,
+                Err(()) => SourceEvent::FenceUnknown,
+            },
+            decided => decided,
         }
-        SourceEvent::FenceUnknown
     }
 
     /// Reads the unit's records again: `Ok(true)` if they name another owner or another

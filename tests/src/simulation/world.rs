@@ -2,6 +2,7 @@
 //! number and resend their frames, senders, and the pending events between them.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ferry_core::authority::{Stage, UnitRecord};
@@ -11,7 +12,8 @@ use ferry_core::ids::{NodeId, ObjectGeneration, SpotId, UnitId};
 use ferry_core::relocation::capture::{QueuedOp, relay_digest};
 use ferry_core::relocation::frames::Refusal;
 use ferry_core::relocation::protocol::{
-    SourceAction, SourceEvent, SourceMachine, TargetAction, TargetEvent, TargetMachine,
+    SourceAction, SourceEvent, SourceMachine, SourceTiming, TargetAction, TargetEvent,
+    TargetMachine,
 };
 
 use super::plan::Step;
@@ -142,6 +144,10 @@ struct Outgoing {
     rel: u64,
     to: usize,
     machine: SourceMachine,
+    /// The source's own time: it moves on only when the machine's timer fires.
+    clock: Instant,
+    /// Whether a timer event is pending for this move.
+    armed: bool,
     log: Vec<(usize, u64)>,
     /// Queued before the capture (captured with the unit).
     queue: Vec<Work>,
@@ -231,8 +237,8 @@ enum Event {
     },
     Boundary(usize, usize),
     Restore(usize, usize),
-    SourceSilence(usize, usize),
-    SourceDeadline(usize, usize),
+    /// The source machine's next timeout passes (silence, the deadline, a fence retry...).
+    SourceTimer(usize, usize),
     TargetSilence(usize, usize),
 }
 
@@ -274,6 +280,8 @@ pub struct World {
     tells_ran: usize,
     settled: usize,
     trace: Vec<String>,
+    /// Time zero of every move's clock.
+    epoch: Instant,
 }
 
 fn node_id(n: usize) -> NodeId {
@@ -342,6 +350,7 @@ impl World {
             tells_ran: 0,
             settled: 0,
             trace: Vec::new(),
+            epoch: Instant::now(),
         }
     }
 
@@ -693,10 +702,16 @@ impl World {
         self.touched.insert(unit);
         self.trace
             .push(format!("move {rel}: room{unit} n{from}->n{to}"));
+        // Deadlines from under one silence step to over two, so that the deadline passes in
+        // every phase of some moves.
+        let start = self.epoch;
+        let deadline = start + Duration::from_secs(1 + rel % 12);
         let out = Outgoing {
             rel,
             to,
-            machine: SourceMachine::new(),
+            machine: SourceMachine::new(start, deadline, SourceTiming::default()),
+            clock: start,
+            armed: false,
             log,
             queue: Vec::new(),
             captured: false,
@@ -711,8 +726,6 @@ impl World {
         self.nodes[from]
             .copies
             .insert(unit, Copy::Source(Box::new(out)));
-        self.events.push(Event::SourceSilence(from, unit));
-        self.events.push(Event::SourceDeadline(from, unit));
         self.source_event(
             from,
             rel,
@@ -744,15 +757,57 @@ impl World {
             return;
         };
         let line = format!("n{node} move {rel} source {event:?}");
-        let actions = s.machine.on(event);
-        let ended = !s.ended && s.machine.end().is_some();
-        if ended {
+        let actions = s.machine.on(event, s.clock);
+        self.source_acts(node, unit, rel, line, actions);
+    }
+
+    /// The source's timer fires: its clock moves on to the time the machine asked for.
+    fn source_timer(&mut self, node: usize, unit: usize) {
+        let Some(Copy::Source(s)) = self.nodes[node].copies.get_mut(&unit) else {
+            return;
+        };
+        s.armed = false;
+        let Some(at) = s.machine.poll_timeout() else {
+            return;
+        };
+        s.clock = s.clock.max(at);
+        let rel = s.rel;
+        let line = format!(
+            "n{node} move {rel} source timer at +{:?}",
+            s.clock.duration_since(self.epoch)
+        );
+        let actions = s.machine.handle_timeout(s.clock);
+        self.source_acts(node, unit, rel, line, actions);
+    }
+
+    /// Counts a move that just ended, traces, carries out `actions`, and arms the source's timer
+    /// if the machine waits for one.
+    fn source_acts(
+        &mut self,
+        node: usize,
+        unit: usize,
+        rel: u64,
+        line: String,
+        actions: Vec<SourceAction>,
+    ) {
+        if let Some(Copy::Source(s)) = self.nodes[node].copies.get_mut(&unit)
+            && !s.ended
+            && s.machine.end().is_some()
+        {
             s.ended = true;
             self.moves_ended += 1;
         }
         self.trace.push(format!("{line} -> {actions:?}"));
         for action in actions {
             self.source_action(node, unit, action);
+        }
+        if let Some(Copy::Source(s)) = self.nodes[node].copies.get_mut(&unit)
+            && s.rel == rel
+            && !s.armed
+            && s.machine.poll_timeout().is_some()
+        {
+            s.armed = true;
+            self.events.push(Event::SourceTimer(node, unit));
         }
     }
 
@@ -763,7 +818,9 @@ impl World {
         };
         let (rel, to) = (s.rel, s.to);
         match action {
-            SourceAction::SealGateways(_) | SourceAction::ReleaseSessions(_) => {}
+            SourceAction::SealGateways(_)
+            | SourceAction::CheckGateways(_)
+            | SourceAction::ReleaseSessions(_) => {}
             SourceAction::SealUnit => self.events.push(Event::Boundary(node, unit)),
             // Before its turn boundary the lane stops waiting for one, and runs on as it was.
             SourceAction::CancelSeal => {
@@ -811,7 +868,7 @@ impl World {
                 let work: Vec<Work> = s.queue.into_iter().chain(s.held).chain(s.after).collect();
                 self.open(node, unit, s.log, work);
             }
-            SourceAction::FenceReclaim => {
+            SourceAction::FenceReclaim { .. } => {
                 let mut record = s.record.clone();
                 record.owner_generation += 1;
                 s.reclaim = Some(record.clone());
@@ -1024,24 +1081,7 @@ impl World {
                 };
                 self.target_event(node, rel, event);
             }
-            Event::SourceSilence(node, unit) => {
-                let Some(Copy::Source(s)) = self.nodes[node].copies.get(&unit) else {
-                    return;
-                };
-                let (rel, again) = (s.rel, !s.machine.fencing() && s.machine.end().is_none());
-                self.source_event(node, rel, SourceEvent::Silence);
-                let still = matches!(self.nodes[node].copies.get(&unit), Some(Copy::Source(s)) if s.rel == rel && s.machine.end().is_none() && !s.machine.fencing());
-                if again && still {
-                    self.events.push(Event::SourceSilence(node, unit));
-                }
-            }
-            Event::SourceDeadline(node, unit) => {
-                let Some(Copy::Source(s)) = self.nodes[node].copies.get(&unit) else {
-                    return;
-                };
-                let rel = s.rel;
-                self.source_event(node, rel, SourceEvent::Deadline);
-            }
+            Event::SourceTimer(node, unit) => self.source_timer(node, unit),
             Event::TargetSilence(node, unit) => {
                 let Some(Copy::Target(t)) = self.nodes[node].copies.get(&unit) else {
                     return;
@@ -1092,7 +1132,7 @@ impl World {
                     } else if owner_index(&record) == node {
                         s.version = version;
                         s.record = record;
-                        self.source_event(node, rel, SourceEvent::FenceUnknown);
+                        self.source_event(node, rel, SourceEvent::FenceStale);
                     } else {
                         self.source_event(node, rel, SourceEvent::FenceLost);
                     }
@@ -1148,8 +1188,7 @@ impl World {
             | Event::Answer { node: n, .. }
             | Event::Boundary(n, _)
             | Event::Restore(n, _)
-            | Event::SourceSilence(n, _)
-            | Event::SourceDeadline(n, _)
+            | Event::SourceTimer(n, _)
             | Event::TargetSilence(n, _) => *n != node,
         });
         self.departed(node);

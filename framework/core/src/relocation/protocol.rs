@@ -11,7 +11,10 @@
 //!
 //! The source gives up on a target that has gone silent, not on one that works long: the target
 //! reports progress while it assembles and restores the unit, and each report is no silence. The
-//! move's deadline bounds the whole.
+//! move's deadline bounds the whole. The source machine keeps its own time: every event comes with
+//! the time it was heard, [`SourceMachine::poll_timeout`] says when it next wants to be woken, and
+//! [`SourceMachine::handle_timeout`] turns a passed time into silence, the deadline, a look for
+//! gone gateways or another try of the fence.
 //!
 //! Client sessions bound to the unit's Actors are part of the move: before the lane is sealed,
 //! their gateways are told to hold those Actors' inputs, and the seal waits for every
@@ -20,6 +23,7 @@
 //! Actors run now (target, source, or nowhere), and release what they held there.
 
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use super::frames::Refusal;
 use crate::ids::NodeId;
@@ -62,8 +66,12 @@ pub enum SourceEvent {
     FenceWon,
     /// The source's conditional write lost: the target committed.
     FenceLost,
-    /// The store could not be asked; whether the write landed is unknown, so ask again.
+    /// The store could not be asked; whether the write landed is unknown, so ask again soon.
     FenceUnknown,
+    /// The fence's conditions failed, but the records read again still name this node and the
+    /// unit's incarnation (an earlier fence landed unseen, or recovery switched a field): the
+    /// fence is tried again at once on what the store holds now.
+    FenceStale,
 }
 
 /// Where the gateways of a move's bound Actors send what they held, and inputs from now on.
@@ -80,6 +88,9 @@ pub enum SessionsTo {
 pub enum SourceAction {
     /// Tell these gateways to hold the inputs of the unit's Actors, and acknowledge.
     SealGateways(BTreeSet<NodeId>),
+    /// Say which of these gateways, told to seal and not heard from, are gone (no mesh link up to
+    /// them, or counted dead), as [`SourceEvent::GatewaySealed`]: their sessions went with them.
+    CheckGateways(BTreeSet<NodeId>),
     /// Seal the lane at its next turn boundary and capture the unit.
     SealUnit,
     /// Tell every gateway told to seal where the unit's Actors run now.
@@ -97,9 +108,12 @@ pub enum SourceAction {
     ResendHandover,
     /// Run the unit on the source again: saved work, then what was held, in order.
     Resume,
-    /// Write the authority record back to the source, conditional on it being unchanged; while
-    /// the store's answer is unknown, ask again.
-    FenceReclaim,
+    /// Write the authority record back to the source, conditional on it being unchanged, waiting
+    /// at most `wait` for the store's answer.
+    FenceReclaim {
+        /// How long to wait for the store.
+        wait: Duration,
+    },
     /// The target owns the unit: drop the source's copy.
     Release,
 }
@@ -145,27 +159,187 @@ enum SourcePhase {
     Done(MoveEnd),
 }
 
+/// How long a move's source waits for what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceTiming {
+    /// Nothing heard from the target this long is silence; also the longest one fence write is
+    /// waited for.
+    pub step: Duration,
+    /// How often the source looks for gone gateways while some told to seal have not answered.
+    pub gateway_check: Duration,
+    /// How long the mesh takes at most to notice a dead link: a gateway that stays linked but
+    /// silent is waited for that long (and a check more) before the move calls it silence.
+    pub link_timeout: Duration,
+    /// How soon the fence is asked again when the store's answer was unknown.
+    pub fence_retry: Duration,
+    /// How long a fence write is waited for at the least, even past the deadline.
+    pub fence_grace: Duration,
+    /// How many times in a row a stale fence is tried again at once before the source waits
+    /// [`fence_retry`](Self::fence_retry) (a record that keeps changing under it).
+    pub stale_tries: u8,
+}
+
+impl Default for SourceTiming {
+    fn default() -> Self {
+        SourceTiming {
+            step: Duration::from_secs(5),
+            gateway_check: Duration::from_millis(100),
+            link_timeout: Duration::from_secs(5),
+            fence_retry: Duration::from_millis(100),
+            fence_grace: Duration::from_millis(500),
+            stale_tries: 4,
+        }
+    }
+}
+
 /// The source side of one move.
 #[derive(Debug, Clone)]
 pub struct SourceMachine {
     phase: SourcePhase,
     /// Whether any gateway was told to seal (it must then hear how the move ended).
     sessions: bool,
-}
-
-impl Default for SourceMachine {
-    fn default() -> Self {
-        Self::new()
-    }
+    timing: SourceTiming,
+    deadline: Instant,
+    deadline_passed: bool,
+    /// When anything was last heard: silence counts from here.
+    heard: Instant,
+    /// When gone gateways were last looked for (or anything heard).
+    checked: Instant,
+    /// When the fence is asked again, after an unknown answer.
+    retry_at: Option<Instant>,
+    /// Stale fences in a row.
+    stale: u8,
+    /// The fence's answer was unknown at the deadline: the move reports as undecided, and the
+    /// fence goes on being asked until the store says.
+    undecided: bool,
 }
 
 impl SourceMachine {
-    /// A move that just asked its lane for the gateways of its bound sessions.
-    pub fn new() -> Self {
+    /// A move that just (at `now`) asked its lane for the gateways of its bound sessions, to end
+    /// by `deadline` one way or another.
+    pub fn new(now: Instant, deadline: Instant, timing: SourceTiming) -> Self {
         SourceMachine {
             phase: SourcePhase::Quiescing,
             sessions: false,
+            timing,
+            deadline,
+            deadline_passed: false,
+            heard: now,
+            checked: now,
+            retry_at: None,
+            stale: 0,
+            undecided: false,
         }
+    }
+
+    /// The move's deadline.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Whether the deadline passed while the move ran.
+    pub fn deadline_passed(&self) -> bool {
+        self.deadline_passed
+    }
+
+    /// Whether the move is past its deadline with the store not having said who owns the unit:
+    /// it reports as [`MoveEnd::Undecided`] while the fence goes on being asked.
+    pub fn undecided(&self) -> bool {
+        self.undecided && self.end().is_none()
+    }
+
+    /// The gateways told to seal that have not acknowledged yet.
+    fn pending_gateways(&self) -> Option<&BTreeSet<NodeId>> {
+        match &self.phase {
+            SourcePhase::SealingSessions { pending }
+            | SourcePhase::Transferring { pending, .. }
+                if !pending.is_empty() =>
+            {
+                Some(pending)
+            }
+            _ => None,
+        }
+    }
+
+    /// How long nothing heard is silence: while gateways may still answer, as long as the mesh
+    /// takes to notice that one of them is gone.
+    fn silence(&self) -> Duration {
+        if self.pending_gateways().is_some() {
+            self.timing
+                .step
+                .max(self.timing.link_timeout + self.timing.gateway_check)
+        } else {
+            self.timing.step
+        }
+    }
+
+    /// When the machine next wants [`handle_timeout`](Self::handle_timeout), if it waits at all.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.end().is_some() {
+            return None;
+        }
+        if self.fencing() {
+            return self.retry_at;
+        }
+        let mut next = self.heard + self.silence();
+        if !self.deadline_passed {
+            next = next.min(self.deadline);
+        }
+        if self.pending_gateways().is_some() {
+            next = next.min(self.checked + self.timing.gateway_check);
+        }
+        Some(next)
+    }
+
+    /// What the time `now` brings: the deadline, a look for gone gateways, silence, or another
+    /// try of a fence whose answer was unknown.
+    pub fn handle_timeout(&mut self, now: Instant) -> Vec<SourceAction> {
+        if self.end().is_some() {
+            return Vec::new();
+        }
+        if self.fencing() {
+            return match self.retry_at {
+                Some(at) if at <= now => {
+                    self.retry_at = None;
+                    vec![self.fence(now)]
+                }
+                _ => Vec::new(),
+            };
+        }
+        if !self.deadline_passed && now >= self.deadline {
+            return self.on(SourceEvent::Deadline, now);
+        }
+        if let Some(pending) = self.pending_gateways()
+            && now >= self.checked + self.timing.gateway_check
+        {
+            let pending = pending.clone();
+            self.checked = now;
+            return vec![SourceAction::CheckGateways(pending)];
+        }
+        if now >= self.heard + self.silence() {
+            return self.on(SourceEvent::Silence, now);
+        }
+        Vec::new()
+    }
+
+    /// One try of the fence, waiting for the store at most what is left of the deadline (but the
+    /// grace at the least); once undecided, a whole step.
+    fn fence(&self, now: Instant) -> SourceAction {
+        let wait = if self.undecided {
+            self.timing.step
+        } else {
+            self.deadline
+                .saturating_duration_since(now)
+                .clamp(self.timing.fence_grace, self.timing.step)
+        };
+        SourceAction::FenceReclaim { wait }
+    }
+
+    /// Asks the fence again after the retry time; past the deadline, the move is undecided.
+    fn fence_later(&mut self, now: Instant) {
+        self.stale = 0;
+        self.undecided |= now >= self.deadline;
+        self.retry_at = Some(now + self.timing.fence_retry);
     }
 
     /// The actions that end a move: `then`, and news for the gateways if any was sealed.
@@ -209,11 +383,16 @@ impl SourceMachine {
         self.phase == SourcePhase::Fencing
     }
 
-    /// Feeds one event; returns what to do, in order.
-    pub fn on(&mut self, event: SourceEvent) -> Vec<SourceAction> {
+    /// Feeds one event, heard at `now`; returns what to do, in order.
+    pub fn on(&mut self, event: SourceEvent, now: Instant) -> Vec<SourceAction> {
         use SourceAction as A;
         use SourceEvent as E;
         use SourcePhase as P;
+        self.heard = now;
+        self.checked = now;
+        if event == E::Deadline {
+            self.deadline_passed = true;
+        }
         let (next, actions) = match (&self.phase, event) {
             (P::Done(_), _) => return Vec::new(),
             // Honest work that takes long: the shell waits on, the phase stays as it is.
@@ -357,7 +536,7 @@ impl SourceMachine {
             // to whichever conditional write wins, the target's commit or the source's reclaim.
             (P::HandedOver { resent: true }, E::Silence)
             | (P::HandedOver { .. }, E::Aborted(_) | E::Deadline) => {
-                (P::Fencing, vec![A::FenceReclaim])
+                (P::Fencing, vec![self.fence(now)])
             }
             (P::HandedOver { .. }, _) => return Vec::new(),
 
@@ -370,8 +549,20 @@ impl SourceMachine {
                 P::Done(MoveEnd::Moved),
                 self.ending(Some(A::Release), SessionsTo::Target),
             ),
-            // Unknown is never taken as won: ask until the store says.
-            (P::Fencing, E::FenceUnknown) => (P::Fencing, vec![A::FenceReclaim]),
+            // Unknown is never taken as won: ask again soon, until the store says. Past the
+            // deadline the move is reported undecided meanwhile.
+            (P::Fencing, E::FenceUnknown) => {
+                self.fence_later(now);
+                return Vec::new();
+            }
+            (P::Fencing, E::FenceStale) if self.stale + 1 < self.timing.stale_tries => {
+                self.stale += 1;
+                (P::Fencing, vec![self.fence(now)])
+            }
+            (P::Fencing, E::FenceStale) => {
+                self.fence_later(now);
+                return Vec::new();
+            }
             (P::Fencing, _) => return Vec::new(),
         };
         self.phase = next;
@@ -555,17 +746,43 @@ mod tests {
         NodeId::new(id).unwrap()
     }
 
+    /// The time the tests' events are heard at, unless a test says otherwise.
+    fn at() -> Instant {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *START.get_or_init(Instant::now)
+    }
+
+    const DEADLINE: Duration = Duration::from_secs(30);
+
+    /// A move asked at [`at`], with a deadline 30 s later and the default timing.
+    fn source() -> SourceMachine {
+        SourceMachine::new(at(), at() + DEADLINE, SourceTiming::default())
+    }
+
+    /// The fence as asked well before the deadline: the store is waited for a whole step.
+    fn fence() -> SourceAction {
+        SourceAction::FenceReclaim {
+            wait: SourceTiming::default().step,
+        }
+    }
+
     /// A move of a unit with no session bound, sealed and captured.
     fn source_captured() -> SourceMachine {
-        let mut s = SourceMachine::new();
-        assert_eq!(s.on(SE::Quiesced { gateways: none() }), vec![SA::SealUnit]);
-        assert_eq!(s.on(SE::Captured { late: none() }), vec![SA::SendCapture]);
+        let mut s = source();
+        assert_eq!(
+            s.on(SE::Quiesced { gateways: none() }, at()),
+            vec![SA::SealUnit]
+        );
+        assert_eq!(
+            s.on(SE::Captured { late: none() }, at()),
+            vec![SA::SendCapture]
+        );
         s
     }
 
     fn source_at_handover() -> SourceMachine {
         let mut s = source_captured();
-        assert_eq!(s.on(SE::RelayReady), vec![SA::Handover]);
+        assert_eq!(s.on(SE::RelayReady, at()), vec![SA::Handover]);
         assert!(s.handed_over());
         s
     }
@@ -579,7 +796,7 @@ mod tests {
         assert_eq!(t.on(TE::Cutover { matches: true }), vec![TA::Commit]);
         assert_eq!(t.on(TE::CommitWon), vec![TA::Open, TA::SendCommitted]);
         assert!(t.opened());
-        assert_eq!(s.on(SE::Committed), vec![SA::Release]);
+        assert_eq!(s.on(SE::Committed, at()), vec![SA::Release]);
         assert_eq!(s.end(), Some(&MoveEnd::Moved));
     }
 
@@ -593,7 +810,7 @@ mod tests {
         ];
         for (event, actions) in cases {
             let mut s = source_captured();
-            assert_eq!(s.on(event), actions);
+            assert_eq!(s.on(event, at()), actions);
             assert!(matches!(s.end(), Some(MoveEnd::Restored(_))));
             assert!(!s.handed_over());
         }
@@ -629,35 +846,44 @@ mod tests {
 
     #[test]
     fn a_seal_that_never_comes_is_cancelled_at_the_deadline() {
-        let mut s = SourceMachine::new();
-        assert_eq!(s.on(SE::Deadline), vec![SA::CancelSeal]);
+        let mut s = source();
+        assert_eq!(s.on(SE::Deadline, at()), vec![SA::CancelSeal]);
         assert!(matches!(s.end(), Some(MoveEnd::NotSealed(_))));
         // A capture racing the cancel changes nothing.
-        assert!(s.on(SE::Captured { late: none() }).is_empty());
-        let mut s = SourceMachine::new();
-        s.on(SE::Quiesced { gateways: none() });
-        assert_eq!(s.on(SE::Deadline), vec![SA::CancelSeal]);
+        assert!(s.on(SE::Captured { late: none() }, at()).is_empty());
+        let mut s = source();
+        s.on(SE::Quiesced { gateways: none() }, at());
+        assert_eq!(s.on(SE::Deadline, at()), vec![SA::CancelSeal]);
         assert!(matches!(s.end(), Some(MoveEnd::NotSealed(_))));
     }
 
     #[test]
     fn the_lane_is_sealed_only_once_every_gateway_holds_its_inputs() {
-        let mut s = SourceMachine::new();
+        let mut s = source();
         let gs = gateways(&["g1", "g2"]);
         assert_eq!(
-            s.on(SE::Quiesced {
-                gateways: gs.clone()
-            }),
+            s.on(
+                SE::Quiesced {
+                    gateways: gs.clone()
+                },
+                at()
+            ),
             vec![SA::SealGateways(gs)]
         );
-        assert!(s.on(SE::GatewaySealed(node("g2"))).is_empty());
+        assert!(s.on(SE::GatewaySealed(node("g2")), at()).is_empty());
         // A target's early word changes nothing before the capture.
-        assert!(s.on(SE::RelayReady).is_empty());
-        assert_eq!(s.on(SE::GatewaySealed(node("g1"))), vec![SA::SealUnit]);
-        assert_eq!(s.on(SE::Captured { late: none() }), vec![SA::SendCapture]);
-        assert_eq!(s.on(SE::RelayReady), vec![SA::Handover]);
+        assert!(s.on(SE::RelayReady, at()).is_empty());
         assert_eq!(
-            s.on(SE::Committed),
+            s.on(SE::GatewaySealed(node("g1")), at()),
+            vec![SA::SealUnit]
+        );
+        assert_eq!(
+            s.on(SE::Captured { late: none() }, at()),
+            vec![SA::SendCapture]
+        );
+        assert_eq!(s.on(SE::RelayReady, at()), vec![SA::Handover]);
+        assert_eq!(
+            s.on(SE::Committed, at()),
             vec![SA::Release, SA::ReleaseSessions(SessionsTo::Target)]
         );
         assert_eq!(s.end(), Some(&MoveEnd::Moved));
@@ -665,13 +891,16 @@ mod tests {
 
     #[test]
     fn a_gateway_that_never_acknowledges_leaves_the_unit_unsealed_and_releases_the_others() {
-        let mut s = SourceMachine::new();
-        s.on(SE::Quiesced {
-            gateways: gateways(&["g1", "g2"]),
-        });
-        s.on(SE::GatewaySealed(node("g1")));
+        let mut s = source();
+        s.on(
+            SE::Quiesced {
+                gateways: gateways(&["g1", "g2"]),
+            },
+            at(),
+        );
+        s.on(SE::GatewaySealed(node("g1")), at());
         assert_eq!(
-            s.on(SE::Silence),
+            s.on(SE::Silence, at()),
             vec![SA::CancelSeal, SA::ReleaseSessions(SessionsTo::Source)]
         );
         match s.end() {
@@ -682,18 +911,18 @@ mod tests {
 
     #[test]
     fn a_session_bound_just_before_the_capture_is_sealed_before_the_handover() {
-        let mut s = SourceMachine::new();
-        s.on(SE::Quiesced { gateways: none() });
+        let mut s = source();
+        s.on(SE::Quiesced { gateways: none() }, at());
         let late = gateways(&["g"]);
         assert_eq!(
-            s.on(SE::Captured { late: late.clone() }),
+            s.on(SE::Captured { late: late.clone() }, at()),
             vec![SA::SealGateways(late), SA::SendCapture]
         );
         // Relay-ready alone does not hand over: the gateway may still have inputs on the way.
-        assert!(s.on(SE::RelayReady).is_empty());
-        assert_eq!(s.on(SE::GatewaySealed(node("g"))), vec![SA::Handover]);
+        assert!(s.on(SE::RelayReady, at()).is_empty());
+        assert_eq!(s.on(SE::GatewaySealed(node("g")), at()), vec![SA::Handover]);
         assert_eq!(
-            s.on(SE::Committed),
+            s.on(SE::Committed, at()),
             vec![SA::Release, SA::ReleaseSessions(SessionsTo::Target)]
         );
     }
@@ -701,42 +930,48 @@ mod tests {
     #[test]
     fn an_abandoned_move_releases_the_gateways_to_the_source() {
         let sealed = || {
-            let mut s = SourceMachine::new();
-            s.on(SE::Quiesced {
-                gateways: gateways(&["g"]),
-            });
-            s.on(SE::GatewaySealed(node("g")));
-            s.on(SE::Captured { late: none() });
+            let mut s = source();
+            s.on(
+                SE::Quiesced {
+                    gateways: gateways(&["g"]),
+                },
+                at(),
+            );
+            s.on(SE::GatewaySealed(node("g")), at());
+            s.on(SE::Captured { late: none() }, at());
             s
         };
         let mut s = sealed();
         assert_eq!(
-            s.on(SE::Refused(Refusal::incompatible("no factory"))),
+            s.on(SE::Refused(Refusal::incompatible("no factory")), at()),
             vec![SA::Resume, SA::ReleaseSessions(SessionsTo::Source)]
         );
         let mut s = sealed();
-        s.on(SE::RelayReady);
-        s.on(SE::Silence);
-        s.on(SE::Silence);
+        s.on(SE::RelayReady, at());
+        s.on(SE::Silence, at());
+        s.on(SE::Silence, at());
         assert_eq!(
-            s.on(SE::FenceWon),
+            s.on(SE::FenceWon, at()),
             vec![SA::Resume, SA::ReleaseSessions(SessionsTo::Source)]
         );
         let mut s = sealed();
-        s.on(SE::RelayReady);
-        s.on(SE::Deadline);
+        s.on(SE::RelayReady, at());
+        s.on(SE::Deadline, at());
         assert_eq!(
-            s.on(SE::FenceWon),
+            s.on(SE::FenceWon, at()),
             vec![SA::Resume, SA::ReleaseSessions(SessionsTo::Source)]
         );
         // A lane that refuses the seal after the gateways held their inputs lets them go too.
-        let mut s = SourceMachine::new();
-        s.on(SE::Quiesced {
-            gateways: gateways(&["g"]),
-        });
-        s.on(SE::GatewaySealed(node("g")));
+        let mut s = source();
+        s.on(
+            SE::Quiesced {
+                gateways: gateways(&["g"]),
+            },
+            at(),
+        );
+        s.on(SE::GatewaySealed(node("g")), at());
         assert_eq!(
-            s.on(SE::SealRefused("stopped".into())),
+            s.on(SE::SealRefused("stopped".into()), at()),
             vec![SA::ReleaseSessions(SessionsTo::Source)]
         );
     }
@@ -748,13 +983,13 @@ mod tests {
         t.on(TE::Restored);
         // The first record got through, the second and the cutover were lost with the link.
         t.on(TE::Relay);
-        assert_eq!(s.on(SE::Silence), vec![SA::ResendHandover]);
+        assert_eq!(s.on(SE::Silence, at()), vec![SA::ResendHandover]);
         assert_eq!(t.on(TE::RelayReset), vec![TA::ClearRelay]);
         t.on(TE::Relay);
         t.on(TE::Relay);
         assert_eq!(t.on(TE::Cutover { matches: true }), vec![TA::Commit]);
         t.on(TE::CommitWon);
-        assert_eq!(s.on(SE::Committed), vec![SA::Release]);
+        assert_eq!(s.on(SE::Committed, at()), vec![SA::Release]);
     }
 
     #[test]
@@ -772,9 +1007,9 @@ mod tests {
     #[test]
     fn a_target_that_dies_after_relay_ready_is_fenced_out_and_never_two_own_it() {
         let mut s = source_at_handover();
-        assert_eq!(s.on(SE::Silence), vec![SA::ResendHandover]);
-        assert_eq!(s.on(SE::Silence), vec![SA::FenceReclaim]);
-        assert_eq!(s.on(SE::FenceWon), vec![SA::Resume]);
+        assert_eq!(s.on(SE::Silence, at()), vec![SA::ResendHandover]);
+        assert_eq!(s.on(SE::Silence, at()), vec![fence()]);
+        assert_eq!(s.on(SE::FenceWon, at()), vec![SA::Resume]);
         assert_eq!(s.end(), Some(&MoveEnd::Reclaimed));
         // The target, had it come back, loses its own conditional write.
         let mut t = TargetMachine::new();
@@ -792,9 +1027,9 @@ mod tests {
     #[test]
     fn a_commit_that_wins_the_race_with_the_fence_keeps_the_unit_moved() {
         let mut s = source_at_handover();
-        s.on(SE::Silence);
-        s.on(SE::Silence);
-        assert_eq!(s.on(SE::FenceLost), vec![SA::Release]);
+        s.on(SE::Silence, at());
+        s.on(SE::Silence, at());
+        assert_eq!(s.on(SE::FenceLost, at()), vec![SA::Release]);
         assert_eq!(s.end(), Some(&MoveEnd::Moved));
     }
 
@@ -807,21 +1042,25 @@ mod tests {
         assert_eq!(t.on(TE::CommitUnknown), vec![TA::ReadBack]);
         assert_eq!(t.on(TE::ReadShowsOwner), vec![TA::Open, TA::SendCommitted]);
         let mut s = source_at_handover();
-        s.on(SE::Silence);
-        s.on(SE::Silence);
-        assert_eq!(s.on(SE::FenceUnknown), vec![SA::FenceReclaim]);
-        assert_eq!(s.on(SE::FenceLost), vec![SA::Release]);
+        s.on(SE::Silence, at());
+        s.on(SE::Silence, at());
+        assert!(s.on(SE::FenceUnknown, at()).is_empty());
+        assert_eq!(
+            s.handle_timeout(at() + Duration::from_secs(1)),
+            vec![fence()]
+        );
+        assert_eq!(s.on(SE::FenceLost, at()), vec![SA::Release]);
     }
 
     #[test]
     fn the_deadline_past_the_point_of_no_return_reclaims_unless_the_target_committed() {
         let mut s = source_at_handover();
-        assert_eq!(s.on(SE::Deadline), vec![SA::FenceReclaim]);
-        assert_eq!(s.on(SE::FenceWon), vec![SA::Resume]);
+        assert_eq!(s.on(SE::Deadline, at()), vec![fence()]);
+        assert_eq!(s.on(SE::FenceWon, at()), vec![SA::Resume]);
         assert_eq!(s.end(), Some(&MoveEnd::Reclaimed));
         let mut s = source_at_handover();
-        s.on(SE::Deadline);
-        assert_eq!(s.on(SE::FenceLost), vec![SA::Release]);
+        s.on(SE::Deadline, at());
+        assert_eq!(s.on(SE::FenceLost, at()), vec![SA::Release]);
         assert_eq!(s.end(), Some(&MoveEnd::Moved));
     }
 
@@ -830,22 +1069,22 @@ mod tests {
         // Progress while the target restores changes nothing: the handover still follows.
         let mut s = source_captured();
         for _ in 0..10 {
-            assert!(s.on(SE::Progress).is_empty());
+            assert!(s.on(SE::Progress, at()).is_empty());
         }
         assert_eq!(s.end(), None);
         assert!(!s.handed_over());
-        assert_eq!(s.on(SE::RelayReady), vec![SA::Handover]);
+        assert_eq!(s.on(SE::RelayReady, at()), vec![SA::Handover]);
         // After progress, silence is still silence, and the deadline still the deadline.
         let mut s = source_captured();
-        s.on(SE::Progress);
-        assert_eq!(s.on(SE::Silence), vec![SA::Withdraw, SA::Resume]);
+        s.on(SE::Progress, at());
+        assert_eq!(s.on(SE::Silence, at()), vec![SA::Withdraw, SA::Resume]);
         assert_eq!(
             s.end(),
             Some(&MoveEnd::Restored("the target did not answer".into()))
         );
         let mut s = source_captured();
-        s.on(SE::Progress);
-        assert_eq!(s.on(SE::Deadline), vec![SA::Withdraw, SA::Resume]);
+        s.on(SE::Progress, at());
+        assert_eq!(s.on(SE::Deadline, at()), vec![SA::Withdraw, SA::Resume]);
         assert_eq!(
             s.end(),
             Some(&MoveEnd::Restored(
@@ -854,47 +1093,213 @@ mod tests {
         );
         // A late one after the handover neither counts as an answer nor resets the resend.
         let mut s = source_at_handover();
-        assert!(s.on(SE::Progress).is_empty());
-        assert_eq!(s.on(SE::Silence), vec![SA::ResendHandover]);
-        assert!(s.on(SE::Progress).is_empty());
-        assert_eq!(s.on(SE::Silence), vec![SA::FenceReclaim]);
-        assert_eq!(s.on(SE::FenceLost), vec![SA::Release]);
-        assert!(s.on(SE::Progress).is_empty());
+        assert!(s.on(SE::Progress, at()).is_empty());
+        assert_eq!(s.on(SE::Silence, at()), vec![SA::ResendHandover]);
+        assert!(s.on(SE::Progress, at()).is_empty());
+        assert_eq!(s.on(SE::Silence, at()), vec![fence()]);
+        assert_eq!(s.on(SE::FenceLost, at()), vec![SA::Release]);
+        assert!(s.on(SE::Progress, at()).is_empty());
         assert_eq!(s.end(), Some(&MoveEnd::Moved));
         // While gateways are asked to seal, it changes nothing either.
-        let mut s = SourceMachine::new();
+        let mut s = source();
         assert_eq!(
-            s.on(SE::Quiesced {
-                gateways: gateways(&["g"])
-            }),
+            s.on(
+                SE::Quiesced {
+                    gateways: gateways(&["g"])
+                },
+                at()
+            ),
             vec![SA::SealGateways(gateways(&["g"]))]
         );
-        assert!(s.on(SE::Progress).is_empty());
-        assert_eq!(s.on(SE::GatewaySealed(node("g"))), vec![SA::SealUnit]);
+        assert!(s.on(SE::Progress, at()).is_empty());
+        assert_eq!(s.on(SE::GatewaySealed(node("g")), at()), vec![SA::SealUnit]);
     }
 
     #[test]
-    fn an_unknown_fence_result_is_asked_again_never_taken_as_won() {
+    fn an_unknown_fence_result_is_asked_again_after_a_pause_never_taken_as_won() {
+        let timing = SourceTiming::default();
         let mut s = source_at_handover();
-        s.on(SE::Deadline);
+        let mut now = at() + Duration::from_secs(1);
+        assert_eq!(s.on(SE::Silence, now), vec![SA::ResendHandover]);
+        assert_eq!(s.on(SE::Silence, now), vec![fence()]);
         for _ in 0..3 {
-            assert_eq!(s.on(SE::FenceUnknown), vec![SA::FenceReclaim]);
-            assert!(s.fencing() && s.end().is_none());
-            // Later deadlines and a late commit frame change nothing: the store decides.
-            assert!(s.on(SE::Deadline).is_empty());
-            assert!(s.on(SE::Committed).is_empty());
+            // Not asked again at once: the store is given the retry time.
+            assert!(s.on(SE::FenceUnknown, now).is_empty());
+            assert_eq!(s.poll_timeout(), Some(now + timing.fence_retry));
+            assert!(s.handle_timeout(now).is_empty());
+            // A late commit frame changes nothing: the store decides.
+            assert!(s.on(SE::Committed, now).is_empty());
+            now += timing.fence_retry;
+            assert_eq!(s.handle_timeout(now), vec![fence()]);
+            assert!(s.fencing() && s.end().is_none() && !s.undecided());
         }
-        assert_eq!(s.on(SE::FenceLost), vec![SA::Release]);
+        assert_eq!(s.on(SE::FenceLost, now), vec![SA::Release]);
         assert_eq!(s.end(), Some(&MoveEnd::Moved));
+        assert_eq!(s.poll_timeout(), None);
+    }
+
+    #[test]
+    fn a_fence_unknown_at_the_deadline_leaves_the_move_undecided_and_asking() {
+        let timing = SourceTiming::default();
+        let mut s = source_at_handover();
+        // Close to the deadline the store is waited for what is left, but the grace at least.
+        let late = at() + DEADLINE - Duration::from_secs(2);
+        assert_eq!(
+            s.on(SE::Aborted("gave up".into()), late),
+            vec![SA::FenceReclaim {
+                wait: Duration::from_secs(2)
+            }]
+        );
+        assert!(s.on(SE::FenceUnknown, late).is_empty());
+        let last = at() + DEADLINE - Duration::from_millis(10);
+        assert_eq!(
+            s.handle_timeout(last),
+            vec![SA::FenceReclaim {
+                wait: timing.fence_grace
+            }]
+        );
+        assert!(!s.undecided());
+        // Unknown once the deadline passed: undecided, and asked again with whole steps.
+        let past = at() + DEADLINE;
+        assert!(s.on(SE::FenceUnknown, past).is_empty());
+        assert!(s.undecided() && s.end().is_none());
+        let again = past + timing.fence_retry;
+        assert_eq!(s.poll_timeout(), Some(again));
+        assert_eq!(
+            s.handle_timeout(again),
+            vec![SA::FenceReclaim { wait: timing.step }]
+        );
+        assert_eq!(s.on(SE::FenceWon, again), vec![SA::Resume]);
+        assert_eq!(s.end(), Some(&MoveEnd::Reclaimed));
+        assert!(!s.undecided());
+    }
+
+    #[test]
+    fn a_stale_fence_is_tried_again_at_once_a_few_times_then_after_a_pause() {
+        let timing = SourceTiming::default();
+        let mut s = source_at_handover();
+        assert_eq!(s.on(SE::Deadline, at()), vec![fence()]);
+        for _ in 1..timing.stale_tries {
+            assert_eq!(s.on(SE::FenceStale, at()), vec![fence()]);
+        }
+        assert!(s.on(SE::FenceStale, at()).is_empty());
+        assert_eq!(s.poll_timeout(), Some(at() + timing.fence_retry));
+        // After the pause, the count starts again.
+        assert_eq!(s.handle_timeout(at() + timing.fence_retry), vec![fence()]);
+        assert_eq!(s.on(SE::FenceStale, at()), vec![fence()]);
+    }
+
+    #[test]
+    fn silence_counts_from_the_last_thing_heard_and_the_deadline_from_the_start() {
+        let step = SourceTiming::default().step;
+        let mut s = source_captured();
+        assert_eq!(s.poll_timeout(), Some(at() + step));
+        // Progress a second before the step starts it again.
+        let heard = at() + step - Duration::from_secs(1);
+        assert!(s.on(SE::Progress, heard).is_empty());
+        assert_eq!(s.poll_timeout(), Some(heard + step));
+        assert!(s.handle_timeout(at() + step).is_empty());
+        assert_eq!(
+            s.handle_timeout(heard + step),
+            vec![SA::Withdraw, SA::Resume]
+        );
+        assert_eq!(
+            s.end(),
+            Some(&MoveEnd::Restored("the target did not answer".into()))
+        );
+        assert!(!s.deadline_passed());
+        // Progress every second does not hold the deadline off.
+        let mut s = source_captured();
+        let mut now = at();
+        while now < at() + DEADLINE {
+            now += Duration::from_secs(1);
+            s.on(SE::Progress, now - Duration::from_millis(1));
+            assert_eq!(s.poll_timeout().map(|t| t <= at() + DEADLINE), Some(true));
+            if now >= at() + DEADLINE {
+                assert_eq!(s.handle_timeout(now), vec![SA::Withdraw, SA::Resume]);
+            } else {
+                assert!(s.handle_timeout(now).is_empty());
+            }
+        }
+        assert!(s.deadline_passed());
+        assert_eq!(
+            s.end(),
+            Some(&MoveEnd::Restored(
+                "the deadline passed before relay-ready".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn gateways_not_heard_from_are_looked_for_and_waited_for_as_long_as_a_link_takes_to_die() {
+        let timing = SourceTiming {
+            link_timeout: Duration::from_secs(10),
+            ..SourceTiming::default()
+        };
+        let mut s = SourceMachine::new(at(), at() + DEADLINE, timing);
+        let gs = gateways(&["g1", "g2"]);
+        s.on(
+            SE::Quiesced {
+                gateways: gs.clone(),
+            },
+            at(),
+        );
+        let check = at() + timing.gateway_check;
+        assert_eq!(s.poll_timeout(), Some(check));
+        assert_eq!(s.handle_timeout(check), vec![SA::CheckGateways(gs)]);
+        // g1 answers; g2 is still linked: only g2 is looked for from now on.
+        s.on(SE::GatewaySealed(node("g1")), check);
+        let mut now;
+        let silence = check + timing.link_timeout + timing.gateway_check;
+        loop {
+            now = s.poll_timeout().expect("the move waits");
+            if now >= silence {
+                break;
+            }
+            assert_eq!(
+                s.handle_timeout(now),
+                vec![SA::CheckGateways(gateways(&["g2"]))]
+            );
+        }
+        // Longer than the step: a live link is given the time the mesh takes to call it dead.
+        assert!(silence - at() > timing.step);
+        assert_eq!(now, silence);
+        // A last look comes first: a gateway found gone then saves the move.
+        assert_eq!(
+            s.handle_timeout(now),
+            vec![SA::CheckGateways(gateways(&["g2"]))]
+        );
+        assert_eq!(s.poll_timeout(), Some(now));
+        assert_eq!(
+            s.handle_timeout(now),
+            vec![SA::CancelSeal, SA::ReleaseSessions(SessionsTo::Source)]
+        );
+        // A gateway found gone counts as sealed: the move goes on without it.
+        let mut s = SourceMachine::new(at(), at() + DEADLINE, timing);
+        s.on(
+            SE::Quiesced {
+                gateways: gateways(&["g"]),
+            },
+            at(),
+        );
+        assert_eq!(
+            s.handle_timeout(check),
+            vec![SA::CheckGateways(gateways(&["g"]))]
+        );
+        assert_eq!(
+            s.on(SE::GatewaySealed(node("g")), check),
+            vec![SA::SealUnit]
+        );
+        assert_eq!(s.poll_timeout(), Some(check + timing.step));
     }
 
     #[test]
     fn a_target_abort_after_handover_is_fenced_then_resumed() {
         let mut s = source_at_handover();
         assert_eq!(
-            s.on(SE::Aborted("record changed".into())),
-            vec![SA::FenceReclaim]
+            s.on(SE::Aborted("record changed".into()), at()),
+            vec![fence()]
         );
-        assert_eq!(s.on(SE::FenceWon), vec![SA::Resume]);
+        assert_eq!(s.on(SE::FenceWon, at()), vec![SA::Resume]);
     }
 }
