@@ -3,11 +3,14 @@
 //!
 //! - [`wire`]: the client protocol, frames each way.
 //! - [`frames`]: what gateways and the nodes running bound Actors say to each other on the mesh.
+//! - [`binding`]: the Actor's side: what a bind, an unbind or a fence does to its binding, in
+//!   queue order and around a move's quiet spell, and how its pushes are numbered.
 //! - [`limits`]: the token bucket that paces a client.
 //! - [`machine`]: one session on its gateway as a state machine (events in, actions out, time
 //!   passed in): authentication, bindings, inputs held while a bound Actor moves, pushes put
 //!   back in order.
 
+pub mod binding;
 pub mod frames;
 pub mod limits;
 pub mod machine;
