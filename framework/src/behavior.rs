@@ -14,10 +14,10 @@ use tokio::time::Instant;
 use crate::error::{DeferError, MessageError};
 use crate::ids::{ActorId, SpotId, UnitId};
 use crate::node::Node;
-use crate::session::frames::SessionFrame;
 use crate::session::wire::Encoding;
 use crate::session::{PushError, SessionBinding};
 use crate::timer::{OverrunPolicy, Tick, TimerSet};
+use ferry_core::session::binding::Notice;
 
 pub use ferry_core::relocation::ReadyOutcome;
 
@@ -224,21 +224,14 @@ impl Ctx<'_> {
             Encoding::Json => serde_json::to_vec(&msg).map_err(|e| e.to_string()),
         }
         .map_err(|reason| PushError::Encode { reason })?;
-        let gateway = binding.session.gateway.clone();
-        let frame = SessionFrame::Push {
-            session: binding.session.session,
-            actor: actor.clone(),
-            epoch: binding.session.epoch,
-            seq: binding.next_push,
-            payload: payload.into(),
-        };
+        let Notice { gateway, frame } = binding.push(actor, payload.into());
         self.node
             .to_gateway(&gateway, frame)
             .map_err(|e| PushError::Unreachable {
                 gateway,
                 reason: e.to_string(),
             })?;
-        binding.next_push += 1;
+        binding.pushed();
         Ok(())
     }
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use ferry_core::session::machine::{Action, Event, SessionMachine};
 use futures_util::{Stream, StreamExt};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
@@ -22,7 +23,6 @@ use tracing::{debug, warn};
 
 use super::SessionSettings;
 use super::frames::{BoundActor, SessionFrame};
-use super::machine::{Action, Event, SessionMachine};
 use super::quic::QuicListener;
 use super::wire::{ClientFrame, CloseCode, Encoding, ServerFrame};
 use super::{Authenticator, SessionError, SessionId, SessionLimits, SessionOp, SessionRef};
@@ -79,7 +79,10 @@ impl Live {
 impl Hub {
     /// Binds the listeners; nothing is accepted until [`Hub::start`].
     pub async fn bind(settings: &SessionSettings) -> Result<Hub, SessionError> {
-        settings.limits.validate()?;
+        settings
+            .limits
+            .validate()
+            .map_err(|e| SessionError::Limits(e.to_string()))?;
         let quic = QuicListener::bind(settings).await?;
         #[cfg(feature = "websocket")]
         let websocket = match &settings.websocket {
@@ -194,7 +197,8 @@ impl Hub {
         let live = {
             let mut sessions = self.sessions.lock();
             let id = new_session_id(&sessions);
-            let machine = SessionMachine::new(id, node.id().clone(), self.limits, Instant::now());
+            let now = Instant::now().into_std();
+            let machine = SessionMachine::new(id, node.id().clone(), self.limits, now);
             let live = Arc::new(Live {
                 id,
                 encoding,
@@ -223,7 +227,7 @@ impl Hub {
         S: Stream<Item = Result<ClientFrame, ReadError>> + Unpin,
     {
         loop {
-            let deadline = live.machine.lock().next_deadline();
+            let deadline = live.machine.lock().next_deadline().map(Instant::from_std);
             let event = tokio::select! {
                 biased;
                 () = live.ended.cancelled() => break,
@@ -259,7 +263,7 @@ impl Hub {
     /// Feeds an event to a session and carries out what it asks, under the session's lock.
     fn apply(&self, node: &Node, live: &Live, event: Event) {
         let mut machine = live.machine.lock();
-        let now = Instant::now();
+        let now = Instant::now().into_std();
         let mut events = VecDeque::from([event]);
         // Once an input could not be made its Actor's message, no later one may overtake it.
         let mut refused = false;

@@ -5,12 +5,9 @@
 //! - [`wire`]: the client protocol: frames each way, length-delimited postcard with a size limit.
 //! - `json`: the same frames as JSON, one per WebSocket text message (docs/client-protocol.md).
 //! - [`tls`]: the gateway's server certificate, and the trust a client gives it.
-//! - `limits`: the token bucket that paces a client.
-//! - `machine`: one session as a plain state machine (events in, actions out, time passed in):
-//!   authentication, bindings, inputs held while a bound Actor moves, pushes put back in order.
-//! - `frames`: what gateways and the nodes running bound Actors say to each other on the mesh.
-//! - `hub`: the async shell: a task per session whatever its transport, and the mesh side of
-//!   bindings.
+//! - `hub`: the async shell that drives the core's session machine
+//!   (`ferry_core::session::machine`): a task per session whatever its transport, and the mesh
+//!   side of bindings.
 //! - `quic`: the QUIC listener (postcard frames), feeding the hub.
 //! - `websocket` (feature `websocket`): the WebSocket listener (JSON frames), feeding the hub.
 //!
@@ -27,8 +24,6 @@
 
 pub(crate) mod hub;
 pub(crate) mod json;
-mod limits;
-pub(crate) mod machine;
 pub(crate) mod quic;
 pub mod tls;
 #[cfg(feature = "websocket")]
@@ -38,28 +33,15 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 pub(crate) use ferry_core::session::frames;
-pub use ferry_core::session::{SessionBinding, SessionId, SessionOp, SessionRef, wire};
+pub use ferry_core::session::{
+    Identity, SessionBinding, SessionId, SessionLimits, SessionOp, SessionRef, wire,
+};
 pub use tls::SessionTls;
 pub use wire::CloseCode;
 
 use crate::ids::{ActorId, NodeId};
-
-/// Who a client is, as the application's [`Authenticator`] decided from its token.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
-    /// A name for logs and for [`Authenticator::authorize_bind`].
-    pub name: String,
-}
-
-impl Identity {
-    /// An identity with this name.
-    pub fn new(name: impl Into<String>) -> Self {
-        Identity { name: name.into() }
-    }
-}
 
 /// The application's hook that decides who a client is and which Actors it may bind.
 ///
@@ -101,49 +83,6 @@ impl Authenticator for StaticTokens {
             .get(token)
             .cloned()
             .ok_or_else(|| "unknown token; ask the game service for a fresh one".to_owned())
-    }
-}
-
-/// The limits a gateway holds each session to. Every one has a default that suits a game client
-/// on the internet; crossing one ends that session with a reason, and nothing else.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SessionLimits {
-    /// The largest frame body a client may send, in bytes (default 64 KiB).
-    pub max_frame: usize,
-    /// Inputs (and out-of-order pushes) a session may have held while its Actors move (default 256).
-    pub max_held: usize,
-    /// Frames per second a client may send on average (default 200).
-    pub rate_per_second: u32,
-    /// Frames a client may send in one burst above that rate (default 400).
-    pub rate_burst: u32,
-    /// While an Actor moves, its inputs are held until the move's deadline (its source says it
-    /// with the seal), then this long more for the move's release to arrive; past that, or a
-    /// missing push waited for this long, the session is closed (default 3 s).
-    pub seal_timeout: Duration,
-    /// How long a new connection has to authenticate (default 5 s).
-    pub auth_timeout: Duration,
-    /// How many Actors one session may bind at once (default 16); more binds are refused.
-    pub max_bindings: usize,
-    /// Frames waiting to be written to a client that reads too slowly (default 1024).
-    pub max_outbound: usize,
-    /// How long a connection may be silent before it is dropped (default 30 s; clients keep it
-    /// alive with pings).
-    pub idle_timeout: Duration,
-}
-
-impl Default for SessionLimits {
-    fn default() -> Self {
-        SessionLimits {
-            max_frame: 64 * 1024,
-            max_held: 256,
-            rate_per_second: 200,
-            rate_burst: 400,
-            seal_timeout: Duration::from_secs(3),
-            auth_timeout: Duration::from_secs(5),
-            max_bindings: 16,
-            max_outbound: 1024,
-            idle_timeout: Duration::from_secs(30),
-        }
     }
 }
 
@@ -243,24 +182,4 @@ pub enum PushError {
         /// What the mesh said.
         reason: String,
     },
-}
-
-impl SessionLimits {
-    pub(crate) fn validate(&self) -> Result<(), SessionError> {
-        let bad = |what: &str| Err(SessionError::Limits(what.to_owned()));
-        if self.max_frame == 0 || self.max_frame > u32::MAX as usize {
-            return bad("max_frame must be between 1 byte and 4 GiB");
-        }
-        if self.rate_per_second == 0 || self.rate_burst == 0 {
-            return bad("rate_per_second and rate_burst must be at least 1");
-        }
-        if self.max_outbound == 0 || self.max_bindings == 0 {
-            return bad("max_outbound and max_bindings must be at least 1");
-        }
-        if self.seal_timeout.is_zero() || self.auth_timeout.is_zero() || self.idle_timeout.is_zero()
-        {
-            return bad("seal_timeout, auth_timeout and idle_timeout must be non-zero");
-        }
-        Ok(())
-    }
 }

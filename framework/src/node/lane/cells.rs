@@ -63,11 +63,6 @@ impl Cells {
         self.by_slot.get_mut(&slot)
     }
 
-    /// The id of the unit in `slot`, if it runs here.
-    pub fn id(&self, slot: Slot) -> Option<UnitId> {
-        self.at(slot).map(|cell| cell.id().clone())
-    }
-
     pub fn ids(&self) -> impl Iterator<Item = &UnitId> {
         self.slots.keys()
     }

@@ -1,107 +1,65 @@
-//! A lane's part in client sessions: binds and unbinds applied in queue order, and the quiet
-//! spell before a move seals the lane, during which new binds wait and move with the unit.
+//! A lane's part in client sessions: it carries out what the core's binding rules
+//! (`ferry_core::session::binding`) decide for binds, unbinds and fences in queue order, and
+//! keeps the quiet spell before a move seals the lane, during which new binds wait and move
+//! with the unit.
 
 use bytes::Bytes;
+use ferry_core::session::binding::{self, Addressee, Notice, Step};
 
 use super::{Lane, Quiet};
-use crate::error::MessageError;
 use crate::ids::{ActorId, UnitId};
 use crate::node::directory::Slot;
 use crate::node::{Envelope, Payload, ReplyTo};
 use crate::relocation::RelocationId;
-use crate::session::frames::SessionFrame;
-use crate::session::{SessionBinding, SessionOp, SessionRef};
+use crate::session::{SessionBinding, SessionOp};
 
 impl Lane {
-    /// Applies a bind or unbind to an Actor of this lane, and answers its gateway.
+    /// Applies a bind, an unbind or a fence to a unit of this lane as the core's binding rules
+    /// say, tells the gateways concerned, and answers the op's request.
     pub(super) fn session_op(&mut self, slot: Slot, op: SessionOp, reply: Option<Box<ReplyTo>>) {
-        let Some(to) = self.cells.id(slot) else {
-            let payload = Payload::Session(op);
-            self.lost(Envelope {
-                to: slot,
-                payload,
-                reply,
-            });
-            return;
+        let quiet = self.quiescing.is_some();
+        let step = match self.cells.at_mut(slot) {
+            Some(cell) => {
+                let id = cell.id().clone();
+                let type_name = cell.info().type_name.to_string();
+                let unit = Addressee {
+                    id: &id,
+                    type_name: &type_name,
+                    binding: cell.binding_mut(),
+                };
+                binding::apply(op, quiet, unit)
+            }
+            None => {
+                let payload = Payload::Session(op);
+                self.lost(Envelope {
+                    to: slot,
+                    payload,
+                    reply,
+                });
+                return;
+            }
         };
-        if self.quiescing.is_some() && matches!(op, SessionOp::Bind(_)) {
-            // Its gateway was not told to hold inputs for this move: it binds after the move.
-            self.deferred.push(Envelope {
+        match step {
+            Step::Wait(op) => self.deferred.push(Envelope {
                 to: slot,
                 payload: Payload::Session(op),
                 reply,
-            });
-            return;
-        }
-        let node = self.node.clone();
-        // Gateways address Actors only; a Spot of that name is no Actor.
-        let outcome = match (op, &to) {
-            (SessionOp::Fence, _) => Ok(()),
-            (SessionOp::Bind(session), UnitId::Actor(actor)) => self.bind(actor, session),
-            (SessionOp::Unbind(session), UnitId::Actor(_)) => {
-                if let Some(cell) = self.cells.get_mut(&to) {
-                    let binding = cell.binding_mut();
-                    if binding.as_ref().is_some_and(|b| b.session == session) {
-                        *binding = None;
-                    }
+            }),
+            Step::Done { notices, answer } => {
+                for notice in notices {
+                    self.tell_gateway(notice);
                 }
-                Ok(())
+                if let Some(reply_to) = reply {
+                    let terminal = answer.map(|()| Payload::Encoded(Bytes::new()));
+                    self.node.complete(&reply_to, terminal);
+                }
             }
-            (_, UnitId::Spot(_)) => Err(MessageError::UnknownId { id: to.clone() }),
-        };
-        if let Some(reply_to) = reply {
-            let terminal = outcome.map(|()| Payload::Encoded(Bytes::new()));
-            node.complete(&reply_to, terminal);
         }
     }
 
-    fn bind(&mut self, actor: &ActorId, session: SessionRef) -> Result<(), MessageError> {
-        let id = UnitId::Actor(actor.clone());
-        let Some(cell) = self.cells.get_mut(&id) else {
-            return Err(MessageError::UnknownId { id });
-        };
-        let type_name = cell.info().type_name.to_string();
-        let binding = cell.binding_mut();
-        let replaced = match binding.as_ref() {
-            Some(old) if old.session == session => None,
-            old => {
-                let old = old.map(|b| b.session.clone());
-                *binding = Some(SessionBinding {
-                    session: session.clone(),
-                    next_push: 0,
-                });
-                old
-            }
-        };
-        if let Some(old) = replaced {
-            let frame = SessionFrame::Unbound {
-                session: old.session,
-                actor: actor.clone(),
-                epoch: old.epoch,
-                reason: "another session bound this Actor (the player connected again)".into(),
-            };
-            if let Err(error) = self.node.to_gateway(&old.gateway, frame) {
-                tracing::debug!(gateway = %old.gateway, %error, "replaced session not told");
-            }
-        }
-        Self::answer(&self.node, &session, actor, Ok(type_name));
-        Ok(())
-    }
-
-    fn answer(
-        node: &crate::node::Node,
-        session: &SessionRef,
-        actor: &ActorId,
-        verdict: Result<String, String>,
-    ) {
-        let frame = SessionFrame::Bound {
-            session: session.session,
-            actor: actor.clone(),
-            epoch: session.epoch,
-            verdict,
-        };
-        if let Err(error) = node.to_gateway(&session.gateway, frame) {
-            tracing::debug!(gateway = %session.gateway, %error, "bind answer not sent");
+    fn tell_gateway(&self, Notice { gateway, frame }: Notice) {
+        if let Err(error) = self.node.to_gateway(&gateway, frame) {
+            tracing::debug!(%gateway, %error, "session frame for a gateway not sent");
         }
     }
 
@@ -111,16 +69,9 @@ impl Lane {
             let (UnitId::Actor(actor), Some(cell)) = (id, self.cells.get_mut(id)) else {
                 continue;
             };
-            let Some(binding) = cell.binding_mut().take() else {
-                continue;
-            };
-            let frame = SessionFrame::Unbound {
-                session: binding.session.session,
-                actor: actor.clone(),
-                epoch: binding.session.epoch,
-                reason: reason.to_owned(),
-            };
-            let _ = self.node.to_gateway(&binding.session.gateway, frame);
+            if let Some(old) = cell.binding_mut().take() {
+                self.tell_gateway(binding::ended(actor, old, reason));
+            }
         }
     }
 

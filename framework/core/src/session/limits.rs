@@ -1,11 +1,11 @@
 //! The token bucket that paces a client: `burst` frames at once, then `rate` frames per second.
 //! Time is passed in, so it is tested without a clock.
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 /// A token bucket.
 #[derive(Debug, Clone)]
-pub(crate) struct TokenBucket {
+pub struct TokenBucket {
     rate: f64,
     burst: f64,
     tokens: f64,

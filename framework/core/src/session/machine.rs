@@ -1,15 +1,14 @@
 //! One session as a plain state machine: events in, actions out, time passed in as a value.
 //!
-//! It knows nothing of sockets, the mesh or the clock; the hub feeds it what the client sent and
+//! It knows nothing of sockets, the mesh or the clock; the runtime's hub (or a simulator) feeds it what the client sent and
 //! what the nodes running its Actors said, and carries out what it asks. So the orders that
 //! matter (an input held while its Actor moves, releases that arrive out of order after two
 //! quick moves, a push overtaken by a later one from another node) are unit tests below.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::time::Instant;
 
 use super::limits::TokenBucket;
 use super::wire::{
@@ -21,114 +20,182 @@ use crate::relocation::RelocationId;
 
 /// What happened to the session.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Event {
+pub enum Event {
     /// A frame from the client, decoded.
     Client(ClientFrame),
     /// A frame from the client that could not be used (it did not decode, was too large, or
     /// is not a message its Actor takes).
-    BadFrame { code: CloseCode, reason: String },
+    BadFrame {
+        /// How the session ends.
+        code: CloseCode,
+        /// What the client is told.
+        reason: String,
+    },
     /// The authenticator's verdict on the Hello's token.
     Authenticated(Result<Identity, String>),
     /// The authenticator's verdict on a bind.
     Authorized {
+        /// The Actor the client asked to bind.
         actor: ActorId,
+        /// Allowed, or why not.
         verdict: Result<(), String>,
     },
     /// The node running the Actor applied the bind (with the Actor's factory), or could not.
     Bound {
+        /// The Actor.
         actor: ActorId,
+        /// The bind it answers.
         epoch: u32,
+        /// The node that applied it, where the Actor runs.
         owner: NodeId,
+        /// The Actor's factory, or why the bind failed.
         verdict: Result<String, String>,
     },
     /// The Actor let the binding go: another session bound it, or it stopped.
     Unbound {
+        /// The Actor.
         actor: ActorId,
+        /// The bind that ended.
         epoch: u32,
+        /// Why, for the client.
         reason: String,
     },
     /// The Actor pushed a message.
     Push {
+        /// The Actor.
         actor: ActorId,
+        /// The bind it was pushed under.
         epoch: u32,
+        /// Its number among the Actor's pushes in that bind.
         seq: u64,
+        /// The message, as the client reads it.
         payload: Bytes,
     },
     /// A move of the Actor is about to seal it: hold its inputs. `hold` is the time left to
     /// the move's deadline, as its source said.
     Seal {
+        /// The move.
         rel: RelocationId,
+        /// The Actor.
         actor: ActorId,
+        /// The bind the source saw.
         epoch: u32,
+        /// The time left to the move's deadline.
         hold: Duration,
     },
     /// That move ended: the Actor runs on `owner` (`None`: it was stopped).
     Release {
+        /// The move.
         rel: RelocationId,
+        /// The Actor.
         actor: ActorId,
+        /// The bind the source saw.
         epoch: u32,
+        /// Where the Actor runs now, if anywhere.
         owner: Option<NodeId>,
     },
     /// The fence sent after the first `upto` inputs to the Actor ran there (`reached`), or its
     /// answer did not come.
     Fenced {
+        /// The Actor.
         actor: ActorId,
+        /// The bind the fence was sent under.
         epoch: u32,
+        /// How many of the bind's inputs it followed.
         upto: u64,
+        /// Whether it ran at the Actor.
         reached: bool,
     },
     /// A node left the cluster (it crashed, or its lease lapsed): the Actors it ran are rebuilt
     /// elsewhere by recovery, and bindings to them are made again.
-    OwnerLeft { node: NodeId },
+    OwnerLeft {
+        /// The node that left.
+        node: NodeId,
+    },
     /// The client's outbound queue is full.
     SlowReader,
     /// Time passed: check the deadlines.
     Tick,
     /// The gateway node is shutting down.
-    Shutdown { reason: String },
+    Shutdown {
+        /// What the client is told.
+        reason: String,
+    },
     /// The connection is gone.
-    ClientGone { reason: String },
+    ClientGone {
+        /// Why, for the logs.
+        reason: String,
+    },
 }
 
-/// What the hub must do.
+/// What the driver must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Action {
+pub enum Action {
     /// Write a frame to the client.
     Send(ServerFrame),
     /// Ask the authenticator about this token, and feed back [`Event::Authenticated`].
-    Authenticate { token: Bytes },
+    Authenticate {
+        /// The Hello's token.
+        token: Bytes,
+    },
     /// Ask the authenticator about this bind, and feed back [`Event::Authorized`].
-    Authorize { actor: ActorId },
+    Authorize {
+        /// The Actor the client asked to bind.
+        actor: ActorId,
+    },
     /// Deliver an input to the Actor through `owner`.
     Forward {
+        /// The Actor.
         actor: ActorId,
+        /// The node to send it to.
         owner: NodeId,
+        /// The input as the client sent it.
         payload: Bytes,
     },
     /// Send a fence to the Actor through `owner`, behind the inputs forwarded so far (the first
     /// `upto`), and feed back [`Event::Fenced`] once it ran there.
     Fence {
+        /// The Actor.
         actor: ActorId,
+        /// The node the inputs before it went to.
         owner: NodeId,
+        /// The bind it is sent under.
         epoch: u32,
+        /// How many of the bind's inputs it follows.
         upto: u64,
     },
     /// Send a bind to the Actor, wherever it lives.
-    RequestBind { actor: ActorId, epoch: u32 },
+    RequestBind {
+        /// The Actor.
+        actor: ActorId,
+        /// The new bind.
+        epoch: u32,
+    },
     /// Send a bind to the Actor once its record no longer names `gone` (recovery rebuilt it).
     RequestRebind {
+        /// The Actor.
         actor: ActorId,
+        /// The new bind.
         epoch: u32,
+        /// The node that ran it and left.
         gone: NodeId,
     },
     /// Send an unbind to the Actor, through `via` if known.
     RequestUnbind {
+        /// The Actor.
         actor: ActorId,
+        /// The bind to undo.
         epoch: u32,
+        /// Where inputs went last, so the unbind follows them.
         via: Option<NodeId>,
     },
     /// End the session: tell the client why, then close the connection. Always the last action.
-    Close { code: CloseCode, reason: String },
+    Close {
+        /// How it ends.
+        code: CloseCode,
+        /// What the client is told.
+        reason: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,7 +291,7 @@ impl Binding {
 
 /// One client session.
 #[derive(Debug)]
-pub(crate) struct SessionMachine {
+pub struct SessionMachine {
     id: SessionId,
     node: NodeId,
     limits: SessionLimits,
@@ -254,7 +321,6 @@ impl SessionMachine {
     }
 
     /// Whether the session has ended.
-    #[cfg(test)]
     pub fn is_closed(&self) -> bool {
         self.state == State::Closed
     }
@@ -273,7 +339,6 @@ impl SessionMachine {
     }
 
     /// The Actors bound (or being bound) now.
-    #[cfg(test)]
     pub fn bound(&self) -> Vec<ActorId> {
         self.bindings.keys().cloned().collect()
     }
