@@ -23,13 +23,6 @@ use crate::ids::{NodeId, UnitId};
 use crate::node::{Control, Lane, LaneTx, Node, NodeState};
 use crate::store::{BatchOutcome, Condition, Op};
 
-/// How long a staged unit waits past its move's deadline before it is given up: the source
-/// decides first (it reclaims at the deadline), and the target lets that decision arrive.
-const PAST_DEADLINE: Duration = Duration::from_secs(5);
-
-/// The longest a peer may ask a unit to stay staged, whatever its offer says.
-const MAX_STAGED: Duration = Duration::from_secs(24 * 60 * 60);
-
 /// How often a target tells its source that the work on an offer goes on (chunks arriving, a
 /// restore running): well inside the source's step, so a busy target is never taken for a silent one.
 const PROGRESS: Duration = Duration::from_secs(1);
@@ -124,7 +117,7 @@ impl Node {
                     unit,
                     records,
                     assembly: Some(Assembly::new(manifest)),
-                    machine: TargetMachine::new(),
+                    machine: TargetMachine::new(Instant::now().into_std(), within),
                     lane: None,
                     restored_in: Duration::ZERO,
                     committed_in: Duration::ZERO,
@@ -139,12 +132,7 @@ impl Node {
                 {
                     tracing::debug!(relocation = %rel, %error, "progress not sent");
                 }
-                let node = self.clone();
-                let staged = within.min(MAX_STAGED) + PAST_DEADLINE;
-                tokio::spawn(async move {
-                    tokio::time::sleep(staged).await;
-                    node.target_event(rel, TargetEvent::Silence);
-                });
+                tokio::spawn(self.clone().stage_timer(rel));
             }
             RelocFrame::Chunk { rel, index, bytes } => self.on_chunk(rel, index, &bytes),
             RelocFrame::RelayReset { rel } => self.target_event(rel, TargetEvent::RelayReset),
@@ -329,13 +317,39 @@ impl Node {
         }
     }
 
+    /// Sleeps until the staged move's machine wants its timeout, and hands it the time then.
+    async fn stage_timer(self, rel: RelocationId) {
+        loop {
+            let wake = match self.core.moves.incoming.lock().get(&rel) {
+                Some(staging) => staging.machine.poll_timeout(),
+                None => None,
+            };
+            let Some(wake) = wake else {
+                return;
+            };
+            tokio::time::sleep_until(Instant::from_std(wake)).await;
+            self.target_step(rel, |machine| {
+                machine.handle_timeout(Instant::now().into_std())
+            });
+        }
+    }
+
     /// Feeds an event to a staged move and carries out its actions.
     fn target_event(&self, rel: RelocationId, event: TargetEvent) {
+        self.target_step(rel, |machine| machine.on(event));
+    }
+
+    /// Takes a staged move's machine one step and carries out the actions it returns.
+    fn target_step(
+        &self,
+        rel: RelocationId,
+        step: impl FnOnce(&mut TargetMachine) -> Vec<TargetAction>,
+    ) {
         let mut incoming = self.core.moves.incoming.lock();
         let Some(staging) = incoming.get_mut(&rel) else {
             return;
         };
-        for action in staging.machine.on(event) {
+        for action in step(&mut staging.machine) {
             let reply = |frame: RelocFrame| {
                 if let Err(error) = self.mesh_send(&staging.source, Frame::Reloc(Box::new(frame))) {
                     tracing::warn!(relocation = %rel, %error, "answer to the source not sent");

@@ -29,6 +29,8 @@ pub struct Shape {
     pub senders: usize,
 }
 
+/// The time to decide a move an offer gives its target.
+const TARGET_WITHIN: Duration = Duration::from_secs(30);
 /// A hop bound, as the router has one.
 const MAX_HOPS: u8 = 8;
 /// How many events a run may take to settle after its plan.
@@ -239,7 +241,8 @@ enum Event {
     Restore(usize, usize),
     /// The source machine's next timeout passes (silence, the deadline, a fence retry...).
     SourceTimer(usize, usize),
-    TargetSilence(usize, usize),
+    /// The target machine's staged time is over.
+    TargetTimer(usize, usize),
 }
 
 #[derive(Debug, Default)]
@@ -917,7 +920,7 @@ impl World {
         let incoming = Incoming {
             rel,
             from,
-            machine: TargetMachine::new(),
+            machine: TargetMachine::new(self.epoch, TARGET_WITHIN),
             log,
             queue,
             relays: Vec::new(),
@@ -931,10 +934,37 @@ impl World {
             .copies
             .insert(unit, Copy::Target(Box::new(incoming)));
         self.events.push(Event::Restore(node, unit));
-        self.events.push(Event::TargetSilence(node, unit));
+        self.events.push(Event::TargetTimer(node, unit));
     }
 
     fn target_event(&mut self, node: usize, rel: u64, event: TargetEvent) {
+        let line = format!("n{node} move {rel} target {event:?}");
+        self.target_step(node, rel, line, |machine| machine.on(event));
+    }
+
+    /// The target's timer fires: the staged time is over, whenever the plan says it is.
+    fn target_timer(&mut self, node: usize, unit: usize) {
+        let Some(Copy::Target(t)) = self.nodes[node].copies.get(&unit) else {
+            return;
+        };
+        let Some(at) = t.machine.poll_timeout() else {
+            return;
+        };
+        let rel = t.rel;
+        let line = format!(
+            "n{node} move {rel} target timer at +{:?}",
+            at.duration_since(self.epoch)
+        );
+        self.target_step(node, rel, line, |machine| machine.handle_timeout(at));
+    }
+
+    fn target_step(
+        &mut self,
+        node: usize,
+        rel: u64,
+        line: String,
+        step: impl FnOnce(&mut TargetMachine) -> Vec<TargetAction>,
+    ) {
         let Some(unit) = self.nodes[node].copies.iter().find_map(|(&u, c)| match c {
             Copy::Target(t) if t.rel == rel => Some(u),
             _ => None,
@@ -944,8 +974,7 @@ impl World {
         let Some(Copy::Target(t)) = self.nodes[node].copies.get_mut(&unit) else {
             return;
         };
-        let line = format!("n{node} move {rel} target {event:?}");
-        let actions = t.machine.on(event);
+        let actions = step(&mut t.machine);
         self.trace.push(format!("{line} -> {actions:?}"));
         for action in actions {
             self.target_action(node, unit, action);
@@ -1082,13 +1111,7 @@ impl World {
                 self.target_event(node, rel, event);
             }
             Event::SourceTimer(node, unit) => self.source_timer(node, unit),
-            Event::TargetSilence(node, unit) => {
-                let Some(Copy::Target(t)) = self.nodes[node].copies.get(&unit) else {
-                    return;
-                };
-                let rel = t.rel;
-                self.target_event(node, rel, TargetEvent::Silence);
-            }
+            Event::TargetTimer(node, unit) => self.target_timer(node, unit),
         }
     }
 
@@ -1189,7 +1212,7 @@ impl World {
             | Event::Boundary(n, _)
             | Event::Restore(n, _)
             | Event::SourceTimer(n, _)
-            | Event::TargetSilence(n, _) => *n != node,
+            | Event::TargetTimer(n, _) => *n != node,
         });
         self.departed(node);
     }

@@ -645,23 +645,42 @@ enum TargetPhase {
     Gone,
 }
 
+/// How long a staged unit waits past its move's deadline before the target gives it up: the
+/// source decides first (it reclaims at the deadline), and the target lets that decision arrive.
+pub const PAST_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The longest a source may ask a unit to stay staged, whatever its offer says.
+pub const MAX_STAGED: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// The target side of one move.
 #[derive(Debug, Clone)]
 pub struct TargetMachine {
     phase: TargetPhase,
-}
-
-impl Default for TargetMachine {
-    fn default() -> Self {
-        Self::new()
-    }
+    /// Until the cutover, the source is taken for silent from here on.
+    staged_until: Instant,
 }
 
 impl TargetMachine {
-    /// A move whose manifest just arrived.
-    pub fn new() -> Self {
+    /// A move whose manifest arrived at `now`, to be decided `within` this long (the source's
+    /// deadline, as its offer says).
+    pub fn new(now: Instant, within: Duration) -> Self {
         TargetMachine {
             phase: TargetPhase::Staging,
+            staged_until: now + within.min(MAX_STAGED) + PAST_DEADLINE,
+        }
+    }
+
+    /// When the machine next wants [`handle_timeout`](Self::handle_timeout): while the unit is
+    /// staged and no cutover came, when the source is taken for silent.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        matches!(self.phase, TargetPhase::Staging | TargetPhase::Ready).then_some(self.staged_until)
+    }
+
+    /// What the time `now` brings: the source's silence, once the staged time is over.
+    pub fn handle_timeout(&mut self, now: Instant) -> Vec<TargetAction> {
+        match self.poll_timeout() {
+            Some(until) if now >= until => self.on(TargetEvent::Silence),
+            _ => Vec::new(),
         }
     }
 
@@ -759,6 +778,35 @@ mod tests {
         SourceMachine::new(at(), at() + DEADLINE, SourceTiming::default())
     }
 
+    /// A move offered at [`at`] with the source's deadline 30 s later.
+    fn target() -> TargetMachine {
+        TargetMachine::new(at(), DEADLINE)
+    }
+
+    #[test]
+    fn a_staged_unit_is_given_up_only_past_the_sources_deadline_and_never_after_the_cutover() {
+        let until = at() + DEADLINE + PAST_DEADLINE;
+        let mut t = target();
+        assert_eq!(t.poll_timeout(), Some(until));
+        assert!(t.handle_timeout(at() + DEADLINE).is_empty());
+        t.on(TE::Restored);
+        assert_eq!(
+            t.handle_timeout(until),
+            vec![TA::Discard, TA::SendAborted("no cutover came".into())]
+        );
+        assert!(t.finished() && !t.opened());
+        // Once the cutover came, the store decides: no timer is left to give the unit up.
+        let mut t = target();
+        t.on(TE::Restored);
+        t.on(TE::Cutover { matches: true });
+        assert_eq!(t.poll_timeout(), None);
+        assert!(t.handle_timeout(until).is_empty());
+        assert_eq!(t.on(TE::CommitWon), vec![TA::Open, TA::SendCommitted]);
+        // An offer asking for more than a day is held a day.
+        let t = TargetMachine::new(at(), Duration::from_secs(u32::MAX.into()));
+        assert_eq!(t.poll_timeout(), Some(at() + MAX_STAGED + PAST_DEADLINE));
+    }
+
     /// The fence as asked well before the deadline: the store is waited for a whole step.
     fn fence() -> SourceAction {
         SourceAction::FenceReclaim {
@@ -790,7 +838,7 @@ mod tests {
     #[test]
     fn the_happy_path_moves_the_unit() {
         let mut s = source_at_handover();
-        let mut t = TargetMachine::new();
+        let mut t = target();
         assert_eq!(t.on(TE::Restored), vec![TA::SendRelayReady]);
         assert_eq!(t.on(TE::Relay), vec![TA::KeepRelay]);
         assert_eq!(t.on(TE::Cutover { matches: true }), vec![TA::Commit]);
@@ -814,7 +862,7 @@ mod tests {
             assert!(matches!(s.end(), Some(MoveEnd::Restored(_))));
             assert!(!s.handed_over());
         }
-        let mut t = TargetMachine::new();
+        let mut t = target();
         assert_eq!(
             t.on(TE::RestoreFailed(Refusal::incompatible("no factory"))),
             vec![
@@ -826,15 +874,15 @@ mod tests {
 
     #[test]
     fn a_withdrawn_move_is_dropped_by_the_target_until_the_cutover_but_not_after() {
-        let mut staging = TargetMachine::new();
+        let mut staging = target();
         assert_eq!(staging.on(TE::Withdrawn), vec![TA::Discard]);
         assert!(staging.finished() && !staging.opened());
-        let mut ready = TargetMachine::new();
+        let mut ready = target();
         ready.on(TE::Restored);
         assert_eq!(ready.on(TE::Withdrawn), vec![TA::Discard]);
         assert!(ready.finished());
         // Past the cutover the source never withdraws; a stray one changes nothing.
-        let mut committing = TargetMachine::new();
+        let mut committing = target();
         committing.on(TE::Restored);
         committing.on(TE::Cutover { matches: true });
         assert!(committing.on(TE::Withdrawn).is_empty());
@@ -979,7 +1027,7 @@ mod tests {
     #[test]
     fn a_lost_cutover_is_resent_whole_and_the_target_replaces_its_span() {
         let mut s = source_at_handover();
-        let mut t = TargetMachine::new();
+        let mut t = target();
         t.on(TE::Restored);
         // The first record got through, the second and the cutover were lost with the link.
         t.on(TE::Relay);
@@ -994,7 +1042,7 @@ mod tests {
 
     #[test]
     fn a_cutover_whose_records_do_not_match_waits_for_the_resend() {
-        let mut t = TargetMachine::new();
+        let mut t = target();
         t.on(TE::Restored);
         assert!(t.on(TE::Cutover { matches: false }).is_empty());
         // A late record of the first batch is kept, but only the resent batch can match.
@@ -1012,7 +1060,7 @@ mod tests {
         assert_eq!(s.on(SE::FenceWon, at()), vec![SA::Resume]);
         assert_eq!(s.end(), Some(&MoveEnd::Reclaimed));
         // The target, had it come back, loses its own conditional write.
-        let mut t = TargetMachine::new();
+        let mut t = target();
         t.on(TE::Restored);
         t.on(TE::Cutover { matches: true });
         assert_eq!(
@@ -1035,7 +1083,7 @@ mod tests {
 
     #[test]
     fn a_store_write_whose_result_is_lost_is_read_back_not_guessed() {
-        let mut t = TargetMachine::new();
+        let mut t = target();
         t.on(TE::Restored);
         t.on(TE::Cutover { matches: true });
         assert_eq!(t.on(TE::CommitUnknown), vec![TA::ReadBack]);
