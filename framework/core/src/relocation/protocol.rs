@@ -977,7 +977,8 @@ mod tests {
 
     #[test]
     fn an_abandoned_move_releases_the_gateways_to_the_source() {
-        let sealed = || {
+        // Gateway g holds the inputs of the unit's Actors.
+        let gateway_sealed = || {
             let mut s = source();
             s.on(
                 SE::Quiesced {
@@ -985,7 +986,11 @@ mod tests {
                 },
                 at(),
             );
-            s.on(SE::GatewaySealed(node("g")), at());
+            assert_eq!(s.on(SE::GatewaySealed(node("g")), at()), vec![SA::SealUnit]);
+            s
+        };
+        let sealed = || {
+            let mut s = gateway_sealed();
             s.on(SE::Captured { late: none() }, at());
             s
         };
@@ -1010,14 +1015,7 @@ mod tests {
             vec![SA::Resume, SA::ReleaseSessions(SessionsTo::Source)]
         );
         // A lane that refuses the seal after the gateways held their inputs lets them go too.
-        let mut s = source();
-        s.on(
-            SE::Quiesced {
-                gateways: gateways(&["g"]),
-            },
-            at(),
-        );
-        s.on(SE::GatewaySealed(node("g")), at());
+        let mut s = gateway_sealed();
         assert_eq!(
             s.on(SE::SealRefused("stopped".into()), at()),
             vec![SA::ReleaseSessions(SessionsTo::Source)]
