@@ -14,6 +14,5 @@ mod server_output;
 pub mod sessions;
 pub mod sim_cluster;
 pub mod sim_socket;
-pub mod simulation;
 pub mod store_server;
 pub mod websocket;

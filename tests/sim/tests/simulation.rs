@@ -1,12 +1,12 @@
 //! The deterministic simulator: many seeds of moves, tells, crashes and faults against the protocol
-//! core, each checked step by step (see `ferry_tests::simulation`).
+//! core, each checked step by step (see `ferry_sim`).
 //!
 //! - `FERRY_SIM_SEEDS=1000000` runs that many seeds instead of the default.
 //! - `FERRY_SIM_SEED=<seed>` replays one seed and prints its trace.
 
 use std::process::Command;
 
-use ferry_tests::simulation::{Outcome, Plan, Rng, Shape, Step, run, shrink};
+use ferry_sim::{Outcome, Plan, Rng, Shape, Step, run, shrink};
 
 const SHAPE: Shape = Shape {
     nodes: 4,
@@ -30,7 +30,7 @@ fn check_seed(seed: u64) -> Outcome {
             "seed {seed} broke an invariant at step {at}: {broken}\n\
              shortest plan ({} steps): {:?}\n\
              its trace:\n{}\n\
-             replay with FERRY_SIM_SEED={seed} cargo test -p ferry-tests --test simulation replay",
+             replay with FERRY_SIM_SEED={seed} cargo test -p ferry-sim --test simulation replay",
             short.steps.len(),
             short.steps,
             replay.trace.join("\n")
@@ -124,7 +124,10 @@ fn a_hundred_node_cluster_drains_a_node_and_settles() {
 /// The protocol core builds with no async runtime, socket layer or clock in its dependencies.
 #[test]
 fn the_core_depends_on_no_async_runtime() {
-    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../framework/core/Cargo.toml");
+    let manifest = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../framework/core/Cargo.toml"
+    );
     let tree = Command::new(env!("CARGO"))
         .args([
             "tree",

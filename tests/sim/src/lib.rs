@@ -16,7 +16,7 @@
 //! moved gracefully).
 //!
 //! The same seed gives the same plan and the same trace, so a failure replays exactly:
-//! `FERRY_SIM_SEED=<seed> cargo test -p ferry-tests --test simulation replay`.
+//! `FERRY_SIM_SEED=<seed> cargo test -p ferry-sim --test simulation replay`.
 
 mod plan;
 mod world;
