@@ -13,7 +13,11 @@
 //!   gateways and Actors' nodes say to each other.
 //! - [`authority`]: the records the store holds per unit and per node, and a node's lifecycle state.
 //! - [`conditional`]: a conditional write whose answer may be lost, settled by reading it back.
+//! - [`witness`]: the mesh's account of who is alive beside the lease, and whether a node may
+//!   run turns past its lease.
 //! - [`placement`]: the choice of a node for a new unit.
+//! - [`routes`]: where a node sends messages for units it does not host, keeping each sender's
+//!   order while units move.
 //! - [`recovery`]: who coordinates recovery, which units dead nodes left, and where each is rebuilt.
 //! - [`relocation`]: a move's capture, frames and phases, and its two sides as state machines.
 //! - [`frames`]: everything nodes say to each other on the mesh.
@@ -29,6 +33,8 @@ pub mod placement;
 pub mod recovery;
 pub mod relocation;
 pub mod reply;
+pub mod routes;
 pub mod session;
 pub mod shared_bytes;
 pub mod timer;
+pub mod witness;

@@ -1,11 +1,17 @@
 //! Recovery as a plan: who coordinates, which units dead nodes left, which of those are freed and
 //! which rebuilt, and on which survivor. The runtime reads the store, asks this, and carries the
 //! plan out; every coordinator computes the same plan from the same records.
+//!
+//! A node that restarts under its id is live again before anyone takes it for dead, so the
+//! coordinator never rebuilds what its earlier process held: the new process rebuilds those units
+//! itself, once the earlier process certainly runs no turns ([`left_by_earlier_process`]).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 use crate::authority::{NodeDescriptor, NodeState, UnitRecord};
 use crate::ids::{NodeId, SpotId, UnitId};
+use crate::witness::Times;
 
 /// The node that coordinates recovery: the serving node with the lowest id.
 pub fn coordinator(view: &[NodeDescriptor]) -> Option<&NodeId> {
@@ -62,6 +68,31 @@ pub fn census(
         }
     }
     census
+}
+
+/// The units an earlier process of this node id left: their records name `me` under a lease
+/// generation older than the one this process started with, so this process never held them, and
+/// no coordinator rebuilds them (it takes `me` for live). Rooms first, then Actors, each by id.
+pub fn left_by_earlier_process(
+    records: Vec<Found>,
+    me: &NodeId,
+    first_generation: u64,
+) -> Vec<Found> {
+    let mut left: Vec<Found> = records
+        .into_iter()
+        .filter(|f| f.record.owner == *me && f.record.lease_generation < first_generation)
+        .collect();
+    left.sort_by(|a, b| a.id.cmp(&b.id));
+    left
+}
+
+/// When an earlier process of this node id, whose lease this process took over at `took_over`,
+/// certainly runs no turns: its last renewal was sent before the takeover, so its lease was
+/// certainly held until `took_over` plus the TTL at most, and it runs at most the outage limit
+/// past that, however its peers vouch for it. The margin covers the pace of two clocks. (It may
+/// also have crashed long before: nothing here can tell a crash from a stall.)
+pub fn earlier_process_stopped(took_over: Instant, times: &Times) -> Instant {
+    took_over + times.lease_ttl + times.outage_limit + times.margin()
 }
 
 /// A survivor as the fill sees it.
@@ -322,6 +353,30 @@ mod tests {
         ];
         assert_eq!(coordinator(&view), Some(&node("b")));
         assert_eq!(coordinator(&view[..1]), None);
+    }
+
+    #[test]
+    fn a_restarted_node_takes_back_only_what_its_earlier_processes_held() {
+        let mut old = found(room("r2"), "me", "room", None);
+        old.record.lease_generation = 3;
+        let mut mine = found(room("r1"), "me", "room", None);
+        mine.record.lease_generation = 5;
+        let mut older = found(player("p1"), "me", "player", Some("r2"));
+        older.record.lease_generation = 1;
+        let records = vec![mine, older, found(room("r3"), "other", "room", None), old];
+        let left = left_by_earlier_process(records, &node("me"), 5);
+        let ids: Vec<&UnitId> = left.iter().map(|f| &f.id).collect();
+        assert_eq!(ids, [&room("r2"), &player("p1")], "rooms first");
+        let times = Times {
+            grace: std::time::Duration::from_secs(4),
+            lease_ttl: std::time::Duration::from_secs(10),
+            outage_limit: std::time::Duration::from_secs(60),
+        };
+        let now = Instant::now();
+        assert_eq!(
+            earlier_process_stopped(now, &times),
+            now + std::time::Duration::from_secs(72)
+        );
     }
 
     #[test]
