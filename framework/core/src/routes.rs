@@ -218,7 +218,13 @@ impl<P> Routes<P> {
     pub fn arrive(&mut self, id: &UnitId, source: &NodeId) -> Arrival<P> {
         match self.take(id) {
             None => Arrival::Clear,
-            Some(Route::Known(old) | Route::Moved(old)) if old == *source => Arrival::Clear,
+            // Kept: should the staged copy be given up, what this node sent it meanwhile follows
+            // its earlier messages to the source, not a new path that could overtake them.
+            Some(known @ (Route::Known(_) | Route::Moved(_))) if matches!(&known, Route::Known(old) | Route::Moved(old) if old == source) =>
+            {
+                self.put(id.clone(), known);
+                Arrival::Clear
+            }
             Some(Route::Known(old) | Route::Moved(old)) => {
                 self.put(id.clone(), Route::Arriving(Vec::new()));
                 Arrival::Fence(old)
@@ -544,9 +550,11 @@ mod tests {
     fn an_arrival_fences_only_a_path_that_did_not_lead_through_the_source() {
         let mut routes = Routes::default();
         let (me, source, third) = (node("n3"), node("n1"), node("n2"));
-        // Sent to the source, or never sent: the relay carries it, nothing to wait for.
+        // Sent to the source, or never sent: the relay carries it, nothing to wait for. The route
+        // stays, for what this node sends the unit if its copy here is given up.
         routes.hint(room("a"), source.clone(), &me);
         assert_eq!(routes.arrive(&room("a"), &source), Arrival::Clear);
+        assert_eq!(routes.cached(&room("a")), Some(&source));
         assert_eq!(routes.arrive(&room("b"), &source), Arrival::Clear);
         assert_eq!(routes.arriving(), 0);
         // Sent through a third node: fence it, and hold what is sent meanwhile.

@@ -1,45 +1,66 @@
-//! A deterministic simulator of a Ferry cluster, built on the protocol core.
+//! A deterministic simulator of a Ferry cluster, built on the protocol core alone.
 //!
-//! Many nodes run the core's move machines ([`SourceMachine`](ferry_core::relocation::protocol::SourceMachine),
-//! [`TargetMachine`](ferry_core::relocation::protocol::TargetMachine)) against a simulated store and
-//! simulated links. Links number their frames with the core's
-//! [`Outbox`](ferry_core::delivery::Outbox) and [`Inbox`](ferry_core::delivery::Inbox), so a reset
-//! that loses what was in flight is repaired the way the mesh repairs it. Senders route tells the way
-//! the runtime does: by the store's record, with route hints and a fence before they switch paths.
+//! Nodes run the core's decisions: the move machines and the lane's place in a move
+//! (`ferry_core::relocation`), the route table that keeps each sender's order
+//! (`ferry_core::routes`), conditional writes settled by reading back (`ferry_core::conditional`),
+//! links that number and resend their frames (`ferry_core::delivery`), the witness beside the
+//! lease (`ferry_core::witness`), the recovery planner (`ferry_core::recovery`) and the session
+//! machine and binding rules (`ferry_core::session`). Around them the simulator keeps a store,
+//! links and one clock.
 //!
 //! Everything that could happen in another order is a pending event, and a seed's [`Plan`] says
-//! which one happens next, and when a fault or a new operation comes: a frame, a store answer, a
-//! turn boundary, a restore, a timer, a move, a tell, a crash, a link reset, a store write whose
-//! answer is lost. After every step the [`world`] checks the invariants: no unit runs on two nodes,
-//! no full copy is destroyed while it is the only one, every move ends once, and every tell runs at
-//! most once and in per-sender order (exactly once, once the run has settled, for units that
-//! moved gracefully).
+//! which happens next, and when a fault or a new operation comes. After every step the world
+//! checks the invariants (no unit runs turns on two nodes at once, no unit is lost, no state goes
+//! back, each sender's messages run at most once and in order); once the plan is done, the faults
+//! end and the run settles, and then every move has ended, every request has ended exactly once,
+//! every unit runs somewhere, and in a graceful run every accepted message ran exactly once, in
+//! order.
+//!
+//! Layout:
+//! - [`plan`]: a seed's steps.
+//! - [`world`]: the cluster and its invariants.
+//! - here: running a plan, and shortening a failing one.
 //!
 //! The same seed gives the same plan and the same trace, so a failure replays exactly:
-//! `FERRY_SIM_SEED=<seed> cargo test -p ferry-sim --test simulation replay`.
+//! `FERRY_SIM_SEED=<seed> cargo test -p ferry-sim --test simulation replays -- --nocapture`.
 
-mod plan;
-mod world;
+pub mod plan;
+pub mod world;
 
 pub use plan::{Plan, Rng, Step};
 pub use world::{Shape, World};
 
+/// How long, in simulated time, a run in which a process died or the store lost writes settles
+/// after its plan: past the outage limit, so every lease that will lapse has, every dead node is
+/// taken for dead and its units are rebuilt. Another run settles once nothing is under way.
+const SETTLE_FOR: std::time::Duration = std::time::Duration::from_secs(40);
+
 /// How one run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
-    /// Every step taken and what it did, in order.
+    /// Every step taken and what it did, in order (empty unless replayed).
     pub trace: Vec<String>,
     /// The first invariant broken, with the step it broke at.
     pub violation: Option<(usize, String)>,
     /// How many moves ended, by their end.
     pub moves_ended: usize,
-    /// How many tells ran.
+    /// How many tells, requests and inputs ran.
     pub tells_ran: usize,
 }
 
-/// Runs `plan` on a fresh world of `shape`, then lets it settle (no new faults or operations).
+/// Runs `plan` on a fresh world of `shape`, then lets it settle with no new faults or operations.
+/// No trace is kept: see [`replay`].
 pub fn run(shape: Shape, plan: &Plan) -> Outcome {
-    let mut world = World::new(shape);
+    play(shape, plan, false)
+}
+
+/// [`run`], keeping a line for every step in the outcome's trace.
+pub fn replay(shape: Shape, plan: &Plan) -> Outcome {
+    play(shape, plan, true)
+}
+
+fn play(shape: Shape, plan: &Plan, tracing: bool) -> Outcome {
+    let mut world = World::new(shape, tracing);
     let mut violation = None;
     for (at, step) in plan.steps.iter().enumerate() {
         world.step(step);
@@ -50,8 +71,12 @@ pub fn run(shape: Shape, plan: &Plan) -> Outcome {
     }
     if violation.is_none() {
         let settled = plan.steps.len();
+        world.calm();
+        let until = world.clock() + SETTLE_FOR;
         let mut picks = plan.settle_picks();
-        while world.pending() > 0 && world.settling_budget() {
+        while (world.active() || (world.lossy() && world.clock() < until))
+            && world.settling_budget()
+        {
             world.step(&Step::Next(picks.next().unwrap_or(0)));
             if let Err(broken) = world.check() {
                 violation = Some((settled, broken));
@@ -59,7 +84,7 @@ pub fn run(shape: Shape, plan: &Plan) -> Outcome {
             }
         }
         if violation.is_none()
-            && let Err(broken) = world.check_settled()
+            && let Err(broken) = world.check_settled(plan.graceful())
         {
             violation = Some((settled, broken));
         }

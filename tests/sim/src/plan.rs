@@ -1,10 +1,15 @@
 //! A seed's plan: which pending event happens next, and when an operation or a fault comes.
 
-/// One step of a plan.
+/// One step of a plan. Indices are taken modulo what exists (nodes, units, members...), so every
+/// step means something in every world and a shortened plan stays valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
-    /// The pending event at this place (modulo how many are pending) happens.
+    /// The pending event at this place (modulo how many are pending) happens: a frame arrives, the
+    /// store takes a call or its answer arrives, a lane reaches a turn boundary, a restore ends, or
+    /// the clock moves on to the next timer.
     Next(u32),
+    /// The clock moves on this many milliseconds; every timer due meanwhile fires, in time order.
+    Wait(u16),
     /// A sender tells a unit its next number.
     Tell {
         /// Which sender.
@@ -12,44 +17,119 @@ pub enum Step {
         /// Which unit.
         unit: u8,
     },
-    /// A unit is moved to a node (from wherever it runs).
-    Move {
+    /// A sender asks a unit its next number: a request that ends in exactly one terminal.
+    Ask {
+        /// Which sender.
+        sender: u8,
         /// Which unit.
+        unit: u8,
+    },
+    /// A unit is moved to a node, from wherever it runs.
+    Move {
+        /// Which unit (an Actor in a room moves with its room).
         unit: u8,
         /// To which node.
         to: u8,
     },
-    /// Every unit a node runs is moved to the next node.
+    /// Every unit a node runs is moved to the next live node.
     Drain {
         /// Which node.
         node: u8,
     },
-    /// A node dies: its copies, its links' traffic and its moves are gone.
+    /// An Actor running alone on a room's node joins the room.
+    Join {
+        /// Which room.
+        room: u8,
+        /// Which of the Actors alone on the room's node.
+        pick: u8,
+    },
+    /// A member leaves its room.
+    Leave {
+        /// Which room.
+        room: u8,
+        /// Which of its members.
+        pick: u8,
+    },
+    /// A unit that does not exist (stopped, or never created) is created on a node.
+    Create {
+        /// Which unit.
+        unit: u8,
+        /// On which node.
+        node: u8,
+    },
+    /// A unit is stopped where it runs.
+    Stop {
+        /// Which unit.
+        unit: u8,
+    },
+    /// A node's process dies: its copies, its links' traffic and its moves are gone.
     Crash {
         /// Which node.
         node: u8,
     },
-    /// A dead node starts again, empty, as a new incarnation.
+    /// A node whose process is gone starts again, empty, as a new process of the same id.
     Restart {
         /// Which node.
         node: u8,
     },
-    /// Survivors rebuild the units whose records name a dead node.
-    Recover,
-    /// The connection between two nodes resets: what was in flight on it is lost.
+    /// A second process starts with a node id that a live process holds.
+    Duplicate {
+        /// Which node id.
+        node: u8,
+    },
+    /// The connection between two nodes resets: what was in flight on it is lost, and what was
+    /// not acknowledged is sent again on the next one.
     Reset {
         /// One end.
         a: u8,
         /// The other end.
         b: u8,
     },
+    /// Nothing passes between two nodes until they heal (frames wait, in order).
+    Partition {
+        /// One end.
+        a: u8,
+        /// The other end.
+        b: u8,
+    },
+    /// Every partition heals.
+    Heal,
+    /// A node cannot reach the store until the cut heals (its calls fail).
+    StoreCut {
+        /// Which node.
+        node: u8,
+    },
+    /// Every node reaches the store again.
+    StoreHeal,
     /// The store's answer to its next write is lost: the write landed or not.
     StoreBlind {
         /// Whether it landed.
         applied: bool,
     },
+    /// The store restarts empty: everything it held is forgotten, under a new epoch.
+    StoreWipe,
+    /// The store fails over to a replica that lacks the last few writes it had not confirmed
+    /// (their answers were lost, or said they were not replicated yet).
+    StoreFailover {
+        /// How many of those writes are lost, at most.
+        lose: u8,
+    },
+    /// The next capture on a source fails (its state adapter panics).
+    CaptureFails,
     /// The next restore on a target fails (its state adapter panics).
     RestoreFails,
+    /// A game client binds an Actor through its gateway.
+    Bind {
+        /// Which client.
+        client: u8,
+        /// Which Actor.
+        actor: u8,
+    },
+    /// A game client sends its bound Actor its next input.
+    Input {
+        /// Which client.
+        client: u8,
+    },
 }
 
 /// The steps one seed takes.
@@ -86,37 +166,200 @@ impl Rng {
     }
 }
 
+/// How often each kind of step comes, in parts of a thousand, in a run with crashes and every
+/// fault of the store.
+const CHAOS: [(Kind, u16); 25] = [
+    (Kind::Next, 470),
+    (Kind::Wait, 60),
+    (Kind::Tell, 140),
+    (Kind::Ask, 40),
+    (Kind::Move, 70),
+    (Kind::Drain, 8),
+    (Kind::Join, 20),
+    (Kind::Leave, 20),
+    (Kind::Create, 10),
+    (Kind::Stop, 8),
+    (Kind::Crash, 6),
+    (Kind::Restart, 8),
+    (Kind::Duplicate, 4),
+    (Kind::Reset, 16),
+    (Kind::Partition, 8),
+    (Kind::Heal, 8),
+    (Kind::StoreCut, 6),
+    (Kind::StoreHeal, 6),
+    (Kind::StoreBlind, 20),
+    (Kind::StoreWipe, 1),
+    (Kind::StoreFailover, 2),
+    (Kind::CaptureFails, 6),
+    (Kind::RestoreFails, 6),
+    (Kind::Bind, 18),
+    (Kind::Input, 35),
+];
+
+/// The same in a graceful run: links reset and partition, store answers are lost and the store
+/// fails over (losing what it had not confirmed), but no process dies and the store keeps what it
+/// confirmed, so every accepted message must run exactly once, in order.
+const GRACEFUL: [(Kind, u16); 19] = [
+    (Kind::Next, 480),
+    (Kind::Wait, 50),
+    (Kind::Tell, 150),
+    (Kind::Ask, 40),
+    (Kind::Move, 70),
+    (Kind::Drain, 8),
+    (Kind::Join, 20),
+    (Kind::Leave, 20),
+    (Kind::Create, 10),
+    (Kind::Stop, 8),
+    (Kind::Reset, 16),
+    (Kind::Partition, 8),
+    (Kind::Heal, 10),
+    (Kind::StoreBlind, 20),
+    (Kind::StoreFailover, 6),
+    (Kind::CaptureFails, 6),
+    (Kind::RestoreFails, 6),
+    (Kind::Bind, 18),
+    (Kind::Input, 40),
+];
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Next,
+    Wait,
+    Tell,
+    Ask,
+    Move,
+    Drain,
+    Join,
+    Leave,
+    Create,
+    Stop,
+    Crash,
+    Restart,
+    Duplicate,
+    Reset,
+    Partition,
+    Heal,
+    StoreCut,
+    StoreHeal,
+    StoreBlind,
+    StoreWipe,
+    StoreFailover,
+    CaptureFails,
+    RestoreFails,
+    Bind,
+    Input,
+}
+
 impl Plan {
-    /// The plan of `seed`: `len` steps over `nodes` nodes, `units` units and `senders` senders.
-    pub fn generate(seed: u64, len: usize, nodes: usize, units: usize, senders: usize) -> Plan {
+    /// The plan of `seed`: `len` steps. One seed in three is graceful (see [`Plan::graceful`]).
+    pub fn generate(seed: u64, len: usize) -> Plan {
         let mut rng = Rng::new(seed);
-        let mut pick = |n: usize| rng.below(n as u64) as u8;
+        let weights: &[(Kind, u16)] = if Plan::graceful_seed(seed) {
+            &GRACEFUL
+        } else {
+            &CHAOS
+        };
+        let total: u64 = weights.iter().map(|(_, w)| u64::from(*w)).sum();
         let steps = (0..len)
-            .map(|_| match pick(100) {
-                0..=51 => Step::Next(u32::from(pick(251))),
-                52..=71 => Step::Tell {
-                    sender: pick(senders),
-                    unit: pick(units),
-                },
-                72..=80 => Step::Move {
-                    unit: pick(units),
-                    to: pick(nodes),
-                },
-                81..=82 => Step::Drain { node: pick(nodes) },
-                83..=84 => Step::Crash { node: pick(nodes) },
-                85..=86 => Step::Restart { node: pick(nodes) },
-                87..=88 => Step::Recover,
-                89..=93 => Step::Reset {
-                    a: pick(nodes),
-                    b: pick(nodes),
-                },
-                94..=97 => Step::StoreBlind {
-                    applied: pick(2) == 1,
-                },
-                _ => Step::RestoreFails,
+            .map(|_| {
+                let mut at = rng.below(total);
+                let kind = weights
+                    .iter()
+                    .find(|(_, w)| {
+                        let hit = at < u64::from(*w);
+                        at = at.saturating_sub(u64::from(*w));
+                        hit
+                    })
+                    .map_or(Kind::Next, |(k, _)| *k);
+                let mut byte = || rng.below(256) as u8;
+                match kind {
+                    Kind::Next => Step::Next(u32::from(byte()) << 8 | u32::from(byte())),
+                    Kind::Wait => Step::Wait(match byte() % 8 {
+                        0..=2 => 50,
+                        3..=4 => 400,
+                        5 => 1_500,
+                        6 => 4_000,
+                        _ => 9_000,
+                    }),
+                    Kind::Tell => Step::Tell {
+                        sender: byte(),
+                        unit: byte(),
+                    },
+                    Kind::Ask => Step::Ask {
+                        sender: byte(),
+                        unit: byte(),
+                    },
+                    Kind::Move => Step::Move {
+                        unit: byte(),
+                        to: byte(),
+                    },
+                    Kind::Drain => Step::Drain { node: byte() },
+                    Kind::Join => Step::Join {
+                        room: byte(),
+                        pick: byte(),
+                    },
+                    Kind::Leave => Step::Leave {
+                        room: byte(),
+                        pick: byte(),
+                    },
+                    Kind::Create => Step::Create {
+                        unit: byte(),
+                        node: byte(),
+                    },
+                    Kind::Stop => Step::Stop { unit: byte() },
+                    Kind::Crash => Step::Crash { node: byte() },
+                    Kind::Restart => Step::Restart { node: byte() },
+                    Kind::Duplicate => Step::Duplicate { node: byte() },
+                    Kind::Reset => Step::Reset {
+                        a: byte(),
+                        b: byte(),
+                    },
+                    Kind::Partition => Step::Partition {
+                        a: byte(),
+                        b: byte(),
+                    },
+                    Kind::Heal => Step::Heal,
+                    Kind::StoreCut => Step::StoreCut { node: byte() },
+                    Kind::StoreHeal => Step::StoreHeal,
+                    Kind::StoreBlind => Step::StoreBlind {
+                        applied: byte() % 2 == 1,
+                    },
+                    Kind::StoreWipe => Step::StoreWipe,
+                    Kind::StoreFailover => Step::StoreFailover {
+                        lose: 1 + byte() % 3,
+                    },
+                    Kind::CaptureFails => Step::CaptureFails,
+                    Kind::RestoreFails => Step::RestoreFails,
+                    Kind::Bind => Step::Bind {
+                        client: byte(),
+                        actor: byte(),
+                    },
+                    Kind::Input => Step::Input { client: byte() },
+                }
             })
             .collect();
         Plan { seed, steps }
+    }
+
+    /// Whether a seed's plan is graceful: no process dies and the store loses nothing it
+    /// confirmed.
+    pub fn graceful_seed(seed: u64) -> bool {
+        seed.is_multiple_of(3)
+    }
+
+    /// Whether this plan is graceful: none of its steps kills a process or makes the store lose
+    /// what it confirmed (a shortened chaos plan may be).
+    pub fn graceful(&self) -> bool {
+        !self.steps.iter().any(|s| {
+            matches!(
+                s,
+                Step::Crash { .. }
+                    | Step::Restart { .. }
+                    | Step::Duplicate { .. }
+                    | Step::StoreCut { .. }
+                    | Step::StoreWipe
+            )
+        })
     }
 
     /// Which pending event happens next while the run settles, after the plan's steps.

@@ -1,0 +1,232 @@
+//! The invariants: after every step, and once the run has settled.
+
+use std::collections::BTreeMap;
+
+use ferry_core::witness::may_run;
+
+use super::sessions::input_id;
+use super::{Node, TIMES, Terminal, World, node_index};
+
+/// Where a unit's copies are.
+#[derive(Debug, Default)]
+struct Copies {
+    /// Processes (node, process) that hold it in a lane that may run its turns now.
+    running: Vec<(usize, u64)>,
+    /// Whether any live process holds a copy at all (staged, sealed, gated or running).
+    held: bool,
+}
+
+impl World {
+    /// Which live processes may run turns now: the nodes', then the stalled ones'.
+    fn runs(&self) -> Vec<bool> {
+        let may = |node: &Node| {
+            may_run(
+                self.now,
+                node.lease_until,
+                true,
+                &TIMES,
+                node.witness.vouch(TIMES.grace),
+            )
+        };
+        self.nodes
+            .iter()
+            .map(|n| n.up && may(n))
+            .chain(self.ghosts.iter().map(|(_, g)| may(g)))
+            .collect()
+    }
+
+    fn copies(&self, unit: usize, runs: &[bool]) -> Copies {
+        let mut copies = Copies::default();
+        let processes = self
+            .nodes
+            .iter()
+            .enumerate()
+            .chain(self.ghosts.iter().map(|(n, g)| (*n, g)))
+            .zip(runs);
+        for ((n, node), &runs) in processes {
+            if !node.up {
+                continue;
+            }
+            for lane in node.lanes.values().filter(|l| l.cells.contains_key(&unit)) {
+                copies.held = true;
+                if runs && lane.stance.is_open() && !lane.stance.suspended() {
+                    copies.running.push((n, node.process));
+                }
+            }
+        }
+        copies
+    }
+
+    /// The log of the copy that runs the unit, if one does.
+    fn running_log(&self, unit: usize) -> Option<&Vec<(usize, u64)>> {
+        self.nodes
+            .iter()
+            .filter(|n| n.up)
+            .find_map(|n| running_log(n, unit))
+    }
+
+    /// What holds after every step.
+    pub fn check(&mut self) -> Result<(), String> {
+        if self.touched.is_empty() {
+            return Ok(());
+        }
+        let runs = self.runs();
+        for unit in std::mem::take(&mut self.touched) {
+            let copies = self.copies(unit, &runs);
+            if copies.running.len() > 1 {
+                return Err(format!(
+                    "u{unit} runs turns on {:?} at once",
+                    copies.running
+                ));
+            }
+            let life = &self.lives[unit];
+            if life.exists
+                && !self.store_lost()
+                && !copies.held
+                && let Some((_, record)) = self.store.record(unit)
+            {
+                let owner = node_index(&record.owner);
+                // An earlier process of the owner's id held it: the owner takes it back later.
+                let earlier = record.lease_generation < self.nodes[owner].first_generation;
+                let claimed = self.nodes.iter().any(|n| n.up && n.calls.values().any(|p| matches!(p, super::store::Purpose::Claim { unit: u, .. } | super::store::Purpose::ClaimRead { unit: u, .. } if *u == unit)));
+                if self.nodes[owner].up && !claimed && !earlier {
+                    return Err(format!(
+                        "u{unit} is lost: no process holds it, and its record names n{owner}, which runs"
+                    ));
+                }
+            }
+            for n in self.nodes.iter().filter(|n| n.up) {
+                for lane in n.lanes.values() {
+                    if let Some(cell) = lane.cells.get(&unit) {
+                        in_order(unit, &cell.log)?;
+                    }
+                }
+            }
+            if let Some(log) = self.running_log(unit) {
+                let len = log.len();
+                let life = &mut self.lives[unit];
+                if len < life.high && !life.rebuilt && !life.renewed {
+                    return Err(format!(
+                        "u{unit}'s state went back from {} entries to {len}",
+                        life.high
+                    ));
+                }
+                life.high = life.high.max(len);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the store restarted empty: a record may then point anywhere, or nowhere, and only
+    /// the checks that do not trust it hold.
+    fn store_lost(&self) -> bool {
+        self.store.epoch > 1
+    }
+
+    /// What must hold once the run has settled.
+    pub fn check_settled(&self, graceful: bool) -> Result<(), String> {
+        for (rel, (node, s)) in &self.outgoing {
+            if self.nodes[*node].up && s.machine.end().is_none() && !self.store_lost() {
+                return Err(format!("move {rel} on n{node} never ended"));
+            }
+        }
+        for (s, sender) in self.senders.iter().enumerate() {
+            let node = &self.nodes[s % self.shape.nodes];
+            for (&(unit, seq), (process, ends)) in &sender.asked {
+                if ends.len() > 1 || (ends.is_empty() && node.up && node.process == *process) {
+                    return Err(format!(
+                        "s{s}'s ask #{seq} of u{unit} ended {} times",
+                        ends.len()
+                    ));
+                }
+            }
+        }
+        if self.store_lost() {
+            return Ok(());
+        }
+        for unit in 0..self.shape.units() {
+            if self.lives[unit].exists && self.running_log(unit).is_none() {
+                return Err(format!("u{unit} runs nowhere after settling"));
+            }
+        }
+        if !graceful || self.lossy {
+            return Ok(());
+        }
+        if self.lost > 0 {
+            return Err(format!("{} messages were lost with no crash", self.lost));
+        }
+        for unit in 0..self.shape.units() {
+            let life = &self.lives[unit];
+            if !life.exists || life.renewed || life.rebuilt {
+                continue;
+            }
+            let Some(log) = self.running_log(unit) else {
+                continue;
+            };
+            for (s, sender) in self.senders.iter().enumerate() {
+                let ran: Vec<u64> = log
+                    .iter()
+                    .filter(|(who, _)| *who == s)
+                    .map(|&(_, seq)| seq)
+                    .collect();
+                let sent = sender.sent.get(&unit).cloned().unwrap_or_default();
+                if ran != sent {
+                    return Err(format!("u{unit}: s{s} sent {sent:?} but {ran:?} ran"));
+                }
+                for seq in &sent {
+                    if let Some((_, ends)) = sender.asked.get(&(unit, *seq))
+                        && ends == &[Terminal::Error]
+                    {
+                        return Err(format!(
+                            "s{s}'s ask #{seq} of u{unit} ran, but ended {ends:?}"
+                        ));
+                    }
+                }
+            }
+            for (c, gateway) in self.gateways.iter().enumerate() {
+                for (number, sent) in gateway.accepted(unit) {
+                    let who = input_id(c, number as u64);
+                    let ran: Vec<u64> = log
+                        .iter()
+                        .filter(|(w, _)| *w == who)
+                        .map(|&(_, seq)| seq)
+                        .collect();
+                    if ran != *sent {
+                        return Err(format!(
+                            "u{unit}: client {c}'s gateway took {sent:?} in session {number}, \
+                             but {ran:?} ran"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn running_log(node: &Node, unit: usize) -> Option<&Vec<(usize, u64)>> {
+    node.lanes
+        .values()
+        .filter(|l| l.stance.is_open() && !l.stance.suspended())
+        .find_map(|l| l.cells.get(&unit))
+        .map(|c| &c.log)
+}
+
+/// Each sender's numbers run at most once, and in the order sent.
+fn in_order(unit: usize, log: &[(usize, u64)]) -> Result<(), String> {
+    let mut last: BTreeMap<usize, u64> = BTreeMap::new();
+    for &(who, seq) in log {
+        let before = last.insert(who, seq).unwrap_or(0);
+        if seq <= before {
+            let what = if seq == before {
+                "twice"
+            } else {
+                "out of order"
+            };
+            return Err(format!(
+                "u{unit} ran #{seq} of {who} after #{before}: {what}"
+            ));
+        }
+    }
+    Ok(())
+}

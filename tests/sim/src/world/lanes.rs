@@ -1,0 +1,665 @@
+//! The lanes that run units' turns: a room with its members in one lane, or an Actor alone. What
+//! reaches a lane runs at once when it may, or waits in its queue (before a seal's turn boundary,
+//! or while it is not open yet) or its hold (after a capture), as the core's [`LaneMove`] says.
+//! Joins, leaves, creations and stops go through the same rules as the runtime's lane.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use ferry_core::authority::{Stage, UnitRecord};
+use ferry_core::conditional::{ConditionalWrite, Settled};
+use ferry_core::ids::{ObjectGeneration, UnitId};
+use ferry_core::relocation::lane::{Arrival, Change, LaneMove, Verdict};
+use ferry_core::witness::may_run;
+
+use super::links::Msg;
+use super::store::{Cond, Key, Op, Purpose, Reply, Value};
+use super::{TIMES, World, node_id, take_where};
+
+/// How many conditional writes of an Actor's room a join or a leave tries.
+const RECORD_TRIES: u8 = 8;
+
+/// A message for a unit, as queues and the mesh carry it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Parcel {
+    pub to: usize,
+    pub work: Work,
+    /// The node that sent it first: route hints go there.
+    pub origin: usize,
+    pub hops: u8,
+}
+
+/// What a message asks of its unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Work {
+    /// A sender's numbered tell.
+    Tell { sender: usize, seq: u64 },
+    /// A sender's numbered request; its terminal goes to request `id` on the origin.
+    Ask { sender: usize, seq: u64, id: u64 },
+    /// A route fence of the origin's: answered once everything before it ran.
+    Fence { id: u64 },
+    /// A game client's numbered input, sent by its gateway; `client` is the session's id in logs.
+    Input { client: usize, seq: u64 },
+    /// A session binds the Actor.
+    Bind {
+        client: usize,
+        number: u64,
+        epoch: u32,
+    },
+    /// A session lets the Actor go.
+    Unbind {
+        client: usize,
+        number: u64,
+        epoch: u32,
+    },
+}
+
+/// One unit in a lane.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Cell {
+    /// What ran, in order: (sender, number); game clients count as `CLIENTS + client`.
+    pub log: Vec<(usize, u64)>,
+    /// A room's members.
+    pub members: BTreeSet<usize>,
+    /// The room an Actor is in.
+    pub spot: Option<usize>,
+    /// The session an Actor is bound to.
+    pub binding: Option<ferry_core::session::SessionBinding>,
+}
+
+/// One lane: a room with its members, or an Actor alone.
+#[derive(Debug)]
+pub(crate) struct Lane {
+    pub stance: LaneMove,
+    /// The room, or the lone Actor: what moves.
+    pub primary: usize,
+    pub cells: BTreeMap<usize, Cell>,
+    /// Accepted and not run yet: saved work if the lane is captured now.
+    pub queue: VecDeque<Parcel>,
+    /// Arrived after the capture: relayed at the handover.
+    pub hold: Vec<Parcel>,
+    /// Relayed at the handover, kept until the target commits.
+    pub relayed: Vec<Parcel>,
+    /// A seal waits for the turn boundary: what arrives queues, to be captured.
+    pub sealing: bool,
+    /// On a move's target, before it opens: what arrived here, to run after the relay records.
+    pub gated: Vec<Parcel>,
+    /// Binds held back during a move's quiet spell, in arrival order.
+    pub deferred: Vec<Parcel>,
+}
+
+impl Lane {
+    pub fn new(primary: usize, cells: BTreeMap<usize, Cell>, stance: LaneMove) -> Lane {
+        Lane {
+            stance,
+            primary,
+            cells,
+            queue: VecDeque::new(),
+            hold: Vec::new(),
+            relayed: Vec::new(),
+            sealing: false,
+            gated: Vec::new(),
+            deferred: Vec::new(),
+        }
+    }
+}
+
+impl World {
+    /// Puts every unit in place at the start, with its record.
+    pub(crate) fn populate(&mut self) {
+        let shape = self.shape;
+        for room in 0..shape.rooms {
+            let mut cell = Cell::default();
+            let members: Vec<usize> = (0..shape.actors / 2)
+                .filter(|a| a % shape.rooms == room)
+                .map(|a| shape.rooms + a)
+                .collect();
+            cell.members = members.iter().copied().collect();
+            let mut cells = BTreeMap::from([(room, cell)]);
+            for &m in &members {
+                cells.insert(
+                    m,
+                    Cell {
+                        spot: Some(room),
+                        ..Cell::default()
+                    },
+                );
+            }
+            let home = room % shape.nodes;
+            self.place(home, room, cells);
+        }
+        for a in shape.actors / 2..shape.actors {
+            let actor = shape.rooms + a;
+            self.place(
+                actor % shape.nodes,
+                actor,
+                BTreeMap::from([(actor, Cell::default())]),
+            );
+        }
+    }
+
+    /// A running lane on `node` for `cells`, recorded in the store as there.
+    fn place(&mut self, node: usize, primary: usize, cells: BTreeMap<usize, Cell>) {
+        let lease = self.nodes[node].lease.map_or(0, |(g, _)| g);
+        let mut puts = Vec::new();
+        for (&u, cell) in &cells {
+            self.lives[u].exists = true;
+            let record = UnitRecord {
+                owner: node_id(node),
+                lease_generation: lease,
+                object_generation: ObjectGeneration(u as u64 + 1),
+                owner_generation: 1,
+                factory: self.factory(u).into(),
+                stage: Stage::Active,
+                spot: cell.spot.map(|s| self.spot_id(s)),
+                recoverable: true,
+            };
+            puts.push((Key::Unit(u), Value::Unit(record)));
+        }
+        self.store.apply(
+            &Op::Batch {
+                conds: Vec::new(),
+                puts,
+                deletes: Vec::new(),
+            },
+            self.now,
+            true,
+        );
+        self.add_lane(node, Lane::new(primary, cells, LaneMove::running()));
+    }
+
+    pub(crate) fn factory(&self, u: usize) -> &'static str {
+        if self.is_room(u) { "room" } else { "player" }
+    }
+
+    pub(crate) fn spot_id(&self, room: usize) -> ferry_core::ids::SpotId {
+        match self.unit_id(room) {
+            ferry_core::ids::UnitId::Spot(spot) => spot,
+            ferry_core::ids::UnitId::Actor(_) => unreachable!("rooms are spots"),
+        }
+    }
+
+    /// Registers a lane on `node`: its units are hosted there from now on.
+    pub(crate) fn add_lane(&mut self, node: usize, lane: Lane) -> u64 {
+        let id = self.fresh();
+        for &u in lane.cells.keys() {
+            self.nodes[node].directory.insert(u, id);
+            self.touched.insert(u);
+        }
+        self.nodes[node].lanes.insert(id, lane);
+        id
+    }
+
+    /// Removes a lane and its units' directory entries (those that still point at it).
+    pub(crate) fn drop_lane(&mut self, node: usize, id: u64) -> Option<Lane> {
+        let lane = self.nodes[node].lanes.remove(&id)?;
+        for u in lane.cells.keys() {
+            self.touched.insert(*u);
+            if self.nodes[node].directory.get(u) == Some(&id) {
+                self.nodes[node].directory.remove(u);
+            }
+        }
+        Some(lane)
+    }
+
+    /// The lane hosting `unit` on `node`.
+    pub(crate) fn lane_of(&self, node: usize, unit: usize) -> Option<u64> {
+        self.nodes[node].directory.get(&unit).copied()
+    }
+
+    /// Where a unit's lane runs: the live node whose directory has it.
+    pub(crate) fn host(&self, unit: usize) -> Option<(usize, u64)> {
+        (0..self.nodes.len())
+            .filter(|&n| self.nodes[n].up)
+            .find_map(|n| self.lane_of(n, unit).map(|l| (n, l)))
+    }
+
+    /// Whether `node` may run a turn now: its lease is certainly held, or its peers vouch for it.
+    pub(crate) fn node_may_run(&self, node: usize) -> bool {
+        let n = &self.nodes[node];
+        may_run(
+            self.now,
+            n.lease_until,
+            true,
+            &TIMES,
+            n.witness.vouch(TIMES.grace),
+        )
+    }
+
+    /// A message reaches a lane of `node`: it runs now, or waits in the queue or the hold.
+    pub(crate) fn enqueue(&mut self, node: usize, lane: u64, parcel: Parcel) {
+        let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
+            return;
+        };
+        if l.stance.is_restored() && !l.stance.is_open() {
+            l.gated.push(parcel);
+            return;
+        }
+        match l.stance.arrival() {
+            Arrival::Hold => l.hold.push(parcel),
+            Arrival::Queue if !l.stance.is_open() || l.sealing || !l.queue.is_empty() => {
+                l.queue.push_back(parcel)
+            }
+            Arrival::Queue => self.run(node, lane, parcel),
+        }
+    }
+
+    /// Runs what the lane has queued, in order, while it may.
+    pub(crate) fn run_queue(&mut self, node: usize, lane: u64) {
+        loop {
+            let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
+                return;
+            };
+            if !l.stance.is_open() || l.sealing || l.stance.suspended() {
+                return;
+            }
+            let Some(parcel) = l.queue.pop_front() else {
+                return;
+            };
+            self.run(node, lane, parcel);
+        }
+    }
+
+    /// One turn: the lane runs one message.
+    fn run(&mut self, node: usize, lane: u64, parcel: Parcel) {
+        if !self.node_may_run(node) {
+            self.fence_node(
+                node,
+                "the owner lease ran out, and the mesh no longer vouches for it",
+            );
+            return;
+        }
+        let to = parcel.to;
+        let Some(cell) = self.nodes[node]
+            .lanes
+            .get_mut(&lane)
+            .and_then(|l| l.cells.get_mut(&to))
+        else {
+            // Not a unit of this lane (any more): it goes wherever the unit is.
+            self.send_parcel(node, parcel);
+            return;
+        };
+        self.touched.insert(to);
+        match parcel.work {
+            Work::Bind { .. } | Work::Unbind { .. } => self.session_op(node, lane, parcel),
+            Work::Tell { sender, seq } => {
+                cell.log.push((sender, seq));
+                self.tells_ran += 1;
+            }
+            Work::Ask { sender, seq, id } => {
+                cell.log.push((sender, seq));
+                self.tells_ran += 1;
+                self.send(node, parcel.origin, Msg::Reply { id, ok: true });
+            }
+            Work::Fence { id } => self.send(node, parcel.origin, Msg::Reply { id, ok: true }),
+            Work::Input { client, seq } => {
+                cell.log.push((client, seq));
+                self.tells_ran += 1;
+            }
+        }
+    }
+
+    /// A message that cannot be delivered: a request gets its error, a tell is counted lost
+    /// (with no crash or store loss to explain it, that breaks exactly-once).
+    pub(crate) fn give_up(&mut self, node: usize, parcel: Parcel, why: &str) {
+        trace!(self, "n{node}: gives up {parcel:?}: {why}");
+        match parcel.work {
+            Work::Ask { id, .. } | Work::Fence { id } => {
+                self.send(node, parcel.origin, Msg::Reply { id, ok: false });
+            }
+            Work::Tell { .. } | Work::Input { .. } => {
+                if self.lives[parcel.to].exists && !self.lives[parcel.to].renewed {
+                    self.lost += 1;
+                }
+            }
+            Work::Bind { .. } | Work::Unbind { .. } => {}
+        }
+    }
+
+    // ---- membership ---------------------------------------------------------------------------
+
+    /// An Actor alone on the room's node joins the room, as `Node::join` does there.
+    pub(crate) fn join(&mut self, room: usize, pick: usize) {
+        let Some((node, room_lane)) = self.host(room) else {
+            return;
+        };
+        let alone: Vec<(usize, u64)> = self.nodes[node]
+            .lanes
+            .iter()
+            .filter(|(_, l)| !self.is_room(l.primary) && l.cells.len() == 1)
+            .filter(|(_, l)| l.cells.get(&l.primary).is_some_and(|c| c.spot.is_none()))
+            .map(|(&id, l)| (l.primary, id))
+            .collect();
+        if alone.is_empty() {
+            return;
+        }
+        let (actor, actor_lane) = alone[pick % alone.len()];
+        let refused = |w: &World, lane: u64, change: Change| {
+            w.nodes[node]
+                .lanes
+                .get(&lane)
+                .map(|l| l.stance.change(change))
+        };
+        let verdict = match refused(self, actor_lane, Change::Own) {
+            Some(Verdict::Apply) => refused(self, room_lane, Change::Attach),
+            other => other,
+        };
+        if verdict != Some(Verdict::Apply) {
+            trace!(
+                self,
+                "n{node}: p{actor} joins r{room}: refused ({verdict:?})"
+            );
+            return;
+        }
+        trace!(self, "n{node}: p{actor} joins r{room}");
+        let Some(mut alone) = self.drop_lane(node, actor_lane) else {
+            return;
+        };
+        let Some(mut cell) = alone.cells.remove(&actor) else {
+            return;
+        };
+        cell.spot = Some(room);
+        let Some(l) = self.nodes[node].lanes.get_mut(&room_lane) else {
+            return;
+        };
+        if let Some(r) = l.cells.get_mut(&room) {
+            r.members.insert(actor);
+        }
+        l.cells.insert(actor, cell);
+        // Sent to the Actor before it joined: it runs first.
+        for parcel in alone.queue.into_iter().rev() {
+            l.queue.push_front(parcel);
+        }
+        self.nodes[node].directory.insert(actor, room_lane);
+        self.touched.insert(actor);
+        self.run_queue(node, room_lane);
+        self.record_spot(node, actor, Some(room), RECORD_TRIES);
+    }
+
+    /// A member leaves its room into a lane of its own, as `Node::leave` does.
+    pub(crate) fn leave(&mut self, room: usize, pick: usize) {
+        let Some((node, room_lane)) = self.host(room) else {
+            return;
+        };
+        let Some(l) = self.nodes[node].lanes.get(&room_lane) else {
+            return;
+        };
+        let members: Vec<usize> = l
+            .cells
+            .get(&room)
+            .map(|c| c.members.iter().copied().collect())
+            .unwrap_or_default();
+        if members.is_empty() {
+            return;
+        }
+        let actor = members[pick % members.len()];
+        let verdict = l.stance.change(Change::Own);
+        if verdict != Verdict::Apply {
+            trace!(
+                self,
+                "n{node}: p{actor} leaves r{room}: refused ({verdict:?})"
+            );
+            return;
+        }
+        trace!(self, "n{node}: p{actor} leaves r{room}");
+        let Some(l) = self.nodes[node].lanes.get_mut(&room_lane) else {
+            return;
+        };
+        if let Some(r) = l.cells.get_mut(&room) {
+            r.members.remove(&actor);
+        }
+        let Some(mut cell) = l.cells.remove(&actor) else {
+            return;
+        };
+        cell.spot = None;
+        let queued = take_where(&mut l.queue, |p| p.to == actor);
+        let mut alone = Lane::new(actor, BTreeMap::from([(actor, cell)]), LaneMove::running());
+        alone.queue.extend(queued);
+        let id = self.add_lane(node, alone);
+        self.run_queue(node, id);
+        self.record_spot(node, actor, None, RECORD_TRIES);
+    }
+
+    /// Writes the room an Actor is in into its record: read, then a conditional write.
+    fn record_spot(&mut self, node: usize, actor: usize, spot: Option<usize>, tries: u8) {
+        if tries == 0 {
+            trace!(
+                self,
+                "n{node}: p{actor}'s room not recorded: MembershipNotRecorded"
+            );
+            return;
+        }
+        self.call(
+            node,
+            Op::ReadBack(vec![actor]),
+            Purpose::SpotRead { actor, spot, tries },
+        );
+    }
+
+    pub(crate) fn spot_read(
+        &mut self,
+        node: usize,
+        actor: usize,
+        spot: Option<usize>,
+        tries: u8,
+        reply: Reply,
+    ) {
+        let Reply::Got(found) = reply else {
+            trace!(self, "n{node}: p{actor}'s room not recorded: {reply:?}");
+            return;
+        };
+        let Some(Some((version, mut record))) = found.into_iter().next() else {
+            return;
+        };
+        let wanted = spot.map(|s| self.spot_id(s));
+        if record.spot == wanted || record.owner != node_id(node) {
+            return;
+        }
+        record.spot = wanted;
+        let lease = self.lease_cond(node);
+        self.call(
+            node,
+            Op::Batch {
+                conds: vec![Cond::Version(Key::Unit(actor), version), lease],
+                puts: vec![(Key::Unit(actor), Value::Unit(record))],
+                deletes: Vec::new(),
+            },
+            Purpose::SpotWrite { actor, spot, tries },
+        );
+    }
+
+    pub(crate) fn spot_written(
+        &mut self,
+        node: usize,
+        actor: usize,
+        spot: Option<usize>,
+        tries: u8,
+        reply: Reply,
+    ) {
+        if reply != Reply::Committed {
+            // Changed meanwhile, or the answer was lost: the next read tells.
+            self.record_spot(node, actor, spot, tries - 1);
+        }
+    }
+
+    /// The condition that makes a write an owner's: this node's lease, live and current.
+    pub(crate) fn lease_cond(&self, node: usize) -> Cond {
+        Cond::Lease {
+            node,
+            generation: self.nodes[node].lease.map_or(0, |(g, _)| g),
+        }
+    }
+
+    // ---- creation and stops -------------------------------------------------------------------
+
+    /// Creates a unit that does not exist on `node`: a gated lane, then a claim of its record.
+    pub(crate) fn create(&mut self, unit: usize, node: usize) {
+        if self.lives[unit].exists || !self.nodes[node].up || self.host(unit).is_some() {
+            return;
+        }
+        trace!(self, "n{node}: creates {unit}");
+        let record = UnitRecord {
+            owner: node_id(node),
+            lease_generation: self.nodes[node].lease.map_or(0, |(g, _)| g),
+            object_generation: ObjectGeneration(self.fresh()),
+            owner_generation: 1,
+            factory: self.factory(unit).into(),
+            stage: Stage::Active,
+            spot: None,
+            recoverable: true,
+        };
+        self.claim(
+            node,
+            unit,
+            BTreeMap::from([(unit, Cell::default())]),
+            record,
+            vec![Cond::Absent(Key::Unit(unit))],
+        );
+    }
+
+    /// A gated lane for `cells` on `node`, opened once its record (`wrote`, under `conds` and
+    /// this node's lease) is written.
+    pub(crate) fn claim(
+        &mut self,
+        node: usize,
+        unit: usize,
+        cells: BTreeMap<usize, Cell>,
+        wrote: UnitRecord,
+        mut conds: Vec<Cond>,
+    ) {
+        let mut gated = Lane::new(unit, cells, LaneMove::creating());
+        // What this node sent the unit before it was hosted here runs first.
+        let id = self.unit_id(unit);
+        gated.queue.extend(self.nodes[node].routes.hosted(&id));
+        let lane = self.add_lane(node, gated);
+        conds.push(self.lease_cond(node));
+        self.call(
+            node,
+            Op::Batch {
+                conds,
+                puts: vec![(Key::Unit(unit), Value::Unit(wrote.clone()))],
+                deletes: Vec::new(),
+            },
+            Purpose::Claim { unit, lane, wrote },
+        );
+    }
+
+    /// A claim's answer (or, `read`, its read back): open the lane, give it up, or read back.
+    pub(crate) fn claimed(
+        &mut self,
+        node: usize,
+        unit: usize,
+        lane: u64,
+        wrote: UnitRecord,
+        reply: Reply,
+        read: bool,
+    ) {
+        let write = ConditionalWrite::new(wrote.clone());
+        let settled = match (&reply, read) {
+            (Reply::Committed, false) => Settled::Won,
+            (Reply::Conflict { .. } | Reply::Unavailable | Reply::Reset, false) => Settled::Lost,
+            (Reply::Unknown, false) => Settled::ReadBack,
+            (Reply::Got(found), true) => {
+                write.on_read(Ok(found.first().and_then(|f| f.as_ref()).map(|(_, r)| r)))
+            }
+            (_, true) => Settled::ReadBack,
+            _ => Settled::Lost,
+        };
+        match settled {
+            Settled::Won => {
+                let rebuilt = wrote.owner_generation > 1;
+                trace!(
+                    self,
+                    "n{node}: u{unit} recorded here; its lane opens{}",
+                    if rebuilt {
+                        " (rebuilt, state restarted)"
+                    } else {
+                        ""
+                    }
+                );
+                let life = &mut self.lives[unit];
+                life.exists = true;
+                life.renewed |= !rebuilt;
+                life.rebuilt |= rebuilt;
+                if let Some(l) = self.nodes[node].lanes.get_mut(&lane) {
+                    l.stance.open();
+                }
+                self.run_queue(node, lane);
+            }
+            Settled::Lost => {
+                trace!(
+                    self,
+                    "n{node}: u{unit} not recorded here ({reply:?}); its lane is given up"
+                );
+                self.discard(node, lane);
+            }
+            Settled::ReadBack | Settled::Unknown => {
+                self.call(
+                    node,
+                    Op::ReadBack(vec![unit]),
+                    Purpose::ClaimRead { unit, lane, wrote },
+                );
+            }
+        }
+    }
+
+    /// Gives up a lane that never opened: what reached it follows the unit's owner.
+    pub(crate) fn discard(&mut self, node: usize, lane: u64) {
+        let Some(l) = self.drop_lane(node, lane) else {
+            return;
+        };
+        // A restored copy's saved work is the source's too: it runs there.
+        let mut rest: Vec<Parcel> = Vec::new();
+        if !l.stance.is_restored() {
+            rest.extend(l.queue);
+        }
+        rest.extend(l.gated);
+        for parcel in rest {
+            self.send_parcel(node, parcel);
+        }
+    }
+
+    /// Stops a unit where it runs: a lone Actor or a room without members.
+    pub(crate) fn stop(&mut self, unit: usize) {
+        let Some((node, lane)) = self.host(unit) else {
+            return;
+        };
+        let Some(l) = self.nodes[node].lanes.get(&lane) else {
+            return;
+        };
+        if l.cells.len() != 1 {
+            return;
+        }
+        let verdict = l.stance.change(Change::Own);
+        if verdict != Verdict::Apply {
+            trace!(self, "n{node}: stop u{unit}: refused ({verdict:?})");
+            return;
+        }
+        trace!(self, "n{node}: stops u{unit}");
+        let life = &mut self.lives[unit];
+        life.exists = false;
+        life.renewed = true;
+        let Some(mut l) = self.drop_lane(node, lane) else {
+            return;
+        };
+        if let (Some(binding), UnitId::Actor(actor)) = (
+            l.cells.get_mut(&unit).and_then(|c| c.binding.take()),
+            self.unit_id(unit),
+        ) {
+            let notice = ferry_core::session::binding::ended(&actor, binding, "the Actor stopped");
+            self.notify(node, unit, notice.gateway, notice.frame);
+        }
+        for parcel in l.queue {
+            self.give_up(node, parcel, "the unit stopped");
+        }
+        let lease = self.lease_cond(node);
+        self.call(
+            node,
+            Op::Batch {
+                conds: vec![lease],
+                puts: Vec::new(),
+                deletes: vec![Key::Unit(unit)],
+            },
+            Purpose::Release { unit },
+        );
+    }
+}

@@ -1,0 +1,751 @@
+//! The simulated cluster: nodes running the core's decisions, a store, links that number and
+//! resend their frames, one clock, and the pending events between them.
+//!
+//! - `store`: the location store: records, descriptors and leases, and its faults.
+//! - `links`: frames between nodes, numbered and resent with the core's delivery rules.
+//! - `lanes`: the lanes that run units' turns, membership, creation and stops.
+//! - `routing`: how a node sends to units it does not host, with the core's route table.
+//! - `moves`: the source and target of a move, driving the core's machines.
+//! - `liveness`: leases, the mesh's witness, probes, crashes, restarts and recovery.
+//! - `sessions`: game clients, their gateways and their bound Actors.
+//! - `check`: the invariants.
+
+/// Adds a line to the world's trace, formatting it only when the world keeps one.
+macro_rules! trace {
+    ($world:expr, $($arg:tt)*) => {
+        if $world.tracing {
+            let line = format!($($arg)*);
+            $world.log(line);
+        }
+    };
+}
+
+mod check;
+mod lanes;
+mod links;
+mod liveness;
+mod moves;
+mod routing;
+mod sessions;
+mod store;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use ferry_core::ids::{ActorId, NodeId, SpotId, UnitId};
+use ferry_core::routes::Routes;
+use ferry_core::witness::{Times, Witness};
+
+use self::lanes::Lane;
+use self::links::Link;
+use self::sessions::Gateway;
+use self::store::{Purpose, Store};
+use super::plan::Step;
+
+pub(crate) use self::store::Reply;
+
+/// How big a simulated cluster is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Nodes.
+    pub nodes: usize,
+    /// Rooms (SpotWide spots), placed round-robin at the start.
+    pub rooms: usize,
+    /// Actors: the first half start as members of a room, the rest alone.
+    pub actors: usize,
+    /// Senders, each on node `sender % nodes`.
+    pub senders: usize,
+    /// Game clients, each with its gateway on node `client % nodes`.
+    pub clients: usize,
+}
+
+impl Shape {
+    /// How many units (rooms, then Actors).
+    pub fn units(&self) -> usize {
+        self.rooms + self.actors
+    }
+}
+
+/// The owner lease's TTL; renewed every third of it, and the peer grace is half of it.
+const TTL: Duration = Duration::from_secs(6);
+/// How often a node renews its lease, reads membership and (as coordinator) recovers.
+const KEEP_EVERY: Duration = Duration::from_secs(2);
+/// How often a node probes its peers.
+const PROBE_EVERY: Duration = Duration::from_millis(750);
+/// The witness's timing.
+const TIMES: Times = Times {
+    grace: Duration::from_secs(3),
+    lease_ttl: TTL,
+    outage_limit: Duration::from_secs(20),
+};
+/// How long a request waits for its terminal before it times out.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a route switch waits for its fence.
+const FENCE_WAIT: Duration = Duration::from_secs(5);
+/// How many events a run may take to settle after its plan, at the least; a big cluster gets
+/// more, for every node probes every other.
+const SETTLE_BUDGET: usize = 30_000;
+/// A sender id for game clients' inputs in a unit's log: client `c` is `CLIENTS + c`.
+const CLIENTS: usize = 1_000;
+
+/// Something due to happen at no particular time, in an order the plan picks.
+#[derive(Debug, Clone)]
+enum Event {
+    /// A call reaches the store.
+    Store(store::Call),
+    /// The store's answer reaches the node that asked.
+    Answer {
+        node: usize,
+        process: u64,
+        call: u64,
+        reply: Reply,
+    },
+    /// A lane reaches a turn boundary: the move sealing it captures.
+    Boundary { node: usize, lane: u64, rel: u64 },
+    /// A move's target finished restoring the unit.
+    Restore { node: usize, lane: u64, rel: u64 },
+}
+
+impl Event {
+    fn node(&self) -> usize {
+        match self {
+            Event::Store(call) => call.node,
+            Event::Answer { node, .. }
+            | Event::Boundary { node, .. }
+            | Event::Restore { node, .. } => *node,
+        }
+    }
+}
+
+/// Something due at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timer {
+    /// A move's source machine asked to be woken.
+    Source { node: usize, process: u64, rel: u64 },
+    /// A move's target machine asked to be woken.
+    Target { node: usize, process: u64, rel: u64 },
+    /// Renew the lease, read membership, recover.
+    Keep { node: usize, process: u64 },
+    /// Probe the peers.
+    Probe { node: usize, process: u64 },
+    /// A route switch stops waiting for its fence.
+    Fence {
+        node: usize,
+        process: u64,
+        token: u64,
+    },
+    /// A request stops waiting for its terminal.
+    Request { node: usize, process: u64, id: u64 },
+    /// A move's target that is still restoring says so.
+    Progress { node: usize, process: u64, rel: u64 },
+    /// A process a duplicate start took over from resumes its keeper round.
+    Ghost { node: usize, process: u64 },
+    /// A restarted process rebuilds what its earlier process held, which now runs no turns.
+    Adopt { node: usize, process: u64 },
+    /// A gateway's session machine asked to be woken.
+    Session { client: usize },
+    /// A gateway looks again whether a bound Actor was rebuilt.
+    Rebind {
+        node: usize,
+        process: u64,
+        client: usize,
+        number: u64,
+        unit: usize,
+        epoch: u32,
+        gone: usize,
+    },
+}
+
+/// One process of a node id.
+#[derive(Debug)]
+struct Node {
+    /// Whether a process runs under this id.
+    up: bool,
+    /// Which process it is (each start is a new one).
+    process: u64,
+    /// Lanes by id.
+    lanes: BTreeMap<u64, Lane>,
+    /// Which lane hosts each unit here.
+    directory: BTreeMap<usize, u64>,
+    /// Moves into this node, by move.
+    incoming: BTreeMap<u64, moves::Target>,
+    /// Where messages for units not hosted here go.
+    routes: Routes<lanes::Parcel>,
+    /// The owner lease held: generation and holder.
+    lease: Option<(u64, u64)>,
+    /// The lease generation this process started with: records under an older one are an
+    /// earlier process's.
+    first_generation: u64,
+    /// Until when the lease is certainly held (from the send of its last confirmed renewal).
+    lease_until: Instant,
+    /// The mesh's account of the peers.
+    witness: Witness,
+    /// The live nodes as last read (this one included).
+    view: Vec<ferry_core::authority::NodeDescriptor>,
+    /// Nodes whose lease lapsed but whom the mesh does not confirm dead.
+    suspected: BTreeSet<usize>,
+    /// Nodes taken for dead at the last read.
+    dead: BTreeSet<usize>,
+    /// Nodes membership declared gone and not seen live since: no route is taken to them.
+    gone: BTreeSet<usize>,
+    /// This node cannot reach the store.
+    store_cut: bool,
+    /// The highest store revision this process has seen, and the store epoch it connected to.
+    floor: u64,
+    epoch: u64,
+    /// Store calls in flight, by number: what their answer is for.
+    calls: BTreeMap<u64, Purpose>,
+    /// Requests (asks and route fences) waiting for their terminal.
+    requests: BTreeMap<u64, routing::Request>,
+}
+
+impl Node {
+    fn new(now: Instant) -> Node {
+        Node {
+            up: false,
+            process: 0,
+            lanes: BTreeMap::new(),
+            directory: BTreeMap::new(),
+            incoming: BTreeMap::new(),
+            routes: Routes::default(),
+            lease: None,
+            first_generation: 0,
+            lease_until: now,
+            witness: Witness::new(now),
+            view: Vec::new(),
+            suspected: BTreeSet::new(),
+            dead: BTreeSet::new(),
+            gone: BTreeSet::new(),
+            store_cut: false,
+            floor: 0,
+            epoch: 0,
+            calls: BTreeMap::new(),
+            requests: BTreeMap::new(),
+        }
+    }
+}
+
+/// A sender of tells and requests, on one node.
+#[derive(Debug, Default)]
+struct Sender {
+    next: u64,
+    /// Every number `tell` or `request` accepted, per unit, in order.
+    sent: BTreeMap<usize, Vec<u64>>,
+    /// The requests among them: the process that asked, and each terminal it got (one, once it
+    /// ended; none owed once that process is gone).
+    asked: BTreeMap<(usize, u64), (u64, Vec<Terminal>)>,
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Terminal {
+    /// Its reply: it ran.
+    Reply,
+    /// An error that says it did not run, or may not have (the unit is unknown, its node left).
+    Error,
+    /// It waited too long: it may have run.
+    Timeout,
+}
+
+/// What happened to one unit over the run, as the checks need it.
+#[derive(Debug, Default, Clone)]
+struct Life {
+    /// It exists (created, not stopped).
+    exists: bool,
+    /// It was stopped or created again at some point: its log restarted.
+    renewed: bool,
+    /// It was rebuilt after a crash: its state and queue restarted.
+    rebuilt: bool,
+    /// The longest log a copy running it had: its state never goes back.
+    high: usize,
+}
+
+/// Faults armed for the next chance.
+#[derive(Debug, Default)]
+struct Faults {
+    /// The store's answer to its next write is lost; whether the write landed.
+    blind: Option<bool>,
+    capture_fails: bool,
+    restore_fails: bool,
+}
+
+/// The whole simulated cluster.
+#[derive(Debug)]
+pub struct World {
+    shape: Shape,
+    /// Time zero.
+    start: Instant,
+    now: Instant,
+    nodes: Vec<Node>,
+    /// The processes a duplicate start took over from, still running until they notice.
+    ghosts: Vec<(usize, Node)>,
+    store: Store,
+    links: BTreeMap<(usize, usize), Link>,
+    /// The links with frames on the wire.
+    wired: BTreeSet<(usize, usize)>,
+    /// Pairs of nodes that hear nothing of each other until they heal.
+    partitions: BTreeSet<(usize, usize)>,
+    /// Since when each partition holds.
+    parted_at: BTreeMap<links::Cut, Instant>,
+    /// Moves out of their source node, by move.
+    outgoing: BTreeMap<u64, (usize, moves::Source)>,
+    timers: BTreeMap<(Instant, u64), Timer>,
+    timer_seq: u64,
+    events: Vec<Event>,
+    senders: Vec<Sender>,
+    gateways: Vec<Gateway>,
+    lives: Vec<Life>,
+    faults: Faults,
+    next: u64,
+    /// Units whose copies, record or log changed since the last check.
+    touched: BTreeSet<usize>,
+    /// Whether a process died or the store lost writes: exactly-once is then not owed.
+    lossy: bool,
+    /// Whether the faults have ended for the run to settle.
+    calmed: bool,
+    moves_ended: usize,
+    tells_ran: usize,
+    /// Messages lost without a crash or a store loss to explain them.
+    lost: usize,
+    settled: usize,
+    /// Whether the trace is kept (a replay), or not (a search, which is faster).
+    tracing: bool,
+    trace: Vec<String>,
+}
+
+fn node_id(n: usize) -> NodeId {
+    thread_local! {
+        /// Node ids made once per thread: they are asked for on every frame.
+        static IDS: std::cell::RefCell<Vec<NodeId>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    IDS.with_borrow_mut(|ids| {
+        while ids.len() <= n {
+            let next = NodeId::new(format!("n{}", ids.len())).expect("a valid node id");
+            ids.push(next);
+        }
+        ids[n].clone()
+    })
+}
+
+fn node_index(id: &NodeId) -> usize {
+    id.as_str()[1..].parse().expect("a simulated node id")
+}
+
+impl World {
+    /// A cluster of `shape`: every node up with its lease, every room on its node with its first
+    /// members, every other Actor alone. `tracing`: keep a line for every step.
+    pub fn new(shape: Shape, tracing: bool) -> World {
+        let start = Instant::now();
+        let mut world = World {
+            shape,
+            start,
+            now: start,
+            nodes: (0..shape.nodes).map(|_| Node::new(start)).collect(),
+            ghosts: Vec::new(),
+            store: Store::new(),
+            links: BTreeMap::new(),
+            wired: BTreeSet::new(),
+            partitions: BTreeSet::new(),
+            parted_at: BTreeMap::new(),
+            outgoing: BTreeMap::new(),
+            timers: BTreeMap::new(),
+            timer_seq: 0,
+            events: Vec::new(),
+            senders: (0..shape.senders).map(|_| Sender::default()).collect(),
+            gateways: (0..shape.clients).map(|_| Gateway::default()).collect(),
+            lives: vec![Life::default(); shape.units()],
+            faults: Faults::default(),
+            next: 0,
+            touched: BTreeSet::new(),
+            lossy: false,
+            calmed: false,
+            moves_ended: 0,
+            tells_ran: 0,
+            lost: 0,
+            settled: 0,
+            tracing,
+            trace: Vec::new(),
+        };
+        for n in 0..shape.nodes {
+            world.boot(n);
+        }
+        for n in 0..shape.nodes {
+            world.publish(n);
+        }
+        world.populate();
+        for n in 0..shape.nodes {
+            world.refresh(n);
+        }
+        for c in 0..shape.clients {
+            world.open_session(c);
+        }
+        world
+    }
+
+    /// A fresh number for lanes, moves, calls, tokens and requests.
+    fn fresh(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    /// The unit's id: rooms first, then Actors.
+    fn unit_id(&self, u: usize) -> UnitId {
+        if u < self.shape.rooms {
+            UnitId::Spot(SpotId::new(format!("r{u}")).expect("a valid spot id"))
+        } else {
+            UnitId::Actor(ActorId::new(format!("p{}", u - self.shape.rooms)).expect("an id"))
+        }
+    }
+
+    fn unit_index(&self, id: &UnitId) -> usize {
+        match id {
+            UnitId::Spot(s) => s.as_str()[1..].parse().expect("a simulated room"),
+            UnitId::Actor(a) => self.shape.rooms + a.as_str()[1..].parse::<usize>().expect("an id"),
+        }
+    }
+
+    fn is_room(&self, u: usize) -> bool {
+        u < self.shape.rooms
+    }
+
+    /// The steps taken so far, one line each.
+    pub fn trace(&self) -> &[String] {
+        &self.trace
+    }
+
+    /// How many moves have ended.
+    pub fn moves_ended(&self) -> usize {
+        self.moves_ended
+    }
+
+    /// How many tells, requests and inputs have run.
+    pub fn tells_ran(&self) -> usize {
+        self.tells_ran
+    }
+
+    /// A line for the trace, made only when the trace is kept.
+    fn line(&self, make: impl FnOnce() -> String) -> String {
+        if self.tracing { make() } else { String::new() }
+    }
+
+    fn log(&mut self, line: String) {
+        let at = self.now.duration_since(self.start);
+        self.trace.push(format!(
+            "{:>5}.{:03} {line}",
+            at.as_secs(),
+            at.subsec_millis()
+        ));
+    }
+
+    fn arm(&mut self, at: Instant, timer: Timer) {
+        self.timer_seq += 1;
+        self.timers.insert((at, self.timer_seq), timer);
+    }
+
+    /// How many choices a `Next` step has: links with frames to deliver, events, and the next
+    /// timer.
+    pub fn pending(&self) -> usize {
+        self.busy_links().count() + self.events.len() + usize::from(!self.timers.is_empty())
+    }
+
+    /// Whether the run must settle for the full time: a process died or the store lost writes,
+    /// so leases must lapse, nodes be taken for dead and their units rebuilt.
+    pub fn lossy(&self) -> bool {
+        self.lossy
+    }
+
+    /// Whether anything but timers that fire for ever (keepers, probes) is pending.
+    pub fn active(&self) -> bool {
+        self.busy_links().next().is_some()
+            || !self.events.is_empty()
+            || self
+                .timers
+                .values()
+                .any(|t| !matches!(t, Timer::Keep { .. } | Timer::Probe { .. }))
+    }
+
+    /// Whether settling may take another event.
+    pub fn settling_budget(&mut self) -> bool {
+        self.settled += 1;
+        self.settled <= SETTLE_BUDGET.max(self.shape.nodes * self.shape.nodes * 200)
+    }
+
+    /// Ends every fault before the run settles: links heal, every node reaches the store, and a
+    /// cluster with no process left starts again.
+    pub fn calm(&mut self) {
+        trace!(self, "calm: partitions heal, the store is reachable");
+        self.heal();
+        for n in 0..self.nodes.len() {
+            self.nodes[n].store_cut = false;
+        }
+        self.faults = Faults::default();
+        self.calmed = true;
+        self.operate();
+    }
+
+    /// Once calm, a cluster with no process left is started again by its operator.
+    fn operate(&mut self) {
+        if self.calmed && self.nodes.iter().all(|n| !n.up) {
+            trace!(self, "operator: every node is down; starting them again");
+            for n in 0..self.nodes.len() {
+                self.restart(n);
+            }
+        }
+    }
+
+    /// Takes one step of a plan.
+    pub fn step(&mut self, step: &Step) {
+        let nodes = self.shape.nodes;
+        let units = self.shape.units();
+        let n = |b: u8| usize::from(b) % nodes;
+        match *step {
+            Step::Next(k) => self.next_event(k),
+            Step::Wait(ms) => self.advance(self.now + Duration::from_millis(u64::from(ms))),
+            Step::Tell { sender, unit } => {
+                let s = usize::from(sender) % self.shape.senders;
+                self.tell(s, usize::from(unit) % units, false);
+            }
+            Step::Ask { sender, unit } => {
+                let s = usize::from(sender) % self.shape.senders;
+                self.tell(s, usize::from(unit) % units, true);
+            }
+            Step::Move { unit, to } => self.move_unit(usize::from(unit) % units, n(to)),
+            Step::Drain { node } => self.drain(n(node)),
+            Step::Join { room, pick } => {
+                self.join(usize::from(room) % self.shape.rooms, usize::from(pick))
+            }
+            Step::Leave { room, pick } => {
+                self.leave(usize::from(room) % self.shape.rooms, usize::from(pick))
+            }
+            Step::Create { unit, node } => self.create(usize::from(unit) % units, n(node)),
+            Step::Stop { unit } => self.stop(usize::from(unit) % units),
+            Step::Crash { node } => self.crash(n(node), "crash"),
+            Step::Restart { node } => self.restart(n(node)),
+            Step::Duplicate { node } => self.duplicate(n(node)),
+            Step::Reset { a, b } => self.reset(n(a), n(b)),
+            Step::Partition { a, b } => self.partition(n(a), n(b)),
+            Step::Heal => self.heal(),
+            Step::StoreCut { node } => {
+                let node = n(node);
+                trace!(self, "n{node} cut off from the store");
+                self.nodes[node].store_cut = true;
+            }
+            Step::StoreHeal => {
+                trace!(self, "every node reaches the store");
+                for node in &mut self.nodes {
+                    node.store_cut = false;
+                }
+            }
+            Step::StoreBlind { applied } => {
+                trace!(self, "store: next write's answer lost (applied {applied})");
+                self.faults.blind = Some(applied);
+            }
+            Step::StoreWipe => self.store_wipe(),
+            Step::StoreFailover { lose } => self.store_failover(usize::from(lose)),
+            Step::CaptureFails => {
+                trace!(self, "next capture fails");
+                self.faults.capture_fails = true;
+            }
+            Step::RestoreFails => {
+                trace!(self, "next restore fails");
+                self.faults.restore_fails = true;
+            }
+            Step::Bind { client, actor } => {
+                let actor = self.shape.rooms + usize::from(actor) % self.shape.actors;
+                self.bind(usize::from(client) % self.shape.clients, actor);
+            }
+            Step::Input { client } => self.input(usize::from(client) % self.shape.clients),
+        }
+        self.operate();
+    }
+
+    /// The pending event at place `k` happens.
+    fn next_event(&mut self, k: u32) {
+        let busy = self.busy_links().count();
+        let count = busy + self.events.len() + usize::from(!self.timers.is_empty());
+        if count == 0 {
+            return;
+        }
+        let at = k as usize % count;
+        let link = self.busy_links().nth(at);
+        if let Some((a, b)) = link {
+            self.frame(a, b);
+        } else if at - busy < self.events.len() {
+            let event = self.events.remove(at - busy);
+            self.event(event);
+        } else if let Some((&(due, _), _)) = self.timers.iter().next() {
+            self.advance(due.max(self.now));
+        }
+    }
+
+    /// Moves the clock to `until`, firing every timer due by then in time order.
+    fn advance(&mut self, until: Instant) {
+        while let Some((&(due, seq), &timer)) = self.timers.iter().next() {
+            if due > until {
+                break;
+            }
+            self.timers.remove(&(due, seq));
+            self.now = self.now.max(due);
+            self.fire(timer);
+        }
+        self.now = self.now.max(until);
+    }
+
+    fn fire(&mut self, timer: Timer) {
+        let live = |w: &World, node: usize, process: u64| {
+            w.nodes[node].up && w.nodes[node].process == process
+        };
+        match timer {
+            Timer::Source { node, process, rel } if live(self, node, process) => {
+                self.source_timer(node, rel)
+            }
+            Timer::Target { node, process, rel } if live(self, node, process) => {
+                self.target_timer(node, rel)
+            }
+            Timer::Keep { node, process } if live(self, node, process) => self.keep(node),
+            Timer::Probe { node, process } if live(self, node, process) => self.probe(node),
+            Timer::Fence {
+                node,
+                process,
+                token,
+            } if live(self, node, process) => self.fence_waited(node, token),
+            Timer::Request { node, process, id } if live(self, node, process) => {
+                self.request_timed_out(node, id)
+            }
+            Timer::Progress { node, process, rel } if live(self, node, process) => {
+                self.progress(node, rel)
+            }
+            Timer::Ghost { node, process } => self.ghost_keep(node, process),
+            Timer::Adopt { node, process } if live(self, node, process) => self.adopt(node),
+            Timer::Session { client } => self.session_timer(client),
+            Timer::Rebind {
+                node,
+                process,
+                client,
+                number,
+                unit,
+                epoch,
+                gone,
+            } if live(self, node, process) => {
+                self.rebind_again(node, client, number, unit, epoch, gone)
+            }
+            _ => {}
+        }
+    }
+
+    /// A frame arrives at `node` from `from`.
+    fn arrive(&mut self, node: usize, from: usize, msg: links::Msg) {
+        use links::Msg;
+        match msg {
+            Msg::Deliver(parcel) => self.on_deliver(node, from, parcel),
+            Msg::Reply { id, ok } => {
+                let end = if ok { Terminal::Reply } else { Terminal::Error };
+                self.terminal(node, id, end);
+            }
+            Msg::Hint { unit, owner } => self.on_hint(node, unit, owner),
+            Msg::Reloc { rel, frame } => self.on_reloc(node, from, rel, frame),
+            Msg::Probe { stamp, generation } => self.on_probe(node, from, stamp, generation),
+            Msg::ProbeAnswer {
+                stamp,
+                running,
+                vouched,
+            } => self.on_probe_answer(node, from, stamp, running, vouched),
+            Msg::Recover {
+                unit,
+                version,
+                previous,
+                owner_descriptor,
+            } => self.on_recover(node, unit, version, previous, owner_descriptor),
+            Msg::Session(msg) => self.on_session(node, from, msg),
+        }
+    }
+
+    /// The time now.
+    pub fn clock(&self) -> Instant {
+        self.now
+    }
+
+    fn event(&mut self, event: Event) {
+        match event {
+            Event::Store(call) => self.store_call(call),
+            Event::Answer {
+                node,
+                process,
+                call,
+                reply,
+            } => {
+                if self.nodes[node].up && self.nodes[node].process == process {
+                    self.answer(node, call, reply);
+                }
+            }
+            Event::Boundary { node, lane, rel } => self.boundary(node, lane, rel),
+            Event::Restore { node, lane, rel } => self.restored(node, lane, rel),
+        }
+    }
+
+    /// Drops what a process that ended had pending: its events and its timers.
+    fn forget_process(&mut self, node: usize) {
+        let process = self.nodes[node].process;
+        self.events.retain(|e| match e {
+            Event::Answer {
+                node: n,
+                process: p,
+                ..
+            } => !(*n == node && *p == process),
+            Event::Store(call) => !(call.node == node && call.process == process),
+            other => other.node() != node,
+        });
+        self.timers.retain(|_, t| match *t {
+            Timer::Source {
+                node: n,
+                process: p,
+                ..
+            }
+            | Timer::Target {
+                node: n,
+                process: p,
+                ..
+            }
+            | Timer::Keep {
+                node: n,
+                process: p,
+            }
+            | Timer::Probe {
+                node: n,
+                process: p,
+            }
+            | Timer::Fence {
+                node: n,
+                process: p,
+                ..
+            }
+            | Timer::Request {
+                node: n,
+                process: p,
+                ..
+            }
+            | Timer::Progress {
+                node: n,
+                process: p,
+                ..
+            }
+            | Timer::Adopt {
+                node: n,
+                process: p,
+            }
+            | Timer::Rebind {
+                node: n,
+                process: p,
+                ..
+            } => !(n == node && p == process),
+            Timer::Ghost { .. } | Timer::Session { .. } => true,
+        });
+    }
+}
+
+/// Removes and returns every element of `queue` for which `pick` holds, keeping both orders.
+fn take_where<T>(queue: &mut VecDeque<T>, pick: impl Fn(&T) -> bool) -> Vec<T> {
+    let (taken, kept): (Vec<T>, Vec<T>) = std::mem::take(queue).into_iter().partition(|t| pick(t));
+    *queue = kept.into();
+    taken
+}

@@ -1,0 +1,934 @@
+//! Moves: the source and the target of each, driving the core's machines
+//! ([`SourceMachine`], [`TargetMachine`]) and the lane's place in the move ([`LaneMove`]). The
+//! source reads the records of what it moves, seals at a turn boundary, offers the capture,
+//! relays what arrived since and cuts over; the target restores, commits by a conditional write
+//! and opens; after the handover, a reclaim by the source races the target's commit in the store.
+//!
+//! [`LaneMove`]: ferry_core::relocation::lane::LaneMove
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use bytes::Bytes;
+use ferry_core::authority::UnitRecord;
+use ferry_core::conditional::{ConditionalWrite, Settled};
+use ferry_core::relocation::RelocationId;
+use ferry_core::relocation::capture::{QueuedOp, relay_digest};
+use ferry_core::relocation::frames::Refusal;
+use ferry_core::relocation::lane::{LaneMove, Seal};
+use ferry_core::relocation::protocol::{
+    SourceAction, SourceEvent, SourceMachine, SourceTiming, TargetAction, TargetEvent,
+    TargetMachine,
+};
+
+use super::lanes::{Cell, Lane, Parcel};
+use super::links::Msg;
+use super::store::{Cond, Key, Op, Purpose, Reply, Value};
+use super::{Event, Timer, World, node_id};
+
+/// How often a target that is still restoring says so.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// What the source and target of a move say to each other.
+#[derive(Debug, Clone)]
+pub(crate) enum Reloc {
+    /// The capture: the lane's units, its saved work, the records as the source read them, and
+    /// the time left to the deadline.
+    Offer {
+        primary: usize,
+        cells: BTreeMap<usize, Cell>,
+        journal: Vec<Parcel>,
+        records: Vec<(usize, u64, UnitRecord)>,
+        within: Duration,
+    },
+    Progress,
+    RelayReady,
+    Refused,
+    Relay(Parcel),
+    RelayReset,
+    Cutover(u32, u32),
+    Committed,
+    Aborted,
+    Withdraw,
+}
+
+/// A move out of a node.
+#[derive(Debug)]
+pub(crate) struct Source {
+    pub lane: u64,
+    pub to: usize,
+    pub machine: SourceMachine,
+    /// Whether a timer is pending for the machine.
+    pub armed: bool,
+    /// The capture: the lane's units as sealed, and its saved work.
+    pub cells: BTreeMap<usize, Cell>,
+    pub journal: Vec<Parcel>,
+    /// The records read before the offer, which the reclaim is conditional on.
+    pub records: Vec<(usize, u64, UnitRecord)>,
+    /// Whether the end was counted.
+    pub ended: bool,
+    /// The gateways told to seal, and the bound Actors they were told about.
+    pub told: BTreeSet<ferry_core::ids::NodeId>,
+    pub sealed: Vec<(usize, u64, usize, u32)>,
+}
+
+/// A move into a node.
+#[derive(Debug)]
+pub(crate) struct Target {
+    pub from: usize,
+    pub machine: TargetMachine,
+    pub armed: bool,
+    /// The staged lane, once restored.
+    pub lane: Option<u64>,
+    pub offer: Option<(usize, BTreeMap<usize, Cell>, Vec<Parcel>)>,
+    pub records: Vec<(usize, u64, UnitRecord)>,
+    pub relays: Vec<Parcel>,
+    /// The relay record that just arrived, kept only if the machine says so.
+    pub arriving: Option<Parcel>,
+    /// What the commit writes (the primary's record first).
+    pub wrote: Vec<UnitRecord>,
+}
+
+/// A relay record as the digest counts it.
+fn op(parcel: &Parcel) -> QueuedOp {
+    let text = format!("{parcel:?}");
+    QueuedOp {
+        to: ferry_core::ids::UnitId::Spot(ferry_core::ids::SpotId::new("relay").expect("an id")),
+        payload: Bytes::from(text.into_bytes()),
+        session: None,
+        reply: None,
+    }
+}
+
+fn digest(parcels: &[Parcel]) -> (u32, u32) {
+    relay_digest(&parcels.iter().map(op).collect::<Vec<_>>())
+}
+
+impl World {
+    /// Moves the lane of `unit` (its room, for a member) from wherever it runs to `to`.
+    pub(crate) fn move_unit(&mut self, unit: usize, to: usize) {
+        let Some((from, lane)) = self.host(unit) else {
+            return;
+        };
+        if from == to || !self.nodes[to].up {
+            return;
+        }
+        let rel = self.fresh();
+        let Some(l) = self.nodes[from].lanes.get_mut(&lane) else {
+            return;
+        };
+        if l.stance.quiesce(RelocationId(u128::from(rel))).is_err() {
+            return;
+        }
+        let primary = l.primary;
+        // Deadlines from under one silence step to over two, so that the deadline passes in every
+        // phase of some moves.
+        let deadline = self.now + Duration::from_secs(1 + rel % 12);
+        let machine = SourceMachine::new(self.now, deadline, SourceTiming::default());
+        trace!(
+            self,
+            "move {rel}: u{primary} n{from}->n{to}, deadline +{}s",
+            1 + rel % 12
+        );
+        self.outgoing.insert(
+            rel,
+            (
+                from,
+                Source {
+                    lane,
+                    to,
+                    machine,
+                    armed: false,
+                    cells: BTreeMap::new(),
+                    journal: Vec::new(),
+                    records: Vec::new(),
+                    ended: false,
+                    told: BTreeSet::new(),
+                    sealed: Vec::new(),
+                },
+            ),
+        );
+        self.touched.insert(primary);
+        let gateways = self.bound_gateways(from, lane);
+        self.source_event(rel, SourceEvent::Quiesced { gateways });
+    }
+
+    /// Moves every lane a node runs to the next live node.
+    pub(crate) fn drain(&mut self, node: usize) {
+        let Some(to) = (1..self.nodes.len())
+            .map(|i| (node + i) % self.nodes.len())
+            .find(|&n| self.nodes[n].up)
+        else {
+            return;
+        };
+        trace!(self, "drain n{node} to n{to}");
+        let units: Vec<usize> = self.nodes[node].lanes.values().map(|l| l.primary).collect();
+        for unit in units {
+            self.move_unit(unit, to);
+        }
+    }
+
+    fn source(&mut self, rel: u64) -> Option<(usize, &mut Source)> {
+        let (node, s) = self.outgoing.get_mut(&rel)?;
+        (self.nodes[*node].up).then_some((*node, s))
+    }
+
+    /// Feeds the source machine an event, now.
+    pub(crate) fn source_event(&mut self, rel: u64, event: SourceEvent) {
+        let now = self.now;
+        let Some(node) = self.source(rel).map(|(node, _)| node) else {
+            return;
+        };
+        let line = self.line(|| format!("n{node} move {rel} source {event:?}"));
+        let Some((_, s)) = self.source(rel) else {
+            return;
+        };
+        let actions = s.machine.on(event, now);
+        self.source_acts(rel, line, actions);
+    }
+
+    /// The source machine's timer.
+    pub(crate) fn source_timer(&mut self, node: usize, rel: u64) {
+        let now = self.now;
+        let Some((n, s)) = self.source(rel) else {
+            return;
+        };
+        if n != node {
+            return;
+        }
+        s.armed = false;
+        let actions = s.machine.handle_timeout(now);
+        let line = self.line(|| format!("n{node} move {rel} source timer"));
+        self.source_acts(rel, line, actions);
+    }
+
+    fn source_acts(&mut self, rel: u64, line: String, actions: Vec<SourceAction>) {
+        let ended = self.source(rel).and_then(|(_, s)| {
+            let first = !s.ended && s.machine.end().is_some();
+            s.ended |= first;
+            first.then(|| format!("{:?}", s.machine.end()))
+        });
+        if let Some(end) = ended {
+            self.moves_ended += 1;
+            trace!(self, "{line} -> {actions:?}; the move ends {end}");
+        } else {
+            trace!(self, "{line} -> {actions:?}");
+        }
+        for action in actions {
+            self.source_action(rel, action);
+        }
+        let process = |w: &World, n: usize| w.nodes[n].process;
+        if let Some((node, s)) = self.source(rel)
+            && !s.armed
+            && let Some(at) = s.machine.poll_timeout()
+        {
+            s.armed = true;
+            let process = process(self, node);
+            self.arm(at, Timer::Source { node, process, rel });
+        }
+        // A move that ended and whose lane is gone or back is forgotten.
+        if self
+            .outgoing
+            .get(&rel)
+            .is_some_and(|(_, s)| s.machine.end().is_some())
+        {
+            self.outgoing.remove(&rel);
+        }
+    }
+
+    fn source_action(&mut self, rel: u64, action: SourceAction) {
+        let Some((node, s)) = self.source(rel) else {
+            return;
+        };
+        let (lane, to) = (s.lane, s.to);
+        let units: Vec<usize> = s.cells.keys().copied().collect();
+        let relid = RelocationId(u128::from(rel));
+        if let Some(primary) = self.nodes[node].lanes.get(&lane).map(|l| l.primary) {
+            self.touched.insert(primary);
+        }
+        match action {
+            SourceAction::SealGateways(gateways) => self.seal_gateways(node, rel, lane, gateways),
+            SourceAction::CheckGateways(pending) => self.check_gateways(rel, pending),
+            SourceAction::ReleaseSessions(to) => self.release_sessions(node, rel, to),
+            SourceAction::SealUnit => {
+                let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
+                    self.source_event(rel, SourceEvent::SealRefused("the unit stopped".into()));
+                    return;
+                };
+                match l.stance.seal(relid, false) {
+                    Seal::Capture => {
+                        l.sealing = true;
+                        self.events.push(Event::Boundary { node, lane, rel });
+                    }
+                    Seal::Wait => {}
+                    Seal::Refused => {
+                        self.source_event(rel, SourceEvent::SealRefused("already moving".into()))
+                    }
+                }
+            }
+            SourceAction::CancelSeal => {
+                if let Some(l) = self.nodes[node].lanes.get_mut(&lane) {
+                    if l.stance.cancel_seal(relid) {
+                        for parcel in std::mem::take(&mut l.deferred).into_iter().rev() {
+                            l.queue.push_front(parcel);
+                        }
+                    }
+                    if l.sealing {
+                        l.sealing = false;
+                        self.events
+                            .retain(|e| !matches!(e, Event::Boundary { rel: r, .. } if *r == rel));
+                    }
+                }
+                self.run_queue(node, lane);
+            }
+            SourceAction::SendCapture => self.call(node, Op::Get(units), Purpose::Records { rel }),
+            SourceAction::Withdraw => self.send(
+                node,
+                to,
+                Msg::Reloc {
+                    rel,
+                    frame: Reloc::Withdraw,
+                },
+            ),
+            SourceAction::Handover => self.handover(node, rel, lane, to),
+            SourceAction::ResendHandover => {
+                let relayed = self.nodes[node]
+                    .lanes
+                    .get(&lane)
+                    .map(|l| l.relayed.clone())
+                    .unwrap_or_default();
+                self.send(
+                    node,
+                    to,
+                    Msg::Reloc {
+                        rel,
+                        frame: Reloc::RelayReset,
+                    },
+                );
+                let (count, crc) = digest(&relayed);
+                for parcel in relayed {
+                    self.send(
+                        node,
+                        to,
+                        Msg::Reloc {
+                            rel,
+                            frame: Reloc::Relay(parcel),
+                        },
+                    );
+                }
+                self.send(
+                    node,
+                    to,
+                    Msg::Reloc {
+                        rel,
+                        frame: Reloc::Cutover(count, crc),
+                    },
+                );
+            }
+            SourceAction::Resume => self.resume(node, rel, lane),
+            SourceAction::Release => self.release(node, rel, lane),
+            SourceAction::FenceReclaim { .. } => {
+                let lease = self.lease_cond(node);
+                let Some((_, s)) = self.source(rel) else {
+                    return;
+                };
+                let mut conds: Vec<Cond> = s
+                    .records
+                    .iter()
+                    .map(|(u, v, _)| Cond::Version(Key::Unit(*u), *v))
+                    .collect();
+                conds.push(lease);
+                let puts = s
+                    .records
+                    .iter()
+                    .map(|(u, _, r)| {
+                        let mut record = r.clone();
+                        record.owner_generation += 1;
+                        (Key::Unit(*u), Value::Unit(record))
+                    })
+                    .collect();
+                self.call(
+                    node,
+                    Op::Batch {
+                        conds,
+                        puts,
+                        deletes: Vec::new(),
+                    },
+                    Purpose::Fence { rel },
+                );
+            }
+        }
+    }
+
+    /// The lane reaches its turn boundary: the seal captures (or the state adapter panics, and
+    /// the unit runs on).
+    pub(crate) fn boundary(&mut self, node: usize, lane: u64, rel: u64) {
+        let relid = RelocationId(u128::from(rel));
+        let fails = std::mem::take(&mut self.faults.capture_fails);
+        let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
+            return;
+        };
+        if !l.sealing {
+            return;
+        }
+        l.sealing = false;
+        l.stance.captured(relid, false, !fails);
+        // Binds held back for this move are saved work too, ahead of what is still queued.
+        for parcel in std::mem::take(&mut l.deferred).into_iter().rev() {
+            l.queue.push_front(parcel);
+        }
+        let primary = l.primary;
+        if fails {
+            trace!(
+                self,
+                "n{node}: capture of u{primary} fails: its state adapter panicked"
+            );
+            self.run_queue(node, lane);
+            self.source_event(
+                rel,
+                SourceEvent::SealRefused("its state adapter panicked".into()),
+            );
+            return;
+        }
+        let cells = l.cells.clone();
+        let journal: Vec<Parcel> = l.queue.iter().cloned().collect();
+        let late = self.late_gateways(rel, &cells);
+        if let Some((_, s)) = self.source(rel) {
+            s.cells = cells;
+            s.journal = journal;
+        }
+        self.source_event(rel, SourceEvent::Captured { late });
+    }
+
+    /// The records of the units moved are read: offer the capture, or refuse the move.
+    pub(crate) fn records_read(&mut self, node: usize, rel: u64, reply: Reply) {
+        let now = self.now;
+        let lane = self.outgoing.get(&rel).map(|(_, s)| s.lane);
+        let primary = lane
+            .and_then(|lane| self.nodes[node].lanes.get(&lane))
+            .map_or(0, |l| l.primary);
+        let Some((_, s)) = self.source(rel) else {
+            return;
+        };
+        let units: Vec<usize> = s.cells.keys().copied().collect();
+        let me = node_id(node);
+        let records: Option<Vec<(usize, u64, UnitRecord)>> = match reply {
+            Reply::Got(found) => units
+                .iter()
+                .zip(found)
+                .map(|(u, f)| f.filter(|(_, r)| r.owner == me).map(|(v, r)| (*u, v, r)))
+                .collect(),
+            _ => None,
+        };
+        let Some(records) = records else {
+            self.source_event(
+                rel,
+                SourceEvent::Refused(Refusal::other("the records could not be read here")),
+            );
+            return;
+        };
+        let within = s.machine.deadline().saturating_duration_since(now);
+        s.records = records.clone();
+        let offer = Reloc::Offer {
+            primary,
+            cells: s.cells.clone(),
+            journal: s.journal.clone(),
+            records,
+            within,
+        };
+        let to = s.to;
+        self.send(node, to, Msg::Reloc { rel, frame: offer });
+    }
+
+    /// The point of no return: the unit's ids leave for the target, what the lane held is
+    /// relayed, then the cutover.
+    fn handover(&mut self, node: usize, rel: u64, lane: u64, to: usize) {
+        let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
+            self.source_event(rel, SourceEvent::Silence);
+            return;
+        };
+        if !l
+            .stance
+            .handover(RelocationId(u128::from(rel)), node_id(to))
+        {
+            return;
+        }
+        let units: Vec<usize> = l.cells.keys().copied().collect();
+        let relay = std::mem::take(&mut l.hold);
+        l.relayed = relay.clone();
+        let mut displaced = Vec::new();
+        for u in &units {
+            let id = self.unit_id(*u);
+            displaced.extend(self.nodes[node].routes.hand_over(id, node_id(to)));
+            self.nodes[node].directory.remove(u);
+        }
+        let (count, crc) = digest(&relay);
+        for parcel in relay {
+            self.send(
+                node,
+                to,
+                Msg::Reloc {
+                    rel,
+                    frame: Reloc::Relay(parcel),
+                },
+            );
+        }
+        self.send(
+            node,
+            to,
+            Msg::Reloc {
+                rel,
+                frame: Reloc::Cutover(count, crc),
+            },
+        );
+        for parcel in displaced {
+            self.route(node, parcel);
+        }
+    }
+
+    /// The unit runs here again: saved work, what was relayed and held, then what came back.
+    fn resume(&mut self, node: usize, rel: u64, lane: u64) {
+        let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
+            return;
+        };
+        let Some(resumed) = l.stance.resume(RelocationId(u128::from(rel))) else {
+            return;
+        };
+        let relayed = std::mem::take(&mut l.relayed);
+        let held = std::mem::take(&mut l.hold);
+        l.queue.extend(relayed);
+        l.queue.extend(held);
+        let units: Vec<usize> = l.cells.keys().copied().collect();
+        let primary = l.primary;
+        trace!(self, "n{node}: u{primary} runs here again");
+        if resumed.handed {
+            for u in units {
+                self.nodes[node].directory.insert(u, lane);
+                let id = self.unit_id(u);
+                let returned = self.nodes[node].routes.taken_back(&id);
+                if let Some(l) = self.nodes[node].lanes.get_mut(&lane) {
+                    l.queue.extend(returned);
+                }
+                self.touched.insert(u);
+            }
+        }
+        self.run_queue(node, lane);
+    }
+
+    /// The target owns the unit: the source's copy is dropped; what came back follows the unit.
+    fn release(&mut self, node: usize, rel: u64, lane: u64) {
+        let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
+            return;
+        };
+        if l.stance.release(RelocationId(u128::from(rel))).is_none() {
+            return;
+        }
+        let Some(l) = self.drop_lane(node, lane) else {
+            return;
+        };
+        for parcel in l.hold {
+            self.send_parcel(node, parcel);
+        }
+        for u in l.cells.keys() {
+            let id = self.unit_id(*u);
+            for parcel in self.nodes[node].routes.moved(&id) {
+                self.route(node, parcel);
+            }
+        }
+    }
+
+    /// The reclaim's answer.
+    pub(crate) fn fenced_write(&mut self, node: usize, rel: u64, reply: Reply) {
+        match reply {
+            Reply::Committed => self.source_event(rel, SourceEvent::FenceWon),
+            Reply::Conflict { lease: false } => {
+                let Some((_, s)) = self.source(rel) else {
+                    return;
+                };
+                let units = s.records.iter().map(|(u, _, _)| *u).collect();
+                self.call(node, Op::ReadBack(units), Purpose::FenceRead { rel });
+            }
+            // The lease refused it, or no answer: nothing says the target won. Asked again.
+            _ => self.source_event(rel, SourceEvent::FenceUnknown),
+        }
+    }
+
+    /// The records read again after a reclaim met a conflict: another owner or incarnation
+    /// means the target committed; else the conditions take what the store holds now.
+    pub(crate) fn fence_reread(&mut self, node: usize, rel: u64, reply: Reply) {
+        let me = node_id(node);
+        let Reply::Got(found) = reply else {
+            self.source_event(rel, SourceEvent::FenceUnknown);
+            return;
+        };
+        let Some((_, s)) = self.source(rel) else {
+            return;
+        };
+        let mut lost = false;
+        for ((_, version, record), now) in s.records.iter_mut().zip(found) {
+            match now {
+                Some((v, r))
+                    if r.owner == me && r.object_generation == record.object_generation =>
+                {
+                    *version = v;
+                    *record = r;
+                }
+                _ => lost = true,
+            }
+        }
+        let event = if lost {
+            SourceEvent::FenceLost
+        } else {
+            SourceEvent::FenceStale
+        };
+        self.source_event(rel, event);
+    }
+
+    // ---- the target ----------------------------------------------------------------------------
+
+    fn target(&mut self, node: usize, rel: u64) -> Option<&mut Target> {
+        self.nodes[node].incoming.get_mut(&rel)
+    }
+
+    /// A frame of a move reaches `node`.
+    pub(crate) fn on_reloc(&mut self, node: usize, from: usize, rel: u64, frame: Reloc) {
+        match frame {
+            Reloc::Offer {
+                primary,
+                cells,
+                journal,
+                records,
+                within,
+            } => self.offered(node, from, rel, primary, cells, journal, records, within),
+            Reloc::Progress => self.source_event(rel, SourceEvent::Progress),
+            Reloc::RelayReady => self.source_event(rel, SourceEvent::RelayReady),
+            Reloc::Refused => {
+                self.source_event(rel, SourceEvent::Refused(Refusal::other("refused")))
+            }
+            Reloc::Committed => self.source_event(rel, SourceEvent::Committed),
+            Reloc::Aborted => self.source_event(rel, SourceEvent::Aborted("aborted".into())),
+            Reloc::Relay(parcel) => {
+                if let Some(t) = self.target(node, rel) {
+                    t.arriving = Some(parcel);
+                }
+                self.target_event(node, rel, TargetEvent::Relay);
+            }
+            Reloc::RelayReset => self.target_event(node, rel, TargetEvent::RelayReset),
+            Reloc::Cutover(count, crc) => {
+                let matches = self
+                    .target(node, rel)
+                    .is_some_and(|t| digest(&t.relays) == (count, crc));
+                self.target_event(node, rel, TargetEvent::Cutover { matches });
+            }
+            Reloc::Withdraw => self.target_event(node, rel, TargetEvent::Withdrawn),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn offered(
+        &mut self,
+        node: usize,
+        from: usize,
+        rel: u64,
+        primary: usize,
+        cells: BTreeMap<usize, Cell>,
+        journal: Vec<Parcel>,
+        records: Vec<(usize, u64, UnitRecord)>,
+        within: Duration,
+    ) {
+        if cells.keys().any(|u| self.lane_of(node, *u).is_some())
+            || self.nodes[node].incoming.contains_key(&rel)
+        {
+            self.send(
+                node,
+                from,
+                Msg::Reloc {
+                    rel,
+                    frame: Reloc::Refused,
+                },
+            );
+            return;
+        }
+        let generation = self.nodes[node].lease.map_or(0, |(g, _)| g);
+        let me = node_id(node);
+        let wrote = records
+            .iter()
+            .map(|(u, _, r)| UnitRecord {
+                owner: me.clone(),
+                lease_generation: generation,
+                owner_generation: r.owner_generation + 1,
+                spot: cells.get(u).and_then(|c| c.spot).map(|s| self.spot_id(s)),
+                ..r.clone()
+            })
+            .collect();
+        let target = Target {
+            from,
+            machine: TargetMachine::new(self.now, within),
+            armed: false,
+            lane: None,
+            offer: Some((primary, cells, journal)),
+            records,
+            relays: Vec::new(),
+            arriving: None,
+            wrote,
+        };
+        self.nodes[node].incoming.insert(rel, target);
+        self.events.push(Event::Restore { node, lane: 0, rel });
+        self.arm_target(node, rel);
+        let process = self.nodes[node].process;
+        self.arm(
+            self.now + PROGRESS_EVERY,
+            Timer::Progress { node, process, rel },
+        );
+    }
+
+    /// The restore ends: the unit is staged in a gated lane (or its adapter panicked).
+    pub(crate) fn restored(&mut self, node: usize, _lane: u64, rel: u64) {
+        let fails = std::mem::take(&mut self.faults.restore_fails);
+        let Some(t) = self.target(node, rel) else {
+            return;
+        };
+        let Some((primary, cells, journal)) = t.offer.take() else {
+            return;
+        };
+        let from = t.from;
+        if fails {
+            trace!(
+                self,
+                "n{node}: restore of u{primary} fails: its state adapter panicked"
+            );
+            self.target_event(
+                node,
+                rel,
+                TargetEvent::RestoreFailed(Refusal::incompatible("the state adapter panicked")),
+            );
+            return;
+        }
+        if cells.keys().any(|u| self.lane_of(node, *u).is_some()) {
+            self.target_event(
+                node,
+                rel,
+                TargetEvent::RestoreFailed(Refusal::other("already hosted here")),
+            );
+            return;
+        }
+        let units: Vec<usize> = cells.keys().copied().collect();
+        let mut lane = Lane::new(primary, cells, LaneMove::staged());
+        lane.queue.extend(journal);
+        let id = self.add_lane(node, lane);
+        if let Some(t) = self.target(node, rel) {
+            t.lane = Some(id);
+        }
+        for u in units {
+            self.arrived(node, u, from, id);
+        }
+        self.target_event(node, rel, TargetEvent::Restored);
+    }
+
+    /// A target still restoring says so, so that the source does not take it for silent.
+    pub(crate) fn progress(&mut self, node: usize, rel: u64) {
+        let Some(t) = self.target(node, rel) else {
+            return;
+        };
+        if t.offer.is_none() {
+            return;
+        }
+        let from = t.from;
+        self.send(
+            node,
+            from,
+            Msg::Reloc {
+                rel,
+                frame: Reloc::Progress,
+            },
+        );
+        let process = self.nodes[node].process;
+        self.arm(
+            self.now + PROGRESS_EVERY,
+            Timer::Progress { node, process, rel },
+        );
+    }
+
+    fn arm_target(&mut self, node: usize, rel: u64) {
+        let process = self.nodes[node].process;
+        let Some(t) = self.target(node, rel) else {
+            return;
+        };
+        if t.armed {
+            return;
+        }
+        if let Some(at) = t.machine.poll_timeout() {
+            t.armed = true;
+            self.arm(at, Timer::Target { node, process, rel });
+        }
+    }
+
+    pub(crate) fn target_event(&mut self, node: usize, rel: u64, event: TargetEvent) {
+        let line = self.line(|| format!("n{node} move {rel} target {event:?}"));
+        let Some(t) = self.target(node, rel) else {
+            return;
+        };
+        let actions = t.machine.on(event);
+        self.target_acts(node, rel, line, actions);
+    }
+
+    pub(crate) fn target_timer(&mut self, node: usize, rel: u64) {
+        let now = self.now;
+        let Some(t) = self.target(node, rel) else {
+            return;
+        };
+        t.armed = false;
+        let actions = t.machine.handle_timeout(now);
+        let line = self.line(|| format!("n{node} move {rel} target timer"));
+        self.target_acts(node, rel, line, actions);
+    }
+
+    fn target_acts(&mut self, node: usize, rel: u64, line: String, actions: Vec<TargetAction>) {
+        trace!(self, "{line} -> {actions:?}");
+        for action in actions {
+            self.target_action(node, rel, action);
+        }
+        self.arm_target(node, rel);
+        if self.target(node, rel).is_some_and(|t| t.machine.finished()) {
+            self.nodes[node].incoming.remove(&rel);
+        }
+    }
+
+    fn target_action(&mut self, node: usize, rel: u64, action: TargetAction) {
+        let Some(t) = self.target(node, rel) else {
+            return;
+        };
+        let from = t.from;
+        let lane = t.lane;
+        match action {
+            TargetAction::SendRelayReady => self.send(
+                node,
+                from,
+                Msg::Reloc {
+                    rel,
+                    frame: Reloc::RelayReady,
+                },
+            ),
+            TargetAction::SendRefused(_) => self.send(
+                node,
+                from,
+                Msg::Reloc {
+                    rel,
+                    frame: Reloc::Refused,
+                },
+            ),
+            TargetAction::SendCommitted => self.send(
+                node,
+                from,
+                Msg::Reloc {
+                    rel,
+                    frame: Reloc::Committed,
+                },
+            ),
+            TargetAction::SendAborted(_) => self.send(
+                node,
+                from,
+                Msg::Reloc {
+                    rel,
+                    frame: Reloc::Aborted,
+                },
+            ),
+            TargetAction::KeepRelay => t.relays.extend(t.arriving.take()),
+            TargetAction::ClearRelay => t.relays.clear(),
+            TargetAction::Commit => {
+                let mut conds: Vec<Cond> = t
+                    .records
+                    .iter()
+                    .map(|(u, v, _)| Cond::Version(Key::Unit(*u), *v))
+                    .collect();
+                let puts = t
+                    .records
+                    .iter()
+                    .zip(&t.wrote)
+                    .map(|((u, _, _), r)| (Key::Unit(*u), Value::Unit(r.clone())))
+                    .collect();
+                conds.push(self.lease_cond(node));
+                self.call(
+                    node,
+                    Op::Batch {
+                        conds,
+                        puts,
+                        deletes: Vec::new(),
+                    },
+                    Purpose::Commit { rel },
+                );
+            }
+            TargetAction::ReadBack => {
+                let first = t.records.first().map(|(u, _, _)| *u);
+                if let Some(u) = first {
+                    self.call(node, Op::ReadBack(vec![u]), Purpose::ReadBack { rel });
+                }
+            }
+            TargetAction::Open => {
+                let relays = std::mem::take(&mut t.relays);
+                let Some(lane) = lane else {
+                    return;
+                };
+                let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
+                    return;
+                };
+                l.queue.extend(relays);
+                let gated = std::mem::take(&mut l.gated);
+                l.queue.extend(gated);
+                l.stance.open();
+                let primary = l.primary;
+                trace!(self, "n{node}: u{primary} opens here");
+                self.run_queue(node, lane);
+            }
+            TargetAction::Discard => {
+                if let Some(lane) = lane {
+                    self.discard(node, lane);
+                }
+            }
+        }
+    }
+
+    /// The commit's answer.
+    pub(crate) fn committed(&mut self, node: usize, rel: u64, reply: Reply) {
+        let event = match reply {
+            Reply::Committed => TargetEvent::CommitWon,
+            Reply::Conflict { .. } => TargetEvent::CommitLost,
+            Reply::Unknown
+            | Reply::Unavailable
+            | Reply::Reset
+            | Reply::Got(_)
+            | Reply::Scanned(_) => TargetEvent::CommitUnknown,
+        };
+        self.target_event(node, rel, event);
+    }
+
+    /// The commit read back.
+    pub(crate) fn read_back(&mut self, node: usize, rel: u64, reply: Reply) {
+        let Some(t) = self.target(node, rel) else {
+            return;
+        };
+        let Some(wrote) = t.wrote.first().cloned() else {
+            return;
+        };
+        let read = match &reply {
+            Reply::Got(found) => Ok(found.first().and_then(|f| f.as_ref()).map(|(_, r)| r)),
+            _ => Err(()),
+        };
+        let event = match ConditionalWrite::new(wrote).on_read(read) {
+            Settled::Won => TargetEvent::ReadShowsOwner,
+            Settled::Lost => TargetEvent::ReadShowsOther,
+            Settled::ReadBack | Settled::Unknown => TargetEvent::CommitUnknown,
+        };
+        self.target_event(node, rel, event);
+    }
+}
+
+/// A move's frame in a line of the trace.
+pub(crate) fn brief(frame: &Reloc) -> String {
+    match frame {
+        Reloc::Offer {
+            primary, journal, ..
+        } => format!("offer u{primary} with {} saved", journal.len()),
+        other => format!("{other:?}"),
+    }
+}
