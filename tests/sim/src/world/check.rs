@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use ferry_core::witness::may_run;
 
 use super::sessions::input_id;
-use super::{Node, TIMES, Terminal, World, node_index};
+use super::{Node, TIMES, Terminal, World, node_index, sender_id};
 
 /// Where a unit's copies are.
 #[derive(Debug, Default)]
@@ -98,7 +98,7 @@ impl World {
             for n in self.nodes.iter().filter(|n| n.up) {
                 for lane in n.lanes.values() {
                     if let Some(cell) = lane.cells.get(&unit) {
-                        in_order(unit, &cell.log)?;
+                        in_order(unit, &cell.log, &self.lives[unit].floors)?;
                     }
                 }
             }
@@ -166,21 +166,47 @@ impl World {
             for (s, sender) in self.senders.iter().enumerate() {
                 let ran: Vec<u64> = log
                     .iter()
-                    .filter(|(who, _)| *who == s)
+                    .filter(|(who, _)| {
+                        *who == sender_id(s, self.nodes[s % self.shape.nodes].process)
+                    })
                     .map(|&(_, seq)| seq)
                     .collect();
                 let sent = sender.sent.get(&unit).cloned().unwrap_or_default();
-                if ran != sent {
-                    return Err(format!("u{unit}: s{s} sent {sent:?} but {ran:?} ran"));
-                }
+                // What must have run: every tell not reported lost, every ask answered with its
+                // reply. An ask that timed out may have run; one that failed, or a tell
+                // reported lost, must not have.
+                let owed = |seq: &u64| match sender.asked.get(&(unit, *seq)) {
+                    Some((_, ends)) => match ends.as_slice() {
+                        [Terminal::Reply] => Some(true),
+                        [Terminal::Timeout] => None,
+                        _ => Some(false),
+                    },
+                    None => Some(!sender.dropped.contains(&(unit, *seq))),
+                };
+                let mut left = ran.iter().peekable();
                 for seq in &sent {
-                    if let Some((_, ends)) = sender.asked.get(&(unit, *seq))
-                        && ends == &[Terminal::Error]
-                    {
-                        return Err(format!(
-                            "s{s}'s ask #{seq} of u{unit} ran, but ended {ends:?}"
-                        ));
+                    let runs = left.peek() == Some(&seq);
+                    match (owed(seq), runs) {
+                        (Some(true), false) | (Some(false), true) => {
+                            return Err(format!(
+                                "u{unit}: s{s} sent {sent:?} but {ran:?} ran (#{seq} {})",
+                                if runs {
+                                    "ran, though it was reported failed"
+                                } else {
+                                    "is missing"
+                                }
+                            ));
+                        }
+                        _ => {}
                     }
+                    if runs {
+                        left.next();
+                    }
+                }
+                if let Some(extra) = left.next() {
+                    return Err(format!(
+                        "u{unit}: s{s} sent {sent:?} but {ran:?} ran (#{extra}?)"
+                    ));
                 }
             }
             for (c, gateway) in self.gateways.iter().enumerate() {
@@ -212,10 +238,18 @@ fn running_log(node: &Node, unit: usize) -> Option<&Vec<(usize, u64)>> {
         .map(|c| &c.log)
 }
 
-/// Each sender's numbers run at most once, and in the order sent.
-fn in_order(unit: usize, log: &[(usize, u64)]) -> Result<(), String> {
+/// Each sender's numbers run at most once, and in the order sent (those sent to an earlier
+/// incarnation of the unit, at or below its floor, aside).
+fn in_order(
+    unit: usize,
+    log: &[(usize, u64)],
+    floors: &BTreeMap<usize, u64>,
+) -> Result<(), String> {
     let mut last: BTreeMap<usize, u64> = BTreeMap::new();
     for &(who, seq) in log {
+        if floors.get(&who).is_some_and(|floor| seq <= *floor) {
+            continue;
+        }
         let before = last.insert(who, seq).unwrap_or(0);
         if seq <= before {
             let what = if seq == before {

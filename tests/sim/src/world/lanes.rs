@@ -13,7 +13,7 @@ use ferry_core::witness::may_run;
 
 use super::links::Msg;
 use super::store::{Cond, Key, Op, Purpose, Reply, Value};
-use super::{TIMES, World, node_id, take_where};
+use super::{TIMES, World, node_id, sender_id, take_where};
 
 /// How many conditional writes of an Actor's room a join or a leave tries.
 const RECORD_TRIES: u8 = 8;
@@ -576,10 +576,25 @@ impl World {
                         ""
                     }
                 );
+                // What was sent to the id before this incarnation may still arrive: it runs
+                // here, but in no order with what is sent to the new one.
+                let floors: BTreeMap<usize, u64> = self
+                    .senders
+                    .iter()
+                    .enumerate()
+                    .map(|(s, sender)| {
+                        let process = self.nodes[s % self.shape.nodes].process;
+                        (sender_id(s, process), sender.next)
+                    })
+                    .chain(self.gateways.iter().enumerate().map(|(c, g)| g.floor(c)))
+                    .collect();
                 let life = &mut self.lives[unit];
                 life.exists = true;
                 life.renewed |= !rebuilt;
                 life.rebuilt |= rebuilt;
+                if !rebuilt {
+                    life.floors = floors;
+                }
                 if let Some(l) = self.nodes[node].lanes.get_mut(&lane) {
                     l.stance.open();
                 }

@@ -112,7 +112,13 @@ impl World {
             return;
         }
         let process = self.nodes[from].process;
-        let link = self.links.entry((from, to)).or_default();
+        let peer = self.nodes[to].process;
+        let link = self.links.entry((from, to)).or_insert_with(|| {
+            // The first connection names the peer's process: what is kept is for it alone.
+            let mut link = Link::default();
+            link.out.connected(peer);
+            link
+        });
         let body = link.base + link.bodies.len() as u64;
         link.bodies.push_back(msg);
         let seq = link.out.push(Bytes::copy_from_slice(&body.to_be_bytes()));

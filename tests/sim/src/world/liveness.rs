@@ -277,8 +277,8 @@ impl World {
         self.call(n, Op::Scan, Purpose::Adopt);
     }
 
-    /// Rebuilds here, fresh, every unit an earlier process of this id held (tried again at the
-    /// next keeper round if the store did not answer).
+    /// Rebuilds here, fresh, every unit an earlier process of this id held; looks again at the
+    /// next keeper round while any is left (the store did not answer, or a claim did not land).
     pub(crate) fn adopted(&mut self, n: usize, reply: Reply) {
         let Reply::Scanned(all) = reply else {
             let process = self.nodes[n].process;
@@ -294,7 +294,13 @@ impl World {
             })
             .collect();
         let first = self.nodes[n].first_generation;
-        for found in left_by_earlier_process(records, &node_id(n), first) {
+        let left = left_by_earlier_process(records, &node_id(n), first);
+        if !left.is_empty() {
+            // Looked at again next round, until every one is taken back.
+            let process = self.nodes[n].process;
+            self.arm(self.now + KEEP_EVERY, Timer::Adopt { node: n, process });
+        }
+        for found in left {
             let unit = self.unit_index(&found.id);
             if self.lane_of(n, unit).is_some() {
                 continue;

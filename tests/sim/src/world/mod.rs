@@ -85,8 +85,19 @@ const FENCE_WAIT: Duration = Duration::from_secs(5);
 /// How many events a run may take to settle after its plan, at the least; a big cluster gets
 /// more, for every node probes every other.
 const SETTLE_BUDGET: usize = 30_000;
-/// A sender id for game clients' inputs in a unit's log: client `c` is `CLIENTS + c`.
-const CLIENTS: usize = 1_000;
+/// Where game clients' sessions start among the ids of a unit's log (see `sessions::input_id`).
+const CLIENTS: usize = 1_000_000;
+
+/// A sender's id in a unit's log: each process of its node is another sender, whose order is its
+/// own.
+fn sender_id(sender: usize, process: u64) -> usize {
+    sender + 100 * process as usize
+}
+
+/// The sender an id of a unit's log stands for.
+fn sender_of(id: usize) -> usize {
+    id % 100
+}
 
 /// Something due to happen at no particular time, in an order the plan picks.
 #[derive(Debug, Clone)]
@@ -234,6 +245,8 @@ struct Sender {
     /// The requests among them: the process that asked, and each terminal it got (one, once it
     /// ended; none owed once that process is gone).
     asked: BTreeMap<(usize, u64), (u64, Vec<Terminal>)>,
+    /// Tells reported lost to the sender's node (a route lookup that kept failing).
+    dropped: BTreeSet<(usize, u64)>,
 }
 
 /// How a request ended.
@@ -258,6 +271,9 @@ struct Life {
     rebuilt: bool,
     /// The longest log a copy running it had: its state never goes back.
     high: usize,
+    /// Per sender, the last number sent before the unit was last created: what was sent to its
+    /// earlier incarnation keeps no order with what is sent to this one.
+    floors: BTreeMap<usize, u64>,
 }
 
 /// Faults armed for the next chance.

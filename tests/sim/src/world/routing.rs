@@ -11,7 +11,9 @@ use ferry_core::routes::{Arrival, Routed, Switched};
 use super::lanes::{Parcel, Work};
 use super::links::Msg;
 use super::store::{Op, Purpose, Reply};
-use super::{FENCE_WAIT, REQUEST_TIMEOUT, Terminal, Timer, World, node_id, node_index};
+use super::{
+    FENCE_WAIT, REQUEST_TIMEOUT, Terminal, Timer, World, node_id, node_index, sender_id, sender_of,
+};
 
 /// How many times a lookup reads the store before it fails what waits for it.
 const LOOKUP_TRIES: u8 = 4;
@@ -62,9 +64,16 @@ impl World {
             self.senders[s]
                 .asked
                 .insert((unit, seq), (process, Vec::new()));
-            Work::Ask { sender: s, seq, id }
+            Work::Ask {
+                sender: sender_id(s, self.nodes[node].process),
+                seq,
+                id,
+            }
         } else {
-            Work::Tell { sender: s, seq }
+            Work::Tell {
+                sender: sender_id(s, self.nodes[node].process),
+                seq,
+            }
         };
         trace!(
             self,
@@ -255,6 +264,13 @@ impl World {
     /// A lookup that kept failing: requests end with `RouteLookupFailed`; tells are dropped and
     /// counted (the store was out, which the sender's node reports).
     fn fail_lookup(&mut self, node: usize, parcel: Parcel, why: &Reply) {
+        if let Work::Tell { sender, seq } = parcel.work
+            && sender_of(sender) % self.shape.nodes == node
+        {
+            self.senders[sender_of(sender)]
+                .dropped
+                .insert((parcel.to, seq));
+        }
         trace!(
             self,
             "n{node}: lookup of u{} failed ({why:?}): {parcel:?} fails", parcel.to

@@ -60,6 +60,13 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// The log id of this client's current session, and its last input's number.
+    pub fn floor(&self, client: usize) -> (usize, u64) {
+        (input_id(client, self.number), self.next)
+    }
+}
+
 /// What gateways and Actors' nodes say to each other.
 #[derive(Debug, Clone)]
 pub(crate) enum SessionMsg {
