@@ -26,6 +26,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use super::frames::Refusal;
+use crate::authority::UnitRecord;
 use crate::ids::NodeId;
 
 /// What happened, as the source sees it.
@@ -570,6 +571,30 @@ impl SourceMachine {
     }
 }
 
+/// What a record read again after the source's reclaim met a conflict says, record by record:
+/// the unit is still this node's, and its reclaim may be tried again on the record as it stands
+/// ([`SourceEvent::FenceStale`]: an earlier reclaim landed unseen, or a field changed that names
+/// no new owner); or it changed hands since it was read ([`SourceEvent::FenceLost`]). A record
+/// that names this node again after passing through another owner (the unit moved away and came
+/// back) is lost too: the copy that runs it here now is another, and this one is stale.
+pub fn fence_conflict<'a>(
+    me: &NodeId,
+    read: impl IntoIterator<Item = (&'a UnitRecord, Option<&'a UnitRecord>)>,
+) -> SourceEvent {
+    let still_mine = |(read, now): (&UnitRecord, Option<&UnitRecord>)| {
+        now.is_some_and(|now| {
+            now.owner == *me
+                && now.object_generation == read.object_generation
+                && now.owner_generation <= read.owner_generation + 1
+        })
+    };
+    if read.into_iter().all(still_mine) {
+        SourceEvent::FenceStale
+    } else {
+        SourceEvent::FenceLost
+    }
+}
+
 fn names(nodes: &BTreeSet<NodeId>) -> String {
     nodes
         .iter()
@@ -833,6 +858,43 @@ mod tests {
         assert_eq!(s.on(SE::RelayReady, at()), vec![SA::Handover]);
         assert!(s.handed_over());
         s
+    }
+
+    #[test]
+    fn a_reclaim_is_tried_again_only_on_a_record_that_never_left_this_node() {
+        let read = UnitRecord {
+            owner: node("n1"),
+            lease_generation: 1,
+            object_generation: crate::ids::ObjectGeneration(7),
+            owner_generation: 4,
+            factory: "room".into(),
+            stage: crate::authority::Stage::Active,
+            spot: None,
+            recoverable: true,
+        };
+        let me = node("n1");
+        let with = |owner: &str, generation: u64| UnitRecord {
+            owner: node(owner),
+            owner_generation: generation,
+            ..read.clone()
+        };
+        // Its own reclaim landed unseen, or only a field changed: tried again.
+        for now in [with("n1", 5), with("n1", 4)] {
+            assert_eq!(fence_conflict(&me, [(&read, Some(&now))]), SE::FenceStale);
+        }
+        // The target committed; or the unit moved away and back; or it was rebuilt; or it is gone.
+        let rebuilt = UnitRecord {
+            object_generation: crate::ids::ObjectGeneration(8),
+            ..with("n1", 5)
+        };
+        for now in [
+            Some(with("n2", 5)),
+            Some(with("n1", 6)),
+            Some(rebuilt),
+            None,
+        ] {
+            assert_eq!(fence_conflict(&me, [(&read, now.as_ref())]), SE::FenceLost);
+        }
     }
 
     #[test]

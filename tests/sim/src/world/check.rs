@@ -67,6 +67,9 @@ impl World {
 
     /// What holds after every step.
     pub fn check(&mut self) -> Result<(), String> {
+        if let Some(broken) = self.broken.take() {
+            return Err(broken);
+        }
         if self.touched.is_empty() {
             return Ok(());
         }

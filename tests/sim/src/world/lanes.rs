@@ -39,11 +39,12 @@ pub(crate) enum Work {
     Fence { id: u64 },
     /// A game client's numbered input, sent by its gateway; `client` is the session's id in logs.
     Input { client: usize, seq: u64 },
-    /// A session binds the Actor.
+    /// A session binds the Actor; its answer goes to request `id` on the gateway.
     Bind {
         client: usize,
         number: u64,
         epoch: u32,
+        id: u64,
     },
     /// A session lets the Actor go.
     Unbind {
@@ -303,7 +304,7 @@ impl World {
     pub(crate) fn give_up(&mut self, node: usize, parcel: Parcel, why: &str) {
         trace!(self, "n{node}: gives up {parcel:?}: {why}");
         match parcel.work {
-            Work::Ask { id, .. } | Work::Fence { id } => {
+            Work::Ask { id, .. } | Work::Fence { id } | Work::Bind { id, .. } => {
                 self.send(node, parcel.origin, Msg::Reply { id, ok: false });
             }
             Work::Tell { .. } | Work::Input { .. } => {
@@ -311,7 +312,7 @@ impl World {
                     self.lost += 1;
                 }
             }
-            Work::Bind { .. } | Work::Unbind { .. } => {}
+            Work::Unbind { .. } => {}
         }
     }
 

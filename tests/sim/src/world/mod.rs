@@ -323,6 +323,8 @@ pub struct World {
     tells_ran: usize,
     /// Messages lost without a crash or a store loss to explain them.
     lost: usize,
+    /// An invariant found broken in the middle of a step.
+    broken: Option<String>,
     settled: usize,
     /// Whether the trace is kept (a replay), or not (a search, which is faster).
     tracing: bool,
@@ -378,6 +380,7 @@ impl World {
             moves_ended: 0,
             tells_ran: 0,
             lost: 0,
+            broken: None,
             settled: 0,
             tracing,
             trace: Vec::new(),

@@ -17,8 +17,8 @@ use ferry_core::relocation::capture::{QueuedOp, relay_digest};
 use ferry_core::relocation::frames::Refusal;
 use ferry_core::relocation::lane::{LaneMove, Seal};
 use ferry_core::relocation::protocol::{
-    SourceAction, SourceEvent, SourceMachine, SourceTiming, TargetAction, TargetEvent,
-    TargetMachine,
+    MoveEnd, SourceAction, SourceEvent, SourceMachine, SourceTiming, TargetAction, TargetEvent,
+    TargetMachine, fence_conflict,
 };
 
 use super::lanes::{Cell, Lane, Parcel};
@@ -67,6 +67,8 @@ pub(crate) struct Source {
     pub records: Vec<(usize, u64, UnitRecord)>,
     /// Whether the end was counted.
     pub ended: bool,
+    /// When a frame from the target last reached this source.
+    pub heard: std::time::Instant,
     /// The gateways told to seal, and the bound Actors they were told about.
     pub told: BTreeSet<ferry_core::ids::NodeId>,
     pub sealed: Vec<(usize, u64, usize, u32)>,
@@ -143,6 +145,7 @@ impl World {
                     journal: Vec::new(),
                     records: Vec::new(),
                     ended: false,
+                    heard: self.now,
                     told: BTreeSet::new(),
                     sealed: Vec::new(),
                 },
@@ -187,6 +190,23 @@ impl World {
         self.source_acts(rel, line, actions);
     }
 
+    /// A move given up for the target's silence: nothing may have come from the target for the
+    /// silence step (a target that works long, and says so, is waited for).
+    fn check_silence(&mut self, rel: u64) {
+        let now = self.now;
+        let Some((_, s)) = self.source(rel) else {
+            return;
+        };
+        let silent = matches!(s.machine.end(), Some(MoveEnd::Restored(why)) if why == "the target did not answer");
+        let step = SourceTiming::default().step;
+        if silent && now < s.heard + step {
+            let heard = now.duration_since(s.heard);
+            self.broken.get_or_insert(format!(
+                "move {rel} gave up on its target for silence {heard:?} after a frame from it"
+            ));
+        }
+    }
+
     /// The source machine's timer.
     pub(crate) fn source_timer(&mut self, node: usize, rel: u64) {
         let now = self.now;
@@ -211,6 +231,7 @@ impl World {
         if let Some(end) = ended {
             self.moves_ended += 1;
             trace!(self, "{line} -> {actions:?}; the move ends {end}");
+            self.check_silence(rel);
         } else {
             trace!(self, "{line} -> {actions:?}");
         }
@@ -564,23 +585,22 @@ impl World {
         let Some((_, s)) = self.source(rel) else {
             return;
         };
-        let mut lost = false;
-        for ((_, version, record), now) in s.records.iter_mut().zip(found) {
-            match now {
-                Some((v, r))
-                    if r.owner == me && r.object_generation == record.object_generation =>
-                {
+        let event = fence_conflict(
+            &me,
+            s.records
+                .iter()
+                .zip(&found)
+                .map(|((_, _, read), now)| (read, now.as_ref().map(|(_, r)| r))),
+        );
+        if event == SourceEvent::FenceStale {
+            // Tried again on the records as they stand now.
+            for ((_, version, record), now) in s.records.iter_mut().zip(found) {
+                if let Some((v, r)) = now {
                     *version = v;
                     *record = r;
                 }
-                _ => lost = true,
             }
         }
-        let event = if lost {
-            SourceEvent::FenceLost
-        } else {
-            SourceEvent::FenceStale
-        };
         self.source_event(rel, event);
     }
 
@@ -592,6 +612,12 @@ impl World {
 
     /// A frame of a move reaches `node`.
     pub(crate) fn on_reloc(&mut self, node: usize, from: usize, rel: u64, frame: Reloc) {
+        let now = self.now;
+        if let Some((_, s)) = self.source(rel)
+            && s.to == from
+        {
+            s.heard = now;
+        }
         match frame {
             Reloc::Offer {
                 primary,

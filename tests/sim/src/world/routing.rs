@@ -38,6 +38,12 @@ pub(crate) enum Request {
         epoch: u32,
         upto: u64,
     },
+    /// A session's bind: success comes as a notice from the Actor; a failure ends it here.
+    Bind {
+        client: usize,
+        unit: usize,
+        epoch: u32,
+    },
 }
 
 impl World {
@@ -95,11 +101,13 @@ impl World {
         self.nodes[node].requests.insert(id, request);
         let process = self.nodes[node].process;
         let wait = match request {
-            Request::Ask { .. } | Request::SessionFence { .. } => REQUEST_TIMEOUT,
+            Request::Ask { .. } | Request::SessionFence { .. } | Request::Bind { .. } => {
+                REQUEST_TIMEOUT
+            }
             Request::Fence { .. } => FENCE_WAIT,
         };
         let timer = match request {
-            Request::Ask { .. } | Request::SessionFence { .. } => {
+            Request::Ask { .. } | Request::SessionFence { .. } | Request::Bind { .. } => {
                 Timer::Request { node, process, id }
             }
             Request::Fence { .. } => Timer::Fence {
@@ -134,6 +142,15 @@ impl World {
                 epoch,
                 upto,
             } => self.session_fenced(client, unit, epoch, upto, end == Terminal::Reply),
+            Request::Bind {
+                client,
+                unit,
+                epoch,
+            } => {
+                if end != Terminal::Reply {
+                    self.bind_failed(client, unit, epoch);
+                }
+            }
         }
     }
 
@@ -276,10 +293,10 @@ impl World {
             "n{node}: lookup of u{} failed ({why:?}): {parcel:?} fails", parcel.to
         );
         match parcel.work {
-            Work::Ask { id, .. } | Work::Fence { id } => {
+            Work::Ask { id, .. } | Work::Fence { id } | Work::Bind { id, .. } => {
                 self.send(node, parcel.origin, Msg::Reply { id, ok: false });
             }
-            Work::Tell { .. } | Work::Input { .. } | Work::Bind { .. } | Work::Unbind { .. } => {}
+            Work::Tell { .. } | Work::Input { .. } | Work::Unbind { .. } => {}
         }
     }
 
@@ -393,7 +410,7 @@ impl World {
         if let Msg::Deliver(parcel) = msg {
             trace!(self, "n{from}: frame to n{to} lost: {parcel:?}");
             match parcel.work {
-                Work::Ask { id, .. } | Work::Fence { id } => {
+                Work::Ask { id, .. } | Work::Fence { id } | Work::Bind { id, .. } => {
                     self.send(from, parcel.origin, Msg::Reply { id, ok: false })
                 }
                 Work::Tell { .. } | Work::Input { .. } => {
@@ -401,7 +418,7 @@ impl World {
                         self.lost += 1;
                     }
                 }
-                Work::Bind { .. } | Work::Unbind { .. } => {}
+                Work::Unbind { .. } => {}
             }
         }
     }

@@ -16,7 +16,7 @@ use ferry_core::relocation::protocol::{SessionsTo, SourceEvent};
 use ferry_core::session::binding::{self, Addressee, Step};
 use ferry_core::session::frames::SessionFrame;
 use ferry_core::session::machine::{Action, Event, SessionMachine};
-use ferry_core::session::wire::{ClientFrame, Encoding, PROTOCOL_VERSION};
+use ferry_core::session::wire::{ClientFrame, Encoding, PROTOCOL_VERSION, ServerFrame};
 use ferry_core::session::{Identity, SessionId, SessionLimits, SessionOp, SessionRef};
 
 use super::lanes::{Cell, Parcel, Work};
@@ -228,17 +228,7 @@ impl World {
             Action::RequestBind { actor, epoch } => {
                 let unit = self.unit_index(&UnitId::Actor(actor));
                 trace!(self, "client {client}: binds u{unit} (bind {epoch})");
-                let parcel = Parcel {
-                    to: unit,
-                    work: Work::Bind {
-                        client,
-                        number,
-                        epoch,
-                    },
-                    origin: node,
-                    hops: 0,
-                };
-                self.send_local(node, parcel);
+                self.send_bind(client, number, unit, epoch);
             }
             Action::RequestRebind { actor, epoch, gone } => {
                 let unit = self.unit_index(&UnitId::Actor(actor));
@@ -271,12 +261,57 @@ impl World {
                     None => self.send_local(node, parcel),
                 }
             }
+            // The client hears its binding ended: what it sent under it is not owed any more.
+            Action::Send(ServerFrame::BindRefused { .. } | ServerFrame::Unbound { .. }) => {
+                self.gateways[client].broken.insert(number);
+            }
             Action::Send(_) => {}
             Action::Close { code, reason } => {
                 trace!(self, "client {client}: session closed ({code:?}: {reason})");
                 self.gateways[client].broken.insert(number);
             }
         }
+    }
+
+    /// Sends a bind to the Actor as a request: its failure (the Actor unknown, out of reach, too
+    /// slow) is the session's to hear.
+    fn send_bind(&mut self, client: usize, number: u64, unit: usize, epoch: u32) {
+        let node = self.gateway_node(client);
+        let id = self.open_request(
+            node,
+            Request::Bind {
+                client,
+                unit,
+                epoch,
+            },
+        );
+        let parcel = Parcel {
+            to: unit,
+            work: Work::Bind {
+                client,
+                number,
+                epoch,
+                id,
+            },
+            origin: node,
+            hops: 0,
+        };
+        self.send_local(node, parcel);
+    }
+
+    /// A bind failed: the session hears it (a bind it gave up on changes nothing).
+    pub(crate) fn bind_failed(&mut self, client: usize, unit: usize, epoch: u32) {
+        let node = self.gateway_node(client);
+        let actor = self.actor_id(unit);
+        self.feed(
+            client,
+            Event::Bound {
+                actor,
+                epoch,
+                owner: node_id(node),
+                verdict: Err("the bind did not reach the Actor".into()),
+            },
+        );
     }
 
     /// Opens a request for a session's fence on the gateway node.
@@ -394,17 +429,7 @@ impl World {
         let node = self.gateway_node(client);
         let moved_on = matches!(&reply, Reply::Got(found) if found.first().is_some_and(|f| f.as_ref().is_none_or(|(_, r)| node_index(&r.owner) != gone)));
         if moved_on {
-            let parcel = Parcel {
-                to: unit,
-                work: Work::Bind {
-                    client,
-                    number,
-                    epoch,
-                },
-                origin: node,
-                hops: 0,
-            };
-            self.send_local(node, parcel);
+            self.send_bind(client, number, unit, epoch);
         } else {
             let process = self.nodes[node].process;
             self.arm(
@@ -454,6 +479,7 @@ impl World {
                 client,
                 number,
                 epoch,
+                ..
             } => (client, number, epoch, true),
             Work::Unbind {
                 client,
@@ -494,9 +520,13 @@ impl World {
         );
         match step {
             Step::Wait(_) => l.deferred.push(parcel),
-            Step::Done { notices, .. } => {
+            Step::Done { notices, answer } => {
                 for notice in notices {
                     self.notify(node, parcel.to, notice.gateway, notice.frame);
+                }
+                if let Work::Bind { id, .. } = parcel.work {
+                    let ok = answer.is_ok();
+                    self.send(node, parcel.origin, Msg::Reply { id, ok });
                 }
             }
         }
