@@ -76,14 +76,14 @@ impl Times {
 
 /// Whether no other node can take this node's units over yet at `now`: its lease is certainly held
 /// (until `lease_until`, counted from the send of its last confirmed renewal), or it lapsed less
-/// than the outage limit ago and every peer vouches for it. Without a mesh (`meshed` false) no peer
-/// can vouch, and peers take a lapsed lease for death.
+/// than the outage limit ago and every peer vouches for it (asked only then: it is the rare case).
+/// Without a mesh (`meshed` false) no peer can vouch, and peers take a lapsed lease for death.
 pub fn may_run(
     now: Instant,
     lease_until: Instant,
     meshed: bool,
     times: &Times,
-    vouch: Vouch,
+    vouch: impl FnOnce() -> Vouch,
 ) -> bool {
     if now < lease_until {
         return true;
@@ -91,7 +91,7 @@ pub fn may_run(
     if !meshed || now >= lease_until + times.outage_limit {
         return false;
     }
-    match vouch {
+    match vouch() {
         Vouch::Alone => true,
         Vouch::Until(end) => now < end,
     }
@@ -434,42 +434,22 @@ mod tests {
     fn a_node_runs_past_its_lease_only_while_vouched_for_and_within_the_outage_limit() {
         let start = Instant::now();
         let until = start + TIMES.lease_ttl;
-        let vouched = Vouch::Until(until + Duration::from_secs(2));
+        let vouched = || Vouch::Until(until + Duration::from_secs(2));
+        let alone = || Vouch::Alone;
+        let second = Duration::from_secs(1);
+        let unasked = || -> Vouch { panic!("the peers are asked only past the lease") };
         assert!(
-            may_run(start, until, false, &TIMES, Vouch::Alone),
+            may_run(start, until, false, &TIMES, unasked),
             "the lease is held"
         );
         assert!(
-            !may_run(until, until, false, &TIMES, Vouch::Alone),
+            !may_run(until, until, false, &TIMES, alone),
             "no mesh, no witness"
         );
-        assert!(may_run(
-            until + Duration::from_secs(1),
-            until,
-            true,
-            &TIMES,
-            vouched
-        ));
-        assert!(!may_run(
-            until + Duration::from_secs(2),
-            until,
-            true,
-            &TIMES,
-            vouched
-        ));
-        assert!(may_run(
-            until + TIMES.outage_limit - Duration::from_millis(1),
-            until,
-            true,
-            &TIMES,
-            Vouch::Alone
-        ));
-        assert!(!may_run(
-            until + TIMES.outage_limit,
-            until,
-            true,
-            &TIMES,
-            Vouch::Alone
-        ));
+        assert!(may_run(until + second, until, true, &TIMES, vouched));
+        assert!(!may_run(until + 2 * second, until, true, &TIMES, vouched));
+        let limit = until + TIMES.outage_limit;
+        assert!(may_run(limit - second, until, true, &TIMES, alone));
+        assert!(!may_run(limit, until, true, &TIMES, alone));
     }
 }

@@ -41,11 +41,11 @@ fn check_seed(seed: u64) -> Outcome {
     outcome
 }
 
-/// Ten thousand seeds (or `FERRY_SIM_SEEDS`) of 150 steps each, split over two threads: no
+/// Twenty thousand seeds (or `FERRY_SIM_SEEDS`) of 150 steps each, split over two threads: no
 /// invariant breaks, and the runs do real work (moves end, messages run).
 #[test]
-fn ten_thousand_seeds_keep_every_invariant() {
-    let seeds = env_number("FERRY_SIM_SEEDS").unwrap_or(10_000);
+fn twenty_thousand_seeds_keep_every_invariant() {
+    let seeds = env_number("FERRY_SIM_SEEDS").unwrap_or(20_000);
     let halves: Vec<std::thread::JoinHandle<(usize, usize)>> = (0..2u64)
         .map(|half| {
             std::thread::spawn(move || {

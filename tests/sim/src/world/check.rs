@@ -1,56 +1,60 @@
 //! The invariants: after every step, and once the run has settled.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ferry_core::witness::may_run;
 
 use super::sessions::input_id;
+use super::store::Purpose;
 use super::{Node, TIMES, Terminal, World, node_index, sender_id};
 
 /// Where a unit's copies are.
 #[derive(Debug, Default)]
-struct Copies {
+struct Copies<'a> {
     /// Processes (node, process) that hold it in a lane that may run its turns now.
     running: Vec<(usize, u64)>,
     /// Whether any live process holds a copy at all (staged, sealed, gated or running).
     held: bool,
+    /// The log of every copy, and of the one that runs it on a node's current process.
+    logs: Vec<&'a Vec<(usize, u64)>>,
+    log: Option<&'a Vec<(usize, u64)>>,
 }
 
 impl World {
-    /// Which live processes may run turns now: the nodes', then the stalled ones'.
-    fn runs(&self) -> Vec<bool> {
+    /// Where the touched units' copies are: one pass over every lane of every live process.
+    fn copies(&self, touched: &BTreeSet<usize>) -> BTreeMap<usize, Copies<'_>> {
         let may = |node: &Node| {
-            may_run(
-                self.now,
-                node.lease_until,
-                true,
-                &TIMES,
-                node.witness.vouch(TIMES.grace),
-            )
+            may_run(self.now, node.lease_until, true, &TIMES, || {
+                node.witness.vouch(TIMES.grace)
+            })
         };
-        self.nodes
-            .iter()
-            .map(|n| n.up && may(n))
-            .chain(self.ghosts.iter().map(|(_, g)| may(g)))
-            .collect()
-    }
-
-    fn copies(&self, unit: usize, runs: &[bool]) -> Copies {
-        let mut copies = Copies::default();
+        let mut copies: BTreeMap<usize, Copies<'_>> =
+            touched.iter().map(|&u| (u, Copies::default())).collect();
         let processes = self
             .nodes
             .iter()
             .enumerate()
-            .chain(self.ghosts.iter().map(|(n, g)| (*n, g)))
-            .zip(runs);
-        for ((n, node), &runs) in processes {
+            .map(|(n, node)| (n, node, false))
+            .chain(self.ghosts.iter().map(|(n, g)| (*n, g, true)));
+        for (n, node, ghost) in processes {
             if !node.up {
                 continue;
             }
-            for lane in node.lanes.values().filter(|l| l.cells.contains_key(&unit)) {
-                copies.held = true;
-                if runs && lane.stance.is_open() && !lane.stance.suspended() {
-                    copies.running.push((n, node.process));
+            let runs = may(node);
+            for lane in node.lanes.values() {
+                let running = lane.stance.is_open() && !lane.stance.suspended();
+                for (unit, cell) in &lane.cells {
+                    let Some(copy) = copies.get_mut(unit) else {
+                        continue;
+                    };
+                    copy.held = true;
+                    copy.logs.push(&cell.log);
+                    if running && runs {
+                        copy.running.push((n, node.process));
+                    }
+                    if running && !ghost && copy.log.is_none() {
+                        copy.log = Some(&cell.log);
+                    }
                 }
             }
         }
@@ -73,9 +77,9 @@ impl World {
         if self.touched.is_empty() {
             return Ok(());
         }
-        let runs = self.runs();
-        for unit in std::mem::take(&mut self.touched) {
-            let copies = self.copies(unit, &runs);
+        let touched = std::mem::take(&mut self.touched);
+        let mut highs = Vec::new();
+        for (unit, copies) in self.copies(&touched) {
             if copies.running.len() > 1 {
                 return Err(format!(
                     "u{unit} runs turns on {:?} at once",
@@ -91,31 +95,34 @@ impl World {
                 let owner = node_index(&record.owner);
                 // An earlier process of the owner's id held it: the owner takes it back later.
                 let earlier = record.lease_generation < self.nodes[owner].first_generation;
-                let claimed = self.nodes.iter().any(|n| n.up && n.calls.values().any(|p| matches!(p, super::store::Purpose::Claim { unit: u, .. } | super::store::Purpose::ClaimRead { unit: u, .. } if *u == unit)));
+                let claimed = self.nodes.iter().any(|n| {
+                    n.up && n.calls.values().any(|p| {
+                        matches!(p, Purpose::Claim { unit: u, .. } | Purpose::ClaimRead { unit: u, .. } if *u == unit)
+                    })
+                });
                 if self.nodes[owner].up && !claimed && !earlier {
                     return Err(format!(
                         "u{unit} is lost: no process holds it, and its record names n{owner}, which runs"
                     ));
                 }
             }
-            for n in self.nodes.iter().filter(|n| n.up) {
-                for lane in n.lanes.values() {
-                    if let Some(cell) = lane.cells.get(&unit) {
-                        in_order(unit, &cell.log, &self.lives[unit].floors)?;
-                    }
-                }
+            for log in &copies.logs {
+                in_order(unit, log, &life.floors)?;
             }
-            if let Some(log) = self.running_log(unit) {
+            if let Some(log) = copies.log {
                 let len = log.len();
-                let life = &mut self.lives[unit];
                 if len < life.high && !life.rebuilt && !life.renewed {
                     return Err(format!(
                         "u{unit}'s state went back from {} entries to {len}",
                         life.high
                     ));
                 }
-                life.high = life.high.max(len);
+                highs.push((unit, len));
             }
+        }
+        for (unit, len) in highs {
+            let life = &mut self.lives[unit];
+            life.high = life.high.max(len);
         }
         Ok(())
     }

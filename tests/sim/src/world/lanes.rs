@@ -217,13 +217,9 @@ impl World {
     /// Whether `node` may run a turn now: its lease is certainly held, or its peers vouch for it.
     pub(crate) fn node_may_run(&self, node: usize) -> bool {
         let n = &self.nodes[node];
-        may_run(
-            self.now,
-            n.lease_until,
-            true,
-            &TIMES,
-            n.witness.vouch(TIMES.grace),
-        )
+        may_run(self.now, n.lease_until, true, &TIMES, || {
+            n.witness.vouch(TIMES.grace)
+        })
     }
 
     /// A message reaches a lane of `node`: it runs now, or waits in the queue or the hold.

@@ -250,6 +250,11 @@ impl World {
         for (from, msg) in lost {
             self.frame_lost(from, node, msg);
         }
+        for peer in 0..self.nodes.len() {
+            if peer != node && self.nodes[peer].up {
+                self.requests_lost_with(peer, node);
+            }
+        }
     }
 
     /// Membership took `peer` for gone: `node` drops what it kept for it.
@@ -268,6 +273,7 @@ impl World {
         for msg in lost {
             self.frame_lost(node, peer, msg);
         }
+        self.requests_lost_with(node, peer);
     }
 }
 

@@ -80,8 +80,10 @@ const TIMES: Times = Times {
 };
 /// How long a request waits for its terminal before it times out.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a route switch waits for its fence.
-const FENCE_WAIT: Duration = Duration::from_secs(5);
+/// How long a route switch waits for its fence at most: it ends sooner when the fence runs, or
+/// when the path it took is lost (its peer left the cluster or restarted). Only a path cut off
+/// for longer, with both ends alive, gives the switch up.
+const FENCE_WAIT: Duration = Duration::from_secs(60);
 /// How many events a run may take to settle after its plan, at the least; a big cluster gets
 /// more, for every node probes every other.
 const SETTLE_BUDGET: usize = 30_000;
@@ -208,6 +210,9 @@ struct Node {
     calls: BTreeMap<u64, Purpose>,
     /// Requests (asks and route fences) waiting for their terminal.
     requests: BTreeMap<u64, routing::Request>,
+    /// The peer each request was handed to, and its process then: if that process goes, so
+    /// does the request.
+    handed: BTreeMap<u64, (usize, u64)>,
 }
 
 impl Node {
@@ -232,6 +237,7 @@ impl Node {
             epoch: 0,
             calls: BTreeMap::new(),
             requests: BTreeMap::new(),
+            handed: BTreeMap::new(),
         }
     }
 }

@@ -122,6 +122,7 @@ impl World {
 
     /// A request's terminal reaches the node that made it: the first one counts.
     pub(crate) fn terminal(&mut self, node: usize, id: u64, end: Terminal) {
+        self.nodes[node].handed.remove(&id);
         let Some(request) = self.nodes[node].requests.remove(&id) else {
             return;
         };
@@ -159,13 +160,21 @@ impl World {
     }
 
     pub(crate) fn fence_waited(&mut self, node: usize, token: u64) {
-        if self.nodes[node].requests.contains_key(&token) {
-            trace!(
-                self,
-                "n{node}: a route fence did not return; sending what it held"
-            );
-            self.terminal(node, token, Terminal::Timeout);
+        let Some(&Request::Fence { unit }) = self.nodes[node].requests.get(&token) else {
+            return;
+        };
+        trace!(
+            self,
+            "n{node}: a route fence did not return; sending what it held"
+        );
+        // The node's senders give their order up for this unit: what they sent before may
+        // still come, from the path cut off, after what they send now.
+        for s in (0..self.senders.len()).filter(|s| s % self.shape.nodes == node) {
+            let id = sender_id(s, self.nodes[node].process);
+            let next = self.senders[s].next;
+            self.lives[unit].floors.insert(id, next);
         }
+        self.terminal(node, token, Terminal::Timeout);
     }
 
     /// A node's own send: held for a unit that arrived here and waits for its fence, else onto
@@ -209,6 +218,7 @@ impl World {
         if via == node {
             self.send_parcel(node, parcel);
         } else {
+            self.handing(node, via, &parcel);
             self.send(node, via, Msg::Deliver(parcel));
         }
     }
@@ -219,7 +229,37 @@ impl World {
             self.send_parcel(node, parcel);
             return;
         }
+        self.handing(node, owner, &parcel);
         self.send(node, owner, Msg::Deliver(parcel));
+    }
+
+    /// Notes which peer's process a request of this node's is handed to.
+    fn handing(&mut self, node: usize, peer: usize, parcel: &Parcel) {
+        let id = match parcel.work {
+            Work::Ask { id, .. } | Work::Fence { id } | Work::Bind { id, .. } => id,
+            _ => return,
+        };
+        let process = self.nodes[peer].process;
+        let n = &mut self.nodes[node];
+        if parcel.origin == node && n.requests.contains_key(&id) {
+            n.handed.insert(id, (peer, process));
+        }
+    }
+
+    /// The process of `peer` that `node` handed requests to is gone (it left the cluster, or
+    /// another process of its id started): those requests end with an error.
+    pub(crate) fn requests_lost_with(&mut self, node: usize, peer: usize) {
+        let live = self.nodes[peer].up.then_some(self.nodes[peer].process);
+        let lost: Vec<u64> = self.nodes[node]
+            .handed
+            .iter()
+            .filter(|(_, (p, process))| *p == peer && Some(*process) != live)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in lost {
+            trace!(self, "n{node}: request {id} ends: its peer n{peer} is gone");
+            self.terminal(node, id, Terminal::Error);
+        }
     }
 
     /// A route lookup's answer: what waited for it is sent, delivered here, or given up.
