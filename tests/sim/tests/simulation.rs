@@ -170,22 +170,28 @@ fn the_core_depends_on_no_async_runtime() {
 }
 
 /// Runs `FERRY_SIM_SEEDS` seeds (1,000 by default) without stopping at the first failure, and
-/// prints each kind of invariant broken with how often and its first seed: where to look first.
+/// prints each kind of invariant broken with how often, its first seed, the step that broke it and
+/// the length of the shortest plan that still does: where to look first.
 /// `cargo test -p ferry-sim --test simulation survey -- --ignored --nocapture`
 #[test]
 #[ignore = "a survey to read, not a check"]
 fn survey() {
     let seeds = env_number("FERRY_SIM_SEEDS").unwrap_or(1_000);
-    let mut kinds: std::collections::BTreeMap<String, (u64, u64, String)> = Default::default();
+    let mut kinds: std::collections::BTreeMap<String, (u64, u64, usize, String)> =
+        Default::default();
     for seed in 0..seeds {
         let outcome = run(SHAPE, &Plan::generate(seed, STEPS));
-        if let Some((_, broken)) = outcome.violation {
+        if let Some((at, broken)) = outcome.violation {
             let kind: String = broken.chars().filter(|c| !c.is_ascii_digit()).collect();
-            let entry = kinds.entry(kind).or_insert((0, seed, broken));
+            let entry = kinds.entry(kind).or_insert((0, seed, at, broken));
             entry.0 += 1;
         }
     }
-    for (count, first, example) in kinds.values() {
-        println!("{count:>6}  first seed {first:>6}  {example}");
+    for (count, first, at, example) in kinds.values() {
+        let short = shrink(SHAPE, &Plan::generate(*first, STEPS));
+        println!(
+            "{count:>6}  first seed {first:>7} at step {at:>3} (shortest plan {:>3} steps)  {example}",
+            short.steps.len()
+        );
     }
 }
