@@ -52,6 +52,16 @@ pub enum Route<P> {
     Arriving(Vec<P>),
 }
 
+impl<P> Route<P> {
+    /// The owner a learned route leads to (not a lookup, a switch, an arrival or a handover).
+    fn learned(&self) -> Option<&NodeId> {
+        match self {
+            Route::Known(owner) | Route::Moved(owner) => Some(owner),
+            _ => None,
+        }
+    }
+}
+
 /// Where a message for a unit not hosted here goes.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Routed<P> {
@@ -220,9 +230,8 @@ impl<P> Routes<P> {
             None => Arrival::Clear,
             // Kept: should the staged copy be given up, what this node sent it meanwhile follows
             // its earlier messages to the source, not a new path that could overtake them.
-            Some(known @ (Route::Known(_) | Route::Moved(_))) if matches!(&known, Route::Known(old) | Route::Moved(old) if old == source) =>
-            {
-                self.put(id.clone(), known);
+            Some(route) if route.learned() == Some(source) => {
+                self.put(id.clone(), route);
                 Arrival::Clear
             }
             Some(Route::Known(old) | Route::Moved(old)) => {
