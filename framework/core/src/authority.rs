@@ -52,10 +52,13 @@ impl UnitRecord {
         decode(key, value, "authority record")
     }
 
-    /// Whether `other` is the same claim of the unit: the same owner, owner generation and
-    /// incarnation (other fields, such as an Actor's spot, change without a new claim).
+    /// Whether `other` is the same claim of the unit: the same owner process (node and lease
+    /// generation), owner generation and incarnation (other fields, such as an Actor's spot,
+    /// change without a new claim). Two processes of one node id that both claim a unit (one
+    /// stalled, the other started in its place) never take each other's claim for their own.
     pub fn same_claim(&self, other: &UnitRecord) -> bool {
         self.owner == other.owner
+            && self.lease_generation == other.lease_generation
             && self.owner_generation == other.owner_generation
             && self.object_generation == other.object_generation
     }

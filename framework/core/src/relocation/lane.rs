@@ -294,9 +294,11 @@ impl LaneMove {
         }
     }
 
-    /// What to do with a change of which units the lane holds or which spot an Actor is in.
+    /// What to do with a change of which units the lane holds or which spot an Actor is in. From
+    /// the quiet spell on, the lane takes none: a move has told the gateways which bound Actors
+    /// it carries, and will tell them where those run when it ends.
     pub fn change(&self, change: Change) -> Verdict {
-        let unsettled = if self.suspended() || (!self.open && self.restored) {
+        let unsettled = if self.quiet() || self.suspended() || (!self.open && self.restored) {
             Unsettled::Moving
         } else if !self.open {
             Unsettled::Creating
@@ -325,9 +327,13 @@ mod tests {
         assert_eq!(lane.change(Change::Own), Verdict::Apply);
         assert_eq!(lane.quiesce(rel), Ok(()));
         assert!(lane.quiet());
+        // The gateways are told which bound Actors move: none may leave or join meanwhile.
+        assert_eq!(lane.change(Change::Own), Verdict::Refuse(Unsettled::Moving));
         assert_eq!(lane.seal(rel, false), Seal::Capture);
-        // Before the capture is taken a change still lands in what is captured.
-        assert_eq!(lane.change(Change::Attach), Verdict::Apply);
+        assert_eq!(
+            lane.change(Change::Attach),
+            Verdict::Refuse(Unsettled::Moving)
+        );
         lane.captured(rel, false, true);
         assert!(!lane.quiet());
         assert_eq!(lane.arrival(), Arrival::Hold);
@@ -403,6 +409,11 @@ mod tests {
         assert_eq!(lane.seal(rel, true), Seal::Wait);
         assert!(lane.cancel_seal(rel));
         assert!(lane.moving().is_none() && !lane.quiet());
+        assert_eq!(
+            lane.change(Change::Own),
+            Verdict::Apply,
+            "the move let it go"
+        );
     }
 
     #[test]

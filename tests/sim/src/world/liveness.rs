@@ -322,11 +322,12 @@ impl World {
     }
 
     /// The record of a unit rebuilt here from `previous`: a new incarnation, owned here.
-    fn rebuilt_record(&self, n: usize, previous: &UnitRecord) -> UnitRecord {
+    fn rebuilt_record(&mut self, n: usize, previous: &UnitRecord) -> UnitRecord {
         UnitRecord {
             owner: node_id(n),
             lease_generation: self.nodes[n].lease.map_or(0, |(g, _)| g),
-            object_generation: ObjectGeneration(previous.object_generation.0 + 1_000),
+            // A new incarnation, as the runtime draws it at random.
+            object_generation: ObjectGeneration(self.fresh() + 1_000_000),
             owner_generation: previous.owner_generation + 1,
             ..previous.clone()
         }
