@@ -296,9 +296,12 @@ impl LaneMove {
 
     /// What to do with a change of which units the lane holds or which spot an Actor is in. From
     /// the quiet spell on, the lane takes none: a move has told the gateways which bound Actors
-    /// it carries, and will tell them where those run when it ends.
+    /// it carries, and will tell them where those run when it ends. A spot that waits for its
+    /// application's safe point is the exception until then: its gateways are told only at the
+    /// capture, of the Actors it holds by then, and it may wait for the rest of a round.
     pub fn change(&self, change: Change) -> Verdict {
-        let unsettled = if self.quiet() || self.suspended() || (!self.open && self.restored) {
+        let told = self.quiet() && !matches!(self.moving, Some(Moving::SealPending { .. }));
+        let unsettled = if told || self.suspended() || (!self.open && self.restored) {
             Unsettled::Moving
         } else if !self.open {
             Unsettled::Creating
@@ -390,7 +393,13 @@ mod tests {
     fn an_application_signaled_spot_seals_after_its_deferring_turn() {
         let rel = RelocationId(6);
         let mut lane = LaneMove::running();
+        lane.quiesce(rel).expect("quiet");
         assert_eq!(lane.seal(rel, true), Seal::Wait);
+        assert_eq!(
+            lane.change(Change::Own),
+            Verdict::Apply,
+            "it may wait a round"
+        );
         assert_eq!(lane.seal(RelocationId(7), false), Seal::Refused);
         assert_eq!(lane.arrival(), Arrival::Queue, "it still runs turns");
         assert_eq!(lane.deferred(), Some(rel));
