@@ -16,15 +16,17 @@ use ferry::store::{
 };
 use tokio::sync::watch;
 
-/// A view of a real store with faults a test switches on: writes to some keys that wait until
-/// released (a slow commit), reads of some keys that fail, and writes that fail or whose answer is
-/// lost after they landed.
+/// A view of a real store with faults a test switches on: writes or reads of some keys that wait
+/// until released (a slow commit, a slow lookup), reads of some keys that fail, and writes that
+/// fail or whose answer is lost after they landed.
 pub struct FaultyStore {
     inner: Arc<dyn LocationStore>,
     /// Whether writes wait, and if only those touching keys under a prefix, that prefix.
     held: watch::Sender<Option<String>>,
     /// How many writes are waiting now.
     waiting: watch::Sender<usize>,
+    /// Whether reads of keys under a prefix wait, and which prefix.
+    reads_held: watch::Sender<Option<String>>,
     /// The prefix whose reads fail, and how many more of them fail (`usize::MAX`: until healed).
     failing: Mutex<Option<(String, usize)>>,
     /// How many reads failed so far.
@@ -59,6 +61,7 @@ impl FaultyStore {
             inner,
             held: watch::Sender::new(None),
             waiting: watch::Sender::new(0),
+            reads_held: watch::Sender::new(None),
             failing: Mutex::new(None),
             failed: AtomicUsize::new(0),
             reads: watch::Sender::new(Vec::new()),
@@ -104,6 +107,16 @@ impl FaultyStore {
     /// Lets every waiting and later write through.
     pub fn release(&self) {
         self.held.send_replace(None);
+    }
+
+    /// From now on, reads of keys starting with `prefix` wait until [`FaultyStore::release_reads`].
+    pub fn hold_reads(&self, prefix: &str) {
+        self.reads_held.send_replace(Some(prefix.to_owned()));
+    }
+
+    /// Lets every waiting and later read through.
+    pub fn release_reads(&self) {
+        self.reads_held.send_replace(None);
     }
 
     /// The next `times` reads of keys starting with `prefix` fail (`usize::MAX`: all, until
@@ -170,7 +183,17 @@ impl LocationStore for FaultyStore {
                 })
             });
         }
-        self.inner.get(key)
+        let mut held = self.reads_held.subscribe();
+        let waits = held
+            .borrow()
+            .as_deref()
+            .is_some_and(|prefix| key.starts_with(prefix));
+        Box::pin(async move {
+            if waits {
+                let _ = held.wait_for(Option::is_none).await;
+            }
+            self.inner.get(key).await
+        })
     }
 
     fn batch<'a>(

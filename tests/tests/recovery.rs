@@ -194,6 +194,83 @@ async fn a_dead_nodes_units_come_back_on_the_survivors_evenly_and_once() {
     n2.shutdown().await;
 }
 
+/// A node that crashes and starts again under its id before anyone takes it for dead: its units'
+/// records still name it, so no coordinator rebuilds them, and the new process takes them back
+/// itself once the earlier one certainly runs no turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_after_a_crash_takes_back_what_its_earlier_process_held() {
+    let mut cluster = Cluster::start(1, registry).await;
+    let n1 = cluster.nodes[0].clone();
+    let config = |cluster: &Cluster| {
+        let mut config = cluster.config("n2");
+        config.lease_ttl = Duration::from_secs(2);
+        config.outage_limit = Duration::from_millis(500);
+        config
+    };
+    let n2 = cluster.add_with(config(&cluster), registry()).await;
+    let rooms = [spot("kept-a"), spot("kept-b")];
+    for room in &rooms {
+        n2.create_spot_on(n2.id(), "room", room)
+            .await
+            .expect("room");
+        let _: u64 = n1.request(room, 5u64, T).await.expect("counted");
+    }
+    let player = ActorId::new("p").expect("id");
+    n2.create_actor("player", &player).await.expect("player");
+    n2.create_spot_on(n2.id(), "pinned", &spot("pinned-a"))
+        .await
+        .expect("pinned");
+    let before = n1
+        .read_record(&unit("kept-a"))
+        .await
+        .expect("store")
+        .expect("record");
+
+    n2.abort().await;
+    cluster.nodes.retain(|n| n.id() != n2.id());
+    let n2 = Node::start(config(&cluster), registry())
+        .await
+        .expect("restarted");
+    let mut events = n2.recovery_events();
+    cluster.nodes.push(n2.clone());
+    cluster.link().await;
+    let mut back: Vec<UnitId> = rooms.iter().cloned().map(UnitId::Spot).collect();
+    back.push(UnitId::Actor(player.clone()));
+    let mut all = back.clone();
+    all.push(unit("pinned-a"));
+    completed(&mut events, &all).await;
+
+    for id in &back {
+        assert!(n2.hosts(id), "{id} runs on the restarted node");
+        assert!(!n1.hosts(id), "{id} runs nowhere else");
+    }
+    for room in &rooms {
+        assert_eq!(
+            n1.request::<u64, u64>(room, 1, T).await,
+            Ok(1),
+            "{room} answers again, started fresh"
+        );
+    }
+    let after = n1
+        .read_record(&unit("kept-a"))
+        .await
+        .expect("store")
+        .expect("record");
+    assert_eq!(after.owner, *n2.id());
+    assert_eq!(after.owner_generation, before.owner_generation + 1);
+    assert_eq!(after.lease_generation, n2.lease().generation);
+    assert_ne!(after.object_generation, before.object_generation);
+    // A unit that is not recoverable has its id freed, as after any crash.
+    assert!(
+        n1.read_record(&unit("pinned-a"))
+            .await
+            .expect("store")
+            .is_none()
+    );
+    n1.shutdown().await;
+    n2.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuild_that_fails_is_retried_until_it_lands() {
     let flaky = Arc::new(AtomicBool::new(false));

@@ -5,10 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use ferry::cluster::authority::unit_key;
 use ferry::relocation::protocol::MoveEnd;
+use ferry::store::MemoryStore;
 use ferry::{Behavior, Ctx, Node, Registration, Registry, RelocationPolicy, SpotId, UnitId};
 use ferry_tests::cluster::Cluster;
 use ferry_tests::cut_socket::CutSockets;
+use ferry_tests::faults::FaultyStore;
 use serde::{Deserialize, Serialize};
 
 const T: Duration = Duration::from_secs(10);
@@ -208,5 +211,32 @@ async fn a_target_runs_what_it_sent_through_a_third_node_before_what_it_sends_af
     cut.heal();
     let seen = numbers_run(&target, &room, 300).await;
     assert_in_order(&seen, 300);
+    cluster.shutdown().await;
+}
+
+/// A node tells a room whose route it is still looking up (the store is slow to answer), and the
+/// room is created on this very node meanwhile: what waited for the lookup runs first, before what
+/// is told to the room once it exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_waited_for_a_lookup_runs_before_what_is_told_once_the_unit_is_created_here() {
+    let store = FaultyStore::new(Arc::new(MemoryStore::new()));
+    let cluster = Cluster::start_on(1, store.clone(), registry).await;
+    let n1 = &cluster.nodes[0];
+    let room = SpotId::new("late").expect("id");
+    let key = unit_key(&UnitId::Spot(room.clone()));
+    store.hold_reads(&key);
+    for n in 0..3 {
+        n1.tell(&room, Msg::Number(n)).expect("told");
+    }
+    store.wait_reads(&key, 1).await;
+    n1.create_spot_on(n1.id(), "seen", &room)
+        .await
+        .expect("room");
+    for n in 3..6 {
+        n1.tell(&room, Msg::Number(n)).expect("told");
+    }
+    store.release_reads();
+    let seen = numbers_run(n1, &room, 6).await;
+    assert_in_order(&seen, 6);
     cluster.shutdown().await;
 }

@@ -21,7 +21,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ferry_core::recovery::{Census, Found, census, coordinator, plan_node};
+use ferry_core::recovery::{
+    Census, Found, census, coordinator, earlier_process_stopped, left_by_earlier_process, plan_node,
+};
 use tokio::sync::broadcast;
 
 use super::authority::{
@@ -30,14 +32,15 @@ use super::authority::{
 };
 use super::frames::{Call, CreateAnswer};
 use crate::ids::{NodeId, SpotId, UnitId};
-use crate::node::{Node, NodeState};
+use crate::node::{Claim, Node, NodeState};
 use crate::registry::FactoryKind;
 use crate::store::{Condition, Op, StoreError, Versioned};
 
 /// What recovery does, as it happens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecoveryEvent {
-    /// A pass started for a dead node (`None`: remembered units after a cold start).
+    /// A pass started for a dead node (`None`: remembered units after a cold start; this node's
+    /// own id: units an earlier process of it left, which it takes back).
     Started {
         /// The dead node.
         dead: Option<NodeId>,
@@ -214,20 +217,7 @@ impl Node {
                 reason: "this node's lease is not confirmed by the store; recovery waits".into(),
             });
         }
-        let records = self
-            .scan_values(UNIT_PREFIX)
-            .await?
-            .into_iter()
-            .filter_map(|(key, value)| {
-                let id = unit_of_key(&key)?;
-                let record = UnitRecord::decode(&key, &value.value).ok()?;
-                Some(Found {
-                    id,
-                    record,
-                    version: value.version,
-                })
-            })
-            .collect();
+        let records = self.unit_records().await?;
         let live: BTreeSet<NodeId> = self.cluster_view().into_iter().map(|d| d.node).collect();
         let suspected: BTreeSet<NodeId> = self.core.suspected.read().iter().cloned().collect();
         let Census {
@@ -256,6 +246,129 @@ impl Node {
         self.forget_dead_descriptors().await
     }
 
+    /// Every unit record in the store.
+    async fn unit_records(&self) -> Result<Vec<Found>, StoreError> {
+        let records = self.scan_values(UNIT_PREFIX).await?.into_iter();
+        Ok(records
+            .filter_map(|(key, value)| {
+                let id = unit_of_key(&key)?;
+                let record = UnitRecord::decode(&key, &value.value).ok()?;
+                Some(Found {
+                    id,
+                    record,
+                    version: value.version,
+                })
+            })
+            .collect())
+    }
+
+    /// Whether recovery frees a unit's id instead of rebuilding it: it is not recoverable, or an
+    /// Instance Spot that is not remembered (it comes back on its next message).
+    fn freed_on_recovery(&self, record: &UnitRecord) -> bool {
+        let lazy_instance = self
+            .core
+            .factory(&record.factory)
+            .is_some_and(|f| f.info().kind == FactoryKind::InstanceSpot && !f.info().remembered);
+        !record.recoverable || lazy_instance
+    }
+
+    /// Takes back the units an earlier process of this node id left (it crashed and this one
+    /// started, or this start superseded it): their records name this node, which the cluster
+    /// takes for live, so no coordinator rebuilds them. Once that process certainly runs no turns
+    /// (this process took its lease over at `took_over`), each is rebuilt here fresh, or its id
+    /// freed, as recovery would; looked at again every refresh period while any is left.
+    pub(crate) async fn adopt_left_units(
+        self,
+        took_over: tokio::time::Instant,
+        first_generation: u64,
+    ) {
+        let stopped = earlier_process_stopped(took_over.into_std(), &self.config().witness_times());
+        let mut wait = tokio::time::sleep_until(stopped.into());
+        loop {
+            tokio::select! {
+                () = self.core.stop.cancelled() => return,
+                () = wait => {}
+            }
+            match self.adopt_pass(first_generation).await {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "units of an earlier process of this node not read; looking again")
+                }
+            }
+            wait = tokio::time::sleep(self.config().refresh);
+        }
+    }
+
+    /// One look at what an earlier process of this node left: how many units it found left. Told
+    /// as a recovery of this node id's units.
+    async fn adopt_pass(&self, first_generation: u64) -> Result<usize, StoreError> {
+        let records = self.unit_records().await?;
+        let left = left_by_earlier_process(records, self.id(), first_generation);
+        let found = left.len();
+        if found == 0 {
+            return Ok(0);
+        }
+        let me = Some(self.id().clone());
+        self.recovery_event(RecoveryEvent::Started { dead: me.clone() });
+        let (mut done, mut failed) = (Vec::new(), Vec::new());
+        for Found {
+            id,
+            record,
+            version,
+        } in left
+        {
+            let result = if self.freed_on_recovery(&record) {
+                self.free_own_id(&id, version)
+                    .await
+                    .map_err(|e| e.to_string())
+            } else {
+                let claim = Claim::Adopt {
+                    version,
+                    previous: record,
+                };
+                match self.rebuild_here(id.clone(), claim).await {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err("its record changed meanwhile".to_owned()),
+                    Err(error) => Err(error.to_string()),
+                }
+            };
+            match result {
+                Ok(()) => done.push(id),
+                Err(reason) => {
+                    tracing::warn!(unit = %id, %reason, "not taken back from an earlier process of this node; the next look retries");
+                    failed.push(id);
+                }
+            }
+        }
+        if !done.is_empty() {
+            self.recovery_event(RecoveryEvent::Completed {
+                dead: me.clone(),
+                ids: done,
+            });
+        }
+        if !failed.is_empty() {
+            self.recovery_event(RecoveryEvent::Failed {
+                dead: me,
+                ids: failed,
+            });
+        }
+        Ok(found)
+    }
+
+    /// Frees the id of a unit an earlier process of this node left, while its record is as read.
+    async fn free_own_id(&self, id: &UnitId, version: u64) -> Result<(), StoreError> {
+        let key = super::authority::unit_key(id);
+        let conditions = vec![
+            Condition::version(key.clone(), version),
+            Condition::lease(&self.lease()),
+        ];
+        self.store()
+            .batch(conditions, vec![Op::delete(key)])
+            .await
+            .map(|_| ())
+    }
+
     /// Rebuilds or frees one dead node's units, as the core's plan says: rooms first, then the
     /// Actors their records name as members, on whichever node their room runs by then.
     async fn recover_node(
@@ -269,12 +382,7 @@ impl Node {
         self.recovery_event(RecoveryEvent::Started {
             dead: Some(dead.clone()),
         });
-        let freed = |record: &UnitRecord| {
-            let lazy_instance = self.core.factory(&record.factory).is_some_and(|f| {
-                f.info().kind == FactoryKind::InstanceSpot && !f.info().remembered
-            });
-            !record.recoverable || lazy_instance
-        };
+        let freed = |record: &UnitRecord| self.freed_on_recovery(record);
         let plan = plan_node(units, freed, &self.cluster_view(), tally, spots);
         let mut done = Vec::new();
         let mut failed = Vec::new();

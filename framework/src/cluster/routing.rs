@@ -1,15 +1,17 @@
 //! Routing by id across the cluster: a route cache, store lookups on a miss, forwarding with a hop
 //! bound, activation of Instance Spots, and the mesh's inbound frames.
 //!
-//! While a route is being looked up, later messages to the same id wait behind the first in one
-//! queue and leave in order, so a sender's order survives the lookup.
+//! What the cache decides (where a message goes, what waits behind a lookup, a switch, an arrival
+//! or an undecided move from here, and in which order it leaves) is the core's
+//! [`ferry_core::routes`]; this carries it out: store lookups, fences, mesh sends and lane queues.
 
-use foldhash::{HashMap, HashSet};
+use foldhash::HashSet;
 use std::any::TypeId;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use ferry_core::routes::{Arrival, Routed, Routes, Switched};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
@@ -33,44 +35,11 @@ const LOOKUP_TRIES: u32 = 4;
 /// The wait before the first retry of a failed lookup; it doubles on each retry (25, 50, 100 ms).
 const LOOKUP_BACKOFF: Duration = Duration::from_millis(25);
 
-/// How long a route switch waits for its fence before it sends what it held anyway: a fence lost
-/// with a node must not hold a sender's messages forever.
-const FENCE_WAIT: Duration = Duration::from_secs(5);
-
-enum Route {
-    /// The unit's owner, as last learned.
-    Known(NodeId),
-    /// This node handed the unit over to that node, and the move committed: certain, whatever
-    /// the store says yet.
-    Moved(NodeId),
-    /// This node handed the unit over to `target`, and the move is not decided yet: messages go
-    /// there. What comes back (the target gave its copy up, or cannot be reached) waits here, in
-    /// arrival order, until the move ends: it runs here if this node takes the unit back, and
-    /// follows it to the target if the target's commit won.
-    Handed {
-        target: NodeId,
-        returned: Vec<Deliver>,
-    },
-    /// A lookup is under way; these wait for it, in arrival order.
-    Resolving(Vec<Deliver>),
-    /// A route hint named `owner`, but earlier messages may still be on the old path: these wait,
-    /// in arrival order, until a fence sent along that path has run at the unit.
-    Switching { owner: NodeId, held: Vec<Deliver> },
-    /// The unit arrived here by a move, but messages this node sent it before may still be on the
-    /// old path (through a third node): what this node sends it now waits here, in order, until a
-    /// fence sent along that path has run at the unit.
-    Arriving(Vec<Deliver>),
-}
-
-/// What the route cache says when a moved unit arrives on this node.
-pub(crate) enum Arrival {
-    /// Nothing this node sent the unit can be behind: its own sends may go straight to the unit.
-    Clear,
-    /// These waited here for a lookup: they go into the unit's queue first.
-    Waiting(Vec<Deliver>),
-    /// Earlier sends went through this node: send a fence along it; sends wait until it returns.
-    Fence(NodeId),
-}
+/// How long a route switch waits for its fence before it sends what it held anyway. The fence
+/// ends sooner, with an error, when the peer it went to leaves or restarts; this only bounds a
+/// path that stays up but never delivers (a partition that outlasts membership's verdict), where
+/// giving up forfeits the order of what was held.
+const FENCE_WAIT: Duration = Duration::from_secs(60);
 
 /// A delivery about to be tried once more: one more hop.
 fn forwarded(mut deliver: Deliver) -> Deliver {
@@ -78,13 +47,14 @@ fn forwarded(mut deliver: Deliver) -> Deliver {
     deliver
 }
 
-/// The route cache of one node.
+/// The route cache of one node: the core's route table, in shards.
 pub(crate) struct Router {
     hasher: foldhash::fast::RandomState,
-    shards: [Mutex<HashMap<UnitId, Route>>; SHARDS],
+    shards: [Mutex<Routes<Deliver>>; SHARDS],
     /// Tells given up because the store kept failing while their route was looked up.
     lookup_drops: AtomicU64,
-    /// How many units are [`Route::Arriving`]: while none is, a local send skips this cache.
+    /// How many units wait for an arrival's fence, over all shards: while none does, a local
+    /// send skips this cache.
     arriving: AtomicUsize,
     /// Nodes membership declared gone that have not been seen live since: a record that still
     /// names one (recovery has not rebuilt the unit yet) is no route. A seed among them is
@@ -96,7 +66,7 @@ impl Router {
     pub fn new() -> Self {
         Router {
             hasher: foldhash::fast::RandomState::default(),
-            shards: std::array::from_fn(|_| Mutex::new(HashMap::default())),
+            shards: std::array::from_fn(|_| Mutex::new(Routes::default())),
             lookup_drops: AtomicU64::new(0),
             arriving: AtomicUsize::new(0),
             gone: Mutex::new(HashSet::default()),
@@ -108,68 +78,19 @@ impl Router {
         self.arriving.load(Ordering::Acquire) > 0
     }
 
-    /// Counts a [`Route::Arriving`] taken out of the cache.
-    fn took(&self, route: &Option<Route>) {
-        if matches!(route, Some(Route::Arriving(_))) {
-            self.arriving.fetch_sub(1, Ordering::AcqRel);
+    /// Runs `f` on the routes of `id`'s shard, under its lock, and keeps the count of arrivals.
+    pub fn with<R>(&self, id: &UnitId, f: impl FnOnce(&mut Routes<Deliver>) -> R) -> R {
+        let shard = &self.shards[(self.hasher.hash_one(id) as usize) % SHARDS];
+        let mut routes = shard.lock();
+        let before = routes.arriving();
+        let result = f(&mut routes);
+        let after = routes.arriving();
+        if after > before {
+            self.arriving.fetch_add(after - before, Ordering::AcqRel);
+        } else if before > after {
+            self.arriving.fetch_sub(before - after, Ordering::AcqRel);
         }
-    }
-
-    /// A unit moved here from `source`; call it under the unit's directory lock, as its entry is
-    /// registered. This node's earlier messages to the unit went to the source (which relays them
-    /// with the unit), or wait here, or went through another node: then new ones must wait for a
-    /// fence along that path (see [`Route::Arriving`]).
-    pub fn arrive(&self, id: &UnitId, source: &NodeId) -> Arrival {
-        let mut shard = self.shard(id).lock();
-        let arrival = match shard.remove(id) {
-            None => Arrival::Clear,
-            Some(Route::Known(old) | Route::Moved(old)) if old == *source => Arrival::Clear,
-            Some(Route::Known(old) | Route::Moved(old)) => {
-                shard.insert(id.clone(), Route::Arriving(Vec::new()));
-                Arrival::Fence(old)
-            }
-            Some(
-                Route::Resolving(waiting)
-                | Route::Handed {
-                    returned: waiting, ..
-                },
-            ) => Arrival::Waiting(waiting),
-            // Its fence is out already, along the old path: its return ends the arrival.
-            Some(Route::Switching { held, .. }) => {
-                shard.insert(id.clone(), Route::Arriving(held));
-                Arrival::Clear
-            }
-            Some(arriving @ Route::Arriving(_)) => {
-                shard.insert(id.clone(), arriving);
-                return Arrival::Clear;
-            }
-        };
-        if matches!(shard.get(id), Some(Route::Arriving(_))) {
-            self.arriving.fetch_add(1, Ordering::AcqRel);
-        }
-        arrival
-    }
-
-    fn shard(&self, id: &UnitId) -> &Mutex<HashMap<UnitId, Route>> {
-        &self.shards[(self.hasher.hash_one(id) as usize) % SHARDS]
-    }
-
-    /// Forgets what is known of a unit's owner (not a lookup under way, nor a move from here that
-    /// has not ended).
-    pub fn forget(&self, id: &UnitId) {
-        let mut shard = self.shard(id).lock();
-        if matches!(shard.get(id), Some(Route::Known(_) | Route::Moved(_))) {
-            shard.remove(id);
-        }
-    }
-
-    /// Forgets a learned route that leads back to `node` (a message bouncing between two nodes);
-    /// a route this node's own handover set stays.
-    fn forget_if_known(&self, id: &UnitId, node: &NodeId) {
-        let mut shard = self.shard(id).lock();
-        if matches!(shard.get(id), Some(Route::Known(owner)) if owner == node) {
-            shard.remove(id);
-        }
+        result
     }
 
     /// Forgets every route to a node that left the cluster, and takes no new one to it until
@@ -177,11 +98,7 @@ impl Router {
     pub fn forget_node(&self, node: &NodeId) {
         self.gone.lock().insert(node.clone());
         for shard in &self.shards {
-            shard
-                .lock()
-                .retain(|_, route| {
-                    !matches!(route, Route::Known(owner) | Route::Moved(owner) if owner == node)
-                });
+            shard.lock().forget_node(node);
         }
     }
 
@@ -201,156 +118,33 @@ impl Router {
         self.gone.lock().contains(node)
     }
 
-    /// Points a unit at the target of its move from here, whatever was known (see
-    /// [`Route::Handed`]). Messages waiting for a lookup of it are given back, to be sent along
-    /// the new route.
+    /// Points a unit at the target of its move from here (see [`ferry_core::routes::Route::Handed`]).
+    /// Messages that waited here for it otherwise are given back, to go ahead of the handover.
     #[must_use]
     pub fn hand_over(&self, id: UnitId, target: NodeId) -> Vec<Deliver> {
-        let handed = Route::Handed {
-            target,
-            returned: Vec::new(),
-        };
-        let old = self.shard(&id).lock().insert(id, handed);
-        self.took(&old);
-        match old {
-            Some(
-                Route::Resolving(waiting)
-                | Route::Switching { held: waiting, .. }
-                | Route::Arriving(waiting)
-                | Route::Handed {
-                    returned: waiting, ..
-                },
-            ) => waiting,
-            _ => Vec::new(),
-        }
+        self.with(&id.clone(), |routes| routes.hand_over(id, target))
     }
 
-    /// Keeps a message for a unit whose move from here has not ended (see [`Route::Handed`]),
-    /// if it came back `from` the move's target (`None`: it could not be handed to the target);
-    /// gives it back otherwise.
-    fn hold_for_move(&self, deliver: Deliver, from: Option<&NodeId>) -> Option<Deliver> {
-        let mut shard = self.shard(&deliver.to).lock();
-        match shard.get_mut(&deliver.to) {
-            Some(Route::Handed { target, returned }) if from.is_none_or(|from| from == target) => {
-                returned.push(deliver);
-                None
-            }
-            _ => Some(deliver),
-        }
-    }
-
-    /// The move from here committed: the unit's route is its target for good. Gives back what
-    /// came back meanwhile, to be sent there.
+    /// The move from here committed: gives back what waited for its end, to follow the unit.
     #[must_use]
     pub fn moved(&self, id: &UnitId) -> Vec<Deliver> {
-        let mut shard = self.shard(id).lock();
-        match shard.remove(id) {
-            Some(Route::Handed { target, returned }) => {
-                shard.insert(id.clone(), Route::Moved(target));
-                returned
-            }
-            Some(other) => {
-                shard.insert(id.clone(), other);
-                Vec::new()
-            }
-            None => Vec::new(),
-        }
+        self.with(id, |routes| routes.moved(id))
     }
 
-    /// This node took the unit back from its move: the route is forgotten (the unit is here), and
-    /// what came back meanwhile is given back, in arrival order, to run behind what the unit held.
+    /// This node took the unit back from its move: gives back what waited for the move's end, in
+    /// arrival order, to run behind what the unit held.
     #[must_use]
     pub fn taken_back(&self, id: &UnitId) -> Vec<Deliver> {
-        let mut shard = self.shard(id).lock();
-        match shard.remove(id) {
-            Some(Route::Handed { returned, .. }) => returned,
-            // What was known of the owner is void: the unit is here.
-            Some(Route::Known(_) | Route::Moved(_)) | None => Vec::new(),
-            Some(other) => {
-                shard.insert(id.clone(), other);
-                Vec::new()
-            }
-        }
+        self.with(id, |routes| routes.taken_back(id))
     }
-
-    /// Takes a route hint that `owner` runs a unit. When this node sent along another path
-    /// before, gives back that path's first node: a fence goes there and new messages wait (see
-    /// [`Route::Switching`]). A lookup under way learns the owner itself.
-    fn hint(&self, id: UnitId, owner: NodeId, me: &NodeId) -> Option<NodeId> {
-        let mut shard = self.shard(&id).lock();
-        match shard.get_mut(&id) {
-            // The unit runs here, or its move from here has not ended: no hint can say better.
-            Some(Route::Resolving(_) | Route::Arriving(_) | Route::Handed { .. }) => None,
-            Some(Route::Switching { owner: next, .. }) => {
-                *next = owner;
-                None
-            }
-            Some(Route::Known(old) | Route::Moved(old))
-                if *old != owner && old != me && owner != *me =>
-            {
-                let old = old.clone();
-                shard.insert(
-                    id,
-                    Route::Switching {
-                        owner,
-                        held: Vec::new(),
-                    },
-                );
-                Some(old)
-            }
-            _ => {
-                shard.insert(id, Route::Known(owner));
-                None
-            }
-        }
-    }
-}
-
-/// Records `owner` as a unit's route in its shard, and gives back what to send it, in order: what
-/// waited for the lookup that found it, then what queued behind a newer lookup of the same id. A
-/// switch or an arrival that began meanwhile knows better: what waited joins, first, what it holds.
-fn settle(
-    routes: &mut HashMap<UnitId, Route>,
-    id: UnitId,
-    owner: NodeId,
-    mut waiting: Vec<Deliver>,
-) -> Vec<Deliver> {
-    match routes.remove(&id) {
-        Some(Route::Resolving(newer)) => waiting.extend(newer),
-        Some(Route::Switching { owner, held }) => {
-            waiting.extend(held);
-            routes.insert(
-                id,
-                Route::Switching {
-                    owner,
-                    held: waiting,
-                },
-            );
-            return Vec::new();
-        }
-        Some(Route::Arriving(held)) => {
-            waiting.extend(held);
-            routes.insert(id, Route::Arriving(waiting));
-            return Vec::new();
-        }
-        _ => {}
-    }
-    routes.insert(id, Route::Known(owner));
-    waiting
 }
 
 impl Node {
     /// Where this node believes a unit it does not host lives, if it has a route cached.
     pub fn cached_route(&self, id: &UnitId) -> Option<NodeId> {
-        match self.core.router.shard(id).lock().get(id) {
-            Some(
-                Route::Known(owner)
-                | Route::Moved(owner)
-                | Route::Switching { owner, .. }
-                | Route::Handed { target: owner, .. },
-            ) => Some(owner.clone()),
-            _ => None,
-        }
+        self.core
+            .router
+            .with(id, |routes| routes.cached(id).cloned())
     }
 
     /// How many tells this node gave up since it started because the location store kept failing
@@ -359,34 +153,16 @@ impl Node {
         self.core.router.lookup_drops.load(Ordering::Relaxed)
     }
 
-    /// Sends a message for a unit this node does not host towards its owner.
+    /// Sends a message for a unit this node does not host towards its owner, or queues it behind
+    /// what waits for the unit here.
     pub(crate) fn route(&self, deliver: Deliver) {
-        let router = &self.core.router;
-        let known = {
-            let mut shard = router.shard(&deliver.to).lock();
-            match shard.get_mut(&deliver.to) {
-                Some(
-                    Route::Known(owner) | Route::Moved(owner) | Route::Handed { target: owner, .. },
-                ) if owner != self.id() => Some(owner.clone()),
-                Some(
-                    Route::Resolving(waiting)
-                    | Route::Switching { held: waiting, .. }
-                    | Route::Arriving(waiting),
-                ) => {
-                    waiting.push(deliver);
-                    return;
-                }
-                _ => {
-                    let id = deliver.to.clone();
-                    shard.insert(id.clone(), Route::Resolving(vec![deliver]));
-                    drop(shard);
-                    tokio::spawn(self.clone().resolve(id));
-                    return;
-                }
+        let id = deliver.to.clone();
+        match (self.core.router).with(&id, |routes| routes.route(&id, deliver, self.id())) {
+            Routed::Send(owner, deliver) => self.send_deliver(&owner, deliver),
+            Routed::Waits => {}
+            Routed::LookUp => {
+                tokio::spawn(self.clone().resolve(id));
             }
-        };
-        if let Some(owner) = known {
-            self.send_deliver(&owner, deliver);
         }
     }
 
@@ -483,7 +259,9 @@ impl Node {
     /// nodes, if the owner was unknown), or give up past the hop bound. Call it with no lock held.
     fn retry_deliver(&self, retry: Deliver, error: MeshError) {
         // The target of a move from here cannot be reached: the move's end says where it goes.
-        let Some(retry) = self.core.router.hold_for_move(retry, None) else {
+        let id = retry.to.clone();
+        let Some(retry) = (self.core.router).with(&id, |routes| routes.hold_for_move(&id, retry))
+        else {
             return;
         };
         if retry.hops > MAX_HOPS {
@@ -493,7 +271,7 @@ impl Node {
             });
             return;
         }
-        self.core.router.forget(&retry.to);
+        self.core.router.with(&id, |routes| routes.forget(&id));
         if matches!(error, MeshError::UnknownPeer(_)) {
             // A node that joined since the last membership read: learn of it and dial it first.
             let node = self.clone();
@@ -515,11 +293,13 @@ impl Node {
     /// its queue, leave right after it; that lookup then finds the route known and keeps it.
     fn flush(&self, id: UnitId, owner: NodeId, waiting: Vec<Deliver>) {
         let failed: Vec<(Deliver, MeshError)> = {
-            let mut shard = self.core.router.shard(&id).lock();
-            settle(&mut shard, id, owner.clone(), waiting)
-                .into_iter()
-                .filter_map(|d| self.try_deliver(&owner, d))
-                .collect()
+            self.core.router.with(&id.clone(), |routes| {
+                routes
+                    .settle(id, owner.clone(), waiting)
+                    .into_iter()
+                    .filter_map(|d| self.try_deliver(&owner, d))
+                    .collect()
+            })
         };
         for (retry, error) in failed {
             self.retry_deliver(retry, error);
@@ -556,7 +336,9 @@ impl Node {
         if self.core.router.is_gone(&owner) {
             return;
         }
-        if let Some(old) = self.core.router.hint(id.clone(), owner, self.id()) {
+        let hinted =
+            (self.core.router).with(&id, |routes| routes.hint(id.clone(), owner, self.id()));
+        if let Some(old) = hinted {
             self.send_fence(id, old);
         }
     }
@@ -565,7 +347,11 @@ impl Node {
     /// caller, `entry` is its new route): settles what this node sent it before. Messages that
     /// waited for a lookup are queued at the unit now, first.
     pub(crate) fn arrive(&self, id: &UnitId, source: &NodeId, entry: &Entry) {
-        match self.core.router.arrive(id, source) {
+        match self
+            .core
+            .router
+            .with(id, |routes| routes.arrive(id, source))
+        {
             Arrival::Clear => {}
             Arrival::Waiting(waiting) => {
                 for deliver in waiting {
@@ -617,40 +403,28 @@ impl Node {
         let failed: Vec<(Deliver, MeshError)> = {
             // The directory's lock first, as a handover takes them.
             let directory = self.core.directory.lock(&id);
-            let router = &self.core.router;
-            let mut shard = router.shard(&id).lock();
-            let route = shard.remove(&id);
-            router.took(&route);
-            match route {
-                Some(Route::Switching { owner, held }) => {
-                    let released = held
+            let entry = directory.get(&id);
+            (self.core.router).with(&id, |routes| {
+                match routes.end_switch(id.clone(), entry.is_some()) {
+                    Switched::Send(owner, held) => held
                         .into_iter()
                         .filter_map(|d| self.try_deliver(&owner, d))
-                        .collect();
-                    shard.insert(id, Route::Known(owner));
-                    released
-                }
-                Some(Route::Arriving(held)) => {
-                    match directory.get(&id) {
-                        Some(entry) => {
+                        .collect(),
+                    Switched::Enqueue(held) => {
+                        if let Some(entry) = entry {
                             for deliver in held {
                                 self.enqueue_deliver(entry, deliver);
                             }
                         }
-                        None => {
-                            shard.insert(id.clone(), Route::Resolving(held));
-                            tokio::spawn(self.clone().resolve(id));
-                        }
+                        Vec::new()
                     }
-                    Vec::new()
+                    Switched::LookUp => {
+                        tokio::spawn(self.clone().resolve(id.clone()));
+                        Vec::new()
+                    }
+                    Switched::Nothing => Vec::new(),
                 }
-                // A handover took the route over, and what was held with it.
-                Some(other) => {
-                    shard.insert(id, other);
-                    Vec::new()
-                }
-                None => Vec::new(),
-            }
+            })
         };
         for (retry, error) in failed {
             self.retry_deliver(retry, error);
@@ -667,34 +441,35 @@ impl Node {
     ) -> Result<Option<Envelope>, MessageError> {
         let to = envelope.to.clone();
         self.core.directory.with(&to, |entry| {
-            let mut shard = self.core.router.shard(&to).lock();
-            let Some(Route::Arriving(held)) = shard.get_mut(&to) else {
-                return Ok(Some(envelope));
-            };
-            let Envelope { to, payload, reply } = envelope;
-            if let Some(entry) = entry {
-                entry.check_type(&to, msg_type, &payload)?;
-            }
-            let payload = encode(payload).map_err(|reason| MessageError::Codec {
-                id: to.clone(),
-                reason,
-            })?;
-            held.push(Deliver {
-                to,
-                payload,
-                session: None,
-                reply,
-                activate: None,
-                origin: self.id().clone(),
-                hops: 0,
-            });
-            Ok(None)
+            (self.core.router).with(&to, |routes| {
+                let Some(held) = routes.hold_if_arriving(&to) else {
+                    return Ok(Some(envelope));
+                };
+                let Envelope { to, payload, reply } = envelope;
+                if let Some(entry) = entry {
+                    entry.check_type(&to, msg_type, &payload)?;
+                }
+                let payload = encode(payload).map_err(|reason| MessageError::Codec {
+                    id: to.clone(),
+                    reason,
+                })?;
+                held.push(Deliver {
+                    to,
+                    payload,
+                    session: None,
+                    reply,
+                    activate: None,
+                    origin: self.id().clone(),
+                    hops: 0,
+                });
+                Ok(None)
+            })
         })
     }
 
     /// Queues an encoded message at the unit `entry` routes to; a request whose lane has ended
     /// gets its terminal.
-    fn enqueue_deliver(&self, entry: &Entry, deliver: Deliver) {
+    pub(crate) fn enqueue_deliver(&self, entry: &Entry, deliver: Deliver) {
         let queued = crate::node::Envelope {
             to: entry.slot,
             payload: Payload::from_wire(deliver.payload, deliver.session.map(|op| *op)),
@@ -710,18 +485,8 @@ impl Node {
     /// Looks up a unit's owner in the store and sends what waited for it.
     async fn resolve(self, id: UnitId) {
         let found = self.read_route(&id).await;
-        let waiting = {
-            let mut shard = self.core.router.shard(&id).lock();
-            match shard.remove(&id) {
-                Some(Route::Resolving(waiting)) => waiting,
-                Some(known) => {
-                    // Someone learned the route meanwhile; keep it.
-                    shard.insert(id.clone(), known);
-                    Vec::new()
-                }
-                None => Vec::new(),
-            }
-        };
+        // Empty if someone learned the route meanwhile (it is kept), or a creation here took them.
+        let waiting = self.core.router.with(&id, |routes| routes.resolved(&id));
         match found {
             Ok(Some(record)) if record.owner == *self.id() => {
                 for deliver in waiting {
@@ -919,14 +684,16 @@ impl Node {
             return;
         }
         // Not here (any more): follow the route this node knows (a move points it), unless it
-        // leads back where the message came from; then look the owner up again. Sent back by the
-        // target of a move from here that has not ended, it waits for that end.
-        let Some(deliver) = self.core.router.hold_for_move(deliver, Some(&from)) else {
+        // leads back where the message came from; then look the owner up again. For a unit whose
+        // move from here has not ended, it waits for that end, whoever sent it.
+        let id = deliver.to.clone();
+        let Some(deliver) =
+            (self.core.router).with(&id, |routes| routes.arrived_elsewhere(&id, deliver, &from))
+        else {
             return;
         };
-        self.core.router.forget_if_known(&deliver.to, &from);
         let node = self.clone();
-        let (id, origin) = (deliver.to.clone(), deliver.origin.clone());
+        let origin = deliver.origin.clone();
         self.route(deliver);
         tokio::spawn(async move {
             if let Ok(Some(record)) = node.read_record(&id).await
@@ -977,196 +744,5 @@ impl Node {
                 vouched,
             } => self.probe_answered(&from, stamp, running, vouched),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ids::SpotId;
-
-    fn deliver(to: &UnitId, n: u8) -> Deliver {
-        Deliver {
-            to: to.clone(),
-            payload: bytes::Bytes::from(vec![n]),
-            session: None,
-            reply: None,
-            activate: None,
-            origin: NodeId::new("n1").expect("id"),
-            hops: 0,
-        }
-    }
-
-    #[test]
-    fn a_handover_gives_back_the_messages_waiting_for_a_lookup_of_its_unit() {
-        let router = Router::new();
-        let id = UnitId::Spot(SpotId::new("room").expect("id"));
-        let waiting = vec![deliver(&id, 1), deliver(&id, 2)];
-        router
-            .shard(&id)
-            .lock()
-            .insert(id.clone(), Route::Resolving(waiting));
-        let target = NodeId::new("n2").expect("id");
-        let displaced = router.hand_over(id.clone(), target.clone());
-        let payloads: Vec<&[u8]> = displaced.iter().map(|d| d.payload.as_ref()).collect();
-        assert_eq!(payloads, vec![&[1u8][..], &[2u8][..]], "in order");
-        assert!(matches!(
-            router.shard(&id).lock().get(&id),
-            Some(Route::Handed { target: owner, .. }) if *owner == target
-        ));
-        assert!(
-            router.hand_over(id, target).is_empty(),
-            "nothing waits any more"
-        );
-    }
-
-    #[test]
-    fn what_a_moves_target_sends_back_waits_for_the_moves_end() {
-        let router = Router::new();
-        let id = UnitId::Spot(SpotId::new("room").expect("id"));
-        let (target, other) = (
-            NodeId::new("n2").expect("id"),
-            NodeId::new("n3").expect("id"),
-        );
-        assert!(router.hand_over(id.clone(), target.clone()).is_empty());
-        // From another node it is given back, to be forwarded to the target.
-        let passed = router.hold_for_move(deliver(&id, 1), Some(&other));
-        assert_eq!(passed.map(|d| d.payload[0]), Some(1));
-        // From the target, or unsendable to it: it waits, in arrival order.
-        assert!(
-            router
-                .hold_for_move(deliver(&id, 2), Some(&target))
-                .is_none()
-        );
-        assert!(router.hold_for_move(deliver(&id, 3), None).is_none());
-        let me = NodeId::new("n1").expect("id");
-        assert_eq!(
-            router.hint(id.clone(), other.clone(), &me),
-            None,
-            "no hint moves it"
-        );
-        router.forget(&id);
-        router.forget_node(&target);
-        // Taken back here: what waited is given back, and the route is gone.
-        let back = router.taken_back(&id);
-        assert_eq!(
-            back.iter().map(|d| d.payload[0]).collect::<Vec<_>>(),
-            [2, 3]
-        );
-        assert!(router.shard(&id).lock().get(&id).is_none());
-        // Committed at the target: what waited follows the unit there, and the route stays.
-        assert!(router.hand_over(id.clone(), target.clone()).is_empty());
-        assert!(
-            router
-                .hold_for_move(deliver(&id, 4), Some(&target))
-                .is_none()
-        );
-        let sent_on = router.moved(&id);
-        assert_eq!(
-            sent_on.iter().map(|d| d.payload[0]).collect::<Vec<_>>(),
-            [4]
-        );
-        assert!(matches!(
-            router.shard(&id).lock().get(&id),
-            Some(Route::Moved(owner)) if *owner == target
-        ));
-        let passed = router.hold_for_move(deliver(&id, 5), Some(&target));
-        assert!(passed.is_some(), "a decided move holds nothing");
-    }
-
-    #[test]
-    fn a_hint_that_changes_the_path_holds_new_messages_until_the_switch_ends() {
-        let router = Router::new();
-        let id = UnitId::Spot(SpotId::new("room").expect("id"));
-        let (me, n1, n2) = (
-            NodeId::new("n3").expect("id"),
-            NodeId::new("n1").expect("id"),
-            NodeId::new("n2").expect("id"),
-        );
-        // No route yet, or the same owner again: nothing to fence.
-        assert_eq!(router.hint(id.clone(), n1.clone(), &me), None);
-        assert_eq!(router.hint(id.clone(), n1.clone(), &me), None);
-        // Another owner: the fence goes along the old path, and messages wait.
-        assert_eq!(router.hint(id.clone(), n2.clone(), &me), Some(n1.clone()));
-        assert!(matches!(
-            router.shard(&id).lock().get(&id),
-            Some(Route::Switching { owner, .. }) if *owner == n2
-        ));
-        // A further hint only changes where the held messages go.
-        assert_eq!(router.hint(id.clone(), n1.clone(), &me), None);
-        if let Some(Route::Switching { held, .. }) = router.shard(&id).lock().get_mut(&id) {
-            held.push(deliver(&id, 7));
-        }
-        // A handover takes what was held, in order.
-        let given = router.hand_over(id.clone(), n2);
-        assert_eq!(
-            given.iter().map(|d| d.payload[0]).collect::<Vec<_>>(),
-            vec![7]
-        );
-    }
-
-    #[test]
-    fn an_arrival_fences_only_a_path_that_did_not_lead_through_the_source() {
-        let router = Router::new();
-        let room = |n: &str| UnitId::Spot(SpotId::new(n).expect("id"));
-        let (source, third) = (
-            NodeId::new("n1").expect("id"),
-            NodeId::new("n2").expect("id"),
-        );
-        // Sent to the source, or never sent: the relay carries it, nothing to wait for.
-        router
-            .shard(&room("a"))
-            .lock()
-            .insert(room("a"), Route::Known(source.clone()));
-        assert!(matches!(router.arrive(&room("a"), &source), Arrival::Clear));
-        assert!(matches!(router.arrive(&room("b"), &source), Arrival::Clear));
-        assert!(!router.any_arriving());
-        // Sent through a third node: fence it, and hold what is sent meanwhile.
-        router
-            .shard(&room("c"))
-            .lock()
-            .insert(room("c"), Route::Known(third.clone()));
-        assert!(matches!(router.arrive(&room("c"), &source), Arrival::Fence(via) if via == third));
-        assert!(router.any_arriving());
-        // Waiting for a lookup: queued at the unit first, in order.
-        router.shard(&room("d")).lock().insert(
-            room("d"),
-            Route::Resolving(vec![deliver(&room("d"), 1), deliver(&room("d"), 2)]),
-        );
-        let Arrival::Waiting(waiting) = router.arrive(&room("d"), &source) else {
-            panic!("the lookup's messages are given back");
-        };
-        assert_eq!(
-            waiting.iter().map(|d| d.payload[0]).collect::<Vec<_>>(),
-            [1, 2]
-        );
-        // A hint does not end an arrival; a handover away takes what it holds.
-        assert_eq!(router.hint(room("c"), source.clone(), &third), None);
-        assert!(router.hand_over(room("c"), source).is_empty());
-        assert!(!router.any_arriving(), "the arrival was counted out");
-    }
-
-    #[test]
-    fn a_lookup_that_ends_sends_a_newer_lookups_queue_after_its_own() {
-        let id = UnitId::Spot(SpotId::new("room").expect("id"));
-        let owner = NodeId::new("n2").expect("id");
-        let mut routes = HashMap::default();
-        // A newer lookup started once the first had taken its queue, and queued two messages.
-        routes.insert(
-            id.clone(),
-            Route::Resolving(vec![deliver(&id, 3), deliver(&id, 4)]),
-        );
-        let queue = settle(
-            &mut routes,
-            id.clone(),
-            owner.clone(),
-            vec![deliver(&id, 1), deliver(&id, 2)],
-        );
-        let payloads: Vec<u8> = queue.iter().map(|d| d.payload[0]).collect();
-        assert_eq!(payloads, vec![1, 2, 3, 4], "nothing dropped, in order");
-        assert!(matches!(routes.get(&id), Some(Route::Known(o)) if *o == owner));
-        // With no newer lookup, only its own queue leaves.
-        let queue = settle(&mut routes, id.clone(), owner, vec![deliver(&id, 5)]);
-        assert_eq!(queue.len(), 1);
     }
 }

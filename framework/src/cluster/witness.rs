@@ -1,394 +1,72 @@
-//! The second witness beside the owner lease: what the mesh says about who is alive.
+//! The second witness beside the owner lease, kept by one node: the core's
+//! [`ferry_core::witness::Witness`] behind a lock, fed with the runtime's clock.
 //!
-//! A lapsed lease alone does not make a node dead: the store may be what failed. So each node asks
-//! its peers over the mesh, every probe period, whether they hear it, and:
-//!
-//! - it keeps running turns past the end of its lease only while every peer it knows answered a
-//!   probe sent less than the peer grace ago (and never more than the outage limit past its lease);
-//! - it takes another node for dead only once that node's lease has lapsed *and* the mesh confirms
-//!   it: the node said it stopped; or it has not been heard from for the grace plus a margin; or
-//!   it was never heard from although its descriptor names this node among the peers it counts on
-//!   (so it never got the answer it needed to run past its lease); or, for a node that never
-//!   heard of this one, its lease has been seen lapsed for the outage limit plus a TTL plus the
-//!   margin.
-//!
-//! A node that answers a probe first counts the asker among the peers it needs answers from, so
-//! whoever has heard from a node is also one the node waits for. docs/reliability.md gives the
-//! argument why this never lets two nodes run one unit's turns.
+//! What it decides (whether a node may run turns past its lease, when another node is taken for
+//! dead) is the core's; docs/reliability.md gives the argument why this never lets two nodes run
+//! one unit's turns.
 
-use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tokio::time::Instant;
+
+pub(crate) use ferry_core::witness::{Lapsed, Times, Verdict, Vouch, may_run};
 
 use crate::ids::NodeId;
 
-/// What the peers say about this node's right to run turns past its lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Vouch {
-    /// This node knows no peer: none can have heard from it, so only the outage limit applies.
-    Alone,
-    /// Every peer it must hear from answered; the earliest of those answers runs out then.
-    Until(Instant),
-}
-
-/// How sure this node is that another node has stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// Its lease is live, or the mesh may still hear it: its units are not to be touched.
-    Suspected,
-    /// Its lease lapsed and the mesh confirms it stopped: its units may be rebuilt.
-    Dead,
+/// The runtime's clock as the core takes it (tokio's, so that tests with paused time drive it).
+pub(crate) fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 /// The mesh's account of each peer, kept by one node.
-pub(crate) struct Witness {
-    /// What probe stamps count from: a probe carries its send time as nanoseconds since it, and
-    /// its answer brings the stamp back.
-    base: Instant,
-    inner: Mutex<State>,
-}
-
-#[derive(Default)]
-struct State {
-    /// Per peer: the send time of the latest probe of ours it answered.
-    confirmed: HashMap<NodeId, Instant>,
-    /// Per peer: the latest proof it was alive and counting on us (an answer's send time, or
-    /// when its probe reached us).
-    heard: HashMap<NodeId, Instant>,
-    /// Peers that probed us, with when they last did: they count on hearing from us.
-    probers: HashMap<NodeId, Instant>,
-    /// The peers of our last store read (live or lapsed, not dead).
-    known: Vec<NodeId>,
-    /// Since when we have seen each peer's lease lapsed.
-    lapsed_since: HashMap<NodeId, Instant>,
-    /// Peers that told us they run no turns any more.
-    ended: Vec<NodeId>,
-    /// Nodes taken for dead at the last read, with their descriptor's version then: a rebuild is
-    /// gated on it, so a node that came back (and wrote its descriptor again) is not rebuilt.
-    dead: BTreeMap<NodeId, u64>,
-    /// Every node ever taken for dead, with the highest lease generation it was taken for dead
-    /// under: its probes are not vouched for any more (a later process of its id has a higher
-    /// generation and is).
-    condemned: HashMap<NodeId, u64>,
-}
+pub(crate) struct Witness(Mutex<ferry_core::witness::Witness>);
 
 impl Witness {
     pub fn new() -> Self {
-        Witness {
-            base: Instant::now(),
-            inner: Mutex::new(State::default()),
-        }
+        Witness(Mutex::new(ferry_core::witness::Witness::new(now())))
     }
 
     /// The stamp a probe sent now carries.
     pub fn stamp(&self) -> u64 {
-        u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    /// When the probe that carried `stamp` was sent; a stamp from the future (which no probe of
-    /// ours carries) counts as sent now.
-    fn sent_at(&self, stamp: u64) -> Instant {
-        (self.base + Duration::from_nanos(stamp)).min(Instant::now())
+        self.0.lock().stamp(now())
     }
 
     /// A probe from `peer`, sent under its lease `generation`, arrived now. Whether to vouch for
     /// it: not if it was taken for dead under that generation.
     pub fn probed_by(&self, peer: &NodeId, generation: u64) -> bool {
-        let now = Instant::now();
-        let mut state = self.inner.lock();
-        if state.condemned.get(peer).is_some_and(|g| *g >= generation) {
-            return false;
-        }
-        state.probers.insert(peer.clone(), now);
-        raise(&mut state.heard, peer, now);
-        true
+        self.0.lock().probed_by(peer, generation, now())
     }
 
     /// `peer` answered the probe stamped `stamp`; `running` is false once it runs no turns.
     pub fn answered(&self, peer: &NodeId, stamp: u64, running: bool) {
-        let sent = self.sent_at(stamp);
-        let mut state = self.inner.lock();
-        raise(&mut state.confirmed, peer, sent);
-        raise(&mut state.heard, peer, sent);
-        if !running && !state.ended.contains(peer) {
-            state.ended.push(peer.clone());
-        }
+        self.0.lock().answered(peer, stamp, running, now());
     }
 
     /// The peers to probe and to hear from: those of the last store read, and those that probed.
     pub fn peers(&self) -> Vec<NodeId> {
-        let state = self.inner.lock();
-        let mut peers = state.known.clone();
-        for prober in state.probers.keys() {
-            if !peers.contains(prober) {
-                peers.push(prober.clone());
-            }
-        }
-        peers
+        self.0.lock().peers()
     }
 
     /// Until when every peer this node must hear from vouches for it.
     pub fn vouch(&self, grace: Duration) -> Vouch {
-        let state = self.inner.lock();
-        let mut until: Option<Instant> = None;
-        for peer in state
-            .known
-            .iter()
-            .chain(state.probers.keys())
-            .filter(|p| !state.ended.contains(p))
-        {
-            // A peer that never answered vouches for nothing: the earliest possible instant.
-            let end = state
-                .confirmed
-                .get(peer)
-                .map_or_else(far_past, |sent| *sent + grace);
-            until = Some(until.map_or(end, |u| u.min(end)));
-        }
-        until.map_or(Vouch::Alone, Vouch::Until)
+        self.0.lock().vouch(grace)
     }
 
-    /// Takes in a store read begun at `read_at`: `peers` are the other nodes whose descriptors it
-    /// found, and `lapsed` those of them whose lease has lapsed. Says, for each lapsed one,
-    /// whether it is now taken for dead. Without a mesh (`meshed` false) there is no second
-    /// witness to wait for: a lapsed lease is death.
+    /// Takes in a store read begun at `read_at`; see [`ferry_core::witness::Witness::read`].
     pub fn read(
         &self,
-        read_at: Instant,
+        read_at: tokio::time::Instant,
         peers: &[NodeId],
         lapsed: &[Lapsed],
         times: &Times,
         meshed: bool,
     ) -> Vec<(NodeId, Verdict)> {
-        let now = Instant::now();
-        let mut state = self.inner.lock();
-        // A prober the read did not find has left the cluster, unless it probed after the read
-        // began (it may have joined since).
-        state
-            .probers
-            .retain(|node, at| peers.contains(node) || *at >= read_at);
-        state
-            .lapsed_since
-            .retain(|node, _| lapsed.iter().any(|l| l.node == *node));
-        state.ended.retain(|node| peers.contains(node));
-        let mut verdicts = Vec::with_capacity(lapsed.len());
-        let mut dead = BTreeMap::new();
-        for Lapsed {
-            node,
-            version,
-            generation,
-            counts_on_me,
-        } in lapsed
-        {
-            let since = *state.lapsed_since.entry(node.clone()).or_insert(now);
-            let confirmed_dead = !meshed
-                || state.ended.contains(node)
-                || match state.heard.get(node) {
-                    Some(heard) => now >= *heard + times.grace + times.margin(),
-                    // It waits for our answer to run past its lease, and never got one.
-                    None if *counts_on_me => now >= since + times.margin(),
-                    None => now >= since + times.outage_limit + times.lease_ttl + times.margin(),
-                };
-            if confirmed_dead {
-                dead.insert(node.clone(), *version);
-                let condemned = state.condemned.entry(node.clone()).or_insert(*generation);
-                *condemned = (*condemned).max(*generation);
-                verdicts.push((node.clone(), Verdict::Dead));
-            } else {
-                verdicts.push((node.clone(), Verdict::Suspected));
-            }
-        }
-        state.known = peers
-            .iter()
-            .filter(|p| !dead.contains_key(*p))
-            .cloned()
-            .collect();
-        state.dead = dead;
-        verdicts
+        let read_at = read_at.into_std();
+        (self.0.lock()).read(read_at, now(), peers, lapsed, times, meshed)
     }
 
     /// The version of a dead node's descriptor when it was taken for dead (`None`: not dead).
     pub fn dead_at(&self, node: &NodeId) -> Option<u64> {
-        self.inner.lock().dead.get(node).copied()
-    }
-}
-
-/// A node whose lease has lapsed, as one membership read found it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Lapsed {
-    /// The node.
-    pub node: NodeId,
-    /// The version of its descriptor.
-    pub version: u64,
-    /// The lease generation its descriptor names.
-    pub generation: u64,
-    /// Whether its descriptor names the reader among the peers it counts on.
-    pub counts_on_me: bool,
-}
-
-/// The timing a witness works with, from the node's configuration.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Times {
-    /// How long an answered probe vouches for its sender.
-    pub grace: Duration,
-    /// The node's lease TTL.
-    pub lease_ttl: Duration,
-    /// The longest a node runs turns past its lease.
-    pub outage_limit: Duration,
-}
-
-impl Times {
-    /// Beyond the grace, what a node waits before it takes a silent peer for dead: covers the
-    /// difference in pace between two machines' clocks and a probe's way there.
-    pub fn margin(&self) -> Duration {
-        self.grace / 2
-    }
-}
-
-fn raise(map: &mut HashMap<NodeId, Instant>, peer: &NodeId, at: Instant) {
-    let entry = map.entry(peer.clone()).or_insert(at);
-    if *entry < at {
-        *entry = at;
-    }
-}
-
-/// An instant that is certainly past: a peer that never answered vouches until then.
-fn far_past() -> Instant {
-    let now = Instant::now();
-    now.checked_sub(Duration::from_secs(3600)).unwrap_or(now)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn id(n: &str) -> NodeId {
-        NodeId::new(n).expect("id")
-    }
-
-    fn lapsed(node: &NodeId, version: u64) -> Lapsed {
-        Lapsed {
-            node: node.clone(),
-            version,
-            generation: 1,
-            counts_on_me: false,
-        }
-    }
-
-    const TIMES: Times = Times {
-        grace: Duration::from_secs(4),
-        lease_ttl: Duration::from_secs(10),
-        outage_limit: Duration::from_secs(60),
-    };
-
-    #[tokio::test(start_paused = true)]
-    async fn a_node_is_vouched_for_only_while_every_known_peer_answers() {
-        let witness = Witness::new();
-        assert_eq!(witness.vouch(TIMES.grace), Vouch::Alone);
-        witness.read(Instant::now(), &[id("a"), id("b")], &[], &TIMES, true);
-        tokio::time::advance(Duration::from_secs(1)).await;
-        let (sent, stamp) = (Instant::now(), witness.stamp());
-        witness.answered(&id("a"), stamp, true);
-        // b never answered: nothing is vouched.
-        assert!(matches!(witness.vouch(TIMES.grace), Vouch::Until(t) if t < sent));
-        witness.answered(&id("b"), stamp, true);
-        assert_eq!(witness.vouch(TIMES.grace), Vouch::Until(sent + TIMES.grace));
-        // A node that probed us is one we must hear from too.
-        assert!(witness.probed_by(&id("c"), 1));
-        assert!(matches!(witness.vouch(TIMES.grace), Vouch::Until(t) if t < sent));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_lapsed_node_is_dead_only_once_the_mesh_confirms_it() {
-        let witness = Witness::new();
-        let n = id("n");
-        witness.answered(&n, witness.stamp(), true);
-        let read = |w: &Witness| {
-            w.read(
-                Instant::now(),
-                std::slice::from_ref(&n),
-                &[lapsed(&n, 7)],
-                &TIMES,
-                true,
-            )
-        };
-        assert_eq!(read(&witness), vec![(n.clone(), Verdict::Suspected)]);
-        tokio::time::advance(TIMES.grace + TIMES.margin() - Duration::from_millis(1)).await;
-        assert_eq!(read(&witness), vec![(n.clone(), Verdict::Suspected)]);
-        assert_eq!(witness.dead_at(&n), None);
-        tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(read(&witness), vec![(n.clone(), Verdict::Dead)]);
-        assert_eq!(witness.dead_at(&n), Some(7));
-        // Taken for dead, its probes are not vouched for; a later process of its id's are.
-        assert!(!witness.probed_by(&n, 1));
-        assert!(witness.probed_by(&n, 2));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_node_never_heard_from_is_dead_only_after_the_outage_limit() {
-        let witness = Witness::new();
-        let n = id("n");
-        let read = |w: &Witness| {
-            w.read(
-                Instant::now(),
-                std::slice::from_ref(&n),
-                &[lapsed(&n, 1)],
-                &TIMES,
-                true,
-            )
-        };
-        assert_eq!(read(&witness), vec![(n.clone(), Verdict::Suspected)]);
-        tokio::time::advance(TIMES.outage_limit + TIMES.lease_ttl).await;
-        assert_eq!(read(&witness), vec![(n.clone(), Verdict::Suspected)]);
-        tokio::time::advance(TIMES.margin()).await;
-        assert_eq!(read(&witness), vec![(n.clone(), Verdict::Dead)]);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_node_that_counts_on_us_and_never_heard_from_us_is_dead_after_the_margin() {
-        let witness = Witness::new();
-        let n = id("n");
-        let counting = Lapsed {
-            counts_on_me: true,
-            ..lapsed(&n, 2)
-        };
-        let read = |w: &Witness| {
-            w.read(
-                Instant::now(),
-                std::slice::from_ref(&n),
-                std::slice::from_ref(&counting),
-                &TIMES,
-                true,
-            )
-        };
-        assert_eq!(read(&witness), vec![(n.clone(), Verdict::Suspected)]);
-        tokio::time::advance(TIMES.margin()).await;
-        assert_eq!(read(&witness), vec![(n.clone(), Verdict::Dead)]);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_node_that_says_it_stopped_is_dead_as_soon_as_its_lease_lapsed() {
-        let witness = Witness::new();
-        let n = id("n");
-        witness.answered(&n, witness.stamp(), false);
-        let verdicts = witness.read(
-            Instant::now(),
-            std::slice::from_ref(&n),
-            &[lapsed(&n, 3)],
-            &TIMES,
-            true,
-        );
-        assert_eq!(verdicts, vec![(n.clone(), Verdict::Dead)]);
-        // Without a mesh there is no second witness: a lapsed lease is enough.
-        let alone = Witness::new();
-        let verdicts = alone.read(
-            Instant::now(),
-            std::slice::from_ref(&n),
-            &[lapsed(&n, 3)],
-            &TIMES,
-            false,
-        );
-        assert_eq!(verdicts, vec![(n, Verdict::Dead)]);
+        self.0.lock().dead_at(node)
     }
 }

@@ -49,7 +49,7 @@ use crate::error::{MessageError, StartError, UnitError};
 use crate::ids::{ActorId, NodeId, ObjectGeneration, SpotId, UnitId};
 use crate::mesh::{Mesh, MeshConfig};
 use crate::registry::{FactoryKind, Registry};
-use crate::store::{BatchOutcome, Condition, Lease, LocationStore, Op, StoreError};
+use crate::store::{BatchOutcome, Condition, Lease, LocationStore, Op, StoreError, Versioned};
 
 /// Who a message is for: a unit by id, optionally with the intent to activate an Instance Spot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,6 +160,19 @@ pub(crate) enum Claim {
         previous: UnitRecord,
         owner_descriptor: Option<u64>,
     },
+    /// A unit an earlier process of this node id left: the record must still be the one read,
+    /// at this version (it names this node, under an older lease generation).
+    Adopt { version: u64, previous: UnitRecord },
+}
+
+impl Claim {
+    /// The record a rebuild starts from (`None` for a new unit).
+    fn previous(&self) -> Option<&UnitRecord> {
+        match self {
+            Claim::New { .. } => None,
+            Claim::Recover { previous, .. } | Claim::Adopt { previous, .. } => Some(previous),
+        }
+    }
 }
 
 /// How long a node waits for another node to answer a call (a remote creation).
@@ -187,6 +200,8 @@ impl Node {
             .store
             .acquire_lease(&config.id, rand::random(), config.lease_ttl)
             .await?;
+        // Superseded by now: an earlier process of this id renewed for the last time before.
+        let took_over = tokio::time::Instant::now();
         let lease_clock = crate::cluster::membership::LeaseClock::new(asked + config.lease_ttl);
         let (mesh, inbound) = match &config.mesh {
             Some(settings) => {
@@ -247,6 +262,11 @@ impl Node {
         node.set_state(NodeState::Serving);
         node.refresh_membership().await?;
         node.spawn_keepers();
+        let generation = node.lease().generation;
+        if generation > 1 {
+            // An earlier process of this id may have left units that only this one takes back.
+            tokio::spawn(node.clone().adopt_left_units(took_over, generation));
+        }
         if let Some(hub) = &node.core.sessions {
             hub.start(&node);
         }
@@ -333,22 +353,14 @@ impl Node {
     /// held, or it lapsed less than the outage limit ago and every peer still answers this node's
     /// probes.
     fn may_run(&self, now: tokio::time::Instant) -> bool {
-        let until = self.core.lease_clock.until();
-        if now < until {
-            return true;
-        }
-        // Without a mesh no peer can vouch, and peers take a lapsed lease for death.
-        if self.core.mesh.is_none() {
-            return false;
-        }
         let config = self.config();
-        if now >= until + config.outage_limit {
-            return false;
-        }
-        match self.core.witness.vouch(config.peer_grace()) {
-            crate::cluster::witness::Vouch::Alone => true,
-            crate::cluster::witness::Vouch::Until(end) => now < end,
-        }
+        crate::cluster::witness::may_run(
+            now.into_std(),
+            self.core.lease_clock.until().into_std(),
+            self.core.mesh.is_some(),
+            &config.witness_times(),
+            || self.core.witness.vouch(config.peer_grace()),
+        )
     }
 
     /// Whether the store confirmed this node's lease recently enough that it is certainly held:
@@ -535,7 +547,7 @@ impl Node {
         wanted: KindCheck,
         kind: &'static str,
     ) -> Result<bool, UnitError> {
-        let recovering = matches!(claim, Claim::Recover { .. });
+        let recovering = claim.previous().is_some();
         if recovering {
             self.give_up_staged(&id);
         }
@@ -584,10 +596,13 @@ impl Node {
             };
             let slot = self.core.directory.new_slot();
             let lane = Lane::start_gated(self.clone(), cell, slot);
-            shard.insert(
-                id.clone(),
-                Entry::new(Arc::clone(&lane), Arc::clone(factory), slot),
-            );
+            let entry = Entry::new(Arc::clone(&lane), Arc::clone(factory), slot);
+            // What this node sent the unit before and still holds (waiting for a lookup, a
+            // switch or an arrival) goes first, ahead of what is sent to it from now on.
+            for deliver in self.core.router.with(&id, |routes| routes.hosted(&id)) {
+                self.enqueue_deliver(&entry, deliver);
+            }
+            shard.insert(id.clone(), entry);
             lane
         };
         let info = factory.info();
@@ -617,23 +632,17 @@ impl Node {
                     Some(at) => Condition::version(descriptor, *at),
                     None => Condition::absent(descriptor),
                 };
-                let record = UnitRecord {
-                    owner: self.id().clone(),
-                    lease_generation,
-                    // A recreated unit is a fresh start: a new incarnation.
-                    object_generation: ObjectGeneration(rand::random()),
-                    owner_generation: previous.owner_generation + 1,
-                    factory: type_name.to_owned(),
-                    stage: Stage::Active,
-                    spot: None,
-                    recoverable: previous.recoverable,
-                };
                 (
-                    record,
+                    rebuilt(previous, self.id(), lease_generation, type_name),
                     vec![Condition::version(key.clone(), *version), owner_condition],
                     Vec::new(),
                 )
             }
+            Claim::Adopt { version, previous } => (
+                rebuilt(previous, self.id(), lease_generation, type_name),
+                vec![Condition::version(key.clone(), *version)],
+                Vec::new(),
+            ),
         };
         ops.push(Op::put(key.clone(), record.encode()));
         if info.remembered {
@@ -659,7 +668,7 @@ impl Node {
         }
         let mut settled = write.on_write(BatchOutcome::answer(&written));
         if settled == Settled::ReadBack {
-            let now = self.read_record(&id).await;
+            let now = self.read_record_back(&id).await;
             settled = write.on_read(now.as_ref().map(Option::as_ref).map_err(|_| ()));
         }
         let committed = match settled {
@@ -674,7 +683,7 @@ impl Node {
                 Ok(true)
             }
             // Someone else recovered it first: nothing to do.
-            (Ok(false), Claim::Recover { .. }) => {
+            (Ok(false), Claim::Recover { .. } | Claim::Adopt { .. }) => {
                 let _ = lane.ctl.send(Control::Discard);
                 Ok(false)
             }
@@ -707,14 +716,23 @@ impl Node {
         previous: UnitRecord,
         owner_descriptor: Option<u64>,
     ) -> Result<bool, UnitError> {
-        let (wanted, kind) = recover_kind_of(&id);
-        let type_name = previous.factory.clone();
-        let spot = previous.spot.clone();
         let claim = Claim::Recover {
             version,
             previous,
             owner_descriptor,
         };
+        self.rebuild_here(id, claim).await
+    }
+
+    /// Rebuilds a unit here, fresh, as `claim` (a recovery or an adoption) allows; an Actor joins
+    /// its room again if the room runs here. `Ok(true)` if this call rebuilt it.
+    pub(crate) async fn rebuild_here(&self, id: UnitId, claim: Claim) -> Result<bool, UnitError> {
+        let (wanted, kind) = recover_kind_of(&id);
+        let Some(previous) = claim.previous() else {
+            return Ok(false);
+        };
+        let type_name = previous.factory.clone();
+        let spot = previous.spot.clone();
         let rebuilt = self
             .claim_here(&type_name, id.clone(), claim, wanted, kind)
             .await?;
@@ -739,10 +757,17 @@ impl Node {
     /// Reads a unit's authority record from the store: who owns it, which incarnation it is.
     pub async fn read_record(&self, id: &UnitId) -> Result<Option<UnitRecord>, StoreError> {
         let key = unit_key(id);
-        match self.store().get(&key).await? {
-            Some(v) => Ok(Some(UnitRecord::decode(&key, &v.value)?)),
-            None => Ok(None),
-        }
+        decode_record(&key, self.store().get(&key).await?)
+    }
+
+    /// Reads a unit's record back after a write whose answer was lost, as the store confirms it
+    /// ([`crate::store::LocationStore::get_confirmed`]): what it shows survives a failover.
+    pub(crate) async fn read_record_back(
+        &self,
+        id: &UnitId,
+    ) -> Result<Option<UnitRecord>, StoreError> {
+        let key = unit_key(id);
+        decode_record(&key, self.store().get_confirmed(&key).await?)
     }
 
     /// Makes an Actor a member of a User Spot (leaving the spot it is in first, if any). Both must be
@@ -1402,6 +1427,32 @@ fn existing_answer(
     } else {
         Err(UnitError::AlreadyExists { id })
     }
+}
+
+/// The record of a unit rebuilt on `owner` from `previous`: a fresh start, so a new incarnation.
+fn rebuilt(
+    previous: &UnitRecord,
+    owner: &NodeId,
+    lease_generation: u64,
+    factory: &str,
+) -> UnitRecord {
+    UnitRecord {
+        owner: owner.clone(),
+        lease_generation,
+        object_generation: ObjectGeneration(rand::random()),
+        owner_generation: previous.owner_generation + 1,
+        factory: factory.to_owned(),
+        stage: Stage::Active,
+        spot: None,
+        recoverable: previous.recoverable,
+    }
+}
+
+/// A unit's record as read from its key, if it has one.
+fn decode_record(key: &str, found: Option<Versioned>) -> Result<Option<UnitRecord>, StoreError> {
+    found
+        .map(|v| UnitRecord::decode(key, &v.value).map_err(StoreError::from))
+        .transpose()
 }
 
 fn unavailable(id: &UnitId, error: &StoreError) -> UnitError {

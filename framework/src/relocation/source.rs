@@ -14,7 +14,7 @@ use super::capture::{Capture, QueuedOp, relay_digest};
 use super::frames::{RecordAt, Refusal, RefusedBecause, RelocFrame};
 use super::phases::{MovePhases, TargetPhases};
 use super::protocol::{
-    MoveEnd, SessionsTo, SourceAction, SourceEvent, SourceMachine, SourceTiming,
+    MoveEnd, SessionsTo, SourceAction, SourceEvent, SourceMachine, SourceTiming, fence_conflict,
 };
 use super::reports::{BlockedReason, MoveError, MoveReport, RelocationEvent};
 use super::target::Outgoing;
@@ -794,40 +794,53 @@ impl SourceRun {
     /// The conditional write that decides, after the point of no return, who owns the unit:
     /// gated on every record being as the source read it before the move.
     ///
-    /// A conflict means the record changed. If it names another node or another incarnation,
-    /// the target committed (and recovery may have rebuilt the unit since, here or elsewhere):
-    /// the unit is not ours any more. A change that leaves it ours (an earlier fence that landed
-    /// unseen, a recovery switch) is stale: the conditions take what the store holds now.
+    /// A conflict means the record changed; the core says whether it changed hands (the target
+    /// committed, or the unit was rebuilt or came back by another move) or is stale (an earlier
+    /// fence that landed unseen): then the conditions take what the store holds now.
     async fn fence(&mut self, wait: Duration) -> SourceEvent {
         match self.fence_write(wait).await {
-            SourceEvent::FenceLost => match self.reread_records().await {
-                Ok(true) => SourceEvent::FenceLost,
-                Ok(false) => SourceEvent::FenceStale,
-                Err(()) => SourceEvent::FenceUnknown,
-            },
+            SourceEvent::FenceLost => self
+                .reread_records()
+                .await
+                .unwrap_or(SourceEvent::FenceUnknown),
             decided => decided,
         }
     }
 
-    /// Reads the unit's records again: `Ok(true)` if they name another owner or another
-    /// incarnation; otherwise the fence's conditions are updated to what the store holds now.
-    async fn reread_records(&mut self) -> Result<bool, ()> {
-        for at in &mut self.records {
+    /// Reads the unit's records again, as the store confirms them, and lets the core judge the
+    /// conflict ([`fence_conflict`]); a stale fence takes the records as they stand now for its
+    /// next try. `Err` if the store cannot be read.
+    async fn reread_records(&mut self) -> Result<SourceEvent, ()> {
+        let mut now = Vec::with_capacity(self.records.len());
+        for at in &self.records {
             let key = unit_key(&at.id);
-            let Ok(Some(now)) = self.node.store().get(&key).await else {
-                return Err(());
-            };
-            let record =
-                crate::cluster::authority::UnitRecord::decode(&key, &now.value).map_err(|_| ())?;
-            if record.owner != *self.node.id()
-                || record.object_generation != at.record.object_generation
-            {
-                return Ok(true);
-            }
-            at.record = record;
-            at.version = now.version;
+            let found = self
+                .node
+                .store()
+                .get_confirmed(&key)
+                .await
+                .map_err(|_| ())?;
+            let read = found
+                .map(|v| {
+                    crate::cluster::authority::UnitRecord::decode(&key, &v.value)
+                        .map(|record| (record, v.version))
+                })
+                .transpose()
+                .map_err(|_| ())?;
+            now.push(read);
         }
-        Ok(false)
+        let pairs = self.records.iter().zip(&now);
+        let verdict = fence_conflict(
+            self.node.id(),
+            pairs.map(|(at, now)| (&at.record, now.as_ref().map(|(record, _)| record))),
+        );
+        if verdict == SourceEvent::FenceStale {
+            for (at, (record, version)) in self.records.iter_mut().zip(now.into_iter().flatten()) {
+                at.record = record;
+                at.version = version;
+            }
+        }
+        Ok(verdict)
     }
 
     async fn fence_write(&self, wait: Duration) -> SourceEvent {

@@ -453,7 +453,7 @@ impl Node {
         };
         let lease_generation = self.core.lease.lock().generation;
         let write = ConditionalWrite::new(self.taken_over(&first.record, lease_generation));
-        let now = self.read_record(&first.id).await;
+        let now = self.read_record_back(&first.id).await;
         let event = match write.on_read(now.as_ref().map(Option::as_ref).map_err(|_| ())) {
             Settled::Won => TargetEvent::ReadShowsOwner,
             Settled::Lost => TargetEvent::ReadShowsOther,

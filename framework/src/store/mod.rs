@@ -325,6 +325,17 @@ pub trait LocationStore: Send + Sync + 'static {
     /// Reads one key; `None` if it does not exist.
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>>;
 
+    /// Reads one key, answering only once no failover the store is set to survive can undo what
+    /// it read, nor any write applied before the read. A writer that got no answer reads its
+    /// record back with this: a plain read could see its write on a server that then fails over
+    /// to a replica without it. Stores whose reads are already that durable need not override it.
+    fn get_confirmed<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
+        self.get(key)
+    }
+
     /// Applies `ops` in order if every condition holds, atomically: all or nothing. The ops all
     /// get one new revision. If a condition fails, the outcome names its key and nothing changed.
     fn batch<'a>(

@@ -326,6 +326,8 @@ struct KeySpace {
     rev: String,
     idx: String,
     entry: String,
+    /// Written by a confirmed read, so that `WAIT` covers everything the server applied before it.
+    sync: String,
 }
 
 impl KeySpace {
@@ -337,6 +339,7 @@ impl KeySpace {
             rev: format!("{base}rev"),
             idx: format!("{base}idx"),
             entry: format!("{base}k:"),
+            sync: format!("{base}sync"),
             base,
         }
     }
@@ -536,6 +539,30 @@ impl RedisStore {
         let found = decode_entry(key, value, version)?;
         if let Some(found) = &found {
             self.saw(found.version);
+        }
+        Ok(found)
+    }
+
+    /// A read that a failover cannot undo: after the read, a write on the same connection and a
+    /// `WAIT` for it. Redis replicates in one ordered stream, so once the replicas confirmed that
+    /// write they hold everything applied before the read, including a write whose answer was
+    /// lost. Without replicas asked for, a plain read.
+    async fn get_confirmed_inner(
+        &self,
+        mut conn: MultiplexedConnection,
+        key: &str,
+    ) -> Result<Option<Versioned>, StoreError> {
+        let found = self.get_inner(conn.clone(), key).await?;
+        if self.wait.is_some() {
+            let _: u64 = bounded(
+                "get",
+                self.op_timeout,
+                ::redis::cmd("INCR")
+                    .arg(&self.keys.sync)
+                    .query_async(&mut conn),
+            )
+            .await?;
+            self.replicated("get", &mut conn).await?;
         }
         Ok(found)
     }
@@ -787,6 +814,16 @@ impl LocationStore for RedisStore {
         let key = key.to_owned();
         self.on_io("get", move |s, conn| async move {
             s.get_inner(conn, &key).await
+        })
+    }
+
+    fn get_confirmed<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
+        let key = key.to_owned();
+        self.on_io("get", move |s, conn| async move {
+            s.get_confirmed_inner(conn, &key).await
         })
     }
 
