@@ -1,5 +1,6 @@
 //! What a lane takes while a move holds it in its quiet spell, before the seal.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -8,7 +9,7 @@ use super::Control;
 use crate::error::UnitError;
 use crate::ids::{ActorId, NodeId, SpotId, UnitId};
 use crate::node::{Node, NodeConfig};
-use crate::registry::{Registration, Registry};
+use crate::registry::{AdapterError, Registration, Registry, RelocationPolicy, StateAdapter};
 use crate::relocation::RelocationId;
 use crate::{Behavior, Ctx};
 
@@ -23,9 +24,26 @@ impl Behavior for Unit {
     fn handle(&mut self, _ctx: &mut Ctx<'_>, _msg: ()) {}
 }
 
+/// A state adapter with a bug: it panics while capturing.
+struct Panics;
+
+impl StateAdapter<Unit> for Panics {
+    fn capture(&self, _unit: &Unit) -> Result<Vec<u8>, AdapterError> {
+        panic!("capture adapter bug")
+    }
+
+    fn restore(&self, _unit: &mut Unit, _bytes: &[u8]) -> Result<(), AdapterError> {
+        Ok(())
+    }
+}
+
 async fn node(name: &str) -> Node {
     let mut registry = Registry::new();
     registry.register(Registration::spot("room", |_| Unit));
+    registry.register(
+        Registration::spot("fragile", |_| Unit)
+            .policy(RelocationPolicy::PreserveState(Arc::new(Panics))),
+    );
     registry.register(Registration::actor("player", |_| Unit));
     let id = NodeId::new(name).expect("id");
     Node::start(NodeConfig::new(id), registry)
@@ -84,5 +102,35 @@ async fn a_room_takes_no_member_and_loses_none_in_its_quiet_spell() {
     send(&node, &room_unit, Control::CancelSeal { rel });
     node.join(&bob, &room).await.expect("bob joins");
     node.leave(&alice).await.expect("alice leaves");
+    let _ = node.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_capture_whose_adapter_panics_leaves_the_room_running_and_open_to_changes() {
+    let node = node("lane-capture-panics").await;
+    let room = SpotId::new("room-2").expect("id");
+    let alice = ActorId::new("alice").expect("id");
+    node.create_spot("fragile", &room).await.expect("room");
+    node.create_actor("player", &alice).await.expect("alice");
+    let room_unit = UnitId::Spot(room.clone());
+    let rel = RelocationId(8);
+    quiesce(&node, &room_unit, rel).await;
+    let (done, sealed) = oneshot::channel();
+    send(&node, &room_unit, Control::Seal { rel, done });
+    let sealed = tokio::time::timeout(T, sealed).await.expect("in time");
+    assert!(
+        matches!(
+            sealed.expect("answered"),
+            Err(super::SealRefused::Adapter(_))
+        ),
+        "the capture fails"
+    );
+
+    // The move ended with it: the room runs turns, and takes members again.
+    let () = node
+        .request(room_unit.clone(), (), T)
+        .await
+        .expect("the room answers");
+    node.join(&alice, &room).await.expect("alice joins");
     let _ = node.shutdown().await;
 }
