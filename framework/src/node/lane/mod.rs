@@ -14,8 +14,9 @@ mod cells;
 mod moving;
 mod sessions;
 
+use ferry_core::relocation::lane::{Arrival, Change, LaneMove, Unsettled, Verdict};
+
 use self::cells::Cells;
-use self::moving::Moving;
 use super::cell::{ReplyMode, Turn, TurnReply, UnitCell};
 use super::directory::{Entry, Slot};
 use super::envelope::{Envelope, Payload};
@@ -46,6 +47,9 @@ pub(crate) struct LaneTx {
 }
 
 type Done = oneshot::Sender<Result<(), UnitError>>;
+
+/// Where a seal's capture is sent.
+type SealDone = oneshot::Sender<Result<(Capture, Instant), SealRefused>>;
 
 /// A lane's answer to a move about to seal its unit.
 pub(crate) struct Quiet {
@@ -104,10 +108,7 @@ pub(crate) enum Control {
     Open,
     /// Seal at the next turn boundary (for an ApplicationSignaled spot: after its next deferring
     /// turn) and capture the unit.
-    Seal {
-        rel: RelocationId,
-        done: oneshot::Sender<Result<(Capture, Instant), SealRefused>>,
-    },
+    Seal { rel: RelocationId, done: SealDone },
     /// A move is about to seal this unit: answer the client sessions bound to its Actors, and
     /// hold back new binds (they stay queued, and move with the unit) until the move ends, so
     /// that every bound session is one the move told to hold its inputs.
@@ -163,25 +164,22 @@ pub(crate) struct Lane {
     sys: VecDeque<(UnitId, PendingCallback)>,
     backlog: VecDeque<Envelope<Slot>>,
     next_due: Option<Instant>,
-    /// Whether turns run yet: a lane for a unit not yet recorded as owned here only queues.
-    open: bool,
+    /// Where the lane stands: whether turns run yet (a lane for a unit not yet recorded as owned
+    /// here only queues), whether it was restored from a move's capture (its backlog is then the
+    /// source's saved work, which the source keeps too), and its place in a move, if any.
+    stance: LaneMove,
+    /// Where the capture goes once a seal that waits for the application's safe point is taken.
+    seal_done: Option<SealDone>,
     me: Weak<LaneTx>,
     /// Timer ticks that were due at a seal, run before anything else but callbacks.
     ticks: VecDeque<(UnitId, Tick)>,
-    /// Where this lane stands in a move, if it is in one.
-    moving: Option<Moving>,
     /// What arrived after the seal (the ingress hold).
     hold: Vec<Envelope<Slot>>,
     /// What was relayed at the handover, kept (encoded) until the target commits.
     relayed: Vec<Envelope<Slot>>,
     /// Set when the node shuts down: close once the queued work has run.
     closing: Option<oneshot::Sender<()>>,
-    /// Whether this lane was restored from a move's capture: its backlog is then the source's
-    /// saved work, which the source keeps too.
-    restored: bool,
-    /// The move about to seal this lane, which holds back new session binds.
-    quiescing: Option<RelocationId>,
-    /// Binds held back meanwhile, in arrival order.
+    /// Binds held back while a move is about to seal this lane, in arrival order.
     deferred: Vec<Envelope<Slot>>,
     /// Members joining or leaving this PerActor spot while it moves, in arrival order: applied
     /// wherever the spot runs once the move has ended.
@@ -214,7 +212,7 @@ impl Lane {
     pub fn start_gated(node: Node, cell: Box<dyn UnitCell>, slot: Slot) -> Arc<LaneTx> {
         let id = cell.id().clone();
         let (tx, mut lane) = Lane::new(node, cell, slot);
-        lane.open = false;
+        lane.stance = LaneMove::creating();
         lane.sys.push_back((id, PendingCallback::Start));
         tokio::spawn(lane.run());
         tx
@@ -238,15 +236,13 @@ impl Lane {
             sys: VecDeque::new(),
             backlog: VecDeque::new(),
             next_due,
-            open: true,
+            stance: LaneMove::running(),
+            seal_done: None,
             me: Arc::downgrade(&tx),
             ticks: VecDeque::new(),
-            moving: None,
             hold: Vec::new(),
             relayed: Vec::new(),
             closing: None,
-            restored: false,
-            quiescing: None,
             deferred: Vec::new(),
             parked: Vec::new(),
             metrics: TurnMetrics::new(),
@@ -261,7 +257,7 @@ impl Lane {
         while !self.cells.is_empty() {
             // The end of the turn just run, if one did: nothing but these checks came since.
             let mut now = self.clock.take().unwrap_or_else(Instant::now);
-            if !self.open || self.node.fenced_at(now) {
+            if !self.stance.is_open() || self.node.fenced_at(now) {
                 // Nothing runs: only controls (open, discard, close) are taken.
                 match self.ctl.recv().await {
                     Some(control) => self.control(control),
@@ -269,7 +265,7 @@ impl Lane {
                 }
                 continue;
             }
-            if self.suspended() {
+            if self.stance.arrival() == Arrival::Hold {
                 // Sealed for a move: no turn runs; what arrives is held in order.
                 let mut arrived = VecDeque::new();
                 tokio::select! {
@@ -602,30 +598,32 @@ impl Lane {
         }
     }
 
-    /// Why this lane takes no change to which units it holds right now: it is sealed for a move
-    /// (its capture is taken), staged on a move's target, or not yet recorded as created.
-    fn unsettled(&self) -> Option<UnitError> {
-        let id = self.primary()?;
-        if self.suspended() || (!self.open && self.restored) {
-            Some(UnitError::Moving { id })
-        } else if !self.open {
-            Some(UnitError::Unavailable {
+    /// Refuses a control that changes which units exist here or which spot an Actor is in, when
+    /// the lane's place in a move says so (see [`LaneMove::change`]): from the quiet spell of a
+    /// move on, while sealed or staged on a move's target, or while not yet recorded as created.
+    /// A PerActor spot's member news has no one to refuse to, so it waits for the move to end.
+    /// Returns the control otherwise.
+    fn refuse_unsettled(&mut self, control: Control) -> Option<Control> {
+        let change = match &control {
+            Control::Join { .. } | Control::Leave { .. } | Control::Stop { .. } => Change::Own,
+            Control::Attach { .. } => Change::Attach,
+            Control::Member { .. } => Change::MemberNews,
+            _ => return Some(control),
+        };
+        let why = match self.stance.change(change) {
+            Verdict::Apply => return Some(control),
+            Verdict::Refuse(why) => why,
+            Verdict::Park => Unsettled::Moving,
+        };
+        let Some(id) = self.primary() else {
+            return Some(control);
+        };
+        let error = match why {
+            Unsettled::Moving => UnitError::Moving { id },
+            Unsettled::Creating => UnitError::Unavailable {
                 what: format!("changing {id}"),
                 reason: "it is still being created".to_owned(),
-            })
-        } else {
-            None
-        }
-    }
-
-    /// Refuses a control that changes which units exist here or which spot an Actor is in, while
-    /// the lane is unsettled: applied now, it would miss the copy of the unit that runs next (a
-    /// capture already taken, or a staged copy that may be dropped). A PerActor spot's member
-    /// news has no one to refuse to, so it waits for the move to end. Returns the control
-    /// otherwise.
-    fn refuse_unsettled(&mut self, control: Control) -> Option<Control> {
-        let Some(error) = self.unsettled() else {
-            return Some(control);
+            },
         };
         match control {
             Control::Join { done, .. }
@@ -734,7 +732,10 @@ impl Lane {
                 };
                 let _ = done.send(result);
             }
-            Control::Open => self.open = true,
+            Control::Open => {
+                self.stance.open();
+                self.apply_parked();
+            }
             Control::Seal { rel, done } => self.seal(rel, done),
             Control::Quiesce { rel, unit, done } => {
                 let _ = done.send(self.quiesce(rel, &unit));
@@ -753,7 +754,7 @@ impl Lane {
                     .record(committed.elapsed().as_secs_f64());
             }
             Control::Discard => self.discard(),
-            Control::Close { done, now: false } if self.open && !self.node.fenced() => {
+            Control::Close { done, now: false } if self.stance.is_open() && !self.node.fenced() => {
                 // Finish what was accepted first; the loop closes once the queues are empty.
                 self.closing = Some(done);
             }
@@ -776,7 +777,7 @@ impl Lane {
         for id in &ids {
             self.unregister(id);
         }
-        if self.restored {
+        if self.stance.is_restored() {
             self.backlog.clear();
             self.ticks.clear();
         }
@@ -950,9 +951,9 @@ impl Lane {
     /// when the unit leaves the lane, under the write lock of its directory shard and after
     /// repointing or removing its entry, so that nothing more can arrive for it here.
     fn take_queued_for(&mut self, slot: Slot) -> Vec<Envelope<Slot>> {
-        // What arrived after a seal belongs in the hold: the backlog was captured already, and
+        // What arrived after a capture belongs in the hold: the backlog was captured already, and
         // anything added to it now would never be relayed.
-        if self.moving.is_some() {
+        if self.stance.arrival() == Arrival::Hold {
             self.hold.extend(self.data.drain());
         } else {
             self.data.take(&mut self.backlog);
@@ -993,3 +994,6 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
         "non-text panic payload".to_owned()
     }
 }
+
+#[cfg(test)]
+mod tests;

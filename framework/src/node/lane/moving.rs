@@ -6,10 +6,11 @@ use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
+use ferry_core::relocation::lane::{LaneMove, Resumed, Seal};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::{Control, Lane, LaneTx, SealRefused, panic_text};
+use super::{Control, Lane, LaneTx, SealDone, SealRefused, panic_text};
 use crate::behavior::Membership;
 use crate::cluster::frames::Frame;
 use crate::error::MessageError;
@@ -25,32 +26,7 @@ use crate::relocation::capture::{
 use crate::relocation::frames::{Refusal, RelocFrame};
 use crate::timer::TimerSet;
 
-/// Where a lane stands in a move.
-pub(crate) enum Moving {
-    /// Asked to seal; an ApplicationSignaled spot seals after its next deferring turn.
-    SealPending {
-        rel: RelocationId,
-        done: oneshot::Sender<Result<(Capture, Instant), SealRefused>>,
-    },
-    /// Captured: no turn runs, arrivals are held.
-    Held { rel: RelocationId, signaled: bool },
-    /// Relayed and cut over to `target`: waiting for the verdict.
-    Handed {
-        rel: RelocationId,
-        signaled: bool,
-        target: NodeId,
-    },
-}
-
 impl Lane {
-    /// Whether turns are suspended by a move.
-    pub(super) fn suspended(&self) -> bool {
-        matches!(
-            self.moving,
-            Some(Moving::Held { .. } | Moving::Handed { .. })
-        )
-    }
-
     /// The unit this lane is: the spot of a SpotWide room, else its only cell.
     pub(super) fn primary(&self) -> Option<UnitId> {
         self.primary_spot()
@@ -69,64 +45,89 @@ impl Lane {
     }
 
     /// A move asks to seal this lane.
-    pub(super) fn seal(
-        &mut self,
-        rel: RelocationId,
-        done: oneshot::Sender<Result<(Capture, Instant), SealRefused>>,
-    ) {
-        if !self.open || self.moving.is_some() || self.quiescing.is_some_and(|q| q != rel) {
-            let why = "the unit is not running here, or already moving";
-            let _ = done.send(Err(SealRefused::Busy(why.into())));
-            return;
-        }
-        if self.app_signaled() {
-            self.moving = Some(Moving::SealPending { rel, done });
-        } else {
-            self.capture(rel, done, false);
+    pub(super) fn seal(&mut self, rel: RelocationId, done: SealDone) {
+        match self.stance.seal(rel, self.app_signaled()) {
+            Seal::Capture => self.capture(rel, done, false),
+            Seal::Wait => self.seal_done = Some(done),
+            Seal::Refused => {
+                let why = "the unit is not running here, or already moving";
+                let _ = done.send(Err(SealRefused::Busy(why.into())));
+            }
         }
     }
 
-    /// A move gives up waiting for the seal.
+    /// A move gives up waiting for the seal: the lane runs on as it was.
     pub(super) fn cancel_seal(&mut self, rel: RelocationId) {
-        if let Some(Moving::SealPending { rel: pending, .. }) = &self.moving
-            && *pending == rel
-        {
-            self.moving = None;
+        let quiet_ended = self.stance.cancel_seal(rel);
+        if self.stance.moving().is_none() {
+            // Nobody waits for a capture any more.
+            self.seal_done = None;
         }
-        if self.quiescing == Some(rel) && self.moving.is_none() {
-            self.end_quiesce();
+        if quiet_ended {
+            self.quiet_ended();
         }
     }
 
     /// After a turn: an ApplicationSignaled spot said its state is whole.
     pub(super) fn deferred(&mut self, id: &UnitId) {
-        match self.moving.take() {
-            Some(Moving::SealPending { rel, done }) => self.capture(rel, done, true),
-            other => {
-                self.moving = other;
-                // No move is prepared: the spot carries on, and hears so before its next turn.
-                self.sys.push_front((
-                    id.clone(),
-                    PendingCallback::ReadyCompleted(ReadyOutcomeData::Continued),
-                ));
+        let Some(rel) = self.stance.deferred() else {
+            // No move is prepared: the spot carries on, and hears so before its next turn.
+            self.continued(id.clone());
+            return;
+        };
+        match self.seal_done.take() {
+            Some(done) => self.capture(rel, done, true),
+            None => {
+                // Nobody waits for the capture: the spot carries on here.
+                self.stance.captured(rel, true, false);
+                self.quiet_ended();
+                self.continued(id.clone());
             }
         }
     }
 
-    /// Seals at this turn boundary and captures everything that moves.
-    fn capture(
-        &mut self,
-        rel: RelocationId,
-        done: oneshot::Sender<Result<(Capture, Instant), SealRefused>>,
-        signaled: bool,
-    ) {
+    /// The spot hears, before its next turn, that it carries on here.
+    fn continued(&mut self, id: UnitId) {
+        self.sys.push_front((
+            id,
+            PendingCallback::ReadyCompleted(ReadyOutcomeData::Continued),
+        ));
+    }
+
+    /// The quiet spell ended: binds held back take their place at the head of the queue again,
+    /// and member news that waited for it is applied.
+    fn quiet_ended(&mut self) {
+        self.requeue_deferred();
+        self.apply_parked();
+    }
+
+    /// Seals at this turn boundary and captures everything that moves. A capture that fails
+    /// leaves the lane running: the move ends, and the unit runs on here.
+    fn capture(&mut self, rel: RelocationId, done: SealDone, signaled: bool) {
+        match self.take_capture(rel) {
+            Ok((capture, now)) => {
+                self.stance.captured(rel, signaled, true);
+                if done.send(Ok((capture, now))).is_err() {
+                    // Nobody waits for it any more: carry on here (nothing was handed over).
+                    self.resume(rel, None);
+                }
+            }
+            Err(refused) => {
+                self.stance.captured(rel, signaled, false);
+                self.quiet_ended();
+                let _ = done.send(Err(refused));
+            }
+        }
+    }
+
+    /// Takes the capture of everything that moves at this turn boundary.
+    fn take_capture(&mut self, rel: RelocationId) -> Result<(Capture, Instant), SealRefused> {
         let Some(unit) = self.primary() else {
-            let _ = done.send(Err(SealRefused::Busy("the lane is empty".into())));
-            return;
+            return Err(SealRefused::Busy("the lane is empty".into()));
         };
         let now = Instant::now();
         // Binds held back for this move are saved work too, ahead of what is still queued.
-        self.end_quiesce();
+        self.requeue_deferred();
         // Everything accepted so far is saved work.
         self.data.take(&mut self.backlog);
         // Ticks due now are pending ticks: they run first, wherever the unit runs next.
@@ -164,8 +165,7 @@ impl Lane {
                 Err(error) => {
                     tracing::error!(%rel, unit = %id, %error, "state not captured; the move ends and the unit runs on here");
                     let why = format!("{id} could not be captured: {error}");
-                    let _ = done.send(Err(SealRefused::Adapter(why)));
-                    return;
+                    return Err(SealRefused::Adapter(why));
                 }
             }
         }
@@ -178,11 +178,7 @@ impl Lane {
             ticks: self.ticks.iter().cloned().collect(),
             journal,
         };
-        self.moving = Some(Moving::Held { rel, signaled });
-        if done.send(Ok((capture, now))).is_err() {
-            // Nobody waits for it any more: carry on here (nothing was handed over).
-            self.resume(rel, None);
-        }
+        Ok((capture, now))
     }
 
     /// Encodes the backlog or the hold in place (so it can still run here) and returns copies.
@@ -237,14 +233,7 @@ impl Lane {
         target: NodeId,
         done: oneshot::Sender<Vec<QueuedOp>>,
     ) {
-        let Some(Moving::Held {
-            rel: held,
-            signaled,
-        }) = self.moving
-        else {
-            return;
-        };
-        if held != rel {
+        if !self.stance.handover(rel, target.clone()) {
             return;
         }
         let node = self.node.clone();
@@ -302,22 +291,13 @@ impl Lane {
         for deliver in displaced {
             node.route(deliver);
         }
-        self.moving = Some(Moving::Handed {
-            rel,
-            signaled,
-            target,
-        });
         let _ = done.send(records);
     }
 
     /// Runs the unit here again: saved work, then what was held, in their original order.
     pub(super) fn resume(&mut self, rel: RelocationId, me: Option<&Arc<LaneTx>>) {
-        let (handed, signaled) = match self.moving {
-            Some(Moving::Held { rel: r, signaled }) if r == rel => (false, signaled),
-            Some(Moving::Handed {
-                rel: r, signaled, ..
-            }) if r == rel => (true, signaled),
-            _ => return,
+        let Some(Resumed { handed, signaled }) = self.stance.resume(rel) else {
+            return;
         };
         // What the target sent back while the move was undecided: it arrived after all the unit
         // held, so it runs after it.
@@ -347,17 +327,13 @@ impl Lane {
         self.backlog.extend(self.hold.drain(..));
         self.backlog.extend(returned);
         if signaled && let Some(primary) = self.primary() {
-            self.sys.push_front((
-                primary,
-                PendingCallback::ReadyCompleted(ReadyOutcomeData::Continued),
-            ));
+            self.continued(primary);
         }
-        self.moving = None;
         self.apply_parked();
     }
 
     /// Applies the member news that waited for the move to end, in arrival order.
-    fn apply_parked(&mut self) {
+    pub(super) fn apply_parked(&mut self) {
         for (actor, joined) in std::mem::take(&mut self.parked) {
             self.control(Control::Member { actor, joined });
         }
@@ -365,9 +341,8 @@ impl Lane {
 
     /// The target owns the unit now: drop this copy without callbacks; stragglers follow it.
     pub(super) fn release(&mut self, rel: RelocationId) {
-        let target = match &self.moving {
-            Some(Moving::Handed { rel: r, target, .. }) if *r == rel => target.clone(),
-            _ => return,
+        let Some(target) = self.stance.release(rel) else {
+            return;
         };
         // Member news that reached this copy after its capture goes to the copy that runs.
         if let Some(UnitId::Spot(spot)) = self.primary() {
@@ -398,7 +373,6 @@ impl Lane {
         self.cells.clear();
         self.sys.clear();
         self.ticks.clear();
-        self.moving = None;
     }
 
     /// On the target: opens the restored unit with the relay records behind its saved work.
@@ -415,7 +389,7 @@ impl Lane {
                 ),
             }
         }
-        self.open = true;
+        self.stance.open();
         self.apply_parked();
     }
 
@@ -497,8 +471,7 @@ impl Lane {
             }
             lane.cells.insert(directory.new_slot(), cell);
         }
-        lane.open = false;
-        lane.restored = true;
+        lane.stance = LaneMove::staged();
         lane.sys = capture.callbacks.into_iter().collect();
         if lane.app_signaled() {
             lane.sys.push_front((

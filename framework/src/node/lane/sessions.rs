@@ -17,7 +17,7 @@ impl Lane {
     /// Applies a bind, an unbind or a fence to a unit of this lane as the core's binding rules
     /// say, tells the gateways concerned, and answers the op's request.
     pub(super) fn session_op(&mut self, slot: Slot, op: SessionOp, reply: Option<Box<ReplyTo>>) {
-        let quiet = self.quiescing.is_some();
+        let quiet = self.stance.quiet();
         let step = match self.cells.at_mut(slot) {
             Some(cell) => {
                 let id = cell.id().clone();
@@ -77,15 +77,12 @@ impl Lane {
 
     /// A move is about to seal the lane: the sessions bound to its Actors, or why it cannot move.
     pub(super) fn quiesce(&mut self, rel: RelocationId, unit: &UnitId) -> Result<Quiet, String> {
-        if !self.open || self.moving.is_some() || self.quiescing.is_some() {
-            return Err("the unit is not running here, or already moving".into());
-        }
         match self.primary() {
             Some(primary) if primary == *unit => {}
             Some(primary) => return Err(format!("{unit} moves with {primary}")),
             None => return Err("the lane is empty".into()),
         }
-        self.quiescing = Some(rel);
+        self.stance.quiesce(rel)?;
         Ok(Quiet {
             bindings: self.bindings(),
             units: self.cells.ids().cloned().collect(),
@@ -101,13 +98,6 @@ impl Lane {
                 _ => None,
             })
             .collect()
-    }
-
-    /// The quiet spell ends: binds held back take their place at the head of the queue again
-    /// (they were taken from it before anything still in it).
-    pub(super) fn end_quiesce(&mut self) {
-        self.quiescing = None;
-        self.requeue_deferred();
     }
 
     /// Puts binds held back at the head of the queue again.
