@@ -141,7 +141,8 @@ pub struct MeshConfig {
     /// too, [`Mesh::send`] reports [`MeshError::Backlogged`]. (The peer's task takes what is
     /// queued all at once, so the bound can be passed by up to one queue of frames.)
     pub unacked_bytes: usize,
-    /// Frames received but not yet taken from the inbound receiver before readers wait.
+    /// Frames received but not yet taken from the inbound receiver before readers wait (a mesh
+    /// from [`Mesh::bind`]; one from [`Mesh::bind_unserved`] has no queue).
     pub inbound_queue: usize,
     /// Where the endpoint's UDP socket comes from: the operating system unless a network
     /// simulator supplies it.
