@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use ferry_core::routes::{Arrival, Routed, Routes, Switched};
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
 
 use super::frames::{Deliver, Frame, MAX_HOPS};
 use crate::error::MessageError;
@@ -24,9 +23,6 @@ use crate::node::{Envelope, Node, Payload, ReplyTo};
 use crate::registry::FactoryKind;
 
 const SHARDS: usize = 16;
-
-/// The most inbound frames [`Node::serve_mesh`] takes off the mesh's queue at once.
-const INBOUND_BURST: usize = 256;
 
 /// How many times a route lookup reads the store before it fails what waits for it: a store error
 /// is often a blip (a reconnect, a failover), and what waits would otherwise be lost to it.
@@ -711,19 +707,8 @@ impl Node {
         });
     }
 
-    /// Serves the frames peers send, until the mesh closes.
-    pub(crate) async fn serve_mesh(self, mut inbound: mpsc::Receiver<Inbound<Frame>>) {
-        // Taken in bursts: one wake-up and one release of the queue's room per burst, not per frame.
-        let mut burst = Vec::with_capacity(INBOUND_BURST);
-        while inbound.recv_many(&mut burst, INBOUND_BURST).await > 0 {
-            for inbound in burst.drain(..) {
-                self.serve_frame(inbound);
-            }
-        }
-    }
-
-    /// Acts on one frame from a peer.
-    fn serve_frame(&self, Inbound { from, frame }: Inbound<Frame>) {
+    /// Acts on one frame from a peer (the mesh calls it on the task that read the frame).
+    pub(crate) fn serve_frame(&self, Inbound { from, frame }: Inbound<Frame>) {
         match frame {
             Frame::Deliver(deliver) => self.on_deliver(from, deliver),
             Frame::Reply { request, terminal } => self

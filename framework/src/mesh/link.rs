@@ -37,6 +37,7 @@ use super::socket::bind_endpoint;
 use super::tls;
 use super::{
     Direction, Inbound, LossReason, Lost, MeshConfig, MeshError, MeshFrame, PeerInfo, PeerState,
+    Serve,
 };
 use crate::ids::NodeId;
 use crate::mailbox;
@@ -63,6 +64,23 @@ struct Settings {
     unacked_bytes: usize,
 }
 
+/// Where readers hand the frames they receive.
+pub(crate) enum Sink<F> {
+    /// To a bounded queue, read by the receiver [`Mesh::bind`](super::Mesh::bind) returned.
+    Queue(mpsc::Sender<Inbound<F>>),
+    /// To a function, called on the reader's own task (see [`Mesh::serve`](super::Mesh::serve)).
+    Direct(Arc<Serve<F>>),
+}
+
+impl<F> Clone for Sink<F> {
+    fn clone(&self) -> Self {
+        match self {
+            Sink::Queue(queue) => Sink::Queue(queue.clone()),
+            Sink::Direct(serve) => Sink::Direct(serve.clone()),
+        }
+    }
+}
+
 /// State shared by the [`Mesh`](super::Mesh) handles and every mesh task.
 pub(crate) struct Shared<F> {
     local: NodeId,
@@ -80,7 +98,12 @@ pub(crate) struct Shared<F> {
     welcome: Bytes,
     pub(crate) cancel: CancellationToken,
     endpoint: Mutex<Option<Endpoint>>,
-    inbound: Mutex<Option<mpsc::Sender<Inbound<F>>>>,
+    /// Where frames received go: `None` until [`Shared::serve`] when nothing queues them, and
+    /// again once the mesh closed.
+    sink: watch::Sender<Option<Sink<F>>>,
+    /// Held while a reader hands frames to a [`Sink::Direct`], so that it serves one frame at a
+    /// time, as a single task reading a queue would.
+    serving: tokio::sync::Mutex<()>,
     peers: RwLock<Peers<F>>,
     tasks: Mutex<JoinSet<()>>,
     runtime: tokio::runtime::Handle,
@@ -260,10 +283,12 @@ fn transport(config: &MeshConfig) -> Result<quinn::TransportConfig, MeshError> {
 }
 
 impl<F: MeshFrame> Shared<F> {
-    /// Binds the endpoint and starts the accept loop.
+    /// Binds the endpoint and starts the accept loop. With `queued`, frames received go to the
+    /// returned receiver; without, readers wait for [`Shared::serve`].
     pub(crate) async fn bind(
         config: MeshConfig,
-    ) -> Result<(Arc<Self>, mpsc::Receiver<Inbound<F>>), MeshError> {
+        queued: bool,
+    ) -> Result<(Arc<Self>, Option<mpsc::Receiver<Inbound<F>>>), MeshError> {
         config.validate()?;
         let transport = Arc::new(transport(&config)?);
         let server_crypto =
@@ -289,7 +314,12 @@ impl<F: MeshFrame> Shared<F> {
         let me = Hello::new(config.node.clone(), instance);
         let hello = encoder.encode_frame(&Wire::Hello(me.clone()))?;
         let welcome = encoder.encode_frame(&Wire::Welcome(me))?;
-        let (inbound_tx, inbound_rx) = mpsc::channel(config.inbound_queue);
+        let (sink, inbound) = if queued {
+            let (tx, rx) = mpsc::channel(config.inbound_queue);
+            (Some(Sink::Queue(tx)), Some(rx))
+        } else {
+            (None, None)
+        };
         let shared = Arc::new(Self {
             local: config.node,
             local_addr,
@@ -310,7 +340,8 @@ impl<F: MeshFrame> Shared<F> {
             welcome,
             cancel: CancellationToken::new(),
             endpoint: Mutex::new(Some(endpoint.clone())),
-            inbound: Mutex::new(Some(inbound_tx)),
+            sink: watch::Sender::new(sink),
+            serving: tokio::sync::Mutex::new(()),
             peers: RwLock::new(Peers {
                 map: HashMap::default(),
                 closed: false,
@@ -324,7 +355,20 @@ impl<F: MeshFrame> Shared<F> {
             .lock()
             .spawn_on(accept_loop(shared.clone(), endpoint), &shared.runtime);
         info!(node = %shared.local, addr = %local_addr, "mesh listening");
-        Ok((shared, inbound_rx))
+        Ok((shared, inbound))
+    }
+
+    /// From now on, frames received are handed to `serve` by the task that read them, one at a
+    /// time; readers that waited for it go on. Only for a mesh bound without a queue; `false`
+    /// when frames already had somewhere to go, or the mesh is closed.
+    pub(crate) fn serve(&self, serve: Arc<Serve<F>>) -> bool {
+        self.sink.send_if_modified(|sink| {
+            if sink.is_some() || self.cancel.is_cancelled() {
+                return false;
+            }
+            *sink = Some(Sink::Direct(serve));
+            true
+        })
     }
 
     pub(crate) fn local(&self) -> &NodeId {
@@ -396,7 +440,7 @@ impl<F: MeshFrame> Shared<F> {
             return Ok(handle.clone());
         }
         let endpoint = self.endpoint.lock().clone().ok_or(MeshError::Closed)?;
-        let inbound = self.inbound.lock().clone().ok_or(MeshError::Closed)?;
+        let sink = self.sink.subscribe();
         let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
         let (out_tx, out_rx) = mailbox::mailbox();
         let (status_tx, status_rx) = watch::channel(PeerStatus {
@@ -413,7 +457,7 @@ impl<F: MeshFrame> Shared<F> {
         let task = PeerTask {
             shared: self.clone(),
             endpoint,
-            inbound,
+            sink,
             node: node.clone(),
             addr: dial,
             ctrl: ctrl_rx,
@@ -547,7 +591,8 @@ impl<F: MeshFrame> Shared<F> {
                 }
             }
         }
-        self.inbound.lock().take();
+        // Readers are done; a function serving frames may hold what holds this mesh.
+        self.sink.send_replace(None);
         let released = self.socket_released.lock().take();
         let linger = async {
             if let Some(endpoint) = endpoint {
@@ -749,12 +794,12 @@ struct ReadFrames<F> {
     /// Ours, which the peer's acks name.
     local_instance: u64,
     conn: Connection,
-    inbound: mpsc::Sender<Inbound<F>>,
-    cancel: CancellationToken,
+    sink: watch::Receiver<Option<Sink<F>>>,
+    shared: Arc<Shared<F>>,
     sync: Arc<PeerSync>,
 }
 
-/// Reads one connection's frames into the inbound queue until it ends or misbehaves,
+/// Reads one connection's frames into the mesh's sink until it ends or misbehaves,
 /// dropping repeats and noting what to acknowledge.
 async fn read_frames<F: MeshFrame>(r: ReadFrames<F>, mut reader: Reader<F>) {
     let ReadFrames {
@@ -762,10 +807,13 @@ async fn read_frames<F: MeshFrame>(r: ReadFrames<F>, mut reader: Reader<F>) {
         instance,
         local_instance,
         conn,
-        inbound,
-        cancel,
+        mut sink,
+        shared,
         sync,
     } = r;
+    let cancel = &shared.cancel;
+    // Where frames go, once known.
+    let mut to: Option<Sink<F>> = None;
     // The number of the next frame on this stream, once the peer said it.
     let mut numbered: Option<u64> = None;
     // What the last burst read past its frames, to handle next.
@@ -781,8 +829,25 @@ async fn read_frames<F: MeshFrame>(r: ReadFrames<F>, mut reader: Reader<F>) {
         };
         let refusal = match next {
             Some(Ok(Wire::Frame(first))) => {
+                if to.is_none() {
+                    // Until the mesh is served, frames wait here, unread past this one.
+                    let known = tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => return,
+                        known = sink.wait_for(Option::is_some) => known.map(|sink| sink.clone()),
+                    };
+                    match known {
+                        Ok(known) => to = known,
+                        Err(_) => return,
+                    }
+                }
+                let Some(to) = &to else { return };
                 // A burst: the frames already read, delivered under one hold of the inbox.
                 let mut inbox = sync.inbox.lock().await;
+                let _serving = match to {
+                    Sink::Direct(_) => Some(shared.serving.lock().await),
+                    Sink::Queue(_) => None,
+                };
                 let mut frame = first;
                 for burst in 1..=READ_BURST {
                     let Some(seq) = numbered else {
@@ -796,14 +861,22 @@ async fn read_frames<F: MeshFrame>(r: ReadFrames<F>, mut reader: Reader<F>) {
                             from: from.clone(),
                             frame,
                         };
-                        // Waiting (and watching for the mesh to close) only when the queue is full.
-                        let delivered = match inbound.try_send(inbound_frame) {
-                            Ok(()) => true,
-                            Err(mpsc::error::TrySendError::Closed(_)) => false,
-                            Err(mpsc::error::TrySendError::Full(inbound_frame)) => tokio::select! {
-                                biased;
-                                _ = cancel.cancelled() => return,
-                                sent = inbound.send(inbound_frame) => sent.is_ok(),
+                        let delivered = match to {
+                            Sink::Direct(serve) => {
+                                serve(inbound_frame);
+                                true
+                            }
+                            // Waiting (and watching for the mesh to close) only when the queue is full.
+                            Sink::Queue(inbound) => match inbound.try_send(inbound_frame) {
+                                Ok(()) => true,
+                                Err(mpsc::error::TrySendError::Closed(_)) => false,
+                                Err(mpsc::error::TrySendError::Full(inbound_frame)) => {
+                                    tokio::select! {
+                                        biased;
+                                        _ = cancel.cancelled() => return,
+                                        sent = inbound.send(inbound_frame) => sent.is_ok(),
+                                    }
+                                }
                             },
                         };
                         if !delivered {
@@ -862,7 +935,7 @@ async fn read_frames<F: MeshFrame>(r: ReadFrames<F>, mut reader: Reader<F>) {
 struct PeerTask<F> {
     shared: Arc<Shared<F>>,
     endpoint: Endpoint,
-    inbound: mpsc::Sender<Inbound<F>>,
+    sink: watch::Receiver<Option<Sink<F>>>,
     node: NodeId,
     addr: Option<SocketAddr>,
     ctrl: mpsc::UnboundedReceiver<PeerCtrl<F>>,
@@ -1166,8 +1239,8 @@ impl<F: MeshFrame> PeerTask<F> {
                 instance: link.instance,
                 local_instance: self.shared.instance,
                 conn: link.conn.clone(),
-                inbound: self.inbound.clone(),
-                cancel: self.shared.cancel.clone(),
+                sink: self.sink.clone(),
+                shared: self.shared.clone(),
                 sync: self.sync.clone(),
             },
             reader,

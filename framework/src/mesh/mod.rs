@@ -73,6 +73,9 @@ pub struct Inbound<F> {
     pub frame: F,
 }
 
+/// What [`Mesh::serve`] hands each frame received to.
+pub type Serve<F> = dyn Fn(Inbound<F>) + Send + Sync;
+
 /// Frames [`Mesh::send`] accepted for a peer that will never acknowledge them, handed back by
 /// [`Mesh::losses`].
 #[derive(Debug)]
@@ -138,7 +141,8 @@ pub struct MeshConfig {
     /// too, [`Mesh::send`] reports [`MeshError::Backlogged`]. (The peer's task takes what is
     /// queued all at once, so the bound can be passed by up to one queue of frames.)
     pub unacked_bytes: usize,
-    /// Frames received but not yet taken from the inbound receiver before readers wait.
+    /// Frames received but not yet taken from the inbound receiver before readers wait (a mesh
+    /// from [`Mesh::bind`]; one from [`Mesh::bind_unserved`] has no queue).
     pub inbound_queue: usize,
     /// Where the endpoint's UDP socket comes from: the operating system unless a network
     /// simulator supplies it.
@@ -322,15 +326,37 @@ impl<F: MeshFrame> Mesh<F> {
     /// Binds the endpoint and starts accepting peers; frames from peers arrive on the
     /// returned receiver, which ends after [`Mesh::close`]. Must run inside a tokio runtime.
     pub async fn bind(config: MeshConfig) -> Result<(Self, mpsc::Receiver<Inbound<F>>), MeshError> {
-        let (shared, inbound) = link::Shared::bind(config).await?;
+        let (shared, inbound) = link::Shared::bind(config, true).await?;
+        let inbound = inbound.expect("a queued mesh has an inbound receiver");
+        Ok((Self::new(shared), inbound))
+    }
+
+    /// Binds the endpoint and starts accepting peers, like [`Mesh::bind`], but with no queue for
+    /// the frames received: each connection's reader hands them to the function given to
+    /// [`Mesh::serve`], on its own task, which saves a hand-off between tasks per burst of frames.
+    /// Until then, readers hold the first frame they read and read no further (acknowledgements
+    /// still flow), so nothing received is lost or reordered.
+    pub async fn bind_unserved(config: MeshConfig) -> Result<Self, MeshError> {
+        let (shared, _) = link::Shared::bind(config, false).await?;
+        Ok(Self::new(shared))
+    }
+
+    fn new(shared: Arc<link::Shared<F>>) -> Self {
         let guard = Arc::new(shared.cancel.clone().drop_guard());
-        Ok((
-            Self {
-                shared,
-                _stop_on_drop: guard,
-            },
-            inbound,
-        ))
+        Self {
+            shared,
+            _stop_on_drop: guard,
+        }
+    }
+
+    /// Hands every frame received from now on to `serve`, on the task that read it: frames from
+    /// one peer in the order they were sent, and one frame at a time over all peers, as a single
+    /// task reading a queue would see them. `serve` must not wait: it holds up the peer's stream
+    /// while it runs. Only for a mesh from [`Mesh::bind_unserved`]; returns `false`, and drops
+    /// `serve`, when frames already had somewhere to go or the mesh is closed. [`Mesh::close`]
+    /// drops `serve`.
+    pub fn serve(&self, serve: impl Fn(Inbound<F>) + Send + Sync + 'static) -> bool {
+        self.shared.serve(Arc::new(serve))
     }
 
     /// This node's id.

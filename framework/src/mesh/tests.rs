@@ -122,6 +122,41 @@ async fn two_nodes_exchange_frames_in_order_both_ways() {
 }
 
 #[tokio::test]
+async fn an_unserved_mesh_holds_frames_until_served_then_serves_them_in_order() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let (a, _a_rx) = start(&ca, "a").await;
+        let b = Mesh::<TestFrame>::bind_unserved(config(&ca, "b", loopback()))
+            .await
+            .unwrap();
+        a.add_peer(node("b"), b.local_addr()).unwrap();
+        a.wait_ready(&node("b")).await.unwrap();
+        send_seq(&a, "b", 0..2000);
+
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        assert!(b.serve(move |inbound| {
+            let _ = tx.send(inbound);
+        }));
+        assert!(!b.serve(|_| {}), "a mesh is served once");
+        assert!(!a.serve(|_| {}), "a queued mesh is not served");
+        send_seq(&a, "b", 2000..4000);
+        let mut got = Vec::new();
+        while got.len() < 4000 {
+            got.push(rx.recv().await.expect("served frames ended early"));
+        }
+        assert_eq!(by_sender(got)["a"], (0..4000).collect::<Vec<_>>());
+
+        a.close().await;
+        b.close().await;
+        assert!(
+            rx.recv().await.is_none(),
+            "closing drops the function that served"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn three_nodes_exchange_frames_in_order_per_sender() {
     guard(async {
         let ca = ClusterCa::generate().unwrap();

@@ -203,7 +203,7 @@ impl Node {
         // Superseded by now: an earlier process of this id renewed for the last time before.
         let took_over = tokio::time::Instant::now();
         let lease_clock = crate::cluster::membership::LeaseClock::new(asked + config.lease_ttl);
-        let (mesh, inbound) = match &config.mesh {
+        let mesh = match &config.mesh {
             Some(settings) => {
                 let mut mesh_config =
                     MeshConfig::new(config.id.clone(), settings.listen, settings.tls.clone());
@@ -213,13 +213,13 @@ impl Node {
                 mesh_config.idle_timeout = settings.idle_timeout;
                 mesh_config.unacked_bytes = settings.unacked_bytes;
                 mesh_config.sockets = settings.sockets.clone();
-                let (mesh, inbound) = Mesh::bind(mesh_config).await?;
+                let mesh = Mesh::bind_unserved(mesh_config).await?;
                 for (peer, addr) in &settings.seeds {
                     mesh.add_peer(peer.clone(), *addr)?;
                 }
-                (Some(mesh), Some(inbound))
+                Some(mesh)
             }
-            None => (None, None),
+            None => None,
         };
         let sessions = match &config.sessions {
             Some(settings) => Some(crate::session::hub::Hub::bind(settings).await?),
@@ -253,10 +253,10 @@ impl Node {
         let node = Node {
             core: Arc::new(core),
         };
-        if let Some(inbound) = inbound {
-            tokio::spawn(node.clone().serve_mesh(inbound));
-        }
         if let Some(mesh) = &node.core.mesh {
+            // Frames from peers are served on the tasks that read them, until the mesh closes.
+            let server = node.clone();
+            mesh.serve(move |inbound| server.serve_frame(inbound));
             tokio::spawn(node.clone().serve_losses(mesh.losses()));
         }
         node.set_state(NodeState::Serving);
