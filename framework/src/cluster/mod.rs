@@ -14,10 +14,15 @@
 
 pub use ferry_core::authority;
 pub(crate) use ferry_core::frames;
+#[path = "../node/holder.rs"]
 pub(crate) mod holder;
+#[path = "../node/losses.rs"]
 pub mod losses;
+#[path = "../node/membership.rs"]
 pub(crate) mod membership;
 pub use ferry_core::placement;
+#[path = "../node/recovery.rs"]
 pub mod recovery;
+#[path = "../node/routing.rs"]
 pub(crate) mod routing;
 pub(crate) mod witness;

@@ -8,11 +8,15 @@
 //! - `envelope`: what travels on a queue; `replies`: requests waiting for their terminal.
 //! - `unit_ref`: a sender's kept route to one unit, for tells without the lookup by id.
 
+#[path = "../unit/cell.rs"]
 pub(crate) mod cell;
 mod config;
+#[path = "../unit/directory.rs"]
 pub(crate) mod directory;
+#[path = "../unit/envelope.rs"]
 mod envelope;
 mod lane;
+#[path = "../unit/replies.rs"]
 mod replies;
 mod unit_ref;
 

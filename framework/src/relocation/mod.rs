@@ -9,9 +9,12 @@
 //! - `target`: the async shell of the target side: restore, relay, commit, open.
 //! - `host`: draining a whole node within a deadline and budget, with status and events.
 
+#[path = "../node/drain.rs"]
 mod host;
 mod reports;
+#[path = "../node/source.rs"]
 mod source;
+#[path = "../node/target.rs"]
 mod target;
 
 pub use ferry_core::relocation::phases::MovePhases;
