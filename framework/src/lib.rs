@@ -38,8 +38,10 @@ pub mod node;
 pub mod registry;
 pub mod relocation;
 pub mod session;
+mod start;
 pub mod store;
 pub use ferry_core::timer;
+mod unit;
 
 pub use behavior::{Behavior, Ctx, Message, ReadyOutcome};
 pub use cluster::recovery::{RecoveryEvent, RecoveryStall};

@@ -10,43 +10,19 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::protocol::MoveEnd;
-use super::reports::{
+use super::handle::Node;
+use crate::cluster::authority::NodeState;
+use crate::error::ResumeError;
+use crate::ids::{NodeId, UnitId};
+use crate::relocation::protocol::MoveEnd;
+use crate::relocation::reports::{
     BUDGET_KIB, BlockedReason, HostStatus, MoveError, MoveReport, RelocateMode, RelocateOptions,
     RelocateOutcome, RelocationEvent,
 };
-use crate::error::ResumeError;
-use crate::ids::{NodeId, UnitId};
-use crate::node::{Node, NodeState};
-use crate::registry::{ExecutionMode, FactoryKind, PolicyKind};
+use crate::unit::factory::{ExecutionMode, FactoryKind, PolicyKind};
 
 /// How many moves a drain runs at once.
 const IN_FLIGHT: usize = 128;
-
-/// The host operation of a node: one at a time.
-pub(crate) struct HostOp {
-    running:
-        parking_lot::Mutex<Option<(RelocateOptions, watch::Receiver<Option<RelocateOutcome>>)>>,
-    pub status: watch::Sender<HostStatus>,
-    pub events: broadcast::Sender<RelocationEvent>,
-}
-
-impl HostOp {
-    pub fn new() -> Self {
-        HostOp {
-            running: parking_lot::Mutex::new(None),
-            status: watch::Sender::new(HostStatus {
-                state: NodeState::Preparing,
-                total: 0,
-                moved: 0,
-                failed: 0,
-                bytes: 0,
-                safe_to_shutdown: false,
-            }),
-            events: broadcast::Sender::new(1024),
-        }
-    }
-}
 
 impl Node {
     /// Follows the host status (progress of a drain, SafeToShutdown).

@@ -2,58 +2,17 @@
 //! (the peer was removed, or restarted) is handed back here. A request among them ends with
 //! [`MessageError::PeerGone`]; a tell is counted, logged and reported to the node that sent it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, mpsc};
 
-use super::frames::{Deliver, Frame};
+use super::handle::Node;
+use crate::cluster::frames::{Deliver, Frame};
+use crate::cluster::losses::Undelivered;
 use crate::error::MessageError;
 use crate::ids::{NodeId, UnitId};
 use crate::mesh::Lost;
-use crate::node::Node;
-
-/// How many reports an [`Node::undelivered_events`] receiver may fall behind before it is told it
-/// missed some (the count in [`Node::tells_lost`] stays exact).
-const REPORTS: usize = 4096;
-
-/// A tell that `tell` accepted but that no node will run: the peer it was handed to left the
-/// cluster or restarted before it acknowledged the tell, or the node that ran its unit left the
-/// cluster and no node runs the unit yet.
-#[derive(Debug, Clone)]
-pub struct Undelivered {
-    /// The unit it was for.
-    pub to: UnitId,
-    /// The node it was handed to last, or the one that ran its unit.
-    pub peer: NodeId,
-    payload: Bytes,
-}
-
-impl Undelivered {
-    /// The message, decoded as the type it was sent as.
-    pub fn message<M: DeserializeOwned>(&self) -> Result<M, MessageError> {
-        postcard::from_bytes(&self.payload).map_err(|e| MessageError::Codec {
-            id: self.to.clone(),
-            reason: e.to_string(),
-        })
-    }
-}
-
-/// The count and the reports of one node's lost tells.
-pub(crate) struct Losses {
-    tells: AtomicU64,
-    reports: broadcast::Sender<Undelivered>,
-}
-
-impl Losses {
-    pub fn new() -> Self {
-        Losses {
-            tells: AtomicU64::new(0),
-            reports: broadcast::Sender::new(REPORTS),
-        }
-    }
-}
 
 impl Node {
     /// How many tells this node sent that no node will run, because the peer they were handed to

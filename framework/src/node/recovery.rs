@@ -24,56 +24,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use ferry_core::recovery::{Census, Found, census, coordinator, plan_node};
 use tokio::sync::broadcast;
 
-use super::authority::{
-    NODE_PREFIX, NodeDescriptor, REMEMBERED_PREFIX, UNIT_PREFIX, UnitRecord, node_key, unit_of_key,
-    unit_of_remembered_key,
+use super::handle::Node;
+use crate::cluster::authority::{
+    NODE_PREFIX, NodeDescriptor, NodeState, REMEMBERED_PREFIX, UNIT_PREFIX, UnitRecord, node_key,
+    unit_of_key, unit_of_remembered_key,
 };
-use super::frames::{Call, CreateAnswer};
+use crate::cluster::frames::{Call, CreateAnswer};
+use crate::cluster::recovery::{RecoveryEvent, RecoveryStall};
 use crate::ids::{NodeId, SpotId, UnitId};
-use crate::node::{Node, NodeState};
-use crate::registry::FactoryKind;
 use crate::store::{Condition, Op, StoreError, Versioned};
-
-/// What recovery does, as it happens.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RecoveryEvent {
-    /// A pass started for a dead node (`None`: remembered units after a cold start).
-    Started {
-        /// The dead node.
-        dead: Option<NodeId>,
-    },
-    /// These units were rebuilt on survivors (or freed, if not recoverable).
-    Completed {
-        /// The dead node.
-        dead: Option<NodeId>,
-        /// The units dealt with.
-        ids: Vec<UnitId>,
-    },
-    /// These units could not be rebuilt in this pass; the next pass retries them.
-    Failed {
-        /// The dead node.
-        dead: Option<NodeId>,
-        /// The units still waiting.
-        ids: Vec<UnitId>,
-    },
-    /// Recovery waits: dead nodes' units cannot be rebuilt until something changes (the stall
-    /// says what). Told once when it starts waiting, and again if the reason changes.
-    Waiting(RecoveryStall),
-    /// Recovery no longer waits: what it waited for is there (or nothing is left to recover).
-    Unblocked,
-}
-
-/// Why recovery cannot rebuild dead nodes' units now, and what would let it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecoveryStall {
-    /// The dead nodes whose units wait.
-    pub dead: Vec<NodeId>,
-    /// How many units wait, when the coordinator counted them (`None` when no node serves to
-    /// coordinate recovery, so none counted).
-    pub units: Option<usize>,
-    /// What is missing, and what to do about it, in a sentence.
-    pub reason: String,
-}
+use crate::unit::factory::FactoryKind;
 
 /// The stall when every live node is drained or stopping: none coordinates recovery.
 const NO_SERVING_NODE: &str = "no live node is serving (every one is drained, stopping or \
@@ -167,7 +127,7 @@ impl Node {
         id: &UnitId,
         recoverable: bool,
     ) -> Result<(), crate::error::UnitError> {
-        let key = super::authority::unit_key(id);
+        let key = crate::cluster::authority::unit_key(id);
         let unavailable = |e: StoreError| crate::error::UnitError::StoreUnavailable {
             what: format!("setting recovery for {id}"),
             reason: e.to_string(),
@@ -382,7 +342,7 @@ impl Node {
     /// Frees the id of a unit that is not rebuilt, while its record still names the dead node and
     /// that node's descriptor is as it was when it was taken for dead.
     async fn free_id(&self, id: &UnitId, owner: &NodeId, version: u64) -> Result<(), StoreError> {
-        let key = super::authority::unit_key(id);
+        let key = crate::cluster::authority::unit_key(id);
         let descriptor = node_key(owner);
         let owner_condition = match self.core.witness.dead_at(owner) {
             Some(at) => Condition::version(descriptor, at),

@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{RwLock, RwLockWriteGuard};
 
+use ferry_core::errors::MessageError;
+
 use super::cell::AnyFactory;
+use super::envelope::{Envelope, Payload};
 use super::lane::LaneTx;
-use super::{Envelope, Payload};
-use crate::error::MessageError;
 use crate::ids::UnitId;
 
 const SHARDS: usize = 32;
@@ -24,10 +25,9 @@ pub(crate) struct Slot(u64);
 
 /// A unit's local route. A sender may keep a copy (a [`crate::UnitRef`]) and push along it
 /// without the directory for as long as it stays the unit's route.
-#[derive(Clone)]
-pub(crate) struct Entry {
-    pub lane: Arc<LaneTx>,
-    pub factory: Arc<dyn AnyFactory>,
+pub(crate) struct Entry<N> {
+    pub lane: Arc<LaneTx<N>>,
+    pub factory: Arc<dyn AnyFactory<N>>,
     /// How its lane knows it; it stays the same when the unit changes lanes on this node.
     pub slot: Slot,
     /// Whether this is still the unit's route. A kept copy pushes under its read lock, and the
@@ -36,8 +36,19 @@ pub(crate) struct Entry {
     current: Arc<RwLock<bool>>,
 }
 
-impl Entry {
-    pub fn new(lane: Arc<LaneTx>, factory: Arc<dyn AnyFactory>, slot: Slot) -> Self {
+impl<N> Clone for Entry<N> {
+    fn clone(&self) -> Self {
+        Entry {
+            lane: self.lane.clone(),
+            factory: self.factory.clone(),
+            slot: self.slot,
+            current: self.current.clone(),
+        }
+    }
+}
+
+impl<N: 'static> Entry<N> {
+    pub fn new(lane: Arc<LaneTx<N>>, factory: Arc<dyn AnyFactory<N>>, slot: Slot) -> Self {
         Entry {
             lane,
             factory,
@@ -81,11 +92,16 @@ impl Entry {
 
 /// The units of one shard. Replacing or removing an entry retires it, so kept copies of it stop
 /// being used.
-#[derive(Default)]
-pub(crate) struct Shard(foldhash::HashMap<UnitId, Entry>);
+pub(crate) struct Shard<N>(foldhash::HashMap<UnitId, Entry<N>>);
 
-impl Shard {
-    pub fn get(&self, id: &UnitId) -> Option<&Entry> {
+impl<N> Default for Shard<N> {
+    fn default() -> Self {
+        Shard(foldhash::HashMap::default())
+    }
+}
+
+impl<N: 'static> Shard<N> {
+    pub fn get(&self, id: &UnitId) -> Option<&Entry<N>> {
         self.0.get(id)
     }
 
@@ -93,7 +109,7 @@ impl Shard {
         self.0.contains_key(id)
     }
 
-    pub fn insert(&mut self, id: UnitId, entry: Entry) {
+    pub fn insert(&mut self, id: UnitId, entry: Entry<N>) {
         if let Some(old) = self.0.insert(id, entry) {
             old.retire();
         }
@@ -112,13 +128,13 @@ impl Shard {
 /// repoints it under the write lock, which also retires the old entry's kept copies: so once the
 /// lane holds the write lock, every message sent along the old route, by id or by a kept copy, is
 /// already in its queue, and per-sender order survives the handover.
-pub(crate) struct Directory {
+pub(crate) struct Directory<N> {
     hasher: foldhash::fast::RandomState,
-    shards: [RwLock<Shard>; SHARDS],
+    shards: [RwLock<Shard<N>>; SHARDS],
     next_slot: AtomicU64,
 }
 
-impl Directory {
+impl<N: 'static> Directory<N> {
     pub fn new() -> Self {
         Directory {
             hasher: foldhash::fast::RandomState::default(),
@@ -132,25 +148,25 @@ impl Directory {
         Slot(self.next_slot.fetch_add(1, Ordering::Relaxed))
     }
 
-    fn shard(&self, id: &UnitId) -> &RwLock<Shard> {
+    fn shard(&self, id: &UnitId) -> &RwLock<Shard<N>> {
         &self.shards[(self.hasher.hash_one(id) as usize) % SHARDS]
     }
 
     /// Runs `f` with the unit's entry under the shard's read lock.
-    pub fn with<R>(&self, id: &UnitId, f: impl FnOnce(Option<&Entry>) -> R) -> R {
+    pub fn with<R>(&self, id: &UnitId, f: impl FnOnce(Option<&Entry<N>>) -> R) -> R {
         let guard = self.shard(id).read();
         f(guard.get(id))
     }
 
     /// The unit's entry, cloned.
-    pub fn get(&self, id: &UnitId) -> Option<Entry> {
+    pub fn get(&self, id: &UnitId) -> Option<Entry<N>> {
         self.shard(id).read().get(id).cloned()
     }
 
     /// The write lock of the unit's shard, for creation and handover.
     /// Removes `id`'s entry if it still points at `lane` (a lane leaving never unlists a unit
     /// that moved on to another lane).
-    pub fn remove_if_on(&self, id: &UnitId, lane: *const LaneTx) {
+    pub fn remove_if_on(&self, id: &UnitId, lane: *const LaneTx<N>) {
         let mut shard = self.lock(id);
         if shard
             .get(id)
@@ -160,12 +176,12 @@ impl Directory {
         }
     }
 
-    pub fn lock(&self, id: &UnitId) -> RwLockWriteGuard<'_, Shard> {
+    pub fn lock(&self, id: &UnitId) -> RwLockWriteGuard<'_, Shard<N>> {
         self.shard(id).write()
     }
 
     /// Every hosted unit, for shutdown and status.
-    pub fn all(&self) -> Vec<(UnitId, Entry)> {
+    pub fn all(&self) -> Vec<(UnitId, Entry<N>)> {
         self.shards
             .iter()
             .flat_map(|s| {
@@ -179,7 +195,7 @@ impl Directory {
     }
 
     /// The spot whose lane this is, if one is hosted on it (an actor in a SpotWide room).
-    pub fn spot_sharing(&self, lane: &Arc<LaneTx>) -> Option<UnitId> {
+    pub fn spot_sharing(&self, lane: &Arc<LaneTx<N>>) -> Option<UnitId> {
         self.shards.iter().find_map(|s| {
             s.read()
                 .0
