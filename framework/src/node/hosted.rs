@@ -3,7 +3,7 @@
 use super::handle::Node;
 
 /// A unit's local route on this node.
-pub(crate) type Entry = crate::unit::directory::Entry<Node>;
+pub(crate) type Entry = crate::unit::lane::Entry<Node>;
 
 /// The sending side of a lane of this node.
 pub(crate) type LaneTx = crate::unit::lane::LaneTx<Node>;

@@ -1,94 +1,15 @@
-//! Where each unit hosted on this node runs: its lane, and the message type it takes.
+//! Which lane hosts each unit of a node, sharded so senders rarely contend.
 
-use std::any::TypeId;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{RwLock, RwLockWriteGuard};
 
-use ferry_core::errors::MessageError;
-
-use super::cell::AnyFactory;
-use super::envelope::{Envelope, Payload};
-use super::lane::LaneTx;
+use super::lane::{Entry, LaneTx, Slot};
 use crate::ids::UnitId;
 
 const SHARDS: usize = 32;
-
-/// A unit's number on this node, given when it is built or restored here and never reused.
-///
-/// Messages on a lane's queue carry it instead of the unit's id: the id is shared, and a sender
-/// cloning it while the lane drops it would bounce its reference count between cores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Slot(u64);
-
-/// A unit's local route. A sender may keep a copy (a [`crate::UnitRef`]) and push along it
-/// without the directory for as long as it stays the unit's route.
-pub(crate) struct Entry<N> {
-    pub lane: Arc<LaneTx<N>>,
-    pub factory: Arc<dyn AnyFactory<N>>,
-    /// How its lane knows it; it stays the same when the unit changes lanes on this node.
-    pub slot: Slot,
-    /// Whether this is still the unit's route. A kept copy pushes under its read lock, and the
-    /// shard clears it under its write lock when the entry is replaced or removed: so once a
-    /// lane has repointed or removed a unit, every message sent along a kept copy is queued.
-    current: Arc<RwLock<bool>>,
-}
-
-impl<N> Clone for Entry<N> {
-    fn clone(&self) -> Self {
-        Entry {
-            lane: self.lane.clone(),
-            factory: self.factory.clone(),
-            slot: self.slot,
-            current: self.current.clone(),
-        }
-    }
-}
-
-impl<N: 'static> Entry<N> {
-    pub fn new(lane: Arc<LaneTx<N>>, factory: Arc<dyn AnyFactory<N>>, slot: Slot) -> Self {
-        Entry {
-            lane,
-            factory,
-            slot,
-            current: Arc::new(RwLock::new(true)),
-        }
-    }
-
-    /// Refuses a message of another type than the unit takes.
-    pub fn check_type(
-        &self,
-        id: &UnitId,
-        msg_type: TypeId,
-        payload: &Payload,
-    ) -> Result<(), MessageError> {
-        let info = self.factory.info();
-        if info.msg_type == msg_type {
-            return Ok(());
-        }
-        Err(MessageError::WrongMessageType {
-            id: id.clone(),
-            sent: payload.type_name().to_owned(),
-            expected: info.msg_type_name.to_owned(),
-        })
-    }
-
-    /// Pushes along a kept copy of the route: `Err` gives the envelope back if this is not the
-    /// unit's route any more; `Ok(false)` if the lane has ended.
-    pub fn push_kept(&self, envelope: Envelope<Slot>) -> Result<bool, Envelope<Slot>> {
-        let current = self.current.read();
-        if !*current {
-            return Err(envelope);
-        }
-        Ok(self.lane.data.send(envelope).is_ok())
-    }
-
-    fn retire(&self) {
-        *self.current.write() = false;
-    }
-}
 
 /// The units of one shard. Replacing or removing an entry retires it, so kept copies of it stop
 /// being used.

@@ -1,18 +1,21 @@
 //! The handle to a unit's lane: its queue for messages and its control channel, with the work a
-//! node asks of the lane between turns. The lane itself is the node's (`node::lane`).
+//! node asks of the lane between turns, and a unit's route to its lane. The lane itself is the
+//! node's (`node::lane`).
 
+use std::any::TypeId;
 use std::sync::Arc;
 
-use ferry_core::errors::UnitError;
+use parking_lot::RwLock;
+
+use ferry_core::errors::{MessageError, UnitError};
 use ferry_core::relocation::RelocationId;
 use ferry_core::relocation::capture::{Capture, QueuedOp};
 use ferry_core::session::SessionBinding;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::cell::UnitCell;
-use super::directory::{Entry, Slot};
-use super::envelope::Envelope;
+use super::cell::{AnyFactory, UnitCell};
+use super::envelope::{Envelope, Payload};
 use crate::ids::{ActorId, NodeId, SpotId, UnitId};
 use crate::mailbox;
 
@@ -117,4 +120,78 @@ pub(crate) enum Control<N> {
     },
     /// Give up a unit that never opened (another node owns it): what was queued follows the owner.
     Discard,
+}
+
+/// A unit's number on this node, given when it is built or restored here and never reused.
+///
+/// Messages on a lane's queue carry it instead of the unit's id: the id is shared, and a sender
+/// cloning it while the lane drops it would bounce its reference count between cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Slot(pub(crate) u64);
+
+/// A unit's local route. A sender may keep a copy (a [`crate::UnitRef`]) and push along it
+/// without the directory for as long as it stays the unit's route.
+pub(crate) struct Entry<N> {
+    pub lane: Arc<LaneTx<N>>,
+    pub factory: Arc<dyn AnyFactory<N>>,
+    /// How its lane knows it; it stays the same when the unit changes lanes on this node.
+    pub slot: Slot,
+    /// Whether this is still the unit's route. A kept copy pushes under its read lock, and the
+    /// shard clears it under its write lock when the entry is replaced or removed: so once a
+    /// lane has repointed or removed a unit, every message sent along a kept copy is queued.
+    current: Arc<RwLock<bool>>,
+}
+
+impl<N> Clone for Entry<N> {
+    fn clone(&self) -> Self {
+        Entry {
+            lane: self.lane.clone(),
+            factory: self.factory.clone(),
+            slot: self.slot,
+            current: self.current.clone(),
+        }
+    }
+}
+
+impl<N: 'static> Entry<N> {
+    pub fn new(lane: Arc<LaneTx<N>>, factory: Arc<dyn AnyFactory<N>>, slot: Slot) -> Self {
+        Entry {
+            lane,
+            factory,
+            slot,
+            current: Arc::new(RwLock::new(true)),
+        }
+    }
+
+    /// Refuses a message of another type than the unit takes.
+    pub fn check_type(
+        &self,
+        id: &UnitId,
+        msg_type: TypeId,
+        payload: &Payload,
+    ) -> Result<(), MessageError> {
+        let info = self.factory.info();
+        if info.msg_type == msg_type {
+            return Ok(());
+        }
+        Err(MessageError::WrongMessageType {
+            id: id.clone(),
+            sent: payload.type_name().to_owned(),
+            expected: info.msg_type_name.to_owned(),
+        })
+    }
+
+    /// Pushes along a kept copy of the route: `Err` gives the envelope back if this is not the
+    /// unit's route any more; `Ok(false)` if the lane has ended.
+    pub fn push_kept(&self, envelope: Envelope<Slot>) -> Result<bool, Envelope<Slot>> {
+        let current = self.current.read();
+        if !*current {
+            return Err(envelope);
+        }
+        Ok(self.lane.data.send(envelope).is_ok())
+    }
+
+    pub(crate) fn retire(&self) {
+        *self.current.write() = false;
+    }
 }

@@ -5,7 +5,7 @@ use foldhash::HashMap;
 use crate::ids::UnitId;
 use crate::node::handle::Node;
 use crate::unit::cell::UnitCell;
-use crate::unit::directory::Slot;
+use crate::unit::lane::Slot;
 
 /// A lane's cells, each under its unit's slot.
 ///

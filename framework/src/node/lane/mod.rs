@@ -26,10 +26,10 @@ use crate::relocation::RelocationId;
 use crate::relocation::capture::PendingCallback;
 use crate::timer::Tick;
 use crate::unit::cell::{Membership, ReplyMode, Turn, TurnEffects, TurnReply, UnitCell};
-use crate::unit::directory::Slot;
 use crate::unit::envelope::{Envelope, Payload};
 use crate::unit::factory::{ExecutionMode, FactoryKind, OnPanic};
 use crate::unit::lane::Done;
+use crate::unit::lane::Slot;
 
 /// How many turns a lane runs before it lets other tasks on its thread go.
 const TURNS_PER_YIELD: u32 = 256;

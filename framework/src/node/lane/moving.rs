@@ -22,10 +22,10 @@ use crate::relocation::capture::{
 use crate::relocation::frames::{Refusal, RelocFrame};
 use crate::timer::TimerSet;
 use crate::unit::cell::{Membership, UnitCell};
-use crate::unit::directory::Slot;
 use crate::unit::envelope::{Envelope, Payload};
 use crate::unit::factory::{AdapterError, ExecutionMode, FactoryKind, ReadinessMode};
 use crate::unit::lane::SealRefused;
+use crate::unit::lane::Slot;
 
 /// Where a lane stands in a move.
 pub(crate) enum Moving {

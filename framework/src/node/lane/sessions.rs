@@ -10,9 +10,9 @@ use super::Lane;
 use crate::ids::{ActorId, UnitId};
 use crate::relocation::RelocationId;
 use crate::session::{SessionBinding, SessionOp};
-use crate::unit::directory::Slot;
 use crate::unit::envelope::{Envelope, Payload, ReplyTo};
 use crate::unit::lane::Quiet;
+use crate::unit::lane::Slot;
 
 impl Lane {
     /// Applies a bind, an unbind or a fence to a unit of this lane as the core's binding rules
