@@ -3,30 +3,22 @@
 //! Handlers are plain functions on `&mut self`, not futures: between two turns the state is whole,
 //! so it can be captured at any boundary and nothing borrowed is left in flight.
 
-use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::Duration;
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::error::{DeferError, MessageError};
 use crate::ids::{ActorId, SpotId, UnitId};
-use crate::node::Node;
+use crate::node::{Node, Target};
 use crate::session::wire::Encoding;
 use crate::session::{PushError, SessionBinding};
 use crate::timer::{OverrunPolicy, Tick, TimerSet};
+use crate::unit::cell::{Membership, TurnEffects};
+pub use crate::unit::envelope::Message;
 use ferry_core::session::binding::Notice;
 
 pub use ferry_core::relocation::ReadyOutcome;
-
-/// Anything that can be sent to a unit or returned from one. It must round-trip through postcard:
-/// it is encoded when it crosses the mesh or moves with its unit, and a small one (up to 23 bytes
-/// encoded) travels encoded on its own node too, so that sending it allocates nothing. A larger
-/// one is passed by value.
-pub trait Message: Serialize + DeserializeOwned + Send + 'static {}
-impl<T: Serialize + DeserializeOwned + Send + 'static> Message for T {}
 
 /// The behaviour of a Spot or an Actor. One message, timer tick or lifecycle callback is one turn.
 ///
@@ -63,23 +55,6 @@ pub trait Behavior: Send + 'static {
 
     /// An ApplicationSignaled spot learns how a prepared move ended, before its next application turn.
     fn on_relocation_ready_completed(&mut self, _ctx: &mut Ctx<'_>, _outcome: ReadyOutcome) {}
-}
-
-/// Membership as a unit sees it.
-#[derive(Debug, Clone)]
-pub(crate) enum Membership {
-    /// A Spot and the Actors that are its members.
-    Spot { members: BTreeSet<ActorId> },
-    /// An Actor and the User Spot it is in (`None`: its node's Entry Spot).
-    Actor { spot: Option<SpotId> },
-}
-
-/// What a turn asked of the framework, applied when the turn ends.
-#[derive(Debug, Default)]
-pub(crate) struct TurnEffects {
-    pub stop: bool,
-    pub deferred: bool,
-    pub can_defer: bool,
 }
 
 /// The context of one turn: the unit's identity, its timers, messaging and workers.
@@ -142,11 +117,7 @@ impl Ctx<'_> {
     }
 
     /// Sends a message to a unit by id, wherever it lives.
-    pub fn tell<M: Message>(
-        &self,
-        to: impl Into<crate::node::Target>,
-        msg: M,
-    ) -> Result<(), MessageError> {
+    pub fn tell<M: Message>(&self, to: impl Into<Target>, msg: M) -> Result<(), MessageError> {
         self.node.tell(to, msg)
     }
 
@@ -170,7 +141,7 @@ impl Ctx<'_> {
     /// Sends a request off-turn and delivers `then(reply)` back to this unit as a message.
     pub fn request<M, R, T>(
         &self,
-        to: impl Into<crate::node::Target>,
+        to: impl Into<Target>,
         msg: M,
         timeout: Duration,
         then: impl FnOnce(Result<R, MessageError>) -> T + Send + 'static,
@@ -180,7 +151,7 @@ impl Ctx<'_> {
         T: Message,
     {
         let node = self.node.clone();
-        let to: crate::node::Target = to.into();
+        let to: Target = to.into();
         self.spawn_worker(async move { then(node.request(to, msg, timeout).await) });
     }
 

@@ -78,7 +78,7 @@ pub enum ResumeError {
         /// The node.
         node: crate::ids::NodeId,
         /// Its state.
-        state: crate::node::NodeState,
+        state: ferry_core::authority::NodeState,
     },
 }
 

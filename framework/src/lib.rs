@@ -4,25 +4,35 @@
 //! decisions of a move, with no I/O: ids, authority records, frames, captures, the source and target
 //! machines, per-link delivery numbering, and conditional writes settled by reading back. This crate
 //! is the runtime that drives it: lanes that run turns, the mesh, the store clients, the gateways and
-//! the [`Node`] API. Inbound mesh frames come in at `cluster::routing` (one dispatch for messages,
+//! the [`Node`] API. Inbound mesh frames come in at `node::routing` (one dispatch for messages,
 //! moves, sessions and calls).
 //!
-//! Layout, from the modules that use no other module here to those that use the rest:
+//! Layout, from the modules that use no other module here to those that use the rest (a module
+//! imports only from those above it in this list):
 //! - [`ids`], [`timer`]: the core's ids and timers, re-exported.
-//! - `mailbox`: the queue a lane's messages and a peer's outgoing frames wait in: senders append
-//!   under a short lock, and the one receiver takes everything queued at once.
+//! - `mailbox`: the queue a lane's messages and a peer's outgoing frames wait in.
 //! - [`store`]: the location store, the authority on where every unit lives (memory, redis, or
 //!   etcd with feature `etcd`).
-//! - [`mesh`]: QUIC between nodes with mutual TLS by node id, and ordered, size-limited frames
-//!   that are acknowledged and sent again over the next connection when a link resets.
-//! - [`client`]: the client library bots, samples and tests connect with (uses `mesh`'s codec).
-//! - [`error`]: the typed errors callers see.
-//! - [`registry`] and [`behavior`]: factories per type name with their relocation policy, and what
-//!   applications implement, one synchronous turn at a time.
-//! - [`node`], [`cluster`], [`relocation`], [`session`]: one node's runtime. `node` holds the lanes,
-//!   the directory and the `Node` handle; `cluster` routes across nodes, keeps membership and the
-//!   lease, and runs recovery; `relocation` drives moves and drains; `session` serves game clients
-//!   on QUIC or WebSocket (feature `websocket`). These four still share `Node` both ways.
+//! - [`mesh`]: QUIC between nodes with mutual TLS by node id, and ordered, acknowledged frames.
+//! - `unit`: a unit's own data: envelopes, [`Message`], [`Target`], pending replies, factory
+//!   kinds, the type-erased cell, the lane handle and the directory, generic over the node.
+//! - [`session`]: game clients on QUIC or WebSocket (feature `websocket`). The one exception to
+//!   the order: its listeners and hub still take the [`Node`] handle to serve a session.
+//! - [`error`]: the typed errors callers see; [`client`]: the client library bots, samples and
+//!   tests connect with.
+//! - [`cluster`]: cluster state: authority records, placement, the route cache, the mesh's
+//!   witness, the lease clock, lost tells and recovery events.
+//! - [`relocation`]: moves and drains as data: options, reports, events, staged moves.
+//! - [`node`]: [`Node`] and everything it does: lanes, messaging, routing and the one dispatch of
+//!   inbound mesh frames, membership, recovery, the two sides of a move, drains, the gateway,
+//!   shutdown.
+//! - [`behavior`]: what applications implement, one synchronous turn at a time.
+//! - [`registry`]: factories per type name with their relocation policy, and the typed cells they
+//!   build.
+//! - `start`: [`Node::start`], which takes a [`Registry`].
+//!
+//! The protocol decisions (authority, routes, moves, sessions, recovery plans) come from the
+//! `ferry_core` crate; this crate carries them out.
 
 pub mod behavior;
 pub mod client;
@@ -38,8 +48,10 @@ pub mod node;
 pub mod registry;
 pub mod relocation;
 pub mod session;
+mod start;
 pub mod store;
 pub use ferry_core::timer;
+mod unit;
 
 pub use behavior::{Behavior, Ctx, Message, ReadyOutcome};
 pub use cluster::recovery::{RecoveryEvent, RecoveryStall};

@@ -1,20 +1,28 @@
 //! Factories registered per type name, each with exactly one relocation policy, fixed at start-up.
 
 use std::any::TypeId;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::behavior::Behavior;
-use crate::error::RegistrationError;
-use crate::ids::{ActorId, SpotId, UnitId};
+use bytes::Bytes;
+use tokio::time::Instant;
 
-/// Why an adapter could not capture or restore a unit's state.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("state adapter failed: {0}")]
-pub struct AdapterError(pub String);
+use crate::behavior::{Behavior, Ctx};
+use crate::error::{MessageError, RegistrationError};
+use crate::ids::{ActorId, SpotId, UnitId};
+use crate::node::Node;
+use crate::timer::{Tick, TimerSet, TimerSnapshot};
+use crate::unit::cell::{
+    AnyFactory, Membership, ReplyMode, Turn, TurnEffects, TurnReply, UnitCell,
+};
+use crate::unit::envelope::Payload;
+pub use crate::unit::factory::{
+    AdapterError, ExecutionMode, FactoryInfo, FactoryKind, OnPanic, PolicyKind, ReadinessMode,
+};
+use ferry_core::session::SessionBinding;
 
 /// Captures a unit's application state to bytes and restores it into a fresh instance elsewhere.
 ///
@@ -69,17 +77,6 @@ impl<B> Clone for RelocationPolicy<B> {
     }
 }
 
-/// The kind of a relocation policy, without its adapter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PolicyKind {
-    /// See [`RelocationPolicy::Disabled`].
-    Disabled,
-    /// See [`RelocationPolicy::Recreate`].
-    Recreate,
-    /// See [`RelocationPolicy::PreserveState`].
-    PreserveState,
-}
-
 impl<B> RelocationPolicy<B> {
     /// The policy's kind.
     pub fn kind(&self) -> PolicyKind {
@@ -89,69 +86,6 @@ impl<B> RelocationPolicy<B> {
             RelocationPolicy::PreserveState(_) => PolicyKind::PreserveState,
         }
     }
-}
-
-/// How a User Spot runs its turns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ExecutionMode {
-    /// One queue for the Spot and all its members: never two of their turns at once, and they move
-    /// together as one unit (a room).
-    #[default]
-    SpotWide,
-    /// A lane for the Spot and one per member Actor: members run in parallel and move one by one.
-    PerActor,
-}
-
-/// When a SpotWide spot may be captured for a move.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ReadinessMode {
-    /// After whichever turn is running when the move is asked for.
-    #[default]
-    AnyTurnBoundary,
-    /// Only after a turn that called `ctx.relocation_ready_defer()` (a settled round).
-    ApplicationSignaled,
-}
-
-/// What a handler panic does to its unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnPanic {
-    /// Stop the unit; its queued requests get an error.
-    #[default]
-    Stop,
-    /// Replace the instance with a fresh one from the factory and carry on with the queue.
-    Restart,
-}
-
-/// The kind of unit a factory makes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FactoryKind {
-    /// Actors: created into the Entry Spot, they join and leave User Spots.
-    Actor,
-    /// User Spots, created by the application.
-    UserSpot(ExecutionMode),
-    /// Instance Spots, activated by the first message that carries activation intent.
-    InstanceSpot,
-}
-
-/// Everything about a factory except how it builds: what the runtime needs to decide.
-#[derive(Debug, Clone)]
-pub struct FactoryInfo {
-    /// The type name it is registered under.
-    pub type_name: Arc<str>,
-    /// What it makes.
-    pub kind: FactoryKind,
-    /// Its relocation policy's kind.
-    pub policy: PolicyKind,
-    /// Its readiness mode.
-    pub readiness: ReadinessMode,
-    /// What a panic does.
-    pub on_panic: OnPanic,
-    /// Whether its units are brought back eagerly after a crash or cold start.
-    pub remembered: bool,
-    /// Whether recovery rebuilds its units on a survivor when their node dies.
-    pub recoverable: bool,
-    pub(crate) msg_type: TypeId,
-    pub(crate) msg_type_name: &'static str,
 }
 
 /// A typed factory: the build function and the policy with its adapter.
@@ -276,7 +210,7 @@ impl<B: Behavior> Registration<B> {
 /// The factories of a node, checked as a whole when the node starts.
 #[derive(Default)]
 pub struct Registry {
-    pub(crate) factories: HashMap<Arc<str>, Arc<dyn crate::node::cell::AnyFactory>>,
+    pub(crate) factories: HashMap<Arc<str>, Arc<dyn AnyFactory<Node>>>,
     pub(crate) problems: Vec<RegistrationError>,
 }
 
@@ -322,5 +256,169 @@ impl Registry {
     /// What is registered under a type name.
     pub fn info(&self, type_name: &str) -> Option<&FactoryInfo> {
         self.factories.get(type_name).map(|f| f.info())
+    }
+}
+
+impl<B: Behavior> AnyFactory<Node> for TypedFactory<B> {
+    fn info(&self) -> &FactoryInfo {
+        &self.info
+    }
+
+    fn build_cell(self: Arc<Self>, id: &UnitId) -> Option<Box<dyn UnitCell<Node>>> {
+        let behavior = self.build(id)?;
+        let membership = match id {
+            UnitId::Spot(_) => Membership::Spot {
+                members: BTreeSet::new(),
+            },
+            UnitId::Actor(_) => Membership::Actor { spot: None },
+        };
+        Some(Box::new(Cell {
+            id: id.clone(),
+            behavior,
+            timers: TimerSet::default(),
+            membership,
+            binding: None,
+            factory: self,
+        }))
+    }
+
+    fn check_message(&self, bytes: &[u8]) -> Result<(), String> {
+        match postcard::take_from_bytes::<B::Msg>(bytes) {
+            Ok((_, [])) => Ok(()),
+            Ok((_, rest)) => Err(format!("{} bytes are left over after it", rest.len())),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn message_from_json(&self, json: &[u8]) -> Result<Vec<u8>, String> {
+        let msg: B::Msg = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+        postcard::to_allocvec(&msg).map_err(|e| e.to_string())
+    }
+}
+
+struct Cell<B: Behavior> {
+    id: UnitId,
+    behavior: B,
+    timers: TimerSet,
+    membership: Membership,
+    binding: Option<SessionBinding>,
+    factory: Arc<TypedFactory<B>>,
+}
+
+impl<B: Behavior> UnitCell<Node> for Cell<B> {
+    fn id(&self) -> &UnitId {
+        &self.id
+    }
+
+    fn info(&self) -> &FactoryInfo {
+        &self.factory.info
+    }
+
+    fn membership(&self) -> &Membership {
+        &self.membership
+    }
+
+    fn membership_mut(&mut self) -> &mut Membership {
+        &mut self.membership
+    }
+
+    fn binding(&self) -> Option<&SessionBinding> {
+        self.binding.as_ref()
+    }
+
+    fn binding_mut(&mut self) -> &mut Option<SessionBinding> {
+        &mut self.binding
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.timers.next_due().map(Instant::from_std)
+    }
+
+    fn take_due(&mut self, now: Instant) -> Vec<Tick> {
+        self.timers.take_due(now.into_std())
+    }
+
+    fn turn(&mut self, node: &Node, turn: Turn<'_>, effects: &mut TurnEffects) -> TurnReply {
+        let info = &self.factory.info;
+        effects.can_defer = matches!(self.id, UnitId::Spot(_))
+            && info.kind == FactoryKind::UserSpot(ExecutionMode::SpotWide)
+            && info.readiness == ReadinessMode::ApplicationSignaled;
+        let mut ctx = Ctx {
+            unit: &self.id,
+            node,
+            now: std::cell::Cell::new(None),
+            timers: &mut self.timers,
+            membership: &self.membership,
+            binding: &mut self.binding,
+            effects,
+        };
+        let b = &mut self.behavior;
+        match turn {
+            Turn::Message(payload, mode) => {
+                return Some(match payload.take::<B::Msg>() {
+                    Ok(msg) => {
+                        let reply = b.handle(&mut ctx, msg);
+                        match mode {
+                            // A tell's reply is dropped here, unboxed.
+                            ReplyMode::Drop => Ok(Payload::Empty),
+                            ReplyMode::Local => Ok(Payload::local(reply)),
+                            ReplyMode::Encoded => postcard::to_allocvec(&reply)
+                                .map(|b| Payload::Encoded(b.into()))
+                                .map_err(|e| MessageError::ReplyLost {
+                                    reason: e.to_string(),
+                                }),
+                        }
+                    }
+                    Err(sent) => Err(MessageError::WrongMessageType {
+                        id: self.id.clone(),
+                        sent,
+                        expected: info.msg_type_name.to_owned(),
+                    }),
+                });
+            }
+            Turn::Tick(tick) => b.on_tick(&mut ctx, tick),
+            Turn::Start => b.on_start(&mut ctx),
+            Turn::MemberJoined(actor) => b.on_member_joined(&mut ctx, actor),
+            Turn::MemberLeft(actor) => b.on_member_left(&mut ctx, actor),
+            Turn::Joined(spot) => b.on_joined(&mut ctx, spot),
+            Turn::Left(spot) => b.on_left(&mut ctx, spot),
+            Turn::Closing => b.on_closing(&mut ctx),
+            Turn::ReadyCompleted(outcome) => b.on_relocation_ready_completed(&mut ctx, outcome),
+        }
+        None
+    }
+
+    fn capture_state(&self) -> Result<Option<Vec<u8>>, AdapterError> {
+        match &self.factory.policy {
+            RelocationPolicy::Disabled => Err(AdapterError("the unit is bound to its node".into())),
+            RelocationPolicy::Recreate => Ok(None),
+            RelocationPolicy::PreserveState(adapter) => adapter.capture(&self.behavior).map(Some),
+        }
+    }
+
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<(), AdapterError> {
+        match &self.factory.policy {
+            RelocationPolicy::PreserveState(adapter) => adapter.restore(&mut self.behavior, bytes),
+            _ => Ok(()),
+        }
+    }
+
+    fn timer_snapshot(&self, now: Instant) -> Vec<TimerSnapshot> {
+        self.timers.snapshot(now.into_std())
+    }
+
+    fn set_timers(&mut self, timers: TimerSet) {
+        self.timers = timers;
+    }
+
+    fn encode(&self, payload: Payload) -> Result<Bytes, String> {
+        payload.encode::<B::Msg>()
+    }
+
+    fn rebuild(&mut self) {
+        if let Some(fresh) = self.factory.build(&self.id) {
+            self.behavior = fresh;
+            self.timers = TimerSet::default();
+        }
     }
 }

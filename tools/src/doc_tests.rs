@@ -86,11 +86,11 @@ fn the_factories_the_runbook_names_are_those_every_node_registers() {
 fn every_metric_in_the_runbook_is_recorded() {
     let sources = [
         include_str!("../../framework/host/src/admin/server.rs"),
-        include_str!("../../framework/src/relocation/source.rs"),
+        include_str!("../../framework/src/node/source.rs"),
         include_str!("../../framework/src/node/lane/mod.rs"),
         include_str!("../../framework/src/mesh/link.rs"),
-        include_str!("../../framework/src/cluster/losses.rs"),
-        include_str!("../../framework/src/cluster/routing.rs"),
+        include_str!("../../framework/src/node/losses.rs"),
+        include_str!("../../framework/src/node/routing.rs"),
     ];
     let named: Vec<&str> = RUNBOOK
         .split('`')

@@ -3,10 +3,10 @@
 use std::any::TypeId;
 use std::fmt;
 
-use super::directory::Entry;
-use super::{Envelope, Node, Payload, Target};
-use crate::behavior::Message;
+use super::handle::Node;
+use super::hosted::Entry;
 use crate::error::MessageError;
+use crate::unit::envelope::{Envelope, Message, Payload, Target};
 
 /// A unit to tell many times, addressed by id like any other, but looked up once.
 ///

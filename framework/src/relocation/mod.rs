@@ -1,25 +1,25 @@
 //! Moving live units between nodes: one unit at a time, or a whole host drained.
 //!
 //! The decisions, the capture and the frames of a move are in `ferry_core::relocation` (re-exported
-//! here as [`protocol`], [`capture`], `frames` and `phases`); this module drives them.
+//! here as [`protocol`], [`capture`], `frames` and `phases`); the node drives them.
 //!
-//! Layout, in the order a move runs:
+//! Layout:
 //! - `reports`: the options a move or a drain takes, how it ended, and the events it sends.
-//! - `source`: the async shell of the source side: seal, transfer, handover, fence.
-//! - `target`: the async shell of the target side: restore, relay, commit, open.
-//! - `host`: draining a whole node within a deadline and budget, with status and events.
+//! - `moves`: the moves a node takes part in: the source's channel to its target's answers, and
+//!   the target's staged units.
+//! - `host`: a node's host operation (a drain): whether one runs, its status and events.
+//!
+//! This module is data only: the node runs moves and drains (`node::source`, `node::target`,
+//! `node::drain`).
 
-mod host;
-mod reports;
-mod source;
-mod target;
+pub(crate) mod host;
+pub(crate) mod moves;
+pub(crate) mod reports;
 
 pub use ferry_core::relocation::phases::MovePhases;
 pub use ferry_core::relocation::{RelocationId, capture, protocol};
 pub(crate) use ferry_core::relocation::{frames, phases};
-pub(crate) use host::HostOp;
 pub use reports::{
     BlockedReason, HostStatus, MoveError, MoveReport, RelocateMode, RelocateOptions,
     RelocateOutcome, RelocationEvent,
 };
-pub(crate) use target::Moves;

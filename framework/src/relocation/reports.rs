@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::RelocationId;
-use super::phases::MovePhases;
-use super::protocol::MoveEnd;
+use ferry_core::authority::NodeState;
+use ferry_core::relocation::RelocationId;
+use ferry_core::relocation::phases::MovePhases;
+use ferry_core::relocation::protocol::MoveEnd;
+
 use crate::ids::{NodeId, UnitId};
-use crate::node::NodeState;
 
 /// The in-flight byte budget of a drain, in KiB (16 MiB).
 pub(crate) const BUDGET_KIB: u32 = 16 * 1024;

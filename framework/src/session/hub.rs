@@ -28,8 +28,8 @@ use super::wire::{ClientFrame, CloseCode, Encoding, ServerFrame};
 use super::{Authenticator, SessionError, SessionId, SessionLimits, SessionOp, SessionRef};
 use crate::ids::{ActorId, NodeId, UnitId};
 use crate::mesh::codec::{DecodeError, EncodeError, FrameCodec};
-use crate::node::{Node, Payload, ReplyTo};
-use crate::relocation::protocol::SourceEvent;
+use crate::node::Node;
+use crate::unit::envelope::{Payload, ReplyTo};
 
 /// How long a bind may wait for the node running its Actor to answer.
 const BIND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -50,13 +50,13 @@ pub(crate) struct Hub {
     quic: QuicListener,
     #[cfg(feature = "websocket")]
     websocket: Option<super::websocket::WebSocketListener>,
-    sessions: Mutex<HashMap<SessionId, Arc<Live>>>,
+    pub(crate) sessions: Mutex<HashMap<SessionId, Arc<Live>>>,
     stop: CancellationToken,
     tasks: Mutex<JoinSet<()>>,
 }
 
 /// One live session.
-pub(super) struct Live {
+pub(crate) struct Live {
     pub(super) id: SessionId,
     /// How its client reads and writes application messages.
     encoding: Encoding,
@@ -542,66 +542,6 @@ impl Hub {
                 }
             }
             SessionFrame::SealAck { .. } => {}
-        }
-    }
-}
-
-impl Node {
-    /// Where this node accepts game clients, if it does.
-    pub fn session_addr(&self) -> Option<SocketAddr> {
-        self.core.sessions.as_ref().map(Hub::local_addr)
-    }
-
-    /// Where this node accepts WebSocket clients, if it does.
-    pub fn websocket_addr(&self) -> Option<SocketAddr> {
-        self.core.sessions.as_ref().and_then(Hub::websocket_addr)
-    }
-
-    /// How many client sessions this node holds now.
-    pub fn session_count(&self) -> usize {
-        self.core
-            .sessions
-            .as_ref()
-            .map_or(0, |hub| hub.sessions.lock().len())
-    }
-
-    /// Sends a session frame to a gateway node (this one included).
-    pub(crate) fn to_gateway(
-        &self,
-        gateway: &NodeId,
-        frame: SessionFrame,
-    ) -> Result<(), crate::mesh::MeshError> {
-        if gateway == self.id() {
-            self.on_session_frame(self.id().clone(), frame);
-            Ok(())
-        } else {
-            self.mesh_send(gateway, crate::cluster::frames::Frame::Session(frame))
-        }
-    }
-
-    /// A session frame arrived from `from` (or from this node itself).
-    pub(crate) fn on_session_frame(&self, from: NodeId, frame: SessionFrame) {
-        match frame {
-            SessionFrame::SealAck { rel } => {
-                if let Some(waiting) = self.core.moves.outgoing.lock().get(&rel) {
-                    let _ = waiting.events.send(SourceEvent::GatewaySealed(from));
-                }
-            }
-            SessionFrame::Seal { rel, actors, hold } => {
-                if let Some(hub) = &self.core.sessions {
-                    let seal = SessionFrame::Seal { rel, actors, hold };
-                    hub.on_frame(self, from.clone(), seal);
-                }
-                // Every input this gateway sent before is queued ahead of this answer.
-                if let Err(error) = self.to_gateway(&from, SessionFrame::SealAck { rel }) {
-                    debug!(%from, %error, "seal acknowledgement not sent");
-                }
-            }
-            other => {
-                if let Some(hub) = &self.core.sessions {
-                    hub.on_frame(self, from, other);
-                }
-            }
         }
     }
 }

@@ -17,20 +17,19 @@ mod sessions;
 use ferry_core::relocation::lane::{Arrival, Change, LaneMove, Unsettled, Verdict};
 
 use self::cells::Cells;
-use super::cell::{ReplyMode, Turn, TurnReply, UnitCell};
-use super::directory::{Entry, Slot};
-use super::envelope::{Envelope, Payload};
-use crate::behavior::{Membership, TurnEffects};
+use super::handle::Node;
+use super::hosted::{Control, Entry, LaneTx};
 use crate::cluster::frames::Deliver;
 use crate::error::{MessageError, UnitError};
-use crate::ids::{ActorId, NodeId, SpotId, UnitId};
+use crate::ids::{ActorId, SpotId, UnitId};
 use crate::mailbox::{self, mailbox};
-use crate::node::Node;
-use crate::registry::{ExecutionMode, FactoryKind, OnPanic};
-use crate::relocation::RelocationId;
-use crate::relocation::capture::{Capture, PendingCallback, QueuedOp};
-use crate::session::SessionBinding;
+use crate::relocation::capture::PendingCallback;
 use crate::timer::Tick;
+use crate::unit::cell::{Membership, ReplyMode, Turn, TurnEffects, TurnReply, UnitCell};
+use crate::unit::envelope::{Envelope, Payload};
+use crate::unit::factory::{ExecutionMode, FactoryKind, OnPanic};
+use crate::unit::lane::Slot;
+use crate::unit::lane::{Done, SealDone};
 
 /// How many turns a lane runs before it lets other tasks on its thread go.
 const TURNS_PER_YIELD: u32 = 256;
@@ -39,109 +38,6 @@ const TURNS_PER_YIELD: u32 = 256;
 /// before it sleeps: a sender still streaming to it has usually queued more by then, and is
 /// spared waking the lane for every message.
 const LINGER_AFTER: u32 = 64;
-
-/// The sending side of a lane.
-pub(crate) struct LaneTx {
-    pub data: mailbox::Sender<Envelope<Slot>>,
-    pub ctl: mpsc::UnboundedSender<Control>,
-}
-
-type Done = oneshot::Sender<Result<(), UnitError>>;
-
-/// Where a seal's capture is sent.
-type SealDone = oneshot::Sender<Result<(Capture, Instant), SealRefused>>;
-
-/// A lane's answer to a move about to seal its unit.
-pub(crate) struct Quiet {
-    /// The client sessions bound to its Actors, which must hold their inputs.
-    pub bindings: Vec<(ActorId, SessionBinding)>,
-    /// Every unit on the lane now, so that their records can be read before the seal.
-    pub units: Vec<UnitId>,
-}
-
-/// Why a lane did not seal its unit; the unit runs on where it was.
-#[derive(Debug)]
-pub(crate) enum SealRefused {
-    /// It is not running here, or is in another move.
-    Busy(String),
-    /// A state adapter failed or panicked while capturing it.
-    Adapter(String),
-}
-
-impl std::fmt::Display for SealRefused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SealRefused::Busy(why) | SealRefused::Adapter(why) => f.write_str(why),
-        }
-    }
-}
-
-/// Work for the lane itself, run between turns ahead of queued messages.
-pub(crate) enum Control {
-    /// Move the Actor hosted here into `spot`.
-    Join {
-        actor: ActorId,
-        spot: SpotId,
-        spot_entry: Entry,
-        done: Done,
-    },
-    /// Take in an Actor that joins this SpotWide spot, with what was sent to it on the old route.
-    Attach {
-        cell: Box<dyn UnitCell>,
-        slot: Slot,
-        backlog: Vec<Envelope<Slot>>,
-        done: Done,
-    },
-    /// A PerActor spot learns that an Actor joined or left it.
-    Member { actor: ActorId, joined: bool },
-    /// Send the Actor hosted here back to its node's Entry Spot.
-    Leave { actor: ActorId, done: Done },
-    /// Close every unit of this lane (the node is shutting down): after the work already queued
-    /// has run, or at once (`now`), answering what is queued with `UnitStopped`.
-    Close {
-        done: oneshot::Sender<()>,
-        now: bool,
-    },
-    /// Stop one unit (with its members, for a SpotWide spot), running its closing callbacks.
-    Stop { unit: UnitId, done: Done },
-    /// Start running turns: the unit is recorded as owned here.
-    Open,
-    /// Seal at the next turn boundary (for an ApplicationSignaled spot: after its next deferring
-    /// turn) and capture the unit.
-    Seal { rel: RelocationId, done: SealDone },
-    /// A move is about to seal this unit: answer the client sessions bound to its Actors, and
-    /// hold back new binds (they stay queued, and move with the unit) until the move ends, so
-    /// that every bound session is one the move told to hold its inputs.
-    Quiesce {
-        rel: RelocationId,
-        unit: UnitId,
-        done: oneshot::Sender<Result<Quiet, String>>,
-    },
-    /// Stop waiting for a seal that has not happened yet.
-    CancelSeal { rel: RelocationId },
-    /// Relay what was held to the target, then cut over.
-    Handover {
-        rel: RelocationId,
-        target: NodeId,
-        done: oneshot::Sender<Vec<QueuedOp>>,
-    },
-    /// Run the unit here again (the move failed before commit, or was fenced back). `me` is the
-    /// lane's own handle, to route the unit's ids here again after a handover removed them.
-    Resume {
-        rel: RelocationId,
-        me: Arc<LaneTx>,
-        done: oneshot::Sender<()>,
-    },
-    /// The target committed: drop this copy.
-    Release { rel: RelocationId },
-    /// On the target: open the restored unit with these relay records behind its saved work.
-    OpenMoved {
-        relay: Vec<QueuedOp>,
-        committed: Instant,
-    },
-    /// Give up a unit that never opened (another node owns it): what was queued follows the owner.
-    Discard,
-}
 
 /// Why a unit stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,7 +105,7 @@ impl TurnMetrics {
 impl Lane {
     /// Starts a lane for `cell` that queues arrivals but runs nothing until [`Control::Open`];
     /// its first turn is then `on_start`.
-    pub fn start_gated(node: Node, cell: Box<dyn UnitCell>, slot: Slot) -> Arc<LaneTx> {
+    pub fn start_gated(node: Node, cell: Box<dyn UnitCell<Node>>, slot: Slot) -> Arc<LaneTx> {
         let id = cell.id().clone();
         let (tx, mut lane) = Lane::new(node, cell, slot);
         lane.stance = LaneMove::creating();
@@ -218,7 +114,7 @@ impl Lane {
         tx
     }
 
-    fn new(node: Node, cell: Box<dyn UnitCell>, slot: Slot) -> (Arc<LaneTx>, Lane) {
+    fn new(node: Node, cell: Box<dyn UnitCell<Node>>, slot: Slot) -> (Arc<LaneTx>, Lane) {
         let (data_tx, data) = mailbox();
         let (ctl_tx, ctl) = mpsc::unbounded_channel();
         let mut cells = Cells::default();
@@ -929,7 +825,7 @@ impl Lane {
     fn spin_off(
         &mut self,
         id: &UnitId,
-        cell: Box<dyn UnitCell>,
+        cell: Box<dyn UnitCell<Node>>,
         slot: Slot,
         first: Vec<Envelope<Slot>>,
         callback: Option<PendingCallback>,

@@ -10,21 +10,23 @@ use ferry_core::relocation::lane::{LaneMove, Resumed, Seal};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::{Control, Lane, LaneTx, SealDone, SealRefused, panic_text};
-use crate::behavior::Membership;
+use super::{Lane, panic_text};
 use crate::cluster::frames::Frame;
 use crate::error::MessageError;
 use crate::ids::{NodeId, UnitId};
-use crate::node::cell::UnitCell;
-use crate::node::directory::{Entry, Slot};
-use crate::node::{Envelope, Node, Payload};
-use crate::registry::{AdapterError, ExecutionMode, FactoryKind, ReadinessMode};
+use crate::node::handle::Node;
+use crate::node::hosted::{Control, Entry, LaneTx};
 use crate::relocation::RelocationId;
 use crate::relocation::capture::{
     Capture, CellCapture, MembershipData, PendingCallback, QueuedOp, ReadyOutcomeData, relay_digest,
 };
 use crate::relocation::frames::{Refusal, RelocFrame};
 use crate::timer::TimerSet;
+use crate::unit::cell::{Membership, UnitCell};
+use crate::unit::envelope::{Envelope, Payload};
+use crate::unit::factory::{AdapterError, ExecutionMode, FactoryKind, ReadinessMode};
+use crate::unit::lane::Slot;
+use crate::unit::lane::{SealDone, SealRefused};
 
 impl Lane {
     /// The unit this lane is: the spot of a SpotWide room, else its only cell.
@@ -414,7 +416,7 @@ impl Lane {
         capture: Capture,
     ) -> Result<Arc<LaneTx>, Refusal> {
         let now = Instant::now();
-        let mut cells: Vec<Box<dyn UnitCell>> = Vec::new();
+        let mut cells: Vec<Box<dyn UnitCell<Node>>> = Vec::new();
         for c in capture.cells {
             let factory = node.core.factory(&c.factory).ok_or_else(|| {
                 Refusal::incompatible(format!(

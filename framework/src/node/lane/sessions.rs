@@ -6,12 +6,13 @@
 use bytes::Bytes;
 use ferry_core::session::binding::{self, Addressee, Notice, Step};
 
-use super::{Lane, Quiet};
+use super::Lane;
 use crate::ids::{ActorId, UnitId};
-use crate::node::directory::Slot;
-use crate::node::{Envelope, Payload, ReplyTo};
 use crate::relocation::RelocationId;
 use crate::session::{SessionBinding, SessionOp};
+use crate::unit::envelope::{Envelope, Payload, ReplyTo};
+use crate::unit::lane::Quiet;
+use crate::unit::lane::Slot;
 
 impl Lane {
     /// Applies a bind, an unbind or a fence to a unit of this lane as the core's binding rules

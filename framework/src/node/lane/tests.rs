@@ -121,7 +121,7 @@ async fn a_capture_whose_adapter_panics_leaves_the_room_running_and_open_to_chan
     assert!(
         matches!(
             sealed.expect("answered"),
-            Err(super::SealRefused::Adapter(_))
+            Err(crate::unit::lane::SealRefused::Adapter(_))
         ),
         "the capture fails"
     );

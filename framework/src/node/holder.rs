@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use quinn::crypto::rustls::QuicClientConfig;
 
-use super::authority::{NodeDescriptor, node_key};
+use super::config::NodeConfig;
+use super::handle::Node;
+use crate::cluster::authority::{NodeDescriptor, node_key};
 use crate::error::StartError;
 use crate::mesh::tls::{NodeTls, node_dns_name};
-use crate::node::NodeConfig;
 use crate::store::StoreError;
 
 /// How long a start waits for the holder of its id's lease to answer before it takes over.
@@ -104,4 +105,14 @@ async fn dial(addr: SocketAddr, tls: &NodeTls, config: &NodeConfig) -> Result<An
     };
     endpoint.close(quinn::VarInt::from_u32(0), b"");
     Ok(answer)
+}
+
+impl Node {
+    /// Whether `config`'s node id is free to start with: refused (`StartError::IdInUse`) if a live
+    /// process holds it, as [`Node::start`] checks first. For a host that binds its own ports
+    /// before the start: a port taken by a copy of a running node's config is that node's, and
+    /// this says so instead of the port.
+    pub async fn check_id_free(config: &NodeConfig) -> Result<(), StartError> {
+        check_id_free(config).await
+    }
 }

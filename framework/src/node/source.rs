@@ -9,23 +9,25 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::RelocationId;
-use super::capture::{Capture, QueuedOp, relay_digest};
-use super::frames::{RecordAt, Refusal, RefusedBecause, RelocFrame};
-use super::phases::{MovePhases, TargetPhases};
-use super::protocol::{
-    MoveEnd, SessionsTo, SourceAction, SourceEvent, SourceMachine, SourceTiming, fence_conflict,
-};
-use super::reports::{BlockedReason, MoveError, MoveReport, RelocationEvent};
-use super::target::Outgoing;
-use crate::cluster::authority::unit_key;
+use super::handle::Node;
+use super::hosted::{Control, LaneTx};
+use crate::cluster::authority::{NodeState, unit_key};
 use crate::cluster::frames::Frame;
 use crate::ids::{ActorId, NodeId, UnitId};
-use crate::node::{Control, LaneTx, Node, NodeState, SealRefused};
-use crate::registry::PolicyKind;
+use crate::relocation::RelocationId;
+use crate::relocation::capture::{Capture, QueuedOp, relay_digest};
+use crate::relocation::frames::{RecordAt, Refusal, RefusedBecause, RelocFrame};
+use crate::relocation::moves::Outgoing;
+use crate::relocation::phases::{MovePhases, TargetPhases};
+use crate::relocation::protocol::{
+    MoveEnd, SessionsTo, SourceAction, SourceEvent, SourceMachine, SourceTiming, fence_conflict,
+};
+use crate::relocation::reports::{BlockedReason, MoveError, MoveReport, RelocationEvent};
 use crate::session::SessionBinding;
 use crate::session::frames::{BoundActor, SessionFrame};
 use crate::store::{BatchOutcome, Condition, Op, StoreError};
+use crate::unit::factory::PolicyKind;
+use crate::unit::lane::SealRefused;
 
 impl Node {
     /// Moves one unit (a SpotWide spot with its members, an actor, an Instance Spot) to `target`,
@@ -611,7 +613,7 @@ impl SourceRun {
         if let Some(budget) = self.budget.clone() {
             let kib = u32::try_from(manifest.len.div_ceil(1024))
                 .unwrap_or(u32::MAX)
-                .clamp(1, super::reports::BUDGET_KIB);
+                .clamp(1, crate::relocation::reports::BUDGET_KIB);
             self.permit = budget.acquire_many_owned(kib).await.ok();
         }
         self.offered_at = Some(Instant::now());

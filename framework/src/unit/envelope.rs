@@ -1,15 +1,55 @@
 //! What travels on a unit's queue: a message by value (or encoded), who sent it and where its reply goes.
 
 use std::any::{Any, TypeId};
+use std::sync::Arc;
 
 use bytes::Bytes;
+use ferry_core::errors::MessageError;
+use ferry_core::session::SessionOp;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
-use crate::behavior::Message;
-use crate::error::MessageError;
-use crate::ids::UnitId;
-use crate::session::SessionOp;
+use crate::ids::{SpotId, UnitId};
 
 pub use ferry_core::reply::ReplyTo;
+
+/// Anything that can be sent to a unit or returned from one. It must round-trip through postcard:
+/// it is encoded when it crosses the mesh or moves with its unit, and a small one (up to 23 bytes
+/// encoded) travels encoded on its own node too, so that sending it allocates nothing. A larger
+/// one is passed by value.
+pub trait Message: Serialize + DeserializeOwned + Send + 'static {}
+impl<T: Serialize + DeserializeOwned + Send + 'static> Message for T {}
+
+/// Who a message is for: a unit by id, optionally with the intent to activate an Instance Spot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub(crate) id: UnitId,
+    pub(crate) activate: Option<Arc<str>>,
+}
+
+impl Target {
+    /// An Instance Spot of `type_name`: the first message activates it, exactly once.
+    pub fn instance(type_name: &str, spot: SpotId) -> Self {
+        Target {
+            id: UnitId::Spot(spot),
+            activate: Some(Arc::from(type_name)),
+        }
+    }
+
+    /// The unit addressed.
+    pub fn id(&self) -> &UnitId {
+        &self.id
+    }
+}
+
+impl<T: Into<UnitId>> From<T> for Target {
+    fn from(id: T) -> Self {
+        Target {
+            id: id.into(),
+            activate: None,
+        }
+    }
+}
 
 /// The most bytes a message may take encoded to travel inline, in the envelope itself.
 const INLINE_BYTES: usize = 23;

@@ -2,65 +2,29 @@
 //! restores the unit into a gated lane, keeps the relay records, commits ownership in the store,
 //! and opens the unit.
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use ferry_core::conditional::{ConditionalWrite, Settled, WriteAnswer};
 
-use super::RelocationId;
-use super::capture::{Assembly, MembershipData, QueuedOp, relay_digest};
-use super::frames::{RecordAt, Refusal, RefusedBecause, RelocFrame};
-use super::phases::TargetPhases;
-use super::protocol::{SourceEvent, TargetAction, TargetEvent, TargetMachine};
-use crate::cluster::authority::{NodeDescriptor, Stage, UnitRecord, unit_key};
+use super::handle::Node;
+use super::hosted::{Control, Staging};
+use super::lane::Lane;
+use crate::cluster::authority::{NodeDescriptor, NodeState, Stage, UnitRecord, unit_key};
 use crate::cluster::frames::Frame;
 use crate::ids::{NodeId, UnitId};
-use crate::node::{Control, Lane, LaneTx, Node, NodeState};
+use crate::relocation::RelocationId;
+use crate::relocation::capture::{Assembly, MembershipData, relay_digest};
+use crate::relocation::frames::{RecordAt, Refusal, RefusedBecause, RelocFrame};
+use crate::relocation::phases::TargetPhases;
+use crate::relocation::protocol::{SourceEvent, TargetAction, TargetEvent, TargetMachine};
 use crate::store::{BatchOutcome, Condition, Op};
 
 /// How often a target tells its source that the work on an offer goes on (chunks arriving, a
 /// restore running): well inside the source's step, so a busy target is never taken for a silent one.
 const PROGRESS: Duration = Duration::from_secs(1);
-
-/// The moves a node takes part in, on either side.
-#[derive(Default)]
-pub(crate) struct Moves {
-    /// Moves from this node: where the target's answers go.
-    pub outgoing: Mutex<HashMap<RelocationId, Outgoing>>,
-    /// Moves to this node: the staged units.
-    incoming: Mutex<HashMap<RelocationId, Staging>>,
-}
-
-/// A move from this node, as the target's answers reach it.
-pub(crate) struct Outgoing {
-    /// The move's events.
-    pub events: mpsc::UnboundedSender<SourceEvent>,
-    /// What the target reported of its phases so far.
-    pub target: TargetPhases,
-}
-
-struct Staging {
-    source: NodeId,
-    unit: UnitId,
-    records: Vec<RecordAt>,
-    assembly: Option<Assembly>,
-    machine: TargetMachine,
-    lane: Option<Arc<LaneTx>>,
-    /// How long the restore took, for the source's report.
-    restored_in: Duration,
-    /// How long the store commit took.
-    committed_in: Duration,
-    relay: Vec<QueuedOp>,
-    /// The relay record being fed to the machine.
-    arriving: Option<QueuedOp>,
-    /// When progress was last reported to the source.
-    reported: Instant,
-}
 
 impl Node {
     /// A frame of a move arrived from `from`.

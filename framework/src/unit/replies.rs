@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
+use ferry_core::errors::MessageError;
+
 use super::envelope::Terminal;
-use crate::error::MessageError;
 use crate::ids::{NodeId, UnitId};
 
 const SHARDS: usize = 16;

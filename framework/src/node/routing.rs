@@ -5,24 +5,20 @@
 //! or an undecided move from here, and in which order it leaves) is the core's
 //! [`ferry_core::routes`]; this carries it out: store lookups, fences, mesh sends and lane queues.
 
-use foldhash::HashSet;
 use std::any::TypeId;
-use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use ferry_core::routes::{Arrival, Routed, Routes, Switched};
-use parking_lot::Mutex;
+use ferry_core::routes::{Arrival, Routed, Switched};
 
-use super::frames::{Deliver, Frame, MAX_HOPS};
+use super::handle::Node;
+use super::hosted::Entry;
+use crate::cluster::frames::{Deliver, Frame, MAX_HOPS};
 use crate::error::MessageError;
 use crate::ids::{NodeId, UnitId};
 use crate::mesh::{Inbound, MeshError};
-use crate::node::directory::Entry;
-use crate::node::{Envelope, Node, Payload, ReplyTo};
-use crate::registry::FactoryKind;
-
-const SHARDS: usize = 16;
+use crate::unit::envelope::{Envelope, Payload, ReplyTo};
+use crate::unit::factory::FactoryKind;
 
 /// How many times a route lookup reads the store before it fails what waits for it: a store error
 /// is often a blip (a reconnect, a failover), and what waits would otherwise be lost to it.
@@ -41,98 +37,6 @@ const FENCE_WAIT: Duration = Duration::from_secs(60);
 fn forwarded(mut deliver: Deliver) -> Deliver {
     deliver.hops = deliver.hops.saturating_add(1);
     deliver
-}
-
-/// The route cache of one node: the core's route table, in shards.
-pub(crate) struct Router {
-    hasher: foldhash::fast::RandomState,
-    shards: [Mutex<Routes<Deliver>>; SHARDS],
-    /// Tells given up because the store kept failing while their route was looked up.
-    lookup_drops: AtomicU64,
-    /// How many units wait for an arrival's fence, over all shards: while none does, a local
-    /// send skips this cache.
-    arriving: AtomicUsize,
-    /// Nodes membership declared gone that have not been seen live since: a record that still
-    /// names one (recovery has not rebuilt the unit yet) is no route. A seed among them is
-    /// dialled again, so a send to it would wait for a node that may never come back.
-    gone: Mutex<HashSet<NodeId>>,
-}
-
-impl Router {
-    pub fn new() -> Self {
-        Router {
-            hasher: foldhash::fast::RandomState::default(),
-            shards: std::array::from_fn(|_| Mutex::new(Routes::default())),
-            lookup_drops: AtomicU64::new(0),
-            arriving: AtomicUsize::new(0),
-            gone: Mutex::new(HashSet::default()),
-        }
-    }
-
-    /// Whether some unit that arrived here still waits for its fence.
-    pub fn any_arriving(&self) -> bool {
-        self.arriving.load(Ordering::Acquire) > 0
-    }
-
-    /// Runs `f` on the routes of `id`'s shard, under its lock, and keeps the count of arrivals.
-    pub fn with<R>(&self, id: &UnitId, f: impl FnOnce(&mut Routes<Deliver>) -> R) -> R {
-        let shard = &self.shards[(self.hasher.hash_one(id) as usize) % SHARDS];
-        let mut routes = shard.lock();
-        let before = routes.arriving();
-        let result = f(&mut routes);
-        let after = routes.arriving();
-        if after > before {
-            self.arriving.fetch_add(after - before, Ordering::AcqRel);
-        } else if before > after {
-            self.arriving.fetch_sub(before - after, Ordering::AcqRel);
-        }
-        result
-    }
-
-    /// Forgets every route to a node that left the cluster, and takes no new one to it until
-    /// it is back ([`Router::present`]).
-    pub fn forget_node(&self, node: &NodeId) {
-        self.gone.lock().insert(node.clone());
-        for shard in &self.shards {
-            shard.lock().forget_node(node);
-        }
-    }
-
-    /// Membership found these nodes live (or not yet confirmed dead): routes to them are good.
-    pub fn present<'a>(&self, nodes: impl IntoIterator<Item = &'a NodeId>) {
-        let mut gone = self.gone.lock();
-        if gone.is_empty() {
-            return;
-        }
-        for node in nodes {
-            gone.remove(node);
-        }
-    }
-
-    /// Whether membership declared `node` gone, and it has not been seen live since.
-    fn is_gone(&self, node: &NodeId) -> bool {
-        self.gone.lock().contains(node)
-    }
-
-    /// Points a unit at the target of its move from here (see [`ferry_core::routes::Route::Handed`]).
-    /// Messages that waited here for it otherwise are given back, to go ahead of the handover.
-    #[must_use]
-    pub fn hand_over(&self, id: UnitId, target: NodeId) -> Vec<Deliver> {
-        self.with(&id.clone(), |routes| routes.hand_over(id, target))
-    }
-
-    /// The move from here committed: gives back what waited for its end, to follow the unit.
-    #[must_use]
-    pub fn moved(&self, id: &UnitId) -> Vec<Deliver> {
-        self.with(id, |routes| routes.moved(id))
-    }
-
-    /// This node took the unit back from its move: gives back what waited for the move's end, in
-    /// arrival order, to run behind what the unit held.
-    #[must_use]
-    pub fn taken_back(&self, id: &UnitId) -> Vec<Deliver> {
-        self.with(id, |routes| routes.taken_back(id))
-    }
 }
 
 impl Node {
@@ -174,7 +78,7 @@ impl Node {
         via: Option<&NodeId>,
     ) {
         let reply_to = reply.clone();
-        let mut envelope = crate::node::Envelope {
+        let mut envelope = Envelope {
             to,
             payload,
             reply: reply.map(Box::new),
@@ -193,7 +97,7 @@ impl Node {
                 }
             };
         }
-        let crate::node::Envelope { to, payload, reply } = envelope;
+        let Envelope { to, payload, reply } = envelope;
         let Ok((payload, session)) = payload.into_wire(|p| {
             p.into_encoded()
                 .map_err(|other| other.type_name().to_owned())
@@ -466,7 +370,7 @@ impl Node {
     /// Queues an encoded message at the unit `entry` routes to; a request whose lane has ended
     /// gets its terminal.
     pub(crate) fn enqueue_deliver(&self, entry: &Entry, deliver: Deliver) {
-        let queued = crate::node::Envelope {
+        let queued = Envelope {
             to: entry.slot,
             payload: Payload::from_wire(deliver.payload, deliver.session.map(|op| *op)),
             reply: deliver.reply,
@@ -590,14 +494,14 @@ impl Node {
         if let Some(me) = view.iter_mut().find(|d| d.node == *self.id()) {
             me.units = self.unit_count() as u64;
         }
-        super::placement::place(&view, type_name, None)
+        crate::cluster::placement::place(&view, type_name, None)
     }
 
     /// Pushes a message onto a lane of this node, or answers that the unit is gone.
     fn deliver_here(&self, deliver: Deliver) {
         let reply = deliver.reply.clone();
         let id = deliver.to.clone();
-        let envelope = crate::node::Envelope {
+        let envelope = Envelope {
             to: deliver.to,
             payload: Payload::from_wire(deliver.payload, deliver.session.map(|op| *op)),
             reply: deliver.reply,
@@ -638,7 +542,7 @@ impl Node {
             hops,
         } = deliver;
         let reply_to = reply.clone();
-        let envelope = crate::node::Envelope {
+        let envelope = Envelope {
             to,
             payload: Payload::from_wire(payload, session.map(|op| *op)),
             reply,

@@ -1,0 +1,64 @@
+//! The moves a node takes part in, on either side, as data: the source's channel for its target's
+//! answers, and the target's staged units. The moves themselves are run by the node
+//! (`node::source`, `node::target`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use ferry_core::relocation::RelocationId;
+use ferry_core::relocation::capture::{Assembly, QueuedOp};
+use ferry_core::relocation::frames::RecordAt;
+use ferry_core::relocation::phases::TargetPhases;
+use ferry_core::relocation::protocol::{SourceEvent, TargetMachine};
+
+use crate::ids::{NodeId, UnitId};
+use crate::unit::lane::LaneTx;
+
+/// The moves a node takes part in, on either side.
+pub(crate) struct Moves<N> {
+    /// Moves from this node: where the target's answers go.
+    pub outgoing: Mutex<HashMap<RelocationId, Outgoing>>,
+    /// Moves to this node: the staged units.
+    pub incoming: Mutex<HashMap<RelocationId, Staging<N>>>,
+}
+
+impl<N> Default for Moves<N> {
+    fn default() -> Self {
+        Moves {
+            outgoing: Mutex::default(),
+            incoming: Mutex::default(),
+        }
+    }
+}
+
+/// A move from this node, as the target's answers reach it.
+pub(crate) struct Outgoing {
+    /// The move's events.
+    pub events: mpsc::UnboundedSender<SourceEvent>,
+    /// What the target reported of its phases so far.
+    pub target: TargetPhases,
+}
+
+/// A move to this node, while its unit is staged here.
+pub(crate) struct Staging<N> {
+    pub(crate) source: NodeId,
+    pub(crate) unit: UnitId,
+    pub(crate) records: Vec<RecordAt>,
+    pub(crate) assembly: Option<Assembly>,
+    pub(crate) machine: TargetMachine,
+    pub(crate) lane: Option<Arc<LaneTx<N>>>,
+    /// How long the restore took, for the source's report.
+    pub(crate) restored_in: Duration,
+    /// How long the store commit took.
+    pub(crate) committed_in: Duration,
+    pub(crate) relay: Vec<QueuedOp>,
+    /// The relay record being fed to the machine.
+    pub(crate) arriving: Option<QueuedOp>,
+    /// When progress was last reported to the source.
+    pub(crate) reported: Instant,
+}
