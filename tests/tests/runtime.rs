@@ -367,9 +367,14 @@ async fn a_unit_ref_answers_like_a_tell_by_id_and_finds_a_unit_created_again() {
     node.stop_unit(&UnitId::Spot(room.clone()))
         .await
         .expect("stopped");
-    // As by id: the unit might live on another node, so the tell is accepted and dropped.
+    // As by id: the unit might live on another node, so the tell is accepted; its lookup finds no
+    // unit, and it is dropped, as the request that waited behind it shows.
     unit.tell(Cmd::Add(5))
         .expect("a tell to an unknown id is accepted");
+    assert!(matches!(
+        node.request::<Cmd, Answer>(&room, Cmd::Get, T).await,
+        Err(MessageError::UnknownId { .. })
+    ));
     node.create_spot("room", &room).await.expect("room again");
     unit.tell(Cmd::Add(3)).expect("told");
     assert_eq!(get(&node, &room).await, 3);
