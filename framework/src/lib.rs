@@ -4,7 +4,7 @@
 //! decisions of a move, with no I/O: ids, authority records, frames, captures, the source and target
 //! machines, per-link delivery numbering, and conditional writes settled by reading back. This crate
 //! is the runtime that drives it: lanes that run turns, the mesh, the store clients, the gateways and
-//! the [`Node`] API. Inbound mesh frames come in at `node::routing` (one dispatch for messages,
+//! the [`Node`] API. Inbound mesh frames come in at `node::dispatch` (one dispatch for messages,
 //! moves, sessions and calls).
 //!
 //! Layout, from the modules that use no other module here to those that use the rest (a module

@@ -10,16 +10,18 @@
 //! - `messaging`: tells, requests, terminals and calls between nodes.
 //! - `unit_ref`: a sender's kept route to one unit, for tells without the lookup by id.
 //! - `units`: creation, claims, records, spot membership, stopping a unit.
-//! - `routing`: routes across the mesh: lookups, forwarding, activation, fences; and the one entry
-//!   of inbound mesh frames (`serve_mesh`).
+//! - `routing`: routes across the mesh: lookups, forwarding, activation, fences.
 //! - `losses`: what the mesh could not deliver: requests end, lost tells are reported.
 //! - `membership`: the owner lease, descriptors, and learning peers.
-//! - `recovery`: rebuilding a dead node's units on the survivors.
+//! - `recovery`: rebuilding a dead node's units on the survivors, and taking back what an
+//!   earlier process of this node's id held.
 //! - `gateway`: the client sessions this node serves, and session frames between nodes.
 //! - `source`, `target`: the two sides of a move; `drain`: moving every unit off this node.
+//! - `dispatch`: the one entry of frames from peers, handed to the parts above.
 //! - `shutdown`: stopping the node.
 
 mod config;
+mod dispatch;
 mod drain;
 mod gateway;
 pub(crate) mod handle;

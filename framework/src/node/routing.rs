@@ -1,5 +1,5 @@
 //! Routing by id across the cluster: a route cache, store lookups on a miss, forwarding with a hop
-//! bound, activation of Instance Spots, and the mesh's inbound frames.
+//! bound, activation of Instance Spots, and route fences.
 //!
 //! What the cache decides (where a message goes, what waits behind a lookup, a switch, an arrival
 //! or an undecided move from here, and in which order it leaves) is the core's
@@ -16,7 +16,7 @@ use super::hosted::Entry;
 use crate::cluster::frames::{Deliver, Frame, MAX_HOPS};
 use crate::error::MessageError;
 use crate::ids::{NodeId, UnitId};
-use crate::mesh::{Inbound, MeshError};
+use crate::mesh::MeshError;
 use crate::unit::envelope::{Envelope, Payload, ReplyTo};
 use crate::unit::factory::FactoryKind;
 
@@ -232,7 +232,7 @@ impl Node {
     /// A peer says who runs a unit. Switching to it at once could let a new message overtake an
     /// earlier one still on the old path (forwarded by a former owner), so when the path changes,
     /// a fence goes along the old one and new messages wait for it to run at the unit.
-    fn on_route_hint(&self, id: UnitId, owner: NodeId) {
+    pub(crate) fn on_route_hint(&self, id: UnitId, owner: NodeId) {
         if self.core.router.is_gone(&owner) {
             return;
         }
@@ -531,7 +531,7 @@ impl Node {
     }
 
     /// A message arrived from a peer.
-    fn on_deliver(&self, from: NodeId, deliver: Deliver) {
+    pub(crate) fn on_deliver(&self, from: NodeId, deliver: Deliver) {
         let Deliver {
             to,
             payload,
@@ -609,29 +609,5 @@ impl Node {
                 );
             }
         });
-    }
-
-    /// Acts on one frame from a peer (the mesh calls it on the task that read the frame).
-    pub(crate) fn serve_frame(&self, Inbound { from, frame }: Inbound<Frame>) {
-        match frame {
-            Frame::Deliver(deliver) => self.on_deliver(from, deliver),
-            Frame::Reply { request, terminal } => self
-                .core
-                .replies
-                .complete(request, terminal.map(Payload::Encoded)),
-            Frame::RouteHint { id, owner } => self.on_route_hint(id, owner),
-            Frame::Reloc(frame) => self.on_reloc(from, *frame),
-            Frame::Session(frame) => self.on_session_frame(from, frame),
-            Frame::Call { request, call } => {
-                tokio::spawn(self.clone().answer_call(from, request, *call));
-            }
-            Frame::TellLost { to, peer, payload } => self.report_tell(to, peer, payload),
-            Frame::Probe { stamp, generation } => self.answer_probe(&from, stamp, generation),
-            Frame::ProbeAnswer {
-                stamp,
-                running,
-                vouched,
-            } => self.probe_answered(&from, stamp, running, vouched),
-        }
     }
 }
