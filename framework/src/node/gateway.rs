@@ -29,7 +29,7 @@ impl Node {
         self.core
             .sessions
             .as_ref()
-            .map_or(0, |hub| hub.sessions.lock().len())
+            .map_or(0, |hub| hub.sessions.count())
     }
 
     /// Sends a session frame to a gateway node (this one included).

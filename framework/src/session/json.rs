@@ -10,8 +10,6 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 #[cfg(any(test, feature = "websocket"))]
-use super::hub::ReadError;
-#[cfg(any(test, feature = "websocket"))]
 use super::wire::ClientFrame;
 use super::wire::{AnnouncedLimits, CloseCode, ServerFrame};
 use crate::ids::{ActorId, NodeId};
@@ -30,12 +28,10 @@ struct Incoming<'a> {
 }
 
 /// Reads one client frame from a text message; an input's payload is its `message` as JSON text.
+/// A frame it cannot read is refused with the close code and reason its client is told.
 #[cfg(any(test, feature = "websocket"))]
-pub(crate) fn client_frame(text: &str) -> Result<ClientFrame, ReadError> {
-    let malformed = |reason: String| ReadError::Bad {
-        code: CloseCode::Malformed,
-        reason,
-    };
+pub(crate) fn client_frame(text: &str) -> Result<ClientFrame, (CloseCode, String)> {
+    let malformed = |reason: String| (CloseCode::Malformed, reason);
     let frame: Incoming<'_> = serde_json::from_str(text).map_err(|e| {
         malformed(format!(
             "malformed frame: {e}; send one JSON object per text message"
@@ -67,14 +63,14 @@ pub(crate) fn client_frame(text: &str) -> Result<ClientFrame, ReadError> {
         },
         "bye" => ClientFrame::Bye,
         other => {
-            return Err(ReadError::Bad {
-                code: CloseCode::UnknownFrame,
-                reason: format!(
+            return Err((
+                CloseCode::UnknownFrame,
+                format!(
                     "frame type {other:?} is unknown; this gateway speaks client protocol \
                      version {}",
                     super::wire::PROTOCOL_VERSION
                 ),
-            });
+            ));
         }
     })
 }
@@ -189,7 +185,7 @@ mod tests {
 
     fn bad_code(text: &str) -> Option<CloseCode> {
         match client_frame(text) {
-            Err(ReadError::Bad { code, .. }) => Some(code),
+            Err((code, _)) => Some(code),
             _ => None,
         }
     }

@@ -5,11 +5,12 @@
 //! - [`wire`]: the client protocol: frames each way, length-delimited postcard with a size limit.
 //! - `json`: the same frames as JSON, one per WebSocket text message (docs/client-protocol.md).
 //! - [`tls`]: the gateway's server certificate, and the trust a client gives it.
-//! - `hub`: the async shell that drives the core's session machine
-//!   (`ferry_core::session::machine`): a task per session whatever its transport, and the mesh
-//!   side of bindings.
-//! - `quic`: the QUIC listener (postcard frames), feeding the hub.
-//! - `websocket` (feature `websocket`): the WebSocket listener (JSON frames), feeding the hub.
+//! - `connection`: one client's session whatever its transport, the async shell that drives the
+//!   core's session machine (`ferry_core::session::machine`): a task per session.
+//! - `quic`: the QUIC listener (postcard frames), feeding its sessions.
+//! - `websocket` (feature `websocket`): the WebSocket listener (JSON frames), feeding its sessions.
+//! - `hub`: the gateway: it binds the listeners, owns their sessions, and carries the mesh side of
+//!   bindings to them.
 //!
 //! An Actor's binding (gateway node, session, next push number) is part of the Actor: it is
 //! captured and restored with it, so `ctx.push` reaches the gateway from wherever the Actor runs,
@@ -22,6 +23,7 @@
 //! holds them for as long as the move may take (its source says its deadline with the seal), so a
 //! move that works long never costs a player the connection.
 
+pub(crate) mod connection;
 pub(crate) mod hub;
 pub(crate) mod json;
 pub(crate) mod quic;

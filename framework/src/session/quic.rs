@@ -9,10 +9,9 @@ use parking_lot::Mutex;
 use quinn::{Connection, Endpoint, SendStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{Decoder, FramedRead};
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use super::hub::{CLOSE_LINGER, Live, ReadError};
+use super::connection::{CLOSE_LINGER, Live, ReadError, Sessions};
 use super::wire::{ClientFrame, CloseCode, Encoding, ServerFrame};
 use super::{SessionError, SessionSettings};
 use crate::mesh::OsSockets;
@@ -70,11 +69,11 @@ impl QuicListener {
     pub fn accept(
         &self,
         node: &Node,
-        stop: CancellationToken,
+        sessions: &Arc<Sessions>,
     ) -> Option<impl Future<Output = ()> + Send + 'static> {
         let endpoint = self.endpoint.lock().clone()?;
         info!(node = %node.id(), addr = %self.local_addr, "client listener open (QUIC)");
-        Some(accept_loop(node.clone(), endpoint, stop))
+        Some(accept_loop(node.clone(), sessions.clone(), endpoint))
     }
 
     /// Closes the endpoint and waits for its connections to go.
@@ -99,20 +98,18 @@ impl QuicListener {
 }
 
 /// Accepts clients until the node stops.
-async fn accept_loop(node: Node, endpoint: Endpoint, stop: CancellationToken) {
+async fn accept_loop(node: Node, sessions: Arc<Sessions>, endpoint: Endpoint) {
     loop {
         let incoming = tokio::select! {
             biased;
-            () = stop.cancelled() => break,
+            () = sessions.stop.cancelled() => break,
             incoming = endpoint.accept() => match incoming {
                 Some(incoming) => incoming,
                 None => break,
             },
         };
-        let Some(hub) = node.core.sessions.as_ref() else {
-            break;
-        };
-        hub.spawn_session(run_session(node.clone(), incoming, stop.clone()));
+        let session = run_session(node.clone(), sessions.clone(), incoming);
+        sessions.spawn_task(session);
     }
 }
 
@@ -185,12 +182,9 @@ fn close_connection(conn: &Connection, code: CloseCode, reason: &str) {
 }
 
 /// Runs one client's session from its TLS handshake to its end.
-async fn run_session(node: Node, incoming: quinn::Incoming, stop: CancellationToken) {
-    let Some(hub) = node.core.sessions.as_ref() else {
-        return;
-    };
+async fn run_session(node: Node, sessions: Arc<Sessions>, incoming: quinn::Incoming) {
     let remote = incoming.remote_address();
-    let limits = hub.limits;
+    let limits = sessions.limits;
     let conn = match incoming.await {
         Ok(conn) => conn,
         Err(error) => {
@@ -199,7 +193,7 @@ async fn run_session(node: Node, incoming: quinn::Incoming, stop: CancellationTo
         }
     };
     let stream = tokio::select! {
-        () = stop.cancelled() => return close_connection(&conn, CloseCode::Shutdown, "node shutting down"),
+        () = sessions.stop.cancelled() => return close_connection(&conn, CloseCode::Shutdown, "node shutting down"),
         stream = tokio::time::timeout(limits.auth_timeout, conn.accept_bi()) => stream,
     };
     let (send, recv) = match stream {
@@ -216,17 +210,17 @@ async fn run_session(node: Node, incoming: quinn::Incoming, stop: CancellationTo
             return close_connection(&conn, CloseCode::Unauthenticated, &reason);
         }
     };
-    let (live, out) = hub.open(&node, Encoding::Postcard);
+    let (live, out) = sessions.open(&node, Encoding::Postcard);
     debug!(session = %live.id, %remote, "client connected (QUIC)");
     let writer = tokio::spawn(write_frames(
         conn.clone(),
         send,
         out,
         live.clone(),
-        node.clone(),
+        sessions.clone(),
     ));
     let reader = FramedRead::new(recv, ClientDecoder::new(limits.max_frame));
-    hub.serve(&node, &live, reader).await;
+    sessions.serve(&node, &live, reader).await;
     let _ = writer.await;
     debug!(session = %live.id, "session ended");
 }
@@ -237,7 +231,7 @@ async fn write_frames(
     mut send: SendStream,
     mut out: mpsc::Receiver<Bytes>,
     live: Arc<Live>,
-    node: Node,
+    sessions: Arc<Sessions>,
 ) {
     let mut whole = true;
     loop {
@@ -270,8 +264,7 @@ async fn write_frames(
                 code,
                 reason: reason.clone(),
             };
-            let hub = node.core.sessions.as_ref();
-            if let Some(Ok(bytes)) = hub.map(|hub| hub.encode(Encoding::Postcard, &closing)) {
+            if let Ok(bytes) = sessions.encode(Encoding::Postcard, &closing) {
                 send.write_all(&bytes).await?;
             }
             let _ = send.finish();

@@ -22,10 +22,9 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use super::hub::{CLOSE_LINGER, Live, ReadError};
+use super::connection::{CLOSE_LINGER, Live, ReadError, Sessions};
 use super::wire::{ClientFrame, CloseCode, Encoding, ServerFrame};
 use super::{SessionError, WebSocketSettings};
 use crate::node::Node;
@@ -84,25 +83,30 @@ impl WebSocketListener {
     pub fn accept(
         &self,
         node: &Node,
-        stop: CancellationToken,
+        sessions: &Arc<Sessions>,
     ) -> Option<impl Future<Output = ()> + Send + 'static> {
         let listener = self.listener.lock().take()?;
         let scheme = if self.tls.is_some() { "wss" } else { "ws" };
         info!(node = %node.id(), addr = %self.local_addr, "client listener open ({scheme}://)");
-        Some(accept_loop(node.clone(), listener, self.tls.clone(), stop))
+        Some(accept_loop(
+            node.clone(),
+            sessions.clone(),
+            listener,
+            self.tls.clone(),
+        ))
     }
 }
 
 async fn accept_loop(
     node: Node,
+    sessions: Arc<Sessions>,
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
-    stop: CancellationToken,
 ) {
     loop {
         let (tcp, remote) = tokio::select! {
             biased;
-            () = stop.cancelled() => break,
+            () = sessions.stop.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
@@ -111,39 +115,37 @@ async fn accept_loop(
                 }
             },
         };
-        let Some(hub) = node.core.sessions.as_ref() else {
-            break;
-        };
-        hub.spawn_session(run_session(node.clone(), tcp, remote, tls.clone()));
+        let session = run_session(node.clone(), sessions.clone(), tcp, remote, tls.clone());
+        sessions.spawn_task(session);
     }
 }
 
 /// Runs one client's session from its TLS and WebSocket handshakes to its end.
-async fn run_session(node: Node, tcp: TcpStream, remote: SocketAddr, tls: Option<TlsAcceptor>) {
+async fn run_session(
+    node: Node,
+    sessions: Arc<Sessions>,
+    tcp: TcpStream,
+    remote: SocketAddr,
+    tls: Option<TlsAcceptor>,
+) {
     let _ = tcp.set_nodelay(true);
     match tls {
         Some(acceptor) => {
-            let Some(hub) = node.core.sessions.as_ref() else {
-                return;
-            };
-            match tokio::time::timeout(hub.limits.auth_timeout, acceptor.accept(tcp)).await {
-                Ok(Ok(stream)) => serve(node, stream, remote).await,
+            match tokio::time::timeout(sessions.limits.auth_timeout, acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => serve(node, sessions, stream, remote).await,
                 Ok(Err(error)) => debug!(%remote, %error, "client refused: TLS handshake failed"),
                 Err(_) => debug!(%remote, "client refused: no TLS handshake in time"),
             }
         }
-        None => serve(node, tcp, remote).await,
+        None => serve(node, sessions, tcp, remote).await,
     }
 }
 
-async fn serve<S>(node: Node, stream: S, remote: SocketAddr)
+async fn serve<S>(node: Node, sessions: Arc<Sessions>, stream: S, remote: SocketAddr)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let Some(hub) = node.core.sessions.as_ref() else {
-        return;
-    };
-    let limits = hub.limits;
+    let limits = sessions.limits;
     let config = WebSocketConfig::default()
         .max_message_size(Some(limits.max_frame))
         .max_frame_size(Some(limits.max_frame));
@@ -154,18 +156,18 @@ where
         Err(_) => return debug!(%remote, "client refused: no WebSocket handshake in time"),
     };
     let (sink, stream) = ws.split();
-    let (live, out) = hub.open(&node, Encoding::Json);
+    let (live, out) = sessions.open(&node, Encoding::Json);
     debug!(session = %live.id, %remote, "client connected (WebSocket)");
     let writer = tokio::spawn(write_frames(
         sink,
         out,
         live.clone(),
-        node.clone(),
+        sessions.clone(),
         limits.idle_timeout,
     ));
     // Fused: the frames are read on after the session ended, also when they had ended first.
     let mut frames = Box::pin(read_frames(stream, limits.idle_timeout, limits.max_frame).fuse());
-    hub.serve(&node, &live, &mut frames).await;
+    sessions.serve(&node, &live, &mut frames).await;
     let _ = writer.await;
     // Read on until the client answers the close: input left unread would reset the connection
     // and could cut off the reason before the client read it.
@@ -195,7 +197,8 @@ where
                 return Some((Err(ReadError::Io(silent)), stream));
             };
             let frame = match next? {
-                Ok(Message::Text(text)) => super::json::client_frame(&text),
+                Ok(Message::Text(text)) => super::json::client_frame(&text)
+                    .map_err(|(code, reason)| ReadError::Bad { code, reason }),
                 Ok(Message::Binary(_)) => Err(ReadError::Bad {
                     code: CloseCode::Malformed,
                     reason: "a binary message is no frame; send each frame as one JSON text \
@@ -219,7 +222,7 @@ where
     })
 }
 
-/// A queued frame (JSON text from `Hub::encode`) as a WebSocket message.
+/// A queued frame (JSON text from `Sessions::encode`) as a WebSocket message.
 fn text(bytes: Bytes) -> Message {
     match Utf8Bytes::try_from(bytes) {
         Ok(text) => Message::Text(text),
@@ -234,7 +237,7 @@ async fn write_frames<S>(
     mut sink: SplitSink<WebSocketStream<S>, Message>,
     mut out: mpsc::Receiver<Bytes>,
     live: Arc<Live>,
-    node: Node,
+    sessions: Arc<Sessions>,
     idle: Duration,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -273,8 +276,7 @@ async fn write_frames<S>(
             code,
             reason: reason.clone(),
         };
-        let hub = node.core.sessions.as_ref();
-        if let Some(Ok(bytes)) = hub.map(|hub| hub.encode(Encoding::Json, &closing)) {
+        if let Ok(bytes) = sessions.encode(Encoding::Json, &closing) {
             sink.feed(text(bytes)).await?;
         }
         let frame = CloseFrame {
