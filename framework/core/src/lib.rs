@@ -18,7 +18,8 @@
 //! - [`placement`]: the choice of a node for a new unit.
 //! - [`routes`]: where a node sends messages for units it does not host, keeping each sender's
 //!   order while units move.
-//! - [`recovery`]: who coordinates recovery, which units dead nodes left, and where each is rebuilt.
+//! - [`recovery`]: who coordinates recovery, which units dead nodes left, and where each is rebuilt;
+//!   which units an earlier process of a node's id left, and when it certainly stopped.
 //! - [`relocation`]: a move's capture, frames and phases, and its two sides as state machines.
 //! - [`frames`]: everything nodes say to each other on the mesh.
 //! - [`delivery`]: frames numbered per link, kept until acknowledged and sent again after a reset.

@@ -43,8 +43,8 @@ impl Traces {
         Ok(Traces { provider })
     }
 
-    /// The layer that turns the relocation spans into OpenTelemetry spans; others stay in the
-    /// log only.
+    /// The layer that turns the relocation spans (target `ferry::relocation`: a drain and each
+    /// move) into OpenTelemetry spans; others stay in the log only.
     pub fn layer<S>(&self) -> impl Layer<S> + Send + Sync + use<S>
     where
         S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a> + Send + Sync,

@@ -70,7 +70,8 @@ impl Node {
                 Err(_) => blocked(BlockedReason::RelocationFailed, Vec::new()),
             },
             Ok(tx) => {
-                let span = tracing::info_span!("drain", node = %self.id(), mode = ?options.mode);
+                // Under the relocation target, which a host exports as traces.
+                let span = tracing::info_span!(target: "ferry::relocation", "drain", node = %self.id(), mode = ?options.mode);
                 let outcome = self.drain(&options).instrument(span).await;
                 tracing::info!(?outcome, "drain ended");
                 self.emit(RelocationEvent::Completed(outcome.clone()));

@@ -115,7 +115,8 @@ impl Node {
         budget: Option<Arc<Semaphore>>,
     ) -> MoveReport {
         let rel = RelocationId(rand::random());
-        let span = tracing::info_span!("relocation", relocation = %rel, unit = %id, to = %target);
+        // Under the relocation target, which a host exports as traces.
+        let span = tracing::info_span!(target: "ferry::relocation", "relocation", relocation = %rel, unit = %id, to = %target);
         self.move_in_span(rel, id, target, deadline, budget)
             .instrument(span)
             .await
