@@ -819,6 +819,11 @@ async fn a_move_the_store_has_not_decided_at_the_deadline_is_held_until_it_has_n
     // The target's commit lands first, then the source's reclaim, which loses: "a" moved. What
     // n1 sent "a" since the handover waited at n1 until then, and follows it.
     held2.release();
+    assert_eq!(
+        get(&n2, &a).await.log,
+        log(&["a0"]),
+        "the target runs the room, without what waits at n1"
+    );
     assert!(!ask_a.is_finished(), "held until the move is decided");
     held1.release();
     let answer = ask_a.await.expect("asked").expect("a answers");

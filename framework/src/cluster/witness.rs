@@ -14,7 +14,7 @@ pub(crate) use ferry_core::witness::{Lapsed, Times, Verdict, Vouch, may_run};
 use crate::ids::NodeId;
 
 /// The runtime's clock as the core takes it (tokio's, so that tests with paused time drive it).
-pub(crate) fn now() -> Instant {
+fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
@@ -62,7 +62,9 @@ impl Witness {
         meshed: bool,
     ) -> Vec<(NodeId, Verdict)> {
         let read_at = read_at.into_std();
-        (self.0.lock()).read(read_at, now(), peers, lapsed, times, meshed)
+        self.0
+            .lock()
+            .read(read_at, now(), peers, lapsed, times, meshed)
     }
 
     /// The version of a dead node's descriptor when it was taken for dead (`None`: not dead).

@@ -57,7 +57,11 @@ impl Node {
     /// what waits for the unit here.
     pub(crate) fn route(&self, deliver: Deliver) {
         let id = deliver.to.clone();
-        match (self.core.router).with(&id, |routes| routes.route(&id, deliver, self.id())) {
+        match self
+            .core
+            .router
+            .with(&id, |routes| routes.route(&id, deliver, self.id()))
+        {
             Routed::Send(owner, deliver) => self.send_deliver(&owner, deliver),
             Routed::Waits => {}
             Routed::LookUp => {
@@ -160,7 +164,10 @@ impl Node {
     fn retry_deliver(&self, retry: Deliver, error: MeshError) {
         // The target of a move from here cannot be reached: the move's end says where it goes.
         let id = retry.to.clone();
-        let Some(retry) = (self.core.router).with(&id, |routes| routes.hold_for_move(&id, retry))
+        let Some(retry) = self
+            .core
+            .router
+            .with(&id, |routes| routes.hold_for_move(&id, retry))
         else {
             return;
         };
@@ -192,15 +199,13 @@ impl Node {
     /// Messages that queued behind a newer lookup of the same id, started once this one had taken
     /// its queue, leave right after it; that lookup then finds the route known and keeps it.
     fn flush(&self, id: UnitId, owner: NodeId, waiting: Vec<Deliver>) {
-        let failed: Vec<(Deliver, MeshError)> = {
-            self.core.router.with(&id.clone(), |routes| {
-                routes
-                    .settle(id, owner.clone(), waiting)
-                    .into_iter()
-                    .filter_map(|d| self.try_deliver(&owner, d))
-                    .collect()
-            })
-        };
+        let failed: Vec<(Deliver, MeshError)> = self.core.router.with(&id.clone(), |routes| {
+            routes
+                .settle(id, owner.clone(), waiting)
+                .into_iter()
+                .filter_map(|d| self.try_deliver(&owner, d))
+                .collect()
+        });
         for (retry, error) in failed {
             self.retry_deliver(retry, error);
         }
@@ -236,8 +241,10 @@ impl Node {
         if self.core.router.is_gone(&owner) {
             return;
         }
-        let hinted =
-            (self.core.router).with(&id, |routes| routes.hint(id.clone(), owner, self.id()));
+        let hinted = self
+            .core
+            .router
+            .with(&id, |routes| routes.hint(id.clone(), owner, self.id()));
         if let Some(old) = hinted {
             self.send_fence(id, old);
         }
@@ -304,7 +311,7 @@ impl Node {
             // The directory's lock first, as a handover takes them.
             let directory = self.core.directory.lock(&id);
             let entry = directory.get(&id);
-            (self.core.router).with(&id, |routes| {
+            self.core.router.with(&id, |routes| {
                 match routes.end_switch(id.clone(), entry.is_some()) {
                     Switched::Send(owner, held) => held
                         .into_iter()
@@ -341,7 +348,7 @@ impl Node {
     ) -> Result<Option<Envelope>, MessageError> {
         let to = envelope.to.clone();
         self.core.directory.with(&to, |entry| {
-            (self.core.router).with(&to, |routes| {
+            self.core.router.with(&to, |routes| {
                 let Some(held) = routes.hold_if_arriving(&to) else {
                     return Ok(Some(envelope));
                 };
@@ -587,8 +594,10 @@ impl Node {
         // leads back where the message came from; then look the owner up again. For a unit whose
         // move from here has not ended, it waits for that end, whoever sent it.
         let id = deliver.to.clone();
-        let Some(deliver) =
-            (self.core.router).with(&id, |routes| routes.arrived_elsewhere(&id, deliver, &from))
+        let Some(deliver) = self
+            .core
+            .router
+            .with(&id, |routes| routes.arrived_elsewhere(&id, deliver, &from))
         else {
             return;
         };
