@@ -92,12 +92,6 @@ impl Router {
         self.with(&id.clone(), |routes| routes.hand_over(id, target))
     }
 
-    /// The move from here committed: gives back what waited for its end, to follow the unit.
-    #[must_use]
-    pub fn moved(&self, id: &UnitId) -> Vec<Deliver> {
-        self.with(id, |routes| routes.moved(id))
-    }
-
     /// This node took the unit back from its move: gives back what waited for the move's end, in
     /// arrival order, to run behind what the unit held.
     #[must_use]

@@ -193,6 +193,23 @@ impl Node {
         }
     }
 
+    /// The move of `id` from here committed: what waited here for its end leaves for the target,
+    /// under the route's lock, so that a message reaching this node meanwhile leaves after it.
+    pub(crate) fn moved_away(&self, id: &UnitId) {
+        let failed: Vec<(Deliver, MeshError)> = self.core.router.with(id, |routes| {
+            let held = routes.moved(id);
+            let Some(target) = routes.cached(id).cloned() else {
+                return Vec::new();
+            };
+            held.into_iter()
+                .filter_map(|d| self.try_deliver(&target, d))
+                .collect()
+        });
+        for (retry, error) in failed {
+            self.retry_deliver(retry, error);
+        }
+    }
+
     /// Sends what waited for a lookup to its owner, in order, and records the route, under the
     /// shard's lock (so later messages queue behind); failures are retried after it.
     ///

@@ -364,9 +364,7 @@ impl Lane {
         }
         // What the target sent back before its commit was known follows the unit there.
         for (_, cell) in self.cells.iter() {
-            for deliver in self.node.core.router.moved(cell.id()) {
-                self.node.route(deliver);
-            }
+            self.node.moved_away(cell.id());
         }
         self.finish_moving();
     }
