@@ -195,18 +195,40 @@ impl Node {
 
     /// The move of `id` from here committed: what waited here for its end leaves for the target,
     /// under the route's lock, so that a message reaching this node meanwhile leaves after it.
+    /// Their senders on other nodes are told where the unit runs now, as for any message this node
+    /// forwards.
     pub(crate) fn moved_away(&self, id: &UnitId) {
+        let mut senders = Vec::new();
+        let mut target = None;
         let failed: Vec<(Deliver, MeshError)> = self.core.router.with(id, |routes| {
             let held = routes.moved(id);
-            let Some(target) = routes.cached(id).cloned() else {
+            let Some(owner) = routes.cached(id).cloned() else {
                 return Vec::new();
             };
-            held.into_iter()
-                .filter_map(|d| self.try_deliver(&target, d))
-                .collect()
+            for deliver in &held {
+                if deliver.origin != *self.id() && !senders.contains(&deliver.origin) {
+                    senders.push(deliver.origin.clone());
+                }
+            }
+            let failed = held
+                .into_iter()
+                .filter_map(|d| self.try_deliver(&owner, d))
+                .collect();
+            target = Some(owner);
+            failed
         });
         for (retry, error) in failed {
             self.retry_deliver(retry, error);
+        }
+        let Some(owner) = target else {
+            return;
+        };
+        for sender in senders.into_iter().filter(|s| *s != owner) {
+            let hint = Frame::RouteHint {
+                id: id.clone(),
+                owner: owner.clone(),
+            };
+            let _ = self.mesh_send(&sender, hint);
         }
     }
 
@@ -409,6 +431,15 @@ impl Node {
     /// Looks up a unit's owner in the store and sends what waited for it.
     async fn resolve(self, id: UnitId) {
         let found = self.read_route(&id).await;
+        if let Ok(Some(record)) = &found
+            && record.owner != *self.id()
+            && !self.core.router.is_gone(&record.owner)
+        {
+            // What waits is taken and sent under one lock: a newer lookup cannot take what queued
+            // meanwhile and send it first.
+            self.flush(id, record.owner.clone(), Vec::new());
+            return;
+        }
         // Empty if someone learned the route meanwhile (it is kept), or a creation here took them.
         let waiting = self.core.router.with(&id, |routes| routes.resolved(&id));
         match found {
@@ -417,8 +448,9 @@ impl Node {
                     self.deliver_here(deliver);
                 }
             }
-            // Not rebuilt yet: nothing waits for a dead node, and the next send looks again.
-            Ok(Some(record)) if self.core.router.is_gone(&record.owner) => {
+            // Its node left the cluster (the one case left): not rebuilt yet. Nothing waits for a
+            // dead node, and the next send looks again.
+            Ok(Some(record)) => {
                 tracing::debug!(unit = %id, owner = %record.owner, "the unit's node left the cluster; not rebuilt yet");
                 for deliver in waiting {
                     let node = record.owner.clone();
@@ -430,7 +462,6 @@ impl Node {
                     }
                 }
             }
-            Ok(Some(record)) => self.flush(id, record.owner, waiting),
             Ok(None) => self.activate_or_drop(id, waiting).await,
             Err((error, attempts)) => {
                 let (requests, tells): (Vec<Deliver>, Vec<Deliver>) =
