@@ -1,4 +1,4 @@
-//! A queue with one receiving task (a lane's messages, a peer's outgoing frames): senders append
+//! A queue with one receiving task (a lane's messages): senders append
 //! under a short lock, and the receiver takes everything queued in one step.
 //!
 //! A channel that counts each item in a shared counter makes the sender's and the receiver's
@@ -61,32 +61,12 @@ struct Inbox<T> {
 /// can arrive.
 pub(crate) struct Sender<T>(Arc<Shared<T>>);
 
-/// Why [`Sender::send_within`] gave an item back.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Refused<T> {
-    /// The limit of queued items was reached.
-    Full(T),
-    /// The mailbox is closed.
-    Closed(T),
-}
-
 impl<T> Sender<T> {
     /// Queues `item` behind everything sent before it, or gives it back if the mailbox is closed.
     pub fn send(&self, item: T) -> Result<(), T> {
-        self.send_within(item, usize::MAX)
-            .map_err(|refused| match refused {
-                Refused::Full(item) | Refused::Closed(item) => item,
-            })
-    }
-
-    /// [`Sender::send`], refusing the item while `limit` items wait to be taken.
-    pub fn send_within(&self, item: T, limit: usize) -> Result<(), Refused<T>> {
         let mut inbox = self.0.inbox.lock();
         if inbox.closed {
-            return Err(Refused::Closed(item));
-        }
-        if inbox.queue.len() >= limit {
-            return Err(Refused::Full(item));
+            return Err(item);
         }
         if inbox.queue.is_empty() {
             self.0.queued.0.store(true, Ordering::Release);
@@ -94,11 +74,6 @@ impl<T> Sender<T> {
         inbox.queue.push(item);
         wake_after_unlock(inbox);
         Ok(())
-    }
-
-    /// How many items wait to be taken.
-    pub fn len(&self) -> usize {
-        self.0.inbox.lock().queue.len()
     }
 }
 

@@ -14,51 +14,93 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-/// The frames sent to one peer and not yet acknowledged by it.
+/// The frames sent to one peer and not yet acknowledged by it, kept as the runs they were
+/// written in (a run is one buffer holding a number of frames back to back).
+///
+/// A run is forgotten once its last frame is acknowledged. A run acknowledged in part is sent
+/// again whole: the receiver drops the numbers it already delivered.
 #[derive(Debug)]
 pub struct Outbox {
     /// The number the next new frame gets.
     next: u64,
-    /// Unacknowledged frames, oldest first; the first is number `next - frames.len()`.
-    frames: VecDeque<Bytes>,
+    /// Unacknowledged runs, oldest first.
+    runs: VecDeque<Kept>,
     bytes: usize,
+    /// The highest number the peer acknowledged.
+    acked: u64,
     /// The peer incarnation the kept frames were sent to, once a link came up.
     peer: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Kept {
+    /// The number of its first frame.
+    first: u64,
+    frames: u64,
+    run: Bytes,
+}
+
+impl Kept {
+    fn last(&self) -> u64 {
+        self.first + self.frames - 1
+    }
+}
+
+/// Frames kept for a peer that will never acknowledge them.
+#[derive(Debug, Default)]
+pub struct Unacked {
+    /// The runs, oldest first.
+    pub runs: Vec<Bytes>,
+    /// How many frames at the start of the first run the peer did acknowledge: those are not lost.
+    pub acknowledged: usize,
+}
+
+impl Unacked {
+    /// Whether nothing was lost.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
 }
 
 impl Default for Outbox {
     fn default() -> Self {
         Self {
             next: 1,
-            frames: VecDeque::new(),
+            runs: VecDeque::new(),
             bytes: 0,
+            acked: 0,
             peer: None,
         }
     }
 }
 
 impl Outbox {
-    /// Keeps `frame` until it is acknowledged; returns its number.
-    pub fn push(&mut self, frame: Bytes) -> u64 {
-        self.bytes += frame.len();
-        self.frames.push_back(frame);
-        self.next += 1;
-        self.next - 1
+    /// Keeps a run of `frames` frames (at least one) until its last is acknowledged; returns the
+    /// number of its first frame.
+    pub fn push(&mut self, run: Bytes, frames: usize) -> u64 {
+        let first = self.next;
+        let frames = (frames as u64).max(1);
+        self.bytes += run.len();
+        self.runs.push_back(Kept { first, frames, run });
+        self.next += frames;
+        first
     }
 
     /// The number of the oldest kept frame (or of the next new one when none is kept).
     pub fn first(&self) -> u64 {
-        self.next - self.frames.len() as u64
+        self.runs.front().map_or(self.next, |kept| kept.first)
     }
 
-    /// Forgets every frame up to and including `upto`, which the peer has delivered.
+    /// Notes that the peer delivered every frame up to and including `upto`, and forgets the
+    /// runs it delivered whole.
     pub fn ack(&mut self, upto: u64) {
-        let upto = upto.min(self.next - 1);
-        while self.first() <= upto {
-            match self.frames.pop_front() {
-                Some(frame) => self.bytes -= frame.len(),
-                None => break,
+        self.acked = self.acked.max(upto.min(self.next - 1));
+        while let Some(kept) = self.runs.front() {
+            if kept.last() > self.acked {
+                break;
             }
+            self.bytes -= kept.run.len();
+            self.runs.pop_front();
         }
     }
 
@@ -67,37 +109,49 @@ impl Outbox {
         self.bytes
     }
 
-    /// Frames kept.
+    /// Frames sent and not acknowledged.
     pub fn len(&self) -> usize {
-        self.frames.len()
+        if self.runs.is_empty() {
+            return 0;
+        }
+        (self.next - self.first().max(self.acked + 1)) as usize
     }
 
     /// Whether every frame sent was acknowledged.
     pub fn is_empty(&self) -> bool {
-        self.frames.is_empty()
+        self.runs.is_empty()
     }
 
-    /// The kept frames, oldest first, to send again on a new connection.
+    /// The kept runs, oldest first, to send again on a new connection from number
+    /// [`Outbox::first`].
     pub fn pending(&self) -> impl Iterator<Item = &Bytes> {
-        self.frames.iter()
+        self.runs.iter().map(|kept| &kept.run)
     }
 
     /// A link came up with peer incarnation `instance`. Frames kept for an earlier incarnation
-    /// can never be acknowledged (that process is gone): they are given back, oldest first, for
-    /// the caller to report as lost.
-    pub fn connected(&mut self, instance: u64) -> Vec<Bytes> {
+    /// can never be acknowledged (that process is gone): they are given back for the caller to
+    /// report as lost.
+    pub fn connected(&mut self, instance: u64) -> Unacked {
         let lost = match self.peer {
             Some(old) if old != instance => self.clear(),
-            _ => Vec::new(),
+            _ => Unacked::default(),
         };
         self.peer = Some(instance);
         lost
     }
 
-    /// Gives back every kept frame, oldest first (the peer is gone for good).
-    pub fn clear(&mut self) -> Vec<Bytes> {
+    /// Gives back every kept frame (the peer is gone for good).
+    pub fn clear(&mut self) -> Unacked {
+        let acknowledged = self
+            .runs
+            .front()
+            .map_or(0, |kept| self.acked.saturating_sub(kept.first - 1) as usize);
         self.bytes = 0;
-        self.frames.drain(..).collect()
+        self.acked = self.next - 1;
+        Unacked {
+            runs: self.runs.drain(..).map(|kept| kept.run).collect(),
+            acknowledged,
+        }
     }
 }
 
@@ -143,7 +197,10 @@ mod tests {
     fn frames_are_numbered_and_kept_until_acknowledged() {
         let mut out = Outbox::default();
         assert_eq!(out.first(), 1);
-        assert_eq!((out.push(b(1)), out.push(b(2)), out.push(b(3))), (1, 2, 3));
+        assert_eq!(
+            (out.push(b(1), 1), out.push(b(2), 1), out.push(b(3), 1)),
+            (1, 2, 3)
+        );
         assert_eq!((out.len(), out.bytes()), (3, 6));
         out.ack(2);
         assert_eq!((out.first(), out.len(), out.bytes()), (3, 1, 3));
@@ -154,7 +211,7 @@ mod tests {
         out.ack(99);
         assert_eq!((out.first(), out.len(), out.bytes()), (4, 0, 0));
         assert!(out.is_empty());
-        assert_eq!(out.push(b(4)), 4);
+        assert_eq!(out.push(b(4), 1), 4);
     }
 
     #[test]
@@ -162,7 +219,7 @@ mod tests {
         let mut out = Outbox::default();
         assert!(out.connected(7).is_empty());
         for n in 1..=5 {
-            out.push(b(n));
+            out.push(b(n), 1);
         }
         out.ack(2);
         // Same incarnation again (a redial): nothing is lost, 3..=5 go again from number 3.
@@ -177,15 +234,39 @@ mod tests {
         let mut out = Outbox::default();
         out.connected(7);
         for n in 1..=5 {
-            out.push(b(n));
+            out.push(b(n), 1);
         }
         out.ack(1);
-        let lost: Vec<u8> = out.connected(8).iter().map(|f| f[0]).collect();
-        assert_eq!(lost, [2, 3, 4, 5], "each lost frame, in order");
+        let lost = out.connected(8);
+        let lost_frames: Vec<u8> = lost.runs.iter().map(|f| f[0]).collect();
+        assert_eq!(lost_frames, [2, 3, 4, 5], "each lost frame, in order");
+        assert_eq!(lost.acknowledged, 0);
         assert_eq!((out.len(), out.bytes()), (0, 0));
         // Numbering goes on; the new incarnation takes whatever number comes first.
-        assert_eq!(out.push(b(6)), 6);
-        assert_eq!(out.clear().len(), 1);
+        assert_eq!(out.push(b(6), 1), 6);
+        assert_eq!(out.clear().runs.len(), 1);
+    }
+
+    #[test]
+    fn a_run_is_kept_until_its_last_frame_is_acknowledged_and_sent_again_whole() {
+        let mut out = Outbox::default();
+        out.connected(7);
+        assert_eq!(out.push(b(3), 3), 1);
+        assert_eq!(out.push(b(2), 2), 4);
+        assert_eq!((out.len(), out.bytes()), (5, 5));
+        out.ack(2);
+        // Frames 1 and 2 arrived; their run stays, for frame 3.
+        assert_eq!((out.first(), out.len(), out.bytes()), (1, 3, 5));
+        out.ack(3);
+        assert_eq!((out.first(), out.len(), out.bytes()), (4, 2, 2));
+        out.ack(4);
+        assert!(out.connected(7).is_empty(), "a redial loses nothing");
+        assert_eq!(out.first(), 4, "the run of 4 and 5 goes again whole");
+        assert_eq!(out.pending().count(), 1);
+        // The peer restarted: of the run kept, frame 4 was acknowledged, frame 5 is lost.
+        let lost = out.connected(8);
+        assert_eq!((lost.runs.len(), lost.acknowledged), (1, 1));
+        assert_eq!((out.len(), out.first()), (0, 6));
     }
 
     #[test]
@@ -220,7 +301,7 @@ mod tests {
         out.connected(1);
         let mut wire: Vec<(u64, Bytes)> = Vec::new();
         for n in 1..=30u8 {
-            let seq = out.push(b(n));
+            let seq = out.push(b(n), 1);
             wire.push((seq, b(n)));
         }
         for reset in 0..3 {

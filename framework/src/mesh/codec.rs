@@ -135,10 +135,9 @@ pub(crate) fn copy_shared(data: &[u8]) -> Bytes {
     })
 }
 
-/// A postcard flavor that appends to a thread's encoding buffer and fails as soon as the frame
-/// would pass the limit.
+/// A postcard flavor that appends to a buffer and fails as soon as the buffer would pass the
+/// limit (the end of the frame being encoded, at its longest).
 struct Capped<'a> {
-    /// Empty when the frame starts: each frame is split off whole.
     buf: &'a mut BytesMut,
     limit: usize,
 }
@@ -218,24 +217,7 @@ impl<T> FrameCodec<T> {
             if buf.capacity() - buf.len() < 1024 {
                 *buf = BytesMut::with_capacity(ARENA);
             }
-            buf.extend_from_slice(&[0; HEADER]);
-            let flavor = Capped {
-                buf: &mut *buf,
-                limit: HEADER + self.max,
-            };
-            let encoded = postcard::serialize_with_flavor(item, flavor).map_err(|e| match e {
-                postcard::Error::SerializeBufferFull => EncodeError::TooLarge { max: self.max },
-                other => EncodeError::Serialize(other),
-            });
-            if let Err(e) = encoded {
-                buf.clear();
-                return Err(e);
-            }
-            let Ok(len) = u32::try_from(buf.len() - HEADER) else {
-                buf.clear();
-                return Err(EncodeError::TooLarge { max: self.max });
-            };
-            buf[..HEADER].copy_from_slice(&len.to_be_bytes());
+            self.encode_into(item, buf)?;
             let frame = buf.split().freeze();
             // A large frame may have grown the buffer: its allocation is not kept alive by the
             // frames after it.
@@ -244,6 +226,38 @@ impl<T> FrameCodec<T> {
             }
             Ok(frame)
         })
+    }
+
+    /// Appends one frame, prefix included, to `buf`; a frame that fails leaves `buf` as it was.
+    pub(crate) fn encode_into<U: Serialize>(
+        &self,
+        item: &U,
+        buf: &mut BytesMut,
+    ) -> Result<(), EncodeError> {
+        let start = buf.len();
+        buf.extend_from_slice(&[0; HEADER]);
+        let flavor = Capped {
+            buf: &mut *buf,
+            limit: start + HEADER + self.max,
+        };
+        let encoded = postcard::serialize_with_flavor(item, flavor).map_err(|e| match e {
+            postcard::Error::SerializeBufferFull => EncodeError::TooLarge { max: self.max },
+            other => EncodeError::Serialize(other),
+        });
+        let len = encoded.and_then(|()| {
+            u32::try_from(buf.len() - start - HEADER)
+                .map_err(|_| EncodeError::TooLarge { max: self.max })
+        });
+        match len {
+            Ok(len) => {
+                buf[start..start + HEADER].copy_from_slice(&len.to_be_bytes());
+                Ok(())
+            }
+            Err(e) => {
+                buf.truncate(start);
+                Err(e)
+            }
+        }
     }
 }
 

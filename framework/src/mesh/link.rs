@@ -33,6 +33,7 @@ use super::handshake::{
     Backoff, CloseCode, Hello, Holding, Refusal, Verdict, Wire, check_hello, check_welcome,
     judge_inbound,
 };
+use super::outgoing::{Outgoing, OutgoingTx, Refused, Run};
 use super::socket::bind_endpoint;
 use super::tls;
 use super::{
@@ -40,8 +41,7 @@ use super::{
     Serve,
 };
 use crate::ids::NodeId;
-use crate::mailbox;
-use ferry_core::delivery::{Inbox, Outbox};
+use ferry_core::delivery::{Inbox, Outbox, Unacked};
 
 /// Frames a reader delivers under one hold of the inbox, at most, before it acknowledges them.
 const READ_BURST: usize = 256;
@@ -119,7 +119,7 @@ struct PeerHandle<F> {
     ctrl: mpsc::UnboundedSender<PeerCtrl<F>>,
     /// The peer's queue of encoded frames, taken by its task all at once (dropping the last
     /// handle closes it, and the task ends once it has written what was queued).
-    out: Arc<mailbox::Sender<Bytes>>,
+    out: Arc<OutgoingTx>,
     status: watch::Receiver<PeerStatus>,
     sync: Arc<PeerSync>,
 }
@@ -221,8 +221,8 @@ enum Event<F> {
     Cancel,
     Ctrl(Option<PeerCtrl<F>>),
     Lost(ConnectionError),
-    /// Frames were taken from the queue into the batch; `false`: it is closed and empty.
-    Out(bool),
+    /// Frames were taken from the queue; `None`: it is closed and empty.
+    Out(Option<Run>),
     Dialled(Result<Dialled<F>, DialError>),
     Wake,
     ReaderDone,
@@ -377,7 +377,16 @@ impl<F: MeshFrame> Shared<F> {
 
     /// Counts, logs and meters frames `send` accepted that `peer` will never acknowledge, and
     /// hands them back, decoded, to whoever asked for [`Shared::losses`].
-    fn report_lost(&self, peer: &NodeId, frames: Vec<Bytes>, reason: LossReason) {
+    fn report_lost(&self, peer: &NodeId, lost: Unacked, reason: LossReason) {
+        let mut decoder = self.encoder.clone();
+        let mut frames = Vec::new();
+        for run in lost.runs {
+            let mut run = BytesMut::from(run);
+            while let Ok(Some(Wire::Frame(frame))) = decoder.decode(&mut run) {
+                frames.push(frame);
+            }
+        }
+        frames.drain(..lost.acknowledged.min(frames.len()));
         if frames.is_empty() {
             return;
         }
@@ -389,14 +398,6 @@ impl<F: MeshFrame> Shared<F> {
         let Some(losses) = self.losses.lock().clone() else {
             return;
         };
-        let mut decoder = self.encoder.clone();
-        let frames = frames
-            .into_iter()
-            .filter_map(|bytes| match decoder.decode(&mut BytesMut::from(bytes)) {
-                Ok(Some(Wire::Frame(frame))) => Some(frame),
-                _ => None,
-            })
-            .collect();
         // A receiver that went away has stopped caring; the count and the log stay.
         let _ = losses.send(Lost {
             peer: peer.clone(),
@@ -442,7 +443,7 @@ impl<F: MeshFrame> Shared<F> {
         let endpoint = self.endpoint.lock().clone().ok_or(MeshError::Closed)?;
         let sink = self.sink.subscribe();
         let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
-        let (out_tx, out_rx) = mailbox::mailbox();
+        let out = Arc::new(Outgoing::default());
         let (status_tx, status_rx) = watch::channel(PeerStatus {
             state: if dial.is_some() {
                 PeerState::Connecting
@@ -461,7 +462,7 @@ impl<F: MeshFrame> Shared<F> {
             node: node.clone(),
             addr: dial,
             ctrl: ctrl_rx,
-            out: out_rx,
+            out: out.clone(),
             status: status_tx,
             backoff: Backoff::new(self.settings.reconnect_min, self.settings.reconnect_max),
             readers: JoinSet::new(),
@@ -475,7 +476,7 @@ impl<F: MeshFrame> Shared<F> {
         self.tasks.lock().spawn_on(task.run(), &self.runtime);
         let handle = PeerHandle {
             ctrl: ctrl_tx,
-            out: Arc::new(out_tx),
+            out: Arc::new(OutgoingTx(out)),
             status: status_rx,
             sync,
         };
@@ -502,10 +503,6 @@ impl<F: MeshFrame> Shared<F> {
 
     /// Queues `frame` for `to`; a frame that was not queued comes back with the reason.
     pub(crate) fn send(&self, to: &NodeId, frame: F) -> Result<(), (F, MeshError)> {
-        let bytes = match self.encoder.encode_as(&Wire::Frame(&frame)) {
-            Ok(bytes) => bytes,
-            Err(e) => return Err((frame, e.into())),
-        };
         let peers = self.peers.read();
         if peers.closed {
             return Err((frame, MeshError::Closed));
@@ -514,16 +511,21 @@ impl<F: MeshFrame> Shared<F> {
             return Err((frame, MeshError::UnknownPeer(to.clone())));
         };
         let queue = self.settings.send_queue;
-        handle.out.send_within(bytes, queue).map_err(|e| match e {
-            mailbox::Refused::Full(_) => (
+        let pushed = handle.out.0.push(queue, |buf| {
+            self.encoder.encode_into(&Wire::Frame(&frame), buf)
+        });
+        match pushed {
+            Ok(()) => Ok(()),
+            Err(Refused::Full) => Err((
                 frame,
                 MeshError::Backlogged {
                     node: to.clone(),
                     queued: queue,
                 },
-            ),
-            mailbox::Refused::Closed(_) => (frame, MeshError::Closed),
-        })
+            )),
+            Err(Refused::Closed) => Err((frame, MeshError::Closed)),
+            Err(Refused::Encode(e)) => Err((frame, e.into())),
+        }
     }
 
     pub(crate) fn peers(&self) -> Vec<PeerInfo> {
@@ -539,7 +541,7 @@ impl<F: MeshFrame> Shared<F> {
                     state: status.state,
                     direction: status.direction,
                     links: status.links,
-                    queued: handle.out.len(),
+                    queued: handle.out.0.len(),
                     unacked: handle.sync.unacked.load(Ordering::Relaxed),
                 }
             })
@@ -939,7 +941,7 @@ struct PeerTask<F> {
     node: NodeId,
     addr: Option<SocketAddr>,
     ctrl: mpsc::UnboundedReceiver<PeerCtrl<F>>,
-    out: mailbox::Receiver<Bytes>,
+    out: Arc<Outgoing>,
     status: watch::Sender<PeerStatus>,
     backoff: Backoff,
     readers: JoinSet<()>,
@@ -979,7 +981,7 @@ impl<F: MeshFrame> PeerTask<F> {
         loop {
             let event = self.next_event(&mut mode).await;
             mode = match event {
-                Event::Cancel | Event::Ctrl(None) | Event::Out(false) => break,
+                Event::Cancel | Event::Ctrl(None) | Event::Out(None) => break,
                 Event::Ctrl(Some(PeerCtrl::Dial(addr))) => {
                     self.addr = Some(addr);
                     match mode {
@@ -992,10 +994,17 @@ impl<F: MeshFrame> PeerTask<F> {
                     info!(peer = %self.node, reason = %e, "mesh link lost");
                     self.retry()
                 }
-                Event::Out(true) => match mode {
-                    Mode::Ready(link) => self.write_new(link).await,
-                    other => other,
-                },
+                Event::Out(Some(run)) => {
+                    // Kept until acknowledged, and sent again on the next link if this one ends.
+                    self.outbox.push(run.bytes.clone(), run.frames);
+                    match mode {
+                        Mode::Ready(link) => {
+                            self.batch.push_back(run.bytes);
+                            self.write_batch(link).await
+                        }
+                        other => other,
+                    }
+                }
                 Event::Dialled(Ok(dialled)) => {
                     let link = Link {
                         conn: dialled.conn,
@@ -1035,9 +1044,9 @@ impl<F: MeshFrame> PeerTask<F> {
         }
         drop(mode);
         self.readers.shutdown().await;
-        self.out.close();
         let mut lost = self.outbox.clear();
-        lost.extend(self.out.drain());
+        lost.runs
+            .extend(self.out.close_and_drain().map(|run| run.bytes));
         let reason = if self.shared.cancel.is_cancelled() {
             LossReason::Closed
         } else {
@@ -1091,7 +1100,7 @@ impl<F: MeshFrame> PeerTask<F> {
                     () = self.sync.ack_owed.notified(), if ack_owed => Event::AckOwed,
                     // Past the bound of unacknowledged bytes, frames wait in the queue, which
                     // fills until `send` reports `Backlogged`.
-                    taken = self.out.take_next(&mut self.batch), if room => Event::Out(taken),
+                    taken = self.out.take_next(), if room => Event::Out(taken),
                     Some(_) = readers.join_next(), if has_readers => Event::ReaderDone,
                 }
             }
@@ -1262,14 +1271,6 @@ impl<F: MeshFrame> PeerTask<F> {
             }
         }
         self.batch.extend(self.outbox.pending().cloned());
-        self.write_batch(link).await
-    }
-
-    /// Keeps the frames just taken from the queue until acknowledged, then writes them.
-    async fn write_new(&mut self, link: Link) -> Mode<F> {
-        for frame in &self.batch {
-            self.outbox.push(frame.clone());
-        }
         self.write_batch(link).await
     }
 

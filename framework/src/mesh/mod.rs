@@ -5,6 +5,8 @@
 //! - [`tls`]: the cluster CA and node certificates; every certificate names its node,
 //!   and both ends of a connection prove theirs.
 //! - [`codec`]: frames as a 4-byte length and a postcard body, with a hard size limit.
+//! - `outgoing`: a peer's queue of outgoing frames, encoded straight into one buffer and
+//!   taken by the peer's task as one run.
 //! - `handshake`: the protocol rules as plain functions: hello and welcome, which of two
 //!   simultaneous connections survives, backoff, close codes.
 //! - `link`: the async shell: the endpoint, the accept loop, a task per peer that dials,
@@ -24,6 +26,7 @@
 pub mod codec;
 mod handshake;
 mod link;
+mod outgoing;
 pub(crate) mod socket;
 pub mod tls;
 

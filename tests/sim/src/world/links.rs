@@ -121,7 +121,9 @@ impl World {
         });
         let body = link.base + link.bodies.len() as u64;
         link.bodies.push_back(msg);
-        let seq = link.out.push(Bytes::copy_from_slice(&body.to_be_bytes()));
+        let seq = link
+            .out
+            .push(Bytes::copy_from_slice(&body.to_be_bytes()), 1);
         link.wire.push_back((process, seq, body));
         self.wired.insert((from, to));
     }
@@ -178,6 +180,7 @@ impl World {
             let lost: Vec<Msg> = link
                 .out
                 .connected(peer)
+                .runs
                 .iter()
                 .filter_map(|b| link.body(body_of(b)).cloned())
                 .collect();
@@ -240,7 +243,7 @@ impl World {
         for (&(a, b), link) in self.links.iter_mut() {
             if b == node {
                 link.wire.clear();
-                for body in link.out.connected(process) {
+                for body in link.out.connected(process).runs {
                     if let Some(msg) = link.body(body_of(&body)).cloned() {
                         lost.push((a, msg));
                     }
@@ -267,6 +270,7 @@ impl World {
         let lost: Vec<Msg> = link
             .out
             .clear()
+            .runs
             .iter()
             .filter_map(|b| link.body(body_of(b)).cloned())
             .collect();
