@@ -294,12 +294,85 @@ impl<T> FrameCodec<T> {
     pub fn decode_body_eof(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, DecodeError> {
         match self.decode_body(src)? {
             Some(body) => Ok(Some(body)),
-            None if src.is_empty() && !self.head_checked => Ok(None),
-            None => Err(DecodeError::Truncated {
-                buffered: src.len() + if self.head_checked { HEADER } else { 0 },
-            }),
+            None => self.ended(src).map(|()| None),
         }
     }
+
+    /// At the end of the stream, with no whole frame left in `src`: whether the stream ended
+    /// where a frame ends, or `Truncated`.
+    pub(crate) fn ended(&self, src: &BytesMut) -> Result<(), DecodeError> {
+        if src.is_empty() && !self.head_checked {
+            return Ok(());
+        }
+        Err(DecodeError::Truncated {
+            buffered: src.len() + if self.head_checked { HEADER } else { 0 },
+        })
+    }
+}
+
+impl<T: DeserializeOwned> FrameCodec<T> {
+    /// Decodes every whole frame at the start of `src` into `out`, in order. They share one
+    /// buffer (a payload is a slice of it, see `ferry_core::shared_bytes`), so a frame costs no
+    /// split and no allocation of its own. The frames before a faulty one are in `out` when its
+    /// error is returned.
+    pub(crate) fn decode_all(
+        &mut self,
+        src: &mut BytesMut,
+        out: &mut Vec<T>,
+    ) -> Result<(), DecodeError> {
+        if self.head_checked {
+            // A `Decoder` call took this frame's head already: it ends first.
+            match Decoder::decode(self, src)? {
+                Some(value) => out.push(value),
+                None => return Ok(()),
+            }
+        }
+        let mut end = 0;
+        let mut result = Ok(());
+        while let Some(len) = head(&src[end..]) {
+            if len > self.max {
+                result = Err(DecodeError::TooLarge { len, max: self.max });
+                break;
+            }
+            if src.len() - end - HEADER < len {
+                break;
+            }
+            end += HEADER + len;
+        }
+        if end == 0 {
+            return result;
+        }
+        let whole = src.split_to(end).freeze();
+        let _decoding = Decoding::start(&whole);
+        let mut rest = &whole[..];
+        while let Some(len) = head(rest) {
+            let body = &rest[HEADER..HEADER + len];
+            let (value, left) = postcard::take_from_bytes::<T>(body)
+                .map_err(|source| DecodeError::Malformed { len, source })?;
+            if !left.is_empty() {
+                return Err(DecodeError::TrailingBytes { extra: left.len() });
+            }
+            out.push(value);
+            rest = &rest[HEADER + len..];
+        }
+        result
+    }
+
+    /// The bytes the frame at the start of `src` still lacks, head included (at least one).
+    pub(crate) fn wanted(&self, src: &[u8]) -> usize {
+        match head(src) {
+            Some(len) => (HEADER + len.min(self.max))
+                .saturating_sub(src.len())
+                .max(1),
+            None => HEADER - src.len().min(HEADER),
+        }
+    }
+}
+
+/// The body length a frame's head announces, once `src` holds the head.
+fn head(src: &[u8]) -> Option<usize> {
+    let head: [u8; HEADER] = src.get(..HEADER)?.try_into().ok()?;
+    Some(u32::from_be_bytes(head) as usize)
 }
 
 impl<T: DeserializeOwned> Decoder for FrameCodec<T> {
@@ -327,10 +400,7 @@ impl<T: DeserializeOwned> Decoder for FrameCodec<T> {
     fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<T>, DecodeError> {
         match self.decode(src)? {
             Some(frame) => Ok(Some(frame)),
-            None if src.is_empty() && !self.head_checked => Ok(None),
-            None => Err(DecodeError::Truncated {
-                buffered: src.len() + if self.head_checked { HEADER } else { 0 },
-            }),
+            None => self.ended(src).map(|()| None),
         }
     }
 }
@@ -564,5 +634,58 @@ mod tests {
                 prop_assert_eq!(out, msgs);
             }
         }
+    }
+
+    #[test]
+    fn frames_read_in_pieces_are_each_decoded_once_in_order_when_whole() {
+        let mut codec = FrameCodec::<Msg>::new(1 << 20);
+        let sent: Vec<Msg> = (0..50)
+            .map(|n| {
+                if n % 7 == 0 {
+                    Msg::Blob(vec![n as u8; 90])
+                } else {
+                    Msg::Ping(n)
+                }
+            })
+            .collect();
+        let wire: Vec<u8> = sent
+            .iter()
+            .flat_map(|m| codec.encode_frame(m).unwrap().to_vec())
+            .collect();
+        // Read 13 bytes at a time: most reads end inside a frame.
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for piece in wire.chunks(13) {
+            assert!(codec.wanted(&buf) >= 1);
+            buf.extend_from_slice(piece);
+            codec.decode_all(&mut buf, &mut got).unwrap();
+        }
+        assert!(buf.is_empty());
+        assert!(codec.ended(&buf).is_ok());
+        assert_eq!(got, sent);
+    }
+
+    #[test]
+    fn the_frames_before_a_faulty_one_are_decoded_and_a_cut_frame_is_truncated() {
+        let mut codec = FrameCodec::<Msg>::new(16);
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&codec.encode_frame(&Msg::Ping(1)).unwrap());
+        buf.extend_from_slice(&codec.encode_frame(&Msg::Ping(2)).unwrap());
+        buf.extend_from_slice(&[0, 0, 1, 0]);
+        let mut got = Vec::new();
+        let err = codec.decode_all(&mut buf, &mut got).unwrap_err();
+        assert!(
+            matches!(err, DecodeError::TooLarge { len: 256, max: 16 }),
+            "{err}"
+        );
+        assert_eq!(got, vec![Msg::Ping(1), Msg::Ping(2)]);
+
+        let mut buf = BytesMut::from(&codec.encode_frame(&Msg::Ping(3)).unwrap()[..3]);
+        codec.decode_all(&mut buf, &mut got).unwrap();
+        assert_eq!(codec.wanted(&buf), 1, "the head's last byte");
+        assert!(matches!(
+            codec.ended(&buf),
+            Err(DecodeError::Truncated { buffered: 3 })
+        ));
     }
 }

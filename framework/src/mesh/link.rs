@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use parking_lot::{Mutex, RwLock};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{Connection, ConnectionError, Endpoint, RecvStream, SendStream};
@@ -34,6 +34,7 @@ use super::handshake::{
     judge_inbound,
 };
 use super::outgoing::{Outgoing, OutgoingTx, Refused, Run};
+use super::reader::FrameReader;
 use super::socket::bind_endpoint;
 use super::tls;
 use super::{
@@ -803,7 +804,7 @@ struct ReadFrames<F> {
 
 /// Reads one connection's frames into the mesh's sink until it ends or misbehaves,
 /// dropping repeats and noting what to acknowledge.
-async fn read_frames<F: MeshFrame>(r: ReadFrames<F>, mut reader: Reader<F>) {
+async fn read_frames<F: MeshFrame>(r: ReadFrames<F>, reader: Reader<F>) {
     let ReadFrames {
         from,
         instance,
@@ -814,123 +815,121 @@ async fn read_frames<F: MeshFrame>(r: ReadFrames<F>, mut reader: Reader<F>) {
         sync,
     } = r;
     let cancel = &shared.cancel;
+    let mut reader = FrameReader::new(reader);
     // Where frames go, once known.
     let mut to: Option<Sink<F>> = None;
     // The number of the next frame on this stream, once the peer said it.
     let mut numbered: Option<u64> = None;
-    // What the last burst read past its frames, to handle next.
-    let mut pending = None;
-    loop {
-        let next = match pending.take() {
-            Some(next) => next,
-            None => tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return,
-                next = reader.next() => next,
-            },
+    // What the last read brought, in order.
+    let mut read = Vec::new();
+    let refusal = 'reading: loop {
+        let outcome = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            outcome = reader.read(&mut read) => outcome,
         };
-        let refusal = match next {
-            Some(Ok(Wire::Frame(first))) => {
-                if to.is_none() {
-                    // Until the mesh is served, frames wait here, unread past this one.
-                    let known = tokio::select! {
-                        biased;
-                        _ = cancel.cancelled() => return,
-                        known = sink.wait_for(Option::is_some) => known.map(|sink| sink.clone()),
-                    };
-                    match known {
-                        Ok(known) => to = known,
-                        Err(_) => return,
-                    }
-                }
-                let Some(to) = &to else { return };
-                // A burst: the frames already read, delivered under one hold of the inbox.
-                let mut inbox = sync.inbox.lock().await;
-                let _serving = match to {
-                    Sink::Direct(_) => Some(shared.serving.lock().await),
-                    Sink::Queue(_) => None,
-                };
-                let mut frame = first;
-                for burst in 1..=READ_BURST {
-                    let Some(seq) = numbered else {
-                        let refusal = Refusal::new(CloseCode::Unexpected, "frame before resume");
-                        refuse(&conn, Some(&from), &refusal);
-                        return;
-                    };
-                    numbered = Some(seq + 1);
-                    if inbox.admit(instance, seq) {
-                        let inbound_frame = Inbound {
-                            from: from.clone(),
-                            frame,
-                        };
-                        let delivered = match to {
-                            Sink::Direct(serve) => {
-                                serve(inbound_frame);
-                                true
-                            }
-                            // Waiting (and watching for the mesh to close) only when the queue is full.
-                            Sink::Queue(inbound) => match inbound.try_send(inbound_frame) {
-                                Ok(()) => true,
-                                Err(mpsc::error::TrySendError::Closed(_)) => false,
-                                Err(mpsc::error::TrySendError::Full(inbound_frame)) => {
-                                    tokio::select! {
-                                        biased;
-                                        _ = cancel.cancelled() => return,
-                                        sent = inbound.send(inbound_frame) => sent.is_ok(),
-                                    }
-                                }
-                            },
-                        };
-                        if !delivered {
-                            debug!(peer = %from, "inbound receiver dropped; no longer reading this peer");
-                            return;
-                        }
-                    }
-                    if burst == READ_BURST {
-                        break;
-                    }
-                    match reader.next().now_or_never() {
-                        Some(Some(Ok(Wire::Frame(next)))) => frame = next,
-                        Some(other) => {
-                            pending = Some(other);
-                            break;
-                        }
-                        None => break,
-                    }
-                }
-                *sync.owed.lock() = inbox.ack();
-                drop(inbox);
-                sync.ack_owed.notify_one();
-                continue;
-            }
-            Some(Ok(Wire::Resume(first))) => {
-                numbered = Some(first);
-                continue;
-            }
-            Some(Ok(Wire::Ack {
-                instance: acked,
-                upto,
-            })) => {
-                // An ack for an earlier incarnation of ours is stale: those frames are gone.
-                if acked == local_instance {
-                    sync.peer_acked.fetch_max(upto, Ordering::AcqRel);
-                    sync.acked.notify_one();
-                }
-                continue;
-            }
-            Some(Ok(Wire::Hello(_) | Wire::Welcome(_))) => {
-                Refusal::new(CloseCode::Unexpected, "handshake frame after the handshake")
-            }
-            Some(Err(e)) => match refusal_for(&e) {
-                Some(refusal) => refusal,
-                None => Refusal::new(CloseCode::StreamEnded, e.to_string()),
+        match outcome {
+            Ok(true) => {}
+            Ok(false) => break Refusal::new(CloseCode::StreamEnded, "peer ended its frame stream"),
+            Err(e) => match refusal_for(&e) {
+                Some(refusal) => break refusal,
+                None => break Refusal::new(CloseCode::StreamEnded, e.to_string()),
             },
-            None => Refusal::new(CloseCode::StreamEnded, "peer ended its frame stream"),
-        };
-        if conn.close_reason().is_none() {
-            refuse(&conn, Some(&from), &refusal);
         }
-        return;
+        let mut wires = read.drain(..).peekable();
+        while let Some(wire) = wires.next() {
+            let first = match wire {
+                Wire::Frame(first) => first,
+                Wire::Resume(first) => {
+                    numbered = Some(first);
+                    continue;
+                }
+                Wire::Ack {
+                    instance: acked,
+                    upto,
+                } => {
+                    // An ack for an earlier incarnation of ours is stale: those frames are gone.
+                    if acked == local_instance {
+                        sync.peer_acked.fetch_max(upto, Ordering::AcqRel);
+                        sync.acked.notify_one();
+                    }
+                    continue;
+                }
+                Wire::Hello(_) | Wire::Welcome(_) => {
+                    break 'reading Refusal::new(
+                        CloseCode::Unexpected,
+                        "handshake frame after the handshake",
+                    );
+                }
+            };
+            if to.is_none() {
+                // Until the mesh is served, frames wait here, and nothing more is read.
+                let known = tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return,
+                    known = sink.wait_for(Option::is_some) => known.map(|sink| sink.clone()),
+                };
+                match known {
+                    Ok(known) => to = known,
+                    Err(_) => return,
+                }
+            }
+            let Some(to) = &to else { return };
+            // A burst: the frames that came together, delivered under one hold of the inbox.
+            let mut inbox = sync.inbox.lock().await;
+            let _serving = match to {
+                Sink::Direct(_) => Some(shared.serving.lock().await),
+                Sink::Queue(_) => None,
+            };
+            let mut frame = first;
+            for burst in 1..=READ_BURST {
+                let Some(seq) = numbered else {
+                    break 'reading Refusal::new(CloseCode::Unexpected, "frame before resume");
+                };
+                numbered = Some(seq + 1);
+                if inbox.admit(instance, seq) {
+                    let inbound_frame = Inbound {
+                        from: from.clone(),
+                        frame,
+                    };
+                    let delivered = match to {
+                        Sink::Direct(serve) => {
+                            serve(inbound_frame);
+                            true
+                        }
+                        // Waiting (and watching for the mesh to close) only when the queue is full.
+                        Sink::Queue(inbound) => match inbound.try_send(inbound_frame) {
+                            Ok(()) => true,
+                            Err(mpsc::error::TrySendError::Closed(_)) => false,
+                            Err(mpsc::error::TrySendError::Full(inbound_frame)) => {
+                                tokio::select! {
+                                    biased;
+                                    _ = cancel.cancelled() => return,
+                                    sent = inbound.send(inbound_frame) => sent.is_ok(),
+                                }
+                            }
+                        },
+                    };
+                    if !delivered {
+                        debug!(peer = %from, "inbound receiver dropped; no longer reading this peer");
+                        return;
+                    }
+                }
+                if burst == READ_BURST {
+                    break;
+                }
+                match wires.next_if(|wire| matches!(wire, Wire::Frame(_))) {
+                    Some(Wire::Frame(next)) => frame = next,
+                    _ => break,
+                }
+            }
+            *sync.owed.lock() = inbox.ack();
+            drop(inbox);
+            sync.ack_owed.notify_one();
+        }
+    };
+    if conn.close_reason().is_none() {
+        refuse(&conn, Some(&from), &refusal);
     }
 }
 

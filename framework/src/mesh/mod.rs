@@ -11,6 +11,7 @@
 //!   simultaneous connections survives, backoff, close codes.
 //! - `link`: the async shell: the endpoint, the accept loop, a task per peer that dials,
 //!   writes and replaces its connection, and a reader per connection.
+//! - `reader`: a connection's frames after the handshake, read in bursts and decoded together.
 //! - `socket`: binds the UDP socket (see [`SocketFactory`]) and tells [`Mesh::close`] when
 //!   the port is free again.
 //! - numbering, acknowledgement and repeat detection are plain data, in `ferry_core::delivery`.
@@ -27,6 +28,7 @@ pub mod codec;
 mod handshake;
 mod link;
 mod outgoing;
+mod reader;
 pub(crate) mod socket;
 pub mod tls;
 
