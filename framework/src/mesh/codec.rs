@@ -7,7 +7,7 @@
 use std::io;
 use std::marker::PhantomData;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use ferry_core::shared_bytes::Decoding;
 use postcard::ser_flavors::Flavor;
 use serde::Serialize;
@@ -135,6 +135,9 @@ pub(crate) fn copy_shared(data: &[u8]) -> Bytes {
     })
 }
 
+/// The longest piece [`Capped`] copies a byte at a time.
+const SHORT_PIECE: usize = 16;
+
 /// A postcard flavor that appends to a buffer and fails as soon as the buffer would pass the
 /// limit (the end of the frame being encoded, at its longest).
 struct Capped<'a> {
@@ -149,7 +152,15 @@ impl Flavor for Capped<'_> {
         if self.buf.len() + data.len() > self.limit {
             return Err(postcard::Error::SerializeBufferFull);
         }
-        self.buf.extend_from_slice(data);
+        // Most pieces of a frame are a few bytes (a tag, a length, a short id): copied a byte at
+        // a time they cost less than a call to copy them.
+        if data.len() <= SHORT_PIECE {
+            for &byte in data {
+                self.buf.put_u8(byte);
+            }
+        } else {
+            self.buf.extend_from_slice(data);
+        }
         Ok(())
     }
 
