@@ -10,7 +10,7 @@
 //! Layout, from the modules that use no other module here to those that use the rest (a module
 //! imports only from those above it in this list):
 //! - [`ids`], [`timer`]: the core's ids and timers, re-exported.
-//! - `mailbox`: the queue a lane's messages and a peer's outgoing frames wait in.
+//! - `mailbox`: the queue a lane's messages wait in.
 //! - [`store`]: the location store, the authority on where every unit lives (memory, redis, or
 //!   etcd with feature `etcd`).
 //! - [`mesh`]: QUIC between nodes with mutual TLS by node id, and ordered, acknowledged frames.
