@@ -622,6 +622,19 @@ mod tests {
             #[test]
             fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
                 let _ = decode_all(&mut FrameCodec::new(128), &bytes);
+                // In bursts too, and a burst gives the frames one at a time would.
+                let mut burst = Vec::new();
+                let in_burst = FrameCodec::<Msg>::new(128)
+                    .decode_all(&mut BytesMut::from(&bytes[..]), &mut burst);
+                let mut one_by_one = FrameCodec::<Msg>::new(128);
+                let mut buf = BytesMut::from(&bytes[..]);
+                let mut single = Vec::new();
+                while let Ok(Some(m)) = one_by_one.decode(&mut buf) { single.push(m); }
+                if in_burst.is_ok() {
+                    prop_assert_eq!(burst, single);
+                } else {
+                    prop_assert!(single.starts_with(&burst));
+                }
             }
 
             #[test]
