@@ -149,6 +149,22 @@ impl Node {
         Ok(not_hosted.map(|(payload, reply)| Envelope { to, payload, reply }))
     }
 
+    /// [`Node::push`] of an already-encoded message: one the lane refuses ends its request with
+    /// the error (a tell's refusal is logged as `refused`). `None` once it is settled here.
+    pub(crate) fn push_or_refuse(&self, envelope: Envelope, refused: &str) -> Option<Envelope> {
+        let reply_to = envelope.reply.clone();
+        match self.push(envelope, None) {
+            Ok(not_here) => not_here,
+            Err(error) => {
+                match reply_to {
+                    Some(reply_to) => self.complete(&reply_to, Err(error)),
+                    None => tracing::debug!(%error, "{refused}"),
+                }
+                None
+            }
+        }
+    }
+
     /// Delivers a request's terminal to whoever asked, here or across the mesh.
     pub(crate) fn complete(&self, reply_to: &ReplyTo, terminal: Terminal) {
         if reply_to.node == *self.id() {

@@ -81,7 +81,6 @@ impl Node {
         reply: Option<ReplyTo>,
         via: Option<&NodeId>,
     ) {
-        let reply_to = reply.clone();
         let mut envelope = Envelope {
             to,
             payload,
@@ -89,17 +88,10 @@ impl Node {
         };
         let here = via.is_none_or(|v| v == self.id());
         if here {
-            envelope = match self.push(envelope, None) {
-                Ok(None) => return,
-                Ok(Some(envelope)) => envelope,
-                Err(error) => {
-                    match reply_to {
-                        Some(reply_to) => self.complete(&reply_to, Err(error)),
-                        None => tracing::debug!(%error, "encoded message refused"),
-                    }
-                    return;
-                }
+            let Some(not_here) = self.push_or_refuse(envelope, "encoded message refused") else {
+                return;
             };
+            envelope = not_here;
         }
         let Envelope { to, payload, reply } = envelope;
         let Ok((payload, session)) = payload.into_wire(|p| {
@@ -596,22 +588,13 @@ impl Node {
             origin,
             hops,
         } = deliver;
-        let reply_to = reply.clone();
         let envelope = Envelope {
             to,
             payload: Payload::from_wire(payload, session.map(|op| *op)),
             reply,
         };
-        let envelope = match self.push(envelope, None) {
-            Ok(None) => return,
-            Ok(Some(envelope)) => envelope,
-            Err(error) => {
-                match reply_to {
-                    Some(reply_to) => self.complete(&reply_to, Err(error)),
-                    None => tracing::debug!(%error, "tell refused"),
-                }
-                return;
-            }
+        let Some(envelope) = self.push_or_refuse(envelope, "tell refused") else {
+            return;
         };
         let (payload, session) = match envelope.payload {
             Payload::Encoded(payload) => (payload, None),
