@@ -16,6 +16,8 @@
 //! - [`witness`]: the mesh's account of who is alive beside the lease, and whether a node may
 //!   run turns past its lease.
 //! - [`placement`]: the choice of a node for a new unit.
+//! - [`drain`]: a drain's decisions: inventory (arrivals included), order, targets spread by
+//!   load, retries, what stays and why, the outcome, and when a node is safe to stop.
 //! - [`routes`]: where a node sends messages for units it does not host, keeping each sender's
 //!   order while units move.
 //! - [`recovery`]: who coordinates recovery, which units dead nodes left, and where each is rebuilt;
@@ -27,6 +29,7 @@
 pub mod authority;
 pub mod conditional;
 pub mod delivery;
+pub mod drain;
 pub mod errors;
 pub mod frames;
 pub mod ids;

@@ -1,10 +1,11 @@
 //! Host operations: drain every unit off this node (planned maintenance or a rolling update),
 //! with a deadline, a status stream, events and metrics.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferry_core::drain::{Batch, Decision, Drain, Ended, Found, safe_to_shutdown};
 use tokio::sync::{Semaphore, broadcast, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -13,13 +14,17 @@ use tracing::Instrument;
 use super::handle::Node;
 use crate::cluster::authority::NodeState;
 use crate::error::ResumeError;
-use crate::ids::{NodeId, UnitId};
+use crate::ids::UnitId;
 use crate::relocation::protocol::MoveEnd;
 use crate::relocation::reports::{
-    BUDGET_KIB, BlockedReason, HostStatus, MoveError, MoveReport, RelocateMode, RelocateOptions,
+    BUDGET_KIB, BlockedReason, HostStatus, MoveReport, RelocateMode, RelocateOptions,
     RelocateOutcome, RelocationEvent,
 };
+use crate::unit::cell::AnyFactory;
 use crate::unit::factory::{ExecutionMode, FactoryKind, PolicyKind};
+
+/// A unit's factory, as the directory keeps it.
+type Factory = Arc<dyn AnyFactory<Node>>;
 
 /// How many moves a drain runs at once.
 const IN_FLIGHT: usize = 128;
@@ -116,15 +121,17 @@ impl Node {
 
     fn publish_status(&self, edit: impl FnOnce(&mut HostStatus)) {
         let state = self.state();
-        let units = self.unit_count();
+        let safe = safe_to_shutdown(state, self.unit_count(), self.arriving());
         self.core.host.status.send_modify(|s| {
             edit(s);
             s.state = state;
-            s.safe_to_shutdown =
-                units == 0 && matches!(state, NodeState::Relocated | NodeState::Stopped);
+            s.safe_to_shutdown = safe;
         });
     }
 
+    /// Runs the core's [`Drain`]: takes the inventory (again after each round, so units that
+    /// arrive meanwhile join it), starts the moves it decides, feeds back how each ended, and
+    /// reports as it goes.
     async fn drain(&self, options: &RelocateOptions) -> RelocateOutcome {
         let deadline = Instant::now() + options.deadline;
         let version = match &options.mode {
@@ -142,156 +149,81 @@ impl Node {
             }
         });
         self.set_state(NodeState::Relocating);
+        // Moves into this node that have not reached their commit go back to their sources: a
+        // draining node takes no units, and those still committing join the inventory once open.
+        let mut plan = Drain::new(self.id().clone(), version, deadline.into_std(), IN_FLIGHT);
+        plan.arriving(self.stop_arrivals());
         // Tell the cluster first, so no new unit is placed here.
         if let Err(reason) = self.refresh_until(deadline).await {
             tracing::warn!(%reason, "store unreachable; drain blocked");
             self.set_state(NodeState::Serving);
-            return blocked(BlockedReason::StoreUnavailable, self.inventory());
+            let stayed = self.with_members(self.inventory().iter().map(|f| &f.unit));
+            return blocked(BlockedReason::StoreUnavailable, stayed);
         }
-        let units = self.inventory();
-        // Counted as `unit_count` counts: a room moves with its members, and each is a unit.
-        let lanes = self.lanes();
-        let moving_with = |unit: &UnitId| lanes.get(unit).map_or(1, |m| m.len());
-        let total = units.iter().map(moving_with).sum();
-        self.publish_status(|s| s.total = total);
-        self.emit(RelocationEvent::Started { units: total });
-
-        let mut stayed: Vec<(UnitId, BlockedReason)> = Vec::new();
-        let mut movable = Vec::new();
-        for unit in units {
-            match self.core.directory.get(&unit) {
-                Some(e) if e.factory.info().policy == PolicyKind::Disabled => {
-                    self.not_moved(&unit, moving_with(&unit), "RelocationPolicy::Disabled");
-                    stayed.push((unit, BlockedReason::RelocationDisabled));
-                }
-                Some(_) => movable.push(unit),
-                None => {}
-            }
-        }
-
-        let slots = Arc::new(Semaphore::new(IN_FLIGHT));
         let budget = Arc::new(Semaphore::new(BUDGET_KIB as usize));
-        let mut planned: BTreeMap<NodeId, u64> = BTreeMap::new();
         let mut moves = JoinSet::new();
-        let mut undecided = Vec::new();
-        // Units with a target start at once; the others wait (for a node of the right kind to
-        // come up, or for the store to answer) without holding back the rest, each with the
-        // reason it would stay for.
-        let mut waiting: Vec<(UnitId, BlockedReason)> = movable
-            .into_iter()
-            .map(|unit| (unit, BlockedReason::TargetUnavailable))
-            .collect();
+        let mut started = false;
         loop {
-            let mut still = Vec::new();
-            for (unit, _) in std::mem::take(&mut waiting) {
-                let target = match self.pick_spread(&unit, version.as_deref(), &planned) {
-                    Ok(target) => target,
-                    Err(MoveError::NoTarget { .. }) => {
-                        still.push((unit, BlockedReason::TargetUnavailable));
-                        continue;
-                    }
-                    Err(MoveError::StoreUnavailable { .. }) => {
-                        still.push((unit, BlockedReason::StoreUnavailable));
-                        continue;
-                    }
-                    // A shutdown began: what is left closes with the node.
-                    Err(MoveError::NotServing { .. }) => {
-                        self.not_moved(&unit, moving_with(&unit), "the node began shutting down");
-                        stayed.push((unit, BlockedReason::ShutdownRequested));
-                        continue;
-                    }
-                    // Gone or stopped meanwhile: nothing to move.
-                    Err(_) => continue,
-                };
-                *planned.entry(target.clone()).or_default() += 1;
-                let Ok(Ok(slot)) =
-                    tokio::time::timeout_at(deadline, slots.clone().acquire_owned()).await
-                else {
-                    self.not_moved(
-                        &unit,
-                        moving_with(&unit),
-                        "the deadline passed before it could start",
-                    );
-                    stayed.push((unit, BlockedReason::DeadlineExceeded));
-                    continue;
-                };
-                let node = self.clone();
-                let budget = budget.clone();
-                let count = moving_with(&unit);
-                moves.spawn(async move {
-                    let report = node.move_to(&unit, target, deadline, Some(budget)).await;
-                    drop(slot);
-                    (unit, count, report)
-                });
-                // Collect what finished meanwhile, so progress is reported as it goes.
-                while let Some(Ok(ended)) = moves.try_join_next() {
-                    self.account(ended, deadline, &mut still, &mut stayed, &mut undecided);
+            for found in self.inventory() {
+                if let Some(decision) = plan.found(found) {
+                    self.carry_out(decision, &mut moves, deadline, &budget);
                 }
             }
-            waiting = still;
-            let shutting_down = self.state() != NodeState::Relocating;
-            let nothing_left = waiting.is_empty() && moves.is_empty();
-            if nothing_left || Instant::now() >= deadline || shutting_down {
+            plan.arriving(self.arriving());
+            self.publish_status(|s| s.total = plan.total());
+            if !started {
+                started = true;
+                self.emit(RelocationEvent::Started {
+                    units: plan.total(),
+                });
+            }
+            if self.state() != NodeState::Relocating {
+                // A shutdown began: what is left closes with the node.
+                plan.stopping();
+            }
+            let view = self.cluster_view();
+            let hosted = |unit: &UnitId| self.core.directory.get(unit).is_some();
+            let now = Instant::now().into_std();
+            for decision in plan.next(now, &view, hosted, self.store_reachable()) {
+                self.carry_out(decision, &mut moves, deadline, &budget);
+            }
+            if plan.done(Instant::now().into_std()) {
                 break;
             }
-            // Maybe a node of the right kind is on its way, or the store answers again: look
-            // again soon, and report the moves that end meanwhile (one that may succeed on
-            // another try waits with the others).
-            let wait = self.config().refresh.min(deadline - Instant::now());
-            let look_again = tokio::time::sleep(wait);
-            tokio::pin!(look_again);
-            loop {
-                tokio::select! {
-                    () = &mut look_again, if !waiting.is_empty() => break,
-                    Some(joined) = moves.join_next() => {
-                        if let Ok(ended) = joined {
-                            self.account(ended, deadline, &mut waiting, &mut stayed, &mut undecided);
-                        }
+            // Wait for a move to end, or look again soon: a node of the right kind may come up,
+            // the store may answer again, a move into this node may open.
+            let wait = self
+                .config()
+                .refresh
+                .min(deadline.saturating_duration_since(Instant::now()));
+            tokio::select! {
+                Some(joined) = moves.join_next() => {
+                    if let Ok((unit, report)) = joined {
+                        self.ended(&mut plan, &unit, report, &mut moves, deadline, &budget);
                     }
-                    else => break,
+                }
+                () = tokio::time::sleep(wait) => {
+                    let _ = tokio::time::timeout_at(deadline, self.refresh_membership()).await;
                 }
             }
-            let _ = self.refresh_membership().await;
-        }
-        // The deadline passed or a shutdown began: the moves still running end on their own.
-        while let Some(joined) = moves.join_next().await {
-            if let Ok(ended) = joined {
-                self.account(ended, deadline, &mut waiting, &mut stayed, &mut undecided);
+            while let Some(Ok((unit, report))) = moves.try_join_next() {
+                self.ended(&mut plan, &unit, report, &mut moves, deadline, &budget);
             }
         }
-        let shutting_down = self.state() != NodeState::Relocating;
-        for (unit, reason) in waiting {
-            let (why, reason) = match reason {
-                _ if shutting_down => (
-                    "the node began shutting down",
-                    BlockedReason::ShutdownRequested,
-                ),
-                BlockedReason::StoreUnavailable => (
-                    "the location store did not answer in time",
-                    BlockedReason::StoreUnavailable,
-                ),
-                reason => ("no serving node can take it", reason),
-            };
-            self.not_moved(&unit, moving_with(&unit), why);
-            stayed.push((unit, reason));
+        if self.state() != NodeState::Relocating {
+            plan.stopping();
         }
-        // Every unit that stayed is named, a room's members with it.
-        let stayed_units = self.with_members(stayed.iter().map(|(u, _)| u));
-        let outcome = if !undecided.is_empty() {
-            RelocateOutcome::Undecided {
-                units: undecided,
-                stayed: stayed_units,
-            }
-        } else if self.state() != NodeState::Relocating {
-            // A shutdown began (perhaps before the inventory was taken): it closes what is left.
-            blocked(BlockedReason::ShutdownRequested, stayed_units)
-        } else if stayed.is_empty() {
-            RelocateOutcome::Relocated {
-                moved: self.core.host.status.borrow().moved,
-            }
-        } else {
-            blocked(main_reason(&stayed), stayed_units)
-        };
+        let (stays, outcome) = plan.finish(|unit| self.members_of(unit));
+        for decision in stays {
+            self.carry_out(decision, &mut moves, deadline, &budget);
+        }
+        if let RelocateOutcome::Blocked {
+            reason: BlockedReason::NoServingPeer,
+            ..
+        } = &outcome
+        {
+            self.say_nowhere_to_go();
+        }
         let next = match outcome {
             RelocateOutcome::Relocated { .. } => NodeState::Relocated,
             _ => NodeState::Serving,
@@ -300,209 +232,214 @@ impl Node {
         if self.state() == NodeState::Relocating {
             self.set_state(next);
         }
-        let _ = self.refresh_membership().await;
+        let _ = tokio::time::timeout_at(
+            deadline.max(Instant::now() + self.config().refresh),
+            self.refresh_membership(),
+        )
+        .await;
         self.publish_status(|_| {});
         outcome
     }
 
-    /// A unit that stays: counted as failed (with its members), named in the log at the default
-    /// level, and told on the event stream.
-    fn not_moved(&self, unit: &UnitId, count: usize, reason: &str) {
-        tracing::warn!(%unit, reason, "unit not moved; it runs on here");
-        // Never sent, so no move's own metrics count it: counted here.
-        metrics::counter!("ferry_relocation_units_failed_total").increment(count as u64);
-        self.publish_status(|s| s.failed += count);
-        self.emit(RelocationEvent::UnitFailed {
-            unit: unit.clone(),
-            reason: reason.to_owned(),
-        });
+    /// Logs, once, that no other node serves, naming the drained nodes that could be brought
+    /// back to take the units.
+    fn say_nowhere_to_go(&self) {
+        let drained: Vec<String> = self
+            .cluster_view()
+            .into_iter()
+            .filter(|d| d.node != *self.id() && d.state == NodeState::Relocated)
+            .map(|d| d.node.to_string())
+            .collect();
+        if drained.is_empty() {
+            tracing::warn!(
+                "no other node serves, so nothing can take this node's units; start a node to                  drain to, or stopping this one ends its units and their state is lost"
+            );
+        } else {
+            tracing::warn!(
+                drained = %drained.join(","),
+                "no other node serves, so nothing can take this node's units; `ferry resume`                  brings a drained node back to take them, or stopping this one ends its units                  and their state is lost"
+            );
+        }
     }
 
-    /// Every hosted unit with the units that share its lane and move with it (a room and its
-    /// members), itself included.
-    fn lanes(&self) -> HashMap<UnitId, Arc<Vec<UnitId>>> {
-        let mut by_lane: HashMap<usize, Vec<UnitId>> = HashMap::new();
-        let all = self.core.directory.all();
-        for (id, entry) in &all {
-            let key = Arc::as_ptr(&entry.lane) as usize;
-            by_lane.entry(key).or_default().push(id.clone());
-        }
-        let mut lanes = HashMap::new();
-        for ids in by_lane.into_values() {
-            let ids = Arc::new(ids);
-            for id in ids.iter() {
-                lanes.insert(id.clone(), ids.clone());
-            }
-        }
-        lanes
-    }
-
-    /// `units` with the units that share their lanes now, each once, in order.
-    fn with_members<'a>(&self, units: impl Iterator<Item = &'a UnitId>) -> Vec<UnitId> {
-        let lanes = self.lanes();
-        let mut seen = HashSet::new();
-        let mut named = Vec::new();
-        for unit in units {
-            let members = lanes.get(unit).map(|m| m.as_slice()).unwrap_or_default();
-            for id in std::iter::once(unit).chain(members) {
-                if seen.insert(id.clone()) {
-                    named.push(id.clone());
-                }
-            }
-        }
-        named
-    }
-
-    /// Reports a move that ended. One that met an unreachable store or a target that took no
-    /// units goes back to `waiting`, while the drain has time, to be tried again.
-    fn account(
+    /// Carries out one of the drain's decisions.
+    fn carry_out(
         &self,
-        (unit, count, report): (UnitId, usize, MoveReport),
+        decision: Decision,
+        moves: &mut JoinSet<(UnitId, MoveReport)>,
         deadline: Instant,
-        waiting: &mut Vec<(UnitId, BlockedReason)>,
-        stayed: &mut Vec<(UnitId, BlockedReason)>,
-        undecided: &mut Vec<UnitId>,
+        budget: &Arc<Semaphore>,
     ) {
-        match &report.end {
-            MoveEnd::Moved => {
-                let bytes = report.bytes;
+        match decision {
+            Decision::Move { unit, to } => {
+                let node = self.clone();
+                let budget = budget.clone();
+                moves.spawn(async move {
+                    let report = node.move_to(&unit, to, deadline, Some(budget)).await;
+                    (unit, report)
+                });
+            }
+            Decision::Moved { .. } | Decision::Held { .. } => {}
+            Decision::Again { unit, reason } => {
+                tracing::info!(%unit, ?reason, "move not made; tried again");
+            }
+            Decision::Left { unit, size } => {
+                tracing::info!(%unit, "left this node by another move while the drain ran");
+                let total = self.core.host.status.borrow().total;
+                self.publish_status(|s| s.total = total.saturating_sub(size));
+            }
+            Decision::Stays {
+                unit,
+                size,
+                reason,
+                why,
+            } => {
+                let ends = matches!(reason, BlockedReason::ShutdownRequested);
+                if ends {
+                    tracing::warn!(%unit, why, "unit not moved; it closes with the node");
+                } else {
+                    tracing::warn!(%unit, why, "unit not moved; it runs on here");
+                }
+                // Never sent, or sent and not taken: counted here.
+                metrics::counter!("ferry_relocation_units_failed_total").increment(size as u64);
+                self.publish_status(|s| s.failed += size);
+                self.emit(RelocationEvent::UnitFailed { unit, reason: why });
+            }
+        }
+    }
+
+    /// Feeds a move that ended to the drain and reports it.
+    fn ended(
+        &self,
+        plan: &mut Drain,
+        unit: &UnitId,
+        report: MoveReport,
+        moves: &mut JoinSet<(UnitId, MoveReport)>,
+        deadline: Instant,
+        budget: &Arc<Semaphore>,
+    ) {
+        let result = match report.end {
+            MoveEnd::Moved => Ended::Moved,
+            MoveEnd::Undecided => Ended::Undecided,
+            _ => Ended::NotMoved(report.blocked),
+        };
+        let hosted = self.core.directory.get(unit).is_some();
+        let decision = plan.ended(unit, result, Instant::now().into_std(), hosted);
+        match &decision {
+            Decision::Moved { size, .. } => {
+                let (size, bytes) = (*size, report.bytes);
                 self.publish_status(|s| {
-                    s.moved += count;
+                    s.moved += size;
                     s.bytes += bytes;
                 });
                 self.emit(RelocationEvent::UnitMoved(Box::new(report)));
             }
-            MoveEnd::Undecided => {
+            Decision::Held { size, .. } => {
                 tracing::warn!(%unit, relocation = %report.relocation, "unit held until the store says whether it moved");
-                self.publish_status(|s| s.failed += count);
+                let size = *size;
+                self.publish_status(|s| s.failed += size);
                 self.emit(RelocationEvent::UnitFailed {
                     unit: unit.clone(),
                     reason: "past the point of no return at the deadline, and the store has not \
                              said who owns it: held until it does"
                         .into(),
                 });
-                undecided.push(unit);
             }
-            end => {
-                // The move says why where it knows (a refusal, the store, the deadline).
-                let reason = report.blocked.unwrap_or(BlockedReason::RelocationFailed);
-                let retryable = matches!(
-                    reason,
-                    BlockedReason::StoreUnavailable | BlockedReason::TargetUnavailable
-                );
-                let still_here = self.core.directory.get(&unit).is_some();
-                if retryable
-                    && still_here
-                    && Instant::now() < deadline
-                    && self.state() == NodeState::Relocating
-                {
-                    tracing::info!(%unit, ?reason, ?end, relocation = %report.relocation, "move not made; tried again");
-                    waiting.push((unit, reason));
-                    return;
+            Decision::Stays { .. } => {
+                tracing::warn!(%unit, end = ?report.end, relocation = %report.relocation, "move not made");
+            }
+            _ => {}
+        }
+        self.carry_out(decision, moves, deadline, budget);
+    }
+
+    /// The units that share `unit`'s lane now, itself excluded.
+    fn members_of(&self, unit: &UnitId) -> Vec<UnitId> {
+        let Some(entry) = self.core.directory.get(unit) else {
+            return Vec::new();
+        };
+        self.core
+            .directory
+            .all()
+            .into_iter()
+            .filter(|(id, e)| id != unit && Arc::ptr_eq(&e.lane, &entry.lane))
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    /// `units` with the units that share their lanes now, each once, in order.
+    fn with_members<'a>(&self, units: impl Iterator<Item = &'a UnitId>) -> Vec<UnitId> {
+        let mut seen = HashSet::new();
+        let mut named = Vec::new();
+        for unit in units {
+            for id in std::iter::once(unit.clone()).chain(self.members_of(unit)) {
+                if seen.insert(id.clone()) {
+                    named.push(id);
                 }
-                tracing::warn!(%unit, ?reason, ?end, relocation = %report.relocation, "unit not moved; it runs on here");
-                self.publish_status(|s| s.failed += count);
-                self.emit(RelocationEvent::UnitFailed {
-                    unit: unit.clone(),
-                    reason: format!("{end:?}"),
-                });
-                stayed.push((unit, reason));
             }
         }
+        named
     }
 
-    /// Like `pick_target`, spreading a drain's units evenly: what this drain already sent to a node
-    /// counts as load there.
-    fn pick_spread(
-        &self,
-        unit: &UnitId,
-        version: Option<&str>,
-        planned: &BTreeMap<NodeId, u64>,
-    ) -> Result<NodeId, MoveError> {
-        // Validate as a single move would (hosted here, not disabled).
-        self.pick_target(unit, None, version)?;
-        let Some(entry) = self.core.directory.get(unit) else {
-            return Err(MoveError::NotHosted { id: unit.clone() });
-        };
-        let type_name = entry.factory.info().type_name.to_string();
-        let view: Vec<_> = self
-            .cluster_view()
-            .into_iter()
-            .filter(|d| d.node != *self.id())
-            .map(|mut d| {
-                d.units += planned.get(&d.node).copied().unwrap_or(0);
-                d
-            })
-            .collect();
-        crate::cluster::placement::place(&view, &type_name, version).ok_or_else(|| {
-            MoveError::NoTarget {
-                id: unit.clone(),
-                reason: "no serving node with room".into(),
-            }
-        })
-    }
-
-    /// Publishes this node's state, retrying until the store answers or the deadline passes.
+    /// Publishes this node's state, retrying until the store answers or the deadline passes;
+    /// no call outlives the deadline.
     async fn refresh_until(&self, deadline: Instant) -> Result<(), String> {
         loop {
-            match self.refresh_membership().await {
-                Ok(()) => return Ok(()),
-                Err(error) if Instant::now() + Duration::from_millis(100) >= deadline => {
+            match tokio::time::timeout_at(deadline, self.refresh_membership()).await {
+                Ok(Ok(())) => return Ok(()),
+                Err(_) => return Err("the deadline passed".into()),
+                Ok(Err(error)) if Instant::now() + Duration::from_millis(100) >= deadline => {
                     return Err(error.to_string());
                 }
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
     }
 
-    /// The units this node hosts, one id per unit, in the order a drain moves them: PerActor spot
-    /// shells, then actors, then rooms and Instance Spots.
-    fn inventory(&self) -> Vec<UnitId> {
-        let mut by_lane: Vec<(usize, Vec<(UnitId, FactoryKind)>)> = Vec::new();
-        for (id, entry) in self.core.directory.all() {
-            let key = Arc::as_ptr(&entry.lane) as usize;
-            let kind = entry.factory.info().kind;
-            match by_lane.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, ids)) => ids.push((id, kind)),
-                None => by_lane.push((key, vec![(id, kind)])),
-            }
-        }
-        let mut units: Vec<(u8, UnitId)> = by_lane
-            .into_iter()
-            .filter_map(|(_, ids)| {
-                let spot = ids.iter().find(|(id, _)| matches!(id, UnitId::Spot(_)));
-                let (id, kind) = spot.or(ids.first())?.clone();
-                let batch = match kind {
-                    FactoryKind::UserSpot(ExecutionMode::PerActor) => 0,
-                    FactoryKind::Actor => 1,
-                    _ => 2,
-                };
-                Some((batch, id))
-            })
+    /// The units this node hosts, one per lane (a room's spot for a room), with what the drain
+    /// needs to know of each.
+    fn inventory(&self) -> Vec<Found> {
+        // A unit staged by a move into this node joins once that move opened it here.
+        let staged: HashSet<UnitId> = self
+            .core
+            .moves
+            .incoming
+            .lock()
+            .values()
+            .flat_map(|staging| staging.records.iter().map(|at| at.id.clone()))
             .collect();
-        units.sort();
-        units.into_iter().map(|(_, id)| id).collect()
+        let mut by_lane: HashMap<usize, Vec<(UnitId, Factory)>> = HashMap::new();
+        for (id, entry) in self.core.directory.all() {
+            if staged.contains(&id) {
+                continue;
+            }
+            let key = Arc::as_ptr(&entry.lane) as usize;
+            by_lane.entry(key).or_default().push((id, entry.factory));
+        }
+        by_lane
+            .into_values()
+            .filter_map(|ids| {
+                let size = ids.len();
+                let spot = ids.iter().find(|(id, _)| matches!(id, UnitId::Spot(_)));
+                let (unit, factory) = spot.or(ids.first())?.clone();
+                let info = factory.info();
+                let batch = match info.kind {
+                    FactoryKind::UserSpot(ExecutionMode::PerActor) => Batch::Shell,
+                    FactoryKind::Actor => Batch::Actor,
+                    _ => Batch::Room,
+                };
+                Some(Found {
+                    unit,
+                    size,
+                    factory: info.type_name.to_string(),
+                    batch,
+                    relocatable: info.policy != PolicyKind::Disabled,
+                })
+            })
+            .collect()
     }
 }
 
 fn blocked(reason: BlockedReason, stayed: Vec<UnitId>) -> RelocateOutcome {
     RelocateOutcome::Blocked { reason, stayed }
-}
-
-/// The reason that says most about why units stayed: the deadline, then missing targets, then
-/// the rest.
-fn main_reason(stayed: &[(UnitId, BlockedReason)]) -> BlockedReason {
-    const ORDER: [BlockedReason; 7] = [
-        BlockedReason::ShutdownRequested,
-        BlockedReason::DeadlineExceeded,
-        BlockedReason::TargetUnavailable,
-        BlockedReason::AdapterFailed,
-        BlockedReason::StateIncompatible,
-        BlockedReason::RelocationFailed,
-        BlockedReason::RelocationDisabled,
-    ];
-    ORDER
-        .into_iter()
-        .find(|r| stayed.iter().any(|(_, s)| s == r))
-        .unwrap_or(BlockedReason::RelocationFailed)
 }

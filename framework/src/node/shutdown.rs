@@ -84,6 +84,18 @@ impl Node {
             );
             hub.shutdown(self, &reason).await;
         }
+        // Moves into this node go back to their sources, but a commit in flight cannot be called
+        // back: it is waited for, so that a unit it opens here is closed and released with the
+        // others, never left recorded on a stopped node.
+        if self.stop_arrivals() > 0 {
+            let mut arrivals = self.core.moves.arrivals.subscribe();
+            if tokio::time::timeout_at(until, arrivals.wait_for(|n| *n == 0))
+                .await
+                .is_err()
+            {
+                tracing::warn!("a move into this node was still committing at the deadline");
+            }
+        }
         let grace = until.saturating_duration_since(tokio::time::Instant::now());
         let (ids, in_time) = self.close_lanes(grace.max(Duration::from_millis(1))).await;
         self.core.stop.cancel();

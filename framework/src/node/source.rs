@@ -427,7 +427,11 @@ impl SourceRun {
                 };
                 SourceEvent::Quiesced { gateways }
             }
-            Ok(Ok(Err(why))) => SourceEvent::SealRefused(why),
+            Ok(Ok(Err(why))) => {
+                // In another move (or not open yet): once that ends, it has left or may go.
+                self.blocked = Some(BlockedReason::OperationInProgress);
+                SourceEvent::SealRefused(why)
+            }
             Ok(Err(_)) => SourceEvent::SealRefused("the unit stopped".into()),
             Err(_) => SourceEvent::Deadline,
         }
@@ -541,9 +545,11 @@ impl SourceRun {
                 capture
             }
             Ok(Ok(Err(refused))) => {
-                if let SealRefused::Adapter(_) = refused {
-                    self.blocked = Some(BlockedReason::AdapterFailed);
-                }
+                self.blocked = Some(match refused {
+                    SealRefused::Adapter(_) => BlockedReason::AdapterFailed,
+                    // Another move of the unit runs: once it ends, the unit has left or may go.
+                    SealRefused::Busy(_) => BlockedReason::OperationInProgress,
+                });
                 return SourceEvent::SealRefused(refused.to_string());
             }
             Ok(Err(_)) => return SourceEvent::SealRefused("the unit stopped".into()),
@@ -697,9 +703,15 @@ impl SourceRun {
                     let reason = match refusal.because {
                         RefusedBecause::NotServing => Some(BlockedReason::TargetUnavailable),
                         RefusedBecause::StateIncompatible => Some(BlockedReason::StateIncompatible),
+                        RefusedBecause::Busy => Some(BlockedReason::OperationInProgress),
                         RefusedBecause::Other => None,
                     };
                     self.blocked = self.blocked.or(reason);
+                }
+                // The target gave the unit back (it began to drain or stop, or heard no cutover):
+                // another target may take it.
+                SourceEvent::Aborted(_) => {
+                    self.blocked = self.blocked.or(Some(BlockedReason::TargetUnavailable));
                 }
                 _ => {}
             }

@@ -2,6 +2,7 @@
 //! restores the unit into a gated lane, keeps the relay records, commits ownership in the store,
 //! and opens the unit.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -12,12 +13,13 @@ use ferry_core::conditional::{ConditionalWrite, Settled, WriteAnswer};
 use super::handle::Node;
 use super::hosted::{Control, Staging};
 use super::lane::Lane;
-use crate::cluster::authority::{NodeDescriptor, NodeState, Stage, UnitRecord, unit_key};
+use crate::cluster::authority::{NodeDescriptor, Stage, UnitRecord, unit_key};
 use crate::cluster::frames::Frame;
 use crate::ids::{NodeId, UnitId};
 use crate::relocation::RelocationId;
+use crate::relocation::admission::{Admission, Offer, Staged, admit};
 use crate::relocation::capture::{Assembly, MembershipData, relay_digest};
-use crate::relocation::frames::{RecordAt, Refusal, RefusedBecause, RelocFrame};
+use crate::relocation::frames::{RecordAt, Refusal, RelocFrame};
 use crate::relocation::phases::TargetPhases;
 use crate::relocation::protocol::{SourceEvent, TargetAction, TargetEvent, TargetMachine};
 use crate::store::{BatchOutcome, Condition, Op};
@@ -47,34 +49,39 @@ impl Node {
                 manifest,
                 within,
             } => {
-                let state = self.state();
-                let max = self.config().max_state;
-                let refusal = if state != NodeState::Serving {
-                    // The source's view of this node was older than its last state change.
-                    Some(Refusal {
-                        because: RefusedBecause::NotServing,
-                        why: format!(
-                            "{} is {state} and takes no units; pick a serving node",
-                            self.id()
-                        ),
-                    })
-                } else if manifest.len > max {
-                    Some(Refusal::other(format!(
-                        "{unit}'s capture is {} bytes, over {}'s max_state of {max}; keep less \
-                         state in the unit or raise max_state on every node",
-                        manifest.len,
-                        self.id()
-                    )))
-                } else {
-                    None
+                let offer = Offer {
+                    me: self.id(),
+                    state: self.state(),
+                    unit: &unit,
+                    len: manifest.len,
+                    max_state: self.config().max_state,
                 };
-                if let Some(reason) = refusal {
-                    tracing::warn!(relocation = %rel, %reason, "offer refused");
-                    let refused = Frame::Reloc(Box::new(RelocFrame::Refused { rel, reason }));
-                    if let Err(error) = self.mesh_send(&from, refused) {
-                        tracing::debug!(relocation = %rel, %error, "refusal not sent");
+                let admission = {
+                    let incoming = self.core.moves.incoming.lock();
+                    admit(
+                        offer,
+                        incoming.iter().map(|(rel, staging)| Staged {
+                            rel: *rel,
+                            unit: &staging.unit,
+                            committing: staging.machine.committing(),
+                        }),
+                    )
+                };
+                match admission {
+                    Admission::Refuse(reason) => {
+                        tracing::warn!(relocation = %rel, %reason, "offer refused");
+                        let refused = Frame::Reloc(Box::new(RelocFrame::Refused { rel, reason }));
+                        if let Err(error) = self.mesh_send(&from, refused) {
+                            tracing::debug!(relocation = %rel, %error, "refusal not sent");
+                        }
+                        return;
                     }
-                    return;
+                    Admission::Take { supersede } => {
+                        for earlier in supersede {
+                            tracing::info!(relocation = %earlier, %unit, "a staged copy gives way to a newer offer of its unit");
+                            self.target_event(earlier, TargetEvent::Withdrawn);
+                        }
+                    }
                 }
                 let staging = Staging {
                     source: from.clone(),
@@ -89,7 +96,11 @@ impl Node {
                     arriving: None,
                     reported: Instant::now(),
                 };
-                self.core.moves.incoming.lock().insert(rel, staging);
+                {
+                    let mut incoming = self.core.moves.incoming.lock();
+                    incoming.insert(rel, staging);
+                    self.core.moves.arrivals.send_replace(incoming.len());
+                }
                 // Taken: the source counts silence from here, not from its offer.
                 if let Err(error) =
                     self.mesh_send(&from, Frame::Reloc(Box::new(RelocFrame::Progress { rel })))
@@ -129,6 +140,22 @@ impl Node {
             }
             RelocFrame::Aborted { rel, reason } => to_source(rel, SourceEvent::Aborted(reason)),
         }
+    }
+
+    /// Gives back every move to this node that has not reached its commit (the node drains or
+    /// stops, and takes no unit any more), and says how many may still open here: those whose
+    /// commit is in flight.
+    pub(crate) fn stop_arrivals(&self) -> usize {
+        let staged: Vec<RelocationId> = self.core.moves.incoming.lock().keys().copied().collect();
+        for rel in staged {
+            self.target_event(rel, TargetEvent::Stopping);
+        }
+        self.arriving()
+    }
+
+    /// How many moves into this node may still open here.
+    pub(crate) fn arriving(&self) -> usize {
+        self.core.moves.incoming.lock().len()
     }
 
     /// Gives up every move of `unit` to this node that has not reached its commit: recovery is
@@ -348,6 +375,10 @@ impl Node {
                 }
                 TargetAction::Discard => {
                     if let Some(lane) = staging.lane.take() {
+                        // Unregistered now, so a newer offer of the unit finds no copy in its way.
+                        for at in &staging.records {
+                            self.core.directory.remove_if_on(&at.id, Arc::as_ptr(&lane));
+                        }
                         let _ = lane.ctl.send(Control::Discard);
                     }
                 }
@@ -355,6 +386,7 @@ impl Node {
         }
         if staging.machine.finished() {
             incoming.remove(&rel);
+            self.core.moves.arrivals.send_replace(incoming.len());
         }
     }
 

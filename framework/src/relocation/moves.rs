@@ -25,6 +25,8 @@ pub(crate) struct Moves<N> {
     pub outgoing: Mutex<HashMap<RelocationId, Outgoing>>,
     /// Moves to this node: the staged units.
     pub incoming: Mutex<HashMap<RelocationId, Staging<N>>>,
+    /// How many moves to this node are staged, for whoever waits until none may open here.
+    pub arrivals: tokio::sync::watch::Sender<usize>,
 }
 
 impl<N> Default for Moves<N> {
@@ -32,6 +34,7 @@ impl<N> Default for Moves<N> {
         Moves {
             outgoing: Mutex::default(),
             incoming: Mutex::default(),
+            arrivals: tokio::sync::watch::Sender::new(0),
         }
     }
 }

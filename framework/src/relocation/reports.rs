@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use ferry_core::authority::NodeState;
+pub use ferry_core::drain::{BlockedReason, RelocateOutcome};
 use ferry_core::relocation::RelocationId;
 use ferry_core::relocation::phases::MovePhases;
 use ferry_core::relocation::protocol::MoveEnd;
@@ -44,58 +45,6 @@ impl Default for RelocateOptions {
             deadline: Duration::from_secs(30),
         }
     }
-}
-
-/// Why a drain did not move every unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum BlockedReason {
-    /// No serving node could take some unit (factory, version or capacity).
-    TargetUnavailable,
-    /// The location store could not be reached.
-    StoreUnavailable,
-    /// Some unit's factory is registered with `RelocationPolicy::Disabled`.
-    RelocationDisabled,
-    /// A target could not restore some unit's state.
-    StateIncompatible,
-    /// A state adapter failed or panicked while capturing some unit; it runs on here with its
-    /// state, and the node's log names it.
-    AdapterFailed,
-    /// The deadline passed with units still here.
-    DeadlineExceeded,
-    /// Some move failed for another reason (see the events).
-    RelocationFailed,
-    /// The node is not serving (still starting, or failed).
-    RuntimeNotReady,
-    /// The node is shutting down.
-    ShutdownRequested,
-    /// Another drain with other options is running.
-    OperationInProgress,
-}
-
-/// How a drain ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum RelocateOutcome {
-    /// Every unit moved; the node hosts none and is `Relocated`.
-    Relocated {
-        /// How many units moved.
-        moved: usize,
-    },
-    /// Some unit did not move; those stay and run here, and the node serves again.
-    Blocked {
-        /// The main reason.
-        reason: BlockedReason,
-        /// The units that stayed.
-        stayed: Vec<UnitId>,
-    },
-    /// At the deadline some units were past the point of no return and the store had not said
-    /// whether their target's commit or this node's reclaim won: each is held (it runs nowhere)
-    /// until the store answers, then runs where the winning write says, with nothing lost.
-    Undecided {
-        /// Those units.
-        units: Vec<UnitId>,
-        /// The units that stayed here.
-        stayed: Vec<UnitId>,
-    },
 }
 
 /// Where a host operation stands.

@@ -21,6 +21,9 @@ pub enum RefusedBecause {
     /// Anything else: the capture did not check out or was too large, or the unit is hosted
     /// there already.
     Other,
+    /// An earlier move of the unit to that target is still committing: the store decides it
+    /// soon, and the unit may be offered again then.
+    Busy,
 }
 
 /// A target's refusal of a unit: why, and in words for the logs.
@@ -37,6 +40,14 @@ impl Refusal {
     pub fn other(why: impl Into<String>) -> Self {
         Refusal {
             because: RefusedBecause::Other,
+            why: why.into(),
+        }
+    }
+
+    /// The target takes no units (it drains, stops, or is not serving yet).
+    pub fn not_serving(why: impl Into<String>) -> Self {
+        Refusal {
+            because: RefusedBecause::NotServing,
             why: why.into(),
         }
     }

@@ -2,12 +2,14 @@
 //! the two sides' state machines.
 //!
 //! - [`protocol`]: the source and target of a move as plain state machines (events in, actions out).
+//! - [`admission`]: whether a target takes an offered unit.
 //! - [`lane`]: what a move means for the lane that runs the unit: seal, hold, hand over, resume,
 //!   and which changes of membership it takes meanwhile.
 //! - [`capture`]: what moves (state, timers, saved work, pending ticks), chunked with CRC-32C.
 //! - [`frames`]: what source and target say to each other on the mesh.
 //! - [`phases`]: where the time of one move goes.
 
+pub mod admission;
 pub mod capture;
 pub mod frames;
 pub mod lane;

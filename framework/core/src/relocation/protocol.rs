@@ -633,6 +633,10 @@ pub enum TargetEvent {
     Silence,
     /// The source gave the move up before the handover.
     Withdrawn,
+    /// This node began to drain or shut down: a unit not yet committing is given back to its
+    /// source (which restores it, or reclaims it by its fenced write); a commit in flight is
+    /// waited for, since its write cannot be called back.
+    Stopping,
 }
 
 /// What the target shell must do next.
@@ -719,6 +723,20 @@ impl TargetMachine {
         self.phase == TargetPhase::Open
     }
 
+    /// Whether the unit may still open here: the move is not over on this side.
+    pub fn may_open(&self) -> bool {
+        !self.finished()
+    }
+
+    /// Whether this node's commit is in flight or being read back: the move can no longer be
+    /// given up here, only decided by the store.
+    pub fn committing(&self) -> bool {
+        matches!(
+            self.phase,
+            TargetPhase::Committing | TargetPhase::ReadingBack
+        )
+    }
+
     /// Feeds one event; returns what to do, in order.
     pub fn on(&mut self, event: TargetEvent) -> Vec<TargetAction> {
         use TargetAction as A;
@@ -729,6 +747,15 @@ impl TargetMachine {
             (P::Staging, E::Restored) => (P::Ready, vec![A::SendRelayReady]),
             (P::Staging, E::RestoreFailed(why)) => (P::Gone, vec![A::Discard, A::SendRefused(why)]),
             (P::Staging, E::Silence | E::Withdrawn) => (P::Gone, vec![A::Discard]),
+            (P::Staging, E::Stopping) => (
+                P::Gone,
+                vec![
+                    A::Discard,
+                    A::SendRefused(Refusal::not_serving(
+                        "the target began to drain or stop; pick a serving node",
+                    )),
+                ],
+            ),
             (P::Staging, _) => return Vec::new(),
 
             (P::Ready, E::RelayReset) => (P::Ready, vec![A::ClearRelay]),
@@ -740,6 +767,13 @@ impl TargetMachine {
             (P::Ready, E::Silence) => (
                 P::Gone,
                 vec![A::Discard, A::SendAborted("no cutover came".into())],
+            ),
+            (P::Ready, E::Stopping) => (
+                P::Gone,
+                vec![
+                    A::Discard,
+                    A::SendAborted("the target began to drain or stop".into()),
+                ],
             ),
             (P::Ready, _) => return Vec::new(),
 

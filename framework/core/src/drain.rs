@@ -1,0 +1,756 @@
+//! A drain as decisions: which units leave and in what order, where each goes, which failed moves
+//! are tried again, which units stay and why, and when the node is truly safe to stop.
+//!
+//! The runtime (and the simulator) moves the units and feeds back how each move ended. Units that
+//! arrive while the drain runs (a move into the node that was already past its offer) join the
+//! inventory when they open, and the drain does not end while such a move may still open here:
+//! otherwise a node reported drained would receive a room after its drain, and stopping it would
+//! end that room.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::authority::{NodeDescriptor, NodeState};
+use crate::ids::{NodeId, UnitId};
+use crate::placement::place;
+
+/// Why a drain did not move every unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BlockedReason {
+    /// No serving node could take some unit (factory, version or capacity).
+    TargetUnavailable,
+    /// No other node serves or is starting: nothing can take any unit. Drained nodes can be
+    /// brought back with `resume`; without one, stopping this node ends its units.
+    NoServingPeer,
+    /// The location store could not be reached.
+    StoreUnavailable,
+    /// Some unit's factory is registered with `RelocationPolicy::Disabled`.
+    RelocationDisabled,
+    /// A target could not restore some unit's state.
+    StateIncompatible,
+    /// A state adapter failed or panicked while capturing some unit; it runs on here with its
+    /// state, and the node's log names it.
+    AdapterFailed,
+    /// The deadline passed with units still here.
+    DeadlineExceeded,
+    /// Some move failed for another reason (see the events).
+    RelocationFailed,
+    /// The node is not serving (still starting, or failed).
+    RuntimeNotReady,
+    /// The node is shutting down.
+    ShutdownRequested,
+    /// Another operation is running: a drain with other options, or a move of the same unit.
+    OperationInProgress,
+}
+
+impl BlockedReason {
+    /// Whether a move that ended for this reason may go through when tried again: another target
+    /// may come up, the store may answer, another move of the unit may end.
+    fn retryable(self) -> bool {
+        matches!(
+            self,
+            BlockedReason::StoreUnavailable
+                | BlockedReason::TargetUnavailable
+                | BlockedReason::OperationInProgress
+        )
+    }
+}
+
+/// How a drain ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RelocateOutcome {
+    /// Every unit moved; the node hosts none and is `Relocated`.
+    Relocated {
+        /// How many units moved.
+        moved: usize,
+    },
+    /// Some unit did not move; those stay and run here, and the node serves again.
+    Blocked {
+        /// The main reason.
+        reason: BlockedReason,
+        /// The units that stayed.
+        stayed: Vec<UnitId>,
+    },
+    /// At the deadline some units were past the point of no return and the store had not said
+    /// whether their target's commit or this node's reclaim won: each is held (it runs nowhere)
+    /// until the store answers, then runs where the winning write says, with nothing lost.
+    Undecided {
+        /// Those units.
+        units: Vec<UnitId>,
+        /// The units that stayed here.
+        stayed: Vec<UnitId>,
+    },
+}
+
+/// When a unit leaves in a drain: PerActor spot shells first (their members then move alone),
+/// then Actors, then rooms and Instance Spots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Batch {
+    /// The shell of a PerActor spot.
+    Shell,
+    /// An Actor on its own.
+    Actor,
+    /// A SpotWide room with its members, or an Instance Spot.
+    Room,
+}
+
+/// A unit the drain found on its node: at the start, or arrived since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// The unit (a room's spot for a room).
+    pub unit: UnitId,
+    /// How many units move with it, itself included: a room counts its members, as a node's
+    /// load does.
+    pub size: usize,
+    /// Its factory's type name, which a target must have.
+    pub factory: String,
+    /// When it leaves.
+    pub batch: Batch,
+    /// False for a factory registered with `RelocationPolicy::Disabled`.
+    pub relocatable: bool,
+}
+
+/// How one of the drain's moves ended, as the runtime saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// The unit runs on its target.
+    Moved,
+    /// Past the point of no return, the store has not said who owns it: held until it does.
+    Undecided,
+    /// It runs here still (or again), for this reason where the move knows it.
+    NotMoved(Option<BlockedReason>),
+}
+
+/// What the drain decided; the runtime carries each out and reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Start a move of `unit` to `to`.
+    Move {
+        /// The unit.
+        unit: UnitId,
+        /// Its target.
+        to: NodeId,
+    },
+    /// `unit` and the `size - 1` units with it moved.
+    Moved {
+        /// The unit.
+        unit: UnitId,
+        /// Units that moved with it, itself included.
+        size: usize,
+    },
+    /// `unit` is held until the store says whether it moved.
+    Held {
+        /// The unit.
+        unit: UnitId,
+        /// Units held with it, itself included.
+        size: usize,
+    },
+    /// `unit` stays here, with its members.
+    Stays {
+        /// The unit.
+        unit: UnitId,
+        /// Units that stay with it, itself included.
+        size: usize,
+        /// Why, for the outcome.
+        reason: BlockedReason,
+        /// Why, in words for the log and the events.
+        why: String,
+    },
+    /// A move of `unit` did not go through but may when tried again: it waits again.
+    Again {
+        /// The unit.
+        unit: UnitId,
+        /// Why the move did not go through.
+        reason: BlockedReason,
+    },
+    /// `unit` left the node by another path (a move of its own, or it stopped): the drain has
+    /// nothing more to do for it, and counts it no more.
+    Left {
+        /// The unit.
+        unit: UnitId,
+        /// Units that left with it, itself included.
+        size: usize,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Unit {
+    size: usize,
+    factory: String,
+    batch: Batch,
+    /// Why it waits, while it does.
+    waits: BlockedReason,
+}
+
+/// One drain of one node.
+#[derive(Debug)]
+pub struct Drain {
+    me: NodeId,
+    version: Option<String>,
+    deadline: Instant,
+    /// How many moves run at once.
+    limit: usize,
+    units: BTreeMap<UnitId, Unit>,
+    /// Units to start, in the order they leave.
+    waiting: BTreeSet<(Batch, UnitId)>,
+    /// Units moving now, with their targets.
+    moving: BTreeMap<UnitId, NodeId>,
+    /// Units this drain sent to each node so far, which count as load there.
+    planned: BTreeMap<NodeId, u64>,
+    /// Moves into this node that may still open here.
+    arriving: usize,
+    stopping: bool,
+    /// No other node serves or starts: nothing can take a unit.
+    nowhere: bool,
+    total: usize,
+    moved: usize,
+    stayed: Vec<(UnitId, BlockedReason)>,
+    undecided: Vec<UnitId>,
+}
+
+impl Drain {
+    /// A drain of node `me` to nodes of `version` (any, without one), ending by `deadline`, with
+    /// at most `limit` moves at once.
+    pub fn new(me: NodeId, version: Option<String>, deadline: Instant, limit: usize) -> Self {
+        Drain {
+            me,
+            version,
+            deadline,
+            limit: limit.max(1),
+            units: BTreeMap::new(),
+            waiting: BTreeSet::new(),
+            moving: BTreeMap::new(),
+            planned: BTreeMap::new(),
+            arriving: 0,
+            stopping: false,
+            nowhere: false,
+            total: 0,
+            moved: 0,
+            stayed: Vec::new(),
+            undecided: Vec::new(),
+        }
+    }
+
+    /// Units in the inventory so far, members counted.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    /// Units moved so far, members counted.
+    pub fn moved(&self) -> usize {
+        self.moved
+    }
+
+    /// Adds a unit found on the node. A unit known already is ignored; one that may not move
+    /// stays at once.
+    pub fn found(&mut self, found: Found) -> Option<Decision> {
+        if self.units.contains_key(&found.unit) {
+            return None;
+        }
+        self.total += found.size;
+        let unit = Unit {
+            size: found.size,
+            factory: found.factory,
+            batch: found.batch,
+            waits: BlockedReason::TargetUnavailable,
+        };
+        let id = found.unit;
+        self.units.insert(id.clone(), unit);
+        if !found.relocatable {
+            return Some(self.stay(
+                id,
+                BlockedReason::RelocationDisabled,
+                "RelocationPolicy::Disabled".into(),
+            ));
+        }
+        self.waiting.insert((found.batch, id));
+        None
+    }
+
+    /// How many moves into this node may still open here (staged, or committing).
+    pub fn arriving(&mut self, count: usize) {
+        self.arriving = count;
+    }
+
+    /// A shutdown began: no move starts any more, and what waits stays.
+    pub fn stopping(&mut self) {
+        self.stopping = true;
+    }
+
+    /// Starts what can start now: for each waiting unit in order, while fewer than the limit
+    /// move, a target from `view` (the cluster as last read), spread by what this drain already
+    /// sent. `hosted` says whether a unit still runs here; `store_reachable` whether a move could
+    /// commit now.
+    pub fn next(
+        &mut self,
+        now: Instant,
+        view: &[NodeDescriptor],
+        hosted: impl Fn(&UnitId) -> bool,
+        store_reachable: bool,
+    ) -> Vec<Decision> {
+        let mut decided = Vec::new();
+        if self.stopping || now >= self.deadline {
+            return decided;
+        }
+        let peers: Vec<NodeDescriptor> =
+            view.iter().filter(|d| d.node != self.me).cloned().collect();
+        self.nowhere = !peers
+            .iter()
+            .any(|d| matches!(d.state, NodeState::Serving | NodeState::Preparing));
+        for (batch, id) in self.waiting.clone() {
+            if self.moving.len() >= self.limit {
+                break;
+            }
+            if !hosted(&id) {
+                self.waiting.remove(&(batch, id.clone()));
+                if let Some(unit) = self.units.get(&id) {
+                    self.total -= unit.size;
+                    decided.push(Decision::Left {
+                        unit: id,
+                        size: unit.size,
+                    });
+                }
+                continue;
+            }
+            let Some(unit) = self.units.get_mut(&id) else {
+                continue;
+            };
+            if !store_reachable {
+                unit.waits = BlockedReason::StoreUnavailable;
+                continue;
+            }
+            let loaded = peers.iter().map(|d| {
+                let mut d = d.clone();
+                d.units += self.planned.get(&d.node).copied().unwrap_or(0);
+                d
+            });
+            let loaded: Vec<NodeDescriptor> = loaded.collect();
+            let Some(to) = place(&loaded, &unit.factory, self.version.as_deref()) else {
+                unit.waits = if self.nowhere {
+                    BlockedReason::NoServingPeer
+                } else {
+                    BlockedReason::TargetUnavailable
+                };
+                continue;
+            };
+            *self.planned.entry(to.clone()).or_default() += unit.size as u64;
+            self.waiting.remove(&(batch, id.clone()));
+            self.moving.insert(id.clone(), to.clone());
+            decided.push(Decision::Move { unit: id, to });
+        }
+        decided
+    }
+
+    /// A move of the drain ended. One that may go through when tried again waits again while
+    /// the drain has time; `hosted` says whether the unit still runs here.
+    pub fn ended(&mut self, id: &UnitId, ended: Ended, now: Instant, hosted: bool) -> Decision {
+        let target = self.moving.remove(id);
+        let size = self.units.get(id).map_or(1, |u| u.size);
+        match ended {
+            Ended::Moved => {
+                self.moved += size;
+                Decision::Moved {
+                    unit: id.clone(),
+                    size,
+                }
+            }
+            Ended::Undecided => {
+                self.undecided.push(id.clone());
+                Decision::Held {
+                    unit: id.clone(),
+                    size,
+                }
+            }
+            Ended::NotMoved(_) if !hosted => {
+                // It left by another path meanwhile (another move of it went through).
+                self.total -= size;
+                Decision::Left {
+                    unit: id.clone(),
+                    size,
+                }
+            }
+            Ended::NotMoved(reason) => {
+                let reason = reason.unwrap_or(BlockedReason::RelocationFailed);
+                let time_left = now < self.deadline && !self.stopping;
+                match self.units.get_mut(id) {
+                    Some(unit) if reason.retryable() && time_left => {
+                        unit.waits = reason;
+                        self.waiting.insert((unit.batch, id.clone()));
+                        // The target it was planned for did not take it.
+                        if let Some(count) = target.and_then(|to| self.planned.get_mut(&to)) {
+                            *count = count.saturating_sub(size as u64);
+                        }
+                        Decision::Again {
+                            unit: id.clone(),
+                            reason,
+                        }
+                    }
+                    _ => self.stay(id.clone(), reason, format!("{reason:?}")),
+                }
+            }
+        }
+    }
+
+    fn stay(&mut self, unit: UnitId, reason: BlockedReason, why: String) -> Decision {
+        let size = self.units.get(&unit).map_or(1, |u| u.size);
+        self.stayed.push((unit.clone(), reason));
+        Decision::Stays {
+            unit,
+            size,
+            reason,
+            why,
+        }
+    }
+
+    /// Whether the drain is over: nothing moves, and nothing waits or may still arrive, or the
+    /// deadline passed, a shutdown began, or no other node can take anything.
+    pub fn done(&self, now: Instant) -> bool {
+        if !self.moving.is_empty() {
+            return false;
+        }
+        let settled = self.waiting.is_empty() && self.arriving == 0;
+        settled || now >= self.deadline || self.stopping || self.nowhere
+    }
+
+    /// Ends the drain: what still waits stays, each with the reason it waited for. Returns the
+    /// decisions for those units and the outcome; `members` names a unit with the units that
+    /// share its lane, for the outcome's list of what stayed.
+    pub fn finish(
+        &mut self,
+        members: impl Fn(&UnitId) -> Vec<UnitId>,
+    ) -> (Vec<Decision>, RelocateOutcome) {
+        let mut decided = Vec::new();
+        for (_, id) in std::mem::take(&mut self.waiting) {
+            let waits = self
+                .units
+                .get(&id)
+                .map_or(BlockedReason::TargetUnavailable, |u| u.waits);
+            let (reason, why) = if self.stopping {
+                (
+                    BlockedReason::ShutdownRequested,
+                    "the node began shutting down",
+                )
+            } else {
+                match waits {
+                    BlockedReason::StoreUnavailable => (
+                        BlockedReason::StoreUnavailable,
+                        "the location store did not answer in time",
+                    ),
+                    BlockedReason::NoServingPeer => (
+                        BlockedReason::NoServingPeer,
+                        "no other node serves: nothing can take it",
+                    ),
+                    reason => (reason, "no serving node can take it"),
+                }
+            };
+            decided.push(self.stay(id, reason, why.into()));
+        }
+        let mut seen = BTreeSet::new();
+        let mut stayed = Vec::new();
+        for (unit, _) in &self.stayed {
+            for id in std::iter::once(unit.clone()).chain(members(unit)) {
+                if seen.insert(id.clone()) {
+                    stayed.push(id);
+                }
+            }
+        }
+        let outcome = if !self.undecided.is_empty() {
+            RelocateOutcome::Undecided {
+                units: self.undecided.clone(),
+                stayed,
+            }
+        } else if self.stopping {
+            RelocateOutcome::Blocked {
+                reason: BlockedReason::ShutdownRequested,
+                stayed,
+            }
+        } else if self.stayed.is_empty() && self.arriving == 0 {
+            RelocateOutcome::Relocated { moved: self.moved }
+        } else if self.stayed.is_empty() {
+            // Past the deadline with a move into this node still undecided.
+            RelocateOutcome::Blocked {
+                reason: BlockedReason::DeadlineExceeded,
+                stayed,
+            }
+        } else {
+            RelocateOutcome::Blocked {
+                reason: main_reason(&self.stayed),
+                stayed,
+            }
+        };
+        (decided, outcome)
+    }
+}
+
+/// Whether a node can be stopped without ending a unit: it is drained or stopped, hosts none,
+/// and no move into it may still open there.
+pub fn safe_to_shutdown(state: NodeState, hosted: usize, arriving: usize) -> bool {
+    hosted == 0 && arriving == 0 && matches!(state, NodeState::Relocated | NodeState::Stopped)
+}
+
+/// The reason that says most about why units stayed: a shutdown, the deadline, missing targets,
+/// then the rest.
+fn main_reason(stayed: &[(UnitId, BlockedReason)]) -> BlockedReason {
+    const ORDER: [BlockedReason; 8] = [
+        BlockedReason::ShutdownRequested,
+        BlockedReason::DeadlineExceeded,
+        BlockedReason::NoServingPeer,
+        BlockedReason::TargetUnavailable,
+        BlockedReason::AdapterFailed,
+        BlockedReason::StateIncompatible,
+        BlockedReason::RelocationFailed,
+        BlockedReason::RelocationDisabled,
+    ];
+    ORDER
+        .into_iter()
+        .find(|r| stayed.iter().any(|(_, s)| s == r))
+        .unwrap_or(BlockedReason::RelocationFailed)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::ids::SpotId;
+
+    fn node(id: &str, units: u64, state: NodeState) -> NodeDescriptor {
+        NodeDescriptor {
+            node: NodeId::new(id).unwrap(),
+            mesh_addr: None,
+            app_version: "1".into(),
+            state,
+            capacity: 100_000,
+            units,
+            weight: 1,
+            factories: vec!["room".into()],
+            lease_generation: 1,
+            peers: Vec::new(),
+        }
+    }
+
+    fn room(id: &str, size: usize) -> Found {
+        Found {
+            unit: UnitId::Spot(SpotId::new(id).unwrap()),
+            size,
+            factory: "room".into(),
+            batch: Batch::Room,
+            relocatable: true,
+        }
+    }
+
+    fn drain(now: Instant) -> Drain {
+        Drain::new(
+            NodeId::new("p1").unwrap(),
+            None,
+            now + Duration::from_secs(30),
+            1000,
+        )
+    }
+
+    fn targets(decided: &[Decision]) -> BTreeMap<String, usize> {
+        let mut to = BTreeMap::new();
+        for d in decided {
+            if let Decision::Move { to: n, .. } = d {
+                *to.entry(n.to_string()).or_default() += 1;
+            }
+        }
+        to
+    }
+
+    #[test]
+    fn a_room_with_its_players_weighs_on_its_target_as_all_its_units() {
+        let now = Instant::now();
+        let mut d = drain(now);
+        // 39 rooms of five units each; p2 holds 60 units, p3 holds 195.
+        for i in 0..39 {
+            assert_eq!(d.found(room(&format!("fps-{i}"), 5)), None);
+        }
+        let view = [
+            node("p1", 195, NodeState::Relocating),
+            node("p2", 60, NodeState::Serving),
+            node("p3", 195, NodeState::Serving),
+        ];
+        let decided = d.next(now, &view, |_| true, true);
+        let to = targets(&decided);
+        // 450 units in all: each ends with 225, give or take a room. Counted as one per room, p2
+        // would take all 39 (60 + 39 is still below 195).
+        assert_eq!(to.values().sum::<usize>(), 39);
+        let p2 = to.get("p2").copied().unwrap_or(0);
+        assert!((32..=34).contains(&p2), "p2 took {p2} rooms: {to:?}");
+    }
+
+    #[test]
+    fn a_move_still_arriving_keeps_the_drain_open_and_its_unit_joins_it() {
+        let now = Instant::now();
+        let mut d = drain(now);
+        let view = [node("p2", 0, NodeState::Serving)];
+        d.found(room("a", 1));
+        d.arriving(1);
+        let first = d.next(now, &view, |_| true, true);
+        assert_eq!(targets(&first).get("p2"), Some(&1));
+        d.ended(&room("a", 1).unit, Ended::Moved, now, false);
+        assert!(!d.done(now), "a move into the node may still open there");
+        // It opened here: it joins the inventory and leaves too.
+        d.arriving(0);
+        d.found(room("b", 4));
+        assert!(!d.done(now));
+        let second = d.next(now, &view, |_| true, true);
+        assert_eq!(targets(&second).get("p2"), Some(&1));
+        d.ended(&room("b", 4).unit, Ended::Moved, now, false);
+        assert!(d.done(now));
+        let (_, outcome) = d.finish(|_| Vec::new());
+        assert_eq!(outcome, RelocateOutcome::Relocated { moved: 5 });
+        assert_eq!(d.total(), 5);
+    }
+
+    #[test]
+    fn a_drain_past_its_deadline_with_a_move_still_arriving_is_not_relocated() {
+        let now = Instant::now();
+        let mut d = drain(now);
+        d.arriving(1);
+        let later = now + Duration::from_secs(31);
+        assert!(d.done(later));
+        let (_, outcome) = d.finish(|_| Vec::new());
+        assert!(
+            matches!(
+                outcome,
+                RelocateOutcome::Blocked {
+                    reason: BlockedReason::DeadlineExceeded,
+                    ..
+                }
+            ),
+            "{outcome:?}"
+        );
+        assert!(!safe_to_shutdown(NodeState::Serving, 0, 1));
+        assert!(!safe_to_shutdown(NodeState::Relocated, 0, 1));
+        assert!(safe_to_shutdown(NodeState::Relocated, 0, 0));
+    }
+
+    #[test]
+    fn a_unit_another_move_took_away_is_not_reported_as_stayed() {
+        let now = Instant::now();
+        let mut d = drain(now);
+        let view = [node("p2", 0, NodeState::Serving)];
+        let a = room("a", 3);
+        d.found(a.clone());
+        d.next(now, &view, |_| true, true);
+        // Its lane was in another move: tried again while that one runs...
+        let again = d.ended(
+            &a.unit,
+            Ended::NotMoved(Some(BlockedReason::OperationInProgress)),
+            now,
+            true,
+        );
+        assert!(matches!(again, Decision::Again { .. }), "{again:?}");
+        // ...and once it went through, the unit is gone from here: it left, it did not stay.
+        let left = d.next(now, &view, |_| false, true);
+        assert_eq!(
+            left,
+            vec![Decision::Left {
+                unit: a.unit.clone(),
+                size: 3
+            }]
+        );
+        assert!(d.done(now));
+        let (stays, outcome) = d.finish(|_| Vec::new());
+        assert!(stays.is_empty());
+        assert_eq!(outcome, RelocateOutcome::Relocated { moved: 0 });
+    }
+
+    #[test]
+    fn with_no_other_node_serving_the_drain_ends_at_once_and_says_so() {
+        let now = Instant::now();
+        let mut d = drain(now);
+        d.found(room("a", 5));
+        let view = [
+            node("p1", 5, NodeState::Relocating),
+            node("p2", 0, NodeState::Relocated),
+        ];
+        assert!(d.next(now, &view, |_| true, true).is_empty());
+        assert!(d.done(now), "nothing can take anything: no need to wait");
+        let (stays, outcome) = d.finish(|_| Vec::new());
+        assert!(matches!(
+            stays.as_slice(),
+            [Decision::Stays {
+                reason: BlockedReason::NoServingPeer,
+                size: 5,
+                ..
+            }]
+        ));
+        assert!(
+            matches!(
+                outcome,
+                RelocateOutcome::Blocked {
+                    reason: BlockedReason::NoServingPeer,
+                    ..
+                }
+            ),
+            "{outcome:?}"
+        );
+    }
+
+    #[test]
+    fn a_node_of_the_wrong_version_is_waited_for_until_the_deadline() {
+        let now = Instant::now();
+        let mut d = Drain::new(
+            NodeId::new("p1").unwrap(),
+            Some("2".into()),
+            now + Duration::from_secs(1),
+            10,
+        );
+        d.found(room("a", 1));
+        let view = [node("p2", 0, NodeState::Serving)];
+        assert!(d.next(now, &view, |_| true, true).is_empty());
+        assert!(!d.done(now), "a node of version 2 may come up");
+        let later = now + Duration::from_secs(2);
+        assert!(d.done(later));
+        let (_, outcome) = d.finish(|_| Vec::new());
+        assert!(matches!(
+            outcome,
+            RelocateOutcome::Blocked {
+                reason: BlockedReason::TargetUnavailable,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn moves_start_in_order_and_no_more_than_the_limit_at_once() {
+        let now = Instant::now();
+        let mut d = Drain::new(
+            NodeId::new("p1").unwrap(),
+            None,
+            now + Duration::from_secs(30),
+            2,
+        );
+        let view = [node("p2", 0, NodeState::Serving)];
+        d.found(room("r", 1));
+        let actor = Found {
+            unit: UnitId::Actor(crate::ids::ActorId::new("a").unwrap()),
+            factory: "room".into(),
+            batch: Batch::Actor,
+            ..room("x", 1)
+        };
+        d.found(actor.clone());
+        d.found(room("s", 1));
+        let first = d.next(now, &view, |_| true, true);
+        let units: Vec<_> = first
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Move { unit, .. } => Some(unit.to_string()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            units,
+            vec![actor.unit.to_string(), room("r", 1).unit.to_string()]
+        );
+        assert!(
+            d.next(now, &view, |_| true, true).is_empty(),
+            "two move already"
+        );
+    }
+}
