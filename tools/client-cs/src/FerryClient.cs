@@ -58,7 +58,7 @@ namespace Ferry.Client
     }
 
     /// <summary>What a <see cref="FerryEvent"/> says.</summary>
-    public enum EventType
+    public enum FerryEventType
     {
         /// <summary>The first session is open: <see cref="FerryEvent.Session"/>.</summary>
         Connected,
@@ -85,7 +85,7 @@ namespace Ferry.Client
     /// <summary>Something the gateway told the client; which fields are set depends on <see cref="Type"/>.</summary>
     public sealed class FerryEvent
     {
-        public EventType Type { get; internal set; }
+        public FerryEventType Type { get; internal set; }
         public string Actor { get; internal set; }
         /// <summary>A push's number: 0 for the first push after each bind, then one more each push.</summary>
         public long Seq { get; internal set; }
@@ -103,8 +103,8 @@ namespace Ferry.Client
         {
             var sb = new StringBuilder(Type.ToString());
             if (Actor != null) sb.Append(" actor=").Append(Actor);
-            if (Type == EventType.Push) sb.Append(" seq=").Append(Seq).Append(" message=").Append(Message);
-            if (Type == EventType.Undelivered) sb.Append(" inputs=").Append(Inputs);
+            if (Type == FerryEventType.Push) sb.Append(" seq=").Append(Seq).Append(" message=").Append(Message);
+            if (Type == FerryEventType.Undelivered) sb.Append(" inputs=").Append(Inputs);
             if (Code != null) sb.Append(" code=").Append(CloseCodes.Name(Code.Value));
             if (Session != null) sb.Append(" node=").Append(Session.Node);
             if (Reason != null) sb.Append(" reason=").Append(Reason);
@@ -512,7 +512,7 @@ namespace Ferry.Client
                 }
                 foreach (var input in pending) Write(input.Key, input.Value);
                 pending.Clear();
-                if (connects == 1) Emit(new FerryEvent { Type = EventType.Connected, Session = session });
+                if (connects == 1) Emit(new FerryEvent { Type = FerryEventType.Connected, Session = session });
                 else
                 {
                     reconnectReason = lastReason;
@@ -608,10 +608,10 @@ namespace Ferry.Client
             switch (frame.Type)
             {
                 case "push":
-                    Emit(new FerryEvent { Type = EventType.Push, Actor = frame.Actor, Seq = frame.Seq, Message = frame.Message });
+                    Emit(new FerryEvent { Type = FerryEventType.Push, Actor = frame.Actor, Seq = frame.Seq, Message = frame.Message });
                     break;
                 case "bound":
-                    if (binding.Remove(frame.Actor)) Emit(new FerryEvent { Type = EventType.Bound, Actor = frame.Actor });
+                    if (binding.Remove(frame.Actor)) Emit(new FerryEvent { Type = FerryEventType.Bound, Actor = frame.Actor });
                     if (rebinding.Remove(frame.Actor)) MaybeReconnected();
                     break;
                 case "delivered":
@@ -623,7 +623,7 @@ namespace Ferry.Client
                     pending.RemoveAll(input => input.Key == frame.Actor);
                     Undelivered(frame.Actor, frame.Reason);
                     // A bind made again after a reconnect is reported as the Actor's unbinding.
-                    var type = binding.Remove(frame.Actor) ? EventType.BindRefused : EventType.Unbound;
+                    var type = binding.Remove(frame.Actor) ? FerryEventType.BindRefused : FerryEventType.Unbound;
                     Emit(new FerryEvent { Type = type, Actor = frame.Actor, Reason = frame.Reason });
                     if (rebinding.Remove(frame.Actor)) MaybeReconnected();
                     break;
@@ -631,7 +631,7 @@ namespace Ferry.Client
                     if (wanted.Remove(frame.Actor)) Undelivered(frame.Actor, frame.Reason);
                     else inputs.Remove(frame.Actor); // the application unbound it: what it sent goes on to the Actor
                     binding.Remove(frame.Actor);
-                    Emit(new FerryEvent { Type = EventType.Unbound, Actor = frame.Actor, Reason = frame.Reason });
+                    Emit(new FerryEvent { Type = FerryEventType.Unbound, Actor = frame.Actor, Reason = frame.Reason });
                     if (rebinding.Remove(frame.Actor)) MaybeReconnected();
                     break;
                 case "closing":
@@ -644,7 +644,7 @@ namespace Ferry.Client
         void MaybeReconnected()
         {
             if (reconnectReason == null || rebinding.Count > 0) return;
-            Emit(new FerryEvent { Type = EventType.Reconnected, Reason = reconnectReason, Session = session });
+            Emit(new FerryEvent { Type = FerryEventType.Reconnected, Reason = reconnectReason, Session = session });
             reconnectReason = null;
         }
 
@@ -667,7 +667,7 @@ namespace Ferry.Client
                 if (!inputs.TryGetValue(a, out counts)) continue;
                 inputs.Remove(a);
                 if (counts.Sent > counts.Delivered)
-                    Emit(new FerryEvent { Type = EventType.Undelivered, Actor = a, Inputs = counts.Sent - counts.Delivered, Reason = reason });
+                    Emit(new FerryEvent { Type = FerryEventType.Undelivered, Actor = a, Inputs = counts.Sent - counts.Delivered, Reason = reason });
             }
         }
 
@@ -686,7 +686,7 @@ namespace Ferry.Client
                 finished = true;
                 link = null;
                 pending.Clear();
-                Emit(new FerryEvent { Type = EventType.Closed, Code = code, Reason = reason });
+                Emit(new FerryEvent { Type = FerryEventType.Closed, Code = code, Reason = reason });
             }
         }
 

@@ -128,7 +128,7 @@ namespace Ferry.Client.Tests
             return next;
         }
 
-        static FerryEvent Expect(FerryClient client, EventType type, int timeoutMs = 30000)
+        static FerryEvent Expect(FerryClient client, FerryEventType type, int timeoutMs = 30000)
         {
             FerryEvent next = Next(client, timeoutMs);
             Check.Equal(type, next.Type, "the next event (" + next + ")");
@@ -138,7 +138,7 @@ namespace Ferry.Client.Tests
         /// <summary>The next push of <paramref name="actor"/>, as a chat line with its push number; any other event fails.</summary>
         static Line NextLine(FerryClient client, string actor)
         {
-            FerryEvent push = Expect(client, EventType.Push);
+            FerryEvent push = Expect(client, FerryEventType.Push);
             Check.Equal(actor, push.Actor, "the pushing Actor");
             JsonValue line = Json.Parse(push.Message);
             Check.Equal(actor, line.Member("from").String, "the line's speaker");
@@ -194,15 +194,15 @@ namespace Ferry.Client.Tests
             using (var gateway = new BadGateway(new[] { welcome, "{\"type\":\"bound\",\"actor\":\"alice\"}", push }, "{\"type\":\"push\",\"actor\":\"alice\",\"seq\":\"one\""))
             {
                 FerryClient client = FerryClient.Connect(new ClientOptions { Urls = new[] { gateway.Url }, Token = "t" });
-                Check.Equal("bad", Expect(client, EventType.Connected).Session.Node, "the gateway");
+                Check.Equal("bad", Expect(client, FerryEventType.Connected).Session.Node, "the gateway");
                 client.Bind("alice");
-                Expect(client, EventType.Bound);
+                Expect(client, FerryEventType.Bound);
                 // The gateway answers this input with a push, then the malformed frame.
                 client.Send("alice", "{\"Say\":\"hi\"}");
-                Check.Equal(0L, Expect(client, EventType.Push).Seq, "the push before the malformed frame");
-                FerryEvent undelivered = Expect(client, EventType.Undelivered);
+                Check.Equal(0L, Expect(client, FerryEventType.Push).Seq, "the push before the malformed frame");
+                FerryEvent undelivered = Expect(client, FerryEventType.Undelivered);
                 Check.Equal(1L, undelivered.Inputs, "inputs reported undelivered");
-                FerryEvent closed = Expect(client, EventType.Closed);
+                FerryEvent closed = Expect(client, FerryEventType.Closed);
                 Check.Equal(CloseCode.Malformed, closed.Code, "the close code");
                 Check.True(closed.Reason.Contains("cannot read"), "a reason that says what went wrong: " + closed.Reason);
                 Check.True(client.IsClosed, "the client is closed");
@@ -225,8 +225,8 @@ namespace Ferry.Client.Tests
                 using (var gateway = new BadGateway(new[] { welcome }, text))
                 {
                     FerryClient client = FerryClient.Connect(new ClientOptions { Urls = new[] { gateway.Url }, Token = "t" });
-                    Expect(client, EventType.Connected);
-                    FerryEvent closed = Expect(client, EventType.Closed);
+                    Expect(client, FerryEventType.Connected);
+                    FerryEvent closed = Expect(client, FerryEventType.Closed);
                     Check.Equal(CloseCode.Malformed, closed.Code, "the close code after " + text);
                     Check.True(closed.Reason.Contains("cannot read"), "a reason after " + text + ": " + closed.Reason);
                     gateway.Wait(5000);
@@ -241,10 +241,10 @@ namespace Ferry.Client.Tests
             Cluster live = Live();
             live.ChatRoom("n2", "lobby", "alice");
             FerryClient client = Connect(live.WebSocket("n1"));
-            SessionInfo first = Expect(client, EventType.Connected).Session;
+            SessionInfo first = Expect(client, FerryEventType.Connected).Session;
             Check.Equal("n1", first.Node, "the gateway");
             client.Bind("alice");
-            Expect(client, EventType.Bound);
+            Expect(client, FerryEventType.Bound);
 
             Task drain = null;
             List<Line> lines = Say(client, "alice", 0, 400, received =>
@@ -259,7 +259,7 @@ namespace Ferry.Client.Tests
             Check.Equal(first.Session, client.Session.Session, "the session");
             Check.Equal(1, client.Session.Connects, "sessions held");
             client.Close();
-            Check.Equal(CloseCode.Normal, Expect(client, EventType.Closed).Code, "the close code");
+            Check.Equal(CloseCode.Normal, Expect(client, FerryEventType.Closed).Code, "the close code");
         }
 
         static void RefusedToken()
@@ -273,7 +273,7 @@ namespace Ferry.Client.Tests
                 Attempts = 5,
                 MinBackoffMs = 1000,
             });
-            FerryEvent closed = Expect(client, EventType.Closed);
+            FerryEvent closed = Expect(client, FerryEventType.Closed);
             Check.Equal(CloseCode.Unauthenticated, closed.Code, "the close code");
             Check.True(closed.Reason.Contains("token"), "a reason about the token: " + closed.Reason);
             Check.True(watch.ElapsedMilliseconds < 1000, "no second attempt (" + watch.ElapsedMilliseconds + " ms)");
@@ -285,22 +285,22 @@ namespace Ferry.Client.Tests
             Cluster live = Live();
             live.ChatRoom("n3", "den", "bob");
             FerryClient client = Connect(live.WebSocket("n4"), live.WebSocket("n3"));
-            Check.Equal("n4", Expect(client, EventType.Connected).Session.Node, "the gateway");
+            Check.Equal("n4", Expect(client, FerryEventType.Connected).Session.Node, "the gateway");
             client.Bind("bob");
-            Expect(client, EventType.Bound);
+            Expect(client, FerryEventType.Bound);
             ExpectLines(Say(client, "bob", 0, 30), 0, 30, 0);
             AllConfirmed(client, "bob");
 
             live.Kill("n4");
             // Every input was confirmed before the crash: none is reported.
-            FerryEvent reconnected = Expect(client, EventType.Reconnected);
+            FerryEvent reconnected = Expect(client, FerryEventType.Reconnected);
             Check.Equal("n3", reconnected.Session.Node, "the new gateway");
             Check.Equal(2, reconnected.Session.Connects, "sessions held");
 
             // A new session: the pushes of its binding count from 0 again, and the room goes on.
             ExpectLines(Say(client, "bob", 30, 60), 30, 60, 0);
             client.Close();
-            Expect(client, EventType.Closed);
+            Expect(client, FerryEventType.Closed);
         }
 
         static void GatewayFrozen()
@@ -314,26 +314,26 @@ namespace Ferry.Client.Tests
                 MinBackoffMs = 20,
                 IdleTimeoutMs = 1500,
             });
-            Check.Equal("n1", Expect(client, EventType.Connected).Session.Node, "the gateway");
+            Check.Equal("n1", Expect(client, FerryEventType.Connected).Session.Node, "the gateway");
             client.Bind("carol");
-            Expect(client, EventType.Bound);
+            Expect(client, FerryEventType.Bound);
             ExpectLines(Say(client, "carol", 0, 20), 0, 20, 0);
             AllConfirmed(client, "carol");
 
             live.Freeze("n1");
             var silent = Stopwatch.StartNew();
             for (int i = 20; i < 25; i++) client.Send("carol", "{\"Say\":\"line-" + i + "\"}");
-            FerryEvent undelivered = Expect(client, EventType.Undelivered);
+            FerryEvent undelivered = Expect(client, FerryEventType.Undelivered);
             Check.Equal("carol", undelivered.Actor, "the Actor");
             Check.Equal(5L, undelivered.Inputs, "inputs reported undelivered");
             Check.True(silent.ElapsedMilliseconds >= 1500, "given up after the idle timeout, not before (" + silent.ElapsedMilliseconds + " ms)");
-            FerryEvent reconnected = Expect(client, EventType.Reconnected);
+            FerryEvent reconnected = Expect(client, FerryEventType.Reconnected);
             Check.Equal("n3", reconnected.Session.Node, "the new gateway");
 
             // The five never reached the room: the next line it shows is the next one said.
             ExpectLines(Say(client, "carol", 25, 45), 25, 45, 0);
             client.Close();
-            Expect(client, EventType.Closed);
+            Expect(client, FerryEventType.Closed);
             live.Kill("n1");
         }
     }
