@@ -345,7 +345,10 @@ namespace Ferry.Client
             }
         }
 
-        /// <summary>Says bye and ends the session; no reconnect follows, and a Closed event (normal) ends the events.</summary>
+        /// <summary>
+        /// Says bye and ends the session: the inputs sent before go on to their Actors, no reconnect follows, and a
+        /// Closed event (normal) ends the events.
+        /// </summary>
         public void Close()
         {
             lock (gate)
@@ -392,12 +395,13 @@ namespace Ferry.Client
                 lock (gate)
                 {
                     link = null;
-                    Undelivered(null, end.Reason);
                     if (closeAsked)
                     {
+                        // The application left: what it sent before its bye goes on, unreported.
                         Finish(CloseCode.Normal, "the client closed");
                         return;
                     }
+                    Undelivered(null, end.Reason);
                     if (!end.Retryable || !options.Reconnect)
                     {
                         Finish(end.Code, end.Reason);

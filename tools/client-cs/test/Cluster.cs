@@ -159,11 +159,10 @@ namespace Ferry.Client.Tests
             Signal(nodes[id], "STOP");
         }
 
-        /// <summary>Stops every node (SIGTERM; SIGKILL for a frozen one) and the redis-server, and removes the files.</summary>
+        /// <summary>Kills every node (the tests are over: nothing to drain) and stops the redis-server, and removes the files.</summary>
         public void Dispose()
         {
-            foreach (Process node in nodes.Values) Stop(node);
-            nodes.Clear();
+            foreach (string id in new List<string>(nodes.Keys)) Kill(id);
             if (redis != null) Stop(redis);
             try
             {
@@ -179,7 +178,6 @@ namespace Ferry.Client.Tests
         {
             if (process.HasExited) return;
             Signal(process, "TERM");
-            Signal(process, "CONT");
             if (!process.WaitForExit(10000))
             {
                 process.Kill();
@@ -227,6 +225,8 @@ namespace Ferry.Client.Tests
                 WorkingDirectory = workingDirectory,
             };
             info.EnvironmentVariables["RUST_LOG"] = "warn";
+            // A node reads FERRY_* variables as its config keys; this one is the tests' own.
+            info.EnvironmentVariables.Remove("FERRY_BIN");
             var process = new Process { StartInfo = info, EnableRaisingEvents = true };
             var lines = new Queue<string>();
             process.OutputDataReceived += (sender, e) =>
