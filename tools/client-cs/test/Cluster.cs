@@ -153,6 +153,14 @@ namespace Ferry.Client.Tests
             node.WaitForExit();
         }
 
+        /// <summary>Stops node <paramref name="id"/> cleanly (SIGTERM): its clients are told to go elsewhere.</summary>
+        public void Terminate(string id)
+        {
+            Process node = nodes[id];
+            nodes.Remove(id);
+            Stop(node);
+        }
+
         /// <summary>Freezes node <paramref name="id"/> (SIGSTOP): its connections stay open and nothing answers, as with a lost host.</summary>
         public void Freeze(string id)
         {

@@ -1,8 +1,8 @@
 // The C# client's tests: the shared protocol vectors, a gateway that sends a malformed frame, and
 // live `ferry node` processes playing the chat sample: a room drained off its node mid-play with
-// nothing lost, doubled or reordered; a refused token; a gateway killed, and one frozen, with the
-// client on it, which connects to the next gateway, binds again, reports exactly the inputs it
-// could not deliver, and plays on.
+// nothing lost, doubled or reordered; a refused token; a gateway shut down, one killed and one
+// frozen with the client on it, which connects to the next gateway, binds again, reports exactly
+// the inputs it could not deliver, and plays on.
 //
 // Run by tools/client-cs/test.sh; the `ferry` binary is FERRY_BIN, or the workspace's debug build.
 
@@ -61,6 +61,7 @@ namespace Ferry.Client.Tests
                 Test("every malformed frame of the vectors ends a live session as malformed", () => EveryMalformedVector(vectors)),
                 Test("a client binds, plays, and keeps its session and every line while its room is drained off its node", DrainMidPlay),
                 Test("a refused token ends the connect with its close code", RefusedToken),
+                Test("a client whose gateway shuts down is told so, connects to the next one, binds again and plays on", GatewayShutDown),
                 Test("a client whose gateway is killed connects to the next one, binds again and plays on", GatewayKilled),
                 Test("a client whose gateway goes silent gives up on it after the idle timeout, reports the inputs it sent there, and plays on", GatewayFrozen),
             };
@@ -99,7 +100,7 @@ namespace Ferry.Client.Tests
         /// <summary>The cluster the live tests share: started by the first of them.</summary>
         static Cluster Live()
         {
-            if (cluster == null) cluster = Cluster.Start(Ferry, "n1", "n2", "n3", "n4");
+            if (cluster == null) cluster = Cluster.Start(Ferry, "n1", "n2", "n3", "n4", "n5");
             return cluster;
         }
 
@@ -278,6 +279,26 @@ namespace Ferry.Client.Tests
             Check.True(closed.Reason.Contains("token"), "a reason about the token: " + closed.Reason);
             Check.True(watch.ElapsedMilliseconds < 1000, "no second attempt (" + watch.ElapsedMilliseconds + " ms)");
             Check.True(client.Session == null, "no session");
+        }
+
+        static void GatewayShutDown()
+        {
+            Cluster live = Live();
+            live.ChatRoom("n3", "porch", "dave");
+            FerryClient client = Connect(live.WebSocket("n5"), live.WebSocket("n3"));
+            Check.Equal("n5", Expect(client, FerryEventType.Connected).Session.Node, "the gateway");
+            client.Bind("dave");
+            Expect(client, FerryEventType.Bound);
+            ExpectLines(Say(client, "dave", 0, 10), 0, 10, 0);
+            AllConfirmed(client, "dave");
+
+            live.Terminate("n5");
+            FerryEvent reconnected = Expect(client, FerryEventType.Reconnected);
+            Check.True(reconnected.Reason.Contains("shutting down"), "the gateway's reason: " + reconnected.Reason);
+            Check.Equal("n3", reconnected.Session.Node, "the new gateway");
+            ExpectLines(Say(client, "dave", 10, 20), 10, 20, 0);
+            client.Close();
+            Expect(client, FerryEventType.Closed);
         }
 
         static void GatewayKilled()
