@@ -285,4 +285,122 @@ mod tests {
             Err(JsonFrameError::Push { .. })
         ));
     }
+
+    /// The shared protocol vectors (docs/client-protocol-vectors.json), which the TypeScript and C#
+    /// clients' tests read too: the gateway writes each gateway frame as they show it, reads each
+    /// client frame as the call they name, refuses what they say it refuses, and has their close
+    /// codes. The clients' half (reading gateway frames, refusing malformed ones) is theirs to check.
+    #[test]
+    fn the_shared_protocol_vectors_hold_for_the_gateway() {
+        use serde_json::Value;
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/client-protocol-vectors.json"
+        );
+        let text = std::fs::read_to_string(path).expect("the vectors file");
+        let vectors: Value = serde_json::from_str(&text).expect("the vectors are JSON");
+        let rows = |key: &str| vectors[key].as_array().expect(key).clone();
+        let text_of = |row: &Value, key: &str| row[key].as_str().expect(key).to_owned();
+        let code_of = |row: &Value| -> CloseCode {
+            serde_json::from_value(row["code"].clone()).expect("a close code")
+        };
+
+        let codes = rows("close_codes");
+        for (n, row) in codes.iter().enumerate() {
+            let code = code_of(row);
+            assert_eq!(Some(u64::from(code.to_u32())), row["n"].as_u64(), "{row}");
+            assert_eq!(CloseCode::from_u64(n as u64), Some(code), "{row}");
+            assert_eq!(Some(code.retryable()), row["retryable"].as_bool(), "{row}");
+        }
+        assert_eq!(CloseCode::from_u64(codes.len() as u64), None);
+
+        for row in rows("close_statuses") {
+            let status = row["status"].as_u64().expect("status");
+            let code = status.checked_sub(4000).and_then(CloseCode::from_u64);
+            let expected = match &row["code"] {
+                Value::Null => None,
+                _ => Some(code_of(&row)),
+            };
+            assert_eq!(code, expected, "{row}");
+            let retryable = code.is_none_or(|code| code.retryable());
+            assert_eq!(Some(retryable), row["retryable"].as_bool(), "{row}");
+        }
+
+        for row in rows("client_frames") {
+            let expected = match row["call"].as_str() {
+                Some("hello") => ClientFrame::Hello {
+                    version: crate::session::wire::PROTOCOL_VERSION,
+                    token: Bytes::from(text_of(&row, "token")),
+                },
+                Some("bind") => ClientFrame::Bind {
+                    actor: actor(&text_of(&row, "actor")),
+                },
+                Some("unbind") => ClientFrame::Unbind {
+                    actor: actor(&text_of(&row, "actor")),
+                },
+                Some("input") => ClientFrame::Input {
+                    actor: actor(&text_of(&row, "actor")),
+                    payload: Bytes::from(row["message"].to_string()),
+                },
+                Some("bye") => ClientFrame::Bye,
+                other => panic!("a vector calls {other:?}"),
+            };
+            assert_eq!(client_frame(&row["frame"].to_string()).ok(), Some(expected));
+        }
+
+        for row in rows("gateway_refuses") {
+            assert_eq!(
+                bad_code(&text_of(&row, "text")),
+                Some(code_of(&row)),
+                "{row}"
+            );
+        }
+
+        let mut written = 0;
+        for row in rows("server_frames") {
+            if row.get("malformed").is_some() {
+                continue;
+            }
+            let f = &row["frame"];
+            let frame = match f["type"].as_str() {
+                Some("welcome") => ServerFrame::Welcome {
+                    session: SessionId(
+                        u64::from_str_radix(&text_of(f, "session"), 16).expect("a session id"),
+                    ),
+                    node: NodeId::new(text_of(f, "node")).expect("a node id"),
+                    limits: serde_json::from_value(f["limits"].clone()).expect("limits"),
+                },
+                Some("bound") => ServerFrame::Bound {
+                    actor: actor(&text_of(f, "actor")),
+                },
+                Some("bind_refused") => ServerFrame::BindRefused {
+                    actor: actor(&text_of(f, "actor")),
+                    reason: text_of(f, "reason"),
+                },
+                Some("unbound") => ServerFrame::Unbound {
+                    actor: actor(&text_of(f, "actor")),
+                    reason: text_of(f, "reason"),
+                },
+                Some("push") => ServerFrame::Push {
+                    actor: actor(&text_of(f, "actor")),
+                    seq: f["seq"].as_u64().expect("seq"),
+                    payload: Bytes::from(f["message"].to_string()),
+                },
+                Some("delivered") => ServerFrame::Delivered {
+                    actor: actor(&text_of(f, "actor")),
+                    inputs: f["inputs"].as_u64().expect("inputs"),
+                },
+                Some("closing") => ServerFrame::Closing {
+                    code: code_of(f),
+                    reason: text_of(f, "reason"),
+                },
+                other => panic!("a vector has the gateway frame {other:?}"),
+            };
+            let text = server_frame(&frame).expect("the frame is written");
+            let as_json: Value = serde_json::from_str(&text).expect("JSON");
+            assert_eq!(&as_json, f, "{text}");
+            written += 1;
+        }
+        assert!(written > 0);
+    }
 }

@@ -93,8 +93,81 @@ export declare class FerryError extends Error {
     /** The gateway's close code, if the error is a session's end. */
     code?: CloseCode | null);
 }
+/** A frame from the gateway. */
+export type ServerFrame = {
+    type: "welcome";
+    session: string;
+    node: string;
+    limits: Limits;
+} | {
+    type: "bound";
+    actor: string;
+} | {
+    type: "bind_refused";
+    actor: string;
+    reason: string;
+} | {
+    type: "unbound";
+    actor: string;
+    reason: string;
+} | {
+    type: "push";
+    actor: string;
+    seq: number;
+    message: Json;
+} | {
+    type: "delivered";
+    actor: string;
+    inputs: number;
+} | {
+    type: "closing";
+    code: CloseCode;
+    retryable: boolean;
+    reason: string;
+};
+/** A frame the client sends. */
+export type ClientFrame = {
+    type: "hello";
+    version: number;
+    token: string;
+} | {
+    type: "bind";
+    actor: string;
+} | {
+    type: "unbind";
+    actor: string;
+} | {
+    type: "input";
+    actor: string;
+    message: Json;
+} | {
+    type: "bye";
+};
 /** The protocol version this client speaks. */
 export declare const PROTOCOL_VERSION = 2;
+/** The close codes, each at its number. */
+export declare const CLOSE_CODES: readonly CloseCode[];
+/** Whether a session that ended with `code` is worth connecting again for: the server's reasons, not the client's. */
+export declare function isRetryable(code: CloseCode): boolean;
+/** How a WebSocket close status without a `closing` frame before it ends a session. */
+export declare function closeStatus(status: number): {
+    code: CloseCode | null;
+    retryable: boolean;
+};
+/** The frame each call writes. */
+export declare const frames: {
+    hello: (token: string) => ClientFrame;
+    bind: (actor: string) => ClientFrame;
+    unbind: (actor: string) => ClientFrame;
+    input: (actor: string, message: Json) => ClientFrame;
+    bye: () => ClientFrame;
+};
+/**
+ * Reads one gateway frame from a WebSocket message. A frame that is not JSON, lacks a field its type
+ * needs, or has a type this client does not know throws a `malformed` FerryError: it ends the session
+ * (the next gateway would send the same, so the client is what needs updating).
+ */
+export declare function readServerFrame(data: unknown): ServerFrame;
 /**
  * A connected game client. Events (pushes, unbinds, reconnects, the end) come from `next()` in
  * order, or go to `onEvent` once it is set.

@@ -17,7 +17,8 @@ export class FerryError extends Error {
 export const PROTOCOL_VERSION = 2;
 /** The WebSocket close codes of the protocol are 4000 plus the session's. */
 const CLOSE_BASE = 4000;
-const CODES = [
+/** The close codes, each at its number. */
+export const CLOSE_CODES = [
     "normal",
     "shutdown",
     "unauthenticated",
@@ -33,6 +34,94 @@ const CODES = [
     "internal",
 ];
 const RETRYABLE = new Set(["shutdown", "seal_timeout", "slow_reader", "internal"]);
+/** Whether a session that ended with `code` is worth connecting again for: the server's reasons, not the client's. */
+export function isRetryable(code) {
+    return RETRYABLE.has(code);
+}
+/** How a WebSocket close status without a `closing` frame before it ends a session. */
+export function closeStatus(status) {
+    const code = CLOSE_CODES[status - CLOSE_BASE] ?? null;
+    return { code, retryable: code === null || RETRYABLE.has(code) };
+}
+/** The frame each call writes. */
+export const frames = {
+    hello: (token) => ({ type: "hello", version: PROTOCOL_VERSION, token }),
+    bind: (actor) => ({ type: "bind", actor }),
+    unbind: (actor) => ({ type: "unbind", actor }),
+    input: (actor, message) => ({ type: "input", actor, message }),
+    bye: () => ({ type: "bye" }),
+};
+/**
+ * Reads one gateway frame from a WebSocket message. A frame that is not JSON, lacks a field its type
+ * needs, or has a type this client does not know throws a `malformed` FerryError: it ends the session
+ * (the next gateway would send the same, so the client is what needs updating).
+ */
+export function readServerFrame(data) {
+    const refuse = (why) => new FerryError(`the gateway sent a frame this client cannot read (${why}); update the client`, "malformed");
+    if (typeof data !== "string")
+        throw refuse("a binary message, not a JSON frame");
+    let parsed;
+    try {
+        parsed = JSON.parse(data);
+    }
+    catch (error) {
+        throw refuse(`not JSON: ${error.message}`);
+    }
+    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
+        throw refuse("a frame must be a JSON object");
+    const frame = parsed;
+    const kind = frame.type;
+    const needs = (where, field, what) => {
+        throw refuse(`${where === frame ? `a \`${String(kind)}\` frame` : "limits"} needs \`${field}\`, ${what}`);
+    };
+    const text = (field, where = frame) => typeof where[field] === "string" ? where[field] : needs(where, field, "a string");
+    const count = (field, where = frame) => {
+        const value = where[field];
+        return typeof value === "number" && Number.isSafeInteger(value) && value >= 0
+            ? value
+            : needs(where, field, "a whole number of 0 or more");
+    };
+    if (typeof kind !== "string")
+        throw refuse("a frame needs `type`, a string");
+    switch (kind) {
+        case "welcome": {
+            const limits = frame.limits;
+            if (typeof limits !== "object" || limits === null || Array.isArray(limits))
+                return needs(frame, "limits", "an object");
+            return {
+                type: kind,
+                session: text("session"),
+                node: text("node"),
+                limits: {
+                    max_frame: count("max_frame", limits),
+                    rate_per_second: count("rate_per_second", limits),
+                    rate_burst: count("rate_burst", limits),
+                },
+            };
+        }
+        case "bound":
+            return { type: kind, actor: text("actor") };
+        case "bind_refused":
+        case "unbound":
+            return { type: kind, actor: text("actor"), reason: text("reason") };
+        case "push":
+            if (!("message" in frame))
+                return needs(frame, "message", "a JSON value");
+            return { type: kind, actor: text("actor"), seq: count("seq"), message: frame.message };
+        case "delivered":
+            return { type: kind, actor: text("actor"), inputs: count("inputs") };
+        case "closing": {
+            const code = text("code");
+            if (!CLOSE_CODES.includes(code))
+                throw refuse(`a \`closing\` frame has the unknown code "${code}"`);
+            if (typeof frame.retryable !== "boolean")
+                return needs(frame, "retryable", "true or false");
+            return { type: kind, code, retryable: frame.retryable, reason: text("reason") };
+        }
+        default:
+            throw refuse(`the frame type "${kind}" is unknown`);
+    }
+}
 async function webSocketClass(options) {
     if (options.WebSocket)
         return options.WebSocket;
@@ -66,14 +155,25 @@ class Link {
     end(event) {
         if (this.ended)
             return this.ended;
-        const code = CODES[event.code - CLOSE_BASE] ?? null;
         this.ended = this.closing ?? {
-            code,
+            ...closeStatus(event.code),
             reason: event.reason || `the connection closed (${event.code})`,
-            retryable: code === null || RETRYABLE.has(code),
         };
         return this.ended;
     }
+    /** Ends a session whose gateway sent what this client cannot read, saying why. */
+    refuse(error) {
+        this.closing = { code: "malformed", reason: error.message, retryable: false };
+        this.socket.onmessage = null;
+        refuse(this.socket, error);
+    }
+}
+/** Closes a WebSocket whose gateway sent what this client cannot read, with the reason (at most 123 bytes). */
+function refuse(socket, error) {
+    let said = error.message;
+    while (new TextEncoder().encode(said).length > 123)
+        said = said.slice(0, -1);
+    socket.close(CLOSE_BASE + CLOSE_CODES.indexOf("malformed"), said);
 }
 /** Opens a WebSocket to `url`, says hello and waits for the welcome. */
 function attempt(WebSocketImpl, url, token, timeoutMs) {
@@ -98,10 +198,22 @@ function attempt(WebSocketImpl, url, token, timeoutMs) {
         };
         const timer = setTimeout(() => fail(new FerryError(`no welcome from ${url} within ${timeoutMs} ms`)), timeoutMs);
         socket.onopen = () => {
-            socket.send(JSON.stringify({ type: "hello", version: PROTOCOL_VERSION, token }));
+            socket.send(JSON.stringify(frames.hello(token)));
         };
         socket.onmessage = (event) => {
-            const frame = JSON.parse(String(event.data));
+            let frame;
+            try {
+                frame = readServerFrame(event.data);
+            }
+            catch (error) {
+                if (settled)
+                    return;
+                settled = true;
+                clearTimeout(timer);
+                refuse(socket, error);
+                reject(error);
+                return;
+            }
             if (frame.type === "welcome" && !settled) {
                 settled = true;
                 clearTimeout(timer);
@@ -113,7 +225,7 @@ function attempt(WebSocketImpl, url, token, timeoutMs) {
         };
         socket.onerror = () => fail(new FerryError(`cannot reach ${url}`));
         socket.onclose = (event) => {
-            const code = closing?.code ?? CODES[event.code - CLOSE_BASE] ?? null;
+            const code = closing?.code ?? closeStatus(event.code).code;
             const reason = closing?.reason ?? (event.reason || `the connection to ${url} closed`);
             fail(new FerryError(reason, code));
         };
@@ -172,14 +284,14 @@ export class FerryClient {
         return new Promise((resolve, reject) => {
             this.binding.set(actor, { resolve, reject });
             if (!this.reconnecting)
-                this.link.send({ type: "bind", actor });
+                this.link.send(frames.bind(actor));
         });
     }
     /** Stops being bound to an Actor. */
     unbind(actor) {
         this.wanted.delete(actor);
         if (!this.reconnecting && !this.closed)
-            this.link.send({ type: "unbind", actor });
+            this.link.send(frames.unbind(actor));
     }
     /** Sends a message to a bound Actor; while the client reconnects it is queued and sent after. */
     send(actor, message) {
@@ -199,7 +311,7 @@ export class FerryClient {
         const counts = this.inputs.get(actor) ?? { sent: 0, delivered: 0 };
         counts.sent += 1;
         this.inputs.set(actor, counts);
-        this.link.send({ type: "input", actor, message });
+        this.link.send(frames.input(actor, message));
     }
     /** Reports the inputs to `actor` (every Actor when `null`) the gateway had not confirmed. */
     undelivered(actor, reason) {
@@ -227,7 +339,7 @@ export class FerryClient {
         const socket = this.link.socket;
         if (socket.readyState === 1) {
             const gone = new Promise((resolve) => socket.addEventListener("close", resolve));
-            this.link.send({ type: "bye" });
+            this.link.send(frames.bye());
             await Promise.race([gone, sleep(1000)]);
         }
         socket.close();
@@ -278,7 +390,17 @@ export class FerryClient {
             connects,
             limits: link.welcome.limits,
         };
-        link.socket.onmessage = (event) => this.frame(link, JSON.parse(String(event.data)));
+        link.socket.onmessage = (event) => {
+            let frame;
+            try {
+                frame = readServerFrame(event.data);
+            }
+            catch (error) {
+                link.refuse(error);
+                return;
+            }
+            this.frame(link, frame);
+        };
         link.socket.onclose = (event) => void this.lost(link, link.end(event));
         link.socket.onerror = () => { };
     }
@@ -346,7 +468,7 @@ export class FerryClient {
                     resolve: () => (earlier?.resolve(), resolve()),
                     reject: (e) => (earlier?.reject(e), reject(e)),
                 });
-                this.link.send({ type: "bind", actor });
+                this.link.send(frames.bind(actor));
             }));
             for (const { actor, message } of this.pending.splice(0)) {
                 if (this.wanted.has(actor))

@@ -99,7 +99,8 @@ export class FerryError extends Error {
   }
 }
 
-type ServerFrame =
+/** A frame from the gateway. */
+export type ServerFrame =
   | { type: "welcome"; session: string; node: string; limits: Limits }
   | { type: "bound"; actor: string }
   | { type: "bind_refused"; actor: string; reason: string }
@@ -108,7 +109,8 @@ type ServerFrame =
   | { type: "delivered"; actor: string; inputs: number }
   | { type: "closing"; code: CloseCode; retryable: boolean; reason: string };
 
-type ClientFrame =
+/** A frame the client sends. */
+export type ClientFrame =
   | { type: "hello"; version: number; token: string }
   | { type: "bind"; actor: string }
   | { type: "unbind"; actor: string }
@@ -120,7 +122,8 @@ export const PROTOCOL_VERSION = 2;
 
 /** The WebSocket close codes of the protocol are 4000 plus the session's. */
 const CLOSE_BASE = 4000;
-const CODES: CloseCode[] = [
+/** The close codes, each at its number. */
+export const CLOSE_CODES: readonly CloseCode[] = [
   "normal",
   "shutdown",
   "unauthenticated",
@@ -136,6 +139,92 @@ const CODES: CloseCode[] = [
   "internal",
 ];
 const RETRYABLE: ReadonlySet<CloseCode> = new Set(["shutdown", "seal_timeout", "slow_reader", "internal"]);
+
+/** Whether a session that ended with `code` is worth connecting again for: the server's reasons, not the client's. */
+export function isRetryable(code: CloseCode): boolean {
+  return RETRYABLE.has(code);
+}
+
+/** How a WebSocket close status without a `closing` frame before it ends a session. */
+export function closeStatus(status: number): { code: CloseCode | null; retryable: boolean } {
+  const code = CLOSE_CODES[status - CLOSE_BASE] ?? null;
+  return { code, retryable: code === null || RETRYABLE.has(code) };
+}
+
+/** The frame each call writes. */
+export const frames = {
+  hello: (token: string): ClientFrame => ({ type: "hello", version: PROTOCOL_VERSION, token }),
+  bind: (actor: string): ClientFrame => ({ type: "bind", actor }),
+  unbind: (actor: string): ClientFrame => ({ type: "unbind", actor }),
+  input: (actor: string, message: Json): ClientFrame => ({ type: "input", actor, message }),
+  bye: (): ClientFrame => ({ type: "bye" }),
+};
+
+/**
+ * Reads one gateway frame from a WebSocket message. A frame that is not JSON, lacks a field its type
+ * needs, or has a type this client does not know throws a `malformed` FerryError: it ends the session
+ * (the next gateway would send the same, so the client is what needs updating).
+ */
+export function readServerFrame(data: unknown): ServerFrame {
+  const refuse = (why: string) =>
+    new FerryError(`the gateway sent a frame this client cannot read (${why}); update the client`, "malformed");
+  if (typeof data !== "string") throw refuse("a binary message, not a JSON frame");
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(data);
+  } catch (error) {
+    throw refuse(`not JSON: ${(error as Error).message}`);
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw refuse("a frame must be a JSON object");
+  const frame = parsed as { [key: string]: Json };
+  const kind = frame.type;
+  const needs = (where: { [key: string]: Json }, field: string, what: string): never => {
+    throw refuse(`${where === frame ? `a \`${String(kind)}\` frame` : "limits"} needs \`${field}\`, ${what}`);
+  };
+  const text = (field: string, where = frame): string =>
+    typeof where[field] === "string" ? (where[field] as string) : needs(where, field, "a string");
+  const count = (field: string, where = frame): number => {
+    const value = where[field];
+    return typeof value === "number" && Number.isSafeInteger(value) && value >= 0
+      ? value
+      : needs(where, field, "a whole number of 0 or more");
+  };
+  if (typeof kind !== "string") throw refuse("a frame needs `type`, a string");
+  switch (kind) {
+    case "welcome": {
+      const limits = frame.limits;
+      if (typeof limits !== "object" || limits === null || Array.isArray(limits)) return needs(frame, "limits", "an object");
+      return {
+        type: kind,
+        session: text("session"),
+        node: text("node"),
+        limits: {
+          max_frame: count("max_frame", limits),
+          rate_per_second: count("rate_per_second", limits),
+          rate_burst: count("rate_burst", limits),
+        },
+      };
+    }
+    case "bound":
+      return { type: kind, actor: text("actor") };
+    case "bind_refused":
+    case "unbound":
+      return { type: kind, actor: text("actor"), reason: text("reason") };
+    case "push":
+      if (!("message" in frame)) return needs(frame, "message", "a JSON value");
+      return { type: kind, actor: text("actor"), seq: count("seq"), message: frame.message };
+    case "delivered":
+      return { type: kind, actor: text("actor"), inputs: count("inputs") };
+    case "closing": {
+      const code = text("code") as CloseCode;
+      if (!CLOSE_CODES.includes(code)) throw refuse(`a \`closing\` frame has the unknown code "${code}"`);
+      if (typeof frame.retryable !== "boolean") return needs(frame, "retryable", "true or false");
+      return { type: kind, code, retryable: frame.retryable, reason: text("reason") };
+    }
+    default:
+      throw refuse(`the frame type "${kind}" is unknown`);
+  }
+}
 
 /** How one connection ended. */
 interface End {
@@ -177,14 +266,26 @@ class Link {
   /** How the connection ended, from the `closing` frame or the close frame. */
   end(event: { code: number; reason: string }): End {
     if (this.ended) return this.ended;
-    const code = CODES[event.code - CLOSE_BASE] ?? null;
     this.ended = this.closing ?? {
-      code,
+      ...closeStatus(event.code),
       reason: event.reason || `the connection closed (${event.code})`,
-      retryable: code === null || RETRYABLE.has(code),
     };
     return this.ended;
   }
+
+  /** Ends a session whose gateway sent what this client cannot read, saying why. */
+  refuse(error: FerryError): void {
+    this.closing = { code: "malformed", reason: error.message, retryable: false };
+    this.socket.onmessage = null;
+    refuse(this.socket, error);
+  }
+}
+
+/** Closes a WebSocket whose gateway sent what this client cannot read, with the reason (at most 123 bytes). */
+function refuse(socket: WebSocket, error: FerryError): void {
+  let said = error.message;
+  while (new TextEncoder().encode(said).length > 123) said = said.slice(0, -1);
+  socket.close(CLOSE_BASE + CLOSE_CODES.indexOf("malformed"), said);
 }
 
 /** Opens a WebSocket to `url`, says hello and waits for the welcome. */
@@ -216,10 +317,20 @@ function attempt(
       timeoutMs,
     );
     socket.onopen = () => {
-      socket.send(JSON.stringify({ type: "hello", version: PROTOCOL_VERSION, token } satisfies ClientFrame));
+      socket.send(JSON.stringify(frames.hello(token)));
     };
     socket.onmessage = (event: MessageEvent) => {
-      const frame = JSON.parse(String(event.data)) as ServerFrame;
+      let frame: ServerFrame;
+      try {
+        frame = readServerFrame(event.data);
+      } catch (error) {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        refuse(socket, error as FerryError);
+        reject(error);
+        return;
+      }
       if (frame.type === "welcome" && !settled) {
         settled = true;
         clearTimeout(timer);
@@ -230,7 +341,7 @@ function attempt(
     };
     socket.onerror = () => fail(new FerryError(`cannot reach ${url}`));
     socket.onclose = (event: CloseEvent) => {
-      const code = closing?.code ?? CODES[event.code - CLOSE_BASE] ?? null;
+      const code = closing?.code ?? closeStatus(event.code).code;
       const reason = closing?.reason ?? (event.reason || `the connection to ${url} closed`);
       fail(new FerryError(reason, code));
     };
@@ -291,14 +402,14 @@ export class FerryClient {
     this.wanted.add(actor);
     return new Promise((resolve, reject) => {
       this.binding.set(actor, { resolve, reject });
-      if (!this.reconnecting) this.link.send({ type: "bind", actor });
+      if (!this.reconnecting) this.link.send(frames.bind(actor));
     });
   }
 
   /** Stops being bound to an Actor. */
   unbind(actor: string): void {
     this.wanted.delete(actor);
-    if (!this.reconnecting && !this.closed) this.link.send({ type: "unbind", actor });
+    if (!this.reconnecting && !this.closed) this.link.send(frames.unbind(actor));
   }
 
   /** Sends a message to a bound Actor; while the client reconnects it is queued and sent after. */
@@ -317,7 +428,7 @@ export class FerryClient {
     const counts = this.inputs.get(actor) ?? { sent: 0, delivered: 0 };
     counts.sent += 1;
     this.inputs.set(actor, counts);
-    this.link.send({ type: "input", actor, message });
+    this.link.send(frames.input(actor, message));
   }
 
   /** Reports the inputs to `actor` (every Actor when `null`) the gateway had not confirmed. */
@@ -346,7 +457,7 @@ export class FerryClient {
     const socket = this.link.socket;
     if (socket.readyState === 1) {
       const gone = new Promise((resolve) => socket.addEventListener("close", resolve));
-      this.link.send({ type: "bye" });
+      this.link.send(frames.bye());
       await Promise.race([gone, sleep(1000)]);
     }
     socket.close();
@@ -398,7 +509,16 @@ export class FerryClient {
       connects,
       limits: link.welcome.limits,
     };
-    link.socket.onmessage = (event: MessageEvent) => this.frame(link, JSON.parse(String(event.data)) as ServerFrame);
+    link.socket.onmessage = (event: MessageEvent) => {
+      let frame: ServerFrame;
+      try {
+        frame = readServerFrame(event.data);
+      } catch (error) {
+        link.refuse(error as FerryError);
+        return;
+      }
+      this.frame(link, frame);
+    };
     link.socket.onclose = (event: CloseEvent) => void this.lost(link, link.end(event));
     link.socket.onerror = () => {};
   }
@@ -466,7 +586,7 @@ export class FerryClient {
               resolve: () => (earlier?.resolve(), resolve()),
               reject: (e) => (earlier?.reject(e), reject(e)),
             });
-            this.link.send({ type: "bind", actor });
+            this.link.send(frames.bind(actor));
           }),
       );
       for (const { actor, message } of this.pending.splice(0)) {
