@@ -61,6 +61,15 @@ pub enum ReadyOutcomeData {
     Relocated,
 }
 
+impl From<ReadyOutcome> for ReadyOutcomeData {
+    fn from(o: ReadyOutcome) -> Self {
+        match o {
+            ReadyOutcome::Continued => ReadyOutcomeData::Continued,
+            ReadyOutcome::Relocated => ReadyOutcomeData::Relocated,
+        }
+    }
+}
+
 impl From<ReadyOutcomeData> for ReadyOutcome {
     fn from(o: ReadyOutcomeData) -> Self {
         match o {

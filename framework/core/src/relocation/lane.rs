@@ -9,7 +9,7 @@
 
 use crate::ids::NodeId;
 
-use super::RelocationId;
+use super::{ReadyOutcome, RelocationId};
 
 /// Where a lane stands in a move.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,11 +225,18 @@ impl LaneMove {
     }
 
     /// The capture was taken at this turn boundary: turns stop, and arrivals are held. A capture
-    /// that failed (a state adapter that panicked) leaves the lane running: capture only reads the
-    /// state, so the unit runs on here with it.
-    pub fn captured(&mut self, rel: RelocationId, signaled: bool, ok: bool) {
+    /// that failed (a state adapter that failed or panicked) leaves the lane running: capture only
+    /// reads the state, so the unit runs on here with it. Returns what an application that
+    /// signalled this boundary is owed then: every defer hears exactly once how it ended.
+    pub fn captured(
+        &mut self,
+        rel: RelocationId,
+        signaled: bool,
+        ok: bool,
+    ) -> Option<ReadyOutcome> {
         self.quiescing = None;
         self.moving = ok.then_some(Moving::Held { rel, signaled });
+        (signaled && !ok).then_some(ReadyOutcome::Continued)
     }
 
     /// The point of no return for the lane: its unit's ids leave for `target`. Whether the lane
@@ -379,7 +386,11 @@ mod tests {
         let mut lane = LaneMove::running();
         lane.quiesce(rel).expect("quiet");
         assert_eq!(lane.seal(rel, false), Seal::Capture);
-        lane.captured(rel, false, false);
+        assert_eq!(
+            lane.captured(rel, false, false),
+            None,
+            "nothing was signalled"
+        );
         assert!(!lane.suspended() && !lane.quiet());
         assert_eq!(lane.change(Change::Own), Verdict::Apply);
         assert_eq!(
@@ -387,6 +398,25 @@ mod tests {
             Seal::Capture,
             "it can move again"
         );
+    }
+
+    #[test]
+    fn a_signalled_capture_that_fails_owes_the_application_its_continued() {
+        let rel = RelocationId(6);
+        let mut lane = LaneMove::running();
+        lane.quiesce(rel).expect("quiet");
+        assert_eq!(lane.seal(rel, true), Seal::Wait);
+        assert_eq!(lane.deferred(), Some(rel));
+        assert_eq!(
+            lane.captured(rel, true, false),
+            Some(ReadyOutcome::Continued)
+        );
+        // A capture that worked owes nothing yet: the move's end says how it went.
+        let next = RelocationId(7);
+        lane.quiesce(next).expect("quiet");
+        assert_eq!(lane.seal(next, true), Seal::Wait);
+        assert_eq!(lane.deferred(), Some(next));
+        assert_eq!(lane.captured(next, true, true), None);
     }
 
     #[test]

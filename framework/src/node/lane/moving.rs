@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
+use ferry_core::relocation::ReadyOutcome;
 use ferry_core::relocation::lane::{LaneMove, Resumed, Seal};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -81,19 +82,24 @@ impl Lane {
             Some(done) => self.capture(rel, done, true),
             None => {
                 // Nobody waits for the capture: the spot carries on here.
-                self.stance.captured(rel, true, false);
+                let owed = self.stance.captured(rel, true, false);
                 self.quiet_ended();
-                self.continued(id.clone());
+                self.hears(id.clone(), owed);
             }
         }
     }
 
     /// The spot hears, before its next turn, that it carries on here.
     fn continued(&mut self, id: UnitId) {
-        self.sys.push_front((
-            id,
-            PendingCallback::ReadyCompleted(ReadyOutcomeData::Continued),
-        ));
+        self.hears(id, Some(ReadyOutcome::Continued));
+    }
+
+    /// The spot hears, before its next turn, how the move it signalled for ended, if it is owed.
+    fn hears(&mut self, id: UnitId, owed: Option<ReadyOutcome>) {
+        if let Some(outcome) = owed {
+            self.sys
+                .push_front((id, PendingCallback::ReadyCompleted(outcome.into())));
+        }
     }
 
     /// The quiet spell ended: binds held back take their place at the head of the queue again,
@@ -115,8 +121,11 @@ impl Lane {
                 }
             }
             Err(refused) => {
-                self.stance.captured(rel, signaled, false);
+                let owed = self.stance.captured(rel, signaled, false);
                 self.quiet_ended();
+                if let Some(primary) = self.primary() {
+                    self.hears(primary, owed);
+                }
                 let _ = done.send(Err(refused));
             }
         }
