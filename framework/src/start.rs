@@ -2,7 +2,7 @@
 //! opens the client listener and publishes the node in the store.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
@@ -87,6 +87,7 @@ impl Node {
             host: HostOp::new(),
             sessions,
             losses: Losses::new(),
+            adopting: AtomicBool::new(false),
         };
         let node = Node {
             core: Arc::new(core),
@@ -103,6 +104,7 @@ impl Node {
         let generation = node.lease().generation;
         if generation > 1 {
             // An earlier process of this id may have left units that only this one takes back.
+            node.core.adopting.store(true, Ordering::Release);
             tokio::spawn(node.clone().adopt_left_units(took_over, generation));
         }
         if let Some(hub) = &node.core.sessions {

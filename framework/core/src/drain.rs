@@ -16,6 +16,9 @@ use crate::authority::{NodeDescriptor, NodeState};
 use crate::ids::{NodeId, UnitId};
 use crate::placement::place;
 
+/// How many moves a drain runs at once, unless told otherwise.
+pub const IN_FLIGHT: usize = 128;
+
 /// Why a drain did not move every unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BlockedReason {
@@ -281,8 +284,8 @@ impl Drain {
 
     /// Starts what can start now: for each waiting unit in order, while fewer than the limit
     /// move, a target from `view` (the cluster as last read), spread by what this drain already
-    /// sent. `hosted` says whether a unit still runs here; `store_reachable` whether a move could
-    /// commit now.
+    /// sent. `hosted` says whether a unit still runs here, or is in a move from here that has not
+    /// ended (it may come back); `store_reachable` whether a move could commit now.
     pub fn next(
         &mut self,
         now: Instant,

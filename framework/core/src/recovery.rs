@@ -13,6 +13,14 @@ use crate::authority::{NodeDescriptor, NodeState, UnitRecord};
 use crate::ids::{NodeId, SpotId, UnitId};
 use crate::witness::Times;
 
+/// Whether a node rebuilds a dead node's units when a coordinator asks: only while it serves. A
+/// node that drains or drained takes none (the coordinator's view of it may predate its drain), so
+/// nothing lands on a node once it was reported safe to shut down; the coordinator places the unit
+/// elsewhere on its next pass.
+pub fn takes_rebuilds(state: NodeState) -> bool {
+    state == NodeState::Serving
+}
+
 /// The node that coordinates recovery: the serving node with the lowest id.
 pub fn coordinator(view: &[NodeDescriptor]) -> Option<&NodeId> {
     view.iter()

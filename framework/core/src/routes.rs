@@ -291,12 +291,21 @@ impl<P> Routes<P> {
         }
     }
 
-    /// Forgets a learned route that leads back to `node` (a message bouncing between two nodes);
-    /// a route this node's own handover set stays.
+    /// Forgets a route that leads back to `node`, learned or set by this node's committed
+    /// handover: a message for the unit came from there, so the unit does not run there any more
+    /// (it moved on or stopped), and sending it back would bounce it between the two nodes.
     pub fn forget_if_known(&mut self, id: &UnitId, node: &NodeId) {
-        if matches!(self.map.get(id), Some(Route::Known(owner)) if owner == node) {
+        if matches!(self.map.get(id), Some(Route::Known(owner) | Route::Moved(owner)) if owner == node)
+        {
             self.map.remove(id);
         }
+    }
+
+    /// The unit stopped here: the route this node kept while it hosted the unit (to the source it
+    /// arrived from) is void, and the id may be created again anywhere. What follows looks the
+    /// unit up.
+    pub fn stopped(&mut self, id: &UnitId) {
+        self.forget(id);
     }
 
     /// Forgets every route to a node that left the cluster.
@@ -450,6 +459,33 @@ mod tests {
 
     fn node(name: &str) -> NodeId {
         NodeId::new(name).expect("id")
+    }
+
+    #[test]
+    fn a_unit_that_stopped_after_moving_back_here_leaves_no_route_behind() {
+        let mut routes: Routes<u32> = Routes::default();
+        let (id, me, other) = (room("room"), node("n1"), node("n2"));
+        // It moved to n2 and back: the arrival kept the route to its source.
+        assert!(routes.hand_over(id.clone(), other.clone()).is_empty());
+        assert!(routes.moved(&id).is_empty());
+        assert_eq!(routes.arrive(&id, &other), Arrival::Clear);
+        routes.stopped(&id);
+        assert_eq!(
+            routes.route(&id, 1, &me),
+            Routed::LookUp,
+            "looked up, not sent to n2"
+        );
+    }
+
+    #[test]
+    fn a_message_coming_back_from_where_a_unit_was_handed_forgets_that_route() {
+        let mut routes: Routes<u32> = Routes::default();
+        let (id, me, target) = (room("room"), node("n1"), node("n2"));
+        assert!(routes.hand_over(id.clone(), target.clone()).is_empty());
+        assert!(routes.moved(&id).is_empty());
+        // The target sends a message for it back: it runs there no more.
+        assert_eq!(routes.arrived_elsewhere(&id, 7, &target), Some(7));
+        assert_eq!(routes.route(&id, 7, &me), Routed::LookUp);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_core::drain::{Batch, Decision, Drain, Ended, Found, safe_to_shutdown};
+use ferry_core::drain::{Batch, Decision, Drain, Ended, Found, IN_FLIGHT, safe_to_shutdown};
 use tokio::sync::{Semaphore, broadcast, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -25,9 +25,6 @@ use crate::unit::factory::{ExecutionMode, FactoryKind, PolicyKind};
 
 /// A unit's factory, as the directory keeps it.
 type Factory = Arc<dyn AnyFactory<Node>>;
-
-/// How many moves a drain runs at once.
-const IN_FLIGHT: usize = 128;
 
 impl Node {
     /// Follows the host status (progress of a drain, SafeToShutdown).
@@ -121,7 +118,7 @@ impl Node {
 
     fn publish_status(&self, edit: impl FnOnce(&mut HostStatus)) {
         let state = self.state();
-        let safe = safe_to_shutdown(state, self.unit_count(), self.arriving());
+        let safe = safe_to_shutdown(state, self.unit_count(), self.may_arrive());
         self.core.host.status.send_modify(|s| {
             edit(s);
             s.state = state;
@@ -152,7 +149,7 @@ impl Node {
         // Moves into this node that have not reached their commit go back to their sources: a
         // draining node takes no units, and those still committing join the inventory once open.
         let mut plan = Drain::new(self.id().clone(), version, deadline.into_std(), IN_FLIGHT);
-        plan.arriving(self.stop_arrivals());
+        plan.arriving(self.stop_arrivals() + usize::from(self.adopting()));
         // Tell the cluster first, so no new unit is placed here.
         if let Err(reason) = self.refresh_until(deadline).await {
             tracing::warn!(%reason, "store unreachable; drain blocked");
@@ -169,7 +166,7 @@ impl Node {
                     self.carry_out(decision, &mut moves, deadline, &budget);
                 }
             }
-            plan.arriving(self.arriving());
+            plan.arriving(self.may_arrive());
             self.publish_status(|s| s.total = plan.total());
             if !started {
                 started = true;
@@ -182,7 +179,7 @@ impl Node {
                 plan.stopping();
             }
             let view = self.cluster_view();
-            let hosted = |unit: &UnitId| self.core.directory.get(unit).is_some();
+            let hosted = |unit: &UnitId| self.here_or_moving(unit);
             let now = Instant::now().into_std();
             for decision in plan.next(now, &view, hosted, self.store_reachable()) {
                 self.carry_out(decision, &mut moves, deadline, &budget);
@@ -239,6 +236,30 @@ impl Node {
         .await;
         self.publish_status(|_| {});
         outcome
+    }
+
+    /// How many moves into this node may still open here, and whether units an earlier process
+    /// of this id left may still be taken back.
+    fn may_arrive(&self) -> usize {
+        self.arriving() + usize::from(self.adopting())
+    }
+
+    /// Whether `unit` runs here, or is in a move from here that has not ended (it may come back).
+    fn here_or_moving(&self, unit: &UnitId) -> bool {
+        self.core.directory.get(unit).is_some()
+            || self
+                .core
+                .moves
+                .outgoing
+                .lock()
+                .values()
+                .any(|o| o.unit == *unit)
+    }
+
+    fn adopting(&self) -> bool {
+        self.core
+            .adopting
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Logs, once, that no other node serves, naming the drained nodes that could be brought
@@ -323,7 +344,7 @@ impl Node {
             MoveEnd::Undecided => Ended::Undecided,
             _ => Ended::NotMoved(report.blocked),
         };
-        let hosted = self.core.directory.get(unit).is_some();
+        let hosted = self.here_or_moving(unit);
         let decision = plan.ended(unit, result, Instant::now().into_std(), hosted);
         match &decision {
             Decision::Moved { size, .. } => {

@@ -73,6 +73,9 @@ pub(crate) struct NodeCore {
     pub(crate) sessions: Option<Hub>,
     /// Tells the mesh lost, counted and reported.
     pub(crate) losses: Losses,
+    /// Units an earlier process of this node id left may still be taken back here: until they
+    /// are, a drain counts them as arriving, and the node is not safe to shut down.
+    pub(crate) adopting: AtomicBool,
 }
 
 impl fmt::Debug for Node {

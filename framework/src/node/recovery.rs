@@ -20,6 +20,7 @@
 //! in `ferry_core::recovery`; this module reads the store, asks it, and carries it out.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
 
 use ferry_core::recovery::{
     Census, Found, census, coordinator, earlier_process_stopped, left_by_earlier_process, plan_node,
@@ -250,7 +251,10 @@ impl Node {
                 () = wait => {}
             }
             match self.adopt_pass(first_generation).await {
-                Ok(0) => return,
+                Ok(0) => {
+                    self.core.adopting.store(false, Ordering::Release);
+                    return;
+                }
                 Ok(_) => {}
                 Err(error) => {
                     tracing::warn!(%error, "units of an earlier process of this node not read; looking again")

@@ -132,6 +132,7 @@ impl Node {
     ) -> MoveReport {
         let (events_tx, mut events) = mpsc::unbounded_channel();
         let outgoing = Outgoing {
+            unit: id.clone(),
             events: events_tx.clone(),
             target: TargetPhases::default(),
         };

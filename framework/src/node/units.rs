@@ -364,6 +364,12 @@ impl Node {
         previous: UnitRecord,
         owner_descriptor: Option<u64>,
     ) -> Result<bool, UnitError> {
+        let state = self.state();
+        if !ferry_core::recovery::takes_rebuilds(state) {
+            return Err(UnitError::NotServing {
+                state: state.to_string(),
+            });
+        }
         let claim = Claim::Recover {
             version,
             previous,

@@ -41,6 +41,8 @@ impl<N> Default for Moves<N> {
 
 /// A move from this node, as the target's answers reach it.
 pub(crate) struct Outgoing {
+    /// The unit that moves.
+    pub unit: UnitId,
     /// The move's events.
     pub events: mpsc::UnboundedSender<SourceEvent>,
     /// What the target reported of its phases so far.

@@ -46,6 +46,8 @@ pub struct Outcome {
     pub moves_ended: usize,
     /// How many tells, requests and inputs ran.
     pub tells_ran: usize,
+    /// The nodes whose drain moved everything and reported them safe to shut down, at the end.
+    pub drained: Vec<usize>,
 }
 
 /// Runs `plan` on a fresh world of `shape`, then lets it settle with no new faults or operations.
@@ -94,6 +96,7 @@ fn play(shape: Shape, plan: &Plan, tracing: bool) -> Outcome {
         violation,
         moves_ended: world.moves_ended(),
         tells_ran: world.tells_ran(),
+        drained: world.drained(),
     }
 }
 

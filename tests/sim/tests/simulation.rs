@@ -123,9 +123,12 @@ fn a_hundred_node_cluster_drains_a_node_and_settles() {
     }
     let outcome = run(shape, &Plan { seed: 3, steps });
     assert_eq!(outcome.violation, None);
+    // Some moves end at their own short deadline and are tried again.
+    assert!(outcome.moves_ended >= 100, "{} moves", outcome.moves_ended);
     assert_eq!(
-        outcome.moves_ended, 100,
-        "every room of the drained node moved"
+        outcome.drained,
+        vec![7],
+        "every room of the drained node moved, and it is safe to shut down"
     );
     assert_eq!(outcome.tells_ran, 1000);
 }

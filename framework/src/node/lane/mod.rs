@@ -463,6 +463,10 @@ impl Lane {
         let mut removed = Vec::with_capacity(gone.len());
         for unit in &gone {
             self.unregister(unit);
+            self.node
+                .core
+                .router
+                .with(unit, |routes| routes.stopped(unit));
             if let Some((slot, _)) = self.cells.remove(unit) {
                 removed.push((unit, slot));
             }

@@ -74,6 +74,15 @@ impl World {
         if let Some(broken) = self.broken.take() {
             return Err(broken);
         }
+        for (n, node) in self.nodes.iter().enumerate() {
+            if node.up && node.safe && (!node.lanes.is_empty() || !node.incoming.is_empty()) {
+                return Err(format!(
+                    "n{n} was reported safe to shut down, but holds {} lanes and {} moves into it",
+                    node.lanes.len(),
+                    node.incoming.len()
+                ));
+            }
+        }
         if self.touched.is_empty() {
             return Ok(());
         }

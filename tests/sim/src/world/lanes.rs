@@ -493,6 +493,10 @@ impl World {
         if self.lives[unit].exists || !self.nodes[node].up || self.host(unit).is_some() {
             return;
         }
+        // Placement puts no new unit on a node that drains or drained.
+        if self.nodes[node].state != ferry_core::authority::NodeState::Serving {
+            return;
+        }
         trace!(self, "n{node}: creates {unit}");
         let record = UnitRecord {
             owner: node_id(node),

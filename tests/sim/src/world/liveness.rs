@@ -8,10 +8,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ferry_core::authority::{NodeDescriptor, NodeState, UnitRecord};
+use ferry_core::authority::{NodeDescriptor, UnitRecord};
 use ferry_core::ids::ObjectGeneration;
 use ferry_core::recovery::{
     Found, census, coordinator, earlier_process_stopped, left_by_earlier_process, plan_node,
+    takes_rebuilds,
 };
 use ferry_core::witness::{Lapsed, Verdict, Witness};
 
@@ -40,6 +41,7 @@ impl World {
         self.arm(now + KEEP_EVERY, Timer::Keep { node: n, process });
         self.arm(now + PROBE_EVERY, Timer::Probe { node: n, process });
         if generation > 1 {
+            self.nodes[n].adopting = true;
             self.arm(
                 earlier_process_stopped(now, &TIMES),
                 Timer::Adopt { node: n, process },
@@ -58,7 +60,7 @@ impl World {
             node: node_id(n),
             mesh_addr: None,
             app_version: "1".into(),
-            state: NodeState::Serving,
+            state: node.state,
             capacity: 1_000_000,
             units: node.directory.len() as u64,
             weight: 0,
@@ -94,6 +96,8 @@ impl World {
             );
             return;
         }
+        // A drain looks again: a move into the node may have opened, a target may be free.
+        self.drive_drain(n);
         if !self.store_reachable(n) {
             return;
         }
@@ -295,7 +299,9 @@ impl World {
             .collect();
         let first = self.nodes[n].first_generation;
         let left = left_by_earlier_process(records, &node_id(n), first);
-        if !left.is_empty() {
+        if left.is_empty() {
+            self.nodes[n].adopting = false;
+        } else {
             // Looked at again next round, until every one is taken back.
             let process = self.nodes[n].process;
             self.arm(self.now + KEEP_EVERY, Timer::Adopt { node: n, process });
@@ -360,7 +366,7 @@ impl World {
         previous: UnitRecord,
         owner_descriptor: Option<u64>,
     ) {
-        if self.lane_of(n, unit).is_some() {
+        if self.lane_of(n, unit).is_some() || !takes_rebuilds(self.nodes[n].state) {
             return;
         }
         let owner = node_index(&previous.owner);
@@ -462,6 +468,9 @@ impl World {
         node.incoming.clear();
         node.requests.clear();
         node.calls.clear();
+        node.safe = false;
+        self.drains.remove(&n);
+        self.drain_moves.retain(|_, (node, _)| *node != n);
         self.gateway_down(n);
     }
 
@@ -489,6 +498,8 @@ impl World {
         self.lossy = true;
         self.touched.extend(0..self.shape.units());
         self.links_down(n);
+        self.drains.remove(&n);
+        self.drain_moves.retain(|_, (node, _)| *node != n);
         // Cut off from the mesh, the stalled process's moves go no further.
         self.outgoing.retain(|_, (node, _)| *node != n);
         let now = self.now;

@@ -6,6 +6,7 @@
 //! - `lanes`: the lanes that run units' turns, membership, creation and stops.
 //! - `routing`: how a node sends to units it does not host, with the core's route table.
 //! - `moves`: the source and target of a move, driving the core's machines.
+//! - `draining`: drains, as the core's drain decides them.
 //! - `liveness`: leases, the mesh's witness, probes, crashes, restarts and recovery.
 //! - `sessions`: game clients, their gateways and their bound Actors.
 //! - `check`: the invariants.
@@ -21,6 +22,7 @@ macro_rules! trace {
 }
 
 mod check;
+mod draining;
 mod lanes;
 mod links;
 mod liveness;
@@ -182,6 +184,12 @@ struct Node {
     directory: BTreeMap<usize, u64>,
     /// Moves into this node, by move.
     incoming: BTreeMap<u64, moves::Target>,
+    /// Its lifecycle state: Serving, or Relocating while it drains, or Relocated once drained.
+    state: ferry_core::authority::NodeState,
+    /// Its drain reported it safe to shut down: it must hold no unit and receive none.
+    safe: bool,
+    /// Units an earlier process of this id left may still be taken back here.
+    adopting: bool,
     /// Where messages for units not hosted here go.
     routes: Routes<lanes::Parcel>,
     /// The owner lease held: generation and holder.
@@ -223,6 +231,9 @@ impl Node {
             lanes: BTreeMap::new(),
             directory: BTreeMap::new(),
             incoming: BTreeMap::new(),
+            state: ferry_core::authority::NodeState::Serving,
+            safe: false,
+            adopting: false,
             routes: Routes::default(),
             lease: None,
             first_generation: 0,
@@ -311,6 +322,10 @@ pub struct World {
     parted_at: BTreeMap<links::Cut, Instant>,
     /// Moves out of their source node, by move.
     outgoing: BTreeMap<u64, (usize, moves::Source)>,
+    /// Drains running, by node.
+    drains: BTreeMap<usize, ferry_core::drain::Drain>,
+    /// The moves drains started: the draining node, and the unit.
+    drain_moves: BTreeMap<u64, (usize, UnitId)>,
     timers: BTreeMap<(Instant, u64), Timer>,
     timer_seq: u64,
     events: Vec<Event>,
@@ -372,6 +387,8 @@ impl World {
             partitions: BTreeSet::new(),
             parted_at: BTreeMap::new(),
             outgoing: BTreeMap::new(),
+            drains: BTreeMap::new(),
+            drain_moves: BTreeMap::new(),
             timers: BTreeMap::new(),
             timer_seq: 0,
             events: Vec::new(),
@@ -436,6 +453,13 @@ impl World {
     /// The steps taken so far, one line each.
     pub fn trace(&self) -> &[String] {
         &self.trace
+    }
+
+    /// The live nodes reported safe to shut down by their drain.
+    pub fn drained(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&n| self.nodes[n].up && self.nodes[n].safe)
+            .collect()
     }
 
     /// How many moves have ended.
@@ -508,12 +532,31 @@ impl World {
         self.operate();
     }
 
-    /// Once calm, a cluster with no process left is started again by its operator.
-    fn operate(&mut self) {
-        if self.calmed && self.nodes.iter().all(|n| !n.up) {
+    /// Once calm, a cluster with no process left is started again by its operator, and one whose
+    /// live nodes are all drained has them resumed, so that what died elsewhere has a place to be
+    /// rebuilt.
+    pub(crate) fn operate(&mut self) {
+        if !self.calmed {
+            return;
+        }
+        if self.nodes.iter().all(|n| !n.up) {
             trace!(self, "operator: every node is down; starting them again");
             for n in 0..self.nodes.len() {
                 self.restart(n);
+            }
+        }
+        let serving = |n: &Node| n.up && n.state != ferry_core::authority::NodeState::Relocated;
+        if !self.nodes.iter().any(serving) {
+            for n in 0..self.nodes.len() {
+                if self.nodes[n].up {
+                    trace!(
+                        self,
+                        "operator: n{n} is drained and no node serves; resuming it"
+                    );
+                    self.nodes[n].state = ferry_core::authority::NodeState::Serving;
+                    self.nodes[n].safe = false;
+                    self.publish(n);
+                }
             }
         }
     }
@@ -534,7 +577,9 @@ impl World {
                 let s = usize::from(sender) % self.shape.senders;
                 self.tell(s, usize::from(unit) % units, true);
             }
-            Step::Move { unit, to } => self.move_unit(usize::from(unit) % units, n(to)),
+            Step::Move { unit, to } => {
+                let _ = self.move_unit(usize::from(unit) % units, n(to));
+            }
             Step::Drain { node } => self.drain(n(node)),
             Step::Join { room, pick } => {
                 self.join(usize::from(room) % self.shape.rooms, usize::from(pick))

@@ -12,7 +12,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use ferry_core::authority::UnitRecord;
 use ferry_core::conditional::{ConditionalWrite, Settled};
+use ferry_core::ids::UnitId;
 use ferry_core::relocation::RelocationId;
+use ferry_core::relocation::admission::{Admission, Offer, Staged, admit};
 use ferry_core::relocation::capture::{QueuedOp, relay_digest};
 use ferry_core::relocation::frames::Refusal;
 use ferry_core::relocation::lane::{LaneMove, Seal};
@@ -107,20 +109,17 @@ fn digest(parcels: &[Parcel]) -> (u32, u32) {
 }
 
 impl World {
-    /// Moves the lane of `unit` (its room, for a member) from wherever it runs to `to`.
-    pub(crate) fn move_unit(&mut self, unit: usize, to: usize) {
-        let Some((from, lane)) = self.host(unit) else {
-            return;
-        };
+    /// Moves the lane of `unit` (its room, for a member) from wherever it runs to `to`; the
+    /// move, if one starts.
+    pub(crate) fn move_unit(&mut self, unit: usize, to: usize) -> Option<u64> {
+        let (from, lane) = self.host(unit)?;
         if from == to || !self.nodes[to].up {
-            return;
+            return None;
         }
         let rel = self.fresh();
-        let Some(l) = self.nodes[from].lanes.get_mut(&lane) else {
-            return;
-        };
+        let l = self.nodes[from].lanes.get_mut(&lane)?;
         if l.stance.quiesce(RelocationId(u128::from(rel))).is_err() {
-            return;
+            return None;
         }
         let primary = l.primary;
         // Deadlines from under one silence step to over two, so that the deadline passes in every
@@ -154,21 +153,7 @@ impl World {
         self.touched.insert(primary);
         let gateways = self.bound_gateways(from, lane);
         self.source_event(rel, SourceEvent::Quiesced { gateways });
-    }
-
-    /// Moves every lane a node runs to the next live node.
-    pub(crate) fn drain(&mut self, node: usize) {
-        let Some(to) = (1..self.nodes.len())
-            .map(|i| (node + i) % self.nodes.len())
-            .find(|&n| self.nodes[n].up)
-        else {
-            return;
-        };
-        trace!(self, "drain n{node} to n{to}");
-        let units: Vec<usize> = self.nodes[node].lanes.values().map(|l| l.primary).collect();
-        for unit in units {
-            self.move_unit(unit, to);
-        }
+        Some(rel)
     }
 
     fn source(&mut self, rel: u64) -> Option<(usize, &mut Source)> {
@@ -226,17 +211,20 @@ impl World {
         let ended = self.source(rel).and_then(|(_, s)| {
             let first = !s.ended && s.machine.end().is_some();
             s.ended |= first;
-            first.then(|| format!("{:?}", s.machine.end()))
+            s.machine.end().filter(|_| first).cloned()
         });
-        if let Some(end) = ended {
+        if let Some(end) = &ended {
             self.moves_ended += 1;
-            trace!(self, "{line} -> {actions:?}; the move ends {end}");
+            trace!(self, "{line} -> {actions:?}; the move ends {end:?}");
             self.check_silence(rel);
         } else {
             trace!(self, "{line} -> {actions:?}");
         }
         for action in actions {
             self.source_action(rel, action);
+        }
+        if let Some(end) = &ended {
+            self.drain_move_ended(rel, end);
         }
         let process = |w: &World, n: usize| w.nodes[n].process;
         if let Some((node, s)) = self.source(rel)
@@ -662,7 +650,41 @@ impl World {
         records: Vec<(usize, u64, UnitRecord)>,
         within: Duration,
     ) {
-        if cells.keys().any(|u| self.lane_of(node, *u).is_some())
+        let unit = self.unit_id(primary);
+        let staged: Vec<(u64, UnitId, bool)> = self.nodes[node]
+            .incoming
+            .iter()
+            .filter_map(|(r, t)| {
+                let (u, _, _) = t.records.first()?;
+                Some((*r, self.unit_id(*u), t.machine.committing()))
+            })
+            .collect();
+        let me = node_id(node);
+        let offer = Offer {
+            me: &me,
+            state: self.nodes[node].state,
+            unit: &unit,
+            len: 0,
+            max_state: 1,
+        };
+        let staged_at = staged.iter().map(|(r, u, committing)| Staged {
+            rel: RelocationId(u128::from(*r)),
+            unit: u,
+            committing: *committing,
+        });
+        let refused = match admit(offer, staged_at) {
+            Admission::Refuse(_) => true,
+            Admission::Take { supersede } => {
+                for earlier in supersede {
+                    let earlier = u64::try_from(earlier.0).expect("a simulated move");
+                    trace!(self, "n{node}: move {earlier} gives way to move {rel}");
+                    self.target_event(node, earlier, TargetEvent::Withdrawn);
+                }
+                false
+            }
+        };
+        if refused
+            || cells.keys().any(|u| self.lane_of(node, *u).is_some())
             || self.nodes[node].incoming.contains_key(&rel)
         {
             self.send(
@@ -676,7 +698,6 @@ impl World {
             return;
         }
         let generation = self.nodes[node].lease.map_or(0, |(g, _)| g);
-        let me = node_id(node);
         let wrote = records
             .iter()
             .map(|(u, _, r)| UnitRecord {

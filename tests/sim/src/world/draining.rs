@@ -1,0 +1,160 @@
+//! Drains: the core's [`Drain`] decides which unit leaves for which node, what is tried again and
+//! when the drain is over; the world starts the moves it decides, feeds back how each ended, and
+//! takes in units that open on the draining node meanwhile. A node whose drain ended with
+//! everything moved is reported safe to shut down: from then on it must hold no unit and receive
+//! none (checked in `check`).
+
+use std::time::Duration;
+
+use ferry_core::authority::NodeState;
+use ferry_core::drain::{
+    Batch, BlockedReason, Decision, Drain, Ended, Found, IN_FLIGHT, RelocateOutcome,
+};
+use ferry_core::ids::UnitId;
+use ferry_core::relocation::protocol::{MoveEnd, TargetEvent};
+
+use super::{World, node_id};
+
+/// How long a drain may take: long enough for moves that end at their own short deadlines to be
+/// tried again in a busy cluster.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(120);
+
+impl World {
+    /// A drain of `node` begins: it takes no unit any more, and moves into it that have not
+    /// reached their commit go back to their sources.
+    pub(crate) fn drain(&mut self, node: usize) {
+        if !self.nodes[node].up || self.drains.contains_key(&node) {
+            return;
+        }
+        trace!(self, "n{node}: drain begins");
+        let plan = Drain::new(node_id(node), None, self.now + DRAIN_DEADLINE, IN_FLIGHT);
+        self.drains.insert(node, plan);
+        self.nodes[node].state = NodeState::Relocating;
+        self.nodes[node].safe = false;
+        let staged: Vec<u64> = self.nodes[node].incoming.keys().copied().collect();
+        for rel in staged {
+            self.target_event(node, rel, TargetEvent::Stopping);
+        }
+        self.publish(node);
+        self.drive_drain(node);
+    }
+
+    /// Takes the inventory again, starts what the drain decides, and ends it once it is over.
+    pub(crate) fn drive_drain(&mut self, node: usize) {
+        if !self.nodes[node].up {
+            self.drains.remove(&node);
+            return;
+        }
+        let Some(mut plan) = self.drains.remove(&node) else {
+            return;
+        };
+        for found in self.inventory(node) {
+            if let Some(decision) = plan.found(found) {
+                self.carry_out(node, decision);
+            }
+        }
+        let n = &self.nodes[node];
+        plan.arriving(n.incoming.len() + usize::from(n.adopting));
+        let view = self.nodes[node].view.clone();
+        let hosted = |unit: &UnitId| self.here_or_moving(node, self.unit_index(unit));
+        let decided = plan.next(self.now, &view, hosted, !self.nodes[node].store_cut);
+        for decision in decided {
+            if let Decision::Move { unit, to } = &decision {
+                let u = self.unit_index(unit);
+                let to = super::node_index(to);
+                match self.move_unit(u, to) {
+                    Some(rel) => {
+                        self.drain_moves.insert(rel, (node, unit.clone()));
+                    }
+                    None => {
+                        let hosted = self.here_or_moving(node, u);
+                        let why = Ended::NotMoved(Some(BlockedReason::TargetUnavailable));
+                        let next = plan.ended(unit, why, self.now, hosted);
+                        self.carry_out(node, next);
+                    }
+                }
+                continue;
+            }
+            self.carry_out(node, decision);
+        }
+        if !plan.done(self.now) {
+            self.drains.insert(node, plan);
+            return;
+        }
+        let (stays, outcome) = plan.finish(|_| Vec::new());
+        for decision in stays {
+            self.carry_out(node, decision);
+        }
+        let hosted = self.nodes[node].lanes.len();
+        let n = &self.nodes[node];
+        let arriving = n.incoming.len() + usize::from(n.adopting);
+        trace!(self, "n{node}: drain ends {outcome:?}");
+        let n = &mut self.nodes[node];
+        if let RelocateOutcome::Relocated { .. } = outcome {
+            n.state = NodeState::Relocated;
+            n.safe = ferry_core::drain::safe_to_shutdown(n.state, hosted, arriving);
+        } else {
+            n.state = NodeState::Serving;
+        }
+        self.publish(node);
+        self.operate();
+    }
+
+    /// A move the drain of its source started ended: the drain hears how.
+    pub(crate) fn drain_move_ended(&mut self, rel: u64, end: &MoveEnd) {
+        let Some((node, unit)) = self.drain_moves.remove(&rel) else {
+            return;
+        };
+        let hosted = self.here_or_moving(node, self.unit_index(&unit));
+        let ended = match end {
+            MoveEnd::Moved => Ended::Moved,
+            MoveEnd::Undecided => Ended::Undecided,
+            MoveEnd::NotSealed(_) => Ended::NotMoved(Some(BlockedReason::OperationInProgress)),
+            MoveEnd::Restored(_) | MoveEnd::Reclaimed => {
+                Ended::NotMoved(Some(BlockedReason::TargetUnavailable))
+            }
+        };
+        let now = self.now;
+        let Some(plan) = self.drains.get_mut(&node) else {
+            return;
+        };
+        let decision = plan.ended(&unit, ended, now, hosted);
+        self.carry_out(node, decision);
+        self.drive_drain(node);
+    }
+
+    /// Whether `unit` runs on `node`, or is in a move from there that has not ended (it may come
+    /// back): a drain counts it as still there.
+    fn here_or_moving(&self, node: usize, unit: usize) -> bool {
+        self.lane_of(node, unit).is_some()
+            || self
+                .outgoing
+                .values()
+                .any(|(n, s)| *n == node && !s.ended && s.cells.contains_key(&unit))
+    }
+
+    /// What a drain reports needs nothing more of the world than its trace.
+    fn carry_out(&mut self, node: usize, decision: Decision) {
+        trace!(self, "n{node}: drain {decision:?}");
+    }
+
+    /// The units `node` runs, one per open lane (a room with its members), as a drain sees them.
+    fn inventory(&self, node: usize) -> Vec<Found> {
+        let n = &self.nodes[node];
+        let staged: Vec<u64> = n.incoming.values().filter_map(|t| t.lane).collect();
+        n.lanes
+            .iter()
+            .filter(|(id, _)| !staged.contains(id))
+            .map(|(_, lane)| {
+                let room = self.is_room(lane.primary);
+                Found {
+                    unit: self.unit_id(lane.primary),
+                    size: lane.cells.len(),
+                    factory: self.factory(lane.primary).into(),
+                    batch: if room { Batch::Room } else { Batch::Actor },
+                    relocatable: true,
+                }
+            })
+            .collect()
+    }
+}
