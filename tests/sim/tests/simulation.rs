@@ -2,6 +2,8 @@
 //! crashes and faults against the protocol core, each checked step by step (see `ferry_sim`).
 //!
 //! - `FERRY_SIM_SEEDS=1000000` runs that many seeds instead of the default.
+//! - `FERRY_SIM_FIRST_SEED=<seed>` starts the seeds there instead of at 0 (CI explores a fresh
+//!   range on every run, and prints where it starts).
 //! - `FERRY_SIM_SEED=<seed>` replays one seed and prints its trace.
 
 use std::process::Command;
@@ -41,16 +43,18 @@ fn check_seed(seed: u64) -> Outcome {
     outcome
 }
 
-/// Twenty thousand seeds (or `FERRY_SIM_SEEDS`) of 150 steps each, split over two threads: no
-/// invariant breaks, and the runs do real work (moves end, messages run).
+/// Twenty thousand seeds (or `FERRY_SIM_SEEDS`, from `FERRY_SIM_FIRST_SEED`) of 150 steps each,
+/// split over two threads: no invariant breaks, and the runs do real work (moves end, messages run).
 #[test]
 fn twenty_thousand_seeds_keep_every_invariant() {
     let seeds = env_number("FERRY_SIM_SEEDS").unwrap_or(20_000);
+    let first = env_number("FERRY_SIM_FIRST_SEED").unwrap_or(0);
+    println!("seeds {first} to {}", first + seeds - 1);
     let halves: Vec<std::thread::JoinHandle<(usize, usize)>> = (0..2u64)
         .map(|half| {
             std::thread::spawn(move || {
                 let (mut moves, mut ran) = (0, 0);
-                for seed in (half..seeds).step_by(2) {
+                for seed in (first + half..first + seeds).step_by(2) {
                     let outcome = check_seed(seed);
                     moves += outcome.moves_ended;
                     ran += outcome.tells_ran;

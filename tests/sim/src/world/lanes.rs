@@ -657,6 +657,9 @@ impl World {
         let Some(mut l) = self.drop_lane(node, lane) else {
             return;
         };
+        // The route this node kept while it hosted the unit is void now.
+        let id = self.unit_id(unit);
+        self.nodes[node].routes.stopped(&id);
         if let (Some(binding), UnitId::Actor(actor)) = (
             l.cells.get_mut(&unit).and_then(|c| c.binding.take()),
             self.unit_id(unit),
