@@ -130,6 +130,11 @@ pub const METRICS: &[(Kind, &str, &str)] = &[
     ),
     (
         Kind::Counter,
+        "ferry_tells_dropped_unreachable_total",
+        "Tells given up because their unit's node could not be reached within the hops allowed",
+    ),
+    (
+        Kind::Counter,
         "ferry_messages_total",
         "Messages (tells and requests) the node's units handled",
     ),

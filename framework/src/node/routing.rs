@@ -164,6 +164,14 @@ impl Node {
             return;
         };
         if retry.hops > MAX_HOPS {
+            if retry.reply.is_none() {
+                // A tell has no one to tell of its end: counted, and said where an operator looks.
+                metrics::counter!("ferry_tells_dropped_unreachable_total").increment(1);
+                tracing::warn!(
+                    unit = %id, %error, hops = retry.hops,
+                    "tell dropped: its unit's node could not be reached after every hop it was allowed"
+                );
+            }
             self.give_up(retry, |id| MessageError::Unreachable {
                 id,
                 reason: error.to_string(),

@@ -341,6 +341,11 @@ pub fn advice(reason: BlockedReason) -> &'static str {
             "no serving node could take them: start a node (of the target version, for a \
              rolling update) that registers their factories and has room, then drain again"
         }
+        BlockedReason::NoServingPeer => {
+            "no other node serves, so nothing could take them: bring a drained node back with \
+             `ferry resume` or start a node, then drain again; stopping this node now ends its \
+             rooms, and their state is lost"
+        }
         BlockedReason::StoreUnavailable => {
             "the location store could not be reached: check redis and the network to it, then \
              drain again"
