@@ -529,6 +529,14 @@ impl<F: MeshFrame> Shared<F> {
         }
     }
 
+    /// Whether a peer that is up has frames queued or not yet acknowledged.
+    fn awaits_acknowledgement(&self) -> bool {
+        self.peers.read().map.values().any(|handle| {
+            handle.status.borrow().state == PeerState::Ready
+                && (handle.out.0.len() > 0 || handle.sync.unacked.load(Ordering::Relaxed) > 0)
+        })
+    }
+
     pub(crate) fn peers(&self) -> Vec<PeerInfo> {
         let peers = self.peers.read();
         let mut out: Vec<PeerInfo> = peers
@@ -570,6 +578,14 @@ impl<F: MeshFrame> Shared<F> {
     }
 
     pub(crate) async fn close(&self) {
+        // What live peers have not acknowledged yet (a clean shutdown's last frames: a move's
+        // last answers, membership) gets a moment to be, rather than being cut off and reported
+        // lost. A peer that is not up is not waited for.
+        let started = tokio::time::Instant::now();
+        let flush_until = started + super::CLOSE_FLUSH;
+        while self.awaits_acknowledgement() && tokio::time::Instant::now() < flush_until {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
         self.cancel.cancel();
         let handles = {
             let mut peers = self.peers.write();
@@ -608,7 +624,8 @@ impl<F: MeshFrame> Shared<F> {
         };
         // A connection to a silent peer drains for a few of its retransmit timeouts, which
         // backoff can stretch to seconds; a node's shutdown deadline must not wait for that.
-        match tokio::time::timeout(super::CLOSE_LINGER, linger).await {
+        let linger_for = super::CLOSE_LINGER.saturating_sub(started.elapsed());
+        match tokio::time::timeout(linger_for, linger).await {
             Ok(()) => info!(node = %self.local, "mesh closed"),
             Err(_) => info!(node = %self.local, linger = ?super::CLOSE_LINGER,
                 "mesh closed; a connection to a silent peer still drains, so the port is \

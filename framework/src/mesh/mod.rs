@@ -64,6 +64,10 @@ pub const DEFAULT_UNACKED_BYTES: usize = 64 * 1024 * 1024;
 /// The longest [`Mesh::close`] waits for connections to drain and the port to be freed.
 pub const CLOSE_LINGER: Duration = Duration::from_secs(1);
 
+/// How long closing a mesh waits, within [`CLOSE_LINGER`], for live peers to acknowledge what was
+/// sent them last.
+pub(crate) const CLOSE_FLUSH: Duration = Duration::from_millis(250);
+
 /// What the mesh can carry: any serde type that can move between tasks.
 pub trait MeshFrame: Serialize + DeserializeOwned + Send + 'static {}
 

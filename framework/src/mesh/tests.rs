@@ -803,6 +803,25 @@ async fn a_link_silent_past_its_idle_timeout_loses_no_frame_and_repeats_none() {
 }
 
 #[tokio::test]
+async fn a_mesh_closed_right_after_sending_to_a_live_peer_loses_nothing() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let (a, _a_rx) = start(&ca, "a").await;
+        let (b, mut b_rx) = start(&ca, "b").await;
+        a.add_peer(node("b"), b.local_addr()).unwrap();
+        a.wait_ready(&node("b")).await.unwrap();
+        // The last frames of a clean shutdown are still on their way when it closes.
+        send_seq(&a, "b", 0..2000);
+        a.close().await;
+        assert_eq!(a.frames_lost(), 0, "nothing reported lost to a live peer");
+        let got = by_sender(take(&mut b_rx, 2000).await);
+        assert_eq!(got["a"], (0..2000).collect::<Vec<_>>());
+        b.close().await;
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn frames_a_removed_peer_never_acknowledged_are_counted_lost() {
     guard(async {
         let ca = ClusterCa::generate().unwrap();

@@ -33,6 +33,18 @@ const LOOKUP_BACKOFF: Duration = Duration::from_millis(25);
 /// giving up forfeits the order of what was held.
 const FENCE_WAIT: Duration = Duration::from_secs(60);
 
+/// Where [`Node::route`] left a message.
+enum Step {
+    /// Handed to the mesh, or queued behind what waits for the unit here.
+    Done,
+    /// Its unit is hosted here now.
+    Here(Deliver),
+    /// The mesh gave it back.
+    Failed(Deliver, MeshError),
+    /// A lookup of its unit's owner is to start.
+    LookUp,
+}
+
 /// A delivery about to be tried once more: one more hop.
 fn forwarded(mut deliver: Deliver) -> Deliver {
     deliver.hops = deliver.hops.saturating_add(1);
@@ -55,19 +67,79 @@ impl Node {
 
     /// Sends a message for a unit this node does not host towards its owner, or queues it behind
     /// what waits for the unit here.
+    ///
+    /// The path is chosen and the message handed to it in one step: under the unit's directory
+    /// shard, so no registration here comes between (a unit that arrived meanwhile takes it in
+    /// its queue), and under its route, so no switch comes between.
     pub(crate) fn route(&self, deliver: Deliver) {
         let id = deliver.to.clone();
-        match self
-            .core
-            .router
-            .with(&id, |routes| routes.route(&id, deliver, self.id()))
-        {
-            Routed::Send(owner, deliver) => self.send_deliver(&owner, deliver),
-            Routed::Waits => {}
-            Routed::LookUp => {
+        let step = self.core.directory.with(&id, |entry| {
+            if entry.is_some() {
+                return Step::Here(deliver);
+            }
+            self.core
+                .router
+                .with(&id, |routes| match routes.route(&id, deliver, self.id()) {
+                    Routed::Send(owner, deliver) => match self.try_deliver(&owner, deliver) {
+                        None => Step::Done,
+                        Some((retry, error)) => Step::Failed(retry, error),
+                    },
+                    Routed::Waits => Step::Done,
+                    Routed::LookUp => Step::LookUp,
+                })
+        });
+        match step {
+            Step::Done => {}
+            Step::Here(deliver) => {
+                if let Some(mut back) = self.push_deliver(deliver) {
+                    // Gone again already: one more hop, by its route.
+                    back.hops = back.hops.saturating_add(1);
+                    if back.hops > MAX_HOPS {
+                        self.give_up(back, |id| MessageError::UnknownId { id });
+                    } else {
+                        self.route(back);
+                    }
+                }
+            }
+            Step::Failed(retry, error) => self.retry_deliver(retry, error),
+            Step::LookUp => {
                 tokio::spawn(self.clone().resolve(id));
             }
         }
+    }
+
+    /// Queues an encoded message at the lane here that hosts its unit; gives it back when none
+    /// does.
+    fn push_deliver(&self, deliver: Deliver) -> Option<Deliver> {
+        let Deliver {
+            to,
+            payload,
+            session,
+            reply,
+            activate,
+            origin,
+            hops,
+        } = deliver;
+        let envelope = Envelope {
+            to,
+            payload: Payload::from_wire(payload, session.map(|op| *op)),
+            reply,
+        };
+        let envelope = self.push_or_refuse(envelope, "tell refused")?;
+        let (payload, session) = match envelope.payload {
+            Payload::Encoded(payload) => (payload, None),
+            Payload::Session(op) => (bytes::Bytes::new(), Some(Box::new(op))),
+            _ => return None,
+        };
+        Some(Deliver {
+            to: envelope.to,
+            payload,
+            session,
+            reply: envelope.reply,
+            activate,
+            origin,
+            hops,
+        })
     }
 
     /// Sends an already-encoded message, or a session change, to a unit: through `via` when the
@@ -587,37 +659,10 @@ impl Node {
 
     /// A message arrived from a peer.
     pub(crate) fn on_deliver(&self, from: NodeId, deliver: Deliver) {
-        let Deliver {
-            to,
-            payload,
-            session,
-            reply,
-            activate,
-            origin,
-            hops,
-        } = deliver;
-        let envelope = Envelope {
-            to,
-            payload: Payload::from_wire(payload, session.map(|op| *op)),
-            reply,
-        };
-        let Some(envelope) = self.push_or_refuse(envelope, "tell refused") else {
+        let Some(mut deliver) = self.push_deliver(deliver) else {
             return;
         };
-        let (payload, session) = match envelope.payload {
-            Payload::Encoded(payload) => (payload, None),
-            Payload::Session(op) => (bytes::Bytes::new(), Some(Box::new(op))),
-            _ => return,
-        };
-        let deliver = Deliver {
-            to: envelope.to,
-            payload,
-            session,
-            reply: envelope.reply,
-            activate,
-            origin,
-            hops: hops.saturating_add(1),
-        };
+        deliver.hops = deliver.hops.saturating_add(1);
         if deliver.hops > MAX_HOPS {
             self.give_up(deliver, |id| MessageError::UnknownId { id });
             return;
