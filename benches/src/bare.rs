@@ -34,7 +34,7 @@ pub enum Wire {
     Hello,
     /// Not sent: stands in for Ferry's second handshake frame.
     Welcome,
-    /// A frame.
+    /// The one variant sent: a frame of the bench's traffic.
     Frame(Frame),
 }
 

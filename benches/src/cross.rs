@@ -22,7 +22,7 @@ const T: Duration = Duration::from_secs(10);
 
 /// Node A, node B and the counter spot hosted on B.
 pub struct NodePair {
-    /// The sender.
+    /// The node that sends to [`NodePair::spot`], across the mesh.
     pub a: Node,
     /// The host of [`NodePair::spot`].
     pub b: Node,

@@ -55,7 +55,7 @@ pub enum RoomMsg {
 /// What a room answers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Answer {
-    /// The count.
+    /// The room's count, after an `Add` or for a `Get`.
     Count(u64),
     /// The state, serialized.
     State(Vec<u8>),
@@ -197,7 +197,7 @@ pub fn register(reg: &mut Registry) {
 
 /// Nodes `n1`, `n2`, ... on one `MemoryStore`, linked over QUIC on loopback.
 pub struct Cluster {
-    /// The nodes.
+    /// The nodes, `n1` first: `nodes[i]` is `n{i + 1}`.
     pub nodes: Vec<Node>,
     /// Their store.
     pub store: Arc<dyn LocationStore>,

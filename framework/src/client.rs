@@ -133,7 +133,7 @@ pub struct SessionInfo {
     pub session: SessionId,
     /// The gateway node.
     pub node: NodeId,
-    /// Its address.
+    /// The gateway's address this session connected to.
     pub server: SocketAddr,
     /// How many sessions this client has held so far (1 until it reconnects).
     pub connects: u64,
@@ -144,23 +144,24 @@ pub struct SessionInfo {
 pub enum ClientEvent<P> {
     /// A bound Actor pushed a message.
     Push {
-        /// The Actor.
+        /// The Actor that pushed it.
         actor: ActorId,
-        /// The message.
+        /// The pushed message, decoded as the type the client receives.
         msg: P,
     },
     /// An Actor is no longer bound to this client.
     Unbound {
-        /// The Actor.
+        /// The Actor that was bound.
         actor: ActorId,
-        /// Why.
+        /// Why the gateway unbound it: another session bound it, the client asked, or the Actor
+        /// stopped.
         reason: String,
     },
     /// Inputs to `actor` the gateway had not confirmed (as run at the Actor) when the session
     /// ended, or when the Actor was unbound: they may not have reached it, and are not sent
     /// again. Comes just before the `Reconnected`, `Unbound` (or the end) that follows.
     Undelivered {
-        /// The Actor.
+        /// The Actor the inputs were sent to.
         actor: ActorId,
         /// How many inputs.
         inputs: u64,
@@ -213,27 +214,27 @@ pub enum ClientError {
     /// The gateway refused the token.
     #[error("the gateway refused the token: {reason}; get a fresh token and connect again")]
     Rejected {
-        /// Why.
+        /// Why the gateway refused it, for people.
         reason: String,
     },
     /// The bind was refused.
     #[error("binding {actor} was refused: {reason}")]
     BindRefused {
-        /// The Actor.
+        /// The Actor the client asked to bind.
         actor: ActorId,
-        /// Why.
+        /// Why the gateway or the application refused it.
         reason: String,
     },
     /// A message for an Actor this client has not bound.
     #[error("{actor} is not bound to this client; bind it first")]
     NotBound {
-        /// The Actor.
+        /// The Actor the message was for.
         actor: ActorId,
     },
     /// A message over the gateway's frame limit; nothing was sent.
     #[error("the message is over the gateway's {max}-byte frame limit; send smaller messages")]
     TooLarge {
-        /// The limit.
+        /// The gateway's largest frame body, in bytes, as its Welcome announced.
         max: usize,
     },
     /// A message could not be encoded; nothing was sent.
@@ -244,7 +245,7 @@ pub enum ClientError {
         "a push from {actor} is not a {expected} ({reason}); receive the type the Actor pushes"
     )]
     Decode {
-        /// The Actor.
+        /// The Actor that pushed it.
         actor: ActorId,
         /// The type asked for.
         expected: &'static str,
@@ -256,7 +257,7 @@ pub enum ClientError {
     Closed {
         /// The gateway's close code, if it gave one.
         code: Option<CloseCode>,
-        /// Why.
+        /// Why the session ended, as the gateway or the connection said.
         reason: String,
     },
 }

@@ -67,7 +67,7 @@ pub enum ResumeError {
     /// A drain is running: it decides the state when it ends.
     #[error("node {node} is draining; wait for the drain to end, then resume it")]
     Draining {
-        /// The node.
+        /// The node asked to resume.
         node: crate::ids::NodeId,
     },
     /// The node is stopping, stopped or failed: it cannot serve again in this process.
@@ -75,9 +75,9 @@ pub enum ResumeError {
         "node {node} is {state} and cannot serve again in this process; start it again instead"
     )]
     Ended {
-        /// The node.
+        /// The node asked to resume.
         node: crate::ids::NodeId,
-        /// Its state.
+        /// The state it had reached when asked.
         state: ferry_core::authority::NodeState,
     },
 }

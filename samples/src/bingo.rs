@@ -145,7 +145,7 @@ pub fn draw_order(room: &SpotId, round: u32) -> Vec<u8> {
 /// How a round ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoundResult {
-    /// The round.
+    /// The round's number in its room, counting from 1.
     pub round: u32,
     /// How many numbers were drawn.
     pub draws: usize,
@@ -318,30 +318,30 @@ pub enum PlayerMsg {
     Report,
     /// From the matchmaker: the room the player is seated in.
     Seated {
-        /// The room.
+        /// The room the player now plays in.
         room: SpotId,
     },
     /// From the room: a card for a round, and the numbers drawn in it before the player joined.
     Dealt {
-        /// The round.
+        /// The round the card is for, counting from 1 in its room.
         round: u32,
-        /// The card.
+        /// The player's card for that round.
         card: Card,
         /// Numbers drawn already.
         drawn: Vec<u8>,
     },
     /// From the room: a number drawn.
     Drawn {
-        /// The round.
+        /// The round it was drawn in.
         round: u32,
         /// How many numbers have been drawn in the round, this one included.
         position: usize,
-        /// The number.
+        /// The number drawn, 1 to [`NUMBERS`].
         number: u8,
     },
     /// From the room: the round ended.
     RoundOver {
-        /// The round.
+        /// The round that ended.
         round: u32,
         /// Who won it.
         winners: Vec<ActorId>,
@@ -377,32 +377,32 @@ pub struct PlayerView {
 pub enum Push {
     /// The matchmaker seated the player in this room.
     Seated {
-        /// The room.
+        /// The room the player now plays in.
         room: SpotId,
     },
     /// A new card, with the cells marked already.
     Dealt {
-        /// The round.
+        /// The round the card is for, counting from 1 in its room.
         round: u32,
-        /// The card.
+        /// The player's card for that round.
         card: Card,
-        /// Its marks.
+        /// The cells of the card marked by the numbers drawn before the player joined.
         marks: Marks,
     },
     /// A number drawn, and whether the player's card has it.
     Drawn {
-        /// The round.
+        /// The round it was drawn in.
         round: u32,
         /// How many numbers have been drawn in the round, this one included.
         position: usize,
-        /// The number.
+        /// The number drawn, 1 to [`NUMBERS`].
         number: u8,
         /// Whether it marked a cell of the player's card.
         marked: bool,
     },
     /// The round ended.
     RoundOver {
-        /// The round.
+        /// The round that ended.
         round: u32,
         /// Who won it.
         winners: Vec<ActorId>,
@@ -541,7 +541,7 @@ impl Behavior for BingoPlayer {
 pub enum MatchMsg {
     /// Seat a player; the answer goes to the player as [`PlayerMsg::Seated`].
     Seat {
-        /// The player.
+        /// The player to seat; the matchmaker tells it its room.
         player: ActorId,
     },
     /// Ask for the matchmaker's report.

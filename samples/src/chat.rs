@@ -35,9 +35,9 @@ pub struct Line {
 pub enum RoomMsg {
     /// Say something to everyone in the room.
     Say {
-        /// The speaker.
+        /// The member who said it.
         from: ActorId,
-        /// The text.
+        /// What they said, as typed.
         text: String,
     },
     /// Ask for the kept history.

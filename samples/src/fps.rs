@@ -113,9 +113,9 @@ pub struct Snapshot {
 pub enum RoomMsg {
     /// A player's input, forwarded by its Actor.
     Input {
-        /// The player.
+        /// The player whose input it is.
         from: ActorId,
-        /// The input.
+        /// The player's input, as its client sent it.
         input: Input,
     },
     /// Ask for the room's report.

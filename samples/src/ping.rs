@@ -18,7 +18,7 @@ const ASK: Duration = Duration::from_secs(5);
 pub enum PingMsg {
     /// A numbered ping from another spot.
     Ping {
-        /// The sender.
+        /// The spot that sent it; its numbers count apart from other senders'.
         from: SpotId,
         /// Its number, counting up per sender.
         n: u64,

@@ -10,6 +10,7 @@ pub mod player;
 pub mod ports;
 pub mod redis_sentinel;
 pub mod redis_server;
+pub mod rooms;
 mod server_output;
 pub mod sessions;
 pub mod sim_cluster;

@@ -31,7 +31,7 @@ pub enum PlayerMsg {
     Get,
     /// Push a tick every `ms`.
     Ticks {
-        /// The period.
+        /// Milliseconds between two ticks.
         ms: u64,
     },
     /// Push `count` blobs of `size` bytes at once.
@@ -125,7 +125,7 @@ pub struct HookedPair {
     pub n1: Node,
     /// Where the room's moves are hooked.
     pub n2: Node,
-    /// The room.
+    /// The room `r`, on n1, that moves to n2.
     pub room: SpotId,
     /// The player in it.
     pub player: ActorId,

@@ -108,7 +108,7 @@ impl Default for Gateways {
 
 /// A client that writes whatever bytes it is given.
 pub struct RawClient {
-    /// The connection.
+    /// The QUIC connection to the gateway, to read how the gateway closed it.
     pub conn: Connection,
     send: SendStream,
     recv: RecvStream,

@@ -10,37 +10,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ferry::{Behavior, Ctx, Node, Registration, Registry, RelocationPolicy, SpotId, UnitId};
+use ferry::{Node, SpotId, UnitId};
 use ferry_tests::cluster::Cluster;
 use ferry_tests::invariants::assert_exactly_once_in_order;
+use ferry_tests::rooms;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
 const ROOMS: usize = 12;
-
-/// A room that logs the inputs it runs.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Room(Vec<u64>);
-
-impl Behavior for Room {
-    type Msg = Option<u64>;
-    type Reply = Vec<u64>;
-
-    fn handle(&mut self, _ctx: &mut Ctx<'_>, input: Option<u64>) -> Vec<u64> {
-        if let Some(n) = input {
-            self.0.push(n);
-        }
-        self.0.clone()
-    }
-}
-
-fn registry() -> Registry {
-    let mut reg = Registry::new();
-    reg.register(Registration::spot("room", |_| Room::default()).policy(RelocationPolicy::serde()));
-    reg
-}
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -69,12 +47,12 @@ async fn chaos_keeps_one_owner_and_exactly_once_for_graceful_moves() {
     println!("chaos seed {seed}, {steps} steps (FERRY_CHAOS_SEED={seed} replays it)");
     let mut rng = StdRng::seed_from_u64(seed);
 
-    let mut cluster = Cluster::start(0, registry).await;
+    let mut cluster = Cluster::start(0, rooms::registry).await;
     let mut next_id = 1;
     for _ in 0..4 {
         let mut config = cluster.config(&format!("n{next_id}"));
         config.lease_ttl = Duration::from_millis(800);
-        cluster.add_with(config, registry()).await;
+        cluster.add_with(config, rooms::registry()).await;
         next_id += 1;
     }
     let mut live: Vec<Node> = cluster.nodes.clone();
@@ -139,7 +117,7 @@ async fn chaos_keeps_one_owner_and_exactly_once_for_graceful_moves() {
             let mut config = cluster.config(&format!("n{next_id}"));
             config.lease_ttl = Duration::from_millis(800);
             next_id += 1;
-            let fresh = cluster.add_with(config, registry()).await;
+            let fresh = cluster.add_with(config, rooms::registry()).await;
             live.push(fresh.clone());
             senders.lock().await.push(fresh);
             for n in &live {

@@ -3,17 +3,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use ferry::{MessageError, NodeState, Registry, SpotId, UnitError, UnitId};
+use ferry::{MessageError, NodeState, SpotId, UnitError, UnitId};
 use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::cluster::{ANOTHER_PROCESS, Cluster};
+use ferry_tests::rooms::ping_registry;
 
 const T: Duration = Duration::from_secs(10);
-
-fn registry() -> Registry {
-    let mut reg = Registry::new();
-    reg.register(ping::ping());
-    reg
-}
 
 fn spot(id: &str) -> SpotId {
     SpotId::new(id).expect("valid id")
@@ -44,7 +39,7 @@ async fn report_until(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn placement_spreads_spots_and_every_pair_of_nodes_exchanges_tells_and_requests() {
-    let cluster = Cluster::start(3, registry).await;
+    let cluster = Cluster::start(3, ping_registry).await;
     let ids: Vec<SpotId> = (1..=3).map(|i| spot(&format!("p{i}"))).collect();
     for id in &ids {
         cluster.nodes[0]
@@ -111,7 +106,7 @@ async fn placement_spreads_spots_and_every_pair_of_nodes_exchanges_tells_and_req
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_or_create_from_several_nodes_at_once_makes_one_spot() {
-    let cluster = Cluster::start(3, registry).await;
+    let cluster = Cluster::start(3, ping_registry).await;
     let lobby = spot("lobby");
     let (a, b, c) = tokio::join!(
         cluster.nodes[0].get_or_create_spot(ping::PING, &lobby),
@@ -142,7 +137,7 @@ async fn get_or_create_from_several_nodes_at_once_makes_one_spot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_ids_are_unknown_everywhere() {
-    let cluster = Cluster::start(2, registry).await;
+    let cluster = Cluster::start(2, ping_registry).await;
     let err = cluster.nodes[0]
         .request::<PingMsg, PingReport>(&spot("nobody"), PingMsg::Report, T)
         .await
@@ -158,7 +153,7 @@ async fn unknown_ids_are_unknown_everywhere() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_to_a_node_that_left_are_dropped_and_looked_up_again() {
-    let cluster = Cluster::start(3, registry).await;
+    let cluster = Cluster::start(3, ping_registry).await;
     let (n1, n2, n3) = (&cluster.nodes[0], &cluster.nodes[1], &cluster.nodes[2]);
     let x = spot("x");
     n1.create_spot_on(n2.id(), ping::PING, &x)
@@ -188,7 +183,7 @@ async fn routes_to_a_node_that_left_are_dropped_and_looked_up_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tells_sent_while_their_route_is_looked_up_all_arrive_in_order() {
-    let cluster = Cluster::start(2, registry).await;
+    let cluster = Cluster::start(2, ping_registry).await;
     let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
     // 60,000 tells: under the mesh's default send queue of 65,536 frames.
     const ROOMS: usize = 600;
@@ -225,9 +220,9 @@ async fn tells_sent_while_their_route_is_looked_up_all_arrive_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_old_owner_forwards_and_tells_the_sender_the_new_route() {
-    let mut cluster = Cluster::start(2, registry).await;
+    let mut cluster = Cluster::start(2, ping_registry).await;
     let (n1, n2) = (cluster.nodes[0].clone(), cluster.nodes[1].clone());
-    let n3 = cluster.add("n3", registry()).await;
+    let n3 = cluster.add("n3", ping_registry()).await;
     let x = spot("x");
     n1.create_spot_on(n2.id(), ping::PING, &x)
         .await
@@ -259,10 +254,10 @@ async fn the_old_owner_forwards_and_tells_the_sender_the_new_route() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_loses_its_lease_stops_running_turns() {
-    let mut cluster = Cluster::start(1, registry).await;
+    let mut cluster = Cluster::start(1, ping_registry).await;
     let mut config = cluster.config("n2");
     config.lease_ttl = Duration::from_millis(300);
-    let n2 = cluster.add_with(config, registry()).await;
+    let n2 = cluster.add_with(config, ping_registry()).await;
     let x = spot("x");
     n2.create_spot_on(n2.id(), ping::PING, &x)
         .await
@@ -288,11 +283,11 @@ async fn a_node_that_loses_its_lease_stops_running_turns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_lease_another_process_took_writes_no_record_before_it_notices() {
-    let mut cluster = Cluster::start(1, registry).await;
+    let mut cluster = Cluster::start(1, ping_registry).await;
     let mut config = cluster.config("n2");
     // Renewed every 20 s: n2 cannot notice the lease was taken before the creations below.
     config.lease_ttl = Duration::from_secs(60);
-    let n2 = cluster.add_with(config, registry()).await;
+    let n2 = cluster.add_with(config, ping_registry()).await;
     cluster
         .store
         .acquire_lease(n2.id(), ANOTHER_PROCESS, Duration::from_secs(60))
@@ -315,7 +310,7 @@ async fn a_node_whose_lease_another_process_took_writes_no_record_before_it_noti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_joins_by_its_seed_list_and_reports_its_peers() {
-    let cluster = Cluster::start(1, registry).await;
+    let cluster = Cluster::start(1, ping_registry).await;
     let n1 = &cluster.nodes[0];
     // n2 shares no store with n1: only its seed list can lead it there.
     let own_store: std::sync::Arc<dyn ferry::store::LocationStore> =
@@ -324,7 +319,7 @@ async fn a_node_joins_by_its_seed_list_and_reports_its_peers() {
     if let Some(mesh) = config.mesh.as_mut() {
         mesh.seeds = vec![(n1.id().clone(), n1.mesh_addr().expect("n1 listens"))];
     }
-    let n2 = ferry::Node::start(config, registry())
+    let n2 = ferry::Node::start(config, ping_registry())
         .await
         .expect("n2 starts");
     n2.wait_peer_ready(n1.id())

@@ -9,37 +9,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ferry::store::{EtcdStore, EtcdStoreConfig, LocationStore};
-use ferry::{
-    Behavior, Ctx, Node, NodeState, Registration, Registry, RelocationPolicy, SpotId, UnitId,
-};
+use ferry::{Node, NodeState, SpotId, UnitId};
 use ferry_tests::cluster::{Cluster, move_rooms_round, moves_go_on};
 use ferry_tests::etcd_server::EtcdCluster;
 use ferry_tests::invariants::{assert_exactly_once_in_order, assert_runs_where_recorded};
-use serde::{Deserialize, Serialize};
+use ferry_tests::rooms;
 
 const ROOMS: usize = 6;
-
-/// A room that logs the inputs it runs.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Room(Vec<u64>);
-
-impl Behavior for Room {
-    type Msg = Option<u64>;
-    type Reply = Vec<u64>;
-
-    fn handle(&mut self, _ctx: &mut Ctx<'_>, input: Option<u64>) -> Vec<u64> {
-        if let Some(n) = input {
-            self.0.push(n);
-        }
-        self.0.clone()
-    }
-}
-
-fn registry() -> Registry {
-    let mut reg = Registry::new();
-    reg.register(Registration::spot("room", |_| Room::default()).policy(RelocationPolicy::serde()));
-    reg
-}
 
 /// Sends numbered inputs to `room` from `node`, one at a time, until `stop`; returns those
 /// acknowledged.
@@ -74,7 +50,7 @@ async fn failover(etcd: &mut EtcdCluster) {
         .await
         .expect("etcd store");
     let store: Arc<dyn LocationStore> = Arc::new(store);
-    let cluster = Cluster::start_on(3, store.clone(), registry).await;
+    let cluster = Cluster::start_on(3, store.clone(), rooms::registry).await;
     let nodes = cluster.nodes.clone();
     let rooms: Vec<SpotId> = (0..ROOMS)
         .map(|i| SpotId::new(format!("room-{i}")).expect("id"))

@@ -10,6 +10,7 @@ use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::cluster::Cluster;
 use ferry_tests::cut_socket::CutSockets;
 use ferry_tests::faults::FaultyStore;
+use ferry_tests::rooms::ping_registry;
 
 /// Waits, in bounded steps, until `node` holds no working link to `peer` (the mesh exposes no
 /// event for a lost link above its own tests).
@@ -48,12 +49,6 @@ async fn wait_dialling(node: &Node, peer: &Node) {
     panic!("{} never redialled {}", node.id(), peer.id());
 }
 
-fn registry() -> Registry {
-    let mut reg = Registry::new();
-    reg.register(ping::ping());
-    reg
-}
-
 fn spot(id: &str) -> SpotId {
     SpotId::new(id).expect("valid id")
 }
@@ -61,7 +56,7 @@ fn spot(id: &str) -> SpotId {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tells_across_a_link_silent_past_its_idle_timeout_each_run_once_in_order() {
     // n1 alone places the room on itself; n2, whose link to n1 can be cut, joins after.
-    let mut cluster = Cluster::start(1, registry).await;
+    let mut cluster = Cluster::start(1, ping_registry).await;
     let n1 = cluster.node("n1").clone();
     let room = spot("room");
     n1.create_spot(ping::PING, &room).await.expect("created");
@@ -72,7 +67,7 @@ async fn tells_across_a_link_silent_past_its_idle_timeout_each_run_once_in_order
         mesh.keep_alive = Duration::from_millis(200);
         mesh.idle_timeout = Duration::from_secs(1);
     }
-    let n2 = cluster.add_with(config, registry()).await;
+    let n2 = cluster.add_with(config, ping_registry()).await;
     let sender = spot("sender");
     let tell = |n: u64| {
         n2.tell(

@@ -12,35 +12,18 @@ use std::time::Duration;
 
 use ferry::store::{EtcdStore, EtcdStoreConfig, LocationStore, RedisStore, RedisStoreConfig};
 use ferry::{
-    Behavior, Ctx, MoveError, Node, NodeState, Registration, Registry, RelocationPolicy, SpotId,
-    UnitError, UnitId,
+    MoveError, Node, NodeState, Registration, Registry, RelocationPolicy, SpotId, UnitError, UnitId,
 };
 use ferry_tests::cluster::Cluster;
 use ferry_tests::etcd_server::EtcdServer;
 use ferry_tests::invariants::assert_exactly_once_in_order;
 use ferry_tests::redis_server::RedisServer;
-use serde::{Deserialize, Serialize};
+use ferry_tests::rooms::Room;
 use std::sync::Mutex as StdMutex;
 use tokio::time::Instant;
 
 const ROOMS: usize = 6;
 const OUTAGE: Duration = Duration::from_secs(20);
-
-/// A room that logs the inputs it runs.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Room(Vec<u64>);
-
-impl Behavior for Room {
-    type Msg = Option<u64>;
-    type Reply = Vec<u64>;
-
-    fn handle(&mut self, _ctx: &mut Ctx<'_>, input: Option<u64>) -> Vec<u64> {
-        if let Some(n) = input {
-            self.0.push(n);
-        }
-        self.0.clone()
-    }
-}
 
 /// How many times each room was built: once at its creation, again for each rebuild.
 type Builds = Arc<StdMutex<BTreeMap<SpotId, usize>>>;

@@ -44,7 +44,7 @@ pub enum CertsError {
     /// The output directory could not be made.
     #[error("could not create the directory {}: {source}; check the path and its permissions", path.display())]
     CreateDir {
-        /// The directory.
+        /// The output directory `--out` named.
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
@@ -55,7 +55,7 @@ pub enum CertsError {
         dir.display()
     )]
     HalfCa {
-        /// The directory.
+        /// The output directory, which holds the other file of the CA.
         dir: PathBuf,
         /// The file that exists.
         present: &'static str,
@@ -65,9 +65,9 @@ pub enum CertsError {
     /// The CA in the directory could not be read back.
     #[error("could not use the existing CA in {}: {source}; or pass --force to replace it", dir.display())]
     LoadCa {
-        /// The directory.
+        /// The output directory holding the CA.
         dir: PathBuf,
-        /// Why.
+        /// What reading or parsing the CA met.
         source: TlsError,
     },
     /// A certificate could not be made or written.

@@ -57,7 +57,7 @@ pub enum DrainError {
     Blocked {
         /// The node's admin address.
         addr: String,
-        /// Why.
+        /// Why the node said the drain was blocked.
         reason: ferry::BlockedReason,
         /// How many units stayed.
         stayed: usize,

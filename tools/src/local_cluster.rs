@@ -46,23 +46,23 @@ pub enum ClusterError {
     Store {
         /// The URL, without any password.
         url: String,
-        /// Why.
+        /// The store's refusal.
         source: StoreError,
     },
     /// A node did not start.
     #[error("node {node} did not start: {source}")]
     Start {
-        /// The node.
+        /// The node that did not start.
         node: NodeId,
-        /// Why.
+        /// The node's refusal.
         source: StartError,
     },
     /// A node could not read the cluster's membership from the store.
     #[error("node {node} could not read the cluster membership: {source}")]
     Membership {
-        /// The node.
+        /// The node whose read failed.
         node: NodeId,
-        /// Why.
+        /// What the store said.
         source: StoreError,
     },
     /// Two nodes could not link over the mesh.
@@ -72,7 +72,7 @@ pub enum ClusterError {
         from: NodeId,
         /// The node it dialled.
         to: NodeId,
-        /// Why.
+        /// What the dial or the handshake met.
         reason: String,
     },
     /// A node id could not be made.

@@ -74,7 +74,7 @@ pub struct MovesSummary {
 pub struct PhaseSummary {
     /// Its name, as `MovePhases::named` gives it.
     pub phase: &'static str,
-    /// Its durations.
+    /// The phase's durations over the moves, in microseconds.
     #[serde(flatten)]
     pub percentiles: Percentiles,
 }

@@ -89,13 +89,13 @@ impl Durations {
 pub struct Percentiles {
     /// How many durations.
     pub count: u64,
-    /// The median.
+    /// The median (50th percentile).
     pub p50_us: u64,
     /// The 99th percentile.
     pub p99_us: u64,
     /// The 99.9th percentile.
     pub p999_us: u64,
-    /// The longest.
+    /// The longest duration recorded.
     pub max_us: u64,
 }
 

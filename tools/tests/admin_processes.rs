@@ -16,9 +16,10 @@ use common::processes::{
 };
 use common::{TempDir, certs, one_line_failure};
 use ferry::store::LocationStore;
-use ferry::{Node, NodeId, Registry, SpotId};
+use ferry::{Node, NodeId, SpotId};
 use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::redis_server::RedisServer;
+use ferry_tests::rooms::ping_registry;
 use serde_json::{Value, json};
 
 /// How long one request to a unit may take.
@@ -52,9 +53,7 @@ seeds = [{}]
 
 /// Starts the test's driver node, with the ping factory.
 async fn start_driver(redis: &RedisServer, certs_dir: &Path) -> (Node, Arc<dyn LocationStore>) {
-    let mut registry = Registry::new();
-    registry.register(ping::ping());
-    driver(&redis.url(), PREFIX, VERSION, certs_dir, registry).await
+    driver(&redis.url(), PREFIX, VERSION, certs_dir, ping_registry()).await
 }
 
 async fn report(driver: &Node, spot: &SpotId) -> PingReport {

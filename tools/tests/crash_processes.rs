@@ -34,6 +34,7 @@ use ferry::{ActorId, Node, NodeId, ObjectGeneration, Registry, SpotId, UnitId};
 use ferry_samples::fps::{self, RoomMsg, RoomReport, Snapshot};
 use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::redis_server::RedisServer;
+use ferry_tests::rooms::ping_registry;
 use ferry_tests::store_server::{StoreKind, StoreServer};
 use serde_json::Value;
 use tokio::process::{Child, Command};
@@ -115,9 +116,8 @@ impl Cluster {
         let tmp = TempDir::new(name);
         let certs_dir = tmp.path().join("certs");
         certs(&certs_dir, "alpha,bravo,charlie,delta,driver");
-        let mut registry = Registry::new();
-        registry.register(ping::ping());
-        let (driver, store) = driver(&server.url(), PREFIX, VERSION, &certs_dir, registry).await;
+        let (driver, store) =
+            driver(&server.url(), PREFIX, VERSION, &certs_dir, ping_registry()).await;
         let mut cluster = Cluster {
             processes: Processes::default(),
             driver,

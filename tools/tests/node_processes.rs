@@ -14,11 +14,12 @@ use common::processes::{
 use common::{TempDir, certs};
 use ferry::cluster::authority::{node_key, unit_key};
 use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
-use ferry::{Node, NodeId, Registry, SpotId, UnitId};
+use ferry::{Node, NodeId, SpotId, UnitId};
 use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::cluster::ANOTHER_PROCESS;
 use ferry_tests::etcd_server::EtcdServer;
 use ferry_tests::redis_server::RedisServer;
+use ferry_tests::rooms::ping_registry;
 
 /// How long one request may take.
 const T: Duration = Duration::from_secs(10);
@@ -114,9 +115,7 @@ async fn three_processes_exchange(store_url: &str) {
         addrs.insert(name.to_owned(), ready.mesh);
     }
 
-    let mut registry = Registry::new();
-    registry.register(ping::ping());
-    let (driver, store) = driver(store_url, PREFIX, VERSION, &certs_dir, registry).await;
+    let (driver, store) = driver(store_url, PREFIX, VERSION, &certs_dir, ping_registry()).await;
 
     let mut view = Vec::new();
     for _ in 0..1_000 {
@@ -313,9 +312,7 @@ async fn node_processes_run_on_through_a_20_s_redis_restart() {
         std::fs::write(&config, node_config(name, &redis.url())).expect("config written");
         processes.start(name, &config, tmp.path()).await;
     }
-    let mut registry = Registry::new();
-    registry.register(ping::ping());
-    let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, registry).await;
+    let (driver, store) = driver(&redis.url(), PREFIX, VERSION, &certs_dir, ping_registry()).await;
     let nodes: Vec<NodeId> = names.iter().map(|n| id(n)).collect();
     settle(&driver, &store, &nodes).await;
     let spots: Vec<SpotId> = names.iter().map(|n| spot(&format!("{n}-room"))).collect();

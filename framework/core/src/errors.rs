@@ -163,7 +163,7 @@ pub enum UnitError {
     /// The spot exists but with another type than asked for.
     #[error("{id} exists with type {existing:?}, not {asked:?}")]
     TypeMismatch {
-        /// The unit.
+        /// The spot that exists.
         id: UnitId,
         /// Its registered type.
         existing: String,
@@ -173,7 +173,7 @@ pub enum UnitError {
     /// The operation does not apply to this unit (joining an Instance Spot, for example).
     #[error("{id}: {reason}")]
     NotAllowed {
-        /// The unit.
+        /// The unit the operation was asked of.
         id: UnitId,
         /// What does not apply.
         reason: String,
@@ -225,7 +225,7 @@ pub enum UnitError {
          same join or leave again once the store is back, to record it"
     )]
     MembershipNotRecorded {
-        /// The Actor.
+        /// The Actor that joined or left.
         id: UnitId,
         /// Where it is now: "a member of <spot>" or "in no room".
         now: String,

@@ -24,9 +24,9 @@ pub enum Frame {
     },
     /// The unit lives elsewhere now: update your route.
     RouteHint {
-        /// The unit.
+        /// The unit the sender asked for.
         id: UnitId,
-        /// Its owner.
+        /// The node that runs it now, as the receiver knows it.
         owner: NodeId,
     },
     /// A frame of a move between two nodes (boxed, as the rarer and larger frames are: a
@@ -74,7 +74,7 @@ pub enum Frame {
 /// A message for a unit, with where its reply goes.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Deliver {
-    /// The unit.
+    /// The unit the message is for.
     pub to: UnitId,
     /// The message, postcard-encoded (empty for a session change); read off the mesh, it shares
     /// the frame's buffer.
@@ -98,16 +98,16 @@ pub struct Deliver {
 pub enum Call {
     /// Create a unit on the receiving node (placement chose it).
     Create {
-        /// The factory.
+        /// The registered name of the factory to build it with.
         type_name: String,
-        /// The unit.
+        /// The unit to create.
         id: UnitId,
         /// Whether an existing unit is fine.
         or_get: bool,
     },
     /// Rebuild a unit of a dead node on the receiving node, if its record is still at `version`.
     Recover {
-        /// The unit.
+        /// The unit to rebuild.
         id: UnitId,
         /// The version of the dead owner's record.
         version: u64,
@@ -119,17 +119,17 @@ pub enum Call {
     },
     /// Activate an Instance Spot on the receiving node (placement chose it).
     Activate {
-        /// The factory.
+        /// The registered name of the Instance Spot's factory.
         type_name: String,
-        /// The spot.
+        /// The Instance Spot to activate.
         id: UnitId,
     },
     /// A PerActor spot that moved to the receiving node hears that an Actor joined or left it
     /// while it moved.
     Member {
-        /// The spot.
+        /// The PerActor spot that moved here.
         spot: SpotId,
-        /// The Actor.
+        /// The Actor that joined or left it.
         actor: ActorId,
         /// Joined, or left.
         joined: bool,

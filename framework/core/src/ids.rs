@@ -138,7 +138,8 @@ logical_id!(
 pub enum UnitId {
     /// A Spot (and, for a SpotWide spot, its member Actors with it).
     Spot(SpotId),
-    /// An Actor.
+    /// An Actor (a player, say), with its own state, moving alone or with the room it is a member
+    /// of.
     Actor(ActorId),
 }
 

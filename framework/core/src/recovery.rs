@@ -32,9 +32,9 @@ pub fn coordinator(view: &[NodeDescriptor]) -> Option<&NodeId> {
 /// One unit's authority record as read, with the store version a rebuild is conditional on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {
-    /// The unit.
+    /// The unit the record is about.
     pub id: UnitId,
-    /// Its record.
+    /// The record, naming the owner to rebuild it from.
     pub record: UnitRecord,
     /// The store version it was read at.
     pub version: u64,

@@ -45,7 +45,7 @@ pub enum Verdict {
 /// A node whose lease has lapsed, as one membership read found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lapsed {
-    /// The node.
+    /// The node whose lease lapsed.
     pub node: NodeId,
     /// The version of its descriptor.
     pub version: u64,

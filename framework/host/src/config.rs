@@ -483,7 +483,7 @@ pub enum ConfigError {
         path.display()
     )]
     Read {
-        /// The file.
+        /// The node config file being loaded.
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
@@ -496,7 +496,7 @@ pub enum ConfigError {
         path.display()
     )]
     Syntax {
-        /// The file.
+        /// The node config file being loaded.
         path: PathBuf,
         /// Where, as " (line L, column C)", or empty.
         at: String,
@@ -510,9 +510,9 @@ pub enum ConfigError {
         KEYS.join(", ")
     )]
     UnknownKey {
-        /// The file.
+        /// The node config file being loaded.
         path: PathBuf,
-        /// The key.
+        /// The unknown key, as written.
         key: String,
     },
     /// A required key is missing or a value has the wrong type.
@@ -523,7 +523,7 @@ pub enum ConfigError {
         path.display()
     )]
     Value {
-        /// The file.
+        /// The node config file being loaded.
         path: PathBuf,
         /// Where, as " (line L, column C)", or empty.
         at: String,
@@ -533,7 +533,7 @@ pub enum ConfigError {
     /// The `id` is not a usable node id.
     #[error("the node config {} has a bad `id`: {source}", path.display())]
     Id {
-        /// The file.
+        /// The node config file being loaded.
         path: PathBuf,
         /// What is wrong with the id.
         source: BadNodeId,
@@ -541,9 +541,9 @@ pub enum ConfigError {
     /// A value is well-typed but out of range.
     #[error("the node config {} has a bad `{key}`{origin}: {reason}", path.display())]
     Invalid {
-        /// The file.
+        /// The node config file being loaded.
         path: PathBuf,
-        /// The key.
+        /// The key whose value is out of range.
         key: &'static str,
         /// " (from the environment variable FERRY_<KEY>)" when the value came from there, or
         /// empty.

@@ -30,7 +30,7 @@ pub enum GatewayError {
         cert: PathBuf,
         /// The key file.
         key: PathBuf,
-        /// Why.
+        /// What loading the certificate or key met.
         source: SessionTlsError,
     },
     /// The tokens file could not be read.
@@ -41,7 +41,7 @@ pub enum GatewayError {
         path.display()
     )]
     Read {
-        /// The file.
+        /// The tokens file `sessions_tokens` names.
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
@@ -53,7 +53,7 @@ pub enum GatewayError {
         path.display()
     )]
     Line {
-        /// The file.
+        /// The tokens file `sessions_tokens` names.
         path: PathBuf,
         /// The line number.
         line: usize,
@@ -67,7 +67,7 @@ pub enum GatewayError {
         path.display()
     )]
     NoTokens {
-        /// The file.
+        /// The tokens file `sessions_tokens` names.
         path: PathBuf,
     },
 }

@@ -55,11 +55,11 @@ pub enum HostError {
     /// The certificates in `certs` are missing or do not fit this node.
     #[error("cannot load the mesh certificates of node {node} from {}: {source}", dir.display())]
     Certs {
-        /// The node.
+        /// The node whose certificates they are.
         node: NodeId,
         /// The certificate directory.
         dir: PathBuf,
-        /// Why.
+        /// What loading them met.
         source: TlsError,
     },
     /// No redis-server answered at the configured URL.
@@ -78,15 +78,15 @@ pub enum HostError {
     Store {
         /// The URL, without any password.
         url: String,
-        /// Why.
+        /// The store's refusal.
         source: StoreError,
     },
     /// The node itself refused to start.
     #[error("node {node} did not start: {source}")]
     Start {
-        /// The node.
+        /// The node that did not start.
         node: NodeId,
-        /// Why.
+        /// The node's refusal.
         source: StartError,
     },
     /// The signal handlers could not be installed, so the node could not be stopped cleanly.
@@ -107,9 +107,9 @@ pub enum HostError {
          `admin_tls` uses the node certificate in `certs`, or set `admin_tls = false`"
     )]
     AdminTls {
-        /// The node.
+        /// The node whose admin endpoint it is.
         node: NodeId,
-        /// Why.
+        /// What loading the certificate met.
         source: TlsError,
     },
     /// The metrics recorder could not be installed.
@@ -122,7 +122,7 @@ pub enum HostError {
         path.display()
     )]
     AdminToken {
-        /// The file.
+        /// The file `admin_token_file` names.
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
@@ -133,7 +133,7 @@ pub enum HostError {
          {stop:?}; the node's log names the units concerned"
     )]
     UncleanShutdown {
-        /// The node.
+        /// The node that stopped.
         node: NodeId,
         /// How its drain ended.
         drain: Outcome,
@@ -147,7 +147,7 @@ pub enum HostError {
          above 0 for a stop signal to move them to the other nodes first"
     )]
     ClosedWithoutDrain {
-        /// The node.
+        /// The node that stopped.
         node: NodeId,
         /// The units it hosted.
         units: usize,
@@ -160,7 +160,7 @@ pub enum HostError {
          were closed with it, and their state is gone"
     )]
     GraceExceeded {
-        /// The node.
+        /// The node that stopped.
         node: NodeId,
         /// The grace, in milliseconds.
         grace_ms: u128,
@@ -175,7 +175,7 @@ pub enum HostError {
          still hosted ({units}) were closed with it, and their state is gone"
     )]
     Interrupted {
-        /// The node.
+        /// The node that stopped.
         node: NodeId,
         /// The units it still hosted.
         units: usize,
@@ -188,7 +188,7 @@ pub enum HostError {
          process (it answers at the mesh address the store lists for {node}), then restart this one"
     )]
     Superseded {
-        /// The node.
+        /// The node that stopped, and whose id the other process now holds.
         node: NodeId,
         /// The lease generation this process held.
         ours: u64,

@@ -4,20 +4,15 @@
 
 use std::time::Duration;
 
-use ferry::{NodeId, Registry, RelocateMode, RelocateOptions, SpotId};
+use ferry::{NodeId, RelocateMode, RelocateOptions, SpotId};
 use ferry_host::traces::Traces;
 use ferry_samples::ping;
 use ferry_tests::cluster::Cluster;
+use ferry_tests::rooms::ping_registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-
-fn registry() -> Registry {
-    let mut registry = Registry::new();
-    registry.register(ping::ping());
-    registry
-}
 
 /// Takes HTTP requests on `listener` and sends each whole one (head and body) on `bodies`.
 async fn collector(listener: tokio::net::TcpListener, bodies: mpsc::UnboundedSender<Vec<u8>>) {
@@ -74,7 +69,7 @@ async fn a_drains_spans_are_exported_over_otlp() {
     .expect("an exporter");
     tracing_subscriber::registry().with(traces.layer()).init();
 
-    let cluster = Cluster::start(2, registry).await;
+    let cluster = Cluster::start(2, ping_registry).await;
     let n1 = cluster.node("n1");
     let room = SpotId::new("traced").expect("id");
     n1.create_spot_on(n1.id(), ping::PING, &room)

@@ -78,7 +78,7 @@ impl<T: Serialize + DeserializeOwned + Send + 'static> MeshFrame for T {}
 pub struct Inbound<F> {
     /// The sender, as proven by its certificate.
     pub from: NodeId,
-    /// The frame.
+    /// The frame as decoded, of the type this mesh carries.
     pub frame: F,
 }
 
@@ -244,7 +244,7 @@ pub enum Direction {
 /// A snapshot of one peer, for status pages and tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerInfo {
-    /// The peer.
+    /// The peer's node id, as its certificate proves it.
     pub node: NodeId,
     /// The address dialled, or the peer's address when only it dials.
     pub addr: Option<SocketAddr>,
@@ -291,7 +291,7 @@ pub enum MeshError {
          reachable, or raise send_queue"
     )]
     Backlogged {
-        /// The peer.
+        /// The peer whose queue is full.
         node: NodeId,
         /// The queue size in force.
         queued: usize,

@@ -60,7 +60,7 @@ pub enum TlsError {
     /// A certificate or key file could not be read.
     #[error("could not read {path}: {source}; create it with `ferry certs --out DIR --nodes ...`")]
     Read {
-        /// The file.
+        /// The certificate or key file that could not be read.
         path: PathBuf,
         /// The I/O error.
         source: io::Error,
@@ -68,7 +68,7 @@ pub enum TlsError {
     /// A certificate or key file could not be written.
     #[error("could not write {path}: {source}; check that the directory exists and is writable")]
     Write {
-        /// The file.
+        /// The certificate or key file that could not be written.
         path: PathBuf,
         /// The I/O error.
         source: io::Error,

@@ -117,7 +117,7 @@ pub(crate) enum JsonFrameError {
     /// A push's payload is not JSON text (its Actor encoded it for another kind of client).
     #[error("a push from {actor} is not JSON: {reason}")]
     Push {
-        /// The Actor.
+        /// The Actor whose push it was.
         actor: ActorId,
         /// What the parser said.
         reason: String,

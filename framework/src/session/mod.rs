@@ -167,7 +167,7 @@ pub enum PushError {
     /// No session is bound to this unit.
     #[error("{id} has no session bound; a client must bind it before it can be pushed to")]
     NotBound {
-        /// The unit.
+        /// The unit that pushed, with no client to push to.
         id: crate::ids::UnitId,
     },
     /// The message could not be encoded.

@@ -30,7 +30,7 @@ pub enum SessionTlsError {
     /// A file could not be read.
     #[error("could not read {path}: {source}; check the path in the session settings")]
     Read {
-        /// The file.
+        /// The certificate or key file the session settings name.
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,

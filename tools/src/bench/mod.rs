@@ -104,9 +104,9 @@ pub enum BenchError {
     /// A report file could not be written.
     #[error("could not write {}: {source}; check that its directory exists and is writable", path.display())]
     Write {
-        /// The file.
+        /// The report file being written.
         path: PathBuf,
-        /// Why.
+        /// What writing it met.
         source: std::io::Error,
     },
     /// The report could not be encoded.

@@ -75,9 +75,9 @@ pub enum BotsError {
     /// The CA file could not be read.
     #[error("cannot read the gateways' CA from {}: {source}; pass the PEM file with --ca", path.display())]
     Ca {
-        /// The file.
+        /// The CA file `--ca` named.
         path: PathBuf,
-        /// Why.
+        /// What reading it met.
         source: std::io::Error,
     },
     /// A room or player id could not be made.

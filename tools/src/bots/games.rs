@@ -123,13 +123,13 @@ pub fn room_of(player: &ActorId) -> Option<SpotId> {
 /// A room to open and the player Actors to create in it.
 #[derive(Debug, Clone)]
 pub struct RoomPlan {
-    /// Its game.
+    /// The game the room plays, which picks its factory and its bots.
     pub game: GameKind,
     /// Its number among the rooms of its game.
     pub number: usize,
-    /// Its id.
+    /// The room's id, made from its game and number.
     pub room: SpotId,
-    /// Its players.
+    /// The player Actors to create in the room, one for each bot.
     pub players: Vec<ActorId>,
 }
 

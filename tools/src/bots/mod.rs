@@ -215,7 +215,7 @@ impl BotsSummary {
 pub struct PlayerFaults {
     /// The bot's Actor.
     pub player: String,
-    /// Its room.
+    /// The id of the room the bot played in.
     pub room: String,
     /// What it saw lost, doubled or out of order.
     pub faults: Faults,

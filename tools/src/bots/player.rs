@@ -58,7 +58,7 @@ pub trait Game: Send + 'static {
 /// A room rebuilt after a crash, as a report names it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RoomRebuilt {
-    /// The room.
+    /// The rebuilt room's id.
     pub room: String,
     /// The node it came back on, for games whose pushes name it (FPS snapshots do).
     pub node: Option<String>,

@@ -27,7 +27,7 @@ impl TempDir {
         TempDir(dir)
     }
 
-    /// The directory.
+    /// Where the directory is, to write the test's files in.
     pub fn path(&self) -> &Path {
         &self.0
     }

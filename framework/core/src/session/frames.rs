@@ -15,7 +15,7 @@ use crate::relocation::RelocationId;
 /// One bound Actor of a session, as a move names it to the gateway.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BoundActor {
-    /// The Actor.
+    /// The bound Actor.
     pub actor: ActorId,
     /// The session on the gateway.
     pub session: SessionId,
@@ -30,7 +30,7 @@ pub enum SessionFrame {
     Bound {
         /// The session on the gateway.
         session: SessionId,
-        /// The Actor.
+        /// The Actor the bind was for.
         actor: ActorId,
         /// The bind within the session.
         epoch: u32,
@@ -42,18 +42,18 @@ pub enum SessionFrame {
     Unbound {
         /// The session on the gateway.
         session: SessionId,
-        /// The Actor.
+        /// The Actor whose binding ended.
         actor: ActorId,
         /// The bind within the session.
         epoch: u32,
-        /// Why.
+        /// Why it ended, passed on to the client.
         reason: String,
     },
     /// Actor's node → gateway: a push, numbered per binding.
     Push {
         /// The session on the gateway.
         session: SessionId,
-        /// The Actor.
+        /// The Actor that pushed it.
         actor: ActorId,
         /// The bind within the session.
         epoch: u32,
@@ -65,7 +65,7 @@ pub enum SessionFrame {
     /// Source → gateway: hold these Actors' inputs; answer `SealAck` once held. `hold` is the
     /// time left to the move's deadline: the release is due by then, however long the move works.
     Seal {
-        /// The move.
+        /// The move that seals the Actors; its `SealAck` and `Release` name it again.
         rel: RelocationId,
         /// The Actors concerned.
         actors: Vec<BoundActor>,
@@ -74,12 +74,12 @@ pub enum SessionFrame {
     },
     /// Gateway → source: every input sent before this is on its way ahead of it.
     SealAck {
-        /// The move.
+        /// The move whose seal is acknowledged.
         rel: RelocationId,
     },
     /// Source → gateway: the move ended; these Actors run on `owner` (`None`: nowhere).
     Release {
-        /// The move.
+        /// The move that ended, as its `Seal` named it.
         rel: RelocationId,
         /// The Actors concerned.
         actors: Vec<BoundActor>,

@@ -42,7 +42,7 @@ pub enum Event {
     },
     /// The node running the Actor applied the bind (with the Actor's factory), or could not.
     Bound {
-        /// The Actor.
+        /// The Actor the bind was for.
         actor: ActorId,
         /// The bind it answers.
         epoch: u32,
@@ -53,7 +53,7 @@ pub enum Event {
     },
     /// The Actor let the binding go: another session bound it, or it stopped.
     Unbound {
-        /// The Actor.
+        /// The Actor whose binding ended.
         actor: ActorId,
         /// The bind that ended.
         epoch: u32,
@@ -62,7 +62,7 @@ pub enum Event {
     },
     /// The Actor pushed a message.
     Push {
-        /// The Actor.
+        /// The Actor that pushed it.
         actor: ActorId,
         /// The bind it was pushed under.
         epoch: u32,
@@ -74,9 +74,9 @@ pub enum Event {
     /// A move of the Actor is about to seal it: hold its inputs. `hold` is the time left to
     /// the move's deadline, as its source said.
     Seal {
-        /// The move.
+        /// The move that seals the Actor; the matching [`Event::Release`] names it again.
         rel: RelocationId,
-        /// The Actor.
+        /// The Actor being moved, whose inputs are held.
         actor: ActorId,
         /// The bind the source saw.
         epoch: u32,
@@ -85,9 +85,9 @@ pub enum Event {
     },
     /// That move ended: the Actor runs on `owner` (`None`: it was stopped).
     Release {
-        /// The move.
+        /// The move that ended, as its [`Event::Seal`] named it.
         rel: RelocationId,
-        /// The Actor.
+        /// The Actor that was moved.
         actor: ActorId,
         /// The bind the source saw.
         epoch: u32,
@@ -97,7 +97,7 @@ pub enum Event {
     /// The fence sent after the first `upto` inputs to the Actor ran there (`reached`), or its
     /// answer did not come.
     Fenced {
-        /// The Actor.
+        /// The Actor the fence was sent to.
         actor: ActorId,
         /// The bind the fence was sent under.
         epoch: u32,
@@ -145,7 +145,7 @@ pub enum Action {
     },
     /// Deliver an input to the Actor through `owner`.
     Forward {
-        /// The Actor.
+        /// The Actor the input is for.
         actor: ActorId,
         /// The node to send it to.
         owner: NodeId,
@@ -155,7 +155,7 @@ pub enum Action {
     /// Send a fence to the Actor through `owner`, behind the inputs forwarded so far (the first
     /// `upto`), and feed back [`Event::Fenced`] once it ran there.
     Fence {
-        /// The Actor.
+        /// The Actor to fence.
         actor: ActorId,
         /// The node the inputs before it went to.
         owner: NodeId,
@@ -166,14 +166,14 @@ pub enum Action {
     },
     /// Send a bind to the Actor, wherever it lives.
     RequestBind {
-        /// The Actor.
+        /// The Actor to bind to this session.
         actor: ActorId,
         /// The new bind.
         epoch: u32,
     },
     /// Send a bind to the Actor once its record no longer names `gone` (recovery rebuilt it).
     RequestRebind {
-        /// The Actor.
+        /// The Actor to bind again, once recovery rebuilt it.
         actor: ActorId,
         /// The new bind.
         epoch: u32,
@@ -182,7 +182,7 @@ pub enum Action {
     },
     /// Send an unbind to the Actor, through `via` if known.
     RequestUnbind {
-        /// The Actor.
+        /// The Actor to let go.
         actor: ActorId,
         /// The bind to undo.
         epoch: u32,

@@ -52,7 +52,7 @@ pub struct SessionRef {
 /// push, which the gateway uses to deliver pushes in order whichever node sent them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionBinding {
-    /// The session.
+    /// The session the Actor is bound to, and its gateway node.
     pub session: SessionRef,
     /// The number of the next push.
     pub next_push: u64,

@@ -35,19 +35,19 @@ pub enum ClientFrame {
     },
     /// Bind this Actor to the session: its pushes come here, this client's inputs go to it.
     Bind {
-        /// The Actor.
+        /// The Actor to bind; a client may bind several.
         actor: ActorId,
     },
     /// Stop being bound to this Actor.
     Unbind {
-        /// The Actor.
+        /// The Actor to let go.
         actor: ActorId,
     },
     /// A message for a bound Actor, postcard-encoded as the Actor's message type.
     Input {
-        /// The Actor.
+        /// The bound Actor the input is for.
         actor: ActorId,
-        /// The message.
+        /// The input, postcard-encoded as the Actor's message type.
         payload: Bytes,
     },
     /// The client is leaving; the gateway closes the session.
@@ -92,19 +92,19 @@ pub enum ServerFrame {
     },
     /// The Actor is bound to this session.
     Bound {
-        /// The Actor.
+        /// The Actor now bound.
         actor: ActorId,
     },
     /// The bind was refused; the session stays open.
     BindRefused {
-        /// The Actor.
+        /// The Actor the client asked to bind.
         actor: ActorId,
-        /// Why.
+        /// Why the gateway or the application refused it, for the client.
         reason: String,
     },
     /// The Actor is no longer bound to this session.
     Unbound {
-        /// The Actor.
+        /// The Actor that was bound.
         actor: ActorId,
         /// Why (another session bound it, the client asked, the Actor stopped...).
         reason: String,
@@ -112,11 +112,11 @@ pub enum ServerFrame {
     /// A message the Actor pushed, encoded as the type it pushed (postcard on QUIC, JSON on
     /// WebSocket).
     Push {
-        /// The Actor.
+        /// The Actor that pushed it.
         actor: ActorId,
         /// The push's number within this binding: 0 after each `Bound`, then one more each push.
         seq: u64,
-        /// The message.
+        /// The pushed message, encoded as the session's codec says.
         payload: Bytes,
     },
     /// The session ends; the connection closes next with the same code and reason.
@@ -130,7 +130,7 @@ pub enum ServerFrame {
     /// the Actor and run there (or died with a node that crashed while running it): a gateway
     /// that dies now loses none of them. Cumulative; sent to version 2 clients only.
     Delivered {
-        /// The Actor.
+        /// The Actor the inputs went to.
         actor: ActorId,
         /// How many of this session's inputs to it, counted from its bind.
         inputs: u64,

@@ -54,7 +54,7 @@ pub enum ClientError {
          {addr} is the admin= address of its ready line"
     )]
     Unreachable {
-        /// The address.
+        /// The address dialled, as given.
         addr: String,
         /// What the connection attempt said.
         reason: String,
@@ -66,7 +66,7 @@ pub enum ClientError {
          answers HTTPS only"
     )]
     NotAdmin {
-        /// The address.
+        /// The address that answered.
         addr: String,
         /// What was wrong with the answer.
         reason: String,
@@ -79,9 +79,9 @@ pub enum ClientError {
          still hosted on the other nodes once its lease lapses"
     )]
     Lost {
-        /// The address.
+        /// The node's admin address.
         addr: String,
-        /// The request.
+        /// The request it did not answer, as `METHOD /path`.
         what: String,
         /// How the connection ended.
         reason: String,
@@ -94,7 +94,7 @@ pub enum ClientError {
          asked for (if any) is the node's"
     )]
     Handshake {
-        /// The address.
+        /// The address dialled.
         addr: String,
         /// What TLS said.
         reason: String,
@@ -105,25 +105,25 @@ pub enum ClientError {
         path.display()
     )]
     CaFile {
-        /// The file.
+        /// The CA file given.
         path: PathBuf,
-        /// Why.
+        /// What reading or parsing it met.
         reason: String,
     },
     /// The admin token file could not be read.
     #[error("cannot read the admin token file {}: {reason}; pass the file the node's `admin_token_file` names", path.display())]
     TokenFile {
-        /// The file.
+        /// The token file given.
         path: std::path::PathBuf,
-        /// Why.
+        /// What reading it met.
         reason: String,
     },
     /// The node refused the request, saying why.
     #[error("node at {addr} refused {what} ({status}): {message}")]
     Refused {
-        /// The address.
+        /// The node's admin address.
         addr: String,
-        /// The request.
+        /// The request it refused, as `METHOD /path`.
         what: String,
         /// The HTTP status.
         status: StatusCode,

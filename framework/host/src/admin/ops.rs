@@ -54,8 +54,8 @@ impl Operations {
         })
     }
 
-    /// The node.
-    pub fn node(&self) -> &Node {
+    /// The node these operations run on, for the admin routes that read it.
+    pub(crate) fn node(&self) -> &Node {
         &self.node
     }
 

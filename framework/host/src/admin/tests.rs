@@ -5,7 +5,7 @@
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use ferry::{ActorId, NodeId, NodeState, Registry, SpotId, UnitId};
+use ferry::{ActorId, NodeId, NodeState, SpotId, UnitId};
 use ferry_samples::chat;
 use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::cluster::Cluster;
@@ -19,15 +19,10 @@ use super::server::{AdminOptions, router};
 use super::wire::{DrainReport, Outcome, ShutdownReport, StatusBody, UnitCreated};
 use crate::admin::ops::Operations;
 use ferry_tests::cluster::ANOTHER_PROCESS;
+use ferry_tests::rooms::ping_registry;
 
 /// How long one request to a unit may take.
 const T: std::time::Duration = std::time::Duration::from_secs(10);
-
-fn registry() -> Registry {
-    let mut registry = Registry::new();
-    registry.register(ping::ping());
-    registry
-}
 
 struct Admin {
     router: Router,
@@ -83,7 +78,7 @@ async fn status(router: &Router) -> StatusBody {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_bad_request_gets_a_4xx_with_a_json_error_and_changes_nothing() {
-    let cluster = Cluster::start(1, registry).await;
+    let cluster = Cluster::start(1, ping_registry).await;
     let admin = admin(&cluster, "n1");
     let big = format!("{{\"version\": \"{}\"}}", "x".repeat(20_000));
     let cases: Vec<(&str, &str, String, StatusCode, &str)> = vec![
@@ -390,7 +385,7 @@ async fn units_are_created_on_the_node_asked_all_or_nothing_and_only_while_it_se
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_with_nowhere_to_go_is_blocked_and_the_units_stay() {
-    let cluster = Cluster::start(1, registry).await;
+    let cluster = Cluster::start(1, ping_registry).await;
     let admin = admin(&cluster, "n1");
     let n1 = cluster.node("n1");
     let room = SpotId::new("lonely").expect("id");
@@ -418,7 +413,7 @@ async fn a_drain_with_nowhere_to_go_is_blocked_and_the_units_stay() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_update_waits_for_the_new_version_one_operation_at_a_time_then_shutdown_stops() {
-    let mut cluster = Cluster::start(1, registry).await;
+    let mut cluster = Cluster::start(1, ping_registry).await;
     let admin = admin(&cluster, "n1");
     let n1 = cluster.node("n1").clone();
     let room = SpotId::new("room").expect("id");
@@ -459,7 +454,7 @@ async fn a_rolling_update_waits_for_the_new_version_one_operation_at_a_time_then
 
     // A node of the new version comes up: the drain moves the room there and ends.
     let config = cluster.config("n2").app_version("2");
-    cluster.add_with(config, registry()).await;
+    cluster.add_with(config, ping_registry()).await;
     let (code, body) = drain.await.expect("drain task");
     assert_eq!(code, StatusCode::OK, "{body}");
     let report: DrainReport = serde_json::from_value(body).expect("a drain report");
@@ -575,10 +570,10 @@ async fn probe(router: &Router, path: &str) -> (StatusCode, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_is_lost_while_drained_and_after_the_lease_is_lost_liveness_stays() {
-    let mut cluster = Cluster::start(1, registry).await;
+    let mut cluster = Cluster::start(1, ping_registry).await;
     let mut config = cluster.config("n2");
     config.lease_ttl = std::time::Duration::from_millis(300);
-    let n2 = cluster.add_with(config, registry()).await;
+    let n2 = cluster.add_with(config, ping_registry()).await;
     let admin = admin(&cluster, "n2");
     assert_eq!(
         probe(&admin.router, "/readyz").await,

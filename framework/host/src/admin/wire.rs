@@ -199,7 +199,7 @@ pub fn deadline(ms: Option<u64>) -> Result<Duration, String> {
 /// `POST /resume` answers this once the node serves again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Resumed {
-    /// The node.
+    /// The id of the node that resumed.
     pub node: String,
     /// Its state now: `Serving`.
     pub state: String,
@@ -216,7 +216,7 @@ pub struct UnitRequest {
     pub kind: UnitKind,
     /// The registered factory (type name) to build it with.
     pub factory: String,
-    /// Its id.
+    /// The id to give the unit, unique among units of its kind.
     pub id: String,
     /// For an actor: the User Spot on this node it joins once created.
     pub join: Option<String>,
