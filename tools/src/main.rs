@@ -29,7 +29,6 @@ mod local_cluster;
 mod move_reports;
 mod node_cmd;
 mod percentiles;
-mod play;
 mod resume_cmd;
 mod shutdown_cmd;
 mod status_cmd;

@@ -1,6 +1,9 @@
 //! The admin endpoint of one node: status, drain, shutdown, metrics and creating units over
 //! HTTP (or HTTPS, [`super::tls`]), for the `ferry` CLI, scripts and Prometheus.
 //!
+//! Beside them it serves the cluster view ([`super::cluster_view`]), the play page
+//! ([`super::play`]) and the game's own pages.
+//!
 //! Drains and shutdowns run as the node's [`Operations`]: on tasks of their own, one at a time.
 //! Every refusal is a 4xx with a JSON body that says what to do; [`super::auth`] decides who
 //! may ask.
@@ -38,7 +41,8 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// The routes, for error messages.
 const ROUTES: &str = "GET /status, GET /healthz, GET /readyz, POST /relocate, POST /resume, \
-                      POST /shutdown, GET /metrics and POST /units";
+                      POST /shutdown, GET /metrics, POST /units, GET /play (the play page) and \
+                      GET /cluster (the cluster view), beside any pages of the game's own";
 
 /// A `POST /units` body, for error messages.
 const UNIT_EXAMPLE: &str =
@@ -164,7 +168,8 @@ where
 pub fn router(ops: Arc<Operations>, metrics: PrometheusHandle, options: AdminOptions) -> Router {
     let node = ops.node().clone();
     let shared = Arc::new(Shared { ops, metrics });
-    let cluster_view = super::cluster_view::routes(node);
+    let cluster_view = super::cluster_view::routes(node.clone());
+    let play = super::play::routes(node);
     Router::new()
         .route("/status", get(status))
         .route("/healthz", get(healthz))
@@ -179,6 +184,7 @@ pub fn router(ops: Arc<Operations>, metrics: PrometheusHandle, options: AdminOpt
         .with_state(shared)
         .merge(options.pages)
         .merge(cluster_view)
+        .merge(play)
         .layer(axum::middleware::from_fn_with_state(
             options.access,
             super::auth::guard,
