@@ -85,9 +85,12 @@ pub async fn run(args: ShutdownArgs) -> Result<(), ShutdownError> {
             outcome: report.shutdown,
         });
     }
-    println!(
-        "stopped: {addr} moved its last {} off and stopped cleanly",
-        crate::drain_cmd::units(report.drain.moved)
-    );
+    match report.drain.moved {
+        0 => println!("stopped: {addr} had no unit left to move and stopped cleanly"),
+        moved => println!(
+            "stopped: {addr} moved its last {} off and stopped cleanly",
+            crate::drain_cmd::units(moved)
+        ),
+    }
     Ok(())
 }
