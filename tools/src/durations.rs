@@ -10,8 +10,8 @@ const USAGE: &str = "write a number with its unit, such as 500ms, 30s, 1m30s or 
 
 /// Reads a duration such as `500ms`, `30s`, `1m30s` or `1h`.
 pub fn parse(text: &str) -> Result<Duration, String> {
-    let duration =
-        humantime::parse_duration(text).map_err(|e| format!("{text:?} is no duration ({e}); {USAGE}"))?;
+    let duration = humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?} is no duration ({e}); {USAGE}"))?;
     if duration.is_zero() || duration > MAX_DEADLINE {
         return Err(format!(
             "{text:?} is out of range: it must be above 0 and at most 24h"

@@ -135,7 +135,9 @@ fn an_unreachable_redis_is_one_clear_line() {
 fn shape(line: &str) -> String {
     let mut words = Vec::new();
     for word in line.split_whitespace() {
-        let bare = word.trim_start_matches('(').trim_end_matches([')', ',', ';']);
+        let bare = word
+            .trim_start_matches('(')
+            .trim_end_matches([')', ',', ';']);
         let figure = !bare.is_empty() && bare.chars().all(|c| c.is_ascii_digit() || c == '.');
         let unit = matches!(bare, "us" | "ms" | "s") && words.last() == Some(&"#".to_owned());
         match (figure, unit) {
@@ -167,7 +169,10 @@ fn the_sample_output_in_the_readme_and_the_demo_page_is_what_a_run_prints() {
         .iter()
         .find(|line| line.starts_with("units moved"))
         .expect("a units line");
-    assert_eq!(units, "units moved # (# rooms and their # players; # failed)");
+    assert_eq!(
+        units,
+        "units moved # (# rooms and their # players; # failed)"
+    );
     for (page, text) in [
         ("README.md", include_str!("../../README.md")),
         ("docs/demo.md", include_str!("../../docs/demo.md")),

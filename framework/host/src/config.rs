@@ -1476,7 +1476,10 @@ mod tests {
         assert_eq!(s.drain_grace, Duration::from_secs(7));
         // Each error names the key or the variable, and says what to write.
         let e = parse_err("id = \"a\"\ncerts = \"c\"\ndrain_grace = \"soon\"\n");
-        assert!(e.contains("bad `drain_grace`") && e.contains("\"1m30s\""), "{e}");
+        assert!(
+            e.contains("bad `drain_grace`") && e.contains("\"1m30s\""),
+            "{e}"
+        );
         let e = parse_env("id = \"a\"\ncerts = \"c\"\n", &[("FERRY_REFRESH", "10")])
             .expect_err("refused");
         assert!(e.contains("environment variable FERRY_REFRESH"), "{e}");
@@ -1824,7 +1827,10 @@ mod tests {
             "{e}"
         );
         let e = parse_err("id = \"a\"\n");
-        assert!(e.contains("does not set `certs`") && e.contains("FERRY_CERTS"), "{e}");
+        assert!(
+            e.contains("does not set `certs`") && e.contains("FERRY_CERTS"),
+            "{e}"
+        );
         let e = parse_err("id = \"a\"\ncerts = \"c\"\nsession_listen = \"127.0.0.1:0\"\n");
         assert!(e.contains("did you mean `sessions_listen`?"), "{e}");
         assert!(!e.contains("did you mean `colour"), "{e}");

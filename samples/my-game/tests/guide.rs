@@ -168,7 +168,10 @@ fn the_guides_install_command_installs_the_ferry_command_at_the_tested_versions(
         "{install} installs `ferry`"
     );
     // Every build and install the guide shows uses the lock file's versions.
-    for span in GUIDE.split('`').filter(|span| span.starts_with("cargo install")) {
+    for span in GUIDE
+        .split('`')
+        .filter(|span| span.starts_with("cargo install"))
+    {
         assert!(span.contains("--locked"), "{span}");
     }
     assert!(

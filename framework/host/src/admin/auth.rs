@@ -37,7 +37,10 @@ const PUBLIC_UNDER: &str = "/play/rooms/";
 
 /// Whether anyone may `GET` `path`.
 fn public(path: &str) -> bool {
-    PUBLIC.contains(&path) || path.strip_prefix(PUBLIC_UNDER).is_some_and(|rest| !rest.contains('/'))
+    PUBLIC.contains(&path)
+        || path
+            .strip_prefix(PUBLIC_UNDER)
+            .is_some_and(|rest| !rest.contains('/'))
 }
 
 /// What the endpoint asks of callers.
