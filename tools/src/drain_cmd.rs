@@ -131,22 +131,24 @@ pub async fn run(args: DrainArgs) -> Result<(), DrainError> {
     if let Some(error) = DrainError::from_report(client.addr(), &report) {
         return Err(error);
     }
+    println!("{}", relocated(client.addr(), &report));
+    Ok(())
+}
+
+/// What a drain that moved every unit prints.
+pub fn relocated(addr: &str, report: &DrainReport) -> String {
     if report.moved == 0 {
-        println!(
-            "relocated: {} hosted no unit, so nothing moved; it is safe to shut down",
-            client.addr()
-        );
-    } else {
-        println!(
-            "relocated: {} moved off {} ({}) in {} (a room and each player in it are a unit \
-             each); it hosts none and is safe to shut down",
-            units(report.moved),
-            client.addr(),
-            bytes(report.bytes),
-            took(report.elapsed_ms)
+        return format!(
+            "relocated: {addr} hosted no unit, so nothing moved; it is safe to shut down"
         );
     }
-    Ok(())
+    format!(
+        "relocated: {} moved off {addr} ({}) in {} (a room and each player in it are a unit \
+         each); it hosts none and is safe to shut down",
+        units(report.moved),
+        bytes(report.bytes),
+        took(report.elapsed_ms)
+    )
 }
 
 /// Awaits `operation`, showing the node's drain progress meanwhile: a bar when stderr is a

@@ -85,12 +85,17 @@ pub async fn run(args: ShutdownArgs) -> Result<(), ShutdownError> {
             outcome: report.shutdown,
         });
     }
-    match report.drain.moved {
-        0 => println!("stopped: {addr} had no unit left to move and stopped cleanly"),
-        moved => println!(
+    println!("{}", stopped(&addr, report.drain.moved));
+    Ok(())
+}
+
+/// What a clean shutdown that moved `moved` units first prints.
+pub fn stopped(addr: &str, moved: usize) -> String {
+    match moved {
+        0 => format!("stopped: {addr} had no unit left to move and stopped cleanly"),
+        moved => format!(
             "stopped: {addr} moved its last {} off and stopped cleanly",
             crate::drain_cmd::units(moved)
         ),
     }
-    Ok(())
 }

@@ -7,6 +7,7 @@ use std::ffi::OsStr;
 use std::process::Output;
 
 use common::{ferry, one_line_failure};
+use ferry_tests::docs::without_figures;
 use ferry_tests::redis_server::RedisServer;
 use serde_json::Value;
 
@@ -130,30 +131,6 @@ fn an_unreachable_redis_is_one_clear_line() {
     assert!(line.contains("redis-server"), "{line}");
 }
 
-/// A line of the demo's text output with its figures taken out (`12`, `3.1`, `652 us`, `1.0 ms`
-/// become `#`) and its spacing collapsed: what stays the same from one run to the next.
-fn shape(line: &str) -> String {
-    let mut words = Vec::new();
-    for word in line.split_whitespace() {
-        let bare = word
-            .trim_start_matches('(')
-            .trim_end_matches([')', ',', ';']);
-        let figure = !bare.is_empty() && bare.chars().all(|c| c.is_ascii_digit() || c == '.');
-        let unit = matches!(bare, "us" | "ms" | "s") && words.last() == Some(&"#".to_owned());
-        match (figure, unit) {
-            (true, _) => words.push(word.replace(bare, "#")),
-            // A unit after a figure is part of it: `652 us` and `1.0 ms` read alike.
-            (false, true) => {
-                if let Some(last) = words.last_mut() {
-                    last.push_str(&word.replace(bare, ""));
-                }
-            }
-            _ => words.push(word.to_owned()),
-        }
-    }
-    words.join(" ")
-}
-
 #[test]
 fn the_sample_output_in_the_readme_and_the_demo_page_is_what_a_run_prints() {
     let out = ferry()
@@ -162,7 +139,7 @@ fn the_sample_output_in_the_readme_and_the_demo_page_is_what_a_run_prints() {
         .expect("the ferry binary runs");
     let run = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{run}");
-    let run: Vec<String> = run.lines().map(shape).collect();
+    let run: Vec<String> = run.lines().map(without_figures).collect();
     assert!(run.len() > 15, "{run:#?}");
     // The unit count says what it counts: the rooms moved and their players.
     let units = run
@@ -181,7 +158,7 @@ fn the_sample_output_in_the_readme_and_the_demo_page_is_what_a_run_prints() {
             .into_iter()
             .find(|block| block.contains("What the players saw"))
             .unwrap_or_else(|| panic!("{page} shows the demo's output"));
-        let shown: Vec<String> = shown.lines().map(shape).collect();
+        let shown: Vec<String> = shown.lines().map(without_figures).collect();
         assert_eq!(shown, run, "{page} shows what `ferry demo` prints");
     }
 }
