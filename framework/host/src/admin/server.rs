@@ -179,12 +179,13 @@ pub fn router(ops: Arc<Operations>, metrics: PrometheusHandle, options: AdminOpt
         .route("/shutdown", post(shutdown))
         .route("/metrics", get(render_metrics))
         .route("/units", post(create_unit))
-        .fallback(not_found)
-        .method_not_allowed_fallback(wrong_method)
         .with_state(shared)
         .merge(options.pages)
         .merge(cluster_view)
         .merge(play)
+        // Last, so that they answer for the pages' routes too.
+        .fallback(not_found)
+        .method_not_allowed_fallback(wrong_method)
         .layer(axum::middleware::from_fn_with_state(
             options.access,
             super::auth::guard,
@@ -529,16 +530,18 @@ async fn not_found(method: Method, uri: Uri) -> Refusal {
 }
 
 async fn wrong_method(method: Method, uri: Uri) -> Refusal {
-    let right = match uri.path() {
-        "/status" | "/metrics" | "/healthz" | "/readyz" => "GET",
-        _ => "POST",
+    let path = uri.path();
+    let pages = path.starts_with("/play") || path.starts_with("/cluster");
+    let takes = match path {
+        "/relocate" | "/resume" | "/shutdown" | "/units" => format!("takes POST, not {method}"),
+        "/status" | "/metrics" | "/healthz" | "/readyz" => format!("takes GET, not {method}"),
+        _ if pages => format!("takes GET, not {method}"),
+        // One of the game's own pages: the host does not know its methods.
+        _ => format!("does not take {method}"),
     };
     Refusal::new(
         StatusCode::METHOD_NOT_ALLOWED,
-        format!(
-            "{} takes {right}, not {method}; the routes are {ROUTES}",
-            uri.path()
-        ),
+        format!("{path} {takes}; the routes are {ROUTES}"),
     )
 }
 
