@@ -124,3 +124,56 @@ fn every_metric_in_the_runbook_has_help_text_and_no_other() {
         "the runbook's table is the metrics the host describes"
     );
 }
+
+/// The lines of the docs that show what `ferry drain` and `ferry shutdown` print once they
+/// succeeded: in text blocks, or in backquotes (where `(...)` stands for the rest of the line).
+fn shown_results(page: &str) -> Vec<String> {
+    let mut lines: Vec<String> = code_blocks(page, "text")
+        .into_iter()
+        .flat_map(str::lines)
+        .map(str::to_owned)
+        .collect();
+    lines.extend(page.split('`').skip(1).step_by(2).map(str::to_owned));
+    lines
+        .into_iter()
+        .filter(|line| line.starts_with("relocated: ") || line.starts_with("stopped: "))
+        .filter(|line| line != "relocated: ...")
+        .collect()
+}
+
+#[test]
+fn the_drain_and_shutdown_results_the_docs_show_are_what_the_commands_print() {
+    use ferry_tests::docs::without_figures;
+    let report = |moved| wire::DrainReport {
+        outcome: wire::Outcome::Relocated,
+        reason: None,
+        moved,
+        bytes: 2460,
+        stayed: Vec::new(),
+        undecided: Vec::new(),
+        elapsed_ms: 96,
+    };
+    let printed = [
+        crate::drain_cmd::relocated("127.0.0.1:7100", &report(6)),
+        crate::drain_cmd::relocated("127.0.0.1:7100", &report(0)),
+        crate::shutdown_cmd::stopped("127.0.0.1:7100", 6),
+        crate::shutdown_cmd::stopped("127.0.0.1:7100", 0),
+    ]
+    .map(|line| without_figures(&line.replace("127.0.0.1:7100", "ADDR")));
+    let mut shown = 0;
+    for (name, page) in PAGES {
+        for line in shown_results(page) {
+            let line = line.trim_end_matches(" (...)");
+            let addr = line
+                .split_whitespace()
+                .find(|w| w.contains(':') && w.contains('.'));
+            let line = without_figures(&addr.map_or(line.to_owned(), |a| line.replace(a, "ADDR")));
+            assert!(
+                printed.iter().any(|p| p.starts_with(&line)),
+                "{name} shows `{line}`, which no command prints: {printed:#?}"
+            );
+            shown += 1;
+        }
+    }
+    assert!(shown >= 3, "the docs show the commands' results");
+}

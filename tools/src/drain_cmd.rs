@@ -131,14 +131,24 @@ pub async fn run(args: DrainArgs) -> Result<(), DrainError> {
     if let Some(error) = DrainError::from_report(client.addr(), &report) {
         return Err(error);
     }
-    println!(
-        "relocated: {} moved off {} ({}) in {:.1} s; it hosts none and is safe to shut down",
-        units(report.moved),
-        client.addr(),
-        bytes(report.bytes),
-        report.elapsed_ms as f64 / 1000.0
-    );
+    println!("{}", relocated(client.addr(), &report));
     Ok(())
+}
+
+/// What a drain that moved every unit prints.
+pub fn relocated(addr: &str, report: &DrainReport) -> String {
+    if report.moved == 0 {
+        return format!(
+            "relocated: {addr} hosted no unit, so nothing moved; it is safe to shut down"
+        );
+    }
+    format!(
+        "relocated: {} moved off {addr} ({}) in {} (a room and each player in it are a unit \
+         each); it hosts none and is safe to shut down",
+        units(report.moved),
+        bytes(report.bytes),
+        took(report.elapsed_ms)
+    )
 }
 
 /// Awaits `operation`, showing the node's drain progress meanwhile: a bar when stderr is a
@@ -236,6 +246,15 @@ pub fn units(n: usize) -> String {
         "1 unit".to_owned()
     } else {
         format!("{n} units")
+    }
+}
+
+/// A duration for people: milliseconds below a second, else seconds to a tenth.
+pub fn took(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
     }
 }
 

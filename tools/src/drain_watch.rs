@@ -131,6 +131,9 @@ pub struct DrainSummary {
     pub outcome: String,
     /// Units that moved.
     pub units_moved: u64,
+    /// The moves they took: a room moves in one step with the players in it, so this counts
+    /// the rooms (and any player in none) among them.
+    pub moves: u64,
     /// Units that did not move.
     pub units_failed: u64,
     /// Bytes of state the moved units shipped.
@@ -150,6 +153,7 @@ impl Drained {
             node: self.node.to_string(),
             outcome: outcome_text(&self.outcome),
             units_moved: self.moved,
+            moves: self.moves.moves,
             units_failed: self.not_moved,
             bytes_moved: self.moves.bytes,
             elapsed_ms: crate::percentiles::ms(self.elapsed),

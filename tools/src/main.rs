@@ -7,7 +7,7 @@
 //! - [`bots`]: bot players, real clients that check every input and tick they see.
 //! - [`bench`]: the end-to-end benchmark: moves and a drain while bots play, beside the
 //!   stop-the-room baseline; built from the same parts as the demo, and [`move_reports`].
-//! - [`durations`]: durations as operators type them (`500ms`, `30s`, `2m`, `1h`), on every command.
+//! - [`durations`]: durations as operators type them (`500ms`, `30s`, `1m30s`, `1h`), on every command.
 //! - [`certs`]: a development cluster CA and node certificates, written as files.
 //! - [`node_cmd`]: one node process, from its config file until SIGTERM, on the host library
 //!   (`ferry-host`: the config, the gateway, the admin endpoint and the signals live there).
@@ -29,7 +29,6 @@ mod local_cluster;
 mod move_reports;
 mod node_cmd;
 mod percentiles;
-mod play;
 mod resume_cmd;
 mod shutdown_cmd;
 mod status_cmd;

@@ -1,6 +1,6 @@
 //! `ferry node`: one node process hosting every sample game, with the host library around it
-//! (`ferry_host`, which says what the process does from start to stop), and the play page on its
-//! admin endpoint.
+//! (`ferry_host`, which says what the process does from start to stop; its admin endpoint serves
+//! the play page, which plays any of them).
 
 use std::path::PathBuf;
 
@@ -41,7 +41,6 @@ pub async fn run(args: NodeArgs) -> Result<(), NodeError> {
     )?;
     // Every sample, as the demo's nodes host them, so `ferry bots` can play any of them.
     Host::new(settings, crate::bots::games::registry())
-        .pages(|node| crate::play::routes(node.clone()))
         .run()
         .await?;
     Ok(())

@@ -85,9 +85,17 @@ pub async fn run(args: ShutdownArgs) -> Result<(), ShutdownError> {
             outcome: report.shutdown,
         });
     }
-    println!(
-        "stopped: {addr} moved its last {} off and stopped cleanly",
-        crate::drain_cmd::units(report.drain.moved)
-    );
+    println!("{}", stopped(&addr, report.drain.moved));
     Ok(())
+}
+
+/// What a clean shutdown that moved `moved` units first prints.
+pub fn stopped(addr: &str, moved: usize) -> String {
+    match moved {
+        0 => format!("stopped: {addr} had no unit left to move and stopped cleanly"),
+        moved => format!(
+            "stopped: {addr} moved its last {} off and stopped cleanly",
+            crate::drain_cmd::units(moved)
+        ),
+    }
 }

@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use crate::drain_cmd::{bytes, units};
+use crate::drain_cmd::{bytes, took, units};
 use ferry_host::admin::ClientError;
 use ferry_host::admin::wire::{DrainReport, StatusBody};
 
@@ -105,10 +105,10 @@ fn describe(r: &DrainReport) -> String {
         line.push_str(&format!(" ({reason:?})"));
     }
     line.push_str(&format!(
-        ": {} moved ({}) in {:.1} s",
+        ": {} moved ({}) in {}",
         units(r.moved),
         bytes(r.bytes),
-        r.elapsed_ms as f64 / 1000.0
+        took(r.elapsed_ms)
     ));
     if !r.stayed.is_empty() {
         line.push_str(&format!(", {} stayed", r.stayed.len()));

@@ -7,6 +7,7 @@ use std::ffi::OsStr;
 use std::process::Output;
 
 use common::{ferry, one_line_failure};
+use ferry_tests::docs::without_figures;
 use ferry_tests::redis_server::RedisServer;
 use serde_json::Value;
 
@@ -128,4 +129,36 @@ fn an_unreachable_redis_is_one_clear_line() {
     let line = one_line_failure(&args.map(OsStr::new));
     assert!(line.contains("redis://127.0.0.1:1/"), "{line}");
     assert!(line.contains("redis-server"), "{line}");
+}
+
+#[test]
+fn the_sample_output_in_the_readme_and_the_demo_page_is_what_a_run_prints() {
+    let out = ferry()
+        .args(["demo", "--rooms", "2", "--players", "2", "--duration", "2s"])
+        .output()
+        .expect("the ferry binary runs");
+    let run = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{run}");
+    let run: Vec<String> = run.lines().map(without_figures).collect();
+    assert!(run.len() > 15, "{run:#?}");
+    // The unit count says what it counts: the rooms moved and their players.
+    let units = run
+        .iter()
+        .find(|line| line.starts_with("units moved"))
+        .expect("a units line");
+    assert_eq!(
+        units,
+        "units moved # (# rooms and their # players; # failed)"
+    );
+    for (page, text) in [
+        ("README.md", include_str!("../../README.md")),
+        ("docs/demo.md", include_str!("../../docs/demo.md")),
+    ] {
+        let shown = ferry_tests::docs::code_blocks(text, "text")
+            .into_iter()
+            .find(|block| block.contains("What the players saw"))
+            .unwrap_or_else(|| panic!("{page} shows the demo's output"));
+        let shown: Vec<String> = shown.lines().map(without_figures).collect();
+        assert_eq!(shown, run, "{page} shows what `ferry demo` prints");
+    }
 }

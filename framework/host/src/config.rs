@@ -121,6 +121,39 @@ const TEXT_KEYS: &[&str] = &[
 /// without the brackets, items separated by commas (`a,b`).
 const LIST_KEYS: &[&str] = &["seeds"];
 
+/// The keys of whole milliseconds that also take a duration as people write it, under their
+/// name without `_ms`: `drain_grace = "25s"`, `refresh = "250ms"`, `lease_ttl = "1m30s"`.
+const DURATION_KEYS: [&str; 10] = [
+    "lease_ttl_ms",
+    "outage_limit_ms",
+    "refresh_ms",
+    "recovery_sweep_ms",
+    "mesh_keep_alive_ms",
+    "mesh_idle_timeout_ms",
+    "drain_grace_ms",
+    "sessions_seal_timeout_ms",
+    "sessions_auth_timeout_ms",
+    "sessions_idle_timeout_ms",
+];
+
+/// The duration keys, each as `(name, key of milliseconds)`: `("drain_grace", "drain_grace_ms")`.
+fn duration_keys() -> impl Iterator<Item = (&'static str, &'static str)> {
+    DURATION_KEYS
+        .into_iter()
+        .filter_map(|ms| ms.strip_suffix("_ms").map(|name| (name, ms)))
+}
+
+/// Whether `name` is a key: one of [`KEYS`], or a duration key's name.
+fn is_key(name: &str) -> bool {
+    KEYS.contains(&name) || duration_keys().any(|(duration, _)| duration == name)
+}
+
+/// The keys every node must set, what each is, and a value to show.
+const REQUIRED: [(&str, &str, &str); 2] = [
+    ("id", "this node's id, unique in the cluster", "\"p1\""),
+    ("certs", "the folder `ferry certs` wrote", "\"certs\""),
+];
+
 /// The `FERRY_` variables that Ferry reads beside the config keys: no typo of a key.
 const OTHER_VARIABLES: &[&str] = &["FERRY_CONFIG", "FERRY_ADMIN_CA"];
 
@@ -505,8 +538,9 @@ pub enum ConfigError {
     },
     /// A key the node does not know: a typo, or a setting of another version.
     #[error(
-        "the node config {} has an unknown key `{key}`; the keys are {}",
+        "the node config {} has an unknown key `{key}`{}; the keys are {}",
         path.display(),
+        closest_key(key).map(|k| format!("; did you mean `{k}`?")).unwrap_or_default(),
         KEYS.join(", ")
     )]
     UnknownKey {
@@ -514,6 +548,23 @@ pub enum ConfigError {
         path: PathBuf,
         /// The unknown key, as written.
         key: String,
+    },
+    /// A required key is set neither in the file nor in the environment.
+    #[error(
+        "the node config {} does not set `{key}` ({what}): write `{key} = {example}` in it, or set \
+         {} in the environment",
+        path.display(),
+        env_var(key)
+    )]
+    Missing {
+        /// The file.
+        path: PathBuf,
+        /// The key.
+        key: &'static str,
+        /// What the key is.
+        what: &'static str,
+        /// A value to write.
+        example: &'static str,
     },
     /// A required key is missing or a value has the wrong type.
     #[error(
@@ -590,7 +641,7 @@ pub fn parse_with_env(
                 at: position(text, &e),
                 message: e.message().trim().to_owned(),
             })?;
-    if let Some(key) = table.keys().find(|key| !KEYS.contains(&key.as_str())) {
+    if let Some(key) = table.keys().find(|key| !is_key(key)) {
         return Err(ConfigError::UnknownKey {
             path: path.to_owned(),
             key: key.clone(),
@@ -598,14 +649,16 @@ pub fn parse_with_env(
     }
     let mut overridden = Vec::new();
     let mut from_env: Vec<&'static str> = Vec::new();
-    for key in KEYS {
+    let durations = duration_keys().map(|(name, _)| name);
+    for key in KEYS.iter().copied().chain(durations) {
         let var = env_var(key);
         if let Some(value) = env(&var) {
-            table.insert((*key).to_owned(), env_value(key, &value));
+            table.insert(key.to_owned(), env_value(key, &value));
             overridden.push(var);
             from_env.push(key);
         }
     }
+    let rewritten = durations_as_millis(path, &mut table, &from_env)?;
     // The token and its file are one setting: the environment's replaces the file's, whichever
     // of the two keys each uses (FERRY_ADMIN_TOKEN beside a file's `admin_token_file`).
     for (key, other) in [
@@ -616,7 +669,17 @@ pub fn parse_with_env(
             table.remove(other);
         }
     }
-    let file: NodeFile = if overridden.is_empty() {
+    for (key, what, example) in REQUIRED {
+        if !table.contains_key(key) {
+            return Err(ConfigError::Missing {
+                path: path.to_owned(),
+                key,
+                what,
+                example,
+            });
+        }
+    }
+    let file: NodeFile = if overridden.is_empty() && !rewritten {
         // The file alone: errors point at its line.
         toml::from_str(text).map_err(|e| ConfigError::Value {
             path: path.to_owned(),
@@ -632,19 +695,72 @@ pub fn parse_with_env(
                 .and_then(|span| merged.get(..span.start))
                 .map(|before| before.matches('\n').count())
                 .and_then(|n| merged.lines().nth(n))
-                .map(|line| format!(", at `{}`", line.trim()))
-                .unwrap_or_default();
+                .map(|line| format!("at `{}`", line.trim()));
+            let at = match (overridden.is_empty(), line) {
+                (true, Some(line)) => format!(" ({line})"),
+                (true, None) => String::new(),
+                (false, line) => format!(
+                    " (with {} from the environment{})",
+                    overridden.join(", "),
+                    line.map(|line| format!(", {line}")).unwrap_or_default()
+                ),
+            };
             ConfigError::Value {
                 path: path.to_owned(),
-                at: format!(
-                    " (with {} from the environment{line})",
-                    overridden.join(", ")
-                ),
+                at,
                 message: e.message().trim().to_owned(),
             }
         })?
     };
     check(path, base, file, &from_env)
+}
+
+/// Replaces each duration key of `table` (`drain_grace = "25s"`) with its key of milliseconds
+/// (`drain_grace_ms = 25000`), and says whether there was any. Of the two, one from the
+/// environment wins over one from the file; both from the same place are refused.
+fn durations_as_millis(
+    path: &Path,
+    table: &mut toml::Table,
+    from_env: &[&'static str],
+) -> Result<bool, ConfigError> {
+    let mut rewritten = false;
+    for (name, ms) in duration_keys() {
+        let Some(value) = table.remove(name) else {
+            continue;
+        };
+        let invalid = |reason: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            key: name,
+            origin: if from_env.contains(&name) {
+                format!(" (from the environment variable {})", env_var(name))
+            } else {
+                String::new()
+            },
+            reason,
+        };
+        match (from_env.contains(&name), from_env.contains(&ms)) {
+            // The environment's millisecond key wins over the file's duration.
+            (false, true) => continue,
+            (true, true) | (false, false) if table.contains_key(ms) => {
+                return Err(invalid(format!(
+                    "it is set and so is {}; keep one of them",
+                    named(ms, from_env)
+                )));
+            }
+            _ => {}
+        }
+        let usage = "write a number with its unit, such as \"250ms\", \"10s\" or \"1m30s\"";
+        let Some(text) = value.as_str() else {
+            return Err(invalid(format!("{value} is no duration; {usage}")));
+        };
+        let duration = humantime::parse_duration(text)
+            .map_err(|e| invalid(format!("\"{text}\" is no duration ({e}); {usage}")))?;
+        let millis = i64::try_from(duration.as_millis())
+            .map_err(|_| invalid(format!("\"{text}\" is too long")))?;
+        table.insert(ms.to_owned(), toml::Value::Integer(millis));
+        rewritten = true;
+    }
+    Ok(rewritten)
 }
 
 /// Warnings for the `FERRY_` variables among `names` that are no key's but close to one: a typo
@@ -655,16 +771,10 @@ pub fn misspelt_variables(names: impl IntoIterator<Item = String>) -> Vec<String
         let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
             continue;
         };
-        if OTHER_VARIABLES.contains(&name.as_str()) || KEYS.iter().any(|key| env_var(key) == name) {
+        if OTHER_VARIABLES.contains(&name.as_str()) || is_key(&rest.to_ascii_lowercase()) {
             continue;
         }
-        let rest = rest.to_ascii_lowercase();
-        let closest = KEYS
-            .iter()
-            .map(|key| (edit_distance(&rest, key), *key))
-            .min()
-            .filter(|(distance, _)| *distance <= 3);
-        if let Some((_, key)) = closest {
+        if let Some(key) = closest_key(&rest.to_ascii_lowercase()) {
             warnings.push(format!(
                 "the environment variable {name} is no config key and is ignored; did you mean \
                  {} (the key `{key}`)?",
@@ -675,22 +785,13 @@ pub fn misspelt_variables(names: impl IntoIterator<Item = String>) -> Vec<String
     warnings
 }
 
-/// How many one-character insertions, deletions and substitutions turn `a` into `b`.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
+/// The key `name` is likely a typo of: the closest by edit distance, if it is close enough.
+fn closest_key(name: &str) -> Option<&'static str> {
+    KEYS.iter()
+        .map(|key| (strsim::levenshtein(name, key), *key))
+        .min()
+        .filter(|(distance, _)| *distance <= 3)
+        .map(|(_, key)| key)
 }
 
 /// How an error names `key`: as the environment variable it came from, or as the file's key.
@@ -1358,9 +1459,39 @@ mod tests {
     }
 
     #[test]
+    fn durations_are_written_as_people_write_them_and_milliseconds_still_work() {
+        let s = parse_ok(
+            "id = \"a\"\ncerts = \"c\"\ndrain_grace = \"1m30s\"\nrefresh = \"250ms\"\n\
+             lease_ttl_ms = 4000\n",
+        );
+        assert_eq!(s.drain_grace, Duration::from_secs(90));
+        assert_eq!(s.refresh, Duration::from_millis(250));
+        assert_eq!(s.lease_ttl, Duration::from_secs(4));
+        // The environment's wins over the file's, in either form.
+        let file = "id = \"a\"\ncerts = \"c\"\ndrain_grace_ms = 5000\n";
+        let s = parse_env(file, &[("FERRY_DRAIN_GRACE", "10s")]).expect("accepted");
+        assert_eq!(s.drain_grace, Duration::from_secs(10));
+        let file = "id = \"a\"\ncerts = \"c\"\ndrain_grace = \"5s\"\n";
+        let s = parse_env(file, &[("FERRY_DRAIN_GRACE_MS", "7000")]).expect("accepted");
+        assert_eq!(s.drain_grace, Duration::from_secs(7));
+        // Each error names the key or the variable, and says what to write.
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\ndrain_grace = \"soon\"\n");
+        assert!(
+            e.contains("bad `drain_grace`") && e.contains("\"1m30s\""),
+            "{e}"
+        );
+        let e = parse_env("id = \"a\"\ncerts = \"c\"\n", &[("FERRY_REFRESH", "10")])
+            .expect_err("refused");
+        assert!(e.contains("environment variable FERRY_REFRESH"), "{e}");
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nrefresh = \"1s\"\nrefresh_ms = 1000\n");
+        assert!(e.contains("`refresh_ms`") && e.contains("keep one"), "{e}");
+    }
+
+    #[test]
     fn a_misspelt_variable_is_named_with_the_key_it_is_close_to() {
         let names = [
             "FERRY_ADMN",
+            "FERRY_DRAIN_GRACE_M",
             "FERRY_DRAIN_GRACE",
             "FERRY_SESION_LISTEN",
             "FERRY_ADMIN",
@@ -1373,7 +1504,7 @@ mod tests {
         assert_eq!(warnings.len(), 3, "{warnings:#?}");
         for (warning, (typo, meant)) in warnings.iter().zip([
             ("FERRY_ADMN", "FERRY_ADMIN"),
-            ("FERRY_DRAIN_GRACE", "FERRY_DRAIN_GRACE_MS"),
+            ("FERRY_DRAIN_GRACE_M", "FERRY_DRAIN_GRACE_MS"),
             ("FERRY_SESION_LISTEN", "FERRY_SESSIONS_LISTEN"),
         ]) {
             assert!(
@@ -1691,7 +1822,18 @@ mod tests {
         let e = parse_err("id = \"a\"\ncerts = \"c\"\ncolour = \"red\"\n");
         assert!(e.contains("unknown key `colour`"), "{e}");
         let e = parse_err("certs = \"c\"\n");
-        assert!(e.contains("missing field `id`"), "{e}");
+        assert!(
+            e.contains("does not set `id`") && e.contains("FERRY_ID") && e.contains("id = \"p1\""),
+            "{e}"
+        );
+        let e = parse_err("id = \"a\"\n");
+        assert!(
+            e.contains("does not set `certs`") && e.contains("FERRY_CERTS"),
+            "{e}"
+        );
+        let e = parse_err("id = \"a\"\ncerts = \"c\"\nsession_listen = \"127.0.0.1:0\"\n");
+        assert!(e.contains("did you mean `sessions_listen`?"), "{e}");
+        assert!(!e.contains("did you mean `colour"), "{e}");
         let e = parse_err("id = \"a\"\ncerts = \"c\"\ncapacity = \"lots\"\n");
         assert!(e.contains("line 3") && e.contains("capacity"), "{e}");
         let e = parse_err("id = \"\"\ncerts = \"c\"\n");
@@ -1764,7 +1906,11 @@ mod tests {
     fn the_guides_examples_are_valid() {
         let getting_started = include_str!("../../../docs/getting-started.md");
         for (page, count) in [(GUIDE, 3), (getting_started, 1)] {
-            let blocks = ferry_tests::docs::code_blocks(page, "toml");
+            // A crate's Cargo.toml is no node config.
+            let blocks: Vec<&str> = ferry_tests::docs::code_blocks(page, "toml")
+                .into_iter()
+                .filter(|block| !block.contains("[package]"))
+                .collect();
             assert_eq!(blocks.len(), count);
             for block in blocks {
                 parse_ok(block);

@@ -1,7 +1,7 @@
 //! A game of one's own on Ferry: a counter room that keeps its count and ticks a timer, and moves
-//! between nodes with both, and an admin page that shows a counter wherever it runs.
-//! `src/main.rs` is the host program that runs it as a production node; docs/production.md walks
-//! through both files.
+//! between nodes with both; players who add to its count from a game client and hear each new
+//! count; and an admin page that shows a counter wherever it runs. `src/main.rs` is the host
+//! program that runs it as a production node; docs/production.md walks through both files.
 
 use std::time::Duration;
 
@@ -19,6 +19,9 @@ use serde::{Deserialize, Serialize};
 
 /// The factory name of counter rooms.
 pub const COUNTER: &str = "counter";
+
+/// The factory name of players.
+pub const PLAYER: &str = "player";
 
 /// How often a counter's timer ticks.
 pub const TICK_EVERY: Duration = Duration::from_millis(100);
@@ -64,23 +67,72 @@ impl Behavior for Counter {
     }
 
     fn handle(&mut self, ctx: &mut Ctx<'_>, msg: CounterMsg) -> CounterReport {
+        let report = |counter: &Counter| CounterReport {
+            count: counter.count,
+            ticks: counter.ticks,
+            node: ctx.node().id().to_string(),
+        };
         if let CounterMsg::Add(n) = msg {
             self.count += n;
+            // Every player in the room hears the new count.
+            let heard = PlayerMsg::Counted(report(self));
+            for member in ctx.members() {
+                if let Err(error) = ctx.tell(member, heard.clone()) {
+                    tracing::debug!(%member, %error, "count not delivered");
+                }
+            }
         }
-        CounterReport {
-            count: self.count,
-            ticks: self.ticks,
-            node: ctx.node().id().to_string(),
+        report(self)
+    }
+}
+
+/// What a player takes: `Add` from its game client, `Counted` from its room.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum PlayerMsg {
+    /// Add to the room's count (what the client sends, as `{"Add": 1}`).
+    Add(u64),
+    /// The room's count changed: pushed to the client.
+    Counted(CounterReport),
+}
+
+/// A player: a member of a counter room, which a game client binds.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Player;
+
+impl Behavior for Player {
+    type Msg = PlayerMsg;
+    type Reply = ();
+
+    fn handle(&mut self, ctx: &mut Ctx<'_>, msg: PlayerMsg) {
+        match msg {
+            PlayerMsg::Add(n) => match ctx.spot() {
+                Some(room) => {
+                    if let Err(error) = ctx.tell(room, CounterMsg::Add(n)) {
+                        tracing::debug!(%room, %error, "add not delivered");
+                    }
+                }
+                None => tracing::debug!(player = %ctx.id(), "add dropped: not in a room"),
+            },
+            PlayerMsg::Counted(report) => {
+                if ctx.is_bound()
+                    && let Err(error) = ctx.push(report)
+                {
+                    tracing::debug!(%error, "count not pushed");
+                }
+            }
         }
     }
 }
 
-/// The game's factories: counter rooms, whose state moves whole with the serde adapter.
+/// The game's factories: counter rooms and their players, whose state moves whole with the
+/// serde adapter.
 pub fn registry() -> Registry {
     let mut registry = Registry::new();
-    registry.register(
-        Registration::spot(COUNTER, |_| Counter::default()).policy(RelocationPolicy::serde()),
-    );
+    registry
+        .register(
+            Registration::spot(COUNTER, |_| Counter::default()).policy(RelocationPolicy::serde()),
+        )
+        .register(Registration::actor(PLAYER, |_| Player).policy(RelocationPolicy::serde()));
     registry
 }
 

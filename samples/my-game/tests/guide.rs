@@ -47,6 +47,18 @@ fn the_guides_node_config_is_valid_with_the_per_node_keys_from_the_environment()
     assert_eq!(settings.mesh_listen.to_string(), "10.0.0.11:7000");
     assert!(settings.admin_token.is_some());
     assert!(settings.admin_tls);
+    // Paths are the config file's directory's, so nothing needs root to try it.
+    assert_eq!(
+        settings.admin_token,
+        Some(ferry_host::config::AdminToken::File(
+            Path::new("/etc/my-game/admin.token").to_owned()
+        ))
+    );
+    let gateway = settings.sessions.as_ref().expect("a gateway");
+    assert!(
+        gateway.websocket.is_some(),
+        "a WebSocket listener for browsers"
+    );
     assert_eq!(settings.log_format, ferry_host::logs::LogFormat::Json);
 }
 
@@ -140,15 +152,12 @@ fn the_guides_cargo_toml_takes_ferry_from_a_checkout_as_this_crate_uses_it() {
 }
 
 #[test]
-fn the_guides_install_command_installs_the_ferry_command() {
+fn the_guides_install_command_installs_the_ferry_command_at_the_tested_versions() {
     let install = GUIDE
         .split('`')
-        .find(|span| span.starts_with("cargo install --path "))
-        .expect("the guide says how to install the ferry command");
-    let path = install
-        .trim_start_matches("cargo install --path ")
-        .strip_prefix("ferry/")
-        .expect("the path is in the checkout");
+        .find(|span| span.starts_with("cargo install --locked --path ferry/"))
+        .expect("the guide says how to install the ferry command, with --locked");
+    let path = install.trim_start_matches("cargo install --locked --path ferry/");
     let manifest: toml::Table = std::fs::read_to_string(repository().join(path).join("Cargo.toml"))
         .expect("the installed crate's manifest")
         .parse()
@@ -158,10 +167,15 @@ fn the_guides_install_command_installs_the_ferry_command() {
         bins.iter().any(|bin| bin["name"].as_str() == Some("ferry")),
         "{install} installs `ferry`"
     );
-    let package = manifest["package"]["name"].as_str().expect("a name");
-    let git = format!("cargo install --git <the Ferry repository> {package}");
+    // Every build and install the guide shows uses the lock file's versions.
+    for span in GUIDE
+        .split('`')
+        .filter(|span| span.starts_with("cargo install"))
+    {
+        assert!(span.contains("--locked"), "{span}");
+    }
     assert!(
-        GUIDE.contains(&git),
-        "the git form names the package: {git}"
+        !GUIDE.contains("<the Ferry repository>"),
+        "the guide names no address that does not exist"
     );
 }

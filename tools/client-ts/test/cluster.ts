@@ -1,9 +1,13 @@
-// A real Ferry cluster for the tests: a redis-server of its own and `ferry node` processes on
-// loopback, each a gateway with a plain ws:// listener, started from config files as an operator
-// would, and stopped (or killed) by the test.
+// A real Ferry cluster for the tests: a redis-server of its own and node processes (`ferry node`,
+// or a game's own host program) on loopback, each a gateway with a WebSocket listener, started
+// from config files as an operator would, and stopped (or killed) by the test. By default the
+// admin endpoints speak plain HTTP without a token and the WebSocket is plain ws://; `secure`
+// runs the setup docs/production.md recommends instead: HTTPS admin endpoints that listen beyond
+// loopback behind a token, and wss://.
 
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { request as httpsRequest } from "node:https";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -19,6 +23,25 @@ export const FERRY = process.env.FERRY_BIN ?? join(root, "target/debug/ferry");
 
 /** The token the test clients present. */
 export const TOKEN = "test-token";
+
+/** The admin token of a `secure` cluster's nodes. */
+export const ADMIN_TOKEN = "admin-s3cret-7f2e";
+
+/** How a cluster's nodes run. */
+export interface ClusterOptions {
+  /** The node program and the arguments before `--config FILE` (default `ferry node`). */
+  program?: [string, ...string[]];
+  /** The game's players' tokens file (default one line: TOKEN tester). */
+  tokens?: string;
+  /** HTTPS admin endpoints on 0.0.0.0 behind ADMIN_TOKEN, and wss:// for the players. */
+  secure?: boolean;
+  /**
+   * One config file for every node instead of the cluster's own, with the per-node keys (id,
+   * addresses, store) in the environment, as docs/production.md runs its nodes; its admin
+   * endpoints are reached as `secure` says.
+   */
+  config?: string;
+}
 
 /** What a node's ready line says. */
 export interface Ready {
@@ -60,18 +83,20 @@ export class TestCluster {
   private constructor(
     readonly dir: string,
     private readonly redisUrl: string,
+    readonly options: ClusterOptions,
   ) {}
 
   /** Starts redis-server and the nodes `ids`. */
-  static async start(ids: string[]): Promise<TestCluster> {
+  static async start(ids: string[], options: ClusterOptions = {}): Promise<TestCluster> {
     const dir = mkdtempSync(join(tmpdir(), "ferry-client-ts-"));
     const certs = spawnSync(FERRY, ["certs", "--out", join(dir, "certs"), "--nodes", ids.join(","), "--gateway", "localhost"], {
       encoding: "utf8",
     });
     if (certs.status !== 0) throw new Error(`ferry certs failed: ${certs.stderr}`);
-    writeFileSync(join(dir, "tokens.txt"), `${TOKEN} tester\n`);
+    writeFileSync(join(dir, "tokens.txt"), options.tokens ?? `${TOKEN} tester\n`);
+    writeFileSync(join(dir, "admin.token"), `${ADMIN_TOKEN}\n`);
     const port = await freePort();
-    const cluster = new TestCluster(dir, `redis://127.0.0.1:${port}/`);
+    const cluster = new TestCluster(dir, `redis://127.0.0.1:${port}/`, options);
     const redis = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], {
       stdio: ["ignore", "pipe", "inherit"],
     });
@@ -84,6 +109,8 @@ export class TestCluster {
   /** Starts one more node. */
   async startNode(id: string): Promise<Ready> {
     const config = join(this.dir, `${id}.toml`);
+    const secure = this.options.secure ?? false;
+    const admin = secure ? [`admin = "0.0.0.0:0"`, `admin_tls = true`, `admin_token_file = "admin.token"`] : [`admin = "127.0.0.1:0"`];
     writeFileSync(
       config,
       [
@@ -94,19 +121,32 @@ export class TestCluster {
         `store_prefix = "ts"`,
         `lease_ttl_ms = 10000`,
         `refresh_ms = 200`,
-        `admin = "127.0.0.1:0"`,
+        ...admin,
         `sessions_listen = "127.0.0.1:0"`,
         `sessions_cert = "certs/gateway.pem"`,
         `sessions_key = "certs/gateway.key"`,
         `sessions_tokens = "tokens.txt"`,
         `sessions_websocket = "127.0.0.1:0"`,
-        `sessions_websocket_plain = true`,
+        `sessions_websocket_plain = ${!secure}`,
         "",
       ].join("\n"),
     );
-    const child = spawn(FERRY, ["node", "--config", config], {
+    const env: Record<string, string> = { RUST_LOG: "warn" };
+    if (this.options.config !== undefined) {
+      writeFileSync(config, this.options.config);
+      Object.assign(env, {
+        FERRY_ID: id,
+        FERRY_MESH_LISTEN: "127.0.0.1:0",
+        FERRY_ADMIN: "127.0.0.1:0",
+        FERRY_SESSIONS_LISTEN: "127.0.0.1:0",
+        FERRY_SESSIONS_WEBSOCKET: "127.0.0.1:0",
+        FERRY_STORE: this.redisUrl,
+      });
+    }
+    const [program, ...args] = this.options.program ?? [FERRY, "node"];
+    const child = spawn(program, [...args, "--config", config], {
       stdio: ["ignore", "pipe", "inherit"],
-      env: { ...process.env, RUST_LOG: "warn" },
+      env: { ...process.env, ...env },
     });
     const text = await line(child, `node ${id}`, (text) => text.startsWith(`ready ${id} `));
     const parts = new Map(
@@ -115,7 +155,10 @@ export class TestCluster {
         .slice(2)
         .map((part) => part.split("=") as [string, string]),
     );
-    const ready = { id, admin: parts.get("admin")!, websocket: `ws://${parts.get("websocket")!}/` };
+    // An endpoint on 0.0.0.0 is reached on loopback.
+    const adminAddr = parts.get("admin")!.replace(/^0\.0\.0\.0:/, "127.0.0.1:");
+    const scheme = secure ? "wss" : "ws";
+    const ready = { id, admin: adminAddr, websocket: `${scheme}://${parts.get("websocket")!}/` };
     this.nodes.set(id, { child, ready });
     return ready;
   }
@@ -125,16 +168,45 @@ export class TestCluster {
     return this.nodes.get(id)!.ready;
   }
 
-  /** A request to node `id`'s admin endpoint; the JSON answer. */
+  /** The scheme of the admin endpoints' URLs. */
+  get adminScheme(): string {
+    return this.options.secure ? "https" : "http";
+  }
+
+  /** A request to node `id`'s admin endpoint (with the token, over HTTPS checked against the
+   * cluster CA, when `secure`); the JSON answer. */
   async admin(id: string, method: string, path: string, body?: unknown): Promise<any> {
-    const response = await fetch(`http://${this.node(id).admin}${path}`, {
-      method,
-      headers: body === undefined ? {} : { "content-type": "application/json" },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await response.text();
-    if (!response.ok) throw new Error(`${method} ${path} on ${id}: ${response.status} ${text}`);
+    const headers: Record<string, string> = body === undefined ? {} : { "content-type": "application/json" };
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    let status: number;
+    let text: string;
+    if (this.options.secure) {
+      headers.authorization = `Bearer ${ADMIN_TOKEN}`;
+      ({ status, text } = await this.https(this.node(id).admin, method, path, headers, payload));
+    } else {
+      const response = await fetch(`http://${this.node(id).admin}${path}`, { method, headers, body: payload });
+      status = response.status;
+      text = await response.text();
+    }
+    if (status < 200 || status > 299) throw new Error(`${method} ${path} on ${id}: ${status} ${text}`);
     return text ? JSON.parse(text) : null;
+  }
+
+  /** One HTTPS request, the node's certificate checked against the cluster CA (its name is the
+   * node's, not the loopback address the test reaches it on). */
+  private https(addr: string, method: string, path: string, headers: Record<string, string>, body?: string): Promise<{ status: number; text: string }> {
+    const [host, port] = addr.split(":");
+    const ca = readFileSync(join(this.dir, "certs", "ca.pem"));
+    return new Promise((resolveResponse, reject) => {
+      const request = httpsRequest({ host, port: Number(port), method, path, headers, ca, checkServerIdentity: () => undefined }, (response) => {
+        let text = "";
+        response.setEncoding("utf8");
+        response.on("data", (chunk) => (text += chunk));
+        response.on("end", () => resolveResponse({ status: response.statusCode ?? 0, text }));
+      });
+      request.on("error", reject);
+      request.end(body);
+    });
   }
 
   /** A chat room on node `id` with `players` in it. */

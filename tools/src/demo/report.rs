@@ -73,63 +73,93 @@ impl Report {
             "Drained {} while they played: {} in {:.0} ms (FPS rooms move only between rounds)",
             d.node, d.outcome, d.elapsed_ms
         ));
-        line(format!(
-            "  units moved     {} ({} failed)",
-            d.units_moved, d.units_failed
-        ));
-        line(format!("  bytes moved     {}", d.bytes_moved));
-        line(format!(
-            "  unit pause      p50 {}  p99 {}  max {}",
-            readable_us(d.pause.p50_us),
-            readable_us(d.pause.p99_us),
-            readable_us(d.pause.max_us)
-        ));
+        // A room moves in one step with its players, and each of them is a unit.
+        let players = d.units_moved.saturating_sub(d.moves);
+        let rows = [
+            (
+                "units moved",
+                format!(
+                    "{} ({} rooms and their {players} players; {} failed)",
+                    d.units_moved, d.moves, d.units_failed
+                ),
+            ),
+            ("bytes moved", d.bytes_moved.to_string()),
+            (
+                "unit pause",
+                format!(
+                    "p50 {}  p99 {}  max {}",
+                    readable_us(d.pause.p50_us),
+                    readable_us(d.pause.p99_us),
+                    readable_us(d.pause.max_us)
+                ),
+            ),
+        ];
+        for (label, value) in rows {
+            line(format!("  {label:<WIDTH$}{value}"));
+        }
         line(String::new());
         line("What the players saw".to_owned());
-        line(format!(
-            "  inputs sent     {} ({} applied)",
-            b.inputs_sent, b.inputs_applied
-        ));
-        line(format!("  lost by the server          {}", b.inputs.lost));
-        line(format!(
-            "  duplicated                  {}",
-            b.inputs.duplicated
-        ));
-        line(format!(
-            "  reordered                   {}",
-            b.inputs.reordered
-        ));
-        line(format!(
-            "  not delivered by the client {} (their gateway died before it confirmed them)",
-            b.inputs_undelivered
-        ));
-        line(format!(
-            "  answers lost with a dead gateway {} (ran; pushed to the session that died)",
-            b.answers_lost_with_gateways
-        ));
-        line(format!(
-            "  lost in rebuilt rooms       {} (rooms rebuilt after a crash: {})",
-            b.inputs_lost_in_rebuilds,
-            b.rebuilt_text()
-        ));
-        line(format!(
-            "  mismatches      {} (bingo cards, marks and rewards the draws do not explain)",
-            b.mismatches
-        ));
-        line(format!(
-            "  tick gap        p50 {}  p99 {}  longest {:.1} ms (ticks every 33.3 ms at 30 Hz)",
-            readable_us(b.tick_gaps.p50_us),
-            readable_us(b.tick_gaps.p99_us),
-            b.longest_tick_gap_ms
-        ));
-        line(format!(
-            "  reconnects      {} (players keep their connection while their room moves)",
-            b.reconnected
-        ));
-        line(format!(
-            "  took            {:.1} s",
-            self.elapsed_ms / 1_000.0
-        ));
+        let rows = [
+            (
+                "inputs sent",
+                format!("{} ({} applied)", b.inputs_sent, b.inputs_applied),
+            ),
+            ("lost by the server", b.inputs.lost.to_string()),
+            ("duplicated", b.inputs.duplicated.to_string()),
+            ("reordered", b.inputs.reordered.to_string()),
+            (
+                "not delivered by the client",
+                format!(
+                    "{} (their gateway died before it confirmed them)",
+                    b.inputs_undelivered
+                ),
+            ),
+            (
+                "answers lost with a dead gateway",
+                format!(
+                    "{} (ran; pushed to the session that died)",
+                    b.answers_lost_with_gateways
+                ),
+            ),
+            (
+                "lost in rebuilt rooms",
+                format!(
+                    "{} (rooms rebuilt after a crash: {})",
+                    b.inputs_lost_in_rebuilds,
+                    b.rebuilt_text()
+                ),
+            ),
+            (
+                "mismatches",
+                format!(
+                    "{} (bingo cards, marks and rewards the draws do not explain)",
+                    b.mismatches
+                ),
+            ),
+            (
+                "tick gap",
+                format!(
+                    "p50 {}  p99 {}  longest {:.1} ms (ticks every 33.3 ms at 30 Hz)",
+                    readable_us(b.tick_gaps.p50_us),
+                    readable_us(b.tick_gaps.p99_us),
+                    b.longest_tick_gap_ms
+                ),
+            ),
+            (
+                "reconnects",
+                format!(
+                    "{} (players keep their connection while their room moves)",
+                    b.reconnected
+                ),
+            ),
+            ("took", format!("{:.1} s", self.elapsed_ms / 1_000.0)),
+        ];
+        for (label, value) in rows {
+            line(format!("  {label:<WIDTH$}{value}"));
+        }
         out
     }
 }
+
+/// The width of the labels of the report's rows: the longest, and a space.
+const WIDTH: usize = 34;

@@ -1,10 +1,14 @@
 //! Who may use the admin endpoint: a bearer token in `Authorization: Bearer <token>`.
 //!
 //! With a token set, every route that changes anything (every method but GET and HEAD) needs it,
-//! and so does every route at all when the endpoint listens beyond loopback. The probes
-//! (`/healthz`, `/readyz`) never need it: a kubelet cannot hold a secret in a probe, and they say
-//! no more than whether the node serves. A node without a token listens on loopback only (the
-//! config refuses anything else), for development on one machine.
+//! and so does every route at all when the endpoint listens beyond loopback. A few reads never
+//! need it ([`PUBLIC`]): the probes, since a kubelet cannot hold a secret in a probe and they say
+//! no more than whether the node serves; the files of the cluster view and the play page, which
+//! hold no data and which a browser loads before it can send any header (the cluster view then
+//! sends the token with each request itself); and what the play page reads, which a player holds
+//! no admin token for and which says no more than where a room runs. A CORS preflight (`OPTIONS`)
+//! never carries a token and changes nothing, so it needs none either. A node without a token
+//! listens on loopback only (the config refuses anything else), for development on one machine.
 
 use std::sync::Arc;
 
@@ -15,8 +19,29 @@ use axum::response::{IntoResponse, Response};
 
 use super::wire::ErrorBody;
 
-/// The routes any caller may read: they say whether the process serves and takes units.
-pub const PROBES: [&str; 2] = ["/healthz", "/readyz"];
+/// The routes any caller may read: the probes, and the pages' files and what the play page
+/// reads (the module says why).
+pub const PUBLIC: [&str; 8] = [
+    "/healthz",
+    "/readyz",
+    "/cluster",
+    "/cluster/view.js",
+    "/play",
+    "/play/play.js",
+    "/play/ferry-client.js",
+    "/play/config",
+];
+
+/// The public routes under a prefix: where a room runs, for the play page.
+const PUBLIC_UNDER: &str = "/play/rooms/";
+
+/// Whether anyone may `GET` `path`.
+fn public(path: &str) -> bool {
+    PUBLIC.contains(&path)
+        || path
+            .strip_prefix(PUBLIC_UNDER)
+            .is_some_and(|rest| !rest.contains('/'))
+}
 
 /// What the endpoint asks of callers.
 #[derive(Clone, Default)]
@@ -52,7 +77,10 @@ impl Access {
 
     /// Whether a request of `method` to `path` needs the token.
     fn needs_token(&self, method: &Method, path: &str) -> bool {
-        if self.token.is_none() || PROBES.contains(&path) {
+        if self.token.is_none() || *method == Method::OPTIONS {
+            return false;
+        }
+        if public(path) && matches!(*method, Method::GET | Method::HEAD) {
             return false;
         }
         self.reads_too || !matches!(*method, Method::GET | Method::HEAD)
@@ -97,7 +125,11 @@ pub async fn guard(State(access): State<Access>, request: Request, next: Next) -
     tracing::warn!(method = %request.method(), path = %request.uri().path(), "an admin request without the right token was refused");
     (
         StatusCode::UNAUTHORIZED,
-        [(header::WWW_AUTHENTICATE, "Bearer")],
+        [
+            (header::WWW_AUTHENTICATE, "Bearer"),
+            // The cluster view on another node can then tell "asks for the token" from "down".
+            (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+        ],
         axum::Json(ErrorBody {
             error: error.to_owned(),
         }),
@@ -118,6 +150,13 @@ mod tests {
         assert!(wide.needs_token(&Method::GET, "/status"));
         assert!(wide.needs_token(&Method::GET, "/metrics"));
         assert!(!wide.needs_token(&Method::GET, "/readyz"));
+        assert!(!wide.needs_token(&Method::GET, "/cluster"));
+        assert!(!wide.needs_token(&Method::GET, "/play/rooms/c1"));
+        assert!(!wide.needs_token(&Method::OPTIONS, "/cluster/node"));
+        assert!(wide.needs_token(&Method::GET, "/cluster/node"));
+        assert!(wide.needs_token(&Method::GET, "/cluster/moves"));
+        assert!(wide.needs_token(&Method::GET, "/play/rooms/c1/x"));
+        assert!(wide.needs_token(&Method::POST, "/play"));
         assert!(!Access::open().needs_token(&Method::POST, "/shutdown"));
     }
 

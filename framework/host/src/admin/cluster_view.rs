@@ -7,14 +7,18 @@
 //! - `GET /cluster/moves`: Server-Sent Events, a `move` for each unit a drain of this node moved
 //!   and a `failed` for each it could not; the stream ends when the node starts to shut down.
 //!
-//! The two data routes allow any origin, so one node's page reads every node's.
+//! The page asks each node with the scheme it was loaded with (so `admin_tls` serves it whole
+//! over HTTPS), and sends the admin token, when a node asks for it, in the `Authorization`
+//! header of every request: the token is typed once into the page, kept in the tab's session
+//! storage, and never put in a URL. The two data routes allow any origin (and answer the
+//! preflight a request with that header needs), so one node's page reads every node's.
 
 use std::convert::Infallible;
 
 use axum::Json;
 use axum::Router;
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -31,8 +35,9 @@ const SCRIPT: &str = include_str!("cluster_view.js");
 struct NodeView {
     node: String,
     state: String,
-    /// The units the running (or last) drain counted, moved and failed to move.
-    drain: DrainView,
+    /// The units the running (or last) drain counted, moved and failed to move; `None` while the
+    /// node starts or serves, since a drain it was resumed from is over.
+    drain: Option<DrainView>,
     /// The spots it runs (rooms), sorted.
     spots: Vec<String>,
     /// How many actors it runs.
@@ -85,8 +90,8 @@ pub fn routes(node: Node) -> Router {
             "/cluster/view.js",
             get(|| async { file("text/javascript", SCRIPT) }),
         )
-        .route("/cluster/node", get(node_view))
-        .route("/cluster/moves", get(moves))
+        .route("/cluster/node", get(node_view).options(preflight))
+        .route("/cluster/moves", get(moves).options(preflight))
         .with_state(node)
 }
 
@@ -96,6 +101,20 @@ fn file(content_type: &'static str, body: &'static str) -> Response {
 
 /// Lets a page served by another node read this route.
 const ANY_ORIGIN: (header::HeaderName, &str) = (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*");
+
+/// Lets a page served by another node send the admin token to the data routes: the answer to the
+/// browser's preflight of a `GET` with an `Authorization` header.
+async fn preflight() -> impl IntoResponse {
+    (
+        StatusCode::NO_CONTENT,
+        [
+            ANY_ORIGIN,
+            (header::ACCESS_CONTROL_ALLOW_METHODS, "GET"),
+            (header::ACCESS_CONTROL_ALLOW_HEADERS, "authorization"),
+            (header::ACCESS_CONTROL_MAX_AGE, "600"),
+        ],
+    )
+}
 
 async fn node_view(State(node): State<Node>) -> impl IntoResponse {
     let status = node.watch_status().borrow().clone();
@@ -108,14 +127,15 @@ async fn node_view(State(node): State<Node>) -> impl IntoResponse {
         }
     }
     spots.sort();
+    let state = node.state();
     let view = NodeView {
         node: node.id().to_string(),
-        state: node.state().to_string(),
-        drain: DrainView {
+        state: state.to_string(),
+        drain: (!matches!(state, NodeState::Preparing | NodeState::Serving)).then_some(DrainView {
             total: status.total,
             moved: status.moved,
             failed: status.failed,
-        },
+        }),
         spots,
         actors,
     };

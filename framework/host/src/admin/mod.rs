@@ -11,11 +11,13 @@
 //!   units.
 //! - [`tls`]: HTTPS with the node's own certificate, when `admin_tls` asks.
 //! - [`cluster_view`]: the cluster view, nodes with their rooms and the moves of drains, live.
+//! - [`play`]: the play page, a console that plays the node's own game through its gateway.
 
 pub mod auth;
 pub mod client;
 pub mod cluster_view;
 pub mod ops;
+pub mod play;
 pub mod server;
 pub mod tls;
 pub mod wire;

@@ -1,6 +1,9 @@
 //! The admin endpoint of one node: status, drain, shutdown, metrics and creating units over
 //! HTTP (or HTTPS, [`super::tls`]), for the `ferry` CLI, scripts and Prometheus.
 //!
+//! Beside them it serves the cluster view ([`super::cluster_view`]), the play page
+//! ([`super::play`]) and the game's own pages.
+//!
 //! Drains and shutdowns run as the node's [`Operations`]: on tasks of their own, one at a time.
 //! Every refusal is a 4xx with a JSON body that says what to do; [`super::auth`] decides who
 //! may ask.
@@ -38,7 +41,8 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// The routes, for error messages.
 const ROUTES: &str = "GET /status, GET /healthz, GET /readyz, POST /relocate, POST /resume, \
-                      POST /shutdown, GET /metrics and POST /units";
+                      POST /shutdown, GET /metrics, POST /units, GET /play (the play page) and \
+                      GET /cluster (the cluster view), beside any pages of the game's own";
 
 /// A `POST /units` body, for error messages.
 const UNIT_EXAMPLE: &str =
@@ -164,7 +168,8 @@ where
 pub fn router(ops: Arc<Operations>, metrics: PrometheusHandle, options: AdminOptions) -> Router {
     let node = ops.node().clone();
     let shared = Arc::new(Shared { ops, metrics });
-    let cluster_view = super::cluster_view::routes(node);
+    let cluster_view = super::cluster_view::routes(node.clone());
+    let play = super::play::routes(node);
     Router::new()
         .route("/status", get(status))
         .route("/healthz", get(healthz))
@@ -174,11 +179,13 @@ pub fn router(ops: Arc<Operations>, metrics: PrometheusHandle, options: AdminOpt
         .route("/shutdown", post(shutdown))
         .route("/metrics", get(render_metrics))
         .route("/units", post(create_unit))
-        .fallback(not_found)
-        .method_not_allowed_fallback(wrong_method)
         .with_state(shared)
         .merge(options.pages)
         .merge(cluster_view)
+        .merge(play)
+        // Last, so that they answer for the pages' routes too.
+        .fallback(not_found)
+        .method_not_allowed_fallback(wrong_method)
         .layer(axum::middleware::from_fn_with_state(
             options.access,
             super::auth::guard,
@@ -523,16 +530,18 @@ async fn not_found(method: Method, uri: Uri) -> Refusal {
 }
 
 async fn wrong_method(method: Method, uri: Uri) -> Refusal {
-    let right = match uri.path() {
-        "/status" | "/metrics" | "/healthz" | "/readyz" => "GET",
-        _ => "POST",
+    let path = uri.path();
+    let pages = path.starts_with("/play") || path.starts_with("/cluster");
+    let takes = match path {
+        "/relocate" | "/resume" | "/shutdown" | "/units" => format!("takes POST, not {method}"),
+        "/status" | "/metrics" | "/healthz" | "/readyz" => format!("takes GET, not {method}"),
+        _ if pages => format!("takes GET, not {method}"),
+        // One of the game's own pages: the host does not know its methods.
+        _ => format!("does not take {method}"),
     };
     Refusal::new(
         StatusCode::METHOD_NOT_ALLOWED,
-        format!(
-            "{} takes {right}, not {method}; the routes are {ROUTES}",
-            uri.path()
-        ),
+        format!("{path} {takes}; the routes are {ROUTES}"),
     )
 }
 

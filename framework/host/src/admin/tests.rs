@@ -126,6 +126,20 @@ async fn every_bad_request_gets_a_4xx_with_a_json_error_and_changes_nothing() {
         ),
         (
             "POST",
+            "/play",
+            String::new(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "takes GET",
+        ),
+        (
+            "GET",
+            "/plays",
+            String::new(),
+            StatusCode::NOT_FOUND,
+            "GET /play (the play page) and GET /cluster (the cluster view)",
+        ),
+        (
+            "POST",
             "/relocate",
             "{".into(),
             StatusCode::BAD_REQUEST,

@@ -1,11 +1,17 @@
-//! The play page each node's admin endpoint serves: a browser plays the chat sample through this
-//! node's WebSocket gateway with the TypeScript client (`tools/client-ts`), and shows where its
-//! room runs, so a person can watch their room move while their connection stays.
+//! The play page every node's admin endpoint serves: a console for any game the node registers.
+//! A person (or a test) binds a player Actor through this node's WebSocket gateway with the
+//! TypeScript client (`tools/client-ts`), sends it JSON inputs of the game's own message type,
+//! sees every push numbered in order, and sees where the player's room runs, so a room can be
+//! watched moving while the connection stays.
 //!
-//! - `GET /play`: the page; its query names the token, the room and the player.
+//! - `GET /play`: the page; its query may fill in the player, the room and the input
+//!   (the page's script says how).
 //! - `GET /play/ferry-client.js`, `GET /play/play.js`: the client and the page's script.
-//! - `GET /play/config`: this node's id and WebSocket address.
-//! - `GET /play/rooms/{room}`: the node a chat room runs on now, from the location store.
+//! - `GET /play/config`: this node's id and WebSocket listener.
+//! - `GET /play/rooms/{room}`: the node a room runs on now, from the location store.
+//!
+//! These need no admin token ([`super::auth::PUBLIC`]): a player holds none, and they say no
+//! more than where a room runs.
 
 use axum::Json;
 use axum::Router;
@@ -18,16 +24,24 @@ use serde::Serialize;
 
 /// The page, its script, and the client compiled from `tools/client-ts/src` (`npm run build`
 /// there writes it; CI checks the committed file is what the source compiles to).
-const PAGE: &str = include_str!("../client-ts/web/play.html");
-const SCRIPT: &str = include_str!("../client-ts/web/play.js");
-const CLIENT: &str = include_str!("../client-ts/dist/index.js");
+const PAGE: &str = include_str!("play.html");
+const SCRIPT: &str = include_str!("play.js");
+const CLIENT: &str = include_str!("../../../../tools/client-ts/dist/index.js");
 
 /// What the page asks of this node first.
 #[derive(Debug, Serialize)]
 struct PlayConfig {
     node: String,
-    /// Where this node takes WebSocket clients, if it does.
-    websocket: Option<String>,
+    /// This node's WebSocket listener, if it has one.
+    websocket: Option<WebSocketAt>,
+}
+
+/// Where a WebSocket client connects: the page reaches the port on the host it loaded from.
+#[derive(Debug, Serialize)]
+struct WebSocketAt {
+    port: u16,
+    /// `wss` with TLS, `ws` for a plain development listener.
+    scheme: &'static str,
 }
 
 /// Where a room runs.
@@ -63,9 +77,18 @@ fn file(content_type: &'static str, body: &'static str) -> Response {
 }
 
 async fn config(State(node): State<Node>) -> Json<PlayConfig> {
+    let tls = node
+        .config()
+        .sessions
+        .as_ref()
+        .and_then(|s| s.websocket.as_ref())
+        .is_some_and(|ws| ws.tls.is_some());
     Json(PlayConfig {
         node: node.id().to_string(),
-        websocket: node.websocket_addr().map(|a| a.to_string()),
+        websocket: node.websocket_addr().map(|addr| WebSocketAt {
+            port: addr.port(),
+            scheme: if tls { "wss" } else { "ws" },
+        }),
     })
 }
 
@@ -133,6 +156,11 @@ mod tests {
         assert!(client.contains("export class FerryClient"));
 
         let at = |body: String| serde_json::from_str::<Value>(&body).expect("JSON");
+        let (_, config) = get(&router, "/play/config").await;
+        assert_eq!(
+            at(config),
+            json!({"node": node.id().as_str(), "websocket": null})
+        );
         let (_, found) = get(&router, "/play/rooms/cafe").await;
         assert_eq!(
             at(found),
