@@ -24,8 +24,10 @@ pub const IN_FLIGHT: usize = 128;
 pub enum BlockedReason {
     /// No serving node could take some unit (factory, version or capacity).
     TargetUnavailable,
-    /// No other node serves or is starting: nothing can take any unit. Drained nodes can be
-    /// brought back with `resume`; without one, stopping this node ends its units.
+    /// No other node serves or is starting: nothing can take any unit, so a drain for
+    /// maintenance ends at once (a rolling update waits for nodes of its version instead).
+    /// Drained nodes can be brought back with `resume`; without one, stopping this node ends its
+    /// units.
     NoServingPeer,
     /// The location store could not be reached.
     StoreUnavailable,
@@ -299,9 +301,12 @@ impl Drain {
         }
         let peers: Vec<NodeDescriptor> =
             view.iter().filter(|d| d.node != self.me).cloned().collect();
-        self.nowhere = !peers
-            .iter()
-            .any(|d| matches!(d.state, NodeState::Serving | NodeState::Preparing));
+        // A rolling update waits for nodes of its version to come up; a drain for maintenance
+        // with no other node serving has nowhere to go, and says so at once.
+        self.nowhere = self.version.is_none()
+            && !peers
+                .iter()
+                .any(|d| matches!(d.state, NodeState::Serving | NodeState::Preparing));
         for (batch, id) in self.waiting.clone() {
             if self.moving.len() >= self.limit {
                 break;
@@ -693,6 +698,20 @@ mod tests {
             ),
             "{outcome:?}"
         );
+    }
+
+    #[test]
+    fn a_rolling_update_waits_for_a_node_of_its_version_even_with_no_other_node_up() {
+        let now = Instant::now();
+        let mut d = Drain::new(
+            NodeId::new("p1").unwrap(),
+            Some("2".into()),
+            now + Duration::from_secs(1),
+            10,
+        );
+        d.found(room("a", 1));
+        assert!(d.next(now, &[], |_| true, true).is_empty());
+        assert!(!d.done(now), "a node of version 2 may come up");
     }
 
     #[test]

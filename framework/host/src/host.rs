@@ -129,14 +129,19 @@ pub enum HostError {
     },
     /// A shutdown (asked on the admin endpoint, or by a signal) lost something.
     #[error(
-        "node {node} stopped, but not cleanly: the drain ended {drain:?} and the stop ended \
-         {stop:?}; the node's log names the units concerned"
+        "node {node} stopped, but not cleanly: the drain ended {drain:?}{why}, so the {ended} \
+         units that stayed ended with the node and their state is lost; the stop ended {stop:?}; \
+         the node's log names the units concerned"
     )]
     UncleanShutdown {
         /// The node that stopped.
         node: NodeId,
         /// How its drain ended.
         drain: Outcome,
+        /// Why the drain did not move everything, and what to do, when it says.
+        why: String,
+        /// How many units stayed and ended with the node.
+        ended: usize,
         /// How its stop ended.
         stop: ferry::ShutdownOutcome,
     },
@@ -383,9 +388,14 @@ fn unclean(node: &Node, report: &ShutdownReport) -> Result<(), HostError> {
     if report.clean {
         return Ok(());
     }
+    let why = report.drain.reason.map_or_else(String::new, |reason| {
+        format!(" ({reason:?}: {})", crate::admin::wire::advice(reason))
+    });
     Err(HostError::UncleanShutdown {
         node: node.id().clone(),
         drain: report.drain.outcome,
+        why,
+        ended: report.drain.stayed.len(),
         stop: report.shutdown,
     })
 }
