@@ -17,6 +17,9 @@ use serde::{Deserialize, Serialize};
 
 const T: Duration = Duration::from_secs(10);
 
+/// A move started in the background.
+type MoveTask = tokio::task::JoinHandle<Result<ferry::MoveReport, ferry::MoveError>>;
+
 /// How many times `on_closing` ran in a room named `closes`, over all its copies (the tests of
 /// this file run at once, each with rooms of its own names).
 static CLOSINGS: AtomicUsize = AtomicUsize::new(0);
@@ -137,28 +140,41 @@ async fn a_drain_that_starts_while_a_room_is_restored_on_its_node_gives_the_room
     cluster.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_room_whose_move_commits_into_a_draining_node_joins_the_drain_and_moves_on() {
-    let room = spot("r2");
-    // n2's commit of the room can be held: the move is past its point of no return.
+/// A cluster of n1 and n2 (and n3 with `third`) where n1 runs `room`, set to 42, and moves it to
+/// n2, whose commit of it the store holds: the move is past its point of no return. Gives the
+/// cluster, the hold, and the move.
+async fn moving_with_its_commit_held(
+    room: &SpotId,
+    third: bool,
+) -> (Cluster, Arc<FaultyStore>, MoveTask) {
     let mut cluster = Cluster::start(1, registry).await;
     let held = FaultyStore::new(cluster.store.clone());
     cluster
         .add_with(cluster.config("n2").store(held.clone()), registry())
         .await;
-    cluster.add("n3", registry()).await;
+    if third {
+        cluster.add("n3", registry()).await;
+    }
+    let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
+    n1.create_spot_on(n1.id(), "room", room)
+        .await
+        .expect("room");
+    let _: u64 = n1.request(room, Cmd::Set(42), T).await.expect("set");
+    held.hold_keys(&format!("u/s/{room}"));
+    let mover = move_in_background(n1, UnitId::Spot(room.clone()), n2.id());
+    held.wait_held().await;
+    (cluster, held, mover)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_room_whose_move_commits_into_a_draining_node_joins_the_drain_and_moves_on() {
+    let room = spot("r2");
+    let (cluster, held, mover) = moving_with_its_commit_held(&room, true).await;
     let (n1, n2, n3) = (
         cluster.nodes[0].clone(),
         cluster.nodes[1].clone(),
         cluster.nodes[2].clone(),
     );
-    n1.create_spot_on(n1.id(), "room", &room)
-        .await
-        .expect("room");
-    let _: u64 = n1.request(&room, Cmd::Set(42), T).await.expect("set");
-    held.hold_keys("u/s/r2");
-    let mover = move_in_background(&n1, UnitId::Spot(room.clone()), n2.id());
-    held.wait_held().await;
 
     let drain = drain_in_background(&n2, T);
     wait_not_serving(&n2).await;
@@ -190,19 +206,8 @@ async fn a_room_whose_move_commits_into_a_draining_node_joins_the_drain_and_move
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_shut_down_while_a_move_into_it_commits_never_stays_recorded_as_the_owner() {
     let room = spot("closes");
-    let mut cluster = Cluster::start(1, registry).await;
-    let held = FaultyStore::new(cluster.store.clone());
-    cluster
-        .add_with(cluster.config("n2").store(held.clone()), registry())
-        .await;
+    let (cluster, held, mover) = moving_with_its_commit_held(&room, false).await;
     let (n1, n2) = (cluster.nodes[0].clone(), cluster.nodes[1].clone());
-    n1.create_spot_on(n1.id(), "room", &room)
-        .await
-        .expect("room");
-    let _: u64 = n1.request(&room, Cmd::Set(42), T).await.expect("set");
-    held.hold_keys("u/s/closes");
-    let mover = move_in_background(&n1, UnitId::Spot(room.clone()), n2.id());
-    held.wait_held().await;
     let closings = CLOSINGS.load(Ordering::SeqCst);
 
     let shutdown = {

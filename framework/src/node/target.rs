@@ -247,19 +247,22 @@ impl Node {
         let node = self.clone();
         let restore = move || {
             let started = tokio::time::Instant::now();
-            let event = match Lane::restore(&node, &source, capture) {
-                Ok(lane) => {
-                    match node.core.moves.incoming.lock().get_mut(&rel) {
-                        Some(staging) => {
-                            staging.lane = Some(lane);
-                            staging.restored_in = started.elapsed();
-                        }
-                        // Withdrawn or given up while it restored: nothing will open this copy.
-                        None => {
-                            let _ = lane.ctl.send(Control::Discard);
-                        }
+            let event = match Lane::restore(&node, capture) {
+                Ok(restored) => {
+                    // Registered under the staged moves' lock, only while the move still wants
+                    // it: a copy withdrawn or given up while it restored is never seen here.
+                    let mut incoming = node.core.moves.incoming.lock();
+                    match incoming.get_mut(&rel) {
+                        Some(staging) => match restored.register(&node, &source) {
+                            Ok(lane) => {
+                                staging.lane = Some(lane);
+                                staging.restored_in = started.elapsed();
+                                TargetEvent::Restored
+                            }
+                            Err(reason) => TargetEvent::RestoreFailed(reason),
+                        },
+                        None => TargetEvent::Restored,
                     }
-                    TargetEvent::Restored
                 }
                 Err(reason) => TargetEvent::RestoreFailed(reason),
             };

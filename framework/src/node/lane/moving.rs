@@ -415,13 +415,9 @@ impl Lane {
         }
     }
 
-    /// On the target: builds a lane from a capture and registers its ids here, gated. What this
-    /// node sent the units before, on another path than through `source`, runs first.
-    pub(crate) fn restore(
-        node: &Node,
-        source: &NodeId,
-        capture: Capture,
-    ) -> Result<Arc<LaneTx>, Refusal> {
+    /// On the target: builds a lane from a capture, gated, running the application's factories
+    /// and state adapters. Nothing is registered here yet: see [`Restored::register`].
+    pub(crate) fn restore(node: &Node, capture: Capture) -> Result<Restored, Refusal> {
         let now = Instant::now();
         let mut cells: Vec<Box<dyn UnitCell<Node>>> = Vec::new();
         for c in capture.cells {
@@ -498,6 +494,23 @@ impl Lane {
             })?;
             lane.backlog.push_back(envelope);
         }
+        Ok(Restored { tx, lane })
+    }
+}
+
+/// A lane restored on a move's target, not registered yet.
+pub(crate) struct Restored {
+    tx: Arc<LaneTx>,
+    lane: Lane,
+}
+
+impl Restored {
+    /// Registers the lane's ids here and starts it, gated: called only while its move still
+    /// wants it, so a copy given up meanwhile is never seen here. What this node sent the units
+    /// before, on another path than through `source`, runs first.
+    pub(crate) fn register(self, node: &Node, source: &NodeId) -> Result<Arc<LaneTx>, Refusal> {
+        let Restored { tx, lane } = self;
+        let directory = &node.core.directory;
         let units: Vec<(UnitId, Slot, String)> = lane
             .cells
             .iter()
