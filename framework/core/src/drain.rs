@@ -207,7 +207,9 @@ pub struct Drain {
     /// Moves into this node that may still open here.
     arriving: usize,
     stopping: bool,
-    /// No other node serves or starts: nothing can take a unit.
+    /// Whether the cluster was looked at for a node to take anything.
+    looked: bool,
+    /// No other node served or started when the drain began: nothing can take a unit.
     nowhere: bool,
     total: usize,
     moved: usize,
@@ -230,6 +232,7 @@ impl Drain {
             planned: BTreeMap::new(),
             arriving: 0,
             stopping: false,
+            looked: false,
             nowhere: false,
             total: 0,
             moved: 0,
@@ -302,11 +305,16 @@ impl Drain {
         let peers: Vec<NodeDescriptor> =
             view.iter().filter(|d| d.node != self.me).cloned().collect();
         // A rolling update waits for nodes of its version to come up; a drain for maintenance
-        // with no other node serving has nowhere to go, and says so at once.
-        self.nowhere = self.version.is_none()
-            && !peers
-                .iter()
-                .any(|d| matches!(d.state, NodeState::Serving | NodeState::Preparing));
+        // that finds no other node serving when it starts has nowhere to go, and says so at
+        // once. Judged once, on a view the store just gave: peers missing from a later view (a
+        // store failing over) may well come back, and are waited for.
+        if !self.looked && store_reachable {
+            self.looked = true;
+            self.nowhere = self.version.is_none()
+                && !peers
+                    .iter()
+                    .any(|d| matches!(d.state, NodeState::Serving | NodeState::Preparing));
+        }
         for (batch, id) in self.waiting.clone() {
             if self.moving.len() >= self.limit {
                 break;
@@ -498,14 +506,16 @@ pub fn safe_to_shutdown(state: NodeState, hosted: usize, arriving: usize) -> boo
     hosted == 0 && arriving == 0 && matches!(state, NodeState::Relocated | NodeState::Stopped)
 }
 
-/// The reason that says most about why units stayed: a shutdown, the deadline, missing targets,
-/// then the rest.
+/// The reason that says most about why units stayed: a shutdown, the deadline, missing targets
+/// or store, then the rest.
 fn main_reason(stayed: &[(UnitId, BlockedReason)]) -> BlockedReason {
-    const ORDER: [BlockedReason; 8] = [
+    const ORDER: [BlockedReason; 10] = [
         BlockedReason::ShutdownRequested,
         BlockedReason::DeadlineExceeded,
         BlockedReason::NoServingPeer,
+        BlockedReason::StoreUnavailable,
         BlockedReason::TargetUnavailable,
+        BlockedReason::OperationInProgress,
         BlockedReason::AdapterFailed,
         BlockedReason::StateIncompatible,
         BlockedReason::RelocationFailed,
@@ -698,6 +708,26 @@ mod tests {
             ),
             "{outcome:?}"
         );
+    }
+
+    #[test]
+    fn peers_missing_from_a_later_view_are_waited_for() {
+        let now = Instant::now();
+        let mut d = drain(now);
+        d.found(room("a", 1));
+        d.found(room("b", 1));
+        let view = [node("p2", 0, NodeState::Serving)];
+        let started = d.next(now, &view, |_| true, true);
+        assert_eq!(targets(&started).get("p2"), Some(&2));
+        d.ended(
+            &room("a", 1).unit,
+            Ended::NotMoved(Some(BlockedReason::StoreUnavailable)),
+            now,
+            true,
+        );
+        // The store failed over and gave a view without p2: it may come back.
+        assert!(d.next(now, &[], |_| true, true).is_empty());
+        assert!(!d.done(now));
     }
 
     #[test]

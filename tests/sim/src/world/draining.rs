@@ -15,9 +15,11 @@ use ferry_core::relocation::protocol::{MoveEnd, TargetEvent};
 
 use super::{World, node_id};
 
-/// How long a drain may take: long enough for moves that end at their own short deadlines to be
-/// tried again in a busy cluster.
-const DRAIN_DEADLINE: Duration = Duration::from_secs(120);
+/// How long a drain may take, as an operator would set it: the runtime's 30 s, and a second more
+/// per node, for a big cluster's moves end at their own short deadlines and are tried again.
+fn drain_deadline(nodes: usize) -> Duration {
+    Duration::from_secs(30 + nodes as u64)
+}
 
 impl World {
     /// A drain of `node` begins: it takes no unit any more, and moves into it that have not
@@ -27,7 +29,8 @@ impl World {
             return;
         }
         trace!(self, "n{node}: drain begins");
-        let plan = Drain::new(node_id(node), None, self.now + DRAIN_DEADLINE, IN_FLIGHT);
+        let deadline = self.now + drain_deadline(self.nodes.len());
+        let plan = Drain::new(node_id(node), None, deadline, IN_FLIGHT);
         self.drains.insert(node, plan);
         self.nodes[node].state = NodeState::Relocating;
         self.nodes[node].safe = false;
