@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::processes::{
-    Processes, closed_without_drain, driver, get, post, raw_http, settle, wait_two_refreshes,
-    within,
+    Processes, closed_without_drain, driver, get, post, raw_http, read_log, settle,
+    wait_two_refreshes, within,
 };
 use common::{TempDir, certs};
 use ferry::cluster::authority::{node_key, unit_key};
@@ -400,32 +400,34 @@ async fn a_signal_drain_that_cannot_move_its_units_exits_non_zero_and_a_second_s
     // A node alone, with a room: a drain has nowhere to send it.
     let room = ROOM;
 
-    // A short grace: the drain ends blocked, the node stops, and the exit says it lost the room.
+    // The default grace (25 s), but nowhere to go: the drain says so at once, the node stops,
+    // and the exit says the room ended with it and its state is lost.
     let config = alone(&tmp, "s1");
-    let ready = processes
-        .start_with(
-            "s1",
-            &config,
-            tmp.path(),
-            &[("FERRY_DRAIN_GRACE_MS", "300")],
-        )
-        .await;
+    let ready = processes.start_with("s1", &config, tmp.path(), &[]).await;
     let (code, body) = raw_http(&ready.admin(), &post("/units", room)).await;
     assert_eq!(code, 201, "{body}");
     processes.terminate(0);
     let (_, status, log) = processes.wait(0).await;
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(log.contains("draining, then stopping"), "{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("NoServingPeer") && last.contains("their state is lost"),
+        "{log}"
+    );
 
-    // The default grace (25 s): a second SIGTERM while it drains stops it at once.
+    // A second SIGTERM while a drain runs stops the node at once: here an operator's rolling
+    // update to a version no node runs, which waits for one.
     let config = alone(&tmp, "s2");
     let ready = processes.start_with("s2", &config, tmp.path(), &[]).await;
     let admin = ready.admin();
     let (code, body) = raw_http(&admin, &post("/units", room)).await;
     assert_eq!(code, 201, "{body}");
+    let _drain = waiting_drain(&admin).await;
     processes.terminate(1);
-    within("the node to start draining", async {
-        while raw_http(&admin, &get("/readyz")).await.0 == 200 {
+    let log_file = tmp.path().join("s2.log");
+    within("the first signal to be taken", async {
+        while !read_log(&log_file).contains("draining, then stopping") {
             tokio::task::yield_now().await;
         }
     })
@@ -438,6 +440,31 @@ async fn a_signal_drain_that_cannot_move_its_units_exits_non_zero_and_a_second_s
         log.contains("stopped at once on a second stop signal, while it drained; the units it still hosted (1) were closed"),
         "{log}"
     );
+}
+
+/// Starts an operator's rolling update of an hour to a version no node runs, which waits for
+/// one, and returns once the node drains.
+async fn waiting_drain(
+    admin: &str,
+) -> tokio::task::JoinHandle<
+    Result<ferry_host::admin::wire::DrainReport, ferry_host::admin::ClientError>,
+> {
+    let client = ferry_host::admin::AdminClient::new(admin).expect("admin address");
+    let drain = tokio::spawn(async move {
+        let request = ferry_host::admin::wire::RelocateRequest {
+            mode: ferry_host::admin::wire::Mode::RollingUpdate,
+            version: Some("9".into()),
+            deadline_ms: Some(3_600_000),
+        };
+        client.relocate(&request).await
+    });
+    within("the operator's drain to start", async {
+        while raw_http(admin, &get("/readyz")).await.0 == 200 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    drain
 }
 
 /// A config for a node alone, with nothing to drain its units to.
@@ -493,21 +520,8 @@ async fn a_signal_during_an_operators_long_drain_stops_the_node_when_its_grace_r
     let admin = ready.admin();
     let (code, body) = raw_http(&admin, &post("/units", ROOM)).await;
     assert_eq!(code, 201, "{body}");
-    // An operator's drain of an hour: the room has nowhere to go, so it would run all of it.
-    let client = ferry_host::admin::AdminClient::new(&admin).expect("admin address");
-    let drain = tokio::spawn(async move {
-        let request = ferry_host::admin::wire::RelocateRequest {
-            deadline_ms: Some(3_600_000),
-            ..Default::default()
-        };
-        client.relocate(&request).await
-    });
-    within("the operator's drain to start", async {
-        while raw_http(&admin, &get("/readyz")).await.0 == 200 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    // An operator's drain of an hour that waits all of it for a node of its version.
+    let drain = waiting_drain(&admin).await;
     // SIGTERM: the stop keeps to its own grace, not to the operator's hour.
     processes.terminate(0);
     let (_, status, log) = processes.wait(0).await;
