@@ -161,12 +161,15 @@ impl Node {
         let mut moves = JoinSet::new();
         let mut started = false;
         loop {
+            // Arrivals first, then the inventory: a move into the node that opens in between is
+            // then counted as arriving or found, never neither.
+            let arriving = self.may_arrive();
             for found in self.inventory() {
                 if let Some(decision) = plan.found(found) {
                     self.carry_out(decision, &mut moves, deadline, &budget);
                 }
             }
-            plan.arriving(self.may_arrive());
+            plan.arriving(arriving);
             self.publish_status(|s| s.total = plan.total());
             if !started {
                 started = true;
