@@ -152,6 +152,7 @@ fn the_drain_and_shutdown_results_the_docs_show_are_what_the_commands_print() {
         stayed: Vec::new(),
         undecided: Vec::new(),
         elapsed_ms: 96,
+        drained_peers: Vec::new(),
     };
     let printed = [
         crate::drain_cmd::relocated("127.0.0.1:7100", &report(6)),

@@ -51,7 +51,7 @@ pub enum DrainError {
     Client(#[from] ClientError),
     /// The drain ended with units left on the node.
     #[error(
-        "the drain of {addr} was blocked ({reason:?}): {} stayed on the node and run there again; {advice}",
+        "the drain of {addr} was blocked ({reason:?}): {} stayed on the node and run there again; {advice}{resumable}",
         units(*.stayed)
     )]
     Blocked {
@@ -63,6 +63,8 @@ pub enum DrainError {
         stayed: usize,
         /// What to do.
         advice: &'static str,
+        /// The drained nodes `ferry resume` would bring back, when that is the way out.
+        resumable: String,
     },
     /// The deadline passed with units past the point of no return whose owner the store did not
     /// say.
@@ -99,11 +101,17 @@ impl DrainError {
                 let reason = report
                     .reason
                     .unwrap_or(ferry::BlockedReason::RelocationFailed);
+                let resumable = if report.drained_peers.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (drained nodes: {})", report.drained_peers.join(", "))
+                };
                 Some(DrainError::Blocked {
                     addr: addr.to_owned(),
                     reason,
                     stayed: report.stayed.len(),
                     advice: advice(reason),
+                    resumable,
                 })
             }
             Outcome::Undecided => Some(DrainError::Undecided {

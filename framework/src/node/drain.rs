@@ -84,6 +84,16 @@ impl Node {
         }
     }
 
+    /// The other nodes that are drained (`Relocated`) as this node last read the cluster: those
+    /// `resume` would bring back to take units.
+    pub fn drained_peers(&self) -> Vec<crate::ids::NodeId> {
+        self.cluster_view()
+            .into_iter()
+            .filter(|d| d.node != *self.id() && d.state == NodeState::Relocated)
+            .map(|d| d.node)
+            .collect()
+    }
+
     /// Puts a drained node back into service: a `Relocated` node serves again and takes units
     /// (placement, moves, recovery), as it did before its drain. A node that serves already stays
     /// as it is. The cluster hears of it at once, or at the next membership refresh if the store
@@ -269,10 +279,9 @@ impl Node {
     /// back to take the units.
     fn say_nowhere_to_go(&self) {
         let drained: Vec<String> = self
-            .cluster_view()
-            .into_iter()
-            .filter(|d| d.node != *self.id() && d.state == NodeState::Relocated)
-            .map(|d| d.node.to_string())
+            .drained_peers()
+            .iter()
+            .map(ToString::to_string)
             .collect();
         if drained.is_empty() {
             tracing::warn!(

@@ -97,7 +97,11 @@ impl Operations {
         let started = Instant::now();
         let outcome = self.node.relocate(options).await;
         let status = self.node.watch_status().borrow().clone();
-        let report = DrainReport::new(&outcome, &status, started.elapsed());
+        let mut report = DrainReport::new(&outcome, &status, started.elapsed());
+        if report.reason == Some(ferry::BlockedReason::NoServingPeer) {
+            let drained = self.node.drained_peers();
+            report.drained_peers = drained.iter().map(ToString::to_string).collect();
+        }
         self.ops
             .send_modify(|ops| ops.last_drain = Some(report.clone()));
         report

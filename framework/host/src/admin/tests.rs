@@ -399,9 +399,13 @@ async fn units_are_created_on_the_node_asked_all_or_nothing_and_only_while_it_se
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_with_nowhere_to_go_is_blocked_and_the_units_stay() {
-    let cluster = Cluster::start(1, ping_registry).await;
+    let cluster = Cluster::start(2, ping_registry).await;
     let admin = admin(&cluster, "n1");
     let n1 = cluster.node("n1");
+    // n2 is drained: nothing else serves, and resuming n2 is the way out.
+    let drained = cluster.node("n2").relocate(Default::default()).await;
+    assert_eq!(drained, ferry::RelocateOutcome::Relocated { moved: 0 });
+    n1.refresh_membership().await.expect("membership read");
     let room = SpotId::new("lonely").expect("id");
     n1.create_spot(ping::PING, &room).await.expect("spot");
     let (code, body) = call(
@@ -417,6 +421,7 @@ async fn a_drain_with_nowhere_to_go_is_blocked_and_the_units_stay() {
     // No other node serves: the drain says so at once, whatever its deadline.
     assert_eq!(report.reason, Some(ferry::BlockedReason::NoServingPeer));
     assert_eq!((report.moved, report.stayed.len()), (0, 1));
+    assert_eq!(report.drained_peers, ["n2"]);
     let s = status(&admin.router).await;
     assert_eq!(
         (s.state.as_str(), s.units, s.safe_to_shutdown),

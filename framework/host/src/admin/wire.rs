@@ -261,6 +261,10 @@ pub struct DrainReport {
     pub undecided: Vec<String>,
     /// How long the drain took, in milliseconds.
     pub elapsed_ms: u64,
+    /// When no other node served (`NoServingPeer`): the drained nodes that `ferry resume` would
+    /// bring back to take the units.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drained_peers: Vec<String>,
 }
 
 /// The kinds of drain outcome.
@@ -311,6 +315,7 @@ impl DrainReport {
             stayed,
             undecided,
             elapsed_ms: millis(elapsed),
+            drained_peers: Vec::new(),
         }
     }
 }
