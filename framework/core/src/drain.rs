@@ -568,6 +568,18 @@ mod tests {
         )
     }
 
+    /// A rolling update to version 2 with a deadline a second away, of one room.
+    fn rolling_update_of_one_room(now: Instant) -> Drain {
+        let mut d = Drain::new(
+            NodeId::new("p1").unwrap(),
+            Some("2".into()),
+            now + Duration::from_secs(1),
+            10,
+        );
+        d.found(room("a", 1));
+        d
+    }
+
     fn targets(decided: &[Decision]) -> BTreeMap<String, usize> {
         let mut to = BTreeMap::new();
         for d in decided {
@@ -733,13 +745,7 @@ mod tests {
     #[test]
     fn a_rolling_update_waits_for_a_node_of_its_version_even_with_no_other_node_up() {
         let now = Instant::now();
-        let mut d = Drain::new(
-            NodeId::new("p1").unwrap(),
-            Some("2".into()),
-            now + Duration::from_secs(1),
-            10,
-        );
-        d.found(room("a", 1));
+        let mut d = rolling_update_of_one_room(now);
         assert!(d.next(now, &[], |_| true, true).is_empty());
         assert!(!d.done(now), "a node of version 2 may come up");
     }
@@ -747,13 +753,7 @@ mod tests {
     #[test]
     fn a_node_of_the_wrong_version_is_waited_for_until_the_deadline() {
         let now = Instant::now();
-        let mut d = Drain::new(
-            NodeId::new("p1").unwrap(),
-            Some("2".into()),
-            now + Duration::from_secs(1),
-            10,
-        );
-        d.found(room("a", 1));
+        let mut d = rolling_update_of_one_room(now);
         let view = [node("p2", 0, NodeState::Serving)];
         assert!(d.next(now, &view, |_| true, true).is_empty());
         assert!(!d.done(now), "a node of version 2 may come up");

@@ -158,8 +158,8 @@ impl Node {
         self.set_state(NodeState::Relocating);
         // Moves into this node that have not reached their commit go back to their sources: a
         // draining node takes no units, and those still committing join the inventory once open.
+        self.stop_arrivals();
         let mut plan = Drain::new(self.id().clone(), version, deadline.into_std(), IN_FLIGHT);
-        plan.arriving(self.stop_arrivals() + usize::from(self.adopting()));
         // Tell the cluster first, so no new unit is placed here.
         if let Err(reason) = self.refresh_until(deadline).await {
             tracing::warn!(%reason, "store unreachable; drain blocked");
