@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { launch, text, until, type Browser } from "./chromium.js";
+import { launch, playedThroughMove, text, until, type Browser } from "./chromium.js";
 import { TestCluster, TOKEN } from "./cluster.js";
 
 let cluster: TestCluster;
@@ -43,26 +43,12 @@ test("the play page keeps its session and every push while its room is drained t
   await until(page, "received", `Number(v) >= ${atDrain + 20}`);
 
   // What the person sees: the move listed, the same session, nothing lost, doubled or reordered.
-  assert.equal(await page.locator("#moves li").count(), 1);
-  assert.match(await page.locator("#moves li").innerText(), new RegExp(`n2 → ${host}`));
-  assert.equal(await text(page, "session"), session);
-  assert.equal(await text(page, "reconnects"), "0");
-  assert.equal(await text(page, "lost"), "0");
-  assert.equal(await text(page, "disorder"), "0");
-  // Every push shown once, numbered from the first on, and each a line of the room's in order.
-  const pushes = (await page.locator("#pushes div").allInnerTexts()).map((text) => {
-    const [, seq, json] = /^#(\d+) (.*)$/.exec(text) ?? [];
-    return { seq: Number(seq), line: JSON.parse(json) as { seq: number; text: string } };
-  });
+  const lines = await playedThroughMove<{ seq: number; text: string }>(page, "n2", host, session);
   assert.deepEqual(
-    pushes.map((p) => p.seq),
-    pushes.map((_, i) => i),
+    lines.map((l) => l.seq),
+    lines.map((_, i) => lines[0].seq + i),
   );
-  assert.deepEqual(
-    pushes.map((p) => p.line.seq),
-    pushes.map((_, i) => pushes[0].line.seq + i),
-  );
-  assert.ok(pushes.every((p) => p.line.text === "hello"));
+  assert.ok(lines.every((l) => l.text === "hello"));
   assert.deepEqual(errors, []);
   await page.close();
 });

@@ -1,5 +1,6 @@
 // Debian's headless Chromium for the page tests (never a downloaded one), on a fresh profile.
 
+import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -55,4 +56,27 @@ export async function until(page: Page, id: string, condition: string): Promise<
   const field = `document.getElementById(${JSON.stringify(id)})?.textContent ?? ""`;
   await page.waitForFunction(`((v) => ${condition})(${field})`, null, { timeout: 30_000, polling: 50 });
   return text(page, id);
+}
+
+/**
+ * Checks what a player on the play page saw through one move of its room from `from` to `to`:
+ * the move listed once, the same session, no reconnect, nothing lost or out of order, and every
+ * push shown once, numbered from the first on. Gives each push's message, in order.
+ */
+export async function playedThroughMove<T>(page: Page, from: string, to: string, session: string): Promise<T[]> {
+  assert.equal(await page.locator("#moves li").count(), 1);
+  assert.match(await page.locator("#moves li").innerText(), new RegExp(`${from} → ${to}`));
+  assert.equal(await text(page, "session"), session);
+  assert.equal(await text(page, "reconnects"), "0");
+  assert.equal(await text(page, "lost"), "0");
+  assert.equal(await text(page, "disorder"), "0");
+  const pushes = (await page.locator("#pushes div").allInnerTexts()).map((line) => {
+    const [, seq, json] = /^#(\d+) (.*)$/.exec(line) ?? [];
+    return { seq: Number(seq), message: JSON.parse(json) as T };
+  });
+  assert.deepEqual(
+    pushes.map((p) => p.seq),
+    pushes.map((_, i) => i),
+  );
+  return pushes.map((p) => p.message);
 }
