@@ -52,6 +52,83 @@ impl UnitRecord {
         decode(key, value, "authority record")
     }
 
+    /// The first record of a unit created on `owner`: owner generation 1, a fresh incarnation.
+    pub fn created(
+        owner: NodeId,
+        lease_generation: u64,
+        object_generation: ObjectGeneration,
+        factory: &str,
+        recoverable: bool,
+    ) -> UnitRecord {
+        UnitRecord {
+            owner,
+            lease_generation,
+            object_generation,
+            owner_generation: 1,
+            factory: factory.to_owned(),
+            stage: Stage::Active,
+            spot: None,
+            recoverable,
+        }
+    }
+
+    /// The record a move's target writes when it commits: the same incarnation, owned by `owner`
+    /// under its lease, one owner generation on, with the spot the unit had when it was captured.
+    pub fn moved_to(
+        &self,
+        owner: NodeId,
+        lease_generation: u64,
+        spot: Option<SpotId>,
+    ) -> UnitRecord {
+        UnitRecord {
+            owner,
+            lease_generation,
+            owner_generation: self.owner_generation + 1,
+            stage: Stage::Active,
+            spot,
+            ..self.clone()
+        }
+    }
+
+    /// The record a move's source writes to fence the move out: still its own, one owner
+    /// generation on, so the target's commit (conditional on the version it was given) fails.
+    pub fn fenced(&self) -> UnitRecord {
+        UnitRecord {
+            owner_generation: self.owner_generation + 1,
+            ..self.clone()
+        }
+    }
+
+    /// The record of a unit rebuilt on `owner` after its owner died: a fresh start, so a new
+    /// incarnation, built by `factory`, in no room until it joins one again; recoverability is
+    /// kept.
+    pub fn rebuilt(
+        &self,
+        owner: NodeId,
+        lease_generation: u64,
+        object_generation: ObjectGeneration,
+        factory: &str,
+    ) -> UnitRecord {
+        UnitRecord {
+            owner,
+            lease_generation,
+            object_generation,
+            owner_generation: self.owner_generation + 1,
+            factory: factory.to_owned(),
+            stage: Stage::Active,
+            spot: None,
+            recoverable: self.recoverable,
+        }
+    }
+
+    /// The same record with the Actor's room membership changed to `spot`: no new claim.
+    pub fn in_spot(&self, spot: Option<SpotId>) -> UnitRecord {
+        UnitRecord {
+            spot,
+            ..self.clone()
+        }
+    }
+
     /// Whether `other` is the same claim of the unit: the same owner process (node and lease
     /// generation), owner generation and incarnation (other fields, such as an Actor's spot,
     /// change without a new claim). Two processes of one node id that both claim a unit (one

@@ -441,7 +441,8 @@ impl SourceRun {
     /// Whether the unit seals only where the application says (`ApplicationSignaled`).
     fn waits_for_the_app(&self) -> bool {
         self.node.core.directory.get(&self.id).is_some_and(|entry| {
-            entry.factory.info().readiness == crate::registry::ReadinessMode::ApplicationSignaled
+            entry.factory.info().readiness
+                == crate::unit::factory::ReadinessMode::ApplicationSignaled
         })
     }
 
@@ -864,8 +865,7 @@ impl SourceRun {
         let mut ops = Vec::with_capacity(self.records.len());
         for at in &self.records {
             let key = unit_key(&at.id);
-            let mut record = at.record.clone();
-            record.owner_generation += 1;
+            let record = at.record.fenced();
             conditions.push(Condition::version(key.clone(), at.version));
             ops.push(Op::put(key, record.encode()));
         }

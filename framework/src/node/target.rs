@@ -13,7 +13,7 @@ use ferry_core::conditional::{ConditionalWrite, Settled, WriteAnswer};
 use super::handle::Node;
 use super::hosted::{Control, Staging};
 use super::lane::Lane;
-use crate::cluster::authority::{NodeDescriptor, Stage, UnitRecord, unit_key};
+use crate::cluster::authority::{NodeDescriptor, UnitRecord, unit_key};
 use crate::cluster::frames::Frame;
 use crate::ids::{NodeId, UnitId};
 use crate::relocation::RelocationId;
@@ -226,7 +226,7 @@ impl Node {
             for at in &mut staging.records {
                 let cell = capture.cells.iter().find(|cell| cell.id == at.id);
                 if let Some(MembershipData::Actor(spot)) = cell.map(|cell| &cell.membership) {
-                    at.record.spot = spot.clone();
+                    at.record = at.record.in_spot(spot.clone());
                 }
             }
         }
@@ -401,7 +401,7 @@ impl Node {
             .iter()
             .map(|at| {
                 let key = unit_key(&at.id);
-                let record = self.taken_over(&at.record, lease.generation);
+                let record = self.record_here(at, lease.generation);
                 (
                     Condition::version(key.clone(), at.version),
                     Op::put(key, record.encode()),
@@ -412,17 +412,10 @@ impl Node {
         (conditions, ops)
     }
 
-    fn taken_over(&self, record: &UnitRecord, lease_generation: u64) -> UnitRecord {
-        UnitRecord {
-            owner: self.id().clone(),
-            lease_generation,
-            object_generation: record.object_generation,
-            owner_generation: record.owner_generation + 1,
-            factory: record.factory.clone(),
-            stage: Stage::Active,
-            spot: record.spot.clone(),
-            recoverable: record.recoverable,
-        }
+    /// The record a commit writes for `at`: owned here, in the room the capture says it is in.
+    fn record_here(&self, at: &RecordAt, lease_generation: u64) -> UnitRecord {
+        at.record
+            .moved_to(self.id().clone(), lease_generation, at.record.spot.clone())
     }
 
     /// Writes this node as owner of every record, conditional on each being as the source read it.
@@ -451,7 +444,8 @@ impl Node {
             return;
         };
         let lease_generation = self.core.lease.lock().generation;
-        let write = ConditionalWrite::new(self.taken_over(&first.record, lease_generation));
+        let wrote = self.record_here(first, lease_generation);
+        let write = ConditionalWrite::new(wrote);
         let now = self.read_record_back(&first.id).await;
         let event = match write.on_read(now.as_ref().map(Option::as_ref).map_err(|_| ())) {
             Settled::Won => TargetEvent::ReadShowsOwner,

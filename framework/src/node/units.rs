@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use super::handle::Node;
 use super::hosted::{Control, Entry};
 use super::lane::Lane;
-use crate::cluster::authority::{Stage, UnitRecord, remembered_key, unit_key};
+use crate::cluster::authority::{UnitRecord, remembered_key, unit_key};
 use crate::cluster::frames::{Call, CreateAnswer, MemberAnswer};
 use crate::error::UnitError;
 use crate::ids::{ActorId, NodeId, ObjectGeneration, SpotId, UnitId};
@@ -258,16 +258,13 @@ impl Node {
         let key = unit_key(&id);
         let (record, mut conditions, mut ops) = match &claim {
             Claim::New { .. } => {
-                let record = UnitRecord {
-                    owner: self.id().clone(),
+                let record = UnitRecord::created(
+                    self.id().clone(),
                     lease_generation,
-                    object_generation: ObjectGeneration(rand::random()),
-                    owner_generation: 1,
-                    factory: type_name.to_owned(),
-                    stage: Stage::Active,
-                    spot: None,
-                    recoverable: info.recoverable && self.config().recover_units,
-                };
+                    ObjectGeneration(rand::random()),
+                    type_name,
+                    info.recoverable && self.config().recover_units,
+                );
                 (record, vec![Condition::absent(key.clone())], Vec::new())
             }
             Claim::Recover {
@@ -281,13 +278,23 @@ impl Node {
                     None => Condition::absent(descriptor),
                 };
                 (
-                    rebuilt(previous, self.id(), lease_generation, type_name),
+                    previous.rebuilt(
+                        self.id().clone(),
+                        lease_generation,
+                        ObjectGeneration(rand::random()),
+                        type_name,
+                    ),
                     vec![Condition::version(key.clone(), *version), owner_condition],
                     Vec::new(),
                 )
             }
             Claim::Adopt { version, previous } => (
-                rebuilt(previous, self.id(), lease_generation, type_name),
+                previous.rebuilt(
+                    self.id().clone(),
+                    lease_generation,
+                    ObjectGeneration(rand::random()),
+                    type_name,
+                ),
                 vec![Condition::version(key.clone(), *version)],
                 Vec::new(),
             ),
@@ -522,7 +529,7 @@ impl Node {
                 .await
                 .map_err(|e| not_recorded(e.to_string()))?
                 .ok_or_else(|| not_recorded("it has no record (it stopped meanwhile)".into()))?;
-            let mut record = UnitRecord::decode(&key, &current.value)
+            let record = UnitRecord::decode(&key, &current.value)
                 .map_err(|e| not_recorded(e.to_string()))?;
             // A move that took the Actor since wrote the room it carried: that may be this one.
             if record.spot == spot {
@@ -534,7 +541,7 @@ impl Node {
                     record.owner
                 )));
             }
-            record.spot = spot.clone();
+            let record = record.in_spot(spot.clone());
             let written = self
                 .store()
                 .batch(
@@ -676,25 +683,6 @@ fn existing_answer(
         Ok(false)
     } else {
         Err(UnitError::AlreadyExists { id })
-    }
-}
-
-/// The record of a unit rebuilt on `owner` from `previous`: a fresh start, so a new incarnation.
-fn rebuilt(
-    previous: &UnitRecord,
-    owner: &NodeId,
-    lease_generation: u64,
-    factory: &str,
-) -> UnitRecord {
-    UnitRecord {
-        owner: owner.clone(),
-        lease_generation,
-        object_generation: ObjectGeneration(rand::random()),
-        owner_generation: previous.owner_generation + 1,
-        factory: factory.to_owned(),
-        stage: Stage::Active,
-        spot: None,
-        recoverable: previous.recoverable,
     }
 }
 

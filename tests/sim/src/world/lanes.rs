@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use ferry_core::authority::{Stage, UnitRecord};
+use ferry_core::authority::UnitRecord;
 use ferry_core::conditional::{ConditionalWrite, Settled};
 use ferry_core::ids::{ObjectGeneration, UnitId};
 use ferry_core::relocation::lane::{Arrival, Change, LaneMove, Verdict};
@@ -144,16 +144,14 @@ impl World {
         let mut puts = Vec::new();
         for (&u, cell) in &cells {
             self.lives[u].exists = true;
-            let record = UnitRecord {
-                owner: node_id(node),
-                lease_generation: lease,
-                object_generation: ObjectGeneration(u as u64 + 1),
-                owner_generation: 1,
-                factory: self.factory(u).into(),
-                stage: Stage::Active,
-                spot: cell.spot.map(|s| self.spot_id(s)),
-                recoverable: true,
-            };
+            let record = UnitRecord::created(
+                node_id(node),
+                lease,
+                ObjectGeneration(u as u64 + 1),
+                self.factory(u),
+                true,
+            )
+            .in_spot(cell.spot.map(|s| self.spot_id(s)));
             puts.push((Key::Unit(u), Value::Unit(record)));
         }
         self.store.apply(
@@ -498,16 +496,13 @@ impl World {
             return;
         }
         trace!(self, "n{node}: creates {unit}");
-        let record = UnitRecord {
-            owner: node_id(node),
-            lease_generation: self.nodes[node].lease.map_or(0, |(g, _)| g),
-            object_generation: ObjectGeneration(self.fresh()),
-            owner_generation: 1,
-            factory: self.factory(unit).into(),
-            stage: Stage::Active,
-            spot: None,
-            recoverable: true,
-        };
+        let record = UnitRecord::created(
+            node_id(node),
+            self.nodes[node].lease.map_or(0, |(g, _)| g),
+            ObjectGeneration(self.fresh()),
+            self.factory(unit),
+            true,
+        );
         self.claim(
             node,
             unit,

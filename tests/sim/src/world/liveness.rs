@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ferry_core::authority::{NodeDescriptor, UnitRecord};
 use ferry_core::ids::ObjectGeneration;
+use ferry_core::lease::{self, HeldLease, Retake};
 use ferry_core::recovery::{
     Found, census, coordinator, earlier_process_stopped, left_by_earlier_process, plan_node,
     takes_rebuilds,
@@ -108,12 +109,17 @@ impl World {
             self.nodes[n].lease_until = self.now + TTL;
         } else {
             // The store let the lease lapse (an outage), or another process took it.
-            match self.store.lease_of(n, self.now) {
-                Some(current) if current.holder != holder => {
+            let found = self.store.lease_of(n, self.now).map(|l| HeldLease {
+                generation: l.generation,
+                holder: l.holder,
+            });
+            match lease::after_lost(holder, generation, found) {
+                Retake::TakenByAnother => {
                     self.fence_node(n, "another process took over its owner lease");
                     return;
                 }
-                _ => {
+                // The simulated store answers every acquisition: none of this process's is lost.
+                Retake::AlreadyOurs | Retake::Acquire => {
                     let generation = self.store.acquire(n, holder, self.now);
                     self.nodes[n].lease = Some((generation, holder));
                     self.publish(n);
@@ -329,14 +335,14 @@ impl World {
 
     /// The record of a unit rebuilt here from `previous`: a new incarnation, owned here.
     fn rebuilt_record(&mut self, n: usize, previous: &UnitRecord) -> UnitRecord {
-        UnitRecord {
-            owner: node_id(n),
-            lease_generation: self.nodes[n].lease.map_or(0, |(g, _)| g),
-            // A new incarnation, as the runtime draws it at random.
-            object_generation: ObjectGeneration(self.fresh() + 1_000_000),
-            owner_generation: previous.owner_generation + 1,
-            ..previous.clone()
-        }
+        // A new incarnation, as the runtime draws it at random.
+        let incarnation = ObjectGeneration(self.fresh() + 1_000_000);
+        previous.rebuilt(
+            node_id(n),
+            self.nodes[n].lease.map_or(0, |(g, _)| g),
+            incarnation,
+            &previous.factory,
+        )
     }
 
     fn send_recover(

@@ -350,11 +350,7 @@ impl World {
                 let puts = s
                     .records
                     .iter()
-                    .map(|(u, _, r)| {
-                        let mut record = r.clone();
-                        record.owner_generation += 1;
-                        (Key::Unit(*u), Value::Unit(record))
-                    })
+                    .map(|(u, _, r)| (Key::Unit(*u), Value::Unit(r.fenced())))
                     .collect();
                 self.call(
                     node,
@@ -700,12 +696,9 @@ impl World {
         let generation = self.nodes[node].lease.map_or(0, |(g, _)| g);
         let wrote = records
             .iter()
-            .map(|(u, _, r)| UnitRecord {
-                owner: me.clone(),
-                lease_generation: generation,
-                owner_generation: r.owner_generation + 1,
-                spot: cells.get(u).and_then(|c| c.spot).map(|s| self.spot_id(s)),
-                ..r.clone()
+            .map(|(u, _, r)| {
+                let spot = cells.get(u).and_then(|c| c.spot).map(|s| self.spot_id(s));
+                r.moved_to(me.clone(), generation, spot)
             })
             .collect();
         let target = Target {
