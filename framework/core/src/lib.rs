@@ -4,7 +4,8 @@
 //! actions out. So every interleaving of a protocol can be driven by a test, or by a simulator.
 //!
 //! Layout, in dependency order (each module uses only those above it):
-//! - [`ids`]: the logical ids callers address (spots, actors, nodes); they never change on a move.
+//! - [`ids`]: the logical ids callers address (spots, actors, nodes), which never change on a
+//!   move, and the id of a move.
 //! - [`errors`]: how a message or request ended, and why a unit could not be created or reached.
 //! - [`shared_bytes`]: payloads decoded as slices of the frame they arrived in.
 //! - [`reply`]: where a request's answer goes.
@@ -12,6 +13,7 @@
 //! - [`session`]: a client session's id, an Actor's binding to it, the client wire, and what
 //!   gateways and Actors' nodes say to each other.
 //! - [`authority`]: the records the store holds per unit and per node, and a node's lifecycle state.
+//! - [`lease`]: whether a node whose lease lapsed takes it again or stops for good.
 //! - [`conditional`]: a conditional write whose answer may be lost, settled by reading it back.
 //! - [`witness`]: the mesh's account of who is alive beside the lease, and whether a node may
 //!   run turns past its lease.
@@ -33,6 +35,7 @@ pub mod drain;
 pub mod errors;
 pub mod frames;
 pub mod ids;
+pub mod lease;
 pub mod placement;
 pub mod recovery;
 pub mod relocation;

@@ -9,6 +9,7 @@ use crate::cluster::frames::Frame;
 use crate::cluster::witness::{Lapsed, Verdict};
 use crate::ids::NodeId;
 use crate::store::{Condition, Lease, Op, StoreError};
+use ferry_core::lease::{self, HeldLease, Retake};
 
 /// The most descriptors read per page when learning peers.
 const PAGE: usize = 256;
@@ -266,11 +267,14 @@ impl Node {
             }
         };
         let sent = tokio::time::Instant::now();
-        let lease = match found {
-            Some(current) if current.holder != lost.holder => return Err(taken()),
-            // An acquisition of ours whose answer was lost landed: the lease is this process's.
+        let held = found.as_ref().map(|current| HeldLease {
+            generation: current.generation,
+            holder: current.holder,
+        });
+        let lease = match (lease::after_lost(lost.holder, lost.generation, held), found) {
+            (Retake::TakenByAnother, _) => return Err(taken()),
             // Renewed first, so that the lease clock counts from a call whose send time is known.
-            Some(current) if current.generation > lost.generation => {
+            (Retake::AlreadyOurs, Some(current)) => {
                 if let Err(error) = self.store().renew_lease(&current).await {
                     tracing::warn!(%error, "owner lease not taken again yet");
                     return Ok(());
@@ -282,7 +286,11 @@ impl Node {
                 .acquire_lease(self.id(), lost.holder, ttl)
                 .await
             {
-                Ok(lease) if lease.generation <= lost.generation + 1 + *unanswered => lease,
+                Ok(lease)
+                    if lease::acquired_in_turn(lost.generation, *unanswered, lease.generation) =>
+                {
+                    lease
+                }
                 Ok(_) => return Err(taken()),
                 Err(error) => {
                     *unanswered += 1;
