@@ -197,6 +197,16 @@ impl From<&ActorId> for UnitId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ObjectGeneration(pub u64);
 
+/// The identity of one move: random, so two moves never share one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RelocationId(pub u128);
+
+impl fmt::Display for RelocationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,9 +16,7 @@ pub mod lane;
 pub mod phases;
 pub mod protocol;
 
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
+pub use crate::ids::RelocationId;
 
 /// How a prepared move ended, told to an ApplicationSignaled spot before its next application turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,14 +25,4 @@ pub enum ReadyOutcome {
     Continued,
     /// The spot now runs on another node; this is its first turn there.
     Relocated,
-}
-
-/// The identity of one move: random, so two moves never share one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct RelocationId(pub u128);
-
-impl fmt::Display for RelocationId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
-    }
 }

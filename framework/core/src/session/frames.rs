@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::SessionId;
 use crate::ids::ActorId;
-use crate::relocation::RelocationId;
+use crate::ids::RelocationId;
 
 /// One bound Actor of a session, as a move names it to the gateway.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,8 +15,8 @@ use super::wire::{
     AnnouncedLimits, ClientFrame, CloseCode, OLDEST_VERSION, PROTOCOL_VERSION, ServerFrame,
 };
 use super::{Identity, SessionId, SessionLimits};
+use crate::ids::RelocationId;
 use crate::ids::{ActorId, NodeId};
-use crate::relocation::RelocationId;
 
 /// What happened to the session.
 #[derive(Debug, Clone, PartialEq, Eq)]
