@@ -2,16 +2,23 @@
 //! other about them (the sessions themselves are `session`'s).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::debug;
 
 use super::handle::Node;
 use crate::cluster::frames::Frame;
-use crate::ids::NodeId;
+use crate::ids::{NodeId, UnitId};
 use crate::mesh::MeshError;
 use crate::relocation::protocol::SourceEvent;
 use crate::session::frames::SessionFrame;
+use crate::session::host::SessionHost;
 use crate::session::hub::Hub;
+use crate::store::StoreError;
+use crate::unit::cell::AnyFactory;
+use crate::unit::envelope::{Payload, ReplyTo};
+use crate::unit::replies::Replies;
 
 impl Node {
     /// Where this node accepts game clients, if it does.
@@ -70,5 +77,41 @@ impl Node {
                 }
             }
         }
+    }
+}
+
+impl SessionHost for Node {
+    fn id(&self) -> &NodeId {
+        Node::id(self)
+    }
+
+    fn send_encoded(
+        &self,
+        to: UnitId,
+        payload: Payload,
+        reply: Option<ReplyTo>,
+        via: Option<&NodeId>,
+    ) {
+        Node::send_encoded(self, to, payload, reply, via);
+    }
+
+    fn replies(&self) -> &Arc<Replies> {
+        &self.core.replies
+    }
+
+    fn stopping(&self) -> bool {
+        self.core.stop.is_cancelled()
+    }
+
+    fn refresh(&self) -> Duration {
+        self.config().refresh
+    }
+
+    async fn owner_of(&self, id: &UnitId) -> Result<Option<NodeId>, StoreError> {
+        Ok(self.read_record(id).await?.map(|record| record.owner))
+    }
+
+    fn factory(&self, type_name: &str) -> Option<Arc<dyn AnyFactory<Node>>> {
+        self.core.factory(type_name)
     }
 }

@@ -20,11 +20,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::host::SessionHost;
 use super::wire::{ClientFrame, CloseCode, Encoding, ServerFrame};
 use super::{Authenticator, SessionId, SessionLimits, SessionOp, SessionRef, SessionSettings};
 use crate::ids::{ActorId, NodeId, UnitId};
 use crate::mesh::codec::{DecodeError, EncodeError, FrameCodec};
-use crate::node::Node;
 use crate::unit::envelope::{Payload, ReplyTo};
 
 /// How long a bind may wait for the node running its Actor to answer.
@@ -98,7 +98,7 @@ impl Sessions {
     }
 
     /// Closes every session with `reason` (each client reads it) and waits for them to say so.
-    pub(super) async fn close_all(self: &Arc<Self>, node: &Node, reason: &str) {
+    pub(super) async fn close_all<H: SessionHost>(self: &Arc<Self>, node: &H, reason: &str) {
         self.stop.cancel();
         for session in &self.all() {
             self.apply(
@@ -136,9 +136,9 @@ impl Sessions {
 
     /// A session for a client whose connection was just accepted, and the queue of what to
     /// write to it.
-    pub(super) fn open(
+    pub(super) fn open<H: SessionHost>(
         self: &Arc<Self>,
-        node: &Node,
+        node: &H,
         encoding: Encoding,
     ) -> (Arc<Live>, mpsc::Receiver<Bytes>) {
         let (out, out_rx) = mpsc::channel(self.limits.max_outbound);
@@ -170,8 +170,12 @@ impl Sessions {
     }
 
     /// Reads the client's frames into the machine until the session ends, then forgets it.
-    pub(super) async fn serve<S>(self: &Arc<Self>, node: &Node, live: &Arc<Live>, mut frames: S)
-    where
+    pub(super) async fn serve<H: SessionHost, S>(
+        self: &Arc<Self>,
+        node: &H,
+        live: &Arc<Live>,
+        mut frames: S,
+    ) where
         S: Stream<Item = Result<ClientFrame, ReadError>> + Unpin,
     {
         loop {
@@ -202,14 +206,14 @@ impl Sessions {
     }
 
     /// Feeds an event to a session by id (from the mesh, or a bind's answer).
-    pub(super) fn feed(self: &Arc<Self>, node: &Node, id: SessionId, event: Event) {
+    pub(super) fn feed<H: SessionHost>(self: &Arc<Self>, node: &H, id: SessionId, event: Event) {
         if let Some(live) = self.session(id) {
             self.apply(node, &live, event);
         }
     }
 
     /// Feeds an event to a session and carries out what it asks, under the session's lock.
-    pub(super) fn apply(self: &Arc<Self>, node: &Node, live: &Live, event: Event) {
+    pub(super) fn apply<H: SessionHost>(self: &Arc<Self>, node: &H, live: &Live, event: Event) {
         let mut machine = live.machine.lock();
         let now = Instant::now().into_std();
         let mut events = VecDeque::from([event]);
@@ -343,15 +347,15 @@ impl Sessions {
     }
 
     /// Sends a bind to the Actor, as a request so that a missing Actor is answered too.
-    fn request_bind(
+    fn request_bind<H: SessionHost>(
         self: &Arc<Self>,
-        node: &Node,
+        node: &H,
         session: SessionId,
         encoding: Encoding,
         actor: ActorId,
         epoch: u32,
     ) {
-        let waiting = node.core.replies.open();
+        let waiting = node.replies().open();
         if let Some(waiting) = &waiting {
             let reply = ReplyTo {
                 node: node.id().clone(),
@@ -377,7 +381,7 @@ impl Sessions {
             let failed = match waiting {
                 None => format!(
                     "{} requests are already waiting for replies on the gateway",
-                    node.core.replies.limit()
+                    node.replies().limit()
                 ),
                 Some(mut waiting) => {
                     match tokio::time::timeout(BIND_TIMEOUT, &mut waiting.answer).await {
@@ -402,15 +406,15 @@ impl Sessions {
     /// Sends a fence to a bound Actor through `owner`, on the path of the inputs before it, and
     /// feeds the session whether it ran there: the lane answers a fence once everything queued
     /// before it has run, so the inputs it follows did too.
-    fn fence(
+    fn fence<H: SessionHost>(
         self: &Arc<Self>,
-        node: &Node,
+        node: &H,
         session: SessionId,
         actor: ActorId,
         owner: &NodeId,
         (epoch, upto): (u32, u64),
     ) {
-        let waiting = node.core.replies.open();
+        let waiting = node.replies().open();
         if let Some(waiting) = &waiting {
             let reply = ReplyTo {
                 node: node.id().clone(),
@@ -447,9 +451,9 @@ impl Sessions {
     /// another node (recovery rebuilt it there) or none (it was not rebuilt, and the bind says
     /// so). Recovery writes the record, so it is read again every membership refresh, for at most
     /// `REBIND_WAIT`; then the bind goes anyway, and its answer tells the client.
-    async fn rebind(
+    async fn rebind<H: SessionHost>(
         self: Arc<Self>,
-        node: Node,
+        node: H,
         (session, encoding): (SessionId, Encoding),
         actor: ActorId,
         epoch: u32,
@@ -457,11 +461,11 @@ impl Sessions {
     ) {
         let id = UnitId::Actor(actor.clone());
         let until = Instant::now() + REBIND_WAIT;
-        let mut every = tokio::time::interval(node.config().refresh.max(Duration::from_millis(10)));
-        while Instant::now() < until && !node.core.stop.is_cancelled() {
+        let mut every = tokio::time::interval(node.refresh().max(Duration::from_millis(10)));
+        while Instant::now() < until && !node.stopping() {
             every.tick().await;
-            match node.read_record(&id).await {
-                Ok(Some(record)) if record.owner == gone => {}
+            match node.owner_of(&id).await {
+                Ok(Some(owner)) if owner == gone => {}
                 Ok(_) => break,
                 Err(error) => debug!(%actor, %error, "record not read; reading again"),
             }
@@ -516,12 +520,12 @@ fn new_session_id(sessions: &HashMap<SessionId, Arc<Live>>) -> SessionId {
 
 /// A postcard input is checked against its Actor's message type when this node knows the
 /// factory, before the machine sees it. (A JSON input is checked as it is made that type.)
-fn checked(node: &Node, live: &Live, frame: ClientFrame) -> Event {
+fn checked<H: SessionHost>(node: &H, live: &Live, frame: ClientFrame) -> Event {
     if live.encoding == Encoding::Postcard
         && let ClientFrame::Input { actor, payload } = &frame
     {
         let type_name = live.machine.lock().type_of(actor).map(str::to_owned);
-        if let Some(factory) = type_name.and_then(|t| node.core.factory(&t))
+        if let Some(factory) = type_name.and_then(|t| node.factory(&t))
             && let Err(why) = factory.check_message(payload)
         {
             let expected = factory.info().msg_type_name;
@@ -536,8 +540,8 @@ fn checked(node: &Node, live: &Live, frame: ClientFrame) -> Event {
 
 /// An input as its Actor takes it: postcard already, or JSON made the Actor's message type by
 /// its factory on this node.
-fn message(
-    node: &Node,
+fn message<H: SessionHost>(
+    node: &H,
     encoding: Encoding,
     type_name: Option<&str>,
     payload: Bytes,
@@ -546,7 +550,7 @@ fn message(
         Encoding::Postcard => Ok(payload),
         Encoding::Json => {
             let type_name = type_name.ok_or("its Actor's type is not known yet")?;
-            let factory = node.core.factory(type_name).ok_or_else(|| {
+            let factory = node.factory(type_name).ok_or_else(|| {
                 format!("this gateway has no factory {type_name:?} to read JSON inputs with")
             })?;
             factory

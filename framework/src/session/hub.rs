@@ -9,10 +9,10 @@ use ferry_core::session::machine::Event;
 
 use super::connection::Sessions;
 use super::frames::{BoundActor, SessionFrame};
+use super::host::SessionHost;
 use super::quic::QuicListener;
 use super::{SessionError, SessionSettings};
 use crate::ids::NodeId;
-use crate::node::Node;
 
 /// The client listeners of one node and their live sessions.
 pub(crate) struct Hub {
@@ -65,7 +65,7 @@ impl Hub {
     }
 
     /// Starts accepting clients.
-    pub fn start(&self, node: &Node) {
+    pub fn start<H: SessionHost>(&self, node: &H) {
         if let Some(accept) = self.quic.accept(node, &self.sessions) {
             self.sessions.spawn_task(accept);
         }
@@ -81,7 +81,7 @@ impl Hub {
 
     /// Closes every session with `reason` (each client reads it), waits for them to say so, and
     /// releases the ports.
-    pub async fn shutdown(&self, node: &Node, reason: &str) {
+    pub async fn shutdown<H: SessionHost>(&self, node: &H, reason: &str) {
         self.sessions.close_all(node, reason).await;
         self.close_listeners().await;
     }
@@ -102,7 +102,7 @@ impl Hub {
 
     /// Tells every session that `gone` left the cluster: bindings to Actors it ran are made again
     /// once recovery has rebuilt them.
-    pub fn owner_left(&self, node: &Node, gone: &NodeId) {
+    pub fn owner_left<H: SessionHost>(&self, node: &H, gone: &NodeId) {
         for session in &self.sessions.all() {
             let event = Event::OwnerLeft { node: gone.clone() };
             self.sessions.apply(node, session, event);
@@ -110,7 +110,7 @@ impl Hub {
     }
 
     /// A session frame from a node running bound Actors (or from this one).
-    pub fn on_frame(&self, node: &Node, from: NodeId, frame: SessionFrame) {
+    pub fn on_frame<H: SessionHost>(&self, node: &H, from: NodeId, frame: SessionFrame) {
         match frame {
             SessionFrame::Bound {
                 session,

@@ -9,6 +9,7 @@
 //!   core's session machine (`ferry_core::session::machine`): a task per session.
 //! - `quic`: the QUIC listener (postcard frames), feeding its sessions.
 //! - `websocket` (feature `websocket`): the WebSocket listener (JSON frames), feeding its sessions.
+//! - `host`: what sessions need of the node they run on, which the node provides.
 //! - `hub`: the gateway: it binds the listeners, owns their sessions, and carries the mesh side of
 //!   bindings to them.
 //!
@@ -24,6 +25,7 @@
 //! move that works long never costs a player the connection.
 
 pub(crate) mod connection;
+pub(crate) mod host;
 pub(crate) mod hub;
 pub(crate) mod json;
 pub(crate) mod quic;

@@ -12,12 +12,12 @@ use tokio_util::codec::{Decoder, FramedRead};
 use tracing::{debug, info};
 
 use super::connection::{CLOSE_LINGER, Live, ReadError, Sessions};
+use super::host::SessionHost;
 use super::wire::{ClientFrame, CloseCode, Encoding, ServerFrame};
 use super::{SessionError, SessionSettings};
 use crate::mesh::OsSockets;
 use crate::mesh::codec::FrameCodec;
 use crate::mesh::socket::bind_endpoint;
-use crate::node::Node;
 
 /// The longest close reason put in a QUIC close frame (it must fit one packet).
 const MAX_REASON: usize = 400;
@@ -66,9 +66,9 @@ impl QuicListener {
     }
 
     /// The loop that accepts clients until the node stops, unless the endpoint is closed.
-    pub fn accept(
+    pub fn accept<H: SessionHost>(
         &self,
-        node: &Node,
+        node: &H,
         sessions: &Arc<Sessions>,
     ) -> Option<impl Future<Output = ()> + Send + 'static> {
         let endpoint = self.endpoint.lock().clone()?;
@@ -98,7 +98,7 @@ impl QuicListener {
 }
 
 /// Accepts clients until the node stops.
-async fn accept_loop(node: Node, sessions: Arc<Sessions>, endpoint: Endpoint) {
+async fn accept_loop<H: SessionHost>(node: H, sessions: Arc<Sessions>, endpoint: Endpoint) {
     loop {
         let incoming = tokio::select! {
             biased;
@@ -182,7 +182,7 @@ fn close_connection(conn: &Connection, code: CloseCode, reason: &str) {
 }
 
 /// Runs one client's session from its TLS handshake to its end.
-async fn run_session(node: Node, sessions: Arc<Sessions>, incoming: quinn::Incoming) {
+async fn run_session<H: SessionHost>(node: H, sessions: Arc<Sessions>, incoming: quinn::Incoming) {
     let remote = incoming.remote_address();
     let limits = sessions.limits;
     let conn = match incoming.await {

@@ -25,9 +25,9 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use tracing::{debug, info};
 
 use super::connection::{CLOSE_LINGER, Live, ReadError, Sessions};
+use super::host::SessionHost;
 use super::wire::{ClientFrame, CloseCode, Encoding, ServerFrame};
 use super::{SessionError, WebSocketSettings};
-use crate::node::Node;
 
 /// WebSocket close codes 4000-4999 are the application's: ours are 4000 plus the session's.
 const CLOSE_BASE: u16 = 4000;
@@ -80,9 +80,9 @@ impl WebSocketListener {
 
     /// The loop that accepts clients until the node stops (it owns the listener, so the port is
     /// free once it has ended).
-    pub fn accept(
+    pub fn accept<H: SessionHost>(
         &self,
-        node: &Node,
+        node: &H,
         sessions: &Arc<Sessions>,
     ) -> Option<impl Future<Output = ()> + Send + 'static> {
         let listener = self.listener.lock().take()?;
@@ -97,8 +97,8 @@ impl WebSocketListener {
     }
 }
 
-async fn accept_loop(
-    node: Node,
+async fn accept_loop<H: SessionHost>(
+    node: H,
     sessions: Arc<Sessions>,
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
@@ -121,8 +121,8 @@ async fn accept_loop(
 }
 
 /// Runs one client's session from its TLS and WebSocket handshakes to its end.
-async fn run_session(
-    node: Node,
+async fn run_session<H: SessionHost>(
+    node: H,
     sessions: Arc<Sessions>,
     tcp: TcpStream,
     remote: SocketAddr,
@@ -141,7 +141,7 @@ async fn run_session(
     }
 }
 
-async fn serve<S>(node: Node, sessions: Arc<Sessions>, stream: S, remote: SocketAddr)
+async fn serve<H: SessionHost, S>(node: H, sessions: Arc<Sessions>, stream: S, remote: SocketAddr)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
