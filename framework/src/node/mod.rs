@@ -25,6 +25,7 @@ mod dispatch;
 mod drain;
 mod gateway;
 pub(crate) mod handle;
+pub(crate) mod handover;
 pub(crate) mod holder;
 pub(crate) mod hosted;
 pub(crate) mod lane;

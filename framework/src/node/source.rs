@@ -10,12 +10,13 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::handle::Node;
+use super::handover::Handover;
 use super::hosted::{Control, LaneTx};
 use crate::cluster::authority::{NodeState, unit_key};
 use crate::cluster::frames::Frame;
 use crate::ids::{ActorId, NodeId, UnitId};
 use crate::relocation::RelocationId;
-use crate::relocation::capture::{Capture, QueuedOp, relay_digest};
+use crate::relocation::capture::{Capture, QueuedOp};
 use crate::relocation::frames::{RecordAt, Refusal, RefusedBecause, RelocFrame};
 use crate::relocation::moves::Outgoing;
 use crate::relocation::phases::{MovePhases, TargetPhases};
@@ -773,12 +774,12 @@ impl SourceRun {
                 None
             }
             SourceAction::ResendHandover => {
-                let _ = self.send(RelocFrame::RelayReset { rel });
-                for op in self.relayed.clone() {
-                    let _ = self.send(RelocFrame::Relay { rel, op });
-                }
-                let (count, crc) = relay_digest(&self.relayed);
-                let _ = self.send(RelocFrame::Cutover { rel, count, crc });
+                let handover = Handover {
+                    node: &self.node,
+                    target: &self.target,
+                    rel,
+                };
+                handover.again(&self.relayed);
                 None
             }
             SourceAction::Resume => {

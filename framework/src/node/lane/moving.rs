@@ -12,16 +12,16 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::{Lane, panic_text};
-use crate::cluster::frames::Frame;
 use crate::error::MessageError;
 use crate::ids::{NodeId, UnitId};
 use crate::node::handle::Node;
+use crate::node::handover::Handover;
 use crate::node::hosted::{Control, Entry, LaneTx};
 use crate::relocation::RelocationId;
 use crate::relocation::capture::{
-    Capture, CellCapture, MembershipData, PendingCallback, QueuedOp, ReadyOutcomeData, relay_digest,
+    Capture, CellCapture, MembershipData, PendingCallback, QueuedOp, ReadyOutcomeData,
 };
-use crate::relocation::frames::{Refusal, RelocFrame};
+use crate::relocation::frames::Refusal;
 use crate::timer::TimerSet;
 use crate::unit::cell::{Membership, UnitCell};
 use crate::unit::envelope::{Envelope, Payload};
@@ -248,6 +248,11 @@ impl Lane {
             return;
         }
         let node = self.node.clone();
+        let handover = Handover {
+            node: &node,
+            target: &target,
+            rel,
+        };
         let units: Vec<(UnitId, Slot)> = self
             .cells
             .iter()
@@ -280,25 +285,13 @@ impl Lane {
             self.hold = mine;
             records.extend(self.encode_in_place(Side::Hold));
             for op in &records[start..] {
-                let frame = Frame::Reloc(Box::new(RelocFrame::Relay {
-                    rel,
-                    op: op.clone(),
-                }));
-                if let Err(error) = node.mesh_send(&target, frame) {
-                    tracing::warn!(%rel, %error, "relay record not sent; the cutover will not match");
-                }
+                handover.relay(op.clone());
             }
             self.relayed.append(&mut self.hold);
             self.hold = rest;
             drop(shard);
         }
-        let (count, crc) = relay_digest(&records);
-        if let Err(error) = node.mesh_send(
-            &target,
-            Frame::Reloc(Box::new(RelocFrame::Cutover { rel, count, crc })),
-        ) {
-            tracing::warn!(%rel, %error, "cutover not sent; it will be sent again");
-        }
+        handover.cutover(&records);
         for deliver in displaced {
             node.route(deliver);
         }
