@@ -6,6 +6,7 @@ use super::handle::Node;
 use crate::cluster::frames::Frame;
 use crate::mesh::Inbound;
 use crate::unit::envelope::Payload;
+use ferry_core::relocation::protocol::{Addressed, addressed};
 
 impl Node {
     /// Acts on one frame from a peer (the mesh calls it on the task that read the frame).
@@ -17,7 +18,12 @@ impl Node {
                 .replies
                 .complete(request, terminal.map(Payload::Encoded)),
             Frame::RouteHint { id, owner } => self.on_route_hint(id, owner),
-            Frame::Reloc(frame) => self.on_reloc(from, *frame),
+            Frame::Reloc(frame) => match addressed(*frame) {
+                Addressed::ToSource { rel, event, phase } => {
+                    self.core.moves.to_source(rel, event, phase);
+                }
+                Addressed::ToTarget(frame) => self.on_target_frame(from, frame),
+            },
             Frame::Session(frame) => self.on_session_frame(from, frame),
             Frame::Call { request, call } => {
                 tokio::spawn(self.clone().answer_call(from, request, *call));

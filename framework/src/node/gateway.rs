@@ -57,9 +57,8 @@ impl Node {
     pub(crate) fn on_session_frame(&self, from: NodeId, frame: SessionFrame) {
         match frame {
             SessionFrame::SealAck { rel } => {
-                if let Some(waiting) = self.core.moves.outgoing.lock().get(&rel) {
-                    let _ = waiting.events.send(SourceEvent::GatewaySealed(from));
-                }
+                let sealed = SourceEvent::GatewaySealed(from);
+                self.core.moves.to_source(rel, sealed, None);
             }
             SessionFrame::Seal { rel, actors, hold } => {
                 if let Some(hub) = &self.core.sessions {

@@ -20,8 +20,7 @@ use crate::relocation::RelocationId;
 use crate::relocation::admission::{Admission, Offer, Staged, admit};
 use crate::relocation::capture::{Assembly, MembershipData, relay_digest};
 use crate::relocation::frames::{RecordAt, Refusal, RelocFrame};
-use crate::relocation::phases::TargetPhases;
-use crate::relocation::protocol::{SourceEvent, TargetAction, TargetEvent, TargetMachine};
+use crate::relocation::protocol::{TargetAction, TargetEvent, TargetMachine};
 use crate::store::{BatchOutcome, Condition, Op};
 
 /// How often a target tells its source that the work on an offer goes on (chunks arriving, a
@@ -29,18 +28,8 @@ use crate::store::{BatchOutcome, Condition, Op};
 const PROGRESS: Duration = Duration::from_secs(1);
 
 impl Node {
-    /// A frame of a move arrived from `from`.
-    pub(crate) fn on_reloc(&self, from: NodeId, frame: RelocFrame) {
-        let to_source = |rel: RelocationId, event: SourceEvent| {
-            if let Some(waiting) = self.core.moves.outgoing.lock().get(&rel) {
-                let _ = waiting.events.send(event);
-            }
-        };
-        let reported = |rel: RelocationId, note: &dyn Fn(&mut TargetPhases)| {
-            if let Some(waiting) = self.core.moves.outgoing.lock().get_mut(&rel) {
-                note(&mut waiting.target);
-            }
-        };
+    /// A frame from the source of a move into this node arrived from `from`.
+    pub(crate) fn on_target_frame(&self, from: NodeId, frame: RelocFrame) {
         match frame {
             RelocFrame::Offer {
                 rel,
@@ -128,17 +117,12 @@ impl Node {
                     .is_some_and(|s| relay_digest(&s.relay) == (count, crc));
                 self.target_event(rel, TargetEvent::Cutover { matches });
             }
-            RelocFrame::Progress { rel } => to_source(rel, SourceEvent::Progress),
-            RelocFrame::RelayReady { rel, restore } => {
-                reported(rel, &|t| t.restore = restore);
-                to_source(rel, SourceEvent::RelayReady);
-            }
-            RelocFrame::Refused { rel, reason } => to_source(rel, SourceEvent::Refused(reason)),
-            RelocFrame::Committed { rel, commit } => {
-                reported(rel, &|t| t.commit = commit);
-                to_source(rel, SourceEvent::Committed);
-            }
-            RelocFrame::Aborted { rel, reason } => to_source(rel, SourceEvent::Aborted(reason)),
+            // Answers for a source: `protocol::addressed` gives them to the source's inbox.
+            RelocFrame::Progress { .. }
+            | RelocFrame::RelayReady { .. }
+            | RelocFrame::Refused { .. }
+            | RelocFrame::Committed { .. }
+            | RelocFrame::Aborted { .. } => {}
         }
     }
 

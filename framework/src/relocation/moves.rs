@@ -14,7 +14,7 @@ use ferry_core::relocation::RelocationId;
 use ferry_core::relocation::capture::{Assembly, QueuedOp};
 use ferry_core::relocation::frames::RecordAt;
 use ferry_core::relocation::phases::TargetPhases;
-use ferry_core::relocation::protocol::{SourceEvent, TargetMachine};
+use ferry_core::relocation::protocol::{ReportedPhase, SourceEvent, TargetMachine};
 
 use crate::ids::{NodeId, UnitId};
 use crate::unit::lane::LaneTx;
@@ -36,6 +36,24 @@ impl<N> Default for Moves<N> {
             incoming: Mutex::default(),
             arrivals: tokio::sync::watch::Sender::new(0),
         }
+    }
+}
+
+impl<N> Moves<N> {
+    /// The source side's inbox: an answer for a move from this node (its target's, or a
+    /// gateway's acknowledgement) goes to the move's events, and what it says of the target's
+    /// phases to the move's report. An answer for a move that has ended is dropped.
+    pub fn to_source(&self, rel: RelocationId, event: SourceEvent, phase: Option<ReportedPhase>) {
+        let mut outgoing = self.outgoing.lock();
+        let Some(waiting) = outgoing.get_mut(&rel) else {
+            return;
+        };
+        match phase {
+            Some(ReportedPhase::Restore(took)) => waiting.target.restore = took,
+            Some(ReportedPhase::Commit(took)) => waiting.target.commit = took,
+            None => {}
+        }
+        let _ = waiting.events.send(event);
     }
 }
 

@@ -25,7 +25,8 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use super::frames::Refusal;
+use super::RelocationId;
+use super::frames::{Refusal, RelocFrame};
 use crate::authority::UnitRecord;
 use crate::ids::NodeId;
 
@@ -73,6 +74,59 @@ pub enum SourceEvent {
     /// unit's incarnation (an earlier fence landed unseen, or recovery switched a field): the
     /// fence is tried again at once on what the store holds now.
     FenceStale,
+}
+
+/// A move's frame, by the side of the move it is for: a node is the source of some moves and the
+/// target of others, and each side has its own inbox.
+#[derive(Debug)]
+pub enum Addressed {
+    /// An answer of the target for the move's source: the event it is, and what it says of the
+    /// target's phases (for the move's report).
+    ToSource {
+        /// The move.
+        rel: RelocationId,
+        /// What the source machine is fed.
+        event: SourceEvent,
+        /// How long the target's restore or commit took, when the answer says so.
+        phase: Option<ReportedPhase>,
+    },
+    /// A frame from the source, for the move's target.
+    ToTarget(RelocFrame),
+}
+
+/// One of the target's phases, as its answer reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportedPhase {
+    /// How long the restore took.
+    Restore(Duration),
+    /// How long the store commit took.
+    Commit(Duration),
+}
+
+/// Says which side of a move a frame is for.
+pub fn addressed(frame: RelocFrame) -> Addressed {
+    let to_source = |rel, event, phase| Addressed::ToSource { rel, event, phase };
+    match frame {
+        RelocFrame::Progress { rel } => to_source(rel, SourceEvent::Progress, None),
+        RelocFrame::RelayReady { rel, restore } => to_source(
+            rel,
+            SourceEvent::RelayReady,
+            Some(ReportedPhase::Restore(restore)),
+        ),
+        RelocFrame::Refused { rel, reason } => to_source(rel, SourceEvent::Refused(reason), None),
+        RelocFrame::Committed { rel, commit } => to_source(
+            rel,
+            SourceEvent::Committed,
+            Some(ReportedPhase::Commit(commit)),
+        ),
+        RelocFrame::Aborted { rel, reason } => to_source(rel, SourceEvent::Aborted(reason), None),
+        to_target @ (RelocFrame::Offer { .. }
+        | RelocFrame::Chunk { .. }
+        | RelocFrame::RelayReset { .. }
+        | RelocFrame::Withdraw { .. }
+        | RelocFrame::Relay { .. }
+        | RelocFrame::Cutover { .. }) => Addressed::ToTarget(to_target),
+    }
 }
 
 /// Where the gateways of a move's bound Actors send what they held, and inputs from now on.
@@ -811,6 +865,36 @@ mod tests {
     use SourceEvent as SE;
     use TargetAction as TA;
     use TargetEvent as TE;
+
+    #[test]
+    fn a_targets_answers_go_to_the_source_with_their_phase_and_the_rest_to_the_target() {
+        let rel = RelocationId(7);
+        let took = Duration::from_millis(3);
+        let answer = addressed(RelocFrame::Committed { rel, commit: took });
+        let Addressed::ToSource { event, phase, .. } = answer else {
+            panic!("a commit is the source's");
+        };
+        assert_eq!(event, SE::Committed);
+        assert_eq!(phase, Some(ReportedPhase::Commit(took)));
+        let progress = addressed(RelocFrame::Progress { rel });
+        assert!(matches!(
+            progress,
+            Addressed::ToSource {
+                event: SE::Progress,
+                phase: None,
+                ..
+            }
+        ));
+        let cutover = addressed(RelocFrame::Cutover {
+            rel,
+            count: 2,
+            crc: 9,
+        });
+        assert!(matches!(
+            cutover,
+            Addressed::ToTarget(RelocFrame::Cutover { count: 2, .. })
+        ));
+    }
 
     fn none() -> BTreeSet<NodeId> {
         BTreeSet::new()
