@@ -14,6 +14,7 @@ use crate::cluster::routes::Router;
 use crate::cluster::witness::Witness;
 use crate::error::StartError;
 use crate::mesh::{Mesh, MeshConfig};
+use crate::node::handle::{ClusterView, Links, Ownership, Units};
 use crate::node::{Node, NodeConfig, NodeCore};
 use crate::registry::Registry;
 use crate::relocation::host::HostOp;
@@ -66,33 +67,41 @@ impl Node {
         let replies = Arc::new(Replies::new(config.max_requests_in_flight));
         let core = NodeCore {
             config,
-            factories: registry.factories,
-            directory: Directory::new(),
-            replies,
-            state: AtomicU8::new(NodeState::Preparing as u8),
-            state_tx: tokio::sync::watch::Sender::new(NodeState::Preparing),
-            recovery: tokio::sync::broadcast::Sender::new(1024),
-            recovery_stall: Mutex::new(None),
-            dead: RwLock::new(Vec::new()),
-            suspected: RwLock::new(Vec::new()),
-            witness: Witness::new(),
-            fenced: AtomicBool::new(false),
-            lease_clock,
-            mesh,
-            router: Router::new(),
-            lease: Mutex::new(lease),
-            view: RwLock::new(Vec::new()),
+            units: Units {
+                factories: registry.factories,
+                directory: Directory::new(),
+                replies,
+            },
+            ownership: Ownership {
+                state: AtomicU8::new(NodeState::Preparing as u8),
+                state_tx: tokio::sync::watch::Sender::new(NodeState::Preparing),
+                lease: Mutex::new(lease),
+                lease_clock,
+                fenced: AtomicBool::new(false),
+                adopting: AtomicBool::new(false),
+            },
+            cluster: ClusterView {
+                view: RwLock::new(Vec::new()),
+                dead: RwLock::new(Vec::new()),
+                suspected: RwLock::new(Vec::new()),
+                witness: Witness::new(),
+                recovery: tokio::sync::broadcast::Sender::new(1024),
+                recovery_stall: Mutex::new(None),
+            },
+            links: Links {
+                mesh,
+                router: Router::new(),
+                losses: Losses::new(),
+            },
             stop: CancellationToken::new(),
             moves: Moves::default(),
             host: HostOp::new(),
             sessions,
-            losses: Losses::new(),
-            adopting: AtomicBool::new(false),
         };
         let node = Node {
             core: Arc::new(core),
         };
-        if let Some(mesh) = &node.core.mesh {
+        if let Some(mesh) = &node.core.links.mesh {
             // Frames from peers are served on the tasks that read them, until the mesh closes.
             let server = node.clone();
             mesh.serve(move |inbound| server.serve_frame(inbound));
@@ -104,7 +113,7 @@ impl Node {
         let generation = node.lease().generation;
         if generation > 1 {
             // An earlier process of this id may have left units that only this one takes back.
-            node.core.adopting.store(true, Ordering::Release);
+            node.core.ownership.adopting.store(true, Ordering::Release);
             tokio::spawn(node.clone().adopt_left_units(took_over, generation));
         }
         if let Some(hub) = &node.core.sessions {

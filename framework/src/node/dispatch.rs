@@ -15,6 +15,7 @@ impl Node {
             Frame::Deliver(deliver) => self.on_deliver(from, deliver),
             Frame::Reply { request, terminal } => self
                 .core
+                .units
                 .replies
                 .complete(request, terminal.map(Payload::Encoded)),
             Frame::RouteHint { id, owner } => self.on_route_hint(id, owner),

@@ -259,7 +259,7 @@ impl Node {
 
     /// Whether `unit` runs here, or is in a move from here that has not ended (it may come back).
     fn here_or_moving(&self, unit: &UnitId) -> bool {
-        self.core.directory.get(unit).is_some()
+        self.core.units.directory.get(unit).is_some()
             || self
                 .core
                 .moves
@@ -271,6 +271,7 @@ impl Node {
 
     fn adopting(&self) -> bool {
         self.core
+            .ownership
             .adopting
             .load(std::sync::atomic::Ordering::Acquire)
     }
@@ -388,10 +389,11 @@ impl Node {
 
     /// The units that share `unit`'s lane now, itself excluded.
     fn members_of(&self, unit: &UnitId) -> Vec<UnitId> {
-        let Some(entry) = self.core.directory.get(unit) else {
+        let Some(entry) = self.core.units.directory.get(unit) else {
             return Vec::new();
         };
         self.core
+            .units
             .directory
             .all()
             .into_iter()
@@ -442,7 +444,7 @@ impl Node {
             .flat_map(|staging| staging.records.iter().map(|at| at.id.clone()))
             .collect();
         let mut by_lane: HashMap<usize, Vec<(UnitId, Factory)>> = HashMap::new();
-        for (id, entry) in self.core.directory.all() {
+        for (id, entry) in self.core.units.directory.all() {
             if staged.contains(&id) {
                 continue;
             }

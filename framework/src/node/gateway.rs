@@ -95,7 +95,7 @@ impl SessionHost for Node {
     }
 
     fn replies(&self) -> &Arc<Replies> {
-        &self.core.replies
+        &self.core.units.replies
     }
 
     fn stopping(&self) -> bool {

@@ -35,17 +35,54 @@ pub struct Node {
     pub(crate) core: Arc<NodeCore>,
 }
 
+/// What a node holds, by role: each part is what one side of the node works with.
 pub(crate) struct NodeCore {
     pub(crate) config: NodeConfig,
+    /// The units it hosts.
+    pub(crate) units: Units,
+    /// Its right to run turns.
+    pub(crate) ownership: Ownership,
+    /// The rest of the cluster, as it sees it.
+    pub(crate) cluster: ClusterView,
+    /// How its messages reach other nodes.
+    pub(crate) links: Links,
+    /// The moves this node takes part in, either side.
+    pub(crate) moves: Moves<Node>,
+    /// Its host operation (a drain), status and events.
+    pub(crate) host: HostOp,
+    /// The client listener and its sessions, if this node accepts game clients.
+    pub(crate) sessions: Option<Hub>,
+    pub(crate) stop: CancellationToken,
+}
+
+/// The units a node hosts: the factories that build them, the directory of their lanes, and
+/// the requests waiting for their answers.
+pub(crate) struct Units {
     pub(crate) factories: HashMap<Arc<str>, Arc<dyn AnyFactory<Node>>>,
     pub(crate) directory: Directory<Node>,
     pub(crate) replies: Arc<Replies>,
+}
+
+/// A node's right to run turns: its lifecycle state, its owner lease and the fence that stops
+/// its turns once the lease may have lapsed.
+pub(crate) struct Ownership {
     pub(crate) state: AtomicU8,
     pub(crate) state_tx: tokio::sync::watch::Sender<NodeState>,
-    /// Recovery events, for whoever follows them.
-    pub(crate) recovery: tokio::sync::broadcast::Sender<RecoveryEvent>,
-    /// Why recovery waits, as this node last saw it.
-    pub(crate) recovery_stall: Mutex<Option<RecoveryStall>>,
+    pub(crate) lease: Mutex<Lease>,
+    /// Until when the owner lease is certainly held, counted from the send of the request that
+    /// took or last renewed it: past it no turn starts, whether or not the renewal task noticed.
+    pub(crate) lease_clock: LeaseClock,
+    /// Set when the owner lease may have lapsed: no turn starts any more.
+    pub(crate) fenced: AtomicBool,
+    /// Units an earlier process of this node id left may still be taken back here: until they
+    /// are, a drain counts them as arriving, and the node is not safe to shut down.
+    pub(crate) adopting: AtomicBool,
+}
+
+/// The rest of the cluster as a node last read it, and its recovery of dead nodes' units.
+pub(crate) struct ClusterView {
+    /// The live nodes of the cluster as last read from the store, this one included.
+    pub(crate) view: RwLock<Vec<NodeDescriptor>>,
     /// Nodes whose descriptor is in the store, whose lease has lapsed, and whom the mesh confirms
     /// dead, as last read: their units may be rebuilt.
     pub(crate) dead: RwLock<Vec<NodeId>>,
@@ -54,28 +91,18 @@ pub(crate) struct NodeCore {
     pub(crate) suspected: RwLock<Vec<NodeId>>,
     /// What the mesh says about who is alive.
     pub(crate) witness: Witness,
-    /// Set when the owner lease may have lapsed: no turn starts any more.
-    pub(crate) fenced: AtomicBool,
-    /// Until when the owner lease is certainly held, counted from the send of the request that
-    /// took or last renewed it: past it no turn starts, whether or not the renewal task noticed.
-    pub(crate) lease_clock: LeaseClock,
+    /// Recovery events, for whoever follows them.
+    pub(crate) recovery: tokio::sync::broadcast::Sender<RecoveryEvent>,
+    /// Why recovery waits, as this node last saw it.
+    pub(crate) recovery_stall: Mutex<Option<RecoveryStall>>,
+}
+
+/// How a node's messages reach units elsewhere: the mesh, the routes it keeps, and the tells
+/// the mesh lost.
+pub(crate) struct Links {
     pub(crate) mesh: Option<Mesh<Frame>>,
     pub(crate) router: Router,
-    pub(crate) lease: Mutex<Lease>,
-    /// The live nodes of the cluster as last read from the store, this one included.
-    pub(crate) view: RwLock<Vec<NodeDescriptor>>,
-    pub(crate) stop: CancellationToken,
-    /// The moves this node takes part in.
-    pub(crate) moves: Moves<Node>,
-    /// Its host operation (a drain), status and events.
-    pub(crate) host: HostOp,
-    /// The client listener and its sessions, if this node accepts game clients.
-    pub(crate) sessions: Option<Hub>,
-    /// Tells the mesh lost, counted and reported.
     pub(crate) losses: Losses,
-    /// Units an earlier process of this node id left may still be taken back here: until they
-    /// are, a drain counts them as arriving, and the node is not safe to shut down.
-    pub(crate) adopting: AtomicBool,
 }
 
 impl fmt::Debug for Node {
@@ -90,12 +117,12 @@ impl fmt::Debug for Node {
 impl NodeCore {
     /// The type names of the factories registered here.
     pub(crate) fn factories_names(&self) -> impl Iterator<Item = &str> {
-        self.factories.keys().map(|k| &**k)
+        self.units.factories.keys().map(|k| &**k)
     }
 
     /// The factory registered under a type name.
     pub(crate) fn factory(&self, type_name: &str) -> Option<Arc<dyn AnyFactory<Node>>> {
-        self.factories.get(type_name).cloned()
+        self.units.factories.get(type_name).cloned()
     }
 }
 
@@ -117,34 +144,42 @@ impl Node {
 
     /// The mesh peers and where each link stands (admitted and ready, connecting, backing off).
     pub fn peers(&self) -> Vec<crate::mesh::PeerInfo> {
-        self.core.mesh.as_ref().map(Mesh::peers).unwrap_or_default()
+        self.core
+            .links
+            .mesh
+            .as_ref()
+            .map(Mesh::peers)
+            .unwrap_or_default()
     }
 
     /// Where this node's mesh listens, if it has one.
     pub fn mesh_addr(&self) -> Option<std::net::SocketAddr> {
-        self.core.mesh.as_ref().map(Mesh::local_addr)
+        self.core.links.mesh.as_ref().map(Mesh::local_addr)
     }
 
     /// The owner lease this node holds (or held, once it lost it): its generation tells this
     /// process's lease from one a later process of the same id took.
     pub fn lease(&self) -> Lease {
-        self.core.lease.lock().clone()
+        self.core.ownership.lease.lock().clone()
     }
 
     /// The lifecycle state now.
     pub fn state(&self) -> NodeState {
-        NodeState::from_u8(self.core.state.load(Ordering::Acquire))
+        NodeState::from_u8(self.core.ownership.state.load(Ordering::Acquire))
     }
 
     pub(crate) fn set_state(&self, state: NodeState) {
-        self.core.state.store(state as u8, Ordering::Release);
-        self.core.state_tx.send_replace(state);
+        self.core
+            .ownership
+            .state
+            .store(state as u8, Ordering::Release);
+        self.core.ownership.state_tx.send_replace(state);
         self.core.host.status.send_modify(|s| s.state = state);
     }
 
     /// Follows the lifecycle state: the receiver sees every change from now on.
     pub fn watch_state(&self) -> tokio::sync::watch::Receiver<NodeState> {
-        self.core.state_tx.subscribe()
+        self.core.ownership.state_tx.subscribe()
     }
 
     pub(crate) fn serving(&self) -> Result<(), NodeState> {
@@ -165,7 +200,7 @@ impl Node {
     /// [`Node::fenced`] as of `now`, a clock reading the caller just took (a lane reads the clock
     /// once per turn, not once more for this).
     pub(crate) fn fenced_at(&self, now: tokio::time::Instant) -> bool {
-        if self.core.fenced.load(Ordering::Acquire) {
+        if self.core.ownership.fenced.load(Ordering::Acquire) {
             return true;
         }
         if self.may_run(now) {
@@ -182,22 +217,22 @@ impl Node {
         let config = self.config();
         crate::cluster::witness::may_run(
             now.into_std(),
-            self.core.lease_clock.until().into_std(),
-            self.core.mesh.is_some(),
+            self.core.ownership.lease_clock.until().into_std(),
+            self.core.links.mesh.is_some(),
             &config.witness_times(),
-            || self.core.witness.vouch(config.peer_grace()),
+            || self.core.cluster.witness.vouch(config.peer_grace()),
         )
     }
 
     /// Whether the store confirmed this node's lease recently enough that it is certainly held:
     /// what moves, creations and recovery need before they write to the store.
     pub(crate) fn store_reachable(&self) -> bool {
-        self.core.lease_clock.held()
+        self.core.ownership.lease_clock.held()
     }
 
     /// Stops every turn for good: this node can no longer prove it owns its units.
     pub(crate) fn fence(&self, why: &str) {
-        if !self.core.fenced.swap(true, Ordering::AcqRel) {
+        if !self.core.ownership.fenced.swap(true, Ordering::AcqRel) {
             tracing::error!(node = %self.id(), why, "owner lease lost: no turn runs on this node any more");
             self.set_state(NodeState::Error);
         }
@@ -205,17 +240,18 @@ impl Node {
 
     /// Whether this node hosts the unit now.
     pub fn hosts(&self, id: &UnitId) -> bool {
-        self.core.directory.get(id).is_some()
+        self.core.units.directory.get(id).is_some()
     }
 
     /// How many units (spots and actors) this node hosts.
     pub fn unit_count(&self) -> usize {
-        self.core.directory.len()
+        self.core.units.directory.len()
     }
 
     /// The units (spots and actors) this node hosts now, in no particular order.
     pub fn units(&self) -> Vec<UnitId> {
         self.core
+            .units
             .directory
             .all()
             .into_iter()
@@ -225,6 +261,10 @@ impl Node {
 
     /// The kind of factory behind a unit hosted here.
     pub fn factory_kind(&self, id: &UnitId) -> Option<FactoryKind> {
-        self.core.directory.get(id).map(|e| e.factory.info().kind)
+        self.core
+            .units
+            .directory
+            .get(id)
+            .map(|e| e.factory.info().kind)
     }
 }

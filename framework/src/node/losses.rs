@@ -20,19 +20,19 @@ impl Node {
     /// their unit left and no node runs it yet. Each is also reported on
     /// [`Node::undelivered_events`] and logged at `warn`.
     pub fn tells_lost(&self) -> u64 {
-        self.core.losses.tells.load(Ordering::Relaxed)
+        self.core.links.losses.tells.load(Ordering::Relaxed)
     }
 
     /// Each tell this node sent that no node will run, from now on, with the unit it was for and
     /// the message; also those this node sent through another node that lost them there.
     pub fn undelivered_events(&self) -> broadcast::Receiver<Undelivered> {
-        self.core.losses.reports.subscribe()
+        self.core.links.losses.reports.subscribe()
     }
 
     /// A peer left the cluster: the requests handed to it end, as the frames it never
     /// acknowledged come back from the mesh.
     pub(crate) fn peer_gone(&self, peer: &NodeId) {
-        let ended = self.core.replies.fail_sent_to(peer);
+        let ended = self.core.units.replies.fail_sent_to(peer);
         if ended > 0 {
             tracing::warn!(%peer, requests = ended,
                 "requests ended unanswered: the node that had them left the cluster");
@@ -53,7 +53,7 @@ impl Node {
             Frame::Deliver(deliver) => self.lost_deliver(peer, deliver),
             Frame::Call { request, call } => {
                 tracing::debug!(%peer, ?call, "a call was lost with its peer");
-                self.core.replies.complete(
+                self.core.units.replies.complete(
                     request,
                     Err(MessageError::Unreachable {
                         id: call.unit(),
@@ -110,12 +110,13 @@ impl Node {
 
     /// Counts, logs and reports a tell of this node's that no node will run.
     pub(crate) fn report_tell(&self, to: UnitId, peer: NodeId, payload: Bytes) {
-        self.core.losses.tells.fetch_add(1, Ordering::Relaxed);
+        self.core.links.losses.tells.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("ferry_tells_lost_total").increment(1);
         tracing::warn!(unit = %to, %peer, "a tell was lost: the node it was handed to, or the one that ran its unit, left the cluster");
         // No receiver is fine: the count and the log stay.
         let _ = self
             .core
+            .links
             .losses
             .reports
             .send(Undelivered { to, peer, payload });

@@ -33,8 +33,8 @@ impl Node {
             units: self.unit_count() as u64,
             weight: config.weight,
             factories,
-            lease_generation: self.core.lease.lock().generation,
-            peers: self.core.witness.peers(),
+            lease_generation: self.core.ownership.lease.lock().generation,
+            peers: self.core.cluster.witness.peers(),
         }
     }
 
@@ -89,12 +89,12 @@ impl Node {
                 counts_on_me: d.peers.contains(self.id()),
             })
             .collect();
-        let verdicts = self.core.witness.read(
+        let verdicts = self.core.cluster.witness.read(
             read_at,
             &peers,
             &versions,
             &self.config().witness_times(),
-            self.core.mesh.is_some(),
+            self.core.links.mesh.is_some(),
         );
         let mut dead = Vec::new();
         let mut suspected = Vec::new();
@@ -112,8 +112,8 @@ impl Node {
         }
         // Nodes present at the last read (live or suspected) that are not any more.
         let departed: Vec<NodeId> = {
-            let view = self.core.view.read();
-            let suspected = self.core.suspected.read();
+            let view = self.core.cluster.view.read();
+            let suspected = self.core.cluster.suspected.read();
             view.iter()
                 .map(|d| &d.node)
                 .chain(suspected.iter())
@@ -121,7 +121,7 @@ impl Node {
                 .cloned()
                 .collect()
         };
-        if let Some(mesh) = &self.core.mesh {
+        if let Some(mesh) = &self.core.links.mesh {
             let known: Vec<_> = mesh.peers();
             let seeds = self
                 .config()
@@ -140,7 +140,7 @@ impl Node {
             for gone in gone {
                 tracing::info!(peer = %gone.node, "peer left the cluster");
                 mesh.remove_peer(&gone.node);
-                self.core.router.forget_node(&gone.node);
+                self.core.links.router.forget_node(&gone.node);
                 self.peer_gone(&gone.node);
                 if let Some(addr) = seed_addr(&gone.node)
                     && let Err(error) = mesh.add_peer(gone.node.clone(), addr)
@@ -161,24 +161,27 @@ impl Node {
             }
         }
         // A node declared gone that is back (restarted under its id) may be routed to again.
-        self.core.router.present(present.iter().map(|d| &d.node));
+        self.core
+            .links
+            .router
+            .present(present.iter().map(|d| &d.node));
         // Moves from a node that is gone will never get their cutover: give their copies up now.
         self.give_up_staged_from_departed(&present);
-        *self.core.view.write() = live;
+        *self.core.cluster.view.write() = live;
         // Sessions bound to Actors of a departed node bind them again once they are rebuilt.
         if let Some(hub) = &self.core.sessions {
             for gone in &departed {
                 hub.owner_left(self, gone);
             }
         }
-        *self.core.suspected.write() = suspected;
-        *self.core.dead.write() = dead;
+        *self.core.cluster.suspected.write() = suspected;
+        *self.core.cluster.dead.write() = dead;
         Ok(())
     }
 
     /// The live nodes as last read, this one included.
     pub fn cluster_view(&self) -> Vec<NodeDescriptor> {
-        self.core.view.read().clone()
+        self.core.cluster.view.read().clone()
     }
 
     /// Waits until the mesh link to `peer` is up.
@@ -186,7 +189,7 @@ impl Node {
         &self,
         peer: &crate::ids::NodeId,
     ) -> Result<(), crate::mesh::MeshError> {
-        match &self.core.mesh {
+        match &self.core.links.mesh {
             Some(mesh) => mesh.wait_ready(peer).await,
             None => Err(crate::mesh::MeshError::UnknownPeer(peer.clone())),
         }
@@ -199,7 +202,7 @@ impl Node {
         tokio::spawn(async move { node.keep_lease().await });
         let node = self.clone();
         tokio::spawn(async move { node.keep_membership().await });
-        if self.core.mesh.is_some() {
+        if self.core.links.mesh.is_some() {
             let node = self.clone();
             tokio::spawn(async move { node.keep_probing().await });
         }
@@ -214,7 +217,7 @@ impl Node {
     async fn keep_lease(self) {
         let ttl = self.config().lease_ttl;
         let every = ttl / 3;
-        let clock = &self.core.lease_clock;
+        let clock = &self.core.ownership.lease_clock;
         // Acquisitions since the lease was lost whose answer did not come: each may have landed.
         let mut unanswered = 0;
         loop {
@@ -225,7 +228,7 @@ impl Node {
             if self.fenced() {
                 return;
             }
-            let lease = self.core.lease.lock().clone();
+            let lease = self.core.ownership.lease.lock().clone();
             let sent = tokio::time::Instant::now();
             let renewed = tokio::select! {
                 () = self.core.stop.cancelled() => return,
@@ -300,7 +303,7 @@ impl Node {
             },
         };
         *unanswered = 0;
-        *self.core.lease.lock() = lease;
+        *self.core.ownership.lease.lock() = lease;
         let me = self.descriptor();
         let published = self
             .store()
@@ -311,7 +314,7 @@ impl Node {
         }
         match published {
             Ok(_) => {
-                self.core.lease_clock.renewed(sent + ttl);
+                self.core.ownership.lease_clock.renewed(sent + ttl);
                 tracing::warn!(node = %self.id(), "owner lease lapsed while the store could not be reached; taken again");
             }
             Err(error) => tracing::warn!(%error, "descriptor not written with the new lease yet"),
@@ -332,9 +335,9 @@ impl Node {
                 () = self.core.stop.cancelled() => return,
                 () = tokio::time::sleep(every) => {}
             }
-            let stamp = self.core.witness.stamp();
-            let generation = self.core.lease.lock().generation;
-            for peer in self.core.witness.peers() {
+            let stamp = self.core.cluster.witness.stamp();
+            let generation = self.core.ownership.lease.lock().generation;
+            for peer in self.core.cluster.witness.peers() {
                 // A peer that cannot be sent to does not answer: that is what the witness counts.
                 let _ = self.mesh_send(&peer, Frame::Probe { stamp, generation });
             }
@@ -348,7 +351,7 @@ impl Node {
     /// Answers a peer's probe, after counting it among the peers that must vouch for this node.
     /// A peer this node has taken for dead is told so, and not vouched for.
     pub(crate) fn answer_probe(&self, from: &NodeId, stamp: u64, generation: u64) {
-        let vouched = self.core.witness.probed_by(from, generation);
+        let vouched = self.core.cluster.witness.probed_by(from, generation);
         let running = !self.fenced();
         let answer = Frame::ProbeAnswer {
             stamp,
@@ -361,7 +364,7 @@ impl Node {
     /// Takes in a peer's answer to a probe; stops at once if the peer took this node for dead.
     pub(crate) fn probe_answered(&self, from: &NodeId, stamp: u64, running: bool, vouched: bool) {
         if vouched {
-            self.core.witness.answered(from, stamp, running);
+            self.core.cluster.witness.answered(from, stamp, running);
         } else {
             self.fence(&format!("node {from} has taken this node for dead"));
         }
@@ -383,7 +386,7 @@ impl Node {
             // The coordinator recovers dead nodes' units (while any record names one), once after
             // it starts (the whole cluster may have cold-started with remembered units), and on a
             // slower sweep for orphans no dead node points at (force-stopped units).
-            let pending = !self.core.dead.read().is_empty();
+            let pending = !self.core.cluster.dead.read().is_empty();
             let sweep = last_sweep.elapsed() >= self.config().recovery_sweep;
             if (pending || first || sweep) && self.is_coordinator() {
                 first = false;
@@ -410,7 +413,7 @@ impl Node {
                 )
                 .await;
         }
-        let lease = self.core.lease.lock().clone();
+        let lease = self.core.ownership.lease.lock().clone();
         if let Err(error) = self.store().release_lease(&lease).await {
             tracing::warn!(%error, "lease not released; it expires on its own");
         }

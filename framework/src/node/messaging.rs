@@ -37,10 +37,11 @@ impl Node {
         let id = target.id.clone();
         let mut waiting =
             self.core
+                .units
                 .replies
                 .open()
                 .ok_or_else(|| MessageError::TooManyRequests {
-                    limit: self.core.replies.limit(),
+                    limit: self.core.units.replies.limit(),
                 })?;
         let reply = ReplyTo {
             node: self.id().clone(),
@@ -88,7 +89,7 @@ impl Node {
             payload,
             reply: reply.map(Box::new),
         };
-        if self.core.router.any_arriving() {
+        if self.core.links.router.any_arriving() {
             let held = self.hold_if_arriving(envelope, TypeId::of::<M>(), |p| p.encode::<M>())?;
             let Some(sent) = held else {
                 return Ok(());
@@ -127,7 +128,7 @@ impl Node {
         msg_type: Option<TypeId>,
     ) -> Result<Option<Envelope>, MessageError> {
         let Envelope { to, payload, reply } = envelope;
-        let not_hosted = self.core.directory.with(&to, |entry| {
+        let not_hosted = self.core.units.directory.with(&to, |entry| {
             let Some(entry) = entry else {
                 return Ok(Some((payload, reply)));
             };
@@ -168,7 +169,7 @@ impl Node {
     /// Delivers a request's terminal to whoever asked, here or across the mesh.
     pub(crate) fn complete(&self, reply_to: &ReplyTo, terminal: Terminal) {
         if reply_to.node == *self.id() {
-            self.core.replies.complete(reply_to.request, terminal);
+            self.core.units.replies.complete(reply_to.request, terminal);
             return;
         }
         let terminal = terminal.and_then(|payload| {
@@ -193,7 +194,7 @@ impl Node {
         to: &NodeId,
         frame: Frame,
     ) -> Result<(), crate::mesh::MeshError> {
-        match &self.core.mesh {
+        match &self.core.links.mesh {
             Some(mesh) => mesh.send(to, frame),
             None => Err(crate::mesh::MeshError::UnknownPeer(to.clone())),
         }
@@ -205,10 +206,10 @@ impl Node {
             what: format!("asking node {to}"),
             reason,
         };
-        let Some(mut waiting) = self.core.replies.open() else {
+        let Some(mut waiting) = self.core.units.replies.open() else {
             return Err(failed(format!(
                 "{} requests are already waiting for replies on this node",
-                self.core.replies.limit()
+                self.core.units.replies.limit()
             )));
         };
         let request = waiting.request;
@@ -258,7 +259,7 @@ impl Node {
                 joined,
             } => {
                 let unit = UnitId::Spot(spot.clone());
-                let answer: MemberAnswer = if self.core.directory.get(&unit).is_some() {
+                let answer: MemberAnswer = if self.core.units.directory.get(&unit).is_some() {
                     self.notify_member(&spot, actor, joined);
                     Ok(())
                 } else {

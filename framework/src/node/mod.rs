@@ -3,7 +3,8 @@
 //!
 //! Layout, from the state to what uses it:
 //! - `config`: what a node is started with.
-//! - `handle`: the [`Node`] handle and its state; lifecycle and the owner lease's fence.
+//! - `handle`: the [`Node`] handle and its state, by role: the units it hosts, its right to run
+//!   turns (lifecycle, owner lease, fence), its view of the cluster, its links, its moves.
 //! - `hosted`: the unit types with this node filled in (routes, lane handles, staged moves).
 //! - `holder`: one process per node id: the holder of a live lease is asked before a start.
 //! - `lane`: the task that runs one unit's turns from its queue.
@@ -15,8 +16,12 @@
 //! - `membership`: the owner lease, descriptors, and learning peers.
 //! - `recovery`: rebuilding a dead node's units on the survivors, and taking back what an
 //!   earlier process of this node's id held.
-//! - `gateway`: the client sessions this node serves, and session frames between nodes.
-//! - `source`, `target`: the two sides of a move; `drain`: moving every unit off this node.
+//! - `gateway`: the client sessions this node serves (it is their `SessionHost`), and session
+//!   frames between nodes.
+//! - `source`, `target`: the two sides of a move (the target's answers reach the source through
+//!   its own inbox, `Moves::to_source`); `move_ctx`: what a move from here may touch of the node;
+//!   `handover`: the one place relay records and cutovers are sent; `drain`: moving every unit
+//!   off this node.
 //! - `dispatch`: the one entry of frames from peers, handed to the parts above.
 //! - `shutdown`: stopping the node.
 
@@ -32,6 +37,7 @@ pub(crate) mod lane;
 mod losses;
 mod membership;
 mod messaging;
+mod move_ctx;
 mod recovery;
 mod routing;
 mod shutdown;

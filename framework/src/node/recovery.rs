@@ -61,24 +61,24 @@ const PAGE: usize = 1024;
 impl Node {
     /// Follows recovery events from now on.
     pub fn recovery_events(&self) -> broadcast::Receiver<RecoveryEvent> {
-        self.core.recovery.subscribe()
+        self.core.cluster.recovery.subscribe()
     }
 
     fn recovery_event(&self, event: RecoveryEvent) {
         tracing::info!(?event, "recovery");
-        let _ = self.core.recovery.send(event);
+        let _ = self.core.cluster.recovery.send(event);
     }
 
     /// Why recovery waits now, as this node last saw it: `None` when it does not (or when this
     /// node is neither the coordinator nor sees that there is none).
     pub fn recovery_stall(&self) -> Option<RecoveryStall> {
-        self.core.recovery_stall.lock().clone()
+        self.core.cluster.recovery_stall.lock().clone()
     }
 
     /// Records why recovery waits (or that it no longer does): a warning in the log and an event
     /// when that changes, nothing while it stays the same.
     fn set_recovery_stall(&self, stall: Option<RecoveryStall>) {
-        let mut current = self.core.recovery_stall.lock();
+        let mut current = self.core.cluster.recovery_stall.lock();
         if *current == stall {
             return;
         }
@@ -95,11 +95,15 @@ impl Node {
                     "recovery waits: {units} cannot be rebuilt: {}",
                     stall.reason
                 );
-                let _ = self.core.recovery.send(RecoveryEvent::Waiting(stall));
+                let _ = self
+                    .core
+                    .cluster
+                    .recovery
+                    .send(RecoveryEvent::Waiting(stall));
             }
             None => {
                 tracing::warn!("recovery no longer waits");
-                let _ = self.core.recovery.send(RecoveryEvent::Unblocked);
+                let _ = self.core.cluster.recovery.send(RecoveryEvent::Unblocked);
             }
         }
     }
@@ -107,7 +111,7 @@ impl Node {
     /// On a node that does not coordinate recovery: notes whether recovery waits because no
     /// live node serves (so none coordinates) while dead nodes' records remain.
     pub(crate) fn check_recovery_can_run(&self) {
-        let dead = self.core.dead.read().clone();
+        let dead = self.core.cluster.dead.read().clone();
         let serving = self
             .cluster_view()
             .iter()
@@ -180,7 +184,8 @@ impl Node {
         }
         let records = self.unit_records().await?;
         let live: BTreeSet<NodeId> = self.cluster_view().into_iter().map(|d| d.node).collect();
-        let suspected: BTreeSet<NodeId> = self.core.suspected.read().iter().cloned().collect();
+        let suspected: BTreeSet<NodeId> =
+            self.core.cluster.suspected.read().iter().cloned().collect();
         let Census {
             mut tally,
             mut spots,
@@ -252,7 +257,7 @@ impl Node {
             }
             match self.adopt_pass(first_generation).await {
                 Ok(0) => {
-                    self.core.adopting.store(false, Ordering::Release);
+                    self.core.ownership.adopting.store(false, Ordering::Release);
                     return;
                 }
                 Ok(_) => {}
@@ -433,7 +438,7 @@ impl Node {
         previous: UnitRecord,
         version: u64,
     ) -> Result<(), String> {
-        let owner_descriptor = self.core.witness.dead_at(&previous.owner);
+        let owner_descriptor = self.core.cluster.witness.dead_at(&previous.owner);
         let result = if target == self.id() {
             self.recover_here(id.clone(), version, previous, owner_descriptor)
                 .await
@@ -456,7 +461,7 @@ impl Node {
     async fn free_id(&self, id: &UnitId, owner: &NodeId, version: u64) -> Result<(), StoreError> {
         let key = crate::cluster::authority::unit_key(id);
         let descriptor = node_key(owner);
-        let owner_condition = match self.core.witness.dead_at(owner) {
+        let owner_condition = match self.core.cluster.witness.dead_at(owner) {
             Some(at) => Condition::version(descriptor, at),
             None => Condition::absent(descriptor),
         };
@@ -549,7 +554,12 @@ impl Node {
             };
             if live.contains(&descriptor.node)
                 || owners.contains(&descriptor.node)
-                || self.core.suspected.read().contains(&descriptor.node)
+                || self
+                    .core
+                    .cluster
+                    .suspected
+                    .read()
+                    .contains(&descriptor.node)
             {
                 continue;
             }

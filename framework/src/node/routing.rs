@@ -55,6 +55,7 @@ impl Node {
     /// Where this node believes a unit it does not host lives, if it has a route cached.
     pub fn cached_route(&self, id: &UnitId) -> Option<NodeId> {
         self.core
+            .links
             .router
             .with(id, |routes| routes.cached(id).cloned())
     }
@@ -62,7 +63,7 @@ impl Node {
     /// How many tells this node gave up since it started because the location store kept failing
     /// while it looked up where their unit lives (each is also logged at `warn`).
     pub fn tells_dropped_on_lookup(&self) -> u64 {
-        self.core.router.lookup_drops.load(Ordering::Relaxed)
+        self.core.links.router.lookup_drops.load(Ordering::Relaxed)
     }
 
     /// Sends a message for a unit this node does not host towards its owner, or queues it behind
@@ -73,11 +74,12 @@ impl Node {
     /// its queue), and under its route, so no switch comes between.
     pub(crate) fn route(&self, deliver: Deliver) {
         let id = deliver.to.clone();
-        let step = self.core.directory.with(&id, |entry| {
+        let step = self.core.units.directory.with(&id, |entry| {
             if entry.is_some() {
                 return Step::Here(deliver);
             }
             self.core
+                .links
                 .router
                 .with(&id, |routes| match routes.route(&id, deliver, self.id()) {
                     Routed::Send(owner, deliver) => match self.try_deliver(&owner, deliver) {
@@ -202,14 +204,14 @@ impl Node {
             .as_ref()
             .filter(|r| r.node == *self.id())
             .map(|r| (r.request, deliver.to.clone()));
-        let Some(mesh) = &self.core.mesh else {
+        let Some(mesh) = &self.core.links.mesh else {
             let error = MeshError::UnknownPeer(owner.clone());
             return Some((forwarded(deliver), error));
         };
         match mesh.send_or_give_back(owner, Frame::Deliver(deliver)) {
             Ok(()) => {
                 if let Some((request, to)) = request {
-                    self.core.replies.sent(request, owner, &to);
+                    self.core.units.replies.sent(request, owner, &to);
                 }
                 None
             }
@@ -230,6 +232,7 @@ impl Node {
         let id = retry.to.clone();
         let Some(retry) = self
             .core
+            .links
             .router
             .with(&id, |routes| routes.hold_for_move(&id, retry))
         else {
@@ -250,7 +253,10 @@ impl Node {
             });
             return;
         }
-        self.core.router.with(&id, |routes| routes.forget(&id));
+        self.core
+            .links
+            .router
+            .with(&id, |routes| routes.forget(&id));
         if matches!(error, MeshError::UnknownPeer(_)) {
             // A node that joined since the last membership read: learn of it and dial it first.
             let node = self.clone();
@@ -272,7 +278,7 @@ impl Node {
     pub(crate) fn moved_away(&self, id: &UnitId) {
         let mut senders = Vec::new();
         let mut target = None;
-        let failed: Vec<(Deliver, MeshError)> = self.core.router.with(id, |routes| {
+        let failed: Vec<(Deliver, MeshError)> = self.core.links.router.with(id, |routes| {
             let held = routes.moved(id);
             let Some(owner) = routes.cached(id).cloned() else {
                 return Vec::new();
@@ -310,13 +316,14 @@ impl Node {
     /// Messages that queued behind a newer lookup of the same id, started once this one had taken
     /// its queue, leave right after it; that lookup then finds the route known and keeps it.
     fn flush(&self, id: UnitId, owner: NodeId, waiting: Vec<Deliver>) {
-        let failed: Vec<(Deliver, MeshError)> = self.core.router.with(&id.clone(), |routes| {
-            routes
-                .settle(id, owner.clone(), waiting)
-                .into_iter()
-                .filter_map(|d| self.try_deliver(&owner, d))
-                .collect()
-        });
+        let failed: Vec<(Deliver, MeshError)> =
+            self.core.links.router.with(&id.clone(), |routes| {
+                routes
+                    .settle(id, owner.clone(), waiting)
+                    .into_iter()
+                    .filter_map(|d| self.try_deliver(&owner, d))
+                    .collect()
+            });
         for (retry, error) in failed {
             self.retry_deliver(retry, error);
         }
@@ -349,11 +356,12 @@ impl Node {
     /// earlier one still on the old path (forwarded by a former owner), so when the path changes,
     /// a fence goes along the old one and new messages wait for it to run at the unit.
     pub(crate) fn on_route_hint(&self, id: UnitId, owner: NodeId) {
-        if self.core.router.is_gone(&owner) {
+        if self.core.links.router.is_gone(&owner) {
             return;
         }
         let hinted = self
             .core
+            .links
             .router
             .with(&id, |routes| routes.hint(id.clone(), owner, self.id()));
         if let Some(old) = hinted {
@@ -367,6 +375,7 @@ impl Node {
     pub(crate) fn arrive(&self, id: &UnitId, source: &NodeId, entry: &Entry) {
         match self
             .core
+            .links
             .router
             .with(id, |routes| routes.arrive(id, source))
         {
@@ -383,7 +392,7 @@ impl Node {
     /// Sends a fence for `id` along `via`, after everything this node sent there; when it has run
     /// at the unit (or after [`FENCE_WAIT`]), the switch or arrival ends.
     fn send_fence(&self, id: UnitId, via: NodeId) {
-        let Some(mut waiting) = self.core.replies.open() else {
+        let Some(mut waiting) = self.core.units.replies.open() else {
             tracing::debug!(unit = %id, "no request slot for a fence; switching the route at once");
             self.end_switch(id);
             return;
@@ -420,9 +429,9 @@ impl Node {
     fn end_switch(&self, id: UnitId) {
         let failed: Vec<(Deliver, MeshError)> = {
             // The directory's lock first, as a handover takes them.
-            let directory = self.core.directory.lock(&id);
+            let directory = self.core.units.directory.lock(&id);
             let entry = directory.get(&id);
-            self.core.router.with(&id, |routes| {
+            self.core.links.router.with(&id, |routes| {
                 match routes.end_switch(id.clone(), entry.is_some()) {
                     Switched::Send(owner, held) => held
                         .into_iter()
@@ -458,8 +467,8 @@ impl Node {
         encode: impl FnOnce(Payload) -> Result<bytes::Bytes, String>,
     ) -> Result<Option<Envelope>, MessageError> {
         let to = envelope.to.clone();
-        self.core.directory.with(&to, |entry| {
-            self.core.router.with(&to, |routes| {
+        self.core.units.directory.with(&to, |entry| {
+            self.core.links.router.with(&to, |routes| {
                 let Some(held) = routes.hold_if_arriving(&to) else {
                     return Ok(Some(envelope));
                 };
@@ -505,7 +514,7 @@ impl Node {
         let found = self.read_route(&id).await;
         if let Ok(Some(record)) = &found
             && record.owner != *self.id()
-            && !self.core.router.is_gone(&record.owner)
+            && !self.core.links.router.is_gone(&record.owner)
         {
             // What waits is taken and sent under one lock: a newer lookup cannot take what queued
             // meanwhile and send it first.
@@ -513,7 +522,11 @@ impl Node {
             return;
         }
         // Empty if someone learned the route meanwhile (it is kept), or a creation here took them.
-        let waiting = self.core.router.with(&id, |routes| routes.resolved(&id));
+        let waiting = self
+            .core
+            .links
+            .router
+            .with(&id, |routes| routes.resolved(&id));
         match found {
             Ok(Some(record)) if record.owner == *self.id() => {
                 for deliver in waiting {
@@ -542,6 +555,7 @@ impl Node {
                 if !tells.is_empty() {
                     let tells = tells.len() as u64;
                     self.core
+                        .links
                         .router
                         .lookup_drops
                         .fetch_add(tells, Ordering::Relaxed);
@@ -617,7 +631,7 @@ impl Node {
 
     /// Where a new Instance Spot of this type goes.
     fn place_instance(&self, type_name: &str) -> Option<NodeId> {
-        let mut view = self.core.view.read().clone();
+        let mut view = self.core.cluster.view.read().clone();
         if let Some(me) = view.iter_mut().find(|d| d.node == *self.id()) {
             me.units = self.unit_count() as u64;
         }
@@ -680,6 +694,7 @@ impl Node {
         let id = deliver.to.clone();
         let Some(deliver) = self
             .core
+            .links
             .router
             .with(&id, |routes| routes.arrived_elsewhere(&id, deliver, &from))
         else {

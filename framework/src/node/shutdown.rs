@@ -21,7 +21,7 @@ impl Node {
             hub.abort().await;
         }
         self.close_lanes(Duration::ZERO).await;
-        if let Some(mesh) = &self.core.mesh {
+        if let Some(mesh) = &self.core.links.mesh {
             mesh.close().await;
         }
         self.set_state(NodeState::Stopped);
@@ -33,7 +33,7 @@ impl Node {
         let mut waits = Vec::new();
         let mut seen: Vec<Arc<LaneTx>> = Vec::new();
         let mut ids = Vec::new();
-        for (id, entry) in self.core.directory.all() {
+        for (id, entry) in self.core.units.directory.all() {
             ids.push(id);
             if seen.iter().any(|l| Arc::ptr_eq(l, &entry.lane)) {
                 continue;
@@ -126,7 +126,7 @@ impl Node {
                 false
             }
         };
-        if let Some(mesh) = &self.core.mesh {
+        if let Some(mesh) = &self.core.links.mesh {
             mesh.close().await;
         }
         self.set_state(NodeState::Stopped);

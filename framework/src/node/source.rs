@@ -10,10 +10,9 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::handle::Node;
-use super::handover::Handover;
 use super::hosted::{Control, LaneTx};
+use super::move_ctx::MoveCtx;
 use crate::cluster::authority::{NodeState, unit_key};
-use crate::cluster::frames::Frame;
 use crate::ids::{ActorId, NodeId, UnitId};
 use crate::relocation::RelocationId;
 use crate::relocation::capture::{Capture, QueuedOp};
@@ -59,6 +58,7 @@ impl Node {
         }
         let entry = self
             .core
+            .units
             .directory
             .get(id)
             .ok_or_else(|| MoveError::NotHosted { id: id.clone() })?;
@@ -67,7 +67,7 @@ impl Node {
             return Err(MoveError::RelocationDisabled { id: id.clone() });
         }
         if let UnitId::Actor(_) = id
-            && let Some(spot) = self.core.directory.spot_sharing(&entry.lane)
+            && let Some(spot) = self.core.units.directory.spot_sharing(&entry.lane)
         {
             return Err(MoveError::MovesWithSpot {
                 id: id.clone(),
@@ -138,9 +138,9 @@ impl Node {
             target: TargetPhases::default(),
         };
         self.core.moves.outgoing.lock().insert(rel, outgoing);
-        let lane = self.core.directory.get(id).map(|e| e.lane);
+        let lane = self.core.units.directory.get(id).map(|e| e.lane);
         let mut run = SourceRun {
-            node: self.clone(),
+            node: MoveCtx::new(self.clone()),
             lane,
             budget,
             permit: None,
@@ -237,7 +237,7 @@ enum RecordsFailure {
 }
 
 struct SourceRun {
-    node: Node,
+    node: MoveCtx,
     /// The unit's lane, held here because the handover removes it from the directory.
     lane: Option<Arc<LaneTx>>,
     /// The drain's in-flight byte budget, if any, and this move's share of it.
@@ -383,17 +383,11 @@ impl SourceRun {
     /// Of these gateways, told to seal and not heard from, those that are gone: no mesh link is
     /// up to them (it broke and does not come back), or the cluster counts them dead.
     fn gone_gateways(&self, unacked: BTreeSet<NodeId>) -> Vec<NodeId> {
-        let peers = self.node.peers();
-        let dead = self.node.core.dead.read().clone();
+        let gone = self.node.gone();
         unacked
             .into_iter()
             .filter(|gateway| gateway != self.node.id())
-            .filter(|gateway| {
-                let linked = peers
-                    .iter()
-                    .any(|p| p.node == *gateway && p.state == crate::mesh::PeerState::Ready);
-                !linked || dead.contains(gateway)
-            })
+            .filter(|gateway| gone(gateway))
             .collect()
     }
 
@@ -441,10 +435,7 @@ impl SourceRun {
 
     /// Whether the unit seals only where the application says (`ApplicationSignaled`).
     fn waits_for_the_app(&self) -> bool {
-        self.node.core.directory.get(&self.id).is_some_and(|entry| {
-            entry.factory.info().readiness
-                == crate::unit::factory::ReadinessMode::ApplicationSignaled
-        })
+        self.node.waits_for_the_app(&self.id)
     }
 
     /// Adds bindings not seen yet; returns the gateways that have some not yet told to seal.
@@ -612,7 +603,7 @@ impl SourceRun {
         let (manifest, chunks) = capture.pack().map_err(|e| e.to_string())?;
         self.phases.encode = encoding.elapsed();
         self.bytes = manifest.len;
-        let max = self.node.config().max_state;
+        let max = self.node.max_state();
         if manifest.len > max {
             return Err(format!(
                 "its capture is {} bytes, over this node's max_state of {max}; keep less state in \
@@ -682,7 +673,7 @@ impl SourceRun {
 
     fn send(&self, frame: RelocFrame) -> Result<(), String> {
         self.node
-            .mesh_send(&self.target, Frame::Reloc(Box::new(frame)))
+            .to_target(&self.target, frame)
             .map_err(|e| format!("the target is unreachable: {e}"))
     }
 
@@ -774,12 +765,7 @@ impl SourceRun {
                 None
             }
             SourceAction::ResendHandover => {
-                let handover = Handover {
-                    node: &self.node,
-                    target: &self.target,
-                    rel,
-                };
-                handover.again(&self.relayed);
+                self.node.handover(&self.target, rel).again(&self.relayed);
                 None
             }
             SourceAction::Resume => {

@@ -364,7 +364,10 @@ impl Node {
                     if let Some(lane) = staging.lane.take() {
                         // Unregistered now, so a newer offer of the unit finds no copy in its way.
                         for at in &staging.records {
-                            self.core.directory.remove_if_on(&at.id, Arc::as_ptr(&lane));
+                            self.core
+                                .units
+                                .directory
+                                .remove_if_on(&at.id, Arc::as_ptr(&lane));
                         }
                         let _ = lane.ctl.send(Control::Discard);
                     }
@@ -427,7 +430,7 @@ impl Node {
             self.target_event(rel, TargetEvent::ReadShowsOther);
             return;
         };
-        let lease_generation = self.core.lease.lock().generation;
+        let lease_generation = self.core.ownership.lease.lock().generation;
         let wrote = self.record_here(first, lease_generation);
         let write = ConditionalWrite::new(wrote);
         let now = self.read_record_back(&first.id).await;

@@ -66,7 +66,7 @@ impl Node {
     pub fn unit_ref(&self, to: impl Into<Target>) -> UnitRef {
         let target = to.into();
         UnitRef {
-            route: self.core.directory.get(target.id()),
+            route: self.core.units.directory.get(target.id()),
             node: self.clone(),
             target,
         }
@@ -85,7 +85,7 @@ impl UnitRef {
         let mut payload = Payload::local(msg);
         // A unit that arrived here may still wait for what this node sent it before: by id.
         if let Some(route) = &self.route
-            && !self.node.core.router.any_arriving()
+            && !self.node.core.links.router.any_arriving()
         {
             route.check_type(self.target.id(), TypeId::of::<M>(), &payload)?;
             let envelope = Envelope {
@@ -104,7 +104,7 @@ impl UnitRef {
                 Err(envelope) => payload = envelope.payload,
             }
         }
-        self.route = self.node.core.directory.get(self.target.id());
+        self.route = self.node.core.units.directory.get(self.target.id());
         self.node.deliver::<M>(self.target.clone(), payload, None)
     }
 }

@@ -149,7 +149,7 @@ impl Node {
 
     /// Picks the node for a new unit of `type_name` among the live nodes of the last membership read.
     fn place(&self, type_name: &str) -> Result<NodeId, UnitError> {
-        let mut view = self.core.view.read().clone();
+        let mut view = self.core.cluster.view.read().clone();
         if let Some(me) = view.iter_mut().find(|d| d.node == *self.id()) {
             me.units = self.unit_count() as u64;
             me.state = self.state();
@@ -202,6 +202,7 @@ impl Node {
         let or_get = matches!(claim, Claim::New { or_get: true });
         let factory = self
             .core
+            .units
             .factories
             .get(type_name)
             .filter(|f| wanted(f.info().kind))
@@ -210,7 +211,7 @@ impl Node {
                 type_name: type_name.to_owned(),
             })?;
         let lane = {
-            let mut shard = self.core.directory.lock(&id);
+            let mut shard = self.core.units.directory.lock(&id);
             if let Some(existing) = shard.get(&id) {
                 if recovering {
                     // A copy a move left here, on its way out: not the rebuilt unit.
@@ -242,19 +243,24 @@ impl Node {
                     });
                 }
             };
-            let slot = self.core.directory.new_slot();
+            let slot = self.core.units.directory.new_slot();
             let lane = Lane::start_gated(self.clone(), cell, slot);
             let entry = Entry::new(Arc::clone(&lane), Arc::clone(factory), slot);
             // What this node sent the unit before and still holds (waiting for a lookup, a
             // switch or an arrival) goes first, ahead of what is sent to it from now on.
-            for deliver in self.core.router.with(&id, |routes| routes.hosted(&id)) {
+            for deliver in self
+                .core
+                .links
+                .router
+                .with(&id, |routes| routes.hosted(&id))
+            {
                 self.enqueue_deliver(&entry, deliver);
             }
             shard.insert(id.clone(), entry);
             lane
         };
         let info = factory.info();
-        let lease_generation = self.core.lease.lock().generation;
+        let lease_generation = self.core.ownership.lease.lock().generation;
         let key = unit_key(&id);
         let (record, mut conditions, mut ops) = match &claim {
             Claim::New { .. } => {
@@ -436,6 +442,7 @@ impl Node {
         let spot_unit = UnitId::Spot(spot.clone());
         let spot_entry = self
             .core
+            .units
             .directory
             .get(&spot_unit)
             .ok_or(UnitError::UnknownId {
@@ -566,7 +573,7 @@ impl Node {
         result: oneshot::Receiver<Result<(), UnitError>>,
     ) -> Result<(), UnitError> {
         let unknown = || UnitError::UnknownId { id: id.clone() };
-        let entry = self.core.directory.get(id).ok_or_else(unknown)?;
+        let entry = self.core.units.directory.get(id).ok_or_else(unknown)?;
         entry.lane.ctl.send(control).map_err(|_| unknown())?;
         result.await.map_err(|_| unknown())?
     }
@@ -575,7 +582,7 @@ impl Node {
     /// A spot that has just been handed over to another node is told there.
     pub(crate) fn notify_member(&self, spot: &SpotId, actor: ActorId, joined: bool) {
         let unit = UnitId::Spot(spot.clone());
-        if let Some(entry) = self.core.directory.get(&unit) {
+        if let Some(entry) = self.core.units.directory.get(&unit) {
             let _ = entry.lane.ctl.send(Control::Member { actor, joined });
         } else if let Some(owner) = self.cached_route(&unit) {
             self.forward_member(owner, spot.clone(), actor, joined);

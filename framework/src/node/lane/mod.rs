@@ -465,6 +465,7 @@ impl Lane {
             self.unregister(unit);
             self.node
                 .core
+                .links
                 .router
                 .with(unit, |routes| routes.stopped(unit));
             if let Some((slot, _)) = self.cells.remove(unit) {
@@ -666,6 +667,7 @@ impl Lane {
     fn unregister(&self, unit: &UnitId) {
         self.node
             .core
+            .units
             .directory
             .remove_if_on(unit, self.me.as_ptr());
     }
@@ -746,7 +748,7 @@ impl Lane {
             return;
         };
         let node = self.node.clone();
-        let mut shard = node.core.directory.lock(&id);
+        let mut shard = node.core.units.directory.lock(&id);
         let Some(own) = shard.get(&id).cloned() else {
             let _ = done.send(Err(UnitError::UnknownId { id }));
             return;
@@ -838,7 +840,7 @@ impl Lane {
         lane.sys.extend(callback.map(|c| (id.clone(), c)));
         lane.backlog.extend(first);
         let node = self.node.clone();
-        let mut shard = node.core.directory.lock(id);
+        let mut shard = node.core.units.directory.lock(id);
         if let Some(factory) = shard.get(id).map(|e| e.factory.clone()) {
             shard.insert(id.clone(), Entry::new(tx, factory, slot));
         }

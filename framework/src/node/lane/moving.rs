@@ -262,8 +262,8 @@ impl Lane {
         // Messages this node was still looking the unit up for: they follow the new route.
         let mut displaced = Vec::new();
         for (id, slot) in &units {
-            let mut shard = node.core.directory.lock(id);
-            displaced.extend(node.core.router.hand_over(id.clone(), target.clone()));
+            let mut shard = node.core.units.directory.lock(id);
+            displaced.extend(node.core.links.router.hand_over(id.clone(), target.clone()));
             if shard
                 .get(id)
                 .is_some_and(|e| std::ptr::eq(Arc::as_ptr(&e.lane), self.me.as_ptr()))
@@ -317,14 +317,22 @@ impl Lane {
                 };
                 let id = cell.id();
                 let entry = Entry::new(lane, factory, slot);
-                node.core.directory.lock(id).insert(id.clone(), entry);
-                returned.extend(node.core.router.taken_back(id).into_iter().map(|deliver| {
-                    Envelope {
-                        to: slot,
-                        payload: Payload::from_wire(deliver.payload, deliver.session.map(|op| *op)),
-                        reply: deliver.reply,
-                    }
-                }));
+                node.core.units.directory.lock(id).insert(id.clone(), entry);
+                returned.extend(
+                    node.core
+                        .links
+                        .router
+                        .taken_back(id)
+                        .into_iter()
+                        .map(|deliver| Envelope {
+                            to: slot,
+                            payload: Payload::from_wire(
+                                deliver.payload,
+                                deliver.session.map(|op| *op),
+                            ),
+                            reply: deliver.reply,
+                        }),
+                );
             }
         }
         self.backlog.extend(self.relayed.drain(..));
@@ -461,7 +469,7 @@ impl Lane {
         let first = cells
             .next()
             .ok_or_else(|| Refusal::other("the capture has no cells"))?;
-        let directory = &node.core.directory;
+        let directory = &node.core.units.directory;
         let (tx, mut lane) = Lane::new(node.clone(), first, directory.new_slot());
         for cell in cells {
             if let Some(due) = cell.next_due() {
@@ -503,7 +511,7 @@ impl Restored {
     /// before, on another path than through `source`, runs first.
     pub(crate) fn register(self, node: &Node, source: &NodeId) -> Result<Arc<LaneTx>, Refusal> {
         let Restored { tx, lane } = self;
-        let directory = &node.core.directory;
+        let directory = &node.core.units.directory;
         let units: Vec<(UnitId, Slot, String)> = lane
             .cells
             .iter()

@@ -52,7 +52,7 @@ async fn node(name: &str) -> Node {
 }
 
 fn send(node: &Node, unit: &UnitId, control: Control) {
-    let entry = node.core.directory.get(unit).expect("hosted here");
+    let entry = node.core.units.directory.get(unit).expect("hosted here");
     assert!(entry.lane.ctl.send(control).is_ok(), "the lane runs");
 }
 

@@ -1,0 +1,91 @@
+//! What a move from this node may touch of it, and nothing more: its id, state limit and lease,
+//! the store, the readiness of the unit's factory, the gateways of the unit's sessions, the mesh
+//! links to its target and gateways, and the node's host events. The move's run (`source`) holds
+//! this, not the node.
+
+use std::sync::Arc;
+
+use super::handle::Node;
+use super::handover::Handover;
+use crate::cluster::frames::Frame;
+use crate::ids::{NodeId, UnitId};
+use crate::mesh::{MeshError, PeerState};
+use crate::relocation::RelocationId;
+use crate::relocation::frames::RelocFrame;
+use crate::relocation::reports::RelocationEvent;
+use crate::session::frames::SessionFrame;
+use crate::store::{Lease, LocationStore};
+use crate::unit::factory::ReadinessMode;
+
+/// A move's view of the node it leaves.
+pub(crate) struct MoveCtx {
+    node: Node,
+}
+
+impl MoveCtx {
+    pub fn new(node: Node) -> MoveCtx {
+        MoveCtx { node }
+    }
+
+    /// The node the unit leaves.
+    pub fn id(&self) -> &NodeId {
+        self.node.id()
+    }
+
+    /// The largest capture this node sends.
+    pub fn max_state(&self) -> u64 {
+        self.node.config().max_state
+    }
+
+    /// The node's owner lease: the move's fence is conditional on it.
+    pub fn lease(&self) -> Lease {
+        self.node.lease()
+    }
+
+    pub fn store(&self) -> &Arc<dyn LocationStore> {
+        self.node.store()
+    }
+
+    /// Whether the unit seals only where the application says (`ApplicationSignaled`).
+    pub fn waits_for_the_app(&self, id: &UnitId) -> bool {
+        self.node.core.units.directory.get(id).is_some_and(|entry| {
+            entry.factory.info().readiness == ReadinessMode::ApplicationSignaled
+        })
+    }
+
+    /// Whether a gateway is gone: no mesh link is up to it, or the cluster counts it dead.
+    pub fn gone(&self) -> impl Fn(&NodeId) -> bool + use<> {
+        let peers = self.node.peers();
+        let dead = self.node.core.cluster.dead.read().clone();
+        move |gateway| {
+            let linked = peers
+                .iter()
+                .any(|p| p.node == *gateway && p.state == PeerState::Ready);
+            !linked || dead.contains(gateway)
+        }
+    }
+
+    /// Tells a gateway of the unit's sessions (this node included) what the move does.
+    pub fn to_gateway(&self, gateway: &NodeId, frame: SessionFrame) -> Result<(), MeshError> {
+        self.node.to_gateway(gateway, frame)
+    }
+
+    /// Sends the target one of the move's frames.
+    pub fn to_target(&self, target: &NodeId, frame: RelocFrame) -> Result<(), MeshError> {
+        self.node.mesh_send(target, Frame::Reloc(Box::new(frame)))
+    }
+
+    /// The move's handover to its target, sent again after a reset.
+    pub fn handover<'a>(&'a self, target: &'a NodeId, rel: RelocationId) -> Handover<'a> {
+        Handover {
+            node: &self.node,
+            target,
+            rel,
+        }
+    }
+
+    /// Tells whoever follows the node's host operations how the move ended.
+    pub fn emit(&self, event: RelocationEvent) {
+        self.node.emit(event);
+    }
+}
