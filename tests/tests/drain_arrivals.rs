@@ -1,5 +1,6 @@
 //! Drains and shutdowns of a node that a room is moving into: the room is never reported drained
-//! away from a node it then lands on, and never left recorded on a stopped node.
+//! away from a node it then lands on, and never left recorded on a stopped node; and a drain into
+//! a node that still holds a copy staged by an earlier failed move of the room.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,6 +13,7 @@ use ferry::{
     RelocationPolicy, SpotId, UnitId,
 };
 use ferry_tests::cluster::{Cluster, drain_in_background, move_in_background};
+use ferry_tests::cut_socket::CutSockets;
 use ferry_tests::faults::{FaultyStore, Gate, Hooked};
 use serde::{Deserialize, Serialize};
 
@@ -240,5 +242,101 @@ async fn a_node_shut_down_while_a_move_into_it_commits_never_stays_recorded_as_t
         assert_eq!(recorded_owner(&cluster, &room).await.as_deref(), Some("n1"));
         assert_eq!(closed, 0, "a copy that never opened closed: {report:?}");
     }
+    cluster.shutdown().await;
+}
+
+/// A drain whose only target went silent mid-move stays, and its withdrawal of the copy staged
+/// on the target is lost (the link to the target is backlogged: the cut lasted). Drained again
+/// as soon as the link is back, the new offer takes that stale copy's place instead of being
+/// refused as "already hosted".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_retried_right_after_a_heal_moves_the_room_its_failed_move_left_staged() {
+    let (room, sink) = (spot("healed"), spot("sink"));
+    let quick = |mut config: ferry::NodeConfig, sockets: Option<&CutSockets>| {
+        if let Some(mesh) = config.mesh.as_mut() {
+            // A cut link is noticed in a second, so the first move goes silent soon; what is sent
+            // meanwhile waits in the queue, which fills.
+            mesh.idle_timeout = Duration::from_secs(1);
+            mesh.keep_alive = Duration::from_millis(250);
+            mesh.unacked_bytes = 4096;
+            if let Some(sockets) = sockets {
+                mesh.sockets = Arc::new(sockets.clone());
+            }
+        }
+        config
+    };
+    let mut cluster = Cluster::start(0, registry).await;
+    let config = quick(cluster.config("n1"), None);
+    cluster.add_with(config, registry()).await;
+    let cut = CutSockets::default();
+    let (hooked, gate) = Gate::new(false);
+    let config = quick(cluster.config("n2"), Some(&cut));
+    cluster.add_with(config, registry_with(hooked)).await;
+    let (n1, n2) = (cluster.nodes[0].clone(), cluster.nodes[1].clone());
+    n1.create_spot_on(n1.id(), "room", &room)
+        .await
+        .expect("room");
+    n1.create_spot_on(n2.id(), "room", &sink)
+        .await
+        .expect("sink");
+    let _: u64 = n1.request(&room, Cmd::Set(42), T).await.expect("set");
+    let _: u64 = n1.request(&sink, Cmd::Get, T).await.expect("sink reached");
+
+    // The first drain's move is taken by n2 and restores there; then the link is cut, and tells
+    // to the sink fill n1's queue to n2, so the move's withdrawal finds no room in it.
+    let first = drain_in_background(&n1, Duration::from_secs(60));
+    gate.wait_started().await;
+    cut.cut(n1.mesh_addr().expect("n1 has a mesh"));
+    // The tells keep the queue to n2 full (65,536 frames) until the move gives up.
+    let flooding = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let flood = {
+        let (n1, sink, flooding) = (n1.clone(), sink.clone(), flooding.clone());
+        tokio::spawn(async move {
+            while flooding.load(Ordering::Relaxed) {
+                for _ in 0..1_000 {
+                    n1.tell(&sink, Cmd::Set(1)).expect("tell taken");
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let first = first.await.expect("first drain");
+    flooding.store(false, Ordering::Relaxed);
+    flood.await.expect("flood");
+    assert!(
+        matches!(first, RelocateOutcome::Blocked { .. }),
+        "{first:?}"
+    );
+    // The restore finishes on n2: a copy staged for a move its source gave up.
+    gate.open();
+    while !n2.hosts(&UnitId::Spot(room.clone())) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cut.heal();
+    n1.wait_peer_ready(n2.id()).await.expect("link back");
+    // Answered once every tell queued before it reached the sink: the backlog is gone. Refused
+    // while the queue is still full.
+    while let Err(MessageError::Unreachable { .. }) = value(&n1, &sink).await {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        n2.hosts(&UnitId::Spot(room.clone())),
+        "the stale copy is still staged on n2"
+    );
+    // The next restore on n2 goes through the gate at once.
+    gate.open();
+
+    let second = n1
+        .relocate(ferry::RelocateOptions {
+            mode: ferry::RelocateMode::PlannedMaintenance,
+            deadline: T,
+        })
+        .await;
+    assert!(
+        matches!(second, RelocateOutcome::Relocated { moved: 1 }),
+        "{second:?}"
+    );
+    assert_eq!(value(&n1, &room).await, Ok(42), "the room kept its state");
+    assert_eq!(recorded_owner(&cluster, &room).await.as_deref(), Some("n2"));
     cluster.shutdown().await;
 }

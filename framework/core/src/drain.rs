@@ -8,13 +8,16 @@
 //! end that room.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::authority::{NodeDescriptor, NodeState};
 use crate::ids::{NodeId, UnitId};
 use crate::placement::place;
+
+/// How long a unit whose move may go through later waits before it is tried again.
+pub const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// How many moves a drain runs at once, unless told otherwise.
 pub const IN_FLIGHT: usize = 128;
@@ -187,6 +190,9 @@ struct Unit {
     batch: Batch,
     /// Why it waits, while it does.
     waits: BlockedReason,
+    /// A unit tried again waits this long first, so a target that cannot take it yet (its link
+    /// backlogged, a move of the unit still ending there) is not offered it in a tight loop.
+    not_before: Option<Instant>,
 }
 
 /// One drain of one node.
@@ -263,6 +269,7 @@ impl Drain {
             factory: found.factory,
             batch: found.batch,
             waits: BlockedReason::TargetUnavailable,
+            not_before: None,
         };
         let id = found.unit;
         self.units.insert(id.clone(), unit);
@@ -280,6 +287,14 @@ impl Drain {
     /// How many moves into this node may still open here (staged, or committing).
     pub fn arriving(&mut self, count: usize) {
         self.arriving = count;
+    }
+
+    /// When the first unit tried again may start, if one waits for that.
+    pub fn next_try(&self) -> Option<Instant> {
+        self.waiting
+            .iter()
+            .filter_map(|(_, id)| self.units.get(id)?.not_before)
+            .min()
     }
 
     /// A shutdown began: no move starts any more, and what waits stays.
@@ -333,6 +348,9 @@ impl Drain {
             let Some(unit) = self.units.get_mut(&id) else {
                 continue;
             };
+            if unit.not_before.is_some_and(|at| now < at) {
+                continue;
+            }
             if !store_reachable {
                 unit.waits = BlockedReason::StoreUnavailable;
                 continue;
@@ -393,6 +411,7 @@ impl Drain {
                 match self.units.get_mut(id) {
                     Some(unit) if reason.retryable() && time_left => {
                         unit.waits = reason;
+                        unit.not_before = Some(now + RETRY_PAUSE);
                         self.waiting.insert((unit.batch, id.clone()));
                         // The target it was planned for did not take it.
                         if let Some(count) = target.and_then(|to| self.planned.get_mut(&to)) {
@@ -657,6 +676,30 @@ mod tests {
         assert!(!safe_to_shutdown(NodeState::Serving, 0, 1));
         assert!(!safe_to_shutdown(NodeState::Relocated, 0, 1));
         assert!(safe_to_shutdown(NodeState::Relocated, 0, 0));
+    }
+
+    #[test]
+    fn a_unit_whose_target_could_not_take_it_yet_is_tried_again_after_a_pause() {
+        let now = Instant::now();
+        let mut d = drain(now);
+        let view = [node("p2", 0, NodeState::Serving)];
+        let a = room("a", 1);
+        d.found(a.clone());
+        assert_eq!(d.next(now, &view, |_| true, true).len(), 1);
+        let again = d.ended(
+            &a.unit,
+            Ended::NotMoved(Some(BlockedReason::TargetUnavailable)),
+            now,
+            true,
+        );
+        assert!(matches!(again, Decision::Again { .. }), "{again:?}");
+        assert_eq!(d.next_try(), Some(now + RETRY_PAUSE));
+        assert!(d.next(now, &view, |_| true, true).is_empty(), "not at once");
+        let moved = d.next(now + RETRY_PAUSE, &view, |_| true, true);
+        assert!(
+            matches!(&moved[..], [Decision::Move { unit, .. }] if *unit == a.unit),
+            "{moved:?}"
+        );
     }
 
     #[test]

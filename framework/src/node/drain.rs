@@ -202,10 +202,15 @@ impl Node {
             }
             // Wait for a move to end, or look again soon: a node of the right kind may come up,
             // the store may answer again, a move into this node may open.
+            let now = Instant::now();
+            let retry = plan
+                .next_try()
+                .map(|at| Instant::from_std(at).saturating_duration_since(now));
             let wait = self
                 .config()
                 .refresh
-                .min(deadline.saturating_duration_since(Instant::now()));
+                .min(retry.unwrap_or(Duration::MAX))
+                .min(deadline.saturating_duration_since(now));
             tokio::select! {
                 Some(joined) = moves.join_next() => {
                     if let Ok((unit, report)) = joined {

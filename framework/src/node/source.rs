@@ -625,15 +625,25 @@ impl SourceRun {
             manifest,
             within: deadline.saturating_duration_since(Instant::now()),
         };
-        self.send(offer)?;
+        self.offer(offer)?;
         for (index, bytes) in chunks.into_iter().enumerate() {
-            self.send(RelocFrame::Chunk {
+            self.offer(RelocFrame::Chunk {
                 rel: self.rel,
                 index: index as u32,
                 bytes,
             })?;
         }
         Ok(())
+    }
+
+    /// Sends a frame of the offer. One the link does not take (it is down, or backlogged) makes
+    /// the target unavailable for now: a drain tries the unit again while it has time.
+    fn offer(&mut self, frame: RelocFrame) -> Result<(), String> {
+        let sent = self.send(frame);
+        if sent.is_err() {
+            self.blocked = self.blocked.or(Some(BlockedReason::TargetUnavailable));
+        }
+        sent
     }
 
     /// Reads these units' authority records, all at once, and checks that each names this node.
