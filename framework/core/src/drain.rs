@@ -76,7 +76,7 @@ pub enum RelocateOutcome {
     },
     /// Some unit did not move; those stay and run here, and the node serves again.
     Blocked {
-        /// The main reason.
+        /// Of the stayed units' reasons, the one that says most (a shutdown or the deadline first).
         reason: BlockedReason,
         /// The units that stayed.
         stayed: Vec<UnitId>,
@@ -85,7 +85,7 @@ pub enum RelocateOutcome {
     /// whether their target's commit or this node's reclaim won: each is held (it runs nowhere)
     /// until the store answers, then runs where the winning write says, with nothing lost.
     Undecided {
-        /// Those units.
+        /// The units held: each runs nowhere until the store says whose write won.
         units: Vec<UnitId>,
         /// The units that stayed here.
         stayed: Vec<UnitId>,
@@ -114,7 +114,7 @@ pub struct Found {
     pub size: usize,
     /// Its factory's type name, which a target must have.
     pub factory: String,
-    /// When it leaves.
+    /// Which batch it leaves in: PerActor shells first, then Actors, then rooms.
     pub batch: Batch,
     /// False for a factory registered with `RelocationPolicy::Disabled`.
     pub relocatable: bool,
@@ -136,28 +136,28 @@ pub enum Ended {
 pub enum Decision {
     /// Start a move of `unit` to `to`.
     Move {
-        /// The unit.
+        /// The unit to move (a room's spot for a room: its members go with it).
         unit: UnitId,
-        /// Its target.
+        /// The node picked to take it, by load counting what this drain already sent there.
         to: NodeId,
     },
     /// `unit` and the `size - 1` units with it moved.
     Moved {
-        /// The unit.
+        /// The unit that now runs on its target.
         unit: UnitId,
         /// Units that moved with it, itself included.
         size: usize,
     },
     /// `unit` is held until the store says whether it moved.
     Held {
-        /// The unit.
+        /// The unit held: it runs nowhere until the store answers.
         unit: UnitId,
         /// Units held with it, itself included.
         size: usize,
     },
     /// `unit` stays here, with its members.
     Stays {
-        /// The unit.
+        /// The unit that stays on this node.
         unit: UnitId,
         /// Units that stay with it, itself included.
         size: usize,
@@ -168,7 +168,7 @@ pub enum Decision {
     },
     /// A move of `unit` did not go through but may when tried again: it waits again.
     Again {
-        /// The unit.
+        /// The unit that waits again for a target.
         unit: UnitId,
         /// Why the move did not go through.
         reason: BlockedReason,
@@ -176,7 +176,7 @@ pub enum Decision {
     /// `unit` left the node by another path (a move of its own, or it stopped): the drain has
     /// nothing more to do for it, and counts it no more.
     Left {
-        /// The unit.
+        /// The unit no longer here: it leaves the drain's total.
         unit: UnitId,
         /// Units that left with it, itself included.
         size: usize,

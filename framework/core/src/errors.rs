@@ -72,7 +72,7 @@ pub enum MessageError {
     /// The reply could not be encoded for the node that asked.
     #[error("the reply could not be sent back: {reason}")]
     ReplyLost {
-        /// What failed.
+        /// Why it was lost: the encoder's error, or that the message lost track of its unit.
         reason: String,
     },
     /// The node already has its limit of requests waiting for replies; nothing was sent.
@@ -127,7 +127,7 @@ pub enum MessageError {
     Unreachable {
         /// The unit that was addressed.
         id: UnitId,
-        /// What failed.
+        /// The mesh's error, or which peer left before it took the call.
         reason: String,
     },
 }
@@ -207,7 +207,7 @@ pub enum UnitError {
     StoreUnavailable {
         /// What was attempted.
         what: String,
-        /// What failed.
+        /// The store's error, or that it has not confirmed this node's lease lately.
         reason: String,
     },
     /// The location store or a peer could not be reached; the outcome is unknown, so re-read.
@@ -215,7 +215,7 @@ pub enum UnitError {
     Unavailable {
         /// What was attempted.
         what: String,
-        /// What failed.
+        /// What stood in the way: a store or mesh error, or a record that kept changing.
         reason: String,
     },
     /// A join or leave took effect on the node, but the Actor's record could not be made to say
@@ -229,7 +229,7 @@ pub enum UnitError {
         id: UnitId,
         /// Where it is now: "a member of <spot>" or "in no room".
         now: String,
-        /// What failed.
+        /// What kept the record from saying so: a store error, another owner, or racing writes.
         reason: String,
     },
 }

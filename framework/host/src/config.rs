@@ -348,7 +348,7 @@ pub enum StoreChoice {
     Memory,
     /// A store shared by the cluster: a redis-server or an etcd cluster.
     Shared {
-        /// Where to connect.
+        /// The store's URL: `redis://`, `redis+sentinel://` or `etcd://`.
         url: String,
         /// The namespace of the cluster's keys.
         prefix: String,
@@ -366,11 +366,11 @@ pub struct NodeSettings {
     pub mesh_listen: SocketAddr,
     /// The certificate directory, resolved against the config file's directory.
     pub certs: PathBuf,
-    /// The location store.
+    /// Which location store it uses, and where.
     pub store: StoreChoice,
     /// The most units it takes.
     pub capacity: u64,
-    /// Its placement preference.
+    /// Preference among equally loaded nodes when placing units (higher first).
     pub weight: u32,
     /// The owner lease's time to live.
     pub lease_ttl: Duration,
@@ -446,9 +446,9 @@ pub struct GatewayFiles {
     pub listen: SocketAddr,
     /// The certificate chain shown to clients.
     pub cert: PathBuf,
-    /// Its private key.
+    /// The PEM private key of `cert`.
     pub key: PathBuf,
-    /// The tokens file.
+    /// The tokens game clients may connect with, one `<token> [name] [bind=...]` a line.
     pub tokens: PathBuf,
     /// The limits each game client is held to.
     pub limits: ClientLimits,
@@ -557,9 +557,9 @@ pub enum ConfigError {
         env_var(key)
     )]
     Missing {
-        /// The file.
+        /// The node config file being loaded.
         path: PathBuf,
-        /// The key.
+        /// The required key, set neither in the file nor as `FERRY_<KEY>`.
         key: &'static str,
         /// What the key is.
         what: &'static str,

@@ -162,7 +162,7 @@ pub enum ShutdownOutcome {
     Stopped,
     /// Not everything ended cleanly.
     ForceStopped {
-        /// Why.
+        /// What was left undone: a unit still busy at the deadline, or a record not released.
         reason: ShutdownReason,
     },
 }

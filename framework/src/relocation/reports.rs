@@ -31,7 +31,7 @@ pub enum RelocateMode {
 /// What `relocate` is asked to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RelocateOptions {
-    /// Why.
+    /// Where the units may go: any serving node, or only nodes of a target version.
     pub mode: RelocateMode,
     /// How long it may take; past it no unit is sealed, units before relay-ready go back, and a
     /// unit past the point of no return that has not opened is force-stopped.
@@ -76,9 +76,9 @@ pub enum RelocationEvent {
     UnitMoved(Box<MoveReport>),
     /// A unit did not move.
     UnitFailed {
-        /// The unit.
+        /// The unit that did not move (a room's spot for a room and its members).
         unit: UnitId,
-        /// Why.
+        /// Why it did not move, in words for an operator.
         reason: String,
     },
     /// The drain ended.
@@ -91,35 +91,35 @@ pub enum MoveError {
     /// The unit is not hosted on this node.
     #[error("{id} is not hosted on this node; move it from the node that hosts it")]
     NotHosted {
-        /// The unit.
+        /// The unit asked to move, which this node does not host.
         id: UnitId,
     },
     /// An Actor in a SpotWide spot moves with its spot.
     #[error("{id} is a member of SpotWide {spot} and moves with it; move the spot")]
     MovesWithSpot {
-        /// The actor.
+        /// The Actor asked to move.
         id: UnitId,
-        /// Its spot.
+        /// The SpotWide spot it is a member of: move that instead.
         spot: UnitId,
     },
     /// The unit's factory says it is bound to its node.
     #[error("{id} is registered with RelocationPolicy::Disabled and stays on its node")]
     RelocationDisabled {
-        /// The unit.
+        /// The unit whose factory forbids moves.
         id: UnitId,
     },
     /// No node can take the unit.
     #[error("no node can take {id}: {reason}")]
     NoTarget {
-        /// The unit.
+        /// The unit that found no target.
         id: UnitId,
-        /// Why not.
+        /// Why: the named target does not serve the factory, or no other node has it and room.
         reason: String,
     },
     /// The node is not serving.
     #[error("this node is {state}; moves start only while it serves")]
     NotServing {
-        /// Its state.
+        /// This node's state when asked (moves start only while Serving or Relocating).
         state: NodeState,
     },
     /// The location store has not confirmed this node's lease lately, so a move could not
@@ -129,7 +129,7 @@ pub enum MoveError {
          once the store answers again"
     )]
     StoreUnavailable {
-        /// The unit.
+        /// The unit that was to move, and runs on here.
         id: UnitId,
     },
 }
@@ -139,7 +139,7 @@ pub enum MoveError {
 pub struct MoveReport {
     /// The move's id (it is on every log line of the move).
     pub relocation: RelocationId,
-    /// The unit.
+    /// The unit the move was of (a room's spot for a room and its members).
     pub unit: UnitId,
     /// Where it was.
     pub from: NodeId,

@@ -17,7 +17,7 @@ use crate::ids::{NodeId, UnitId};
 pub struct Offer<'a> {
     /// The target itself.
     pub me: &'a NodeId,
-    /// Its state now.
+    /// The target's state now: only a serving node takes units.
     pub state: NodeState,
     /// The unit offered.
     pub unit: &'a UnitId,
@@ -30,9 +30,9 @@ pub struct Offer<'a> {
 /// A move already staged at the target.
 #[derive(Debug, Clone, Copy)]
 pub struct Staged<'a> {
-    /// The move.
+    /// The staged move's id: given up (superseded) if the new offer is taken.
     pub rel: RelocationId,
-    /// Its unit.
+    /// The unit it stages; only a staged copy of the offered unit stands in the way.
     pub unit: &'a UnitId,
     /// Whether its commit is in flight or being read back.
     pub committing: bool,

@@ -82,15 +82,15 @@ impl From<ReadyOutcomeData> for ReadyOutcome {
 /// One cell of the unit: a spot or an actor.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CellCapture {
-    /// Its id.
+    /// The cell's own id: the capture's `unit` for the primary, else a member's.
     pub id: UnitId,
-    /// Its factory.
+    /// The type name of the factory that rebuilds the cell on the target.
     pub factory: String,
     /// The adapter's bytes (`None` under `Recreate`: the factory rebuilds it fresh).
     pub state: Option<Vec<u8>>,
     /// Its timers with their cursors.
     pub timers: Vec<TimerSnapshot>,
-    /// Its membership.
+    /// A spot's members, or the spot an Actor is in, as the target restores them.
     pub membership: MembershipData,
     /// The client session bound to it (an Actor's), with the number of its next push.
     pub binding: Option<SessionBinding>,
@@ -117,17 +117,17 @@ pub enum TransferError {
     /// The bytes did not add up to what the manifest said.
     #[error("transfer of {got} bytes does not match the manifest's {want} bytes")]
     Length {
-        /// What arrived.
+        /// The bytes collected: in all, or up to the chunk that went past the manifest.
         got: u64,
-        /// What was announced.
+        /// The length the manifest announced, in bytes.
         want: u64,
     },
     /// The checksum did not match.
     #[error("transfer checksum {got:08x} does not match the manifest's {want:08x}")]
     Checksum {
-        /// What arrived.
+        /// The CRC-32C of the bytes that came.
         got: u32,
-        /// What was announced.
+        /// The CRC-32C the manifest announced.
         want: u32,
     },
     /// A chunk arrived out of place.
@@ -146,9 +146,9 @@ pub enum TransferError {
 /// What a target is told before the chunks: enough to check them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
-    /// Total bytes.
+    /// Length of the encoded capture, in bytes.
     pub len: u64,
-    /// Number of chunks.
+    /// How many chunks it is cut into, each at most [`CHUNK`] bytes.
     pub chunks: u32,
     /// CRC-32C of all bytes.
     pub crc: u32,

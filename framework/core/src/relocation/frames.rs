@@ -83,7 +83,7 @@ pub struct RecordAt {
 pub enum RelocFrame {
     /// Source → target: a unit is coming; its records and the manifest of its capture.
     Offer {
-        /// The move.
+        /// The move's id, new for this move: every later frame of it, either way, carries it.
         rel: RelocationId,
         /// The unit that moves.
         unit: UnitId,
@@ -96,72 +96,72 @@ pub enum RelocFrame {
     },
     /// Source → target: one chunk of the capture.
     Chunk {
-        /// The move.
+        /// The move the chunk is of: the target adds it to that move's assembly.
         rel: RelocationId,
         /// The chunk's place in the capture.
         index: u32,
-        /// The chunk's bytes.
+        /// Up to [`CHUNK`](super::capture::CHUNK) bytes of the encoded capture.
         bytes: Bytes,
     },
     /// Target → source: the offer was taken and the work on it goes on (chunks assembled, a
     /// restore still running): the source counts silence only from the last one of these.
     Progress {
-        /// The move.
+        /// The move still worked on: its source counts silence from this frame on.
         rel: RelocationId,
     },
     /// Target → source: restored into a queue that does not run yet; relay may start. With how
     /// long the restore took there.
     RelayReady {
-        /// The move.
+        /// The move whose unit is staged and waits for its relay records.
         rel: RelocationId,
         /// How long the restore took on the target.
         restore: Duration,
     },
     /// Target → source: the unit was refused.
     Refused {
-        /// The move.
+        /// The move refused: its source resumes the unit and ends the move.
         rel: RelocationId,
-        /// Why.
+        /// What stands in the way: the kind the source reports, and words for the logs.
         reason: Refusal,
     },
     /// Source → target: relay records sent again follow; drop the ones before.
     RelayReset {
-        /// The move.
+        /// The move whose relay records start over: the target drops those it kept for it.
         rel: RelocationId,
     },
     /// Source → target: the move was given up before the handover; drop what was staged.
     Withdraw {
-        /// The move.
+        /// The move given up: the target discards the unit staged under it.
         rel: RelocationId,
     },
     /// Source → target: one operation that arrived after the seal.
     Relay {
-        /// The move.
+        /// The move whose staged unit the record is for.
         rel: RelocationId,
-        /// The operation.
+        /// An operation held on the source after the seal; the target runs it after the journal.
         op: QueuedOp,
     },
     /// Source → target: no more relay records; their count and checksum.
     Cutover {
-        /// The move.
+        /// The move handed over: the target commits only if its relay records match these.
         rel: RelocationId,
         /// How many relay records were sent.
         count: u32,
-        /// Their checksum.
+        /// CRC-32C of the relay records' encodings, in order (see `relay_digest`).
         crc: u32,
     },
     /// Target → source: recorded as owner and open. With how long the store commit took there.
     Committed {
-        /// The move.
+        /// The move the target now owns: its source drops its copy and points gateways there.
         rel: RelocationId,
         /// How long the store commit took on the target.
         commit: Duration,
     },
     /// Target → source: gave up before committing.
     Aborted {
-        /// The move.
+        /// The move the target gave up: its source resumes the unit, or fences once handed over.
         rel: RelocationId,
-        /// Why.
+        /// Why, in words for the logs ("no cutover came", "the authority record changed").
         reason: String,
     },
 }

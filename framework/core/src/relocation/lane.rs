@@ -16,19 +16,19 @@ use super::{ReadyOutcome, RelocationId};
 pub enum Moving {
     /// Asked to seal; an ApplicationSignaled spot seals after its next deferring turn.
     SealPending {
-        /// The move.
+        /// The move waiting for the spot's deferring turn.
         rel: RelocationId,
     },
     /// Captured: no turn runs, arrivals are held.
     Held {
-        /// The move.
+        /// The move that captured the unit: only its handover or its end lets the lane go.
         rel: RelocationId,
         /// Whether the application signalled its readiness.
         signaled: bool,
     },
     /// Relayed and cut over to `target`: waiting for the verdict.
     Handed {
-        /// The move.
+        /// The move the unit was handed over in: its release or resume settles the lane.
         rel: RelocationId,
         /// Whether the application signalled its readiness.
         signaled: bool,

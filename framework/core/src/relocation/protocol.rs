@@ -36,7 +36,7 @@ pub enum SourceEvent {
     /// The lane answered which gateways hold sessions bound to the unit's Actors (none, often);
     /// from now on it holds back new binds until the move ends.
     Quiesced {
-        /// The gateway nodes.
+        /// The nodes whose gateways hold those sessions: each is told to seal the Actors' inputs.
         gateways: BTreeSet<NodeId>,
     },
     /// A gateway holds the inputs of the unit's Actors it was told about; every input it sent
@@ -83,7 +83,7 @@ pub enum Addressed {
     /// An answer of the target for the move's source: the event it is, and what it says of the
     /// target's phases (for the move's report).
     ToSource {
-        /// The move.
+        /// The move the answer is for: it picks the source machine that is fed.
         rel: RelocationId,
         /// What the source machine is fed.
         event: SourceEvent,

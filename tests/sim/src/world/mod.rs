@@ -49,7 +49,7 @@ pub(crate) use self::store::Reply;
 /// How big a simulated cluster is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
-    /// Nodes.
+    /// How many node ids, numbered from 0; a process starts under each with the world.
     pub nodes: usize,
     /// Rooms (SpotWide spots), placed round-robin at the start.
     pub rooms: usize,

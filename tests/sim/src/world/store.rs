@@ -44,7 +44,7 @@ pub(crate) enum Op {
     /// Read some unit records back after a write whose answer was lost: the store answers once
     /// its replicas hold everything it shows (`WAIT`), so what it shows survives a failover.
     ReadBack(Vec<usize>),
-    /// All or nothing.
+    /// Puts and deletes, applied all together if every condition holds, else none.
     Batch {
         conds: Vec<Cond>,
         puts: Vec<(Key, Value)>,
@@ -158,7 +158,7 @@ pub(crate) struct StoreLease {
     pub expires: Instant,
 }
 
-/// The store.
+/// The one location store of the world: what it holds, and what a failover may lose.
 #[derive(Debug)]
 pub(crate) struct Store {
     units: BTreeMap<usize, (u64, UnitRecord)>,
