@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use ferry::cluster::authority::node_key;
 use ferry::relocation::protocol::MoveEnd;
-use ferry::store::MemoryStore;
+use ferry::store::{LocationStore, MemoryStore};
 use ferry::{
     ActorId, Behavior, Ctx, MessageError, Node, NodeConfig, NodeId, RecoveryEvent, Registration,
     Registry, RelocationPolicy, SpotId, Target, UnitError, UnitId,
@@ -269,6 +270,55 @@ async fn a_node_restarted_after_a_crash_takes_back_what_its_earlier_process_held
     );
     n1.shutdown().await;
     n2.shutdown().await;
+}
+
+/// A node taken for dead that starts again while the coordinator's recovery pass runs: the pass
+/// works from the membership read before the restart, and must not take the new process's
+/// descriptor for the dead one's. Its peers keep it, and their links to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_during_a_recovery_pass_keeps_its_descriptor_and_its_peers() {
+    let store = FaultyStore::new(Arc::new(MemoryStore::new()));
+    let mut cluster = Cluster::start_on(1, store.clone(), registry).await;
+    let config = |cluster: &Cluster| {
+        let mut config = cluster.config("n2");
+        config.lease_ttl = Duration::from_millis(600);
+        config
+    };
+    let n2 = cluster.add_with(config(&cluster), registry()).await;
+    let n3 = cluster.add("n3", registry()).await;
+    let n1 = cluster.nodes[0].clone();
+    n2.create_spot_on(n2.id(), "room", &spot("r"))
+        .await
+        .expect("room");
+    let mut events = n1.recovery_events();
+    n2.abort().await;
+    cluster.nodes.retain(|n| n.id() != n2.id());
+    completed(&mut events, &[unit("r")]).await;
+    // The coordinator reads the membership no more: its view is the one a pass works from.
+    store.hold_keys(&node_key(n1.id()));
+    store.wait_held().await;
+
+    let mut again = config(&cluster);
+    // It writes its descriptor once, as it starts, within this test.
+    again.refresh = Duration::from_secs(60);
+    let n2 = Node::start(again, registry()).await.expect("restarted");
+    n3.refresh_membership().await.expect("membership read");
+    n3.wait_peer_ready(n2.id()).await.expect("n3 links to n2");
+    n1.recover_now().await.expect("pass");
+
+    n3.refresh_membership().await.expect("membership read");
+    assert!(
+        n3.cluster_view().iter().any(|d| d.node == *n2.id()),
+        "n3 still counts the restarted n2 in"
+    );
+    n3.wait_peer_ready(n2.id())
+        .await
+        .expect("n3 still links to n2");
+    let descriptor = store.get(&node_key(n2.id())).await.expect("store");
+    assert!(descriptor.is_some(), "n2's descriptor is in the store");
+    store.release();
+    cluster.nodes.push(n2);
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -103,6 +103,15 @@ pub fn earlier_process_stopped(took_over: Instant, times: &Times) -> Instant {
     took_over + times.lease_ttl + times.outage_limit + times.margin()
 }
 
+/// Whether a recovery pass removes a node's descriptor, found at `version`: only the very
+/// descriptor the node was taken for dead under (`dead_at`: its version at the membership read the
+/// pass works from), once no unit record names the node (`named`). Any other descriptor is a live
+/// process's, written after that read: a node that joined, or that restarted under its id. Removed,
+/// it would make every peer take that node for gone until it writes its descriptor again.
+pub fn forgets_descriptor(version: u64, dead_at: Option<u64>, named: bool) -> bool {
+    dead_at == Some(version) && !named
+}
+
 /// A survivor as the fill sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Survivor {
@@ -231,6 +240,20 @@ mod tests {
 
     fn node(id: &str) -> NodeId {
         NodeId::new(id).unwrap()
+    }
+
+    #[test]
+    fn only_the_descriptor_a_node_was_taken_for_dead_under_is_forgotten() {
+        assert!(forgets_descriptor(7, Some(7), false));
+        assert!(!forgets_descriptor(7, Some(7), true), "a record names it");
+        assert!(
+            !forgets_descriptor(9, Some(7), false),
+            "written since: the node restarted"
+        );
+        assert!(
+            !forgets_descriptor(9, None, false),
+            "not dead at the read: live, suspected, or joined since"
+        );
     }
 
     fn descriptor(id: &str, state: NodeState, factories: &[&str], capacity: u64) -> NodeDescriptor {

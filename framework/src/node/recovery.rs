@@ -23,7 +23,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
 use ferry_core::recovery::{
-    Census, Found, census, coordinator, earlier_process_stopped, left_by_earlier_process, plan_node,
+    Census, Found, census, coordinator, earlier_process_stopped, forgets_descriptor,
+    left_by_earlier_process, plan_node,
 };
 use tokio::sync::broadcast;
 
@@ -539,9 +540,9 @@ impl Node {
         self.activate_on(&target, factory, spot).await.map(|_| ())
     }
 
-    /// Removes the descriptors of dead nodes that no record names any more.
+    /// Removes the descriptors of dead nodes that no record names any more (see
+    /// `forgets_descriptor`: never one written since the membership read).
     async fn forget_dead_descriptors(&self) -> Result<(), StoreError> {
-        let live: BTreeSet<NodeId> = self.cluster_view().into_iter().map(|d| d.node).collect();
         let records = self.scan_values(UNIT_PREFIX).await?;
         let owners: BTreeSet<NodeId> = records
             .iter()
@@ -552,15 +553,8 @@ impl Node {
             let Ok(descriptor) = NodeDescriptor::decode(&key, &value.value) else {
                 continue;
             };
-            if live.contains(&descriptor.node)
-                || owners.contains(&descriptor.node)
-                || self
-                    .core
-                    .cluster
-                    .suspected
-                    .read()
-                    .contains(&descriptor.node)
-            {
+            let dead_at = self.core.cluster.witness.dead_at(&descriptor.node);
+            if !forgets_descriptor(value.version, dead_at, owners.contains(&descriptor.node)) {
                 continue;
             }
             let key = node_key(&descriptor.node);

@@ -81,6 +81,12 @@ impl Sequence {
         excused
     }
 
+    /// Whether `n` arrived already, below the highest number that arrived: the stream started
+    /// again rather than sent one late (`n` missing) or repeated its latest.
+    pub fn went_back_to(&self, n: u64) -> bool {
+        n + 1 < self.next && !self.missing.contains(&n)
+    }
+
     /// How many numbers arrived in order so far, counting from the first: the next one expected.
     pub fn next(&self) -> u64 {
         self.next
@@ -253,6 +259,18 @@ mod tests {
     #[test]
     fn a_repeat_is_a_duplicate() {
         assert_eq!(check(&[1, 2, 2, 3, 1], 4), faults(0, 2, 0));
+    }
+
+    #[test]
+    fn a_number_seen_below_the_highest_is_the_stream_going_back() {
+        let mut sequence = Sequence::starting_at(1);
+        for n in [1, 2, 4] {
+            sequence.observe(n);
+        }
+        assert!(sequence.went_back_to(1));
+        assert!(!sequence.went_back_to(3), "missing: late, not going back");
+        assert!(!sequence.went_back_to(4), "the latest again: a repeat");
+        assert!(!sequence.went_back_to(5), "ahead");
     }
 
     #[test]

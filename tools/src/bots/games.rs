@@ -478,8 +478,11 @@ impl BingoBot {
         self.round = Some(next);
     }
 
-    /// Whether `push` shows the room's state restarted: a round before the one followed, a deal
-    /// of the round followed once its card is known (rewards that went down are a mismatch).
+    /// Whether `push` shows the room's state restarted: a round before the one followed, a draw
+    /// of the round followed at a position drawn before the latest (a rebuilt room draws its
+    /// first round from 1 again, and one of its draws may come before the answer to a `Sync`
+    /// that would show its count started again), a deal of the round followed once its card is
+    /// known (rewards that went down are a mismatch).
     fn restarted(&self, push: &bingo::Push) -> bool {
         // Every `State` answers one more `Sync`: a count that went back started again.
         if let (bingo::Push::State(view), Some((_, latest))) = (push, self.syncs)
@@ -491,9 +494,17 @@ impl BingoBot {
             return false;
         };
         match push {
-            bingo::Push::Drawn { round, .. } | bingo::Push::RoundOver { round, .. } => {
+            bingo::Push::Drawn {
+                round, position, ..
+            } => {
                 *round < seen.round
+                    || (*round == seen.round
+                        && seen
+                            .draws
+                            .as_ref()
+                            .is_some_and(|draws| draws.went_back_to(*position as u64)))
             }
+            bingo::Push::RoundOver { round, .. } => *round < seen.round,
             bingo::Push::Dealt { round, .. } => {
                 *round < seen.round || (*round == seen.round && seen.card.is_some())
             }
@@ -1217,6 +1228,56 @@ mod tests {
         );
         assert!(bot.caught_up(4));
         assert_eq!(bot.faults(4), Faults::default());
+        assert_eq!(bot.mismatches(), 0);
+    }
+
+    #[test]
+    fn a_rebuilt_rooms_first_draw_seen_before_its_first_state_is_a_rebuild_not_a_duplicate() {
+        // The bot follows round 1 of the room's first life: five syncs answered, five draws.
+        let (room, me) = (spot("bingo-0"), actor("bingo-0-p0"));
+        let mut bot = BingoBot::new(me.clone(), room.clone());
+        let card = bingo::card(&room, 1, &me);
+        let order = bingo::draw_order(&room, 1);
+        let drawn = |position: usize| Push::Drawn {
+            round: 1,
+            position,
+            number: order[position - 1],
+            marked: card.cell(order[position - 1]).is_some(),
+        };
+        let state = |syncs, last_sync, draws: usize| {
+            Push::State(PlayerView {
+                seat: None,
+                round: 1,
+                card: Some(card),
+                marks: card.marks(&order[..draws]),
+                rewards: 0,
+                syncs,
+                last_sync: Some(last_sync),
+            })
+        };
+        bot.read(Push::Dealt {
+            round: 1,
+            card,
+            marks: card.marks(&[]),
+        });
+        for seq in 0..5 {
+            bot.input(seq);
+            let position = seq as usize + 1;
+            bot.read(drawn(position));
+            bot.read(state(seq + 1, seq, position));
+        }
+        // The node is cut off: sync 5 goes to it and dies there. The gateway binds the player
+        // again once it is rebuilt, the bot sends sync 6, and the rebuilt room's first draw
+        // arrives before the answer.
+        bot.input(5);
+        bot.input(6);
+        bot.read(drawn(1));
+        bot.read(state(1, 6, 1));
+        let rooms = bot.incarnations();
+        assert_eq!(rooms.rebuilds().len(), 1);
+        assert_eq!(rooms.lost(), 1, "sync 5 died with the old room");
+        assert!(bot.caught_up(7));
+        assert_eq!(bot.faults(7), Faults::default());
         assert_eq!(bot.mismatches(), 0);
     }
 
