@@ -324,6 +324,8 @@ pub struct World {
     outgoing: BTreeMap<u64, (usize, moves::Source)>,
     /// Drains running, by node.
     drains: BTreeMap<usize, ferry_core::drain::Drain>,
+    /// What each node's last drain sent where.
+    spreads: BTreeMap<usize, draining::Spread>,
     /// The moves drains started: the draining node, and the unit.
     drain_moves: BTreeMap<u64, (usize, UnitId)>,
     timers: BTreeMap<(Instant, u64), Timer>,
@@ -388,6 +390,7 @@ impl World {
             parted_at: BTreeMap::new(),
             outgoing: BTreeMap::new(),
             drains: BTreeMap::new(),
+            spreads: BTreeMap::new(),
             drain_moves: BTreeMap::new(),
             timers: BTreeMap::new(),
             timer_seq: 0,

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bytes::Bytes;
-use ferry_core::authority::UnitRecord;
+use ferry_core::authority::{NodeState, UnitRecord};
 use ferry_core::conditional::{ConditionalWrite, Settled};
 use ferry_core::ids::UnitId;
 use ferry_core::relocation::RelocationId;
@@ -687,6 +687,7 @@ impl World {
             || cells.keys().any(|u| self.lane_of(node, *u).is_some())
             || self.nodes[node].incoming.contains_key(&rel)
         {
+            self.check_refusal(node, rel, primary, &staged);
             self.send(
                 node,
                 from,
@@ -727,6 +728,34 @@ impl World {
             self.now + PROGRESS_EVERY,
             Timer::Progress { node, process, rel },
         );
+    }
+
+    /// A serving target refuses a new offer of a unit only while an earlier move of it commits
+    /// there, or while the unit runs there: a staged copy left by a move its source gave up
+    /// (perhaps behind a partition that swallowed the withdrawal) gives way, so that the move
+    /// tried again after the heal goes through.
+    fn check_refusal(
+        &mut self,
+        node: usize,
+        rel: u64,
+        primary: usize,
+        staged: &[(u64, UnitId, bool)],
+    ) {
+        let unit = self.unit_id(primary);
+        let n = &self.nodes[node];
+        let staged_lanes: Vec<u64> = n.incoming.values().filter_map(|t| t.lane).collect();
+        let committing = staged
+            .iter()
+            .any(|(_, u, committing)| *u == unit && *committing);
+        let runs_here = self
+            .lane_of(node, primary)
+            .is_some_and(|lane| !staged_lanes.contains(&lane));
+        let stale = staged.iter().any(|(r, u, _)| *u == unit && *r != rel);
+        if n.state == NodeState::Serving && stale && !committing && !runs_here {
+            self.broken.get_or_insert(format!(
+                "n{node} refused move {rel} of u{primary}: only a stale staged copy stood in the way"
+            ));
+        }
     }
 
     /// The restore ends: the unit is staged in a gated lane (or its adapter panicked).
