@@ -291,6 +291,10 @@ struct Life {
     /// Per sender, the last number sent before the unit was last created: what was sent to its
     /// earlier incarnation keeps no order with what is sent to this one.
     floors: BTreeMap<usize, u64>,
+    /// How often an ApplicationSignaled room deferred a move, and how often it heard how one
+    /// ended: exactly once per defer.
+    defers: usize,
+    completions: usize,
 }
 
 /// Faults armed for the next chance.
