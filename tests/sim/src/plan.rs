@@ -62,6 +62,13 @@ pub enum Step {
         /// Which unit.
         unit: u8,
     },
+    /// A unit is stopped where it runs and created again at once on another node.
+    Recreate {
+        /// Which unit.
+        unit: u8,
+        /// On which node (the next one, if it ran there).
+        node: u8,
+    },
     /// A node's process dies: its copies, its links' traffic and its moves are gone.
     Crash {
         /// Which node.
@@ -168,8 +175,8 @@ impl Rng {
 
 /// How often each kind of step comes, in parts of a thousand, in a run with crashes and every
 /// fault of the store.
-const CHAOS: [(Kind, u16); 25] = [
-    (Kind::Next, 470),
+const CHAOS: [(Kind, u16); 26] = [
+    (Kind::Next, 462),
     (Kind::Wait, 60),
     (Kind::Tell, 140),
     (Kind::Ask, 40),
@@ -179,6 +186,7 @@ const CHAOS: [(Kind, u16); 25] = [
     (Kind::Leave, 20),
     (Kind::Create, 10),
     (Kind::Stop, 8),
+    (Kind::Recreate, 8),
     (Kind::Crash, 6),
     (Kind::Restart, 8),
     (Kind::Duplicate, 4),
@@ -199,8 +207,8 @@ const CHAOS: [(Kind, u16); 25] = [
 /// The same in a graceful run: links reset and partition, store answers are lost and the store
 /// fails over (losing what it had not confirmed), but no process dies and the store keeps what it
 /// confirmed, so every accepted message must run exactly once, in order.
-const GRACEFUL: [(Kind, u16); 19] = [
-    (Kind::Next, 480),
+const GRACEFUL: [(Kind, u16); 20] = [
+    (Kind::Next, 472),
     (Kind::Wait, 50),
     (Kind::Tell, 150),
     (Kind::Ask, 40),
@@ -210,6 +218,7 @@ const GRACEFUL: [(Kind, u16); 19] = [
     (Kind::Leave, 20),
     (Kind::Create, 10),
     (Kind::Stop, 8),
+    (Kind::Recreate, 8),
     (Kind::Reset, 16),
     (Kind::Partition, 8),
     (Kind::Heal, 10),
@@ -233,6 +242,7 @@ enum Kind {
     Leave,
     Create,
     Stop,
+    Recreate,
     Crash,
     Restart,
     Duplicate,
@@ -307,6 +317,10 @@ impl Plan {
                         node: byte(),
                     },
                     Kind::Stop => Step::Stop { unit: byte() },
+                    Kind::Recreate => Step::Recreate {
+                        unit: byte(),
+                        node: byte(),
+                    },
                     Kind::Crash => Step::Crash { node: byte() },
                     Kind::Restart => Step::Restart { node: byte() },
                     Kind::Duplicate => Step::Duplicate { node: byte() },

@@ -634,6 +634,24 @@ impl World {
         }
     }
 
+    /// Stops a unit where it runs and creates its id again at once on another node (the next one,
+    /// if `node` is where it ran): what is sent to the new incarnation must find it, whatever
+    /// routes the old one left behind.
+    pub(crate) fn recreate(&mut self, unit: usize, node: usize) {
+        let Some((host, _)) = self.host(unit) else {
+            return;
+        };
+        self.stop(unit);
+        if !self.lives[unit].exists {
+            let to = if node == host {
+                (node + 1) % self.nodes.len()
+            } else {
+                node
+            };
+            self.create(unit, to);
+        }
+    }
+
     /// Stops a unit where it runs: a lone Actor or a room without members.
     pub(crate) fn stop(&mut self, unit: usize) {
         let Some((node, lane)) = self.host(unit) else {

@@ -596,6 +596,7 @@ impl World {
             }
             Step::Create { unit, node } => self.create(usize::from(unit) % units, n(node)),
             Step::Stop { unit } => self.stop(usize::from(unit) % units),
+            Step::Recreate { unit, node } => self.recreate(usize::from(unit) % units, n(node)),
             Step::Crash { node } => self.crash(n(node), "crash"),
             Step::Restart { node } => self.restart(n(node)),
             Step::Duplicate { node } => self.duplicate(n(node)),

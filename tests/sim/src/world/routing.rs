@@ -348,6 +348,7 @@ impl World {
         }
         parcel.hops += 1;
         if parcel.hops > MAX_HOPS {
+            self.check_bounce(&parcel);
             self.give_up(node, parcel, "too many hops");
             return;
         }
@@ -364,6 +365,22 @@ impl World {
         self.route(node, parcel);
         if origin != node {
             self.call(node, Op::Get(vec![unit]), Purpose::Hint { unit, origin });
+        }
+    }
+
+    /// A message for a unit's current incarnation reaches it: it never bounces between nodes
+    /// on routes an earlier incarnation left (a stopped unit's route is forgotten where it
+    /// stopped, and a route back to where a message came from is forgotten there).
+    fn check_bounce(&mut self, parcel: &Parcel) {
+        let (Work::Tell { sender, seq } | Work::Ask { sender, seq, .. }) = parcel.work else {
+            return;
+        };
+        let life = &self.lives[parcel.to];
+        if life.exists && life.floors.get(&sender).is_none_or(|floor| seq > *floor) {
+            self.broken.get_or_insert(format!(
+                "#{seq} of {sender} to u{} was forwarded {} times: it bounced between nodes",
+                parcel.to, parcel.hops
+            ));
         }
     }
 
