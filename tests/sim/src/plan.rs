@@ -62,10 +62,9 @@ pub enum Step {
         /// Which unit.
         unit: u8,
     },
-    /// A unit is stopped where it runs and created again at once on another node.
+    /// The unit that moved last is stopped where it runs and created again at once on another
+    /// node: the routes its moves left behind must not lead its new incarnation's messages astray.
     Recreate {
-        /// Which unit.
-        unit: u8,
         /// On which node (the next one, if it ran there).
         node: u8,
     },
@@ -317,10 +316,7 @@ impl Plan {
                         node: byte(),
                     },
                     Kind::Stop => Step::Stop { unit: byte() },
-                    Kind::Recreate => Step::Recreate {
-                        unit: byte(),
-                        node: byte(),
-                    },
+                    Kind::Recreate => Step::Recreate { node: byte() },
                     Kind::Crash => Step::Crash { node: byte() },
                     Kind::Restart => Step::Restart { node: byte() },
                     Kind::Duplicate => Step::Duplicate { node: byte() },

@@ -634,10 +634,14 @@ impl World {
         }
     }
 
-    /// Stops a unit where it runs and creates its id again at once on another node (the next one,
-    /// if `node` is where it ran): what is sent to the new incarnation must find it, whatever
-    /// routes the old one left behind.
-    pub(crate) fn recreate(&mut self, unit: usize, node: usize) {
+    /// Stops the unit that moved last where it runs and creates its id again at once on another
+    /// node (the next one, if `node` is where it ran): what is sent to the new incarnation must
+    /// find it, whatever routes its moves left behind (a unit moved away and back, then stopped,
+    /// leaves both nodes pointing at each other).
+    pub(crate) fn recreate(&mut self, node: usize) {
+        let Some(unit) = self.last_moved else {
+            return;
+        };
         let Some((host, _)) = self.host(unit) else {
             return;
         };

@@ -328,6 +328,8 @@ pub struct World {
     outgoing: BTreeMap<u64, (usize, moves::Source)>,
     /// Drains running, by node.
     drains: BTreeMap<usize, ferry_core::drain::Drain>,
+    /// The unit whose move went through last.
+    last_moved: Option<usize>,
     /// What each node's last drain sent where.
     spreads: BTreeMap<usize, draining::Spread>,
     /// The moves drains started: the draining node, and the unit.
@@ -395,6 +397,7 @@ impl World {
             outgoing: BTreeMap::new(),
             drains: BTreeMap::new(),
             spreads: BTreeMap::new(),
+            last_moved: None,
             drain_moves: BTreeMap::new(),
             timers: BTreeMap::new(),
             timer_seq: 0,
@@ -596,7 +599,7 @@ impl World {
             }
             Step::Create { unit, node } => self.create(usize::from(unit) % units, n(node)),
             Step::Stop { unit } => self.stop(usize::from(unit) % units),
-            Step::Recreate { unit, node } => self.recreate(usize::from(unit) % units, n(node)),
+            Step::Recreate { node } => self.recreate(n(node)),
             Step::Crash { node } => self.crash(n(node), "crash"),
             Step::Restart { node } => self.restart(n(node)),
             Step::Duplicate { node } => self.duplicate(n(node)),

@@ -570,6 +570,7 @@ impl World {
         let Some(l) = self.drop_lane(node, lane) else {
             return;
         };
+        self.last_moved = Some(l.primary);
         for parcel in l.hold {
             self.send_parcel(node, parcel);
         }
