@@ -6,7 +6,7 @@
 //! [`Routes`]: ferry_core::routes::Routes
 
 use ferry_core::ids::UnitId;
-use ferry_core::routes::{Arrival, Routed, Switched};
+use ferry_core::routes::{Arrival, Route, Routed, Switched};
 
 use super::lanes::{Parcel, Work};
 use super::links::Msg;
@@ -348,7 +348,6 @@ impl World {
         }
         parcel.hops += 1;
         if parcel.hops > MAX_HOPS {
-            self.check_bounce(&parcel);
             self.give_up(node, parcel, "too many hops");
             return;
         }
@@ -362,25 +361,19 @@ impl World {
         else {
             return;
         };
+        // It came from there, so the unit does not run there: sent back, it would bounce between
+        // the two nodes (as it does on routes a stopped unit left behind).
+        if let Some(Route::Known(owner) | Route::Moved(owner)) = self.nodes[node].routes.get(&id)
+            && *owner == node_id(from)
+        {
+            self.broken.get_or_insert(format!(
+                "n{node} sends {:?} for u{unit} back to n{from}, where it came from",
+                parcel.work
+            ));
+        }
         self.route(node, parcel);
         if origin != node {
             self.call(node, Op::Get(vec![unit]), Purpose::Hint { unit, origin });
-        }
-    }
-
-    /// A message for a unit's current incarnation reaches it: it never bounces between nodes
-    /// on routes an earlier incarnation left (a stopped unit's route is forgotten where it
-    /// stopped, and a route back to where a message came from is forgotten there).
-    fn check_bounce(&mut self, parcel: &Parcel) {
-        let (Work::Tell { sender, seq } | Work::Ask { sender, seq, .. }) = parcel.work else {
-            return;
-        };
-        let life = &self.lives[parcel.to];
-        if life.exists && life.floors.get(&sender).is_none_or(|floor| seq > *floor) {
-            self.broken.get_or_insert(format!(
-                "#{seq} of {sender} to u{} was forwarded {} times: it bounced between nodes",
-                parcel.to, parcel.hops
-            ));
         }
     }
 
