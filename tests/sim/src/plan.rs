@@ -73,6 +73,13 @@ pub enum Step {
         /// Which node.
         node: u8,
     },
+    /// A node shuts down gracefully: moves into it that have not reached their commit go back,
+    /// a commit in flight is waited for, then its units end, their records are released and its
+    /// process exits.
+    Shutdown {
+        /// Which node.
+        node: u8,
+    },
     /// A node whose process is gone starts again, empty, as a new process of the same id.
     Restart {
         /// Which node.
@@ -174,8 +181,8 @@ impl Rng {
 
 /// How often each kind of step comes, in parts of a thousand, in a run with crashes and every
 /// fault of the store.
-const CHAOS: [(Kind, u16); 26] = [
-    (Kind::Next, 462),
+const CHAOS: [(Kind, u16); 27] = [
+    (Kind::Next, 456),
     (Kind::Wait, 60),
     (Kind::Tell, 140),
     (Kind::Ask, 40),
@@ -187,6 +194,7 @@ const CHAOS: [(Kind, u16); 26] = [
     (Kind::Stop, 8),
     (Kind::Recreate, 8),
     (Kind::Crash, 6),
+    (Kind::Shutdown, 6),
     (Kind::Restart, 8),
     (Kind::Duplicate, 4),
     (Kind::Reset, 16),
@@ -243,6 +251,7 @@ enum Kind {
     Stop,
     Recreate,
     Crash,
+    Shutdown,
     Restart,
     Duplicate,
     Reset,
@@ -318,6 +327,7 @@ impl Plan {
                     Kind::Stop => Step::Stop { unit: byte() },
                     Kind::Recreate => Step::Recreate { node: byte() },
                     Kind::Crash => Step::Crash { node: byte() },
+                    Kind::Shutdown => Step::Shutdown { node: byte() },
                     Kind::Restart => Step::Restart { node: byte() },
                     Kind::Duplicate => Step::Duplicate { node: byte() },
                     Kind::Reset => Step::Reset {
@@ -364,6 +374,7 @@ impl Plan {
             matches!(
                 s,
                 Step::Crash { .. }
+                    | Step::Shutdown { .. }
                     | Step::Restart { .. }
                     | Step::Duplicate { .. }
                     | Step::StoreCut { .. }

@@ -656,6 +656,14 @@ impl World {
         }
     }
 
+    /// An Actor that ends lets its session go: its gateway hears why.
+    pub(crate) fn binding_ended(&mut self, node: usize, unit: usize, cell: &mut Cell, why: &str) {
+        if let (Some(binding), UnitId::Actor(actor)) = (cell.binding.take(), self.unit_id(unit)) {
+            let notice = ferry_core::session::binding::ended(&actor, binding, why);
+            self.notify(node, unit, notice.gateway, notice.frame);
+        }
+    }
+
     /// Stops a unit where it runs: a lone Actor or a room without members.
     pub(crate) fn stop(&mut self, unit: usize) {
         let Some((node, lane)) = self.host(unit) else {
@@ -682,12 +690,8 @@ impl World {
         // The route this node kept while it hosted the unit is void now.
         let id = self.unit_id(unit);
         self.nodes[node].routes.stopped(&id);
-        if let (Some(binding), UnitId::Actor(actor)) = (
-            l.cells.get_mut(&unit).and_then(|c| c.binding.take()),
-            self.unit_id(unit),
-        ) {
-            let notice = ferry_core::session::binding::ended(&actor, binding, "the Actor stopped");
-            self.notify(node, unit, notice.gateway, notice.frame);
+        if let Some(cell) = l.cells.get_mut(&unit) {
+            self.binding_ended(node, unit, cell, "the Actor stopped");
         }
         for parcel in l.queue {
             self.give_up(node, parcel, "the unit stopped");

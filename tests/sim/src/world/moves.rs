@@ -903,6 +903,7 @@ impl World {
         self.arm_target(node, rel);
         if self.target(node, rel).is_some_and(|t| t.machine.finished()) {
             self.nodes[node].incoming.remove(&rel);
+            self.shut_once_decided(node);
         }
     }
 
