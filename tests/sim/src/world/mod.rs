@@ -706,7 +706,9 @@ impl World {
             }
             Timer::Ghost { node, process } => self.ghost_keep(node, process),
             Timer::Adopt { node, process } if live(self, node, process) => self.adopt(node),
-            Timer::Shutdown { node, process } if live(self, node, process) => self.close(node),
+            Timer::Shutdown { node, process } if live(self, node, process) => {
+                self.close(node, true)
+            }
             Timer::Session { client } => self.session_timer(client),
             Timer::Rebind {
                 node,

@@ -46,21 +46,22 @@ impl World {
     pub(crate) fn shut_once_decided(&mut self, node: usize) {
         let n = &self.nodes[node];
         if n.up && n.stopping && !n.incoming.values().any(|t| t.machine.may_open()) {
-            self.close(node);
+            self.close(node, false);
         }
     }
 
     /// Every unit the node runs ends, their records are released, and the process exits. What
-    /// is still in a move (handed over, or committing here at the deadline) is left to the
+    /// is still in a move (handed over, or, `at_deadline`, committing here) is left to the
     /// store's decision, as a process that exits leaves it.
-    pub(crate) fn close(&mut self, node: usize) {
+    pub(crate) fn close(&mut self, node: usize, at_deadline: bool) {
         let process = self.nodes[node].process;
         let first = self.nodes[node].first_generation;
-        let committing: Vec<u64> = self.nodes[node]
-            .incoming
-            .values()
-            .filter_map(|t| t.lane)
-            .collect();
+        let undecided: Vec<u64> = if at_deadline {
+            let incoming = self.nodes[node].incoming.values();
+            incoming.filter_map(|t| t.lane).collect()
+        } else {
+            Vec::new()
+        };
         // A unit recorded here must have a copy here to close (it may be in a move still
         // undecided); a stopped one's record may be left if its release failed.
         for unit in 0..self.shape.units() {
@@ -87,8 +88,7 @@ impl World {
             .lanes
             .iter()
             .filter(|(id, l)| {
-                !committing.contains(id)
-                    && !matches!(l.stance.moving(), Some(Moving::Handed { .. }))
+                !undecided.contains(id) && !matches!(l.stance.moving(), Some(Moving::Handed { .. }))
             })
             .map(|(id, _)| *id)
             .collect();
