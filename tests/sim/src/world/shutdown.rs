@@ -108,6 +108,14 @@ impl World {
                 continue;
             };
             for (&unit, cell) in l.cells.iter_mut() {
+                // Only what is recorded here is released: a copy whose claim did not win (a
+                // rebuild another node made first) has nothing to release.
+                let ours = self.store.record(unit).is_some_and(|(_, r)| {
+                    super::node_index(&r.owner) == node && r.lease_generation >= first
+                });
+                if !ours {
+                    continue;
+                }
                 let life = &mut self.lives[unit];
                 life.exists = false;
                 life.renewed = true;
