@@ -34,6 +34,12 @@ pub(crate) struct Spread {
     sent: BTreeMap<usize, usize>,
 }
 
+impl Spread {
+    fn size(&self, unit: &UnitId) -> usize {
+        self.sizes.get(unit).copied().unwrap_or(1)
+    }
+}
+
 impl World {
     /// A drain of `node` begins: it takes no unit any more, and moves into it that have not
     /// reached their commit go back to their sources.
@@ -164,7 +170,7 @@ impl World {
         };
         match &decision {
             Decision::Again { unit, .. } => {
-                let size = spread.sizes.get(unit).copied().unwrap_or(1);
+                let size = spread.size(unit);
                 if let Some(to) = spread.moving.remove(unit)
                     && let Some(sent) = spread.sent.get_mut(&to)
                 {
@@ -210,7 +216,7 @@ impl World {
                 ));
             }
             let to = super::node_index(to);
-            *spread.sent.entry(to).or_default() += spread.sizes.get(unit).copied().unwrap_or(1);
+            *spread.sent.entry(to).or_default() += spread.size(unit);
             spread.moving.insert(unit.clone(), to);
         }
     }

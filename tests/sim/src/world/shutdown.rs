@@ -50,32 +50,25 @@ impl World {
         }
     }
 
-    /// Every unit the node runs ends, their records are released, and the process exits. What
-    /// is still in a move (handed over, or, `at_deadline`, committing here) is left to the
-    /// store's decision, as a process that exits leaves it.
-    pub(crate) fn close(&mut self, node: usize, at_deadline: bool) {
-        let process = self.nodes[node].process;
-        let first = self.nodes[node].first_generation;
-        let undecided: Vec<u64> = if at_deadline {
-            let incoming = self.nodes[node].incoming.values();
-            incoming.filter_map(|t| t.lane).collect()
-        } else {
-            Vec::new()
-        };
-        // A unit recorded here must have a copy here to close (it may be in a move still
-        // undecided); a stopped one's record may be left if its release failed.
+    /// Whether the store records `unit` on `node`, by the process that runs there now.
+    fn recorded_on(&self, node: usize, unit: usize) -> bool {
+        self.store.record(unit).is_some_and(|(_, r)| {
+            super::node_index(&r.owner) == node
+                && r.lease_generation >= self.nodes[node].first_generation
+        })
+    }
+
+    /// A unit that exists and is recorded on a node that closes has a copy there to close and
+    /// release (it may be in a move still undecided), or a release of it is under way.
+    fn check_closable(&mut self, node: usize) {
         for unit in 0..self.shape.units() {
-            let Some((_, record)) = self.store.record(unit) else {
-                continue;
-            };
             let n = &self.nodes[node];
             let releasing = n
                 .calls
                 .values()
                 .any(|p| matches!(p, Purpose::Release { unit: u } if *u == unit));
             if self.lives[unit].exists
-                && super::node_index(&record.owner) == node
-                && record.lease_generation >= first
+                && self.recorded_on(node, unit)
                 && !n.lanes.values().any(|l| l.cells.contains_key(&unit))
                 && !releasing
             {
@@ -84,6 +77,20 @@ impl World {
                 ));
             }
         }
+    }
+
+    /// Every unit the node runs ends, their records are released, and the process exits. What
+    /// is still in a move (handed over, or, `at_deadline`, committing here) is left to the
+    /// store's decision, as a process that exits leaves it.
+    pub(crate) fn close(&mut self, node: usize, at_deadline: bool) {
+        self.check_closable(node);
+        let process = self.nodes[node].process;
+        let undecided: Vec<u64> = if at_deadline {
+            let incoming = self.nodes[node].incoming.values();
+            incoming.filter_map(|t| t.lane).collect()
+        } else {
+            Vec::new()
+        };
         let closing: Vec<u64> = self.nodes[node]
             .lanes
             .iter()
@@ -108,12 +115,9 @@ impl World {
                 continue;
             };
             for (&unit, cell) in l.cells.iter_mut() {
-                // Only what is recorded here is released: a copy whose claim did not win (a
-                // rebuild another node made first) has nothing to release.
-                let ours = self.store.record(unit).is_some_and(|(_, r)| {
-                    super::node_index(&r.owner) == node && r.lease_generation >= first
-                });
-                if !ours {
+                // A copy whose claim did not win (a rebuild another node made first) has
+                // nothing to release.
+                if !self.recorded_on(node, unit) {
                     continue;
                 }
                 let life = &mut self.lives[unit];
