@@ -257,8 +257,9 @@ impl Drain {
         self.moved
     }
 
-    /// Adds a unit found on the node. A unit known already is ignored; one that may not move
-    /// stays at once.
+    /// Adds a unit found on the node. A unit known already is ignored (one that left is
+    /// forgotten: should it come back, taken back by this node's new process, it is found anew);
+    /// one that may not move stays at once.
     pub fn found(&mut self, found: Found) -> Option<Decision> {
         if self.units.contains_key(&found.unit) {
             return None;
@@ -336,7 +337,7 @@ impl Drain {
             }
             if !hosted(&id) {
                 self.waiting.remove(&(batch, id.clone()));
-                if let Some(unit) = self.units.get(&id) {
+                if let Some(unit) = self.units.remove(&id) {
                     self.total -= unit.size;
                     decided.push(Decision::Left {
                         unit: id,
@@ -400,6 +401,7 @@ impl Drain {
             Ended::NotMoved(_) if !hosted => {
                 // It left by another path meanwhile (another move of it went through).
                 self.total -= size;
+                self.units.remove(id);
                 Decision::Left {
                     unit: id.clone(),
                     size,
@@ -629,6 +631,28 @@ mod tests {
         assert_eq!(to.values().sum::<usize>(), 39);
         let p2 = to.get("p2").copied().unwrap_or(0);
         assert!((32..=34).contains(&p2), "p2 took {p2} rooms: {to:?}");
+    }
+
+    #[test]
+    fn a_unit_that_left_and_came_back_is_moved_too() {
+        let now = Instant::now();
+        let mut d = drain(now);
+        let view = [node("p2", 0, NodeState::Serving)];
+        let a = room("a", 2);
+        d.found(a.clone());
+        let first = d.next(now, &view, |_| false, true);
+        assert_eq!(
+            first,
+            vec![Decision::Left {
+                unit: a.unit.clone(),
+                size: 2
+            }]
+        );
+        // Taken back here (an earlier process of this node held it): it leaves with the rest.
+        assert_eq!(d.found(a), None);
+        let second = d.next(now, &view, |_| true, true);
+        assert_eq!(targets(&second).get("p2"), Some(&1));
+        assert!(!d.done(now));
     }
 
     #[test]

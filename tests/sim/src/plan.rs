@@ -62,8 +62,21 @@ pub enum Step {
         /// Which unit.
         unit: u8,
     },
+    /// The unit that moved last is stopped where it runs and created again at once on another
+    /// node: the routes its moves left behind must not lead its new incarnation's messages astray.
+    Recreate {
+        /// On which node (the next one, if it ran there).
+        node: u8,
+    },
     /// A node's process dies: its copies, its links' traffic and its moves are gone.
     Crash {
+        /// Which node.
+        node: u8,
+    },
+    /// A node shuts down gracefully: moves into it that have not reached their commit go back,
+    /// a commit in flight is waited for, then its units end, their records are released and its
+    /// process exits.
+    Shutdown {
         /// Which node.
         node: u8,
     },
@@ -168,8 +181,8 @@ impl Rng {
 
 /// How often each kind of step comes, in parts of a thousand, in a run with crashes and every
 /// fault of the store.
-const CHAOS: [(Kind, u16); 25] = [
-    (Kind::Next, 470),
+const CHAOS: [(Kind, u16); 27] = [
+    (Kind::Next, 456),
     (Kind::Wait, 60),
     (Kind::Tell, 140),
     (Kind::Ask, 40),
@@ -179,7 +192,9 @@ const CHAOS: [(Kind, u16); 25] = [
     (Kind::Leave, 20),
     (Kind::Create, 10),
     (Kind::Stop, 8),
+    (Kind::Recreate, 8),
     (Kind::Crash, 6),
+    (Kind::Shutdown, 6),
     (Kind::Restart, 8),
     (Kind::Duplicate, 4),
     (Kind::Reset, 16),
@@ -199,8 +214,8 @@ const CHAOS: [(Kind, u16); 25] = [
 /// The same in a graceful run: links reset and partition, store answers are lost and the store
 /// fails over (losing what it had not confirmed), but no process dies and the store keeps what it
 /// confirmed, so every accepted message must run exactly once, in order.
-const GRACEFUL: [(Kind, u16); 19] = [
-    (Kind::Next, 480),
+const GRACEFUL: [(Kind, u16); 20] = [
+    (Kind::Next, 472),
     (Kind::Wait, 50),
     (Kind::Tell, 150),
     (Kind::Ask, 40),
@@ -210,6 +225,7 @@ const GRACEFUL: [(Kind, u16); 19] = [
     (Kind::Leave, 20),
     (Kind::Create, 10),
     (Kind::Stop, 8),
+    (Kind::Recreate, 8),
     (Kind::Reset, 16),
     (Kind::Partition, 8),
     (Kind::Heal, 10),
@@ -233,7 +249,9 @@ enum Kind {
     Leave,
     Create,
     Stop,
+    Recreate,
     Crash,
+    Shutdown,
     Restart,
     Duplicate,
     Reset,
@@ -307,7 +325,9 @@ impl Plan {
                         node: byte(),
                     },
                     Kind::Stop => Step::Stop { unit: byte() },
+                    Kind::Recreate => Step::Recreate { node: byte() },
                     Kind::Crash => Step::Crash { node: byte() },
+                    Kind::Shutdown => Step::Shutdown { node: byte() },
                     Kind::Restart => Step::Restart { node: byte() },
                     Kind::Duplicate => Step::Duplicate { node: byte() },
                     Kind::Reset => Step::Reset {
@@ -354,6 +374,7 @@ impl Plan {
             matches!(
                 s,
                 Step::Crash { .. }
+                    | Step::Shutdown { .. }
                     | Step::Restart { .. }
                     | Step::Duplicate { .. }
                     | Step::StoreCut { .. }

@@ -96,6 +96,12 @@ impl World {
                 ));
             }
             let life = &self.lives[unit];
+            if life.completions > life.defers {
+                return Err(format!(
+                    "u{unit} heard {} move completions for {} defers",
+                    life.completions, life.defers
+                ));
+            }
             if life.exists
                 && !self.store_lost()
                 && !copies.held
@@ -168,7 +174,18 @@ impl World {
                 return Err(format!("u{unit} runs nowhere after settling"));
             }
         }
-        if !graceful || self.lossy {
+        if self.lossy {
+            return Ok(());
+        }
+        for (unit, life) in self.lives.iter().enumerate() {
+            if life.completions != life.defers {
+                return Err(format!(
+                    "u{unit} deferred {} moves but heard {} completions",
+                    life.defers, life.completions
+                ));
+            }
+        }
+        if !graceful {
             return Ok(());
         }
         if self.lost > 0 {

@@ -4,9 +4,10 @@
 //! everything moved is reported safe to shut down: from then on it must hold no unit and receive
 //! none (checked in `check`).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use ferry_core::authority::NodeState;
+use ferry_core::authority::{NodeDescriptor, NodeState};
 use ferry_core::drain::{
     Batch, BlockedReason, Decision, Drain, Ended, Found, IN_FLIGHT, RelocateOutcome,
 };
@@ -21,6 +22,24 @@ fn drain_deadline(nodes: usize) -> Duration {
     Duration::from_secs(30 + nodes as u64)
 }
 
+/// What a drain sent where, as the world counts it: a room weighs on its target with all its
+/// players, so that each unit goes to a target no more loaded than another serving one.
+#[derive(Debug, Default)]
+pub(crate) struct Spread {
+    /// Each unit's size (a room with its players) as the drain first found it.
+    sizes: BTreeMap<UnitId, usize>,
+    /// Where each unit the drain moves now goes.
+    moving: BTreeMap<UnitId, usize>,
+    /// How many units each target was sent and did not give back.
+    sent: BTreeMap<usize, usize>,
+}
+
+impl Spread {
+    fn size(&self, unit: &UnitId) -> usize {
+        self.sizes.get(unit).copied().unwrap_or(1)
+    }
+}
+
 impl World {
     /// A drain of `node` begins: it takes no unit any more, and moves into it that have not
     /// reached their commit go back to their sources.
@@ -32,6 +51,7 @@ impl World {
         let deadline = self.now + drain_deadline(self.nodes.len());
         let plan = Drain::new(node_id(node), None, deadline, IN_FLIGHT);
         self.drains.insert(node, plan);
+        self.spreads.insert(node, Spread::default());
         self.nodes[node].state = NodeState::Relocating;
         self.nodes[node].safe = false;
         let staged: Vec<u64> = self.nodes[node].incoming.keys().copied().collect();
@@ -52,6 +72,9 @@ impl World {
             return;
         };
         for found in self.inventory(node) {
+            if let Some(spread) = self.spreads.get_mut(&node) {
+                spread.sizes.entry(found.unit.clone()).or_insert(found.size);
+            }
             if let Some(decision) = plan.found(found) {
                 self.carry_out(node, decision);
             }
@@ -61,8 +84,10 @@ impl World {
         let view = self.nodes[node].view.clone();
         let hosted = |unit: &UnitId| self.here_or_moving(node, self.unit_index(unit));
         let decided = plan.next(self.now, &view, hosted, !self.nodes[node].store_cut);
+        self.spread(node, &decided);
         for decision in decided {
             if let Decision::Move { unit, to } = &decision {
+                self.carry_out(node, decision.clone());
                 let u = self.unit_index(unit);
                 let to = super::node_index(to);
                 match self.move_unit(u, to) {
@@ -136,9 +161,64 @@ impl World {
                 .any(|(n, s)| *n == node && !s.ended && s.cells.contains_key(&unit))
     }
 
-    /// What a drain reports needs nothing more of the world than its trace.
+    /// What a drain decides needs nothing more of the world than its trace, and its spread to
+    /// hear what was given back.
     fn carry_out(&mut self, node: usize, decision: Decision) {
         trace!(self, "n{node}: drain {decision:?}");
+        let Some(spread) = self.spreads.get_mut(&node) else {
+            return;
+        };
+        match &decision {
+            Decision::Again { unit, .. } => {
+                let size = spread.size(unit);
+                if let Some(to) = spread.moving.remove(unit)
+                    && let Some(sent) = spread.sent.get_mut(&to)
+                {
+                    *sent = sent.saturating_sub(size);
+                }
+            }
+            Decision::Moved { unit, .. }
+            | Decision::Held { unit, .. }
+            | Decision::Left { unit, .. }
+            | Decision::Stays { unit, .. } => {
+                spread.moving.remove(unit);
+            }
+            Decision::Move { .. } => {}
+        }
+    }
+
+    /// The moves one round of a drain starts, on the view it took them on: each goes to a serving
+    /// node no more loaded than another, counting what the drain sent it already.
+    fn spread(&mut self, node: usize, decided: &[Decision]) {
+        let Some(spread) = self.spreads.get_mut(&node) else {
+            return;
+        };
+        let me = node_id(node);
+        for decision in decided {
+            let Decision::Move { unit, to } = decision else {
+                continue;
+            };
+            let load = |d: &NodeDescriptor| {
+                d.units as usize + spread.sent.get(&super::node_index(&d.node)).unwrap_or(&0)
+            };
+            let serving = self.nodes[node]
+                .view
+                .iter()
+                .filter(|d| d.node != me && d.state == NodeState::Serving);
+            let least = serving.clone().map(load).min();
+            let chosen = serving.clone().find(|d| d.node == *to).map(load);
+            if let (Some(least), Some(chosen)) = (least, chosen)
+                && chosen > least
+            {
+                self.broken.get_or_insert(format!(
+                    "n{node}'s drain sent {unit} to {to}, which had {chosen} units with what it \
+                     was sent, while another serving node had {least}"
+                ));
+            }
+            let to = super::node_index(to);
+            *spread.sent.entry(to).or_default() += spread.size(unit);
+            spread.moving.insert(unit.clone(), to);
+        }
     }
 
     /// The units `node` runs, one per open lane (a room with its members), as a drain sees them.

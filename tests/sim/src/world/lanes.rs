@@ -629,6 +629,36 @@ impl World {
         }
     }
 
+    /// Stops the unit that moved last where it runs and creates its id again at once on another
+    /// node (the next one, if `node` is where it ran): what is sent to the new incarnation must
+    /// find it, whatever routes its moves left behind (a unit moved away and back, then stopped,
+    /// leaves both nodes pointing at each other).
+    pub(crate) fn recreate(&mut self, node: usize) {
+        let Some(unit) = self.last_moved else {
+            return;
+        };
+        let Some((host, _)) = self.host(unit) else {
+            return;
+        };
+        self.stop(unit);
+        if !self.lives[unit].exists {
+            let to = if node == host {
+                (node + 1) % self.nodes.len()
+            } else {
+                node
+            };
+            self.create(unit, to);
+        }
+    }
+
+    /// An Actor that ends lets its session go: its gateway hears why.
+    pub(crate) fn binding_ended(&mut self, node: usize, unit: usize, cell: &mut Cell, why: &str) {
+        if let (Some(binding), UnitId::Actor(actor)) = (cell.binding.take(), self.unit_id(unit)) {
+            let notice = ferry_core::session::binding::ended(&actor, binding, why);
+            self.notify(node, unit, notice.gateway, notice.frame);
+        }
+    }
+
     /// Stops a unit where it runs: a lone Actor or a room without members.
     pub(crate) fn stop(&mut self, unit: usize) {
         let Some((node, lane)) = self.host(unit) else {
@@ -655,12 +685,8 @@ impl World {
         // The route this node kept while it hosted the unit is void now.
         let id = self.unit_id(unit);
         self.nodes[node].routes.stopped(&id);
-        if let (Some(binding), UnitId::Actor(actor)) = (
-            l.cells.get_mut(&unit).and_then(|c| c.binding.take()),
-            self.unit_id(unit),
-        ) {
-            let notice = ferry_core::session::binding::ended(&actor, binding, "the Actor stopped");
-            self.notify(node, unit, notice.gateway, notice.frame);
+        if let Some(cell) = l.cells.get_mut(&unit) {
+            self.binding_ended(node, unit, cell, "the Actor stopped");
         }
         for parcel in l.queue {
             self.give_up(node, parcel, "the unit stopped");

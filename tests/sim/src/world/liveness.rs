@@ -72,7 +72,7 @@ impl World {
     }
 
     /// Whether a call from `n` reaches the store it knows.
-    fn store_reachable(&self, n: usize) -> bool {
+    pub(crate) fn store_reachable(&self, n: usize) -> bool {
         let node = &self.nodes[n];
         !node.store_cut && node.epoch == self.store.epoch && self.store.revision() >= node.floor
     }
@@ -460,7 +460,7 @@ impl World {
     }
 
     /// A process ends: everything it held is gone.
-    fn end_process(&mut self, n: usize, why: &str) {
+    pub(crate) fn end_process(&mut self, n: usize, why: &str) {
         trace!(self, "n{n}: process {} {why}", self.nodes[n].process);
         self.lossy = true;
         self.touched.extend(0..self.shape.units());

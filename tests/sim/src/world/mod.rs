@@ -9,6 +9,7 @@
 //! - `draining`: drains, as the core's drain decides them.
 //! - `liveness`: leases, the mesh's witness, probes, crashes, restarts and recovery.
 //! - `sessions`: game clients, their gateways and their bound Actors.
+//! - `shutdown`: a node's graceful stop.
 //! - `check`: the invariants.
 
 /// Adds a line to the world's trace, formatting it only when the world keeps one.
@@ -29,6 +30,7 @@ mod liveness;
 mod moves;
 mod routing;
 mod sessions;
+mod shutdown;
 mod store;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -157,6 +159,8 @@ enum Timer {
     Ghost { node: usize, process: u64 },
     /// A restarted process rebuilds what its earlier process held, which now runs no turns.
     Adopt { node: usize, process: u64 },
+    /// A shutdown stops waiting for moves into its node to be decided.
+    Shutdown { node: usize, process: u64 },
     /// A gateway's session machine asked to be woken.
     Session { client: usize },
     /// A gateway looks again whether a bound Actor was rebuilt.
@@ -188,6 +192,8 @@ struct Node {
     state: ferry_core::authority::NodeState,
     /// Its drain reported it safe to shut down: it must hold no unit and receive none.
     safe: bool,
+    /// It shuts down: it closes once no move into it may still open there.
+    stopping: bool,
     /// Units an earlier process of this id left may still be taken back here.
     adopting: bool,
     /// Where messages for units not hosted here go.
@@ -233,6 +239,7 @@ impl Node {
             incoming: BTreeMap::new(),
             state: ferry_core::authority::NodeState::Serving,
             safe: false,
+            stopping: false,
             adopting: false,
             routes: Routes::default(),
             lease: None,
@@ -291,6 +298,10 @@ struct Life {
     /// Per sender, the last number sent before the unit was last created: what was sent to its
     /// earlier incarnation keeps no order with what is sent to this one.
     floors: BTreeMap<usize, u64>,
+    /// How often an ApplicationSignaled room deferred a move, and how often it heard how one
+    /// ended: exactly once per defer.
+    defers: usize,
+    completions: usize,
 }
 
 /// Faults armed for the next chance.
@@ -324,6 +335,10 @@ pub struct World {
     outgoing: BTreeMap<u64, (usize, moves::Source)>,
     /// Drains running, by node.
     drains: BTreeMap<usize, ferry_core::drain::Drain>,
+    /// The unit whose move went through last.
+    last_moved: Option<usize>,
+    /// What each node's last drain sent where.
+    spreads: BTreeMap<usize, draining::Spread>,
     /// The moves drains started: the draining node, and the unit.
     drain_moves: BTreeMap<u64, (usize, UnitId)>,
     timers: BTreeMap<(Instant, u64), Timer>,
@@ -388,6 +403,8 @@ impl World {
             parted_at: BTreeMap::new(),
             outgoing: BTreeMap::new(),
             drains: BTreeMap::new(),
+            spreads: BTreeMap::new(),
+            last_moved: None,
             drain_moves: BTreeMap::new(),
             timers: BTreeMap::new(),
             timer_seq: 0,
@@ -589,7 +606,9 @@ impl World {
             }
             Step::Create { unit, node } => self.create(usize::from(unit) % units, n(node)),
             Step::Stop { unit } => self.stop(usize::from(unit) % units),
+            Step::Recreate { node } => self.recreate(n(node)),
             Step::Crash { node } => self.crash(n(node), "crash"),
+            Step::Shutdown { node } => self.shutdown(n(node)),
             Step::Restart { node } => self.restart(n(node)),
             Step::Duplicate { node } => self.duplicate(n(node)),
             Step::Reset { a, b } => self.reset(n(a), n(b)),
@@ -687,6 +706,9 @@ impl World {
             }
             Timer::Ghost { node, process } => self.ghost_keep(node, process),
             Timer::Adopt { node, process } if live(self, node, process) => self.adopt(node),
+            Timer::Shutdown { node, process } if live(self, node, process) => {
+                self.close(node, true)
+            }
             Timer::Session { client } => self.session_timer(client),
             Timer::Rebind {
                 node,
@@ -800,6 +822,10 @@ impl World {
                 ..
             }
             | Timer::Adopt {
+                node: n,
+                process: p,
+            }
+            | Timer::Shutdown {
                 node: n,
                 process: p,
             }

@@ -10,10 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bytes::Bytes;
-use ferry_core::authority::UnitRecord;
+use ferry_core::authority::{NodeState, UnitRecord};
 use ferry_core::conditional::{ConditionalWrite, Settled};
 use ferry_core::ids::UnitId;
-use ferry_core::relocation::RelocationId;
 use ferry_core::relocation::admission::{Admission, Offer, Staged, admit};
 use ferry_core::relocation::capture::{QueuedOp, relay_digest};
 use ferry_core::relocation::frames::Refusal;
@@ -22,6 +21,7 @@ use ferry_core::relocation::protocol::{
     MoveEnd, SourceAction, SourceEvent, SourceMachine, SourceTiming, TargetAction, TargetEvent,
     TargetMachine, fence_conflict,
 };
+use ferry_core::relocation::{ReadyOutcome, RelocationId};
 
 use super::lanes::{Cell, Lane, Parcel};
 use super::links::Msg;
@@ -260,16 +260,21 @@ impl World {
             SourceAction::CheckGateways(pending) => self.check_gateways(rel, pending),
             SourceAction::ReleaseSessions(to) => self.release_sessions(node, rel, to),
             SourceAction::SealUnit => {
+                let signaled = self.nodes[node]
+                    .lanes
+                    .get(&lane)
+                    .is_some_and(|l| self.signaled(l.primary));
                 let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
                     self.source_event(rel, SourceEvent::SealRefused("the unit stopped".into()));
                     return;
                 };
-                match l.stance.seal(relid, false) {
-                    Seal::Capture => {
+                match l.stance.seal(relid, signaled) {
+                    // An ApplicationSignaled room seals after its deferring turn: the next
+                    // boundary, as a plain one captures at once.
+                    Seal::Capture | Seal::Wait => {
                         l.sealing = true;
                         self.events.push(Event::Boundary { node, lane, rel });
                     }
-                    Seal::Wait => {}
                     Seal::Refused => {
                         self.source_event(rel, SourceEvent::SealRefused("already moving".into()))
                     }
@@ -365,29 +370,43 @@ impl World {
         }
     }
 
-    /// The lane reaches its turn boundary: the seal captures (or the state adapter panics, and
-    /// the unit runs on).
+    /// The lane reaches its turn boundary (an ApplicationSignaled room's deferring turn): the
+    /// seal captures, or the state adapter panics and the unit runs on.
     pub(crate) fn boundary(&mut self, node: usize, lane: u64, rel: u64) {
         let relid = RelocationId(u128::from(rel));
         let fails = std::mem::take(&mut self.faults.capture_fails);
-        let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
+        let Some(l) = self.nodes[node].lanes.get(&lane) else {
             return;
         };
         if !l.sealing {
             return;
         }
+        let primary = l.primary;
+        let signaled = self.signaled(primary);
+        if signaled {
+            self.lives[primary].defers += 1;
+            self.touched.insert(primary);
+        }
+        let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
+            return;
+        };
         l.sealing = false;
-        l.stance.captured(relid, false, !fails);
+        if signaled {
+            l.stance.deferred();
+        }
+        let owed = l.stance.captured(relid, signaled, !fails);
         // Binds held back for this move are saved work too, ahead of what is still queued.
         for parcel in std::mem::take(&mut l.deferred).into_iter().rev() {
             l.queue.push_front(parcel);
         }
-        let primary = l.primary;
         if fails {
             trace!(
                 self,
                 "n{node}: capture of u{primary} fails: its state adapter panicked"
             );
+            if let Some(outcome) = owed {
+                self.ready_completed(node, primary, outcome);
+            }
             self.run_queue(node, lane);
             self.source_event(
                 rel,
@@ -403,6 +422,19 @@ impl World {
             s.journal = journal;
         }
         self.source_event(rel, SourceEvent::Captured { late });
+    }
+
+    /// Whether a room's readiness is signalled by its application (every other room): it defers
+    /// a move to its safe point, and hears once how each move it deferred for ended.
+    pub(crate) fn signaled(&self, unit: usize) -> bool {
+        self.is_room(unit) && unit % 2 == 1
+    }
+
+    /// An ApplicationSignaled room hears how a move it deferred for ended.
+    fn ready_completed(&mut self, node: usize, room: usize, outcome: ReadyOutcome) {
+        trace!(self, "n{node}: u{room} hears {outcome:?}");
+        self.lives[room].completions += 1;
+        self.touched.insert(room);
     }
 
     /// The records of the units moved are read: offer the capture, or refuse the move.
@@ -506,6 +538,9 @@ impl World {
         let units: Vec<usize> = l.cells.keys().copied().collect();
         let primary = l.primary;
         trace!(self, "n{node}: u{primary} runs here again");
+        if resumed.signaled {
+            self.ready_completed(node, primary, ReadyOutcome::Continued);
+        }
         if resumed.handed {
             for u in units {
                 self.nodes[node].directory.insert(u, lane);
@@ -531,6 +566,7 @@ impl World {
         let Some(l) = self.drop_lane(node, lane) else {
             return;
         };
+        self.last_moved = Some(l.primary);
         for parcel in l.hold {
             self.send_parcel(node, parcel);
         }
@@ -683,6 +719,7 @@ impl World {
             || cells.keys().any(|u| self.lane_of(node, *u).is_some())
             || self.nodes[node].incoming.contains_key(&rel)
         {
+            self.check_refusal(node, rel, primary, &staged);
             self.send(
                 node,
                 from,
@@ -720,6 +757,34 @@ impl World {
             self.now + PROGRESS_EVERY,
             Timer::Progress { node, process, rel },
         );
+    }
+
+    /// A serving target refuses a new offer of a unit only while an earlier move of it commits
+    /// there, or while the unit runs there: a staged copy left by a move its source gave up
+    /// (perhaps behind a partition that swallowed the withdrawal) gives way, so that the move
+    /// tried again after the heal goes through.
+    fn check_refusal(
+        &mut self,
+        node: usize,
+        rel: u64,
+        primary: usize,
+        staged: &[(u64, UnitId, bool)],
+    ) {
+        let unit = self.unit_id(primary);
+        let n = &self.nodes[node];
+        let staged_lanes: Vec<u64> = n.incoming.values().filter_map(|t| t.lane).collect();
+        let committing = staged
+            .iter()
+            .any(|(_, u, committing)| *u == unit && *committing);
+        let runs_here = self
+            .lane_of(node, primary)
+            .is_some_and(|lane| !staged_lanes.contains(&lane));
+        let stale = staged.iter().any(|(r, u, _)| *u == unit && *r != rel);
+        if n.state == NodeState::Serving && stale && !committing && !runs_here {
+            self.broken.get_or_insert(format!(
+                "n{node} refused move {rel} of u{primary}: only a stale staged copy stood in the way"
+            ));
+        }
     }
 
     /// The restore ends: the unit is staged in a gated lane (or its adapter panicked).
@@ -831,6 +896,7 @@ impl World {
         self.arm_target(node, rel);
         if self.target(node, rel).is_some_and(|t| t.machine.finished()) {
             self.nodes[node].incoming.remove(&rel);
+            self.shut_once_decided(node);
         }
     }
 
@@ -918,6 +984,10 @@ impl World {
                 l.stance.open();
                 let primary = l.primary;
                 trace!(self, "n{node}: u{primary} opens here");
+                // A restored ApplicationSignaled room hears first that it moved.
+                if self.signaled(primary) {
+                    self.ready_completed(node, primary, ReadyOutcome::Relocated);
+                }
                 self.run_queue(node, lane);
             }
             TargetAction::Discard => {

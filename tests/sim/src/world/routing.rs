@@ -6,7 +6,7 @@
 //! [`Routes`]: ferry_core::routes::Routes
 
 use ferry_core::ids::UnitId;
-use ferry_core::routes::{Arrival, Routed, Switched};
+use ferry_core::routes::{Arrival, Route, Routed, Switched};
 
 use super::lanes::{Parcel, Work};
 use super::links::Msg;
@@ -361,6 +361,16 @@ impl World {
         else {
             return;
         };
+        // It came from there, so the unit does not run there: sent back, it would bounce between
+        // the two nodes (as it does on routes a stopped unit left behind).
+        if let Some(Route::Known(owner) | Route::Moved(owner)) = self.nodes[node].routes.get(&id)
+            && *owner == node_id(from)
+        {
+            self.broken.get_or_insert(format!(
+                "n{node} sends {:?} for u{unit} back to n{from}, where it came from",
+                parcel.work
+            ));
+        }
         self.route(node, parcel);
         if origin != node {
             self.call(node, Op::Get(vec![unit]), Purpose::Hint { unit, origin });
