@@ -193,7 +193,7 @@ impl World {
         }
         for unit in 0..self.shape.units() {
             let life = &self.lives[unit];
-            if !life.exists || life.renewed || life.rebuilt {
+            if !life.exists || life.renewed || life.rebuilt || life.disordered {
                 continue;
             }
             let Some(log) = self.running_log(unit) else {

@@ -302,6 +302,10 @@ struct Life {
     /// ended: exactly once per defer.
     defers: usize,
     completions: usize,
+    /// A message for it that a backlogged link refused was looked up again, and may have
+    /// overtaken what still waited on that link: its log keeps no order with what was sent
+    /// before (see `floors`), so no exact account of it is owed at the end.
+    disordered: bool,
 }
 
 /// Faults armed for the next chance.
@@ -487,6 +491,19 @@ impl World {
     /// How many tells, requests and inputs have run.
     pub fn tells_ran(&self) -> usize {
         self.tells_ran
+    }
+
+    /// The last number each sender and each open session sent so far, by its id in a unit's log.
+    fn sent_so_far(&self) -> BTreeMap<usize, u64> {
+        self.senders
+            .iter()
+            .enumerate()
+            .map(|(s, sender)| {
+                let process = self.nodes[s % self.shape.nodes].process;
+                (sender_id(s, process), sender.next)
+            })
+            .chain(self.gateways.iter().enumerate().map(|(c, g)| g.floor(c)))
+            .collect()
     }
 
     /// A line for the trace, made only when the trace is kept.
