@@ -303,8 +303,8 @@ struct Life {
     defers: usize,
     completions: usize,
     /// A message for it that a backlogged link refused was looked up again, and may have
-    /// overtaken what still waited on that link: its log keeps no order with what was sent
-    /// before (see `floors`), so no exact account of it is owed at the end.
+    /// overtaken what still waited on that link: what was sent to it before keeps no order with
+    /// what followed (see `floors`), though each still runs exactly once.
     disordered: bool,
 }
 
