@@ -2,7 +2,8 @@
 //! resend their frames, one clock, and the pending events between them.
 //!
 //! - `store`: the location store: records, descriptors and leases, and its faults.
-//! - `links`: frames between nodes, numbered and resent with the core's delivery rules.
+//! - `links`: frames between nodes, numbered and resent with the core's delivery rules, and a
+//!   bounded backlog for a peer that takes nothing.
 //! - `lanes`: the lanes that run units' turns, membership, creation and stops.
 //! - `routing`: how a node sends to units it does not host, with the core's route table.
 //! - `moves`: the source and target of a move, driving the core's machines.

@@ -297,7 +297,7 @@ impl World {
             }
             SourceAction::SendCapture => self.call(node, Op::Get(units), Purpose::Records { rel }),
             // Not taken (backlogged), it is dropped: the offer it withdraws may stay staged there
-            // until a newer offer of the unit replaces it.
+            // until it expires or a newer offer of the unit replaces it.
             SourceAction::Withdraw => self.post(
                 node,
                 to,
@@ -313,7 +313,7 @@ impl World {
                     .get(&lane)
                     .map(|l| l.relayed.clone())
                     .unwrap_or_default();
-                // Not taken, nothing of it is sent: the next resend tries again.
+                // Not taken, none of it is sent, as in the runtime: the fence decides the move.
                 let reset = Msg::Reloc {
                     rel,
                     frame: Reloc::RelayReset,

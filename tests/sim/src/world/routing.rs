@@ -1,7 +1,7 @@
 //! How a node sends to units: onto a lane here, or by the core's route table ([`Routes`]) to the
 //! owner it knows, after a lookup of the unit's record, with route hints from nodes that forward,
-//! and a fence along the old path before a switch. Requests (asks and fences) wait for exactly one
-//! terminal here.
+//! and a fence along the old path before a switch; a message a backlogged link refuses is looked
+//! up again, up to the hop bound. Requests (asks and fences) wait for exactly one terminal here.
 //!
 //! [`Routes`]: ferry_core::routes::Routes
 
@@ -355,7 +355,7 @@ impl World {
     /// node that could not be reached): requests end with an error; tells and inputs are dropped
     /// and counted here, so they are not owed.
     fn drop_counted(&mut self, node: usize, parcel: Parcel, why: &str) {
-        trace!(self, "n{node}: {parcel:?} dropped: {why}");
+        trace!(self, "n{node}: gives up {parcel:?}: {why}");
         match parcel.work {
             Work::Tell { sender, seq } => {
                 self.senders[sender_of(sender)]
