@@ -6,7 +6,7 @@ use ferry_core::witness::may_run;
 
 use super::sessions::input_id;
 use super::store::Purpose;
-use super::{Node, TIMES, Terminal, World, node_index, sender_id};
+use super::{Life, Node, TIMES, Terminal, World, node_index, sender_id};
 
 /// Where a unit's copies are.
 #[derive(Debug, Default)]
@@ -200,13 +200,11 @@ impl World {
                 continue;
             };
             for (s, sender) in self.senders.iter().enumerate() {
-                let ran: Vec<u64> = log
-                    .iter()
-                    .filter(|(who, _)| {
-                        *who == sender_id(s, self.nodes[s % self.shape.nodes].process)
-                    })
-                    .map(|&(_, seq)| seq)
-                    .collect();
+                let ran = ran_by(
+                    log,
+                    life,
+                    sender_id(s, self.nodes[s % self.shape.nodes].process),
+                );
                 let sent = sender.sent.get(&unit).cloned().unwrap_or_default();
                 // What must have run: every tell not reported lost, every ask answered with its
                 // reply. An ask that timed out may have run; one that failed, or a tell
@@ -248,11 +246,7 @@ impl World {
             for (c, gateway) in self.gateways.iter().enumerate() {
                 for (number, sent) in gateway.accepted(unit) {
                     let who = input_id(c, number as u64);
-                    let ran: Vec<u64> = log
-                        .iter()
-                        .filter(|(w, _)| *w == who)
-                        .map(|&(_, seq)| seq)
-                        .collect();
+                    let ran = ran_by(log, life, who);
                     if ran != *sent {
                         return Err(format!(
                             "u{unit}: client {c}'s gateway took {sent:?} in session {number}, \
@@ -264,6 +258,20 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// What `who` ran of a unit, in the order it ran; in the order sent for a unit whose order was
+/// given up, which still runs each at most once.
+fn ran_by(log: &[(usize, u64)], life: &Life, who: usize) -> Vec<u64> {
+    let mut ran: Vec<u64> = log
+        .iter()
+        .filter(|(w, _)| *w == who)
+        .map(|&(_, seq)| seq)
+        .collect();
+    if life.disordered {
+        ran.sort_unstable();
+    }
+    ran
 }
 
 fn running_log(node: &Node, unit: usize) -> Option<&Vec<(usize, u64)>> {

@@ -13,7 +13,7 @@ use ferry_core::witness::may_run;
 
 use super::links::Msg;
 use super::store::{Cond, Key, Op, Purpose, Reply, Value};
-use super::{TIMES, World, node_id, sender_id, take_where};
+use super::{TIMES, World, node_id, take_where};
 
 /// How many conditional writes of an Actor's room a join or a leave tries.
 const RECORD_TRIES: u8 = 8;
@@ -283,9 +283,9 @@ impl World {
             Work::Ask { sender, seq, id } => {
                 cell.log.push((sender, seq));
                 self.tells_ran += 1;
-                self.send(node, parcel.origin, Msg::Reply { id, ok: true });
+                self.post(node, parcel.origin, Msg::Reply { id, ok: true });
             }
-            Work::Fence { id } => self.send(node, parcel.origin, Msg::Reply { id, ok: true }),
+            Work::Fence { id } => self.post(node, parcel.origin, Msg::Reply { id, ok: true }),
             Work::Input { client, seq } => {
                 cell.log.push((client, seq));
                 self.tells_ran += 1;
@@ -299,7 +299,7 @@ impl World {
         trace!(self, "n{node}: gives up {parcel:?}: {why}");
         match parcel.work {
             Work::Ask { id, .. } | Work::Fence { id } | Work::Bind { id, .. } => {
-                self.send(node, parcel.origin, Msg::Reply { id, ok: false });
+                self.post(node, parcel.origin, Msg::Reply { id, ok: false });
             }
             Work::Tell { .. } | Work::Input { .. } => {
                 if self.lives[parcel.to].exists && !self.lives[parcel.to].renewed {
@@ -574,16 +574,7 @@ impl World {
                 );
                 // What was sent to the id before this incarnation may still arrive: it runs
                 // here, but in no order with what is sent to the new one.
-                let floors: BTreeMap<usize, u64> = self
-                    .senders
-                    .iter()
-                    .enumerate()
-                    .map(|(s, sender)| {
-                        let process = self.nodes[s % self.shape.nodes].process;
-                        (sender_id(s, process), sender.next)
-                    })
-                    .chain(self.gateways.iter().enumerate().map(|(c, g)| g.floor(c)))
-                    .collect();
+                let floors = self.sent_so_far();
                 let life = &mut self.lives[unit];
                 life.exists = true;
                 life.renewed |= !rebuilt;

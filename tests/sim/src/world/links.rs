@@ -3,7 +3,8 @@
 //! what was on the wire, never what was accepted. A frame's acknowledgement rides on the next frame
 //! delivered after it, so a reset can also repeat a frame that was delivered, which the receiver
 //! must drop. A partition holds every frame until it heals; one that outlasts the idle timeout
-//! resets the connection.
+//! resets the connection. A link whose peer takes nothing (cut off, or down) keeps a bounded
+//! backlog, and refuses a send past it, as the mesh does.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -18,6 +19,16 @@ use super::sessions::SessionMsg;
 
 /// How long a silent link lasts before both sides take it for dead.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many frames a link keeps unacknowledged for a peer that takes nothing (a partition cuts it
+/// off, or its process is down) before it refuses more. It stands for the mesh's `send_queue`
+/// (65,536 frames, behind its bound of unacknowledged bytes), made small so that a cut of a few
+/// seconds fills it, as a long one fills the runtime's.
+const BACKLOG: usize = 4;
+
+/// A frame the link did not take, given back: `BACKLOG` frames wait for a peer that takes none
+/// (the mesh's `MeshError::Backlogged`). What the sender does then is its own, as in the runtime.
+#[derive(Debug)]
+pub(crate) struct Backlogged(pub Msg);
 
 /// What one node says to another.
 #[derive(Debug, Clone)]
@@ -94,14 +105,15 @@ impl World {
         self.partitions.contains(&(a.min(b), a.max(b)))
     }
 
-    /// Sends a frame from `from` to `to` (to itself: handled at once).
-    pub(crate) fn send(&mut self, from: usize, to: usize, msg: Msg) {
+    /// Sends a frame from `from` to `to` (to itself: handled at once), or gives it back when the
+    /// link to a peer that takes nothing holds its backlog already.
+    pub(crate) fn send(&mut self, from: usize, to: usize, msg: Msg) -> Result<(), Backlogged> {
         if from == to {
             self.arrive(to, from, msg);
-            return;
+            return Ok(());
         }
         if !self.nodes[from].up {
-            return;
+            return Ok(());
         }
         // Probes and their answers only update when a peer was last heard of: they arrive at once
         // unless a partition holds the link (then they are lost, as a probe's datagrams would be).
@@ -109,7 +121,17 @@ impl World {
             if !self.parted(from, to) && self.nodes[to].up {
                 self.arrive(to, from, msg);
             }
-            return;
+            return Ok(());
+        }
+        let stuck = self.parted(from, to) || !self.nodes[to].up;
+        if stuck
+            && self
+                .links
+                .get(&(from, to))
+                .is_some_and(|l| l.out.len() >= BACKLOG)
+        {
+            trace!(self, "n{from}->n{to} backlogged: {} refused", brief(&msg));
+            return Err(Backlogged(msg));
         }
         let process = self.nodes[from].process;
         let peer = self.nodes[to].process;
@@ -126,6 +148,13 @@ impl World {
             .push(Bytes::copy_from_slice(&body.to_be_bytes()), 1);
         link.wire.push_back((process, seq, body));
         self.wired.insert((from, to));
+        Ok(())
+    }
+
+    /// Sends a frame whose sender, as in the runtime, only logs it when the link refuses it:
+    /// replies, answers of a move, notices, hints, withdrawals.
+    pub(crate) fn post(&mut self, from: usize, to: usize, msg: Msg) {
+        let _ = self.send(from, to, msg);
     }
 
     /// The next frame on the link from `a` to `b` arrives.

@@ -359,7 +359,7 @@ impl World {
             previous: found.record,
             owner_descriptor,
         };
-        self.send(n, target, msg);
+        self.post(n, target, msg);
     }
 
     /// Rebuilds a dead node's unit here, gated on its record and the dead node's descriptor
@@ -405,7 +405,7 @@ impl World {
         let stamp = self.nodes[n].witness.stamp(self.now);
         let generation = self.nodes[n].lease.map_or(0, |(g, _)| g);
         for peer in self.nodes[n].witness.peers() {
-            self.send(n, node_index(&peer), Msg::Probe { stamp, generation });
+            self.post(n, node_index(&peer), Msg::Probe { stamp, generation });
         }
     }
 
@@ -415,7 +415,7 @@ impl World {
             .witness
             .probed_by(&node_id(from), generation, now);
         let running = self.node_may_run(n);
-        self.send(
+        self.post(
             n,
             from,
             Msg::ProbeAnswer {

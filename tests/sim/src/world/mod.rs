@@ -2,7 +2,8 @@
 //! resend their frames, one clock, and the pending events between them.
 //!
 //! - `store`: the location store: records, descriptors and leases, and its faults.
-//! - `links`: frames between nodes, numbered and resent with the core's delivery rules.
+//! - `links`: frames between nodes, numbered and resent with the core's delivery rules, and a
+//!   bounded backlog for a peer that takes nothing.
 //! - `lanes`: the lanes that run units' turns, membership, creation and stops.
 //! - `routing`: how a node sends to units it does not host, with the core's route table.
 //! - `moves`: the source and target of a move, driving the core's machines.
@@ -302,6 +303,10 @@ struct Life {
     /// ended: exactly once per defer.
     defers: usize,
     completions: usize,
+    /// A message for it that a backlogged link refused was looked up again, and may have
+    /// overtaken what still waited on that link: what was sent to it before keeps no order with
+    /// what followed (see `floors`), though each still runs exactly once.
+    disordered: bool,
 }
 
 /// Faults armed for the next chance.
@@ -487,6 +492,19 @@ impl World {
     /// How many tells, requests and inputs have run.
     pub fn tells_ran(&self) -> usize {
         self.tells_ran
+    }
+
+    /// The last number each sender and each open session sent so far, by its id in a unit's log.
+    fn sent_so_far(&self) -> BTreeMap<usize, u64> {
+        self.senders
+            .iter()
+            .enumerate()
+            .map(|(s, sender)| {
+                let process = self.nodes[s % self.shape.nodes].process;
+                (sender_id(s, process), sender.next)
+            })
+            .chain(self.gateways.iter().enumerate().map(|(c, g)| g.floor(c)))
+            .collect()
     }
 
     /// A line for the trace, made only when the trace is kept.

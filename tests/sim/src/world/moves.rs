@@ -296,7 +296,9 @@ impl World {
                 self.run_queue(node, lane);
             }
             SourceAction::SendCapture => self.call(node, Op::Get(units), Purpose::Records { rel }),
-            SourceAction::Withdraw => self.send(
+            // Not taken (backlogged), it is dropped: the offer it withdraws may stay staged there
+            // until it expires or a newer offer of the unit replaces it.
+            SourceAction::Withdraw => self.post(
                 node,
                 to,
                 Msg::Reloc {
@@ -311,17 +313,17 @@ impl World {
                     .get(&lane)
                     .map(|l| l.relayed.clone())
                     .unwrap_or_default();
-                self.send(
-                    node,
-                    to,
-                    Msg::Reloc {
-                        rel,
-                        frame: Reloc::RelayReset,
-                    },
-                );
+                // Not taken, none of it is sent, as in the runtime: the fence decides the move.
+                let reset = Msg::Reloc {
+                    rel,
+                    frame: Reloc::RelayReset,
+                };
+                if self.send(node, to, reset).is_err() {
+                    return;
+                }
                 let (count, crc) = digest(&relayed);
                 for parcel in relayed {
-                    self.send(
+                    self.post(
                         node,
                         to,
                         Msg::Reloc {
@@ -330,7 +332,7 @@ impl World {
                         },
                     );
                 }
-                self.send(
+                self.post(
                     node,
                     to,
                     Msg::Reloc {
@@ -474,7 +476,17 @@ impl World {
             within,
         };
         let to = s.to;
-        self.send(node, to, Msg::Reloc { rel, frame: offer });
+        // An offer the link does not take makes the target unavailable for now: a drain tries
+        // the unit again after its pause.
+        if self
+            .send(node, to, Msg::Reloc { rel, frame: offer })
+            .is_err()
+        {
+            self.source_event(
+                rel,
+                SourceEvent::Refused(Refusal::other("the target is unreachable: backlogged")),
+            );
+        }
     }
 
     /// The point of no return: the unit's ids leave for the target, what the lane held is
@@ -500,8 +512,9 @@ impl World {
             self.nodes[node].directory.remove(u);
         }
         let (count, crc) = digest(&relay);
+        // What the link does not take is sent again with the handover's resend.
         for parcel in relay {
-            self.send(
+            self.post(
                 node,
                 to,
                 Msg::Reloc {
@@ -510,7 +523,7 @@ impl World {
                 },
             );
         }
-        self.send(
+        self.post(
             node,
             to,
             Msg::Reloc {
@@ -720,7 +733,7 @@ impl World {
             || self.nodes[node].incoming.contains_key(&rel)
         {
             self.check_refusal(node, rel, primary, &staged);
-            self.send(
+            self.post(
                 node,
                 from,
                 Msg::Reloc {
@@ -839,14 +852,14 @@ impl World {
             return;
         }
         let from = t.from;
-        self.send(
-            node,
-            from,
-            Msg::Reloc {
-                rel,
-                frame: Reloc::Progress,
-            },
-        );
+        let progress = Msg::Reloc {
+            rel,
+            frame: Reloc::Progress,
+        };
+        // A target that cannot tell its source stops reporting: it is silent, as it should be.
+        if self.send(node, from, progress).is_err() {
+            return;
+        }
         let process = self.nodes[node].process;
         self.arm(
             self.now + PROGRESS_EVERY,
@@ -907,7 +920,7 @@ impl World {
         let from = t.from;
         let lane = t.lane;
         match action {
-            TargetAction::SendRelayReady => self.send(
+            TargetAction::SendRelayReady => self.post(
                 node,
                 from,
                 Msg::Reloc {
@@ -915,7 +928,7 @@ impl World {
                     frame: Reloc::RelayReady,
                 },
             ),
-            TargetAction::SendRefused(_) => self.send(
+            TargetAction::SendRefused(_) => self.post(
                 node,
                 from,
                 Msg::Reloc {
@@ -923,7 +936,7 @@ impl World {
                     frame: Reloc::Refused,
                 },
             ),
-            TargetAction::SendCommitted => self.send(
+            TargetAction::SendCommitted => self.post(
                 node,
                 from,
                 Msg::Reloc {
@@ -931,7 +944,7 @@ impl World {
                     frame: Reloc::Committed,
                 },
             ),
-            TargetAction::SendAborted(_) => self.send(
+            TargetAction::SendAborted(_) => self.post(
                 node,
                 from,
                 Msg::Reloc {

@@ -1,7 +1,7 @@
 //! How a node sends to units: onto a lane here, or by the core's route table ([`Routes`]) to the
 //! owner it knows, after a lookup of the unit's record, with route hints from nodes that forward,
-//! and a fence along the old path before a switch. Requests (asks and fences) wait for exactly one
-//! terminal here.
+//! and a fence along the old path before a switch; a message a backlogged link refuses is looked
+//! up again, up to the hop bound. Requests (asks and fences) wait for exactly one terminal here.
 //!
 //! [`Routes`]: ferry_core::routes::Routes
 
@@ -9,7 +9,7 @@ use ferry_core::ids::UnitId;
 use ferry_core::routes::{Arrival, Route, Routed, Switched};
 
 use super::lanes::{Parcel, Work};
-use super::links::Msg;
+use super::links::{Backlogged, Msg};
 use super::store::{Op, Purpose, Reply};
 use super::{
     FENCE_WAIT, REQUEST_TIMEOUT, Terminal, Timer, World, node_id, node_index, sender_id, sender_of,
@@ -218,8 +218,7 @@ impl World {
         if via == node {
             self.send_parcel(node, parcel);
         } else {
-            self.handing(node, via, &parcel);
-            self.send(node, via, Msg::Deliver(parcel));
+            self.hand(node, via, parcel);
         }
     }
 
@@ -227,23 +226,56 @@ impl World {
     fn deliver_to(&mut self, node: usize, owner: usize, parcel: Parcel) {
         if owner == node {
             self.send_parcel(node, parcel);
-            return;
+        } else {
+            self.hand(node, owner, parcel);
         }
-        self.handing(node, owner, &parcel);
-        self.send(node, owner, Msg::Deliver(parcel));
     }
 
-    /// Notes which peer's process a request of this node's is handed to.
-    fn handing(&mut self, node: usize, peer: usize, parcel: &Parcel) {
-        let id = match parcel.work {
-            Work::Ask { id, .. } | Work::Fence { id } | Work::Bind { id, .. } => id,
-            _ => return,
+    /// Hands a message to the link to `peer`, noting which peer's process a request of this
+    /// node's went to; one the link refuses is tried again.
+    fn hand(&mut self, node: usize, peer: usize, parcel: Parcel) {
+        let request = match parcel.work {
+            Work::Ask { id, .. } | Work::Fence { id } | Work::Bind { id, .. } => {
+                (parcel.origin == node).then_some(id)
+            }
+            _ => None,
         };
-        let process = self.nodes[peer].process;
-        let n = &mut self.nodes[node];
-        if parcel.origin == node && n.requests.contains_key(&id) {
-            n.handed.insert(id, (peer, process));
+        match self.send(node, peer, Msg::Deliver(parcel)) {
+            Ok(()) => {
+                let process = self.nodes[peer].process;
+                let n = &mut self.nodes[node];
+                if let Some(id) = request.filter(|id| n.requests.contains_key(id)) {
+                    n.handed.insert(id, (peer, process));
+                }
+            }
+            Err(Backlogged(Msg::Deliver(parcel))) => {
+                // Looked up again, it may overtake what still waits on that link, as in the
+                // runtime: what was sent to the unit so far keeps no order with what follows.
+                let sent = self.sent_so_far();
+                let life = &mut self.lives[parcel.to];
+                life.floors.extend(sent);
+                life.disordered = true;
+                self.retry_deliver(node, parcel);
+            }
+            Err(_) => {}
         }
+    }
+
+    /// A message the link refused, one hop further: kept for the end of a move of its unit from
+    /// here, or looked up again; past the hop bound a tell is dropped and counted, a request ends
+    /// with an error.
+    fn retry_deliver(&mut self, node: usize, mut parcel: Parcel) {
+        parcel.hops += 1;
+        let id = self.unit_id(parcel.to);
+        let Some(parcel) = self.nodes[node].routes.hold_for_move(&id, parcel) else {
+            return;
+        };
+        if parcel.hops > MAX_HOPS {
+            self.drop_counted(node, parcel, "its node could not be reached");
+            return;
+        }
+        self.nodes[node].routes.forget(&id);
+        self.route(node, parcel);
     }
 
     /// The process of `peer` that `node` handed requests to is gone (it left the cluster, or
@@ -281,7 +313,8 @@ impl World {
             failed => {
                 let waiting = self.nodes[node].routes.resolved(&id);
                 for parcel in waiting {
-                    self.fail_lookup(node, parcel, &failed);
+                    let why = self.line(|| format!("its lookup failed ({failed:?})"));
+                    self.drop_counted(node, parcel, &why);
                 }
                 return;
             }
@@ -318,25 +351,22 @@ impl World {
         }
     }
 
-    /// A lookup that kept failing: requests end with `RouteLookupFailed`; tells are dropped and
-    /// counted (the store was out, which the sender's node reports).
-    fn fail_lookup(&mut self, node: usize, parcel: Parcel, why: &Reply) {
-        if let Work::Tell { sender, seq } = parcel.work
-            && sender_of(sender) % self.shape.nodes == node
-        {
-            self.senders[sender_of(sender)]
-                .dropped
-                .insert((parcel.to, seq));
-        }
-        trace!(
-            self,
-            "n{node}: lookup of u{} failed ({why:?}): {parcel:?} fails", parcel.to
-        );
+    /// A message given up on this node for a reason it reports (a lookup that kept failing, a
+    /// node that could not be reached): requests end with an error; tells and inputs are dropped
+    /// and counted here, so they are not owed.
+    fn drop_counted(&mut self, node: usize, parcel: Parcel, why: &str) {
+        trace!(self, "n{node}: gives up {parcel:?}: {why}");
         match parcel.work {
-            Work::Ask { id, .. } | Work::Fence { id } | Work::Bind { id, .. } => {
-                self.send(node, parcel.origin, Msg::Reply { id, ok: false });
+            Work::Tell { sender, seq } => {
+                self.senders[sender_of(sender)]
+                    .dropped
+                    .insert((parcel.to, seq));
             }
-            Work::Tell { .. } | Work::Input { .. } | Work::Unbind { .. } => {}
+            Work::Input { client, seq } => self.input_dropped(client, parcel.to, seq),
+            Work::Ask { id, .. } | Work::Fence { id } | Work::Bind { id, .. } => {
+                self.post(node, parcel.origin, Msg::Reply { id, ok: false });
+            }
+            Work::Unbind { .. } => {}
         }
     }
 
@@ -384,7 +414,7 @@ impl World {
         {
             let owner = node_index(&record.owner);
             if owner != origin {
-                self.send(node, origin, Msg::Hint { unit, owner });
+                self.post(node, origin, Msg::Hint { unit, owner });
             }
         }
     }
@@ -461,7 +491,7 @@ impl World {
             trace!(self, "n{from}: frame to n{to} lost: {parcel:?}");
             match parcel.work {
                 Work::Ask { id, .. } | Work::Fence { id } | Work::Bind { id, .. } => {
-                    self.send(from, parcel.origin, Msg::Reply { id, ok: false })
+                    self.post(from, parcel.origin, Msg::Reply { id, ok: false })
                 }
                 Work::Tell { .. } | Work::Input { .. } => {
                     if !self.lossy {

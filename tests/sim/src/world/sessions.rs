@@ -106,6 +106,18 @@ pub(crate) fn input_id(client: usize, number: u64) -> usize {
 }
 
 impl World {
+    /// An input (under its log id) that a node dropped, counting it, for its Actor's node could
+    /// not be reached: it is not owed.
+    pub(crate) fn input_dropped(&mut self, id: usize, actor: usize, seq: u64) {
+        let (client, number) = ((id - CLIENTS) / 1_000, (id - CLIENTS) % 1_000);
+        if let Some(inputs) = self.gateways[client]
+            .accepted
+            .get_mut(&(number as u64, actor))
+        {
+            inputs.retain(|s| *s != seq);
+        }
+    }
+
     /// The node a client's gateway runs on.
     pub(crate) fn gateway_node(&self, client: usize) -> usize {
         client % self.shape.nodes
@@ -526,7 +538,7 @@ impl World {
                 }
                 if let Work::Bind { id, .. } = parcel.work {
                     let ok = answer.is_ok();
-                    self.send(node, parcel.origin, Msg::Reply { id, ok });
+                    self.post(node, parcel.origin, Msg::Reply { id, ok });
                 }
             }
         }
@@ -562,7 +574,7 @@ impl World {
             }
             _ => return,
         };
-        self.send(node, node_index(&gateway), Msg::Session(msg));
+        self.post(node, node_index(&gateway), Msg::Session(msg));
     }
 
     /// A session frame reaches a node.
@@ -617,7 +629,7 @@ impl World {
                         );
                     }
                 }
-                self.send(node, from, Msg::Session(SessionMsg::SealAck { rel }));
+                self.post(node, from, Msg::Session(SessionMsg::SealAck { rel }));
             }
             SessionMsg::SealAck { rel } => {
                 self.source_event(rel, SourceEvent::GatewaySealed(node_id(from)))
@@ -709,11 +721,12 @@ impl World {
                 s.told.insert(gateway.clone());
                 s.sealed.extend(actors.iter().copied());
             }
-            self.send(
-                node,
-                node_index(gateway),
-                Msg::Session(SessionMsg::Seal { rel, actors, hold }),
-            );
+            let seal = Msg::Session(SessionMsg::Seal { rel, actors, hold });
+            // A gateway the link does not take a seal for is hopelessly behind: the move goes on
+            // without it.
+            if self.send(node, node_index(gateway), seal).is_err() {
+                self.source_event(rel, SourceEvent::GatewaySealed(gateway.clone()));
+            }
         }
     }
 
@@ -744,7 +757,7 @@ impl World {
                 .filter(|(client, ..)| self.gateway_node(*client) == g)
                 .copied()
                 .collect();
-            self.send(
+            self.post(
                 node,
                 g,
                 Msg::Session(SessionMsg::Release { rel, actors, owner }),
