@@ -97,7 +97,7 @@ impl Node {
                     // Gone again already: one more hop, by its route.
                     back.hops = back.hops.saturating_add(1);
                     if back.hops > MAX_HOPS {
-                        self.give_up(back, |id| MessageError::UnknownId { id });
+                        self.past_hops(back, |id| MessageError::UnknownId { id });
                     } else {
                         self.route(back);
                     }
@@ -239,18 +239,8 @@ impl Node {
             return;
         };
         if retry.hops > MAX_HOPS {
-            if retry.reply.is_none() {
-                // A tell has no one to tell of its end: counted, and said where an operator looks.
-                metrics::counter!("ferry_tells_dropped_unreachable_total").increment(1);
-                tracing::warn!(
-                    unit = %id, %error, hops = retry.hops,
-                    "tell dropped: its unit's node could not be reached after every hop it was allowed"
-                );
-            }
-            self.give_up(retry, |id| MessageError::Unreachable {
-                id,
-                reason: error.to_string(),
-            });
+            let reason = error.to_string();
+            self.past_hops(retry, |id| MessageError::Unreachable { id, reason });
             return;
         }
         self.core
@@ -663,6 +653,20 @@ impl Node {
     }
 
     /// Ends a message that cannot be delivered: a request gets its terminal, a tell is dropped.
+    /// Gives up a message that used every hop it was allowed (its unit kept moving, or its
+    /// owner's link kept refusing it). A tell has no one to tell of its end: it is counted, and
+    /// said where an operator looks.
+    fn past_hops(&self, deliver: Deliver, error: impl FnOnce(UnitId) -> MessageError) {
+        if deliver.reply.is_none() {
+            metrics::counter!("ferry_tells_dropped_unreachable_total").increment(1);
+            tracing::warn!(
+                unit = %deliver.to, hops = deliver.hops,
+                "tell dropped: its unit could not be reached in every hop it was allowed"
+            );
+        }
+        self.give_up(deliver, error);
+    }
+
     fn give_up(&self, deliver: Deliver, error: impl FnOnce(UnitId) -> MessageError) {
         let error = error(deliver.to.clone());
         match deliver.reply {
@@ -678,7 +682,7 @@ impl Node {
         };
         deliver.hops = deliver.hops.saturating_add(1);
         if deliver.hops > MAX_HOPS {
-            self.give_up(deliver, |id| MessageError::UnknownId { id });
+            self.past_hops(deliver, |id| MessageError::UnknownId { id });
             return;
         }
         if let Some(type_name) = deliver.activate.clone() {

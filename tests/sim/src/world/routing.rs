@@ -378,7 +378,13 @@ impl World {
         }
         parcel.hops += 1;
         if parcel.hops > MAX_HOPS {
-            self.give_up(node, parcel, "too many hops");
+            // Hops a backlog's refusals used up are the runtime's counted drop; any other
+            // message that runs out of hops was lost.
+            if self.lives[parcel.to].disordered {
+                self.drop_counted(node, parcel, "too many hops");
+            } else {
+                self.give_up(node, parcel, "too many hops");
+            }
             return;
         }
         let unit = parcel.to;
