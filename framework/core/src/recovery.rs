@@ -161,7 +161,8 @@ pub struct NodePlan {
 /// Plans one dead node's units. `freed` says which records are freed rather than rebuilt (not
 /// recoverable, or an Instance Spot that comes back by activation). Rooms are placed whole: the
 /// fill places each room as one unit, and an Actor whose record names a room rebuilt now, or one
-/// running on a live node, goes with it; an Actor whose room is gone is placed on its own. The
+/// running on a live node that is not drained, goes with it; an Actor whose room is gone is placed
+/// on its own. The
 /// fill runs per factory, over the serving nodes that register it, counting what earlier
 /// factories of this plan placed.
 pub fn plan_node(
@@ -182,11 +183,17 @@ pub fn plan_node(
             UnitId::Actor(_) => None,
         })
         .collect();
+    // A drained node hosts nothing: a room's record that still names it outlived the room (its
+    // release was not answered), and a member sent there would wait for ever.
+    let drained = |node: &NodeId| {
+        view.iter()
+            .any(|d| d.node == *node && d.state == NodeState::Relocated)
+    };
     let goes_with_room = |f: &Found| {
         f.record
             .spot
             .as_ref()
-            .is_some_and(|s| rooms.contains(s) || spots.contains_key(s))
+            .is_some_and(|s| rooms.contains(s) || spots.get(s).is_some_and(|node| !drained(node)))
     };
     let (mut members, alone): (Vec<Found>, Vec<Found>) =
         rebuilt.iter().cloned().partition(|f| goes_with_room(f));
@@ -428,6 +435,25 @@ mod tests {
         );
         assert_eq!(census.orphans.keys().collect::<Vec<_>>(), [&node("dead")]);
         assert_eq!(census.recorded.len(), 4);
+    }
+
+    #[test]
+    fn a_member_whose_room_is_recorded_on_a_drained_node_is_placed_on_its_own() {
+        let view = [
+            descriptor("a", NodeState::Serving, &["room", "player"], 10),
+            descriptor("c", NodeState::Relocated, &["room", "player"], 10),
+        ];
+        // The room's record outlived it on c (its release was not answered); c takes no rebuild.
+        let spots = BTreeMap::from([(SpotId::new("ghost").unwrap(), node("c"))]);
+        let units = vec![found(player("p1"), "dead", "player", Some("ghost"))];
+        let plan = plan_node(units, |_| false, &view, &BTreeMap::new(), &spots);
+        assert!(plan.members.is_empty());
+        let placed: Vec<(UnitId, String)> = plan
+            .rebuild
+            .iter()
+            .map(|(f, n)| (f.id.clone(), n.to_string()))
+            .collect();
+        assert_eq!(placed, [(player("p1"), "a".to_owned())]);
     }
 
     #[test]

@@ -90,13 +90,22 @@ impl World {
                 self.carry_out(node, decision.clone());
                 let u = self.unit_index(unit);
                 let to = super::node_index(to);
-                match self.move_unit(u, to) {
+                // As the runtime's drain, it moves only what runs on its node: a unit whose lane
+                // is in another move from there waits for that move's end.
+                let here = self.lane_of(node, u).is_some()
+                    && self.host(u).is_some_and(|(from, _)| from == node);
+                match here.then(|| self.move_unit(u, to)).flatten() {
                     Some(rel) => {
                         self.drain_moves.insert(rel, (node, unit.clone()));
                     }
                     None => {
                         let hosted = self.here_or_moving(node, u);
-                        let why = Ended::NotMoved(Some(BlockedReason::TargetUnavailable));
+                        let reason = if here {
+                            BlockedReason::TargetUnavailable
+                        } else {
+                            BlockedReason::OperationInProgress
+                        };
+                        let why = Ended::NotMoved(Some(reason));
                         let next = plan.ended(unit, why, self.now, hosted);
                         self.carry_out(node, next);
                     }
