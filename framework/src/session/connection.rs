@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ferry_core::session::machine::{Action, Event, SessionMachine};
+use ferry_core::session::machine::{Action, Event, REBIND_WAIT, SessionMachine, rebind_may_go};
 use futures_util::{Stream, StreamExt};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
@@ -31,8 +31,6 @@ use crate::unit::envelope::{Payload, ReplyTo};
 const BIND_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a fence behind a session's inputs may wait for its answer.
 const FENCE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a binding to an Actor whose node left the cluster waits for recovery to rebuild it.
-const REBIND_WAIT: Duration = Duration::from_secs(30);
 /// How long a closing session may take to tell its client why before the connection is cut.
 pub(super) const CLOSE_LINGER: Duration = Duration::from_secs(1);
 /// How long a shutdown waits for its sessions to say goodbye.
@@ -465,8 +463,8 @@ impl Sessions {
         while Instant::now() < until && !node.stopping() {
             every.tick().await;
             match node.owner_of(&id).await {
-                Ok(Some(owner)) if owner == gone => {}
-                Ok(_) => break,
+                Ok(owner) if rebind_may_go(owner.as_ref(), &gone) => break,
+                Ok(_) => {}
                 Err(error) => debug!(%actor, %error, "record not read; reading again"),
             }
         }

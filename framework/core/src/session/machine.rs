@@ -128,6 +128,16 @@ pub enum Event {
     },
 }
 
+/// How long a gateway waits, after an Actor's node left the cluster, for recovery to record the
+/// Actor elsewhere before it sends the bind anyway (its answer then tells the client).
+pub const REBIND_WAIT: Duration = Duration::from_secs(30);
+
+/// Whether a [`Action::RequestRebind`]'s bind may go: the Actor's record (its `owner`, `None` when
+/// it has none) no longer names the node that left.
+pub fn rebind_may_go(owner: Option<&NodeId>, gone: &NodeId) -> bool {
+    owner != Some(gone)
+}
+
 /// What the driver must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
@@ -944,6 +954,20 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn a_rebind_goes_once_the_record_no_longer_names_the_node_that_left() {
+        let (gone, other) = (NodeId::new("n1").unwrap(), NodeId::new("n2").unwrap());
+        assert!(
+            !rebind_may_go(Some(&gone), &gone),
+            "recovery has not rebuilt it yet"
+        );
+        assert!(rebind_may_go(Some(&other), &gone), "rebuilt elsewhere");
+        assert!(
+            rebind_may_go(None, &gone),
+            "not rebuilt: the bind's answer says so"
+        );
+    }
 
     fn actor(id: &str) -> ActorId {
         ActorId::new(id).unwrap()

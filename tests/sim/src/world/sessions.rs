@@ -10,12 +10,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bytes::Bytes;
+use ferry_core::authority::UnitRecord;
 use ferry_core::ids::{ActorId, NodeId, UnitId};
 use ferry_core::relocation::RelocationId;
 use ferry_core::relocation::protocol::{SessionsTo, SourceEvent};
 use ferry_core::session::binding::{self, Addressee, Step};
 use ferry_core::session::frames::SessionFrame;
-use ferry_core::session::machine::{Action, Event, SessionMachine};
+use ferry_core::session::machine::{Action, Event, SessionMachine, rebind_may_go};
 use ferry_core::session::wire::{ClientFrame, Encoding, PROTOCOL_VERSION, ServerFrame};
 use ferry_core::session::{Identity, SessionId, SessionLimits, SessionOp, SessionRef};
 
@@ -439,7 +440,9 @@ impl World {
             return;
         }
         let node = self.gateway_node(client);
-        let moved_on = matches!(&reply, Reply::Got(found) if found.first().is_some_and(|f| f.as_ref().is_none_or(|(_, r)| node_index(&r.owner) != gone)));
+        let left = node_id(gone);
+        let owner = |f: &Option<(u64, UnitRecord)>| f.as_ref().map(|(_, r)| r.owner.clone());
+        let moved_on = matches!(&reply, Reply::Got(found) if found.first().is_some_and(|f| rebind_may_go(owner(f).as_ref(), &left)));
         if moved_on {
             self.send_bind(client, number, unit, epoch);
         } else {
