@@ -215,6 +215,8 @@ pub struct Drain {
     stopping: bool,
     /// Whether the cluster was looked at for a node to take anything.
     looked: bool,
+    /// Peers whose lease lapsed but whom the mesh does not confirm dead: they may serve again.
+    lapsed: usize,
     /// No other node served or started when the drain began: nothing can take a unit.
     nowhere: bool,
     total: usize,
@@ -239,6 +241,7 @@ impl Drain {
             arriving: 0,
             stopping: false,
             looked: false,
+            lapsed: 0,
             nowhere: false,
             total: 0,
             moved: 0,
@@ -298,6 +301,13 @@ impl Drain {
             .min()
     }
 
+    /// How many peers' leases lapsed while the mesh does not confirm them dead (a store that fails
+    /// over may have lost their renewals): while any is, a drain does not judge that no node
+    /// can take its units.
+    pub fn lapsed(&mut self, count: usize) {
+        self.lapsed = count;
+    }
+
     /// A shutdown began: no move starts any more, and what waits stays.
     pub fn stopping(&mut self) {
         self.stopping = true;
@@ -322,9 +332,10 @@ impl Drain {
             view.iter().filter(|d| d.node != self.me).cloned().collect();
         // A rolling update waits for nodes of its version to come up; a drain for maintenance
         // that finds no other node serving when it starts has nowhere to go, and says so at
-        // once. Judged once, on a view the store just gave: peers missing from a later view (a
-        // store failing over) may well come back, and are waited for.
-        if !self.looked && store_reachable {
+        // once. Judged once, on a view the store just gave with no peer's lease lapsed unconfirmed:
+        // peers missing from a later view (a store failing over) may well come back, and are
+        // waited for.
+        if !self.looked && store_reachable && self.lapsed == 0 {
             self.looked = true;
             self.nowhere = self.version.is_none()
                 && !peers
@@ -807,6 +818,22 @@ mod tests {
         // The store failed over and gave a view without p2: it may come back.
         assert!(d.next(now, &[], |_| true, true).is_empty());
         assert!(!d.done(now));
+    }
+
+    #[test]
+    fn a_drain_that_begins_while_a_peers_lease_lapsed_unconfirmed_waits_for_it() {
+        let now = Instant::now();
+        let mut d = drain(now);
+        d.found(room("a", 1));
+        // The store failed over and lost the peer's renewals: it is missing from the view, but
+        // the mesh still vouches for it.
+        d.lapsed(1);
+        assert!(d.next(now, &[], |_| true, true).is_empty());
+        assert!(!d.done(now), "not judged while a peer may serve again");
+        let view = [node("p2", 0, NodeState::Serving)];
+        d.lapsed(0);
+        let moved = d.next(now, &view, |_| true, true);
+        assert!(matches!(&moved[..], [Decision::Move { .. }]), "{moved:?}");
     }
 
     #[test]

@@ -180,6 +180,7 @@ impl Node {
                 }
             }
             plan.arriving(arriving);
+            plan.lapsed(self.core.cluster.suspected.read().len());
             self.publish_status(|s| s.total = plan.total());
             if !started {
                 started = true;

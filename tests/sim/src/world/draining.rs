@@ -81,6 +81,7 @@ impl World {
         }
         let n = &self.nodes[node];
         plan.arriving(n.incoming.len() + usize::from(n.adopting));
+        plan.lapsed(n.suspected.len());
         let view = self.nodes[node].view.clone();
         let hosted = |unit: &UnitId| self.here_or_moving(node, self.unit_index(unit));
         let decided = plan.next(self.now, &view, hosted, !self.nodes[node].store_cut);
