@@ -140,7 +140,7 @@ impl Node {
         self.core.moves.outgoing.lock().insert(rel, outgoing);
         let lane = self.core.units.directory.get(id).map(|e| e.lane);
         let mut run = SourceRun {
-            node: MoveCtx::new(self.clone()),
+            ctx: MoveCtx::new(self.clone()),
             lane,
             budget,
             permit: None,
@@ -237,7 +237,8 @@ enum RecordsFailure {
 }
 
 struct SourceRun {
-    node: MoveCtx,
+    /// What the move may touch of its node.
+    ctx: MoveCtx,
     /// The unit's lane, held here because the handover removes it from the directory.
     lane: Option<Arc<LaneTx>>,
     /// The drain's in-flight byte budget, if any, and this move's share of it.
@@ -299,7 +300,7 @@ impl SourceRun {
         MoveReport {
             relocation: self.rel,
             unit: self.id.clone(),
-            from: self.node.id().clone(),
+            from: self.ctx.id().clone(),
             to: self.target.clone(),
             after_deadline: moved && deadline_passed,
             end,
@@ -383,10 +384,10 @@ impl SourceRun {
     /// Of these gateways, told to seal and not heard from, those that are gone: no mesh link is
     /// up to them (it broke and does not come back), or the cluster counts them dead.
     fn gone_gateways(&self, unacked: BTreeSet<NodeId>) -> Vec<NodeId> {
-        let gone = self.node.gone();
+        let gone = self.ctx.gone();
         unacked
             .into_iter()
-            .filter(|gateway| gateway != self.node.id())
+            .filter(|gateway| gateway != self.ctx.id())
             .filter(|gateway| gone(gateway))
             .collect()
     }
@@ -435,7 +436,7 @@ impl SourceRun {
 
     /// Whether the unit seals only where the application says (`ApplicationSignaled`).
     fn waits_for_the_app(&self) -> bool {
-        self.node.waits_for_the_app(&self.id)
+        self.ctx.waits_for_the_app(&self.id)
     }
 
     /// Adds bindings not seen yet; returns the gateways that have some not yet told to seal.
@@ -483,7 +484,7 @@ impl SourceRun {
                 hold,
             };
             // A gateway on this node acknowledges through `on_session_frame` at once.
-            if let Err(error) = self.node.to_gateway(gateway, frame) {
+            if let Err(error) = self.ctx.to_gateway(gateway, frame) {
                 // Not a peer any more (or hopelessly behind): its sessions went with it.
                 tracing::warn!(%gateway, %error, "seal not sent; moving without that gateway");
                 let _ = self
@@ -497,7 +498,7 @@ impl SourceRun {
     fn release_sessions(&self, to: SessionsTo) {
         let owner = match to {
             SessionsTo::Target => Some(self.target.clone()),
-            SessionsTo::Source => Some(self.node.id().clone()),
+            SessionsTo::Source => Some(self.ctx.id().clone()),
         };
         for (gateway, actors) in &self.bindings {
             let actors: Vec<BoundActor> = actors
@@ -513,7 +514,7 @@ impl SourceRun {
                 actors,
                 owner: owner.clone(),
             };
-            if let Err(error) = self.node.to_gateway(gateway, frame) {
+            if let Err(error) = self.ctx.to_gateway(gateway, frame) {
                 tracing::warn!(%gateway, %error, "release not sent to a session gateway");
             }
         }
@@ -603,7 +604,7 @@ impl SourceRun {
         let (manifest, chunks) = capture.pack().map_err(|e| e.to_string())?;
         self.phases.encode = encoding.elapsed();
         self.bytes = manifest.len;
-        let max = self.node.max_state();
+        let max = self.ctx.max_state();
         if manifest.len > max {
             return Err(format!(
                 "its capture is {} bytes, over this node's max_state of {max}; keep less state in \
@@ -651,7 +652,7 @@ impl SourceRun {
         let reads = ids.iter().map(|id| async move {
             let key = unit_key(id);
             let found = self
-                .node
+                .ctx
                 .store()
                 .get(&key)
                 .await
@@ -663,7 +664,7 @@ impl SourceRun {
             };
             let record = crate::cluster::authority::UnitRecord::decode(&key, &v.value)
                 .map_err(|e| RecordsFailure::Wrong(e.to_string()))?;
-            if record.owner != *self.node.id() {
+            if record.owner != *self.ctx.id() {
                 return Err(RecordsFailure::Wrong(format!(
                     "{id} is recorded on {}, not here",
                     record.owner
@@ -682,7 +683,7 @@ impl SourceRun {
     }
 
     fn send(&self, frame: RelocFrame) -> Result<(), String> {
-        self.node
+        self.ctx
             .to_target(&self.target, frame)
             .map_err(|e| format!("the target is unreachable: {e}"))
     }
@@ -775,7 +776,7 @@ impl SourceRun {
                 None
             }
             SourceAction::ResendHandover => {
-                self.node.handover(&self.target, rel).again(&self.relayed);
+                self.ctx.handover(&self.target, rel).again(&self.relayed);
                 None
             }
             SourceAction::Resume => {
@@ -802,7 +803,7 @@ impl SourceRun {
                 reason: format!("{end:?} once the store answered, after the deadline"),
             },
         };
-        self.node.emit(event);
+        self.ctx.emit(event);
     }
 
     /// The conditional write that decides, after the point of no return, who owns the unit:
@@ -828,12 +829,7 @@ impl SourceRun {
         let mut now = Vec::with_capacity(self.records.len());
         for at in &self.records {
             let key = unit_key(&at.id);
-            let found = self
-                .node
-                .store()
-                .get_confirmed(&key)
-                .await
-                .map_err(|_| ())?;
+            let found = self.ctx.store().get_confirmed(&key).await.map_err(|_| ())?;
             let read = found
                 .map(|v| {
                     crate::cluster::authority::UnitRecord::decode(&key, &v.value)
@@ -845,7 +841,7 @@ impl SourceRun {
         }
         let pairs = self.records.iter().zip(&now);
         let verdict = fence_conflict(
-            self.node.id(),
+            self.ctx.id(),
             pairs.map(|(at, now)| (&at.record, now.as_ref().map(|(record, _)| record))),
         );
         if verdict == SourceEvent::FenceStale {
@@ -867,14 +863,14 @@ impl SourceRun {
             ops.push(Op::put(key, record.encode()));
         }
         // A source whose lease was superseded fences nothing: it must not run the unit again.
-        conditions.push(Condition::lease(&self.node.lease()));
-        let write = self.node.store().batch(conditions, ops);
+        conditions.push(Condition::lease(&self.ctx.lease()));
+        let write = self.ctx.store().batch(conditions, ops);
         match tokio::time::timeout(wait, write).await {
             Ok(Ok(BatchOutcome::Committed { .. })) => SourceEvent::FenceWon,
             // Nothing was written, and nothing says the target won: this node's lease lapsed
             // (an outage) or was taken. Asked again once it is taken again; if it was taken by
             // another process, this one stops meanwhile.
-            Ok(Ok(refused)) if refused.lease_refused(self.node.id()) => {
+            Ok(Ok(refused)) if refused.lease_refused(self.ctx.id()) => {
                 tracing::warn!(
                     "fence write refused: the store does not hold this node's lease; asking again"
                 );
