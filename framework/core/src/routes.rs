@@ -448,6 +448,14 @@ impl<P> Routes<P> {
     }
 }
 
+/// Whether a route lookup's answer must be read again as the store confirms it before it is
+/// acted on: the record names this node (`me`), which does not host the unit. Such a record may
+/// be a write the store had not confirmed, which a failover loses (a move's commit into this node
+/// whose copy was then given up); read as confirmed, it either names another node or truly this one.
+pub fn lookup_needs_confirming(owner: &NodeId, me: &NodeId, hosted: bool) -> bool {
+    owner == me && !hosted
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -459,6 +467,17 @@ mod tests {
 
     fn node(name: &str) -> NodeId {
         NodeId::new(name).expect("id")
+    }
+
+    #[test]
+    fn a_lookup_naming_this_node_for_a_unit_not_here_is_read_again_as_confirmed() {
+        let (me, other) = (node("n1"), node("n2"));
+        assert!(lookup_needs_confirming(&me, &me, false));
+        assert!(!lookup_needs_confirming(&me, &me, true), "it runs here");
+        assert!(
+            !lookup_needs_confirming(&other, &me, false),
+            "another node's"
+        );
     }
 
     #[test]

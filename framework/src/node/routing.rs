@@ -9,7 +9,7 @@ use std::any::TypeId;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use ferry_core::routes::{Arrival, Routed, Switched};
+use ferry_core::routes::{Arrival, Routed, Switched, lookup_needs_confirming};
 
 use super::handle::Node;
 use super::hosted::Entry;
@@ -501,7 +501,12 @@ impl Node {
 
     /// Looks up a unit's owner in the store and sends what waited for it.
     async fn resolve(self, id: UnitId) {
-        let found = self.read_route(&id).await;
+        let mut found = self.read_route(&id).await;
+        if let Ok(Some(record)) = &found
+            && lookup_needs_confirming(&record.owner, self.id(), self.hosts(&id))
+        {
+            found = self.read_record_back(&id).await.map_err(|error| (error, 1));
+        }
         if let Ok(Some(record)) = &found
             && record.owner != *self.id()
             && !self.core.links.router.is_gone(&record.owner)
@@ -652,7 +657,6 @@ impl Node {
         }
     }
 
-    /// Ends a message that cannot be delivered: a request gets its terminal, a tell is dropped.
     /// Gives up a message that used every hop it was allowed (its unit kept moving, or its
     /// owner's link kept refusing it). A tell has no one to tell of its end: it is counted, and
     /// said where an operator looks.
@@ -667,6 +671,7 @@ impl Node {
         self.give_up(deliver, error);
     }
 
+    /// Ends a message that cannot be delivered: a request gets its terminal, a tell is dropped.
     fn give_up(&self, deliver: Deliver, error: impl FnOnce(UnitId) -> MessageError) {
         let error = error(deliver.to.clone());
         match deliver.reply {

@@ -38,21 +38,29 @@ impl Node {
                 manifest,
                 within,
             } => {
+                let units: Vec<UnitId> = records.iter().map(|at| at.id.clone()).collect();
                 let offer = Offer {
                     me: self.id(),
                     state: self.state(),
-                    unit: &unit,
+                    units: &units,
                     len: manifest.len,
                     max_state: self.config().max_state,
                 };
                 let admission = {
                     let incoming = self.core.moves.incoming.lock();
+                    let staged: Vec<(RelocationId, Vec<UnitId>, bool)> = incoming
+                        .iter()
+                        .map(|(rel, staging)| {
+                            let units = staging.records.iter().map(|at| at.id.clone()).collect();
+                            (*rel, units, staging.machine.committing())
+                        })
+                        .collect();
                     admit(
                         offer,
-                        incoming.iter().map(|(rel, staging)| Staged {
+                        staged.iter().map(|(rel, units, committing)| Staged {
                             rel: *rel,
-                            unit: &staging.unit,
-                            committing: staging.machine.committing(),
+                            units,
+                            committing: *committing,
                         }),
                     )
                 };

@@ -1,5 +1,6 @@
 //! Whether a target takes an offered unit: it must serve, the capture must fit, and an earlier
-//! move of the same unit still staged there must not stand in the way.
+//! move of any unit it carries (the unit or one of its members) still staged there must not stand
+//! in the way.
 //!
 //! A source offers a unit again only once its earlier move of it ended on the source's side, so
 //! an earlier staged copy of that unit here is stale (its source gave up on it, perhaps while the
@@ -19,8 +20,8 @@ pub struct Offer<'a> {
     pub me: &'a NodeId,
     /// The target's state now: only a serving node takes units.
     pub state: NodeState,
-    /// The unit offered.
-    pub unit: &'a UnitId,
+    /// The units offered: the unit first, then the members that move with it.
+    pub units: &'a [UnitId],
     /// The capture's size in bytes.
     pub len: u64,
     /// The largest capture the target takes.
@@ -32,8 +33,9 @@ pub struct Offer<'a> {
 pub struct Staged<'a> {
     /// The staged move's id: given up (superseded) if the new offer is taken.
     pub rel: RelocationId,
-    /// The unit it stages; only a staged copy of the offered unit stands in the way.
-    pub unit: &'a UnitId,
+    /// The units it stages; a staged copy of any unit offered stands in the way (a member may
+    /// have moved alone before it joined the room offered).
+    pub units: &'a [UnitId],
     /// Whether its commit is in flight or being read back.
     pub committing: bool,
 }
@@ -52,6 +54,10 @@ pub enum Admission {
 
 /// Decides an offer against what is staged at the target now.
 pub fn admit<'a>(offer: Offer<'_>, staged: impl IntoIterator<Item = Staged<'a>>) -> Admission {
+    let unit = offer
+        .units
+        .first()
+        .map_or_else(String::new, ToString::to_string);
     if offer.state != NodeState::Serving {
         // The source's view of this node was older than its last state change.
         return Admission::Refuse(Refusal::not_serving(format!(
@@ -61,23 +67,23 @@ pub fn admit<'a>(offer: Offer<'_>, staged: impl IntoIterator<Item = Staged<'a>>)
     }
     if offer.len > offer.max_state {
         return Admission::Refuse(Refusal::other(format!(
-            "{}'s capture is {} bytes, over {}'s max_state of {}; keep less state in the unit or \
+            "{unit}'s capture is {} bytes, over {}'s max_state of {}; keep less state in the unit or \
              raise max_state on every node",
-            offer.unit, offer.len, offer.me, offer.max_state
+            offer.len, offer.me, offer.max_state
         )));
     }
     let mut supersede = Vec::new();
     for earlier in staged {
-        if earlier.unit != offer.unit {
+        if !earlier.units.iter().any(|u| offer.units.contains(u)) {
             continue;
         }
         if earlier.committing {
             return Admission::Refuse(Refusal {
                 because: RefusedBecause::Busy,
                 why: format!(
-                    "an earlier move of {} to {} is still committing; offer it again once the \
+                    "an earlier move of {unit} to {} is still committing; offer it again once the \
                      store has decided it",
-                    offer.unit, offer.me
+                    offer.me
                 ),
             });
         }
@@ -95,11 +101,11 @@ mod tests {
         UnitId::Spot(SpotId::new(id).unwrap())
     }
 
-    fn offer<'a>(me: &'a NodeId, unit: &'a UnitId, state: NodeState) -> Offer<'a> {
+    fn offer<'a>(me: &'a NodeId, units: &'a [UnitId], state: NodeState) -> Offer<'a> {
         Offer {
             me,
             state,
-            unit,
+            units,
             len: 10,
             max_state: 100,
         }
@@ -108,16 +114,16 @@ mod tests {
     #[test]
     fn a_stale_staged_copy_of_the_unit_gives_way_to_its_new_offer() {
         let me = NodeId::new("p3").unwrap();
-        let (a, b) = (unit("fps-0"), unit("fps-1"));
+        let (a, b) = ([unit("fps-0")], [unit("fps-1")]);
         let staged = [
             Staged {
                 rel: RelocationId(1),
-                unit: &a,
+                units: &a,
                 committing: false,
             },
             Staged {
                 rel: RelocationId(2),
-                unit: &b,
+                units: &b,
                 committing: false,
             },
         ];
@@ -130,12 +136,30 @@ mod tests {
     }
 
     #[test]
+    fn a_stale_staged_copy_of_a_member_gives_way_to_its_rooms_offer() {
+        let me = NodeId::new("p3").unwrap();
+        let member = [unit("p8")];
+        let room = [unit("r0"), unit("p8")];
+        let staged = [Staged {
+            rel: RelocationId(20),
+            units: &member,
+            committing: false,
+        }];
+        assert_eq!(
+            admit(offer(&me, &room, NodeState::Serving), staged),
+            Admission::Take {
+                supersede: vec![RelocationId(20)]
+            }
+        );
+    }
+
+    #[test]
     fn an_earlier_move_still_committing_makes_the_offer_wait() {
         let me = NodeId::new("p3").unwrap();
-        let a = unit("fps-0");
+        let a = [unit("fps-0")];
         let staged = [Staged {
             rel: RelocationId(1),
-            unit: &a,
+            units: &a,
             committing: true,
         }];
         match admit(offer(&me, &a, NodeState::Serving), staged) {
@@ -147,7 +171,7 @@ mod tests {
     #[test]
     fn a_node_that_does_not_serve_or_a_capture_too_large_is_refused() {
         let me = NodeId::new("p3").unwrap();
-        let a = unit("fps-0");
+        let a = [unit("fps-0")];
         match admit(offer(&me, &a, NodeState::Relocating), []) {
             Admission::Refuse(r) => assert_eq!(r.because, RefusedBecause::NotServing),
             other => panic!("{other:?}"),

@@ -173,6 +173,8 @@ enum Timer {
         unit: usize,
         epoch: u32,
         gone: usize,
+        /// When it binds anyway (`REBIND_WAIT` after the node left).
+        until: Instant,
     },
 }
 
@@ -736,8 +738,9 @@ impl World {
                 unit,
                 epoch,
                 gone,
+                until,
             } if live(self, node, process) => {
-                self.rebind_again(node, client, number, unit, epoch, gone)
+                self.rebind_again(node, client, number, unit, epoch, (gone, until))
             }
             _ => {}
         }

@@ -695,26 +695,26 @@ impl World {
         records: Vec<(usize, u64, UnitRecord)>,
         within: Duration,
     ) {
-        let unit = self.unit_id(primary);
-        let staged: Vec<(u64, UnitId, bool)> = self.nodes[node]
+        let units: Vec<UnitId> = records.iter().map(|(u, _, _)| self.unit_id(*u)).collect();
+        let staged: Vec<(u64, Vec<UnitId>, bool)> = self.nodes[node]
             .incoming
             .iter()
-            .filter_map(|(r, t)| {
-                let (u, _, _) = t.records.first()?;
-                Some((*r, self.unit_id(*u), t.machine.committing()))
+            .map(|(r, t)| {
+                let carried = t.records.iter().map(|(u, _, _)| self.unit_id(*u)).collect();
+                (*r, carried, t.machine.committing())
             })
             .collect();
         let me = node_id(node);
         let offer = Offer {
             me: &me,
             state: self.nodes[node].state,
-            unit: &unit,
+            units: &units,
             len: 0,
             max_state: 1,
         };
-        let staged_at = staged.iter().map(|(r, u, committing)| Staged {
+        let staged_at = staged.iter().map(|(r, carried, committing)| Staged {
             rel: RelocationId(u128::from(*r)),
-            unit: u,
+            units: carried,
             committing: *committing,
         });
         let refused = match admit(offer, staged_at) {
@@ -732,7 +732,7 @@ impl World {
             || cells.keys().any(|u| self.lane_of(node, *u).is_some())
             || self.nodes[node].incoming.contains_key(&rel)
         {
-            self.check_refusal(node, rel, primary, &staged);
+            self.check_refusal(node, rel, (primary, &units), &staged);
             self.post(
                 node,
                 from,
@@ -780,19 +780,22 @@ impl World {
         &mut self,
         node: usize,
         rel: u64,
-        primary: usize,
-        staged: &[(u64, UnitId, bool)],
+        (primary, units): (usize, &[UnitId]),
+        staged: &[(u64, Vec<UnitId>, bool)],
     ) {
-        let unit = self.unit_id(primary);
         let n = &self.nodes[node];
         let staged_lanes: Vec<u64> = n.incoming.values().filter_map(|t| t.lane).collect();
+        let overlaps = |carried: &[UnitId]| carried.iter().any(|u| units.contains(u));
         let committing = staged
             .iter()
-            .any(|(_, u, committing)| *u == unit && *committing);
-        let runs_here = self
-            .lane_of(node, primary)
-            .is_some_and(|lane| !staged_lanes.contains(&lane));
-        let stale = staged.iter().any(|(r, u, _)| *u == unit && *r != rel);
+            .any(|(_, carried, committing)| overlaps(carried) && *committing);
+        let runs_here = units.iter().any(|u| {
+            self.lane_of(node, self.unit_index(u))
+                .is_some_and(|lane| !staged_lanes.contains(&lane))
+        });
+        let stale = staged
+            .iter()
+            .any(|(r, carried, _)| overlaps(carried) && *r != rel);
         if n.state == NodeState::Serving && stale && !committing && !runs_here {
             self.broken.get_or_insert(format!(
                 "n{node} refused move {rel} of u{primary}: only a stale staged copy stood in the way"

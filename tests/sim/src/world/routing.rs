@@ -6,7 +6,7 @@
 //! [`Routes`]: ferry_core::routes::Routes
 
 use ferry_core::ids::UnitId;
-use ferry_core::routes::{Arrival, Route, Routed, Switched};
+use ferry_core::routes::{Arrival, Route, Routed, Switched, lookup_needs_confirming};
 
 use super::lanes::{Parcel, Work};
 use super::links::{Backlogged, Msg};
@@ -207,7 +207,11 @@ impl World {
             Routed::LookUp => self.call(
                 node,
                 Op::Get(vec![unit]),
-                Purpose::Lookup { unit, tries: 1 },
+                Purpose::Lookup {
+                    unit,
+                    tries: 1,
+                    confirmed: false,
+                },
             ),
         }
     }
@@ -295,19 +299,28 @@ impl World {
     }
 
     /// A route lookup's answer: what waited for it is sent, delivered here, or given up.
-    pub(crate) fn looked_up(&mut self, node: usize, unit: usize, tries: u8, reply: Reply) {
+    pub(crate) fn looked_up(
+        &mut self,
+        node: usize,
+        unit: usize,
+        (tries, confirmed): (u8, bool),
+        reply: Reply,
+    ) {
         let id = self.unit_id(unit);
         let found = match reply {
             Reply::Got(mut found) => found.pop().flatten(),
             _ if tries < LOOKUP_TRIES => {
-                self.call(
-                    node,
-                    Op::Get(vec![unit]),
-                    Purpose::Lookup {
-                        unit,
-                        tries: tries + 1,
-                    },
-                );
+                let op = if confirmed {
+                    Op::ReadBack(vec![unit])
+                } else {
+                    Op::Get(vec![unit])
+                };
+                let purpose = Purpose::Lookup {
+                    unit,
+                    tries: tries + 1,
+                    confirmed,
+                };
+                self.call(node, op, purpose);
                 return;
             }
             failed => {
@@ -319,6 +332,19 @@ impl World {
                 return;
             }
         };
+        let hosted = self.lane_of(node, unit).is_some();
+        if let Some((_, record)) = &found
+            && !confirmed
+            && lookup_needs_confirming(&record.owner, &node_id(node), hosted)
+        {
+            let purpose = Purpose::Lookup {
+                unit,
+                tries: 1,
+                confirmed: true,
+            };
+            self.call(node, Op::ReadBack(vec![unit]), purpose);
+            return;
+        }
         let waiting = self.nodes[node].routes.resolved(&id);
         match found {
             Some((_, record)) if record.owner == node_id(node) => {
@@ -470,7 +496,11 @@ impl World {
             Switched::LookUp => self.call(
                 node,
                 Op::Get(vec![unit]),
-                Purpose::Lookup { unit, tries: 1 },
+                Purpose::Lookup {
+                    unit,
+                    tries: 1,
+                    confirmed: false,
+                },
             ),
             Switched::Nothing => {}
         }

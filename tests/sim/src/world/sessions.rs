@@ -7,7 +7,7 @@
 //! [`binding::apply`]: ferry_core::session::binding::apply
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ferry_core::authority::UnitRecord;
@@ -16,7 +16,7 @@ use ferry_core::relocation::RelocationId;
 use ferry_core::relocation::protocol::{SessionsTo, SourceEvent};
 use ferry_core::session::binding::{self, Addressee, Step};
 use ferry_core::session::frames::SessionFrame;
-use ferry_core::session::machine::{Action, Event, SessionMachine, rebind_may_go};
+use ferry_core::session::machine::{Action, Event, REBIND_WAIT, SessionMachine, rebind_may_go};
 use ferry_core::session::wire::{ClientFrame, Encoding, PROTOCOL_VERSION, ServerFrame};
 use ferry_core::session::{Identity, SessionId, SessionLimits, SessionOp, SessionRef};
 
@@ -254,6 +254,7 @@ impl World {
                         unit,
                         epoch,
                         gone: node_index(&gone),
+                        until: self.now + REBIND_WAIT,
                     },
                 );
             }
@@ -426,14 +427,15 @@ impl World {
         }
     }
 
-    /// The record read for a rebind: bind again once recovery rebuilt the Actor elsewhere.
+    /// The record read for a rebind: bind again once recovery rebuilt the Actor elsewhere, or
+    /// once the wait is over (the bind's answer then tells the client).
     pub(crate) fn rebind_read(
         &mut self,
         client: usize,
         number: u64,
         unit: usize,
         epoch: u32,
-        gone: usize,
+        (gone, until): (usize, Instant),
         reply: Reply,
     ) {
         if self.gateways[client].number != number || self.gateways[client].session.is_none() {
@@ -443,7 +445,7 @@ impl World {
         let left = node_id(gone);
         let owner = |f: &Option<(u64, UnitRecord)>| f.as_ref().map(|(_, r)| r.owner.clone());
         let moved_on = matches!(&reply, Reply::Got(found) if found.first().is_some_and(|f| rebind_may_go(owner(f).as_ref(), &left)));
-        if moved_on {
+        if moved_on || self.now >= until {
             self.send_bind(client, number, unit, epoch);
         } else {
             let process = self.nodes[node].process;
@@ -457,6 +459,7 @@ impl World {
                     unit,
                     epoch,
                     gone,
+                    until,
                 },
             );
         }
@@ -469,7 +472,7 @@ impl World {
         number: u64,
         unit: usize,
         epoch: u32,
-        gone: usize,
+        (gone, until): (usize, Instant),
     ) {
         self.call(
             node,
@@ -480,6 +483,7 @@ impl World {
                 unit,
                 epoch,
                 gone,
+                until,
             },
         );
     }

@@ -89,7 +89,12 @@ pub(crate) struct Call {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Purpose {
     /// A route lookup of a unit, the `tries`th read.
-    Lookup { unit: usize, tries: u8 },
+    /// `confirmed`: read back as the store confirms it, after an answer naming this node.
+    Lookup {
+        unit: usize,
+        tries: u8,
+        confirmed: bool,
+    },
     /// A read to tell `origin`, which sent a message here, where the unit is.
     Hint { unit: usize, origin: usize },
     /// A new unit's record (or a rebuilt one's), written for a lane gated until it lands.
@@ -132,13 +137,15 @@ pub(crate) enum Purpose {
     Recovery,
     /// A restarted process reads every record to take back what its earlier process held.
     Adopt,
-    /// A gateway reads a bound Actor's record: bind again once it is rebuilt off `gone`.
+    /// A gateway reads a bound Actor's record: bind again once it is rebuilt off `gone`, or
+    /// anyway at `until`.
     Rebind {
         client: usize,
         number: u64,
         unit: usize,
         epoch: u32,
         gone: usize,
+        until: Instant,
     },
 }
 
@@ -437,7 +444,11 @@ impl World {
             n.floor = n.floor.max(revision);
         }
         match purpose {
-            Purpose::Lookup { unit, tries } => self.looked_up(node, unit, tries, reply),
+            Purpose::Lookup {
+                unit,
+                tries,
+                confirmed,
+            } => self.looked_up(node, unit, (tries, confirmed), reply),
             Purpose::Hint { unit, origin } => self.hint_read(node, unit, origin, reply),
             Purpose::Claim { unit, lane, wrote } => {
                 self.claimed(node, unit, lane, wrote, reply, false)
@@ -467,7 +478,8 @@ impl World {
                 unit,
                 epoch,
                 gone,
-            } => self.rebind_read(client, number, unit, epoch, gone, reply),
+                until,
+            } => self.rebind_read(client, number, unit, epoch, (gone, until), reply),
         }
     }
 
