@@ -21,6 +21,7 @@ use crate::relocation::moves::Outgoing;
 use crate::relocation::phases::{MovePhases, TargetPhases};
 use crate::relocation::protocol::{
     MoveEnd, SessionsTo, SourceAction, SourceEvent, SourceMachine, SourceTiming, fence_conflict,
+    told_at_quiesce,
 };
 use crate::relocation::reports::{BlockedReason, MoveError, MoveReport, RelocationEvent};
 use crate::session::SessionBinding;
@@ -413,15 +414,8 @@ impl SourceRun {
                 {
                     self.prefetched = records;
                 }
-                let gateways = self.note_bindings(quiet.bindings);
-                // A spot that signals its own safe point may run on for a long while (the rest of
-                // a round): its gateways hold inputs only once it is sealed, as late gateways do,
-                // so players are not held up by that wait.
-                let gateways = if self.waits_for_the_app() {
-                    BTreeSet::new()
-                } else {
-                    gateways
-                };
+                let bound = self.note_bindings(quiet.bindings);
+                let gateways = told_at_quiesce(bound, self.waits_for_the_app());
                 SourceEvent::Quiesced { gateways }
             }
             Ok(Ok(Err(why))) => {

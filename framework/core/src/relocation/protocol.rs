@@ -625,6 +625,18 @@ impl SourceMachine {
     }
 }
 
+/// The gateways a move tells to hold inputs as it quiesces its unit: those of the Actors bound
+/// now, unless the unit seals only at its application's safe point (an ApplicationSignaled spot,
+/// which may run on for the rest of a round); then its gateways are told at the capture, of the
+/// Actors it holds by then ([`SourceEvent::Captured`]'s `late`), so players are not held up.
+pub fn told_at_quiesce(bound: BTreeSet<NodeId>, waits_for_the_app: bool) -> BTreeSet<NodeId> {
+    if waits_for_the_app {
+        BTreeSet::new()
+    } else {
+        bound
+    }
+}
+
 /// What a record read again after the source's reclaim met a conflict says, record by record:
 /// the unit is still this node's, and its reclaim may be tried again on the record as it stands
 /// ([`SourceEvent::FenceStale`]: an earlier reclaim landed unseen, or a field changed that names
@@ -865,6 +877,13 @@ mod tests {
     use SourceEvent as SE;
     use TargetAction as TA;
     use TargetEvent as TE;
+
+    #[test]
+    fn a_spot_that_seals_at_its_applications_safe_point_tells_its_gateways_at_the_capture() {
+        let bound = BTreeSet::from([NodeId::new("g1").unwrap()]);
+        assert_eq!(told_at_quiesce(bound.clone(), false), bound);
+        assert!(told_at_quiesce(bound, true).is_empty());
+    }
 
     #[test]
     fn a_targets_answers_go_to_the_source_with_their_phase_and_the_rest_to_the_target() {

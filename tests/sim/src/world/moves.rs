@@ -19,7 +19,7 @@ use ferry_core::relocation::frames::Refusal;
 use ferry_core::relocation::lane::{LaneMove, Seal};
 use ferry_core::relocation::protocol::{
     MoveEnd, SourceAction, SourceEvent, SourceMachine, SourceTiming, TargetAction, TargetEvent,
-    TargetMachine, fence_conflict,
+    TargetMachine, fence_conflict, told_at_quiesce,
 };
 use ferry_core::relocation::{ReadyOutcome, RelocationId};
 
@@ -151,7 +151,8 @@ impl World {
             ),
         );
         self.touched.insert(primary);
-        let gateways = self.bound_gateways(from, lane);
+        let bound = self.bound_gateways(from, lane);
+        let gateways = told_at_quiesce(bound, self.signaled(primary));
         self.source_event(rel, SourceEvent::Quiesced { gateways });
         Some(rel)
     }
