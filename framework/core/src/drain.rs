@@ -293,7 +293,7 @@ impl Drain {
         self.arriving = count;
     }
 
-    /// When the first unit tried again may start, if one waits for that.
+    /// When the first unit tried again may start, if one still pauses.
     pub fn next_try(&self) -> Option<Instant> {
         self.waiting
             .iter()
@@ -363,6 +363,8 @@ impl Drain {
             if unit.not_before.is_some_and(|at| now < at) {
                 continue;
             }
+            // Its pause is over: it waits now, if at all, for what it waits for.
+            unit.not_before = None;
             if !store_reachable {
                 unit.waits = BlockedReason::StoreUnavailable;
                 continue;

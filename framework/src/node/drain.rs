@@ -170,6 +170,7 @@ impl Node {
         let budget = Arc::new(Semaphore::new(BUDGET_KIB as usize));
         let mut moves = JoinSet::new();
         let mut started = false;
+        let mut refreshed = Instant::now();
         loop {
             // Arrivals first, then the inventory: a move into the node that opens in between is
             // then counted as arriving or found, never neither.
@@ -219,7 +220,11 @@ impl Node {
                     }
                 }
                 () = tokio::time::sleep(wait) => {
-                    let _ = tokio::time::timeout_at(deadline, self.refresh_membership()).await;
+                    // A unit's retry pause wakes the loop sooner; the store is read once a period.
+                    if refreshed.elapsed() >= self.config().refresh {
+                        refreshed = Instant::now();
+                        let _ = tokio::time::timeout_at(deadline, self.refresh_membership()).await;
+                    }
                 }
             }
             while let Some(Ok((unit, report))) = moves.try_join_next() {
