@@ -33,10 +33,14 @@ pub fn capture(bytes: &[u8]) -> bool {
         len: bytes.len() as u64,
         chunks: bytes.chunks(CHUNK).count() as u32,
         crc: crc32c::crc32c(bytes),
+        base: None,
     };
-    let mut assembly = Assembly::new(manifest);
+    let Ok(mut assembly) = Assembly::new(manifest, None) else {
+        return false;
+    };
     for (index, chunk) in bytes.chunks(CHUNK).enumerate() {
-        if assembly.add(index as u32, chunk).is_err() {
+        let offset = (index * CHUNK) as u64;
+        if assembly.add(index as u32, offset, chunk).is_err() {
             return false;
         }
     }
@@ -125,7 +129,8 @@ mod tests {
             ticks: Vec::new(),
             journal: vec![op.clone()],
         };
-        let (manifest, chunks) = capture.pack().unwrap();
+        let image = capture.clone().into_image().unwrap();
+        let sealed = crate::relocation::precopy::Precopy::new().seal(Bytes::from(image.clone()));
         let rel = RelocationId(1);
         let mesh = [
             Frame::Deliver(Deliver {
@@ -149,13 +154,21 @@ mod tests {
                 rel,
                 unit: room.clone(),
                 records: Vec::new(),
-                manifest,
+                manifest: sealed.manifest,
                 within: std::time::Duration::from_secs(30),
             })),
             Frame::Reloc(Box::new(RelocFrame::Chunk {
                 rel,
                 index: 0,
-                bytes: chunks[0].clone(),
+                offset: 0,
+                bytes: sealed.pieces[0].1.clone(),
+            })),
+            Frame::Reloc(Box::new(RelocFrame::Precopy {
+                rel,
+                len: image.len() as u64,
+                offset: 0,
+                crc: crc32c::crc32c(&image),
+                bytes: Bytes::from(image.clone()),
             })),
             Frame::Reloc(Box::new(RelocFrame::Relay { rel, op })),
             Frame::Reloc(Box::new(RelocFrame::Cutover {
@@ -206,11 +219,7 @@ mod tests {
                 .map(|f| client_codec.encode_frame(f).unwrap())
                 .collect(),
         );
-        write(
-            "capture",
-            "seed-0".into(),
-            &postcard::to_allocvec(&capture).unwrap(),
-        );
+        write("capture", "seed-0".into(), &image);
     }
 
     #[test]

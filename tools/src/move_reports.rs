@@ -83,6 +83,7 @@ pub struct PhaseSummary {
 mod tests {
     use std::time::Duration;
 
+    use ferry::relocation::precopy::Copied;
     use ferry::relocation::protocol::MoveEnd;
     use ferry::{NodeId, RelocationId, SpotId, UnitId};
 
@@ -97,6 +98,7 @@ mod tests {
             to: node("b"),
             end: MoveEnd::Moved,
             bytes: 100,
+            copied: Copied::default(),
             interruption: None,
             pause: Some(Duration::from_micros(pause_us)),
             phases: MovePhases {

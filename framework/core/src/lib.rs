@@ -20,11 +20,13 @@
 //! - [`placement`]: the choice of a node for a new unit.
 //! - [`drain`]: a drain's decisions: inventory (arrivals included), order, targets spread by
 //!   load, retries, what stays and why, the outcome, and when a node is safe to stop.
+//! - [`sealing`]: how many units a drain keeps sealed at once, from the pauses it measures.
 //! - [`routes`]: where a node sends messages for units it does not host, keeping each sender's
 //!   order while units move.
 //! - [`recovery`]: who coordinates recovery, which units dead nodes left, and where each is rebuilt;
 //!   which units an earlier process of a node's id left, and when it certainly stopped.
-//! - [`relocation`]: a move's capture, frames and phases, and its two sides as state machines.
+//! - [`relocation`]: a move's capture, its pre-copy, frames and phases, and its two sides as state
+//!   machines.
 //! - [`frames`]: everything nodes say to each other on the mesh.
 //! - [`delivery`]: frames numbered per link, kept until acknowledged and sent again after a reset.
 
@@ -41,6 +43,7 @@ pub mod recovery;
 pub mod relocation;
 pub mod reply;
 pub mod routes;
+pub mod sealing;
 pub mod session;
 pub mod shared_bytes;
 pub mod timer;

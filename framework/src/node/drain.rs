@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::handle::Node;
+use super::sealing::SealGate;
 use crate::cluster::authority::NodeState;
 use crate::error::ResumeError;
 use crate::ids::UnitId;
@@ -25,6 +26,14 @@ use crate::unit::factory::{ExecutionMode, FactoryKind, PolicyKind};
 
 /// A unit's factory, as the directory keeps it.
 type Factory = Arc<dyn AnyFactory<Node>>;
+
+/// What the moves of one drain share: the window of units sealed at once, and the budget of
+/// bytes in flight after the seal.
+#[derive(Clone)]
+pub(super) struct DrainShare {
+    pub gate: Arc<SealGate>,
+    pub budget: Arc<Semaphore>,
+}
 
 impl Node {
     /// Follows the host status (progress of a drain, SafeToShutdown).
@@ -167,7 +176,10 @@ impl Node {
             let stayed = self.with_members(self.inventory().iter().map(|f| &f.unit));
             return blocked(BlockedReason::StoreUnavailable, stayed);
         }
-        let budget = Arc::new(Semaphore::new(BUDGET_KIB as usize));
+        let share = DrainShare {
+            gate: Arc::default(),
+            budget: Arc::new(Semaphore::new(BUDGET_KIB as usize)),
+        };
         let mut moves = JoinSet::new();
         let mut started = false;
         let mut refreshed = Instant::now();
@@ -177,7 +189,7 @@ impl Node {
             let arriving = self.may_arrive();
             for found in self.inventory() {
                 if let Some(decision) = plan.found(found) {
-                    self.carry_out(decision, &mut moves, deadline, &budget);
+                    self.carry_out(decision, &mut moves, deadline, &share);
                 }
             }
             plan.arriving(arriving);
@@ -197,7 +209,7 @@ impl Node {
             let hosted = |unit: &UnitId| self.here_or_moving(unit);
             let now = Instant::now().into_std();
             for decision in plan.next(now, &view, hosted, self.store_reachable()) {
-                self.carry_out(decision, &mut moves, deadline, &budget);
+                self.carry_out(decision, &mut moves, deadline, &share);
             }
             if plan.done(Instant::now().into_std()) {
                 break;
@@ -216,7 +228,7 @@ impl Node {
             tokio::select! {
                 Some(joined) = moves.join_next() => {
                     if let Ok((unit, report)) = joined {
-                        self.ended(&mut plan, &unit, report, &mut moves, deadline, &budget);
+                        self.ended(&mut plan, &unit, report, &mut moves, deadline, &share);
                     }
                 }
                 () = tokio::time::sleep(wait) => {
@@ -228,15 +240,19 @@ impl Node {
                 }
             }
             while let Some(Ok((unit, report))) = moves.try_join_next() {
-                self.ended(&mut plan, &unit, report, &mut moves, deadline, &budget);
+                self.ended(&mut plan, &unit, report, &mut moves, deadline, &share);
             }
         }
+        tracing::info!(
+            window = share.gate.limit(),
+            "units sealed at once at the drain's end"
+        );
         if self.state() != NodeState::Relocating {
             plan.stopping();
         }
         let (stays, outcome) = plan.finish(|unit| self.members_of(unit));
         for decision in stays {
-            self.carry_out(decision, &mut moves, deadline, &budget);
+            self.carry_out(decision, &mut moves, deadline, &share);
         }
         if let RelocateOutcome::Blocked {
             reason: BlockedReason::NoServingPeer,
@@ -313,14 +329,14 @@ impl Node {
         decision: Decision,
         moves: &mut JoinSet<(UnitId, MoveReport)>,
         deadline: Instant,
-        budget: &Arc<Semaphore>,
+        share: &DrainShare,
     ) {
         match decision {
             Decision::Move { unit, to } => {
                 let node = self.clone();
-                let budget = budget.clone();
+                let share = share.clone();
                 moves.spawn(async move {
-                    let report = node.move_to(&unit, to, deadline, Some(budget)).await;
+                    let report = node.move_to(&unit, to, deadline, Some(share)).await;
                     (unit, report)
                 });
             }
@@ -361,7 +377,7 @@ impl Node {
         report: MoveReport,
         moves: &mut JoinSet<(UnitId, MoveReport)>,
         deadline: Instant,
-        budget: &Arc<Semaphore>,
+        share: &DrainShare,
     ) {
         let result = match report.end {
             MoveEnd::Moved => Ended::Moved,
@@ -395,7 +411,7 @@ impl Node {
             }
             _ => {}
         }
-        self.carry_out(decision, moves, deadline, budget);
+        self.carry_out(decision, moves, deadline, share);
     }
 
     /// The units that share `unit`'s lane now, itself excluded.

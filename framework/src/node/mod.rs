@@ -21,7 +21,7 @@
 //! - `source`, `target`: the two sides of a move (the target's answers reach the source through
 //!   its own inbox, `Moves::to_source`); `move_ctx`: what a move from here may touch of the node;
 //!   `handover`: the one place relay records and cutovers are sent; `drain`: moving every unit
-//!   off this node.
+//!   off this node; `sealing`: the drain's window of units sealed at once, as moves wait on it.
 //! - `dispatch`: the one entry of frames from peers, handed to the parts above.
 //! - `shutdown`: stopping the node.
 
@@ -40,6 +40,7 @@ mod messaging;
 mod move_ctx;
 mod recovery;
 mod routing;
+mod sealing;
 mod shutdown;
 mod source;
 mod target;

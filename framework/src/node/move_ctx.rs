@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+use tokio::sync::{AcquireError, OwnedSemaphorePermit};
+
 use super::handle::Node;
 use super::handover::Handover;
 use crate::cluster::frames::Frame;
@@ -12,6 +14,7 @@ use crate::ids::{NodeId, UnitId};
 use crate::mesh::{MeshError, PeerState};
 use crate::relocation::RelocationId;
 use crate::relocation::frames::RelocFrame;
+use crate::relocation::moves::PRECOPY_KIB;
 use crate::relocation::reports::RelocationEvent;
 use crate::session::frames::SessionFrame;
 use crate::store::{Lease, LocationStore};
@@ -82,6 +85,17 @@ impl MoveCtx {
             target,
             rel,
         }
+    }
+
+    /// Waits for `bytes` (in KiB) of the node's pre-copy budget: its share of the link while the
+    /// target has not said it holds them.
+    pub fn precopy_budget(
+        &self,
+        bytes: usize,
+    ) -> impl Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + use<> {
+        let budget = self.node.core.moves.precopy_budget.clone();
+        let kib = u32::try_from(bytes.div_ceil(1024).clamp(1, PRECOPY_KIB)).unwrap_or(u32::MAX);
+        budget.acquire_many_owned(kib)
     }
 
     /// Tells whoever follows the node's host operations how the move ended.

@@ -5,13 +5,16 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use bytes::Bytes;
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::drain::DrainShare;
 use super::handle::Node;
 use super::hosted::{Control, LaneTx};
 use super::move_ctx::MoveCtx;
+use super::sealing::SealPass;
 use crate::cluster::authority::{NodeState, unit_key};
 use crate::ids::{ActorId, NodeId, UnitId};
 use crate::relocation::RelocationId;
@@ -19,6 +22,7 @@ use crate::relocation::capture::{Capture, QueuedOp};
 use crate::relocation::frames::{RecordAt, Refusal, RefusedBecause, RelocFrame};
 use crate::relocation::moves::Outgoing;
 use crate::relocation::phases::{MovePhases, TargetPhases};
+use crate::relocation::precopy::{Precopy, Round};
 use crate::relocation::protocol::{
     MoveEnd, SessionsTo, SourceAction, SourceEvent, SourceMachine, SourceTiming, fence_conflict,
     told_at_quiesce,
@@ -29,6 +33,7 @@ use crate::session::frames::{BoundActor, SessionFrame};
 use crate::store::{BatchOutcome, Condition, Op, StoreError};
 use crate::unit::factory::PolicyKind;
 use crate::unit::lane::SealRefused;
+use ferry_core::sealing::windowed;
 
 impl Node {
     /// Moves one unit (a SpotWide spot with its members, an actor, an Instance Spot) to `target`,
@@ -107,19 +112,20 @@ impl Node {
         }
     }
 
-    /// Runs one move to `target`, ending by `deadline` one way or another; with a `budget`, the
-    /// capture's bytes (in KiB) are taken from it while they are in flight.
-    pub(crate) async fn move_to(
+    /// Runs one move to `target`, ending by `deadline` one way or another; inside a drain, the
+    /// move seals its unit only once the drain's window lets it, and the bytes it sends after
+    /// the seal (in KiB) are taken from the drain's budget while they are in flight.
+    pub(super) async fn move_to(
         &self,
         id: &UnitId,
         target: NodeId,
         deadline: Instant,
-        budget: Option<Arc<Semaphore>>,
+        drain: Option<DrainShare>,
     ) -> MoveReport {
         let rel = RelocationId(rand::random());
         // Under the relocation target, which a host exports as traces.
         let span = tracing::info_span!(target: "ferry::relocation", "relocation", relocation = %rel, unit = %id, to = %target);
-        self.move_in_span(rel, id, target, deadline, budget)
+        self.move_in_span(rel, id, target, deadline, drain)
             .instrument(span)
             .await
     }
@@ -130,7 +136,7 @@ impl Node {
         id: &UnitId,
         target: NodeId,
         deadline: Instant,
-        budget: Option<Arc<Semaphore>>,
+        drain: Option<DrainShare>,
     ) -> MoveReport {
         let (events_tx, mut events) = mpsc::unbounded_channel();
         let outgoing = Outgoing {
@@ -143,8 +149,10 @@ impl Node {
         let mut run = SourceRun {
             ctx: MoveCtx::new(self.clone()),
             lane,
-            budget,
+            drain,
             permit: None,
+            precopy: Precopy::new(),
+            image: None,
             rel,
             id: id.clone(),
             target: target.clone(),
@@ -242,9 +250,15 @@ struct SourceRun {
     ctx: MoveCtx,
     /// The unit's lane, held here because the handover removes it from the directory.
     lane: Option<Arc<LaneTx>>,
-    /// The drain's in-flight byte budget, if any, and this move's share of it.
-    budget: Option<Arc<Semaphore>>,
+    /// The drain's seal window and in-flight byte budget, if the move is part of a drain, and
+    /// this move's share of the budget.
+    drain: Option<DrainShare>,
     permit: Option<OwnedSemaphorePermit>,
+    /// What the target holds of the unit's image, and what was sent.
+    precopy: Precopy,
+    /// The image as sealed, until the target has it: sent whole again if the target lost the
+    /// pre-copy it was a difference to.
+    image: Option<Bytes>,
     rel: RelocationId,
     id: UnitId,
     target: NodeId,
@@ -306,6 +320,7 @@ impl SourceRun {
             after_deadline: moved && deadline_passed,
             end,
             bytes: self.bytes,
+            copied: self.precopy.copied(),
             interruption: elapsed(self.cut_at),
             pause: elapsed(self.committed_at),
             phases,
@@ -357,11 +372,124 @@ impl SourceRun {
         Instant::from_std(self.machine.deadline())
     }
 
-    /// Runs the move until it ends, or until it is undecided at its deadline.
+    /// Runs the move until it ends, or until it is undecided at its deadline: pre-copies the
+    /// unit while it runs, waits for the drain's window (if any), then seals and moves it.
     async fn go(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>) {
-        let first = self.quiesce().await;
+        self.precopy(events).await;
+        let pass = self.enter().await;
+        let first = match pass {
+            Some(_) => self.quiesce().await,
+            None => SourceEvent::Deadline,
+        };
         self.feed(first).await;
         self.drive(events, false).await;
+        if let Some(Some(mut pass)) = pass {
+            // Given back here: the window learns how long the unit was paused.
+            pass.paused(self.committed_at.zip(self.sealed_at).map(|(c, s)| c - s));
+        }
+        if self.offered_at.is_none() && self.precopy.copied().before_seal > 0 {
+            // Never offered: what the target holds of the pre-copy is of no use any more.
+            if let Err(error) = self.send(RelocFrame::Withdraw { rel: self.rel }) {
+                tracing::debug!(%error, "withdrawal of the pre-copy not sent");
+            }
+        }
+    }
+
+    /// Waits for the drain's seal window, if the move is part of a drain and its unit seals
+    /// where the node says ([`windowed`]); `None` if the deadline passes first.
+    async fn enter(&self) -> Option<Option<SealPass>> {
+        let Some(drain) = self
+            .drain
+            .as_ref()
+            .filter(|_| windowed(self.waits_for_the_app()))
+        else {
+            return Some(None);
+        };
+        tokio::time::timeout_at(self.deadline(), drain.gate.enter())
+            .await
+            .ok()
+            .map(Some)
+    }
+
+    /// Ships the unit's image to the target while the unit runs, round after round of what
+    /// changed, for as long as the core says it is worth it ([`Precopy::round`]). Each round
+    /// waits for its share of the node's pre-copy budget, and for the target to say it holds it.
+    async fn precopy(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>) {
+        loop {
+            let Some(image) = self.snapshot().await else {
+                return;
+            };
+            let Round::Send {
+                round,
+                pieces,
+                base,
+            } = self.precopy.round(image)
+            else {
+                return;
+            };
+            let bytes: usize = pieces.iter().map(|(_, piece)| piece.len()).sum();
+            let deadline = self.deadline();
+            let Ok(Ok(_permit)) =
+                tokio::time::timeout_at(deadline, self.ctx.precopy_budget(bytes)).await
+            else {
+                self.precopy.lost();
+                return;
+            };
+            for (offset, bytes) in pieces {
+                let frame = RelocFrame::Precopy {
+                    rel: self.rel,
+                    len: base.len,
+                    offset,
+                    crc: crc32c::crc32c(&bytes),
+                    bytes,
+                };
+                if self.send(frame).is_err() {
+                    self.precopy.lost();
+                    return;
+                }
+            }
+            let end = RelocFrame::PrecopyEnd {
+                rel: self.rel,
+                round,
+                base,
+            };
+            if self.send(end).is_err() {
+                self.precopy.lost();
+                return;
+            }
+            let step = Instant::now() + self.machine.step();
+            loop {
+                match tokio::time::timeout_at(step.min(deadline), events.recv()).await {
+                    Ok(Some(SourceEvent::PrecopyHeld {
+                        round: answered,
+                        holds,
+                    })) => {
+                        self.precopy.answered(answered, holds);
+                        if answered == round {
+                            break;
+                        }
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => {
+                        self.precopy.lost();
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// An image of the unit as it runs now, taken by its lane at a turn boundary.
+    async fn snapshot(&self) -> Option<Bytes> {
+        let (done, image) = oneshot::channel();
+        if !self.lane(Control::Snapshot { done }) {
+            return None;
+        }
+        let image = tokio::time::timeout_at(self.deadline(), image)
+            .await
+            .ok()?
+            .ok()??;
+        Some(Bytes::from(image))
     }
 
     /// Feeds the machine what is heard and the times it asks to be woken at; with `settling`,
@@ -564,8 +692,8 @@ impl SourceRun {
     }
 
     /// Takes the records of every cell (reading those of cells that joined since the quiesce),
-    /// then sends the manifest and the chunks.
-    async fn send_capture(&mut self, capture: &Capture) -> Result<(), String> {
+    /// then sends the manifest and the chunks: what the target lacks of the image.
+    async fn send_capture(&mut self, capture: Capture) -> Result<(), String> {
         let deadline = self.deadline();
         let reading = Instant::now();
         let mut known: HashMap<UnitId, RecordAt> = std::mem::take(&mut self.prefetched)
@@ -595,36 +723,62 @@ impl SourceRun {
         self.records = records.clone();
         let encoding = Instant::now();
         self.phases.store_read = encoding.duration_since(reading);
-        let (manifest, chunks) = capture.pack().map_err(|e| e.to_string())?;
+        let image = Bytes::from(capture.into_image().map_err(|e| e.to_string())?);
+        let sealed = self.precopy.seal(image.clone());
         self.phases.encode = encoding.elapsed();
-        self.bytes = manifest.len;
+        self.bytes = sealed.manifest.len;
         let max = self.ctx.max_state();
-        if manifest.len > max {
+        if sealed.manifest.len > max {
             return Err(format!(
                 "its capture is {} bytes, over this node's max_state of {max}; keep less state in \
                  the unit or raise max_state on every node",
-                manifest.len
+                sealed.manifest.len
             ));
         }
-        if let Some(budget) = self.budget.clone() {
-            let kib = u32::try_from(manifest.len.div_ceil(1024))
+        self.image = Some(image);
+        if let Some(drain) = &self.drain {
+            let sent: usize = sealed.pieces.iter().map(|(_, piece)| piece.len()).sum();
+            let kib = u32::try_from(sent.div_ceil(1024))
                 .unwrap_or(u32::MAX)
                 .clamp(1, crate::relocation::reports::BUDGET_KIB);
-            self.permit = budget.acquire_many_owned(kib).await.ok();
+            self.permit = drain.budget.clone().acquire_many_owned(kib).await.ok();
         }
         self.offered_at = Some(Instant::now());
         let offer = RelocFrame::Offer {
             rel: self.rel,
             unit: self.id.clone(),
             records,
-            manifest,
+            manifest: sealed.manifest,
             within: deadline.saturating_duration_since(Instant::now()),
         };
         self.offer(offer)?;
-        for (index, bytes) in chunks.into_iter().enumerate() {
+        self.send_pieces(sealed.pieces)
+    }
+
+    /// The target lost the pre-copy the capture was a difference to: sends the whole image.
+    fn send_whole(&mut self) -> Result<(), String> {
+        let Some(image) = self.image.clone() else {
+            return Err("the sealed image is gone".into());
+        };
+        let sealed = self.precopy.whole(image);
+        tracing::info!(
+            bytes = sealed.manifest.len,
+            "the target lost the pre-copy; sending the whole image"
+        );
+        self.offer(RelocFrame::Resend {
+            rel: self.rel,
+            manifest: sealed.manifest,
+        })?;
+        self.send_pieces(sealed.pieces)
+    }
+
+    /// Sends the image's pieces as the offer's chunks, in order.
+    fn send_pieces(&mut self, pieces: Vec<(u64, Bytes)>) -> Result<(), String> {
+        for (index, (offset, bytes)) in pieces.into_iter().enumerate() {
             self.offer(RelocFrame::Chunk {
                 rel: self.rel,
                 index: index as u32,
+                offset,
                 bytes,
             })?;
         }
@@ -696,7 +850,11 @@ impl SourceRun {
         }
         while let Some(event) = pending.pop() {
             match &event {
-                SourceEvent::RelayReady => self.ready_at = Some(Instant::now()),
+                SourceEvent::RelayReady => {
+                    self.ready_at = Some(Instant::now());
+                    // The target holds the image: it is never sent again.
+                    self.image = None;
+                }
                 SourceEvent::Committed => self.committed_at = Some(Instant::now()),
                 SourceEvent::Refused(refusal) => {
                     let reason = match refusal.because {
@@ -743,11 +901,15 @@ impl SourceRun {
             }
             SourceAction::SendCapture => {
                 let capture = self.capture.take()?;
-                match self.send_capture(&capture).await {
+                match self.send_capture(capture).await {
                     Ok(()) => None,
                     Err(why) => Some(SourceEvent::Refused(Refusal::other(why))),
                 }
             }
+            SourceAction::SendWhole => match self.send_whole() {
+                Ok(()) => None,
+                Err(why) => Some(SourceEvent::Refused(Refusal::other(why))),
+            },
             SourceAction::Withdraw => {
                 // Unsent means the link is down: the offer is lost with it, nothing is staged.
                 if let Err(error) = self.send(RelocFrame::Withdraw { rel }) {

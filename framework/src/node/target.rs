@@ -20,12 +20,18 @@ use crate::relocation::RelocationId;
 use crate::relocation::admission::{Admission, Offer, Staged, admit};
 use crate::relocation::capture::{Assembly, MembershipData, relay_digest};
 use crate::relocation::frames::{RecordAt, Refusal, RelocFrame};
+use crate::relocation::moves::Precopied;
+use crate::relocation::precopy::{Held, may_hold};
 use crate::relocation::protocol::{TargetAction, TargetEvent, TargetMachine};
 use crate::store::{BatchOutcome, Condition, Op};
 
 /// How often a target tells its source that the work on an offer goes on (chunks arriving, a
 /// restore running): well inside the source's step, so a busy target is never taken for a silent one.
 const PROGRESS: Duration = Duration::from_secs(1);
+
+/// How long a pre-copy is kept with no piece arriving and no offer taking it: longer than any
+/// move's deadline allows between two rounds, or between its last round and its offer.
+const PRECOPY_KEPT: Duration = Duration::from_secs(120);
 
 impl Node {
     /// A frame from the source of a move into this node arrived from `from`.
@@ -64,6 +70,13 @@ impl Node {
                         }),
                     )
                 };
+                let held = self
+                    .core
+                    .moves
+                    .precopied
+                    .lock()
+                    .remove(&rel)
+                    .map(|precopied| precopied.held.into_image());
                 match admission {
                     Admission::Refuse(reason) => {
                         tracing::warn!(relocation = %rel, %reason, "offer refused");
@@ -80,11 +93,14 @@ impl Node {
                         }
                     }
                 }
+                // A difference to a base not held here waits for the whole image instead.
+                let assembly = Assembly::new(manifest, held).ok();
                 let staging = Staging {
                     source: from.clone(),
                     unit,
                     records,
-                    assembly: Some(Assembly::new(manifest)),
+                    awaiting_whole: assembly.is_none(),
+                    assembly,
                     machine: TargetMachine::new(Instant::now().into_std(), within),
                     lane: None,
                     restored_in: Duration::ZERO,
@@ -99,16 +115,67 @@ impl Node {
                     self.core.moves.arrivals.send_replace(incoming.len());
                 }
                 // Taken: the source counts silence from here, not from its offer.
-                if let Err(error) =
-                    self.mesh_send(&from, Frame::Reloc(Box::new(RelocFrame::Progress { rel })))
+                let answer = if self
+                    .core
+                    .moves
+                    .incoming
+                    .lock()
+                    .get(&rel)
+                    .is_some_and(|s| s.awaiting_whole)
                 {
+                    tracing::info!(relocation = %rel, "the offer's pre-copied base is not held here; asking for the whole image");
+                    RelocFrame::BaseLost { rel }
+                } else {
+                    RelocFrame::Progress { rel }
+                };
+                if let Err(error) = self.mesh_send(&from, Frame::Reloc(Box::new(answer))) {
                     tracing::debug!(relocation = %rel, %error, "progress not sent");
                 }
                 tokio::spawn(self.clone().stage_timer(rel));
+                // All there already: nothing changed since the pre-copy the target holds.
+                self.assembled(rel);
             }
-            RelocFrame::Chunk { rel, index, bytes } => self.on_chunk(rel, index, &bytes),
+            RelocFrame::Chunk {
+                rel,
+                index,
+                offset,
+                bytes,
+            } => self.on_chunk(rel, index, offset, &bytes),
+            RelocFrame::Precopy {
+                rel,
+                len,
+                offset,
+                crc,
+                bytes,
+            } => self.on_precopy(from, rel, len, offset, crc, &bytes),
+            RelocFrame::PrecopyEnd { rel, round, base } => {
+                let holds = {
+                    let mut precopied = self.core.moves.precopied.lock();
+                    let holds = precopied.get(&rel).is_some_and(|p| p.held.holds(base));
+                    if !holds {
+                        precopied.remove(&rel);
+                    }
+                    holds
+                };
+                let answer = RelocFrame::PrecopyHeld { rel, round, holds };
+                if let Err(error) = self.mesh_send(&from, Frame::Reloc(Box::new(answer))) {
+                    tracing::debug!(relocation = %rel, %error, "pre-copy answer not sent");
+                }
+            }
+            RelocFrame::Resend { rel, manifest } => {
+                if let Some(staging) = self.core.moves.incoming.lock().get_mut(&rel)
+                    && staging.awaiting_whole
+                {
+                    staging.awaiting_whole = false;
+                    staging.assembly = Assembly::new(manifest, None).ok();
+                }
+                self.assembled(rel);
+            }
             RelocFrame::RelayReset { rel } => self.target_event(rel, TargetEvent::RelayReset),
-            RelocFrame::Withdraw { rel } => self.target_event(rel, TargetEvent::Withdrawn),
+            RelocFrame::Withdraw { rel } => {
+                self.core.moves.precopied.lock().remove(&rel);
+                self.target_event(rel, TargetEvent::Withdrawn);
+            }
             RelocFrame::Relay { rel, op } => {
                 if let Some(staging) = self.core.moves.incoming.lock().get_mut(&rel) {
                     staging.arriving = Some(op);
@@ -127,6 +194,8 @@ impl Node {
             }
             // Answers for a source: `protocol::addressed` gives them to the source's inbox.
             RelocFrame::Progress { .. }
+            | RelocFrame::PrecopyHeld { .. }
+            | RelocFrame::BaseLost { .. }
             | RelocFrame::RelayReady { .. }
             | RelocFrame::Refused { .. }
             | RelocFrame::Committed { .. }
@@ -159,6 +228,11 @@ impl Node {
     /// Gives up every move to this node whose source is not among the `live` nodes any more and
     /// that has not reached its commit: no cutover will come, and recovery rebuilds the unit.
     pub(crate) fn give_up_staged_from_departed(&self, live: &[NodeDescriptor]) {
+        self.core
+            .moves
+            .precopied
+            .lock()
+            .retain(|_, p| live.iter().any(|d| d.node == p.source));
         self.give_up_staging(|staging| !live.iter().any(|d| d.node == staging.source));
     }
 
@@ -179,8 +253,44 @@ impl Node {
         }
     }
 
-    fn on_chunk(&self, rel: RelocationId, index: u32, bytes: &[u8]) {
-        let finished = {
+    /// One piece of a pre-copy round: held for the move until its offer, within what this node
+    /// holds of pre-copies in all ([`may_hold`]). A piece refused or broken drops what the move
+    /// had here, and its round's end is answered as not held.
+    fn on_precopy(
+        &self,
+        from: NodeId,
+        rel: RelocationId,
+        len: u64,
+        offset: u64,
+        crc: u32,
+        bytes: &[u8],
+    ) {
+        let mut precopied = self.core.moves.precopied.lock();
+        // Pre-copies whose offer never came (their source failed before it) are dropped.
+        precopied.retain(|_, p| p.touched.elapsed() < PRECOPY_KEPT);
+        let holding: u64 = precopied
+            .iter()
+            .filter(|(other, _)| **other != rel)
+            .map(|(_, p)| p.held.len() as u64)
+            .sum();
+        if !may_hold(len, holding, self.config().max_state) {
+            precopied.remove(&rel);
+            return;
+        }
+        let entry = precopied.entry(rel).or_insert_with(|| Precopied {
+            source: from,
+            held: Held::new(),
+            touched: Instant::now(),
+        });
+        entry.touched = Instant::now();
+        if let Err(error) = entry.held.piece(len, offset, bytes, crc) {
+            tracing::warn!(relocation = %rel, %error, "pre-copy piece refused; the seal sends the whole image");
+            precopied.remove(&rel);
+        }
+    }
+
+    fn on_chunk(&self, rel: RelocationId, index: u32, offset: u64, bytes: &[u8]) {
+        let failed = {
             let mut incoming = self.core.moves.incoming.lock();
             let Some(staging) = incoming.get_mut(&rel) else {
                 return;
@@ -188,7 +298,7 @@ impl Node {
             let Some(assembly) = staging.assembly.as_mut() else {
                 return;
             };
-            match assembly.add(index, bytes) {
+            match assembly.add(index, offset, bytes) {
                 Ok(false) => {
                     if staging.reported.elapsed() >= PROGRESS {
                         staging.reported = Instant::now();
@@ -199,9 +309,31 @@ impl Node {
                     }
                     return;
                 }
-                Ok(true) => staging.assembly.take().map(Assembly::finish),
-                Err(error) => Some(Err(error)),
+                Ok(true) => None,
+                Err(error) => Some(error),
             }
+        };
+        match failed {
+            None => self.assembled(rel),
+            Some(error) => {
+                let refusal = Refusal::other(error.to_string());
+                self.target_event(rel, TargetEvent::RestoreFailed(refusal));
+            }
+        }
+    }
+
+    /// Every chunk of a staged move is in (a difference to a pre-copy may have none): checks
+    /// and decodes the capture, then restores it off the mesh's task.
+    fn assembled(&self, rel: RelocationId) {
+        let finished = {
+            let mut incoming = self.core.moves.incoming.lock();
+            let Some(staging) = incoming.get_mut(&rel) else {
+                return;
+            };
+            if !staging.assembly.as_ref().is_some_and(Assembly::complete) {
+                return;
+            }
+            staging.assembly.take().map(Assembly::finish)
         };
         let capture = match finished {
             Some(Ok(capture)) => capture,

@@ -1,7 +1,7 @@
 //! Moving live units between nodes: one unit at a time, or a whole host drained.
 //!
 //! The decisions, the capture and the frames of a move are in `ferry_core::relocation` (re-exported
-//! here as [`protocol`], [`capture`], `frames` and `phases`); the node drives them.
+//! here as [`protocol`], [`capture`], [`precopy`], `frames` and `phases`); the node drives them.
 //!
 //! Layout:
 //! - `reports`: the options a move or a drain takes, how it ended, and the events it sends.
@@ -17,7 +17,7 @@ pub(crate) mod moves;
 pub(crate) mod reports;
 
 pub use ferry_core::relocation::phases::MovePhases;
-pub use ferry_core::relocation::{RelocationId, capture, protocol};
+pub use ferry_core::relocation::{RelocationId, capture, precopy, protocol};
 pub(crate) use ferry_core::relocation::{admission, frames, phases};
 pub use reports::{
     BlockedReason, HostStatus, MoveError, MoveReport, RelocateMode, RelocateOptions,

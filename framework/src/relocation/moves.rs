@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
 use ferry_core::relocation::RelocationId;
 use ferry_core::relocation::capture::{Assembly, QueuedOp};
 use ferry_core::relocation::frames::RecordAt;
 use ferry_core::relocation::phases::TargetPhases;
+use ferry_core::relocation::precopy::{Held, IN_FLIGHT_BYTES};
 use ferry_core::relocation::protocol::{ReportedPhase, SourceEvent, TargetMachine};
 
 use crate::ids::{NodeId, UnitId};
@@ -27,6 +28,23 @@ pub(crate) struct Moves<N> {
     pub incoming: Mutex<HashMap<RelocationId, Staging<N>>>,
     /// How many moves to this node are staged, for whoever waits until none may open here.
     pub arrivals: tokio::sync::watch::Sender<usize>,
+    /// Moves from this node: the pre-copy bytes they may have sent and not seen held, in KiB.
+    pub precopy_budget: Arc<Semaphore>,
+    /// Moves to this node: what they pre-copied here before their offer.
+    pub precopied: Mutex<HashMap<RelocationId, Precopied>>,
+}
+
+/// The node's pre-copy budget, in KiB.
+pub(crate) const PRECOPY_KIB: usize = IN_FLIGHT_BYTES / 1024;
+
+/// What a move pre-copied to this node, until its offer takes it.
+pub(crate) struct Precopied {
+    /// The node the move comes from.
+    pub source: NodeId,
+    /// The image as it arrived.
+    pub held: Held,
+    /// When its last piece arrived: one left without an offer for long is dropped.
+    pub touched: Instant,
 }
 
 impl<N> Default for Moves<N> {
@@ -35,6 +53,8 @@ impl<N> Default for Moves<N> {
             outgoing: Mutex::default(),
             incoming: Mutex::default(),
             arrivals: tokio::sync::watch::Sender::new(0),
+            precopy_budget: Arc::new(Semaphore::new(PRECOPY_KIB)),
+            precopied: Mutex::default(),
         }
     }
 }
@@ -80,6 +100,8 @@ pub(crate) struct Staging<N> {
     /// How long the store commit took.
     pub(crate) committed_in: Duration,
     pub(crate) relay: Vec<QueuedOp>,
+    /// The offer's base was not held here: the whole image is awaited (`RelocFrame::Resend`).
+    pub(crate) awaiting_whole: bool,
     /// The relay record being fed to the machine.
     pub(crate) arriving: Option<QueuedOp>,
     /// When progress was last reported to the source.

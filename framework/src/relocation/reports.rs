@@ -9,6 +9,7 @@ use ferry_core::authority::NodeState;
 pub use ferry_core::drain::{BlockedReason, RelocateOutcome};
 use ferry_core::relocation::RelocationId;
 use ferry_core::relocation::phases::MovePhases;
+use ferry_core::relocation::precopy::Copied;
 use ferry_core::relocation::protocol::MoveEnd;
 
 use crate::ids::{NodeId, UnitId};
@@ -147,8 +148,10 @@ pub struct MoveReport {
     pub to: NodeId,
     /// How it ended.
     pub end: MoveEnd,
-    /// Bytes of the capture.
+    /// Bytes of the capture's image as sealed.
     pub bytes: u64,
+    /// What went over the link: pre-copy rounds and bytes before the seal, and bytes after it.
+    pub copied: Copied,
     /// From the seal to the cutover being sent (S0 to S1), if it got that far.
     pub interruption: Option<Duration>,
     /// From the seal until the source heard the target opened it, if it did.

@@ -98,6 +98,10 @@ pub(crate) enum Control<N> {
     },
     /// Stop waiting for a seal that has not happened yet.
     CancelSeal { rel: RelocationId },
+    /// Take an image of the unit as it runs, for a move's pre-copy round.
+    Snapshot {
+        done: oneshot::Sender<Option<Vec<u8>>>,
+    },
     /// Relay what was held to the target, then cut over.
     Handover {
         rel: RelocationId,

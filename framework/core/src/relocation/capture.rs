@@ -138,46 +138,123 @@ pub enum TransferError {
         /// The index that was due.
         expected: u32,
     },
+    /// The capture was sent as a difference to a pre-copy the target does not hold (it never
+    /// arrived whole, or was dropped): the source sends the whole capture instead.
+    #[error("the pre-copied base of this capture is not held here")]
+    BaseLost,
     /// The bytes did not decode.
     #[error("capture does not decode: {0}")]
     Decode(String),
 }
 
-/// What a target is told before the chunks: enough to check them.
+/// A pre-copied image a capture is sent as a difference to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Manifest {
-    /// Length of the encoded capture, in bytes.
+pub struct Base {
+    /// Its length, in bytes.
     pub len: u64,
-    /// How many chunks it is cut into, each at most [`CHUNK`] bytes.
-    pub chunks: u32,
-    /// CRC-32C of all bytes.
+    /// CRC-32C of all of it.
     pub crc: u32,
 }
 
-impl Capture {
-    /// Encodes the capture and cuts it into chunks with their manifest.
-    pub fn pack(&self) -> Result<(Manifest, Vec<Bytes>), TransferError> {
-        let bytes = Bytes::from(
-            postcard::to_allocvec(self).map_err(|e| TransferError::Decode(e.to_string()))?,
-        );
-        let chunks: Vec<Bytes> = if bytes.is_empty() {
-            Vec::new()
-        } else {
-            (0..bytes.len())
-                .step_by(CHUNK)
-                .map(|at| bytes.slice(at..(at + CHUNK).min(bytes.len())))
-                .collect()
-        };
-        let manifest = Manifest {
-            len: bytes.len() as u64,
-            chunks: chunks.len() as u32,
-            crc: crc32c::crc32c(&bytes),
-        };
-        Ok((manifest, chunks))
+impl Base {
+    /// The base that `image` is.
+    pub fn of(image: &[u8]) -> Self {
+        Base {
+            len: image.len() as u64,
+            crc: crc32c::crc32c(image),
+        }
     }
 }
 
-/// Collects chunks on the target and checks them against the manifest.
+/// What a target is told before the chunks: enough to check them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Length of the capture's image, in bytes.
+    pub len: u64,
+    /// How many chunks are sent, each at most [`CHUNK`] bytes.
+    pub chunks: u32,
+    /// CRC-32C of the whole image, as the target must end up holding it.
+    pub crc: u32,
+    /// The pre-copy the chunks patch, if any: then only what changed since is sent.
+    pub base: Option<Base>,
+}
+
+/// The trailer of an image: the capture without its cells' states, and each state's length.
+#[derive(Serialize, Deserialize)]
+struct Trailer {
+    states: Vec<Option<u32>>,
+    capture: Capture,
+}
+
+impl Capture {
+    /// Encodes the capture as an image: every cell's state bytes first, as the adapter gave them,
+    /// then the rest, then the rest's length. A state keeps its place from one image of a unit to
+    /// the next, so what did not change between two images is the same bytes at the same offsets.
+    pub fn into_image(mut self) -> Result<Vec<u8>, TransferError> {
+        let states: Vec<Option<Vec<u8>>> = self
+            .cells
+            .iter_mut()
+            .map(|cell| cell.state.take())
+            .collect();
+        let lengths = states
+            .iter()
+            .map(|state| state.as_ref().map(|bytes| bytes.len() as u32))
+            .collect();
+        let trailer = postcard::to_allocvec(&Trailer {
+            states: lengths,
+            capture: self,
+        })
+        .map_err(|e| TransferError::Decode(e.to_string()))?;
+        let size = states.iter().flatten().map(Vec::len).sum::<usize>() + trailer.len() + 4;
+        let mut image = Vec::with_capacity(size);
+        for state in states.iter().flatten() {
+            image.extend_from_slice(state);
+        }
+        image.extend_from_slice(&trailer);
+        image.extend_from_slice(&(trailer.len() as u32).to_le_bytes());
+        Ok(image)
+    }
+
+    /// Decodes an image made by [`into_image`](Self::into_image).
+    pub fn from_image(image: &[u8]) -> Result<Capture, TransferError> {
+        let bad = |why: &str| TransferError::Decode(why.to_owned());
+        let split = image
+            .len()
+            .checked_sub(4)
+            .ok_or_else(|| bad("shorter than its trailer's length"))?;
+        let (body, len) = image.split_at(split);
+        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        let at = body
+            .len()
+            .checked_sub(len)
+            .ok_or_else(|| bad("shorter than its trailer"))?;
+        let (mut states, trailer) = body.split_at(at);
+        let Trailer {
+            states: lengths,
+            mut capture,
+        } = postcard::from_bytes(trailer).map_err(|e| TransferError::Decode(e.to_string()))?;
+        if lengths.len() != capture.cells.len() {
+            return Err(bad("its states do not match its cells"));
+        }
+        for (cell, len) in capture.cells.iter_mut().zip(lengths) {
+            let Some(len) = len else { continue };
+            let len = len as usize;
+            if len > states.len() {
+                return Err(bad("a state runs past the image"));
+            }
+            let (state, rest) = states.split_at(len);
+            cell.state = Some(state.to_vec());
+            states = rest;
+        }
+        if !states.is_empty() {
+            return Err(bad("bytes left over between the states and the trailer"));
+        }
+        Ok(capture)
+    }
+}
+
+/// Collects chunks on the target, over the pre-copied base if there is one, and checks the
+/// whole against the manifest.
 #[derive(Debug)]
 pub struct Assembly {
     manifest: Manifest,
@@ -186,17 +263,32 @@ pub struct Assembly {
 }
 
 impl Assembly {
-    /// Starts collecting for a manifest.
-    pub fn new(manifest: Manifest) -> Self {
-        Assembly {
+    /// Starts collecting for a manifest, over `held` (the pre-copy this node holds for the
+    /// move) when the manifest names a base. `BaseLost` if it names one that is not held.
+    pub fn new(manifest: Manifest, held: Option<Vec<u8>>) -> Result<Self, TransferError> {
+        let bytes = match (manifest.base, held) {
+            (None, _) => {
+                Vec::with_capacity(usize::try_from(manifest.len).unwrap_or(0).min(1 << 30))
+            }
+            (Some(base), Some(mut held)) if Base::of(&held) == base => {
+                held.resize(
+                    usize::try_from(manifest.len).map_err(|_| TransferError::BaseLost)?,
+                    0,
+                );
+                held
+            }
+            (Some(_), _) => return Err(TransferError::BaseLost),
+        };
+        Ok(Assembly {
             manifest,
-            bytes: Vec::with_capacity(usize::try_from(manifest.len).unwrap_or(0).min(1 << 30)),
+            bytes,
             next: 0,
-        }
+        })
     }
 
-    /// Adds a chunk; `Ok(true)` once every chunk is in.
-    pub fn add(&mut self, index: u32, chunk: &[u8]) -> Result<bool, TransferError> {
+    /// Adds a chunk, written at `offset`; `Ok(true)` once every chunk is in. Without a base the
+    /// chunks follow each other, so each starts where the last ended.
+    pub fn add(&mut self, index: u32, offset: u64, chunk: &[u8]) -> Result<bool, TransferError> {
         if index != self.next {
             return Err(TransferError::ChunkOrder {
                 index,
@@ -204,11 +296,22 @@ impl Assembly {
             });
         }
         self.next += 1;
-        self.bytes.extend_from_slice(chunk);
-        if self.bytes.len() as u64 > self.manifest.len {
+        let end = offset.saturating_add(chunk.len() as u64);
+        if end > self.manifest.len {
             return Err(TransferError::Length {
-                got: self.bytes.len() as u64,
+                got: end,
                 want: self.manifest.len,
+            });
+        }
+        let (offset, end) = (offset as usize, end as usize);
+        if self.manifest.base.is_some() {
+            self.bytes[offset..end].copy_from_slice(chunk);
+        } else if offset == self.bytes.len() {
+            self.bytes.extend_from_slice(chunk);
+        } else {
+            return Err(TransferError::Length {
+                got: offset as u64,
+                want: self.bytes.len() as u64,
             });
         }
         Ok(self.complete())
@@ -219,9 +322,14 @@ impl Assembly {
         self.next == self.manifest.chunks
     }
 
-    /// Checks length and checksum, then decodes. A mismatch is an explicit failure, never a
-    /// partial restore.
+    /// Checks length and checksum of the whole, then decodes. A mismatch is an explicit failure,
+    /// never a partial restore: what is restored is the image the source took at the seal.
     pub fn finish(self) -> Result<Capture, TransferError> {
+        Capture::from_image(&self.image()?)
+    }
+
+    /// The assembled image, once its length and checksum are the manifest's.
+    pub fn image(self) -> Result<Vec<u8>, TransferError> {
         let got = self.bytes.len() as u64;
         if got != self.manifest.len {
             return Err(TransferError::Length {
@@ -236,7 +344,7 @@ impl Assembly {
                 want: self.manifest.crc,
             });
         }
-        postcard::from_bytes(&self.bytes).map_err(|e| TransferError::Decode(e.to_string()))
+        Ok(self.bytes)
     }
 }
 
@@ -253,6 +361,20 @@ pub fn relay_digest(records: &[QueuedOp]) -> (u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::relocation::precopy::{Precopy, Sealed};
+
+    /// The capture as a move with nothing pre-copied sends it.
+    fn pack(c: &Capture) -> Sealed {
+        Precopy::new().seal(Bytes::from(c.clone().into_image().unwrap()))
+    }
+
+    fn assemble(sealed: &Sealed) -> Result<Capture, TransferError> {
+        let mut a = Assembly::new(sealed.manifest, None)?;
+        for (i, (offset, bytes)) in sealed.pieces.iter().enumerate() {
+            a.add(i as u32, *offset, bytes)?;
+        }
+        a.finish()
+    }
 
     fn capture(state_len: usize) -> Capture {
         Capture {
@@ -279,12 +401,12 @@ mod tests {
     #[test]
     fn a_large_capture_is_chunked_and_reassembled_exactly() {
         let c = capture(CHUNK * 2 + 10);
-        let (manifest, chunks) = c.pack().unwrap();
-        assert_eq!(chunks.len(), 3);
-        assert!(chunks.iter().all(|ch| ch.len() <= CHUNK));
-        let mut a = Assembly::new(manifest);
-        for (i, ch) in chunks.iter().enumerate() {
-            let done = a.add(i as u32, ch).unwrap();
+        let sealed = pack(&c);
+        assert_eq!(sealed.pieces.len(), 3);
+        assert!(sealed.pieces.iter().all(|(_, ch)| ch.len() <= CHUNK));
+        let mut a = Assembly::new(sealed.manifest, None).unwrap();
+        for (i, (offset, ch)) in sealed.pieces.iter().enumerate() {
+            let done = a.add(i as u32, *offset, ch).unwrap();
             assert_eq!(done, i == 2);
         }
         assert_eq!(a.finish().unwrap(), c);
@@ -292,25 +414,30 @@ mod tests {
 
     #[test]
     fn a_corrupted_chunk_fails_the_checksum_and_restores_nothing() {
-        let (manifest, chunks) = capture(1000).pack().unwrap();
-        let mut bad = chunks[0].to_vec();
+        let sealed = pack(&capture(1000));
+        let mut bad = sealed.pieces[0].1.to_vec();
         bad[5] ^= 0xff;
-        let mut a = Assembly::new(manifest);
-        a.add(0, &bad).unwrap();
+        let mut a = Assembly::new(sealed.manifest, None).unwrap();
+        a.add(0, 0, &bad).unwrap();
         assert!(matches!(a.finish(), Err(TransferError::Checksum { .. })));
     }
 
     #[test]
     fn chunks_out_of_order_or_too_long_are_refused() {
-        let (manifest, chunks) = capture(CHUNK + 1).pack().unwrap();
-        let mut a = Assembly::new(manifest);
+        let sealed = pack(&capture(CHUNK + 1));
+        let (offset, chunk) = &sealed.pieces[1];
+        let mut a = Assembly::new(sealed.manifest, None).unwrap();
         assert!(matches!(
-            a.add(1, &chunks[1]),
+            a.add(1, *offset, chunk),
             Err(TransferError::ChunkOrder { .. })
         ));
-        let mut a = Assembly::new(Manifest { len: 3, ..manifest });
+        let short = Manifest {
+            len: 3,
+            ..sealed.manifest
+        };
+        let mut a = Assembly::new(short, None).unwrap();
         assert!(matches!(
-            a.add(0, &chunks[0]),
+            a.add(0, 0, &sealed.pieces[0].1),
             Err(TransferError::Length { .. })
         ));
     }
@@ -320,9 +447,9 @@ mod tests {
         /// an error, never a panic or a partial restore.
         #[test]
         fn arbitrary_capture_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2048)) {
-            let manifest = Manifest { len: bytes.len() as u64, chunks: 1, crc: crc32c::crc32c(&bytes) };
-            let mut a = Assembly::new(manifest);
-            if a.add(0, &bytes).is_ok() {
+            let manifest = Manifest { len: bytes.len() as u64, chunks: 1, crc: crc32c::crc32c(&bytes), base: None };
+            let mut a = Assembly::new(manifest, None).unwrap();
+            if a.add(0, 0, &bytes).is_ok() {
                 let _ = a.finish();
             }
         }
@@ -339,12 +466,7 @@ mod tests {
                     session: None,
                 })
                 .collect();
-            let (manifest, chunks) = c.pack().unwrap();
-            let mut a = Assembly::new(manifest);
-            for (i, ch) in chunks.iter().enumerate() {
-                a.add(i as u32, ch).unwrap();
-            }
-            proptest::prop_assert_eq!(a.finish().unwrap(), c);
+            proptest::prop_assert_eq!(assemble(&pack(&c)).unwrap(), c);
         }
     }
 

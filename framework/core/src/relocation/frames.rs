@@ -6,7 +6,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::RelocationId;
-use super::capture::{Manifest, QueuedOp};
+use super::capture::{Base, Manifest, QueuedOp};
 use crate::authority::UnitRecord;
 use crate::ids::UnitId;
 
@@ -94,14 +94,60 @@ pub enum RelocFrame {
         /// The time left until the move's deadline: how long the target keeps the unit staged.
         within: Duration,
     },
-    /// Source → target: one chunk of the capture.
+    /// Source → target: one chunk of the capture's image.
     Chunk {
         /// The move the chunk is of: the target adds it to that move's assembly.
         rel: RelocationId,
-        /// The chunk's place in the capture.
+        /// The chunk's place in the sequence of chunks.
         index: u32,
-        /// Up to [`CHUNK`](super::capture::CHUNK) bytes of the encoded capture.
+        /// Where in the image its bytes go.
+        offset: u64,
+        /// Up to [`CHUNK`](super::capture::CHUNK) bytes of the image.
         bytes: Bytes,
+    },
+    /// Source → target: one piece of a pre-copy round, sent while the unit still runs.
+    Precopy {
+        /// The move the piece is for: the target holds it under this id until the offer.
+        rel: RelocationId,
+        /// The length of the image the round makes.
+        len: u64,
+        /// Where in the image the bytes go.
+        offset: u64,
+        /// CRC-32C of the bytes.
+        crc: u32,
+        /// Up to [`CHUNK`](super::capture::CHUNK) bytes of the image.
+        bytes: Bytes,
+    },
+    /// Source → target: a pre-copy round is sent whole; the target says whether it holds it.
+    PrecopyEnd {
+        /// The move pre-copied.
+        rel: RelocationId,
+        /// The round's number.
+        round: u32,
+        /// The image the target holds if every piece arrived.
+        base: Base,
+    },
+    /// Target → source: whether the target holds a pre-copy round's image whole.
+    PrecopyHeld {
+        /// The move pre-copied.
+        rel: RelocationId,
+        /// The round answered.
+        round: u32,
+        /// `false`: what it held is dropped, and the seal must send the whole image.
+        holds: bool,
+    },
+    /// Target → source: the offer names a pre-copied base the target does not hold; send the
+    /// whole image ([`Resend`](Self::Resend)).
+    BaseLost {
+        /// The move whose offer is staged, waiting for the whole image.
+        rel: RelocationId,
+    },
+    /// Source → target: the whole image follows in chunks, in place of the difference.
+    Resend {
+        /// The move the image is for.
+        rel: RelocationId,
+        /// How the whole image is cut into chunks.
+        manifest: Manifest,
     },
     /// Target → source: the offer was taken and the work on it goes on (chunks assembled, a
     /// restore still running): the source counts silence only from the last one of these.
@@ -204,10 +250,15 @@ mod tests {
                     rel,
                     unit: unit.clone(),
                     records: vec![RecordAt { id: unit.clone(), record, version }],
-                    manifest: Manifest { len: version, chunks: index, crc },
+                    manifest: Manifest { len: version, chunks: index, crc, base: Some(Base { len: version, crc }) },
                     within: Duration::from_millis(version),
                 },
-                RelocFrame::Chunk { rel, index, bytes: bytes.into() },
+                RelocFrame::Chunk { rel, index, offset: version, bytes: bytes.clone().into() },
+                RelocFrame::Precopy { rel, len: version, offset: version, crc, bytes: bytes.into() },
+                RelocFrame::PrecopyEnd { rel, round: index, base: Base { len: version, crc } },
+                RelocFrame::PrecopyHeld { rel, round: index, holds: crc % 2 == 0 },
+                RelocFrame::BaseLost { rel },
+                RelocFrame::Resend { rel, manifest: Manifest { len: version, chunks: index, crc, base: None } },
                 RelocFrame::Progress { rel },
                 RelocFrame::RelayReady { rel, restore: took },
                 RelocFrame::Refused { rel, reason: Refusal::other(reason.clone()) },

@@ -5,7 +5,9 @@
 //! - [`admission`]: whether a target takes an offered unit.
 //! - [`lane`]: what a move means for the lane that runs the unit: seal, hold, hand over, resume,
 //!   and which changes of membership it takes meanwhile.
-//! - [`capture`]: what moves (state, timers, saved work, pending ticks), chunked with CRC-32C.
+//! - [`capture`]: what moves (state, timers, saved work, pending ticks), as an image checked with
+//!   CRC-32C.
+//! - [`precopy`]: the image shipped while the unit runs, so the seal ships only what changed.
 //! - [`frames`]: what source and target say to each other on the mesh.
 //! - [`phases`]: where the time of one move goes.
 
@@ -14,6 +16,7 @@ pub mod capture;
 pub mod frames;
 pub mod lane;
 pub mod phases;
+pub mod precopy;
 pub mod protocol;
 
 pub use crate::ids::RelocationId;

@@ -51,6 +51,15 @@ pub enum SourceEvent {
     SealRefused(String),
     /// The target is still working on the offer (assembling, restoring): not silence.
     Progress,
+    /// The target answered a pre-copy round: whether it holds its image whole.
+    PrecopyHeld {
+        /// The round answered.
+        round: u32,
+        /// Whether it holds it.
+        holds: bool,
+    },
+    /// The target does not hold the pre-copy the capture was sent as a difference to.
+    BaseLost,
     /// The target restored the unit into a queue that does not run yet.
     RelayReady,
     /// The target refused the unit (restore failed, checksum, unknown factory...).
@@ -120,8 +129,15 @@ pub fn addressed(frame: RelocFrame) -> Addressed {
             Some(ReportedPhase::Commit(commit)),
         ),
         RelocFrame::Aborted { rel, reason } => to_source(rel, SourceEvent::Aborted(reason), None),
+        RelocFrame::PrecopyHeld { rel, round, holds } => {
+            to_source(rel, SourceEvent::PrecopyHeld { round, holds }, None)
+        }
+        RelocFrame::BaseLost { rel } => to_source(rel, SourceEvent::BaseLost, None),
         to_target @ (RelocFrame::Offer { .. }
         | RelocFrame::Chunk { .. }
+        | RelocFrame::Precopy { .. }
+        | RelocFrame::PrecopyEnd { .. }
+        | RelocFrame::Resend { .. }
         | RelocFrame::RelayReset { .. }
         | RelocFrame::Withdraw { .. }
         | RelocFrame::Relay { .. }
@@ -152,6 +168,8 @@ pub enum SourceAction {
     ReleaseSessions(SessionsTo),
     /// Send the manifest and the chunks of the capture.
     SendCapture,
+    /// Send the whole image of the capture: the target lost the pre-copy it was a difference to.
+    SendWhole,
     /// Stop waiting for a seal that has not happened.
     CancelSeal,
     /// Relay what arrived since the seal, then the cutover (the point of no return).
@@ -267,6 +285,8 @@ pub struct SourceMachine {
     /// The fence's answer was unknown at the deadline: the move reports as undecided, and the
     /// fence goes on being asked until the store says.
     undecided: bool,
+    /// The whole image was sent again once: the target lost its pre-copied base.
+    resent_whole: bool,
 }
 
 impl SourceMachine {
@@ -284,6 +304,7 @@ impl SourceMachine {
             retry_at: None,
             stale: 0,
             undecided: false,
+            resent_whole: false,
         }
     }
 
@@ -301,6 +322,11 @@ impl SourceMachine {
     /// it reports as [`MoveEnd::Undecided`] while the fence goes on being asked.
     pub fn undecided(&self) -> bool {
         self.undecided && self.end().is_none()
+    }
+
+    /// How long the move waits for an answer before it takes silence for one.
+    pub fn step(&self) -> Duration {
+        self.timing.step
     }
 
     /// The gateways told to seal that have not acknowledged yet.
@@ -554,6 +580,16 @@ impl SourceMachine {
                     )
                 }
             }
+            (P::Transferring { .. }, E::BaseLost) if !self.resent_whole => {
+                self.resent_whole = true;
+                return vec![A::SendWhole];
+            }
+            (P::Transferring { .. }, E::BaseLost) => (
+                P::Done(MoveEnd::Restored(
+                    "the target lost the pre-copied image twice".into(),
+                )),
+                self.withdrawing(SessionsTo::Source),
+            ),
             (P::Transferring { .. }, E::Refused(Refusal { why, .. }) | E::Aborted(why)) => (
                 P::Done(MoveEnd::Restored(why)),
                 self.ending(Some(A::Resume), SessionsTo::Source),

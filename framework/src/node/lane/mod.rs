@@ -642,6 +642,9 @@ impl Lane {
                 let _ = done.send(self.quiesce(rel, &unit));
             }
             Control::CancelSeal { rel } => self.cancel_seal(rel),
+            Control::Snapshot { done } => {
+                let _ = done.send(self.snapshot());
+            }
             Control::Handover { rel, target, done } => self.handover(rel, target, done),
             Control::Resume { rel, me, done } => {
                 self.resume(rel, Some(&me));

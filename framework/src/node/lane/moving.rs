@@ -148,9 +148,30 @@ impl Lane {
             }
         }
         self.next_due = self.cells.iter().filter_map(|(_, c)| c.next_due()).min();
+        let cells = self.cells_now(&unit, now, Some(rel))?;
+        let journal = self.encode_in_place(Side::Backlog);
+        let callbacks = self.sys.iter().cloned().collect();
+        let capture = Capture {
+            unit,
+            cells,
+            callbacks,
+            ticks: self.ticks.iter().cloned().collect(),
+            journal,
+        };
+        Ok((capture, now))
+    }
+
+    /// Every cell of the unit as it is now, the primary first: its state as its adapter takes
+    /// it, its timers, membership and session.
+    fn cells_now(
+        &self,
+        unit: &UnitId,
+        now: Instant,
+        rel: Option<RelocationId>,
+    ) -> Result<Vec<CellCapture>, SealRefused> {
         let mut cells = Vec::new();
         let mut order: Vec<UnitId> = vec![unit.clone()];
-        order.extend(self.cells.ids().filter(|k| **k != unit).cloned());
+        order.extend(self.cells.ids().filter(|k| *k != unit).cloned());
         for id in &order {
             let Some(cell) = self.cells.get(id) else {
                 continue;
@@ -174,22 +195,32 @@ impl Lane {
                     binding: cell.binding().cloned(),
                 }),
                 Err(error) => {
-                    tracing::error!(%rel, unit = %id, %error, "state not captured; the move ends and the unit runs on here");
+                    tracing::error!(relocation = ?rel, unit = %id, %error, "state not captured; the move ends and the unit runs on here");
                     let why = format!("{id} could not be captured: {error}");
                     return Err(SealRefused::Adapter(why));
                 }
             }
         }
-        let journal = self.encode_in_place(Side::Backlog);
-        let callbacks = self.sys.iter().cloned().collect();
+        Ok(cells)
+    }
+
+    /// An image of the unit as it runs, for a pre-copy round: its cells only (what is queued
+    /// goes at the seal). Nothing while it is not open here or already moving, or if its state
+    /// cannot be taken (the seal then finds out and says why).
+    pub(super) fn snapshot(&self) -> Option<Vec<u8>> {
+        if !self.stance.is_open() || self.stance.moving().is_some() {
+            return None;
+        }
+        let unit = self.primary()?;
+        let cells = self.cells_now(&unit, Instant::now(), None).ok()?;
         let capture = Capture {
             unit,
             cells,
-            callbacks,
-            ticks: self.ticks.iter().cloned().collect(),
-            journal,
+            callbacks: Vec::new(),
+            ticks: Vec::new(),
+            journal: Vec::new(),
         };
-        Ok((capture, now))
+        capture.into_image().ok()
     }
 
     /// Encodes the backlog or the hold in place (so it can still run here) and returns copies.

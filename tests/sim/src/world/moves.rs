@@ -297,6 +297,8 @@ impl World {
                 self.run_queue(node, lane);
             }
             SourceAction::SendCapture => self.call(node, Op::Get(units), Purpose::Records { rel }),
+            // Never asked: this world sends no pre-copy, so no target loses one.
+            SourceAction::SendWhole => {}
             // Not taken (backlogged), it is dropped: the offer it withdraws may stay staged there
             // until it expires or a newer offer of the unit replaces it.
             SourceAction::Withdraw => self.post(

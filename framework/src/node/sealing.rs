@@ -1,0 +1,58 @@
+//! The drain's seal window ([`SealWindow`]) as something moves wait on: a move enters before it
+//! quiesces its unit and leaves once it ended, with its unit's pause.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_core::sealing::SealWindow;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+/// The seals of one drain.
+#[derive(Default)]
+pub(crate) struct SealGate {
+    window: Mutex<SealWindow>,
+    /// Wakes the moves waiting to enter when one leaves (the window may have grown, too).
+    left: Notify,
+}
+
+impl SealGate {
+    /// Waits until the window lets this move seal its unit.
+    pub async fn enter(self: &Arc<Self>) -> SealPass {
+        loop {
+            let left = self.left.notified();
+            if self.window.lock().enter() {
+                return SealPass {
+                    gate: self.clone(),
+                    pause: None,
+                };
+            }
+            left.await;
+        }
+    }
+
+    /// How many seals the window lets through now.
+    pub fn limit(&self) -> usize {
+        self.window.lock().limit()
+    }
+}
+
+/// A move's place in the window, given back when it is dropped.
+pub(crate) struct SealPass {
+    gate: Arc<SealGate>,
+    pause: Option<Duration>,
+}
+
+impl SealPass {
+    /// The move's unit was paused this long: the window learns from it as the pass is dropped.
+    pub fn paused(&mut self, pause: Option<Duration>) {
+        self.pause = pause;
+    }
+}
+
+impl Drop for SealPass {
+    fn drop(&mut self) {
+        self.gate.window.lock().left(self.pause);
+        self.gate.left.notify_waiters();
+    }
+}
