@@ -1,0 +1,333 @@
+//! Pre-copy over real QUIC: a large room's state goes to its target while the room runs, and the
+//! seal ships only what changed since; a state that changes wholly between snapshots, a target
+//! that lost what was pre-copied, and a target that died before the seal all end in a whole
+//! transfer or a room that runs on, never in a state other than the one sealed.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ferry::registry::{AdapterError, SerdeAdapter, StateAdapter};
+use ferry::relocation::precopy::{BLOCK, ROUNDS};
+use ferry::relocation::protocol::MoveEnd;
+use ferry::{
+    Behavior, Ctx, MoveReport, Node, ReadinessMode, Registration, Registry, RelocationPolicy,
+    SpotId,
+};
+use ferry_tests::cluster::Cluster;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+const T: Duration = Duration::from_secs(10);
+
+/// A room with a large blob of state and a count of the messages it ran.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Big {
+    blob: Vec<u8>,
+    count: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum Cmd {
+    /// Makes the blob `len` bytes, each a function of its place and `seed`.
+    Fill { len: usize, seed: u8 },
+    /// Counts one message.
+    Add,
+    /// Says the state is whole (a room that seals only where the application says).
+    Defer,
+    /// Answers the summary only.
+    Get,
+}
+
+/// What a room answers: enough to tell its state from any other.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Summary {
+    len: usize,
+    hash: u64,
+    count: u64,
+}
+
+impl Behavior for Big {
+    type Msg = Cmd;
+    type Reply = Summary;
+
+    fn handle(&mut self, ctx: &mut Ctx<'_>, msg: Cmd) -> Summary {
+        match msg {
+            Cmd::Fill { len, seed } => {
+                self.blob = (0..len).map(|i| (i % 251) as u8 ^ seed).collect();
+            }
+            Cmd::Add => self.count += 1,
+            Cmd::Defer => {
+                let _ = ctx.relocation_ready_defer();
+            }
+            Cmd::Get => {}
+        }
+        self.summary()
+    }
+}
+
+impl Big {
+    fn summary(&self) -> Summary {
+        Summary {
+            len: self.blob.len(),
+            hash: {
+                let mut hasher = DefaultHasher::new();
+                self.blob.hash(&mut hasher);
+                hasher.finish()
+            },
+            count: self.count,
+        }
+    }
+}
+
+/// The serde adapter, counting its captures so a test knows when a move took its snapshots.
+#[derive(Clone, Default)]
+struct Counted {
+    captures: Arc<AtomicUsize>,
+    took: Arc<Notify>,
+}
+
+impl Counted {
+    /// Waits until the adapter captured at least `n` times in all.
+    async fn captured(&self, n: usize) {
+        loop {
+            let took = self.took.notified();
+            if self.captures.load(Ordering::SeqCst) >= n {
+                return;
+            }
+            tokio::time::timeout(T, took).await.expect("a capture");
+        }
+    }
+}
+
+impl StateAdapter<Big> for Counted {
+    fn capture(&self, unit: &Big) -> Result<Vec<u8>, AdapterError> {
+        let bytes = SerdeAdapter.capture(unit);
+        self.captures.fetch_add(1, Ordering::SeqCst);
+        self.took.notify_waiters();
+        bytes
+    }
+
+    fn restore(&self, unit: &mut Big, bytes: &[u8]) -> Result<(), AdapterError> {
+        SerdeAdapter.restore(unit, bytes)
+    }
+}
+
+/// An adapter whose every capture differs from the last in every byte, as a state its turns
+/// rewrite wholly would: each capture is the serde bytes masked by a fresh byte, that byte first.
+#[derive(Clone, Default)]
+struct Shifting {
+    captures: Arc<AtomicUsize>,
+}
+
+impl StateAdapter<Big> for Shifting {
+    fn capture(&self, unit: &Big) -> Result<Vec<u8>, AdapterError> {
+        let mask = (self.captures.fetch_add(1, Ordering::SeqCst) % 255 + 1) as u8;
+        let mut bytes = vec![mask];
+        bytes.extend(SerdeAdapter.capture(unit)?.iter().map(|b| b ^ mask));
+        Ok(bytes)
+    }
+
+    fn restore(&self, unit: &mut Big, bytes: &[u8]) -> Result<(), AdapterError> {
+        let (mask, rest) = bytes
+            .split_first()
+            .ok_or_else(|| AdapterError("empty capture".into()))?;
+        let plain: Vec<u8> = rest.iter().map(|b| b ^ mask).collect();
+        SerdeAdapter.restore(unit, &plain)
+    }
+}
+
+fn registry(counted: &Counted) -> Registry {
+    let mut reg = Registry::new();
+    reg.register(Registration::spot("big", |_| Big::default()).policy(RelocationPolicy::serde()));
+    reg.register(Registration::spot("shifting", |_| Big::default()).policy(
+        RelocationPolicy::PreserveState(Arc::new(Shifting::default())),
+    ));
+    reg.register(
+        Registration::spot("signaled", |_| Big::default())
+            .policy(RelocationPolicy::PreserveState(Arc::new(counted.clone())))
+            .readiness(ReadinessMode::ApplicationSignaled),
+    );
+    reg
+}
+
+fn spot(id: &str) -> SpotId {
+    SpotId::new(id).expect("valid id")
+}
+
+const MIB: usize = 1 << 20;
+
+/// Opens a room of `kind` on `node` with a 1 MiB blob and `adds` messages counted.
+async fn open(node: &Node, kind: &str, id: &SpotId, adds: u64) -> Summary {
+    node.create_spot_on(node.id(), kind, id)
+        .await
+        .expect("room");
+    let _: Summary = node
+        .request(id, Cmd::Fill { len: MIB, seed: 7 }, T)
+        .await
+        .expect("filled");
+    for _ in 0..adds {
+        node.tell(id, Cmd::Add).expect("told");
+    }
+    node.request(id, Cmd::Get, T).await.expect("answers")
+}
+
+fn moved(report: &MoveReport) {
+    assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_room_ships_its_state_while_it_runs_and_only_what_changed_after_the_seal() {
+    let counted = Counted::default();
+    let cluster = Cluster::start(2, || registry(&counted)).await;
+    let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let id = spot("big");
+    let before = open(n1, "big", &id, 100).await;
+    // Messages queued behind the seal move with the room and run there once each.
+    for _ in 0..100 {
+        n1.tell(&id, Cmd::Add).expect("told");
+    }
+    let report = n1
+        .move_unit(&id.clone().into(), Some(n2.id().clone()))
+        .await
+        .expect("move");
+    moved(&report);
+    assert!(report.copied.rounds >= 1, "{:?}", report.copied);
+    assert!(
+        report.copied.before_seal >= MIB as u64,
+        "{:?}",
+        report.copied
+    );
+    // The blob did not change after the first round: the seal sends the queue and the blocks
+    // that hold the trailer, not the state again.
+    assert!(
+        report.copied.after_seal <= 2 * BLOCK as u64,
+        "{:?}",
+        report.copied
+    );
+    let after: Summary = n2.request(&id, Cmd::Get, T).await.expect("answers");
+    assert_eq!(
+        after,
+        Summary {
+            count: 200,
+            ..before
+        }
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_that_changes_wholly_between_snapshots_stops_precopy_and_goes_whole_at_the_seal() {
+    let counted = Counted::default();
+    let cluster = Cluster::start(2, || registry(&counted)).await;
+    let (n1, n2) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let id = spot("shifting");
+    let before = open(n1, "shifting", &id, 10).await;
+    let report = n1
+        .move_unit(&id.clone().into(), Some(n2.id().clone()))
+        .await
+        .expect("move");
+    moved(&report);
+    // The second snapshot differs in every block: the round would not send less than the
+    // first, so pre-copy stops there, and the seal sends the whole image.
+    assert_eq!(report.copied.rounds, 1, "{:?}", report.copied);
+    assert!(report.copied.rounds <= ROUNDS);
+    assert!(
+        report.copied.after_seal >= MIB as u64,
+        "{:?}",
+        report.copied
+    );
+    assert_eq!(report.copied.after_seal, report.bytes);
+    let after: Summary = n2.request(&id, Cmd::Get, T).await.expect("answers");
+    assert_eq!(after, before);
+    cluster.shutdown().await;
+}
+
+/// Starts a move of the signaled room `id` from n1 to `to` and waits until its pre-copy is over:
+/// two snapshots taken (the second found nothing worth another round), so the move waits for
+/// the room's application to say its state is whole.
+async fn precopied(
+    n1: &Node,
+    to: &Node,
+    id: &SpotId,
+    counted: &Counted,
+) -> tokio::task::JoinHandle<MoveReport> {
+    let taken = counted.captures.load(Ordering::SeqCst);
+    let (node, unit, target) = (n1.clone(), id.clone().into(), to.id().clone());
+    let moving = tokio::spawn(async move {
+        node.move_unit(&unit, Some(target))
+            .await
+            .expect("move starts")
+    });
+    counted.captured(taken + 2).await;
+    moving
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_lost_the_precopy_before_the_seal_is_sent_the_whole_image() {
+    let counted = Counted::default();
+    let mut cluster = Cluster::start(2, || registry(&counted)).await;
+    let n1 = cluster.nodes[0].clone();
+    let n2 = cluster.nodes[1].clone();
+    let id = spot("signaled");
+    let before = open(&n1, "signaled", &id, 50).await;
+    let moving = precopied(&n1, &n2, &id, &counted).await;
+    // The target restarts: the new process holds nothing of the pre-copy.
+    n2.abort().await;
+    cluster.nodes.retain(|n| n.id() != n2.id());
+    let n2 = cluster.add("n2", registry(&counted)).await;
+    n1.tell(&id, Cmd::Defer).expect("told");
+    let report = tokio::time::timeout(Duration::from_secs(40), moving)
+        .await
+        .expect("the move ends")
+        .expect("the move's task");
+    moved(&report);
+    assert_eq!(report.copied.rounds, 1, "{:?}", report.copied);
+    // The difference went first, then the whole image once the target said it lacked the base.
+    assert!(
+        report.copied.after_seal >= report.bytes,
+        "{:?} of {} bytes",
+        report.copied,
+        report.bytes
+    );
+    let after: Summary = n2.request(&id, Cmd::Get, T).await.expect("answers");
+    assert_eq!(after, before);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_dies_between_precopy_and_seal_leaves_the_room_running_with_its_state() {
+    let counted = Counted::default();
+    let mut cluster = Cluster::start(3, || registry(&counted)).await;
+    let n1 = cluster.nodes[0].clone();
+    let n2 = cluster.nodes[1].clone();
+    let n3 = cluster.nodes[2].clone();
+    let id = spot("signaled");
+    let before = open(&n1, "signaled", &id, 50).await;
+    let moving = precopied(&n1, &n2, &id, &counted).await;
+    n2.abort().await;
+    cluster.nodes.retain(|n| n.id() != n2.id());
+    n1.tell(&id, Cmd::Defer).expect("told");
+    let report = tokio::time::timeout(Duration::from_secs(40), moving)
+        .await
+        .expect("the move ends")
+        .expect("the move's task");
+    assert!(
+        matches!(report.end, MoveEnd::Restored(_) | MoveEnd::NotSealed(_)),
+        "{report:?}"
+    );
+    // It runs on where it was, with every message it ran, and moves on to a live node.
+    let here: Summary = n1.request(&id, Cmd::Get, T).await.expect("answers");
+    assert_eq!(here, before);
+    let moving = precopied(&n1, &n3, &id, &counted).await;
+    n1.tell(&id, Cmd::Defer).expect("told");
+    let report = tokio::time::timeout(Duration::from_secs(40), moving)
+        .await
+        .expect("the move ends")
+        .expect("the move's task");
+    moved(&report);
+    let after: Summary = n3.request(&id, Cmd::Get, T).await.expect("answers");
+    assert_eq!(after, before);
+    cluster.shutdown().await;
+}
