@@ -6,7 +6,8 @@
 //! grows while the pauses stay near the shortest one seen, and shrinks when they do not, so that
 //! a unit's pause inside a drain stays the pause of a single move.
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 /// The window a drain starts with: one seal, so that the first pauses measured are those of a
 /// move that waits for nothing.
@@ -26,11 +27,23 @@ pub fn windowed(waits_for_the_app: bool) -> bool {
     !waits_for_the_app
 }
 
+/// A move's place in the window.
+pub type Ticket = u64;
+
+/// A place held this much longer than the shortest pause seen no longer counts: a unit stuck in
+/// a slow restore or commit keeps its place, but does not keep the others from sealing.
+pub const STUCK_FACTOR: u32 = 8;
+
+/// Nor does a place held longer than this, whatever the pauses seen.
+pub const STUCK_MIN: Duration = Duration::from_millis(20);
+
 /// The seals a drain lets through at once, and what it measured of them.
 #[derive(Debug, Clone)]
 pub struct SealWindow {
     limit: usize,
-    open: usize,
+    /// The places taken, with when each was taken.
+    open: BTreeMap<Ticket, Instant>,
+    next: Ticket,
     /// The shortest pause seen: a move that waited for nothing.
     floor: Option<Duration>,
     /// The pauses of the moves that ended since the window last changed.
@@ -42,7 +55,8 @@ impl Default for SealWindow {
     fn default() -> Self {
         SealWindow {
             limit: START,
-            open: 0,
+            open: BTreeMap::new(),
+            next: 0,
             floor: None,
             sum: Duration::ZERO,
             count: 0,
@@ -61,27 +75,47 @@ impl SealWindow {
         self.limit
     }
 
-    /// How many moves are through it now.
-    pub fn open(&self) -> usize {
+    /// How long a place counts before it is taken as stuck.
+    pub fn stuck(&self) -> Duration {
+        self.floor
+            .map_or(STUCK_MIN, |floor| (floor * STUCK_FACTOR).max(STUCK_MIN))
+    }
+
+    /// How many places count at `now`: those taken, less the stuck ones.
+    pub fn open(&self, now: Instant) -> usize {
+        let stuck = self.stuck();
         self.open
+            .values()
+            .filter(|at| now.saturating_duration_since(**at) < stuck)
+            .count()
     }
 
-    /// A move asks to seal its unit: whether it may now. One that may not waits until a move
-    /// through the window ends.
-    pub fn enter(&mut self) -> bool {
-        if self.open < self.limit {
-            self.open += 1;
-            true
-        } else {
-            false
+    /// A move asks to seal its unit: its place, if it may now. One that may not waits until a
+    /// move through the window ends, or until [`next_change`](Self::next_change).
+    pub fn enter(&mut self, now: Instant) -> Option<Ticket> {
+        if self.open(now) >= self.limit {
+            return None;
         }
+        self.next += 1;
+        self.open.insert(self.next, now);
+        Some(self.next)
     }
 
-    /// A move let through ended, with its unit's pause if it sealed one. Once a window's worth
-    /// of moves ended, the window grows by a quarter if their mean pause went straight through,
-    /// and shrinks by a quarter if not.
-    pub fn left(&mut self, pause: Option<Duration>) {
-        self.open = self.open.saturating_sub(1);
+    /// When a place that counts now becomes stuck, letting one more through.
+    pub fn next_change(&self, now: Instant) -> Option<Instant> {
+        let stuck = self.stuck();
+        self.open
+            .values()
+            .map(|at| *at + stuck)
+            .filter(|at| *at > now)
+            .min()
+    }
+
+    /// The move with this place ended, with its unit's pause if it sealed one. Once a window's
+    /// worth of moves ended, the window grows by a quarter if their mean pause went straight
+    /// through, and shrinks by a quarter if not.
+    pub fn left(&mut self, ticket: Ticket, pause: Option<Duration>) {
+        self.open.remove(&ticket);
         let Some(pause) = pause else {
             return;
         };
@@ -114,22 +148,22 @@ mod tests {
 
     #[test]
     fn no_more_enter_than_the_window_lets_through() {
+        let now = Instant::now();
         let mut w = SealWindow::new();
-        for _ in 0..START {
-            assert!(w.enter());
-        }
-        assert!(!w.enter());
-        w.left(None);
-        assert!(w.enter());
-        assert_eq!(w.open(), START);
+        let first = w.enter(now).expect("a place");
+        assert_eq!(w.enter(now), None);
+        w.left(first, None);
+        assert!(w.enter(now).is_some());
+        assert_eq!(w.open(now), START);
     }
 
     #[test]
     fn pauses_that_go_straight_through_widen_the_window() {
+        let now = Instant::now();
         let mut w = SealWindow::new();
         for _ in 0..10_000 {
-            assert!(w.enter());
-            w.left(Some(us(400)));
+            let ticket = w.enter(now).expect("a place");
+            w.left(ticket, Some(us(400)));
         }
         assert_eq!(w.limit(), MAX);
     }
@@ -138,13 +172,17 @@ mod tests {
     /// width where they do not.
     #[test]
     fn pauses_that_queue_narrow_the_window_to_where_they_do_not() {
+        let now = Instant::now();
         let mut w = SealWindow::new();
         let cost = 150;
         for _ in 0..5_000 {
-            while w.enter() {}
-            let pause = us(300 + cost * w.open() as u64);
-            for _ in 0..w.open() {
-                w.left(Some(pause));
+            let mut tickets = Vec::new();
+            while let Some(ticket) = w.enter(now) {
+                tickets.push(ticket);
+            }
+            let pause = us(300 + cost * tickets.len() as u64);
+            for ticket in tickets {
+                w.left(ticket, Some(pause));
             }
         }
         // Twice the shortest pause (at one sealed) plus the slack: 2 * 450 + 250 = 1150 µs.
@@ -155,15 +193,35 @@ mod tests {
             w.limit()
         );
         assert!(w.limit() >= 4, "window {}", w.limit());
-        assert_eq!(w.open(), 0);
+        assert_eq!(w.open(now), 0);
     }
 
     #[test]
     fn moves_that_never_sealed_free_their_place_and_measure_nothing() {
+        let now = Instant::now();
         let mut w = SealWindow::new();
-        assert!(w.enter());
-        w.left(None);
-        assert_eq!(w.open(), 0);
+        let ticket = w.enter(now).expect("a place");
+        w.left(ticket, None);
+        assert_eq!(w.open(now), 0);
         assert_eq!(w.limit(), START);
+    }
+
+    /// A unit stuck in a slow restore keeps its place but not the others from sealing.
+    #[test]
+    fn a_place_held_far_longer_than_a_pause_lets_the_next_move_through() {
+        let start = Instant::now();
+        let mut w = SealWindow::new();
+        let slow = w.enter(start).expect("a place");
+        assert_eq!(w.enter(start), None);
+        let stuck = start + STUCK_MIN;
+        assert_eq!(w.next_change(start), Some(stuck));
+        assert_eq!(w.enter(stuck - us(1)), None);
+        let next = w.enter(stuck).expect("the stuck place no longer counts");
+        assert_eq!(w.open(stuck), 1);
+        w.left(slow, Some(Duration::from_secs(2)));
+        w.left(next, Some(Duration::from_millis(4)));
+        assert_eq!(w.open(stuck), 0);
+        // Stuck is judged against the shortest pause seen.
+        assert_eq!(w.stuck(), Duration::from_millis(32));
     }
 }

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_core::sealing::SealWindow;
+use ferry_core::sealing::{SealWindow, Ticket};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// The seals of one drain.
 #[derive(Default)]
@@ -17,17 +18,32 @@ pub(crate) struct SealGate {
 }
 
 impl SealGate {
-    /// Waits until the window lets this move seal its unit.
+    /// Waits until the window lets this move seal its unit: a move through it ended, or one has
+    /// held its place so long that it no longer counts.
     pub async fn enter(self: &Arc<Self>) -> SealPass {
         loop {
             let left = self.left.notified();
-            if self.window.lock().enter() {
+            let now = Instant::now().into_std();
+            let (ticket, change) = {
+                let mut window = self.window.lock();
+                (window.enter(now), window.next_change(now))
+            };
+            if let Some(ticket) = ticket {
                 return SealPass {
                     gate: self.clone(),
+                    ticket,
                     pause: None,
                 };
             }
-            left.await;
+            match change {
+                Some(at) => {
+                    tokio::select! {
+                        () = left => {}
+                        () = tokio::time::sleep_until(Instant::from_std(at)) => {}
+                    }
+                }
+                None => left.await,
+            }
         }
     }
 
@@ -40,6 +56,7 @@ impl SealGate {
 /// A move's place in the window, given back when it is dropped.
 pub(crate) struct SealPass {
     gate: Arc<SealGate>,
+    ticket: Ticket,
     pause: Option<Duration>,
 }
 
@@ -52,7 +69,7 @@ impl SealPass {
 
 impl Drop for SealPass {
     fn drop(&mut self) {
-        self.gate.window.lock().left(self.pause);
+        self.gate.window.lock().left(self.ticket, self.pause);
         self.gate.left.notify_waiters();
     }
 }
