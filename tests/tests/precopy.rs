@@ -12,8 +12,8 @@ use ferry::registry::{AdapterError, SerdeAdapter, StateAdapter};
 use ferry::relocation::precopy::{BLOCK, ROUNDS};
 use ferry::relocation::protocol::MoveEnd;
 use ferry::{
-    Behavior, Ctx, MoveReport, Node, ReadinessMode, Registration, Registry, RelocationPolicy,
-    SpotId,
+    Behavior, Ctx, MoveReport, Node, ReadinessMode, ReadyOutcome, Registration, Registry,
+    RelocationPolicy, SpotId,
 };
 use ferry_tests::cluster::Cluster;
 use serde::{Deserialize, Serialize};
@@ -26,6 +26,8 @@ const T: Duration = Duration::from_secs(10);
 struct Big {
     blob: Vec<u8>,
     count: u64,
+    /// How many of its defers no move took (it carried on where it was).
+    continued: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -50,9 +52,9 @@ struct Summary {
 
 impl Behavior for Big {
     type Msg = Cmd;
-    type Reply = Summary;
+    type Reply = (Summary, u64);
 
-    fn handle(&mut self, ctx: &mut Ctx<'_>, msg: Cmd) -> Summary {
+    fn handle(&mut self, ctx: &mut Ctx<'_>, msg: Cmd) -> (Summary, u64) {
         match msg {
             Cmd::Fill { len, seed } => {
                 self.blob = (0..len).map(|i| (i % 251) as u8 ^ seed).collect();
@@ -63,7 +65,13 @@ impl Behavior for Big {
             }
             Cmd::Get => {}
         }
-        self.summary()
+        (self.summary(), self.continued)
+    }
+
+    fn on_relocation_ready_completed(&mut self, _ctx: &mut Ctx<'_>, outcome: ReadyOutcome) {
+        if outcome == ReadyOutcome::Continued {
+            self.continued += 1;
+        }
     }
 }
 
@@ -163,14 +171,40 @@ async fn open(node: &Node, kind: &str, id: &SpotId, adds: u64) -> Summary {
     node.create_spot_on(node.id(), kind, id)
         .await
         .expect("room");
-    let _: Summary = node
+    let _: (Summary, u64) = node
         .request(id, Cmd::Fill { len: MIB, seed: 7 }, T)
         .await
         .expect("filled");
     for _ in 0..adds {
         node.tell(id, Cmd::Add).expect("told");
     }
-    node.request(id, Cmd::Get, T).await.expect("answers")
+    summary(node, id).await
+}
+
+async fn summary(node: &Node, id: &SpotId) -> Summary {
+    let (summary, _): (Summary, u64) = node.request(id, Cmd::Get, T).await.expect("answers");
+    summary
+}
+
+/// Says the signaled room's state is whole until a move takes the defer, and returns the move's
+/// report. A defer that ran before the move asked to seal is one no move took: the room hears
+/// it carries on before its next turn, and is told again.
+async fn defer_until_taken(
+    node: &Node,
+    id: &SpotId,
+    mut moving: tokio::task::JoinHandle<MoveReport>,
+) -> MoveReport {
+    loop {
+        let (_, before): (Summary, u64) = node.request(id, Cmd::Defer, T).await.expect("defers");
+        let (_, after): (Summary, u64) = node.request(id, Cmd::Get, T).await.expect("answers");
+        if after == before || moving.is_finished() {
+            break;
+        }
+    }
+    tokio::time::timeout(Duration::from_secs(40), &mut moving)
+        .await
+        .expect("the move ends")
+        .expect("the move's task")
 }
 
 fn moved(report: &MoveReport) {
@@ -206,7 +240,7 @@ async fn a_large_room_ships_its_state_while_it_runs_and_only_what_changed_after_
         "{:?}",
         report.copied
     );
-    let after: Summary = n2.request(&id, Cmd::Get, T).await.expect("answers");
+    let after = summary(n2, &id).await;
     assert_eq!(
         after,
         Summary {
@@ -239,7 +273,7 @@ async fn a_state_that_changes_wholly_between_snapshots_stops_precopy_and_goes_wh
         report.copied
     );
     assert_eq!(report.copied.after_seal, report.bytes);
-    let after: Summary = n2.request(&id, Cmd::Get, T).await.expect("answers");
+    let after = summary(n2, &id).await;
     assert_eq!(after, before);
     cluster.shutdown().await;
 }
@@ -277,11 +311,7 @@ async fn a_target_that_lost_the_precopy_before_the_seal_is_sent_the_whole_image(
     n2.abort().await;
     cluster.nodes.retain(|n| n.id() != n2.id());
     let n2 = cluster.add("n2", registry(&counted)).await;
-    n1.tell(&id, Cmd::Defer).expect("told");
-    let report = tokio::time::timeout(Duration::from_secs(40), moving)
-        .await
-        .expect("the move ends")
-        .expect("the move's task");
+    let report = defer_until_taken(&n1, &id, moving).await;
     moved(&report);
     assert_eq!(report.copied.rounds, 1, "{:?}", report.copied);
     // The difference went first, then the whole image once the target said it lacked the base.
@@ -291,7 +321,7 @@ async fn a_target_that_lost_the_precopy_before_the_seal_is_sent_the_whole_image(
         report.copied,
         report.bytes
     );
-    let after: Summary = n2.request(&id, Cmd::Get, T).await.expect("answers");
+    let after = summary(&n2, &id).await;
     assert_eq!(after, before);
     cluster.shutdown().await;
 }
@@ -308,26 +338,18 @@ async fn a_target_that_dies_between_precopy_and_seal_leaves_the_room_running_wit
     let moving = precopied(&n1, &n2, &id, &counted).await;
     n2.abort().await;
     cluster.nodes.retain(|n| n.id() != n2.id());
-    n1.tell(&id, Cmd::Defer).expect("told");
-    let report = tokio::time::timeout(Duration::from_secs(40), moving)
-        .await
-        .expect("the move ends")
-        .expect("the move's task");
+    let report = defer_until_taken(&n1, &id, moving).await;
     assert!(
         matches!(report.end, MoveEnd::Restored(_) | MoveEnd::NotSealed(_)),
         "{report:?}"
     );
     // It runs on where it was, with every message it ran, and moves on to a live node.
-    let here: Summary = n1.request(&id, Cmd::Get, T).await.expect("answers");
+    let here = summary(&n1, &id).await;
     assert_eq!(here, before);
     let moving = precopied(&n1, &n3, &id, &counted).await;
-    n1.tell(&id, Cmd::Defer).expect("told");
-    let report = tokio::time::timeout(Duration::from_secs(40), moving)
-        .await
-        .expect("the move ends")
-        .expect("the move's task");
+    let report = defer_until_taken(&n1, &id, moving).await;
     moved(&report);
-    let after: Summary = n3.request(&id, Cmd::Get, T).await.expect("answers");
+    let after = summary(&n3, &id).await;
     assert_eq!(after, before);
     cluster.shutdown().await;
 }
