@@ -1,12 +1,17 @@
-//! The baseline for the cross-node benches: bare quinn doing the same exchange as two Ferry nodes.
+//! The baselines for the cross-node benches: bare quinn doing the same work as two Ferry nodes.
 //!
 //! A quinn endpoint pair on loopback (a self-signed certificate, the ring provider passed in
-//! explicitly), one bidirectional stream, and frames as a 4-byte length and a postcard body. A server
-//! task reads the frames, adds what each carries to one count, and answers the ones that ask.
+//! explicitly, the transport settings of Ferry's mesh), one bidirectional stream, and frames as a
+//! 4-byte length and a body.
 //!
-//! The frames have the fields of Ferry's own mesh frames, filled with the same ids, so every frame on
-//! the wire is as long as Ferry's: the ratio measures Ferry's runtime, not its frame format.
+//! - [`QuinnPair`]: a server task reads postcard frames, adds what each carries to one count, and
+//!   answers the ones that ask. The frames have the fields of Ferry's own mesh frames, filled with
+//!   the same ids, so every frame on the wire is as long as Ferry's: the ratio measures Ferry's
+//!   runtime, not its frame format.
+//! - [`QuinnBulk`]: the client streams chunks as frames, a server task reads them all and
+//!   acknowledges the end of each transfer: the baseline of a relocation's capture transfer.
 
+use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +26,7 @@ use tokio::task::JoinHandle;
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 
 use crate::cross::{NODE_A, SPOT};
+use ferry::mesh::{DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEP_ALIVE};
 use ferry::{MessageError, NodeId, SpotId, UnitId};
 
 const ALPN: &[u8] = b"ferry-bench-bare";
@@ -88,12 +94,13 @@ fn codec() -> LengthDelimitedCodec {
 }
 
 fn transport() -> Arc<quinn::TransportConfig> {
-    // As Ferry's mesh for these benches: the same keep-alive and idle timeout, a 10 ms first RTT guess.
+    // As Ferry's mesh: its keep-alive and idle timeout, the 10 ms first RTT guess of the benches'
+    // nodes, and quinn's own flow-control windows and congestion controller.
     let mut transport = quinn::TransportConfig::default();
     transport
-        .keep_alive_interval(Some(Duration::from_secs(2)))
+        .keep_alive_interval(Some(DEFAULT_KEEP_ALIVE))
         .max_idle_timeout(Some(
-            quinn::IdleTimeout::try_from(Duration::from_secs(10)).expect("a valid idle timeout"),
+            quinn::IdleTimeout::try_from(DEFAULT_IDLE_TIMEOUT).expect("a valid idle timeout"),
         ))
         .initial_rtt(Duration::from_millis(10));
     Arc::new(transport)
@@ -162,22 +169,22 @@ async fn serve(send: SendStream, recv: RecvStream) {
     let _ = replies.get_mut().finish();
 }
 
-/// A connected quinn pair: the client half is driven by the bench, the server half by a task.
-pub struct QuinnPair {
+/// Both endpoints, their connection, and the server task serving the client's first stream.
+struct Connected {
     client: Endpoint,
     server: Endpoint,
     conn: quinn::Connection,
-    out: FramedWrite<SendStream, LengthDelimitedCodec>,
-    replies: FramedRead<RecvStream, LengthDelimitedCodec>,
     task: JoinHandle<()>,
-    to: UnitId,
-    origin: NodeId,
-    next_request: u64,
 }
 
-impl QuinnPair {
-    /// Binds both endpoints, connects, opens the stream and starts the server task.
-    pub async fn start() -> QuinnPair {
+impl Connected {
+    /// Binds both endpoints, connects, and opens a bidirectional stream that the server task hands
+    /// to `serve` once the client first writes on it.
+    async fn open<S, Fut>(serve: S) -> (Connected, SendStream, RecvStream)
+    where
+        S: FnOnce(SendStream, RecvStream) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
         let (client, server) = endpoints();
         let addr = server.local_addr().expect("the server's address");
         let accepting = server.clone();
@@ -194,13 +201,44 @@ impl QuinnPair {
             .await
             .expect("the handshake completes");
         let (send, recv) = conn.open_bi().await.expect("a stream opens");
-        let mut pair = QuinnPair {
+        let connected = Connected {
             client,
             server,
             conn,
+            task,
+        };
+        (connected, send, recv)
+    }
+
+    /// Waits for the server task (the client's stream must be finished), and closes both endpoints.
+    async fn close(self) {
+        let _ = self.task.await;
+        self.conn.close(0u32.into(), b"done");
+        self.client.close(0u32.into(), b"done");
+        self.server.close(0u32.into(), b"done");
+        self.client.wait_idle().await;
+        self.server.wait_idle().await;
+    }
+}
+
+/// A connected quinn pair: the client half is driven by the bench, the server half by a task.
+pub struct QuinnPair {
+    link: Connected,
+    out: FramedWrite<SendStream, LengthDelimitedCodec>,
+    replies: FramedRead<RecvStream, LengthDelimitedCodec>,
+    to: UnitId,
+    origin: NodeId,
+    next_request: u64,
+}
+
+impl QuinnPair {
+    /// Binds both endpoints, connects, opens the stream and starts the server task.
+    pub async fn start() -> QuinnPair {
+        let (link, send, recv) = Connected::open(serve).await;
+        let mut pair = QuinnPair {
+            link,
             out: FramedWrite::new(send, codec()),
             replies: FramedRead::new(recv, codec()),
-            task,
             to: UnitId::Spot(SpotId::new(SPOT).expect("a valid spot id")),
             origin: NodeId::new(NODE_A).expect("a valid node id"),
             next_request: 1,
@@ -254,11 +292,77 @@ impl QuinnPair {
     /// Ends the stream, waits for the server task, and closes both endpoints.
     pub async fn shutdown(mut self) {
         let _ = self.out.get_mut().finish();
-        let _ = self.task.await;
-        self.conn.close(0u32.into(), b"done");
-        self.client.close(0u32.into(), b"done");
-        self.server.close(0u32.into(), b"done");
-        self.client.wait_idle().await;
-        self.server.wait_idle().await;
+        self.link.close().await;
+    }
+}
+
+/// Reads frames and counts their bytes; an empty frame ends a transfer, and is answered with the
+/// count.
+async fn absorb(send: SendStream, recv: RecvStream) {
+    let mut frames = FramedRead::new(recv, codec());
+    let mut acks = FramedWrite::new(send, codec());
+    let mut read = 0u64;
+    while let Some(Ok(frame)) = frames.next().await {
+        if !frame.is_empty() {
+            read += frame.len() as u64;
+            continue;
+        }
+        let count = Bytes::copy_from_slice(&read.to_be_bytes());
+        if acks.send(count).await.is_err() {
+            return;
+        }
+        read = 0;
+    }
+    let _ = acks.get_mut().finish();
+}
+
+/// A quinn pair for bulk transfers: the bench writes chunks on one stream, a server task reads them.
+pub struct QuinnBulk {
+    link: Connected,
+    send: SendStream,
+    acks: FramedRead<RecvStream, LengthDelimitedCodec>,
+}
+
+impl QuinnBulk {
+    /// Binds both endpoints, connects, opens the stream and starts the server task.
+    pub async fn start() -> QuinnBulk {
+        let (link, send, recv) = Connected::open(absorb).await;
+        let mut bulk = QuinnBulk {
+            link,
+            send,
+            acks: FramedRead::new(recv, codec()),
+        };
+        // The server task gets the stream with its first bytes: those of an empty transfer.
+        bulk.transfer(&[]).await;
+        bulk
+    }
+
+    /// Writes each chunk as a frame (its 4-byte length, then the chunk itself, not copied), then
+    /// an empty frame that ends the transfer; returns the bytes the server read, once it says so.
+    pub async fn transfer(&mut self, chunks: &[Bytes]) -> u64 {
+        let mut pieces = Vec::with_capacity(2 * chunks.len() + 1);
+        for chunk in chunks {
+            let len = u32::try_from(chunk.len()).expect("a chunk under 4 GiB");
+            pieces.push(Bytes::copy_from_slice(&len.to_be_bytes()));
+            pieces.push(chunk.clone());
+        }
+        pieces.push(Bytes::from_static(&[0; 4]));
+        self.send
+            .write_all_chunks(&mut pieces)
+            .await
+            .expect("the stream takes the chunks");
+        let ack = self
+            .acks
+            .next()
+            .await
+            .expect("the end is acknowledged")
+            .expect("the acknowledgement is readable");
+        u64::from_be_bytes(ack[..].try_into().expect("an 8-byte count"))
+    }
+
+    /// Ends the stream, waits for the server task, and closes both endpoints.
+    pub async fn shutdown(mut self) {
+        let _ = self.send.finish();
+        self.link.close().await;
     }
 }

@@ -1011,13 +1011,17 @@ impl<F: MeshFrame> PeerTask<F> {
                     self.retry()
                 }
                 Event::Out(Some(run)) => {
-                    // Kept until acknowledged, and sent again on the next link if this one ends.
-                    self.outbox.push(run.bytes.clone(), run.frames);
-                    match mode {
-                        Mode::Ready(link) => {
-                            self.batch.push_back(run.bytes);
-                            self.write_batch(link).await
+                    let ready = matches!(mode, Mode::Ready(_));
+                    for piece in run.pieces() {
+                        // Kept until acknowledged, and sent again on the next link if this one
+                        // ends.
+                        self.outbox.push(piece.bytes.clone(), piece.frames);
+                        if ready {
+                            self.batch.push_back(piece.bytes);
                         }
+                    }
+                    match mode {
+                        Mode::Ready(link) => self.write_batch(link).await,
                         other => other,
                     }
                 }
@@ -1061,8 +1065,8 @@ impl<F: MeshFrame> PeerTask<F> {
         drop(mode);
         self.readers.shutdown().await;
         let mut lost = self.outbox.clear();
-        lost.runs
-            .extend(self.out.close_and_drain().map(|run| run.bytes));
+        let queued = self.out.close_and_drain().into_iter().flat_map(Run::pieces);
+        lost.runs.extend(queued.map(|piece| piece.bytes));
         let reason = if self.shared.cancel.is_cancelled() {
             LossReason::Closed
         } else {

@@ -5,7 +5,7 @@
 //! - [`tls`]: the cluster CA and node certificates; every certificate names its node,
 //!   and both ends of a connection prove theirs.
 //! - [`codec`]: frames as a 4-byte length and a postcard body, with a hard size limit.
-//! - `outgoing`: a peer's queue of outgoing frames, encoded straight into one buffer and
+//! - `outgoing`: a peer's queue of outgoing frames, encoded straight into its buffers and
 //!   taken by the peer's task as one run.
 //! - `handshake`: the protocol rules as plain functions: hello and welcome, which of two
 //!   simultaneous connections survives, backoff, close codes.

@@ -1,9 +1,11 @@
-//! A peer's queue of outgoing frames: senders encode each frame straight onto the end of one
+//! A peer's queue of outgoing frames: senders encode each frame straight onto the end of a
 //! buffer, and the peer's task takes everything queued as one run of frames, ready to write.
 //!
 //! Frames queued one by one and joined only when written would be copied twice and counted
 //! three times (queued, kept until acknowledged, written). Here a frame is written into the
-//! buffer once, under the queue's lock, and a whole run moves on as one `Bytes`.
+//! buffer once, under the queue's lock, and a whole run moves on as a few `Bytes`. A full buffer
+//! is set aside for the run and a new one started, rather than grown: a growing buffer would copy
+//! what it holds, a backlog of large frames (a relocation's chunks) many times over.
 
 use std::future::poll_fn;
 use std::sync::Arc;
@@ -14,19 +16,34 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::codec::EncodeError;
 
-/// The room a buffer takes from the allocator at a time (more when a backlog is longer): runs
-/// are split off it, so thousands of small frames share one allocation.
+/// The room a buffer takes from the allocator at a time, at least: runs are split off it, so
+/// thousands of small frames share one allocation.
 const ROOM: usize = 64 * 1024;
-/// A buffer with less room left than this grows before the next frame (a frame larger than
-/// what is left grows it while it is encoded).
+/// A buffer with less room left than this is set aside before the next frame (a frame larger
+/// than what is left grows it while it is encoded).
 const MIN_ROOM: usize = 1024;
 
-/// Frames queued and not yet taken, as one buffer.
-pub(crate) struct Run {
-    /// The frames, each with its length prefix, back to back.
+/// Whole frames, back to back, each with its length prefix.
+pub(crate) struct Piece {
+    /// The frames.
     pub(crate) bytes: Bytes,
     /// How many frames `bytes` holds.
     pub(crate) frames: usize,
+}
+
+/// Frames queued and not yet taken, in order.
+pub(crate) struct Run {
+    /// The buffers set aside since the last run was taken (usually none).
+    full: Vec<Piece>,
+    /// The frames of the current buffer, if it has any.
+    last: Option<Piece>,
+}
+
+impl Run {
+    /// The pieces, in order.
+    pub(crate) fn pieces(self) -> impl Iterator<Item = Piece> {
+        self.full.into_iter().chain(self.last)
+    }
 }
 
 /// Why [`Outgoing::push`] did not queue a frame.
@@ -42,8 +59,16 @@ pub(crate) enum Refused {
 
 #[derive(Default)]
 struct State {
+    /// Buffers set aside, full, since the last run was taken.
+    full: Vec<Piece>,
     buf: BytesMut,
+    /// Frames in `buf`.
+    buffered: usize,
+    /// Frames in `full` and `buf`.
     frames: usize,
+    /// The length of the last frame queued: a new buffer takes room for one as long, so frames of
+    /// a stream of large ones are each encoded into an allocation of their size, not regrown.
+    last_len: usize,
     /// The task, when it found the queue empty and waits.
     waker: Option<Waker>,
     /// No more frames are accepted (what is queued is still handed out).
@@ -64,22 +89,29 @@ impl Outgoing {
         limit: usize,
         encode: impl FnOnce(&mut BytesMut) -> Result<(), EncodeError>,
     ) -> Result<(), Refused> {
-        let mut state = self.state.lock();
-        if state.closed {
+        let mut guard = self.state.lock();
+        if guard.closed {
             return Err(Refused::Closed);
         }
-        if state.frames >= limit {
+        if guard.frames >= limit {
             return Err(Refused::Full);
         }
-        let buf = &mut state.buf;
-        if buf.capacity() - buf.len() < MIN_ROOM {
-            // Doubling with the backlog keeps the copies of what waits linear in its length.
-            let room = ROOM.max(buf.len());
-            buf.reserve(room);
+        let state = &mut *guard;
+        if state.buf.capacity() - state.buf.len() < MIN_ROOM {
+            if state.buffered > 0 {
+                state.full.push(Piece {
+                    bytes: state.buf.split().freeze(),
+                    frames: std::mem::take(&mut state.buffered),
+                });
+            }
+            state.buf.reserve(ROOM.max(state.last_len));
         }
-        encode(buf).map_err(Refused::Encode)?;
+        let start = state.buf.len();
+        encode(&mut state.buf).map_err(Refused::Encode)?;
+        state.last_len = state.buf.len() - start;
+        state.buffered += 1;
         state.frames += 1;
-        wake_after_unlock(state);
+        wake_after_unlock(guard);
         Ok(())
     }
 
@@ -128,10 +160,15 @@ fn take(state: &mut State) -> Option<Run> {
     if state.frames == 0 {
         return None;
     }
-    let frames = std::mem::take(&mut state.frames);
-    Some(Run {
+    state.frames = 0;
+    // A frame that failed to encode after its buffer was set aside leaves the new one empty.
+    let last = (state.buffered > 0).then(|| Piece {
         bytes: state.buf.split().freeze(),
-        frames,
+        frames: std::mem::take(&mut state.buffered),
+    });
+    Some(Run {
+        full: std::mem::take(&mut state.full),
+        last,
     })
 }
 
@@ -159,10 +196,23 @@ mod tests {
     use super::*;
 
     fn frame(n: u8) -> impl FnOnce(&mut BytesMut) -> Result<(), EncodeError> {
+        sized(n, 3)
+    }
+
+    fn sized(n: u8, len: usize) -> impl FnOnce(&mut BytesMut) -> Result<(), EncodeError> {
         move |buf: &mut BytesMut| {
-            buf.extend_from_slice(&[n; 3]);
+            buf.extend_from_slice(&vec![n; len]);
             Ok(())
         }
+    }
+
+    /// A run's frame count and bytes, its pieces joined.
+    fn joined(run: Run) -> (usize, Vec<u8>) {
+        run.pieces()
+            .fold((0, Vec::new()), |(frames, mut bytes), piece| {
+                bytes.extend_from_slice(&piece.bytes);
+                (frames + piece.frames, bytes)
+            })
     }
 
     #[tokio::test]
@@ -172,14 +222,12 @@ mod tests {
             out.push(10, frame(n)).unwrap();
         }
         assert_eq!(out.len(), 3);
-        let run = out.take_next().await.unwrap();
-        assert_eq!(run.frames, 3);
-        assert_eq!(&run.bytes[..], &[1, 1, 1, 2, 2, 2, 3, 3, 3]);
+        let (frames, bytes) = joined(out.take_next().await.unwrap());
+        assert_eq!((frames, &bytes[..]), (3, &[1, 1, 1, 2, 2, 2, 3, 3, 3][..]));
         assert_eq!(out.len(), 0);
-        // Later frames start a new run, not touching the bytes handed out.
+        // Later frames start a new run.
         out.push(10, frame(4)).unwrap();
-        assert_eq!(&out.take_next().await.unwrap().bytes[..], &[4, 4, 4]);
-        assert_eq!(&run.bytes[..3], &[1, 1, 1]);
+        assert_eq!(joined(out.take_next().await.unwrap()), (1, vec![4, 4, 4]));
     }
 
     #[tokio::test]
@@ -195,8 +243,8 @@ mod tests {
             Err(EncodeError::TooLarge { max: 4 })
         });
         assert!(matches!(failed, Err(Refused::Encode(_))));
-        let run = out.take_next().await.unwrap();
-        assert_eq!((run.frames, &run.bytes[..]), (2, &[1, 1, 1, 2, 2, 2][..]));
+        let (frames, bytes) = joined(out.take_next().await.unwrap());
+        assert_eq!((frames, &bytes[..]), (2, &[1, 1, 1, 2, 2, 2][..]));
     }
 
     #[tokio::test]
@@ -207,7 +255,7 @@ mod tests {
             async move {
                 let mut runs = Vec::new();
                 while let Some(run) = out.take_next().await {
-                    runs.push(run.frames);
+                    runs.push(joined(run).0);
                 }
                 runs
             }
@@ -223,5 +271,42 @@ mod tests {
             1,
             "the frame queued before the close"
         );
+    }
+
+    #[tokio::test]
+    async fn a_backlog_of_large_frames_is_set_aside_buffer_by_buffer_in_order() {
+        let out = Outgoing::default();
+        let large = 3 * ROOM;
+        out.push(10, frame(1)).unwrap();
+        for n in 2..=4 {
+            out.push(10, sized(n, large)).unwrap();
+        }
+        out.push(10, frame(5)).unwrap();
+        let pieces: Vec<Piece> = out.take_next().await.unwrap().pieces().collect();
+        let sizes: Vec<(usize, usize)> = pieces.iter().map(|p| (p.bytes.len(), p.frames)).collect();
+        // The first large frame grew the buffer the small one was in; each later frame took a
+        // buffer of its own, as large as the frame before.
+        assert_eq!(sizes, [(3 + large, 2), (large, 1), (large, 1), (3, 1)]);
+        let joined: Vec<u8> = pieces
+            .iter()
+            .flat_map(|p| p.bytes.iter().copied())
+            .collect();
+        let expected: Vec<u8> = [vec![1; 3], vec![2; large], vec![3; large], vec![4; large]]
+            .concat()
+            .into_iter()
+            .chain([5; 3])
+            .collect();
+        assert_eq!(joined, expected);
+    }
+
+    #[tokio::test]
+    async fn a_frame_that_fails_after_its_buffer_was_set_aside_leaves_no_empty_piece() {
+        let out = Outgoing::default();
+        out.push(10, sized(1, ROOM)).unwrap();
+        let failed = out.push(10, |_: &mut BytesMut| Err(EncodeError::TooLarge { max: 0 }));
+        assert!(matches!(failed, Err(Refused::Encode(_))));
+        let pieces: Vec<Piece> = out.take_next().await.unwrap().pieces().collect();
+        assert_eq!(pieces.len(), 1);
+        assert_eq!((pieces[0].bytes.len(), pieces[0].frames), (ROOM, 1));
     }
 }
