@@ -322,10 +322,10 @@ impl Node {
         }
     }
 
-    /// Every chunk of a staged move is in (a difference to a pre-copy may have none): checks
-    /// and decodes the capture, then restores it off the mesh's task.
+    /// Every chunk of a staged move is in (a difference to a pre-copy may have none): checks,
+    /// decodes and restores the capture off the mesh's task.
     fn assembled(&self, rel: RelocationId) {
-        let finished = {
+        let (assembly, source) = {
             let mut incoming = self.core.moves.incoming.lock();
             let Some(staging) = incoming.get_mut(&rel) else {
                 return;
@@ -333,16 +333,39 @@ impl Node {
             if !staging.assembly.as_ref().is_some_and(Assembly::complete) {
                 return;
             }
-            staging.assembly.take().map(Assembly::finish)
+            (staging.assembly.take(), staging.source.clone())
         };
-        let capture = match finished {
-            Some(Ok(capture)) => capture,
-            Some(Err(error)) => {
-                let refusal = Refusal::other(error.to_string());
-                self.target_event(rel, TargetEvent::RestoreFailed(refusal));
-                return;
-            }
-            None => return,
+        let Some(assembly) = assembly else {
+            return;
+        };
+        // Assembled: the source hears so now, then every PROGRESS for as long as the restore runs.
+        let (restoring, restored) = oneshot::channel::<()>();
+        self.report_progress(rel);
+        tokio::spawn(self.clone().progress_until(rel, restored));
+        let node = self.clone();
+        let restore = move || {
+            let event = node.restore_staged(rel, &source, assembly);
+            // No progress after the answer (a panic drops it too, and the reports end).
+            drop(restoring);
+            node.target_event(rel, event);
+        };
+        // Checking a large image and restoring runs long (and application adapters may do I/O):
+        // off the mesh's inbound task, so the peer's other frames keep flowing.
+        tokio::task::spawn_blocking(restore);
+    }
+
+    /// Checks the assembled image against the manifest, decodes it, and restores the unit into
+    /// a lane that does not run yet, registered only while the move still wants it.
+    fn restore_staged(
+        &self,
+        rel: RelocationId,
+        source: &NodeId,
+        assembly: Assembly,
+    ) -> TargetEvent {
+        let started = tokio::time::Instant::now();
+        let capture = match assembly.finish() {
+            Ok(capture) => capture,
+            Err(error) => return TargetEvent::RestoreFailed(Refusal::other(error.to_string())),
         };
         // The capture says which room each Actor is in at the seal; the records the source read
         // may lag a join or leave made just before it, and the commit writes what runs.
@@ -354,49 +377,24 @@ impl Node {
                 }
             }
         }
-        // Assembled: the source hears so now, then every PROGRESS for as long as the restore runs.
-        let (restoring, restored) = oneshot::channel::<()>();
-        self.report_progress(rel);
-        tokio::spawn(self.clone().progress_until(rel, restored));
-        let Some(source) = self
-            .core
-            .moves
-            .incoming
-            .lock()
-            .get(&rel)
-            .map(|staging| staging.source.clone())
-        else {
-            return;
+        let restored = match Lane::restore(self, capture) {
+            Ok(restored) => restored,
+            Err(reason) => return TargetEvent::RestoreFailed(reason),
         };
-        let node = self.clone();
-        let restore = move || {
-            let started = tokio::time::Instant::now();
-            let event = match Lane::restore(&node, capture) {
-                Ok(restored) => {
-                    // Registered under the staged moves' lock, only while the move still wants
-                    // it: a copy withdrawn or given up while it restored is never seen here.
-                    let mut incoming = node.core.moves.incoming.lock();
-                    match incoming.get_mut(&rel) {
-                        Some(staging) => match restored.register(&node, &source) {
-                            Ok(lane) => {
-                                staging.lane = Some(lane);
-                                staging.restored_in = started.elapsed();
-                                TargetEvent::Restored
-                            }
-                            Err(reason) => TargetEvent::RestoreFailed(reason),
-                        },
-                        None => TargetEvent::Restored,
-                    }
+        // Registered under the staged moves' lock: a copy withdrawn or given up while it
+        // restored is never seen here.
+        let mut incoming = self.core.moves.incoming.lock();
+        match incoming.get_mut(&rel) {
+            Some(staging) => match restored.register(self, source) {
+                Ok(lane) => {
+                    staging.lane = Some(lane);
+                    staging.restored_in = started.elapsed();
+                    TargetEvent::Restored
                 }
                 Err(reason) => TargetEvent::RestoreFailed(reason),
-            };
-            // No progress after the answer (a panic drops it too, and the reports end).
-            drop(restoring);
-            node.target_event(rel, event);
-        };
-        // Restoring runs application adapters, which may take a while (a large state, or an adapter
-        // that does I/O): off the mesh's inbound task, so the peer's other frames keep flowing.
-        tokio::task::spawn_blocking(restore);
+            },
+            None => TargetEvent::Restored,
+        }
     }
 
     /// Tells the source of a staged move that the work on it goes on; false once the move is gone

@@ -102,7 +102,9 @@ pub enum RelocFrame {
         index: u32,
         /// Where in the image its bytes go.
         offset: u64,
-        /// Up to [`CHUNK`](super::capture::CHUNK) bytes of the image.
+        /// Up to [`CHUNK`](super::capture::CHUNK) bytes of the image, a slice of the frame
+        /// they arrived in (no copy).
+        #[serde(deserialize_with = "crate::shared_bytes::shared_bytes")]
         bytes: Bytes,
     },
     /// Source → target: one piece of a pre-copy round, sent while the unit still runs.
@@ -115,7 +117,9 @@ pub enum RelocFrame {
         offset: u64,
         /// CRC-32C of the bytes.
         crc: u32,
-        /// Up to [`CHUNK`](super::capture::CHUNK) bytes of the image.
+        /// Up to [`CHUNK`](super::capture::CHUNK) bytes of the image, a slice of the frame
+        /// they arrived in (no copy).
+        #[serde(deserialize_with = "crate::shared_bytes::shared_bytes")]
         bytes: Bytes,
     },
     /// Source → target: a pre-copy round is sent whole; the target says whether it holds it.
