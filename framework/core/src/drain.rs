@@ -212,6 +212,8 @@ pub struct Drain {
     planned: BTreeMap<NodeId, u64>,
     /// Moves into this node that may still open here.
     arriving: usize,
+    /// When the node's units were last looked at.
+    inventoried: Option<Instant>,
     stopping: bool,
     /// Whether the cluster was looked at for a node to take anything.
     looked: bool,
@@ -239,6 +241,7 @@ impl Drain {
             moving: BTreeMap::new(),
             planned: BTreeMap::new(),
             arriving: 0,
+            inventoried: None,
             stopping: false,
             looked: false,
             lapsed: 0,
@@ -286,6 +289,21 @@ impl Drain {
         }
         self.waiting.insert((found.batch, id));
         None
+    }
+
+    /// Whether the node's units are worth looking at again at `now`, with `arriving` moves into
+    /// the node that may still open: at first; while moves may open here (or might at the last
+    /// look, so that one that opened since is found); else once a `period`, for a unit that
+    /// came another way. A drain of many units would otherwise look at all of them again each
+    /// time one of its moves ends.
+    pub fn inventory_due(&self, arriving: usize, now: Instant, period: Duration) -> bool {
+        self.inventoried
+            .is_none_or(|at| arriving > 0 || self.arriving > 0 || now >= at + period)
+    }
+
+    /// The node's units were looked at, at `now`.
+    pub fn inventoried(&mut self, now: Instant) {
+        self.inventoried = Some(now);
     }
 
     /// How many moves into this node may still open here (staged, or committing).
@@ -612,6 +630,24 @@ mod tests {
         );
         d.found(room("a", 1));
         d
+    }
+
+    #[test]
+    fn the_units_are_looked_at_again_while_moves_may_arrive_and_else_once_a_period() {
+        let now = Instant::now();
+        let period = Duration::from_millis(200);
+        let mut d = drain(now);
+        assert!(d.inventory_due(0, now, period));
+        d.inventoried(now);
+        d.arriving(0);
+        assert!(!d.inventory_due(0, now + Duration::from_millis(1), period));
+        assert!(d.inventory_due(0, now + period, period));
+        // A move into the node may open: look each time, and once more after it opened.
+        assert!(d.inventory_due(1, now, period));
+        d.arriving(1);
+        assert!(d.inventory_due(0, now, period));
+        d.arriving(0);
+        assert!(!d.inventory_due(0, now, period));
     }
 
     fn targets(decided: &[Decision]) -> BTreeMap<String, usize> {

@@ -187,10 +187,14 @@ impl Node {
             // Arrivals first, then the inventory: a move into the node that opens in between is
             // then counted as arriving or found, never neither.
             let arriving = self.may_arrive();
-            for found in self.inventory() {
-                if let Some(decision) = plan.found(found) {
-                    self.carry_out(decision, &mut moves, deadline, &share);
+            let now = Instant::now().into_std();
+            if plan.inventory_due(arriving, now, self.config().refresh) {
+                for found in self.inventory() {
+                    if let Some(decision) = plan.found(found) {
+                        self.carry_out(decision, &mut moves, deadline, &share);
+                    }
                 }
+                plan.inventoried(now);
             }
             plan.arriving(arriving);
             plan.lapsed(self.core.cluster.suspected.read().len());
