@@ -2,9 +2,9 @@
 //! bytes between two endpoints of the same process.
 //!
 //! - `bulk/ferry`: a room whose state is 16 MiB moves to the other of two nodes (the direction
-//!   alternates); criterion times the whole move, and the transfer phase of each move's report
-//!   (`MoveReport::phases.transfer`: the offer sent until the target assembled the chunks and
-//!   restored the room, less the restore) is printed as MiB/s at the end.
+//!   alternates); criterion times the whole move, and the time its image streamed (the report's
+//!   `precopy` and `transfer` phases, for the bytes `copied` before and after the seal) is printed
+//!   as MiB/s at the end.
 //! - `bulk/quinn`: 16 MiB in frames of 256 KiB (a capture's chunk) on one stream, read by a server
 //!   task that acknowledges the end (see `ferry_benches::bare::QuinnBulk`).
 //! - `bulk_alternating`: the same two, one by one (which one goes first swaps each time), so both
@@ -30,9 +30,10 @@ const CHUNK: usize = 256 * 1024;
 struct Moved {
     /// The whole move, as the bench saw it.
     took: Duration,
-    /// Its transfer phase.
+    /// The time its image streamed to the target: the pre-copy rounds while the room ran (each
+    /// snapshot and the target's answer included), and the transfer after the seal.
     transfer: Duration,
-    /// The capture's bytes.
+    /// The bytes that streamed: the pre-copy rounds' and the seal's.
     bytes: u64,
 }
 
@@ -50,8 +51,8 @@ async fn ferry_move(cluster: &Cluster, id: &SpotId) -> Moved {
     assert_eq!(report.end, MoveEnd::Moved, "the room moved");
     Moved {
         took,
-        transfer: report.phases.transfer,
-        bytes: report.bytes,
+        transfer: report.phases.precopy + report.phases.transfer,
+        bytes: report.copied.before_seal + report.copied.after_seal,
     }
 }
 
@@ -135,7 +136,7 @@ fn bulk(c: &mut Criterion) {
     });
     if !transfers.is_empty() {
         eprintln!(
-            "\nbulk/ferry: transfer phase of {} moves, median {:.0} MiB/s",
+            "\nbulk/ferry: image streamed in {} moves, median {:.0} MiB/s",
             transfers.len(),
             median(transfers)
         );
@@ -189,9 +190,9 @@ fn bulk_alternating(c: &mut Criterion) {
     let samples = moves.len();
     let (moved, transfer, quinn) = (median(moves), median(transfers), median(quinns));
     eprintln!(
-        "\nbulk, alternating (median of {samples} each): ferry transfer phase {transfer:.0} MiB/s, \
-         ferry whole move {moved:.0} MiB/s, quinn {quinn:.0} MiB/s; ratio ferry/quinn: transfer \
-         phase {:.2}, whole move {:.2}",
+        "\nbulk, alternating (median of {samples} each): ferry image streamed {transfer:.0} MiB/s, \
+         ferry whole move {moved:.0} MiB/s, quinn {quinn:.0} MiB/s; ratio ferry/quinn: image \
+         streamed {:.2}, whole move {:.2}",
         transfer / quinn,
         moved / quinn
     );

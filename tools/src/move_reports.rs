@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::percentiles::{Durations, Percentiles};
 
 /// How many phases a move has.
-const PHASES: usize = 9;
+const PHASES: usize = 10;
 
 /// The pauses, phases and bytes of moves that ended with their unit on the target.
 #[derive(Debug, Clone, Default)]

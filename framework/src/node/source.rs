@@ -415,6 +415,16 @@ impl SourceRun {
     /// changed, for as long as the core says it is worth it ([`Precopy::round`]). Each round
     /// waits for its share of the node's pre-copy budget, and for the target to say it holds it.
     async fn precopy(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>) {
+        let started = Instant::now();
+        self.precopy_rounds(events).await;
+        if self.precopy.copied().before_seal > 0 {
+            self.phases.precopy = started.elapsed();
+        }
+    }
+
+    /// The rounds of [`precopy`](Self::precopy), until the core says to seal or the target
+    /// stops answering.
+    async fn precopy_rounds(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>) {
         loop {
             let Some(image) = self.snapshot().await else {
                 return;

@@ -7,9 +7,11 @@
 use std::time::Duration;
 
 /// The phases of one move. The pause (the unit runs nowhere) spans `capture` to `commit_wait`;
-/// `seal_wait` comes before it, while the unit still runs turns.
+/// `precopy` and `seal_wait` come before it, while the unit still runs turns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MovePhases {
+    /// Shipping the unit's image to the target while it runs, until the last round was held.
+    pub precopy: Duration,
     /// From the seal request until the lane reached a turn boundary and sealed.
     pub seal_wait: Duration,
     /// From the seal until the source had the capture (state, journal, timers).
@@ -33,8 +35,9 @@ pub struct MovePhases {
 
 impl MovePhases {
     /// The phases with their names, in order: for tables and metrics.
-    pub fn named(&self) -> [(&'static str, Duration); 9] {
+    pub fn named(&self) -> [(&'static str, Duration); 10] {
         [
+            ("precopy", self.precopy),
             ("seal_wait", self.seal_wait),
             ("capture", self.capture),
             ("store_read", self.store_read),
@@ -64,12 +67,12 @@ mod tests {
     #[test]
     fn phases_are_named_in_the_order_a_move_runs_them() {
         let phases = MovePhases {
-            seal_wait: Duration::from_micros(1),
+            precopy: Duration::from_micros(1),
             commit_wait: Duration::from_micros(9),
             ..MovePhases::default()
         };
         let named = phases.named();
-        assert_eq!(named[0], ("seal_wait", Duration::from_micros(1)));
-        assert_eq!(named[8], ("commit_wait", Duration::from_micros(9)));
+        assert_eq!(named[0], ("precopy", Duration::from_micros(1)));
+        assert_eq!(named[9], ("commit_wait", Duration::from_micros(9)));
     }
 }
