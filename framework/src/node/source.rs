@@ -415,16 +415,6 @@ impl SourceRun {
     /// changed, for as long as the core says it is worth it ([`Precopy::round`]). Each round
     /// waits for its share of the node's pre-copy budget, and for the target to say it holds it.
     async fn precopy(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>) {
-        let started = Instant::now();
-        self.precopy_rounds(events).await;
-        if self.precopy.copied().before_seal > 0 {
-            self.phases.precopy = started.elapsed();
-        }
-    }
-
-    /// The rounds of [`precopy`](Self::precopy), until the core says to seal or the target
-    /// stops answering.
-    async fn precopy_rounds(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>) {
         loop {
             let Some(image) = self.snapshot().await else {
                 return;
@@ -439,6 +429,8 @@ impl SourceRun {
             };
             let bytes: usize = pieces.iter().map(|(_, piece)| piece.len()).sum();
             let deadline = self.deadline();
+            // The phase counts the rounds' streaming: from the budget taken to the answer.
+            let started = Instant::now();
             let Ok(Ok(_permit)) =
                 tokio::time::timeout_at(deadline, self.ctx.precopy_budget(bytes)).await
             else {
@@ -476,6 +468,7 @@ impl SourceRun {
                     })) => {
                         self.precopy.answered(answered, holds);
                         if answered == round {
+                            self.phases.precopy += started.elapsed();
                             break;
                         }
                     }

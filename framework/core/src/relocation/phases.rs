@@ -10,7 +10,8 @@ use std::time::Duration;
 /// `precopy` and `seal_wait` come before it, while the unit still runs turns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MovePhases {
-    /// Shipping the unit's image to the target while it runs, until the last round was held.
+    /// Shipping the unit's image to the target while it runs: each round from its send until the
+    /// target said it held it (the snapshots between the rounds not counted).
     pub precopy: Duration,
     /// From the seal request until the lane reached a turn boundary and sealed.
     pub seal_wait: Duration,
