@@ -344,6 +344,22 @@ pub trait LocationStore: Send + Sync + 'static {
         ops: Vec<Op>,
     ) -> BoxFuture<'a, Result<BatchOutcome, StoreError>>;
 
+    /// Applies many conditional batches, each as [`LocationStore::batch`] would on its own, and
+    /// answers each in the order given: one item's conflict or error never changes another's
+    /// outcome. Items are applied one after another, each judged against what the items applied
+    /// before it left (two items with the same condition cannot both commit), in no promised
+    /// order. Stores that can carry many batches in one round trip override it; by default the
+    /// items are sent concurrently, each as its own batch.
+    fn batches<'a>(
+        &'a self,
+        items: Vec<(Vec<Condition>, Vec<Op>)>,
+    ) -> BoxFuture<'a, Vec<Result<BatchOutcome, StoreError>>> {
+        let each = items
+            .into_iter()
+            .map(|(conditions, ops)| self.batch(conditions, ops));
+        Box::pin(futures_util::future::join_all(each))
+    }
+
     /// Reads up to `limit` keys that start with `prefix` and sort after `after` (all of them
     /// if `after` is `None`), in byte order, as one consistent snapshot per page. A `limit` of 0 is
     /// taken as 1, so a scan always makes progress; a store may cap very large limits, so read
