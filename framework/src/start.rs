@@ -20,6 +20,7 @@ use crate::registry::Registry;
 use crate::relocation::host::HostOp;
 use crate::relocation::moves::Moves;
 use crate::session::hub::Hub;
+use crate::store::Committer;
 use crate::unit::directory::Directory;
 use crate::unit::replies::Replies;
 
@@ -65,6 +66,8 @@ impl Node {
             None => None,
         };
         let replies = Arc::new(Replies::new(config.max_requests_in_flight));
+        let stop = CancellationToken::new();
+        let committer = Committer::start(config.store.clone(), stop.clone());
         let core = NodeCore {
             config,
             units: Units {
@@ -93,10 +96,11 @@ impl Node {
                 router: Router::new(),
                 losses: Losses::new(),
             },
-            stop: CancellationToken::new(),
+            stop,
             moves: Moves::default(),
             host: HostOp::new(),
             sessions,
+            committer,
         };
         let node = Node {
             core: Arc::new(core),

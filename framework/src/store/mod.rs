@@ -10,6 +10,8 @@
 //!   `redis_call` bounds each call and types its failure).
 //! - `EtcdStore` (with the `etcd` feature): the linearizable backend, on an etcd cluster.
 //! - [`StoreUrl`]: where a store is, as a config names it, and opening it.
+//! - `committer`: a node's conditional writes, sent together in calls of
+//!   [`LocationStore::batches`] as the core's group commit decides.
 //! - `io_thread`: the runtime thread the network stores run their connections on.
 //!
 //! Every write carries a store-wide revision that only grows, so a version seen once is never
@@ -26,6 +28,7 @@ use ferry_core::conditional::WriteAnswer;
 
 use crate::ids::NodeId;
 
+mod committer;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod io_thread;
@@ -35,6 +38,7 @@ mod redis_call;
 mod redis_link;
 mod url;
 
+pub(crate) use self::committer::Committer;
 #[cfg(feature = "etcd")]
 pub use self::etcd::{EtcdStore, EtcdStoreConfig};
 pub use self::redis::{RedisStore, RedisStoreConfig, WaitReplicas};
