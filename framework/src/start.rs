@@ -66,8 +66,7 @@ impl Node {
             None => None,
         };
         let replies = Arc::new(Replies::new(config.max_requests_in_flight));
-        let stop = CancellationToken::new();
-        let committer = Committer::start(config.store.clone(), stop.clone());
+        let committer = Committer::new(config.store.clone());
         let core = NodeCore {
             config,
             units: Units {
@@ -96,7 +95,7 @@ impl Node {
                 router: Router::new(),
                 losses: Losses::new(),
             },
-            stop,
+            stop: CancellationToken::new(),
             moves: Moves::default(),
             host: HostOp::new(),
             sessions,
