@@ -59,7 +59,9 @@ impl Committer {
     }
 
     /// Applies `ops` if every condition holds, as [`LocationStore::batch`] does, in a call it may
-    /// share with other writes of the node.
+    /// share with other writes of the node. The call runs on the task of the write that sends it:
+    /// dropping that write's future drops the call, and the others of it hear that their outcome
+    /// is unknown (so run it to its end, as a move's commit task does).
     pub(crate) async fn batch(
         &self,
         conditions: Vec<Condition>,
