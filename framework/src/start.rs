@@ -20,6 +20,7 @@ use crate::registry::Registry;
 use crate::relocation::host::HostOp;
 use crate::relocation::moves::Moves;
 use crate::session::hub::Hub;
+use crate::store::Committer;
 use crate::unit::directory::Directory;
 use crate::unit::replies::Replies;
 
@@ -65,6 +66,7 @@ impl Node {
             None => None,
         };
         let replies = Arc::new(Replies::new(config.max_requests_in_flight));
+        let committer = Committer::new(config.store.clone());
         let core = NodeCore {
             config,
             units: Units {
@@ -97,6 +99,7 @@ impl Node {
             moves: Moves::default(),
             host: HostOp::new(),
             sessions,
+            committer,
         };
         let node = Node {
             core: Arc::new(core),

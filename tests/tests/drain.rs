@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ferry::store::RedisStore;
@@ -10,7 +11,7 @@ use ferry::{
     RelocateMode, RelocateOptions, RelocateOutcome, RelocationEvent, RelocationPolicy, SpotId,
     UnitId,
 };
-use ferry_tests::cluster::Cluster;
+use ferry_tests::cluster::{Backend, Cluster};
 use ferry_tests::redis_server::RedisServer;
 use serde::{Deserialize, Serialize};
 
@@ -359,6 +360,60 @@ async fn a_drain_whose_store_is_down_is_blocked_store_unavailable() {
     for node in &cluster.nodes {
         node.abort().await;
     }
+}
+
+/// 300 rooms drained off a node on a real redis-server, with messages sent to them all along
+/// from another node: the targets' commits share calls to the store, and every room arrives with
+/// each message it was sent run exactly once, in the order sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_rooms_drain_on_redis_with_every_message_run_exactly_once() {
+    const ROOMS: usize = 300;
+    let Some(cluster) = Cluster::start_with(Backend::Redis, 3, registry).await else {
+        return;
+    };
+    let (n1, n2, n3) = (
+        cluster.nodes[0].clone(),
+        cluster.nodes[1].clone(),
+        &cluster.nodes[2],
+    );
+    let rooms: Vec<SpotId> = (0..ROOMS).map(|i| spot(&format!("room-{i}"))).collect();
+    for r in &rooms {
+        n1.create_spot_on(n1.id(), "room", r).await.expect("room");
+        for k in 0..3 {
+            n1.tell(r, Play::Input(k)).expect("told");
+        }
+    }
+    // Messages from n2 while the drain runs, counted per room as each is accepted.
+    let draining = Arc::new(AtomicBool::new(true));
+    let sender = {
+        let (rooms, draining) = (rooms.clone(), draining.clone());
+        tokio::spawn(async move {
+            let mut sent: Vec<Vec<u32>> = vec![Vec::new(); rooms.len()];
+            let mut next = 100;
+            while draining.load(Ordering::Relaxed) {
+                for (r, sent) in rooms.iter().zip(&mut sent) {
+                    if n2.tell(r, Play::Input(next)).is_ok() {
+                        sent.push(next);
+                    }
+                }
+                next += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            sent
+        })
+    };
+    let outcome = n1.relocate(opts(Duration::from_secs(60))).await;
+    draining.store(false, Ordering::Relaxed);
+    let sent = sender.await.expect("sender ran");
+    assert_eq!(outcome, RelocateOutcome::Relocated { moved: ROOMS });
+    assert_eq!(n1.unit_count(), 0);
+    assert_eq!(cluster.nodes[1].unit_count() + n3.unit_count(), ROOMS);
+    for (r, sent) in rooms.iter().zip(&sent) {
+        let want: Vec<u32> = (0..3).chain(sent.iter().copied()).collect();
+        let room = get(n3, r).await;
+        assert_eq!(room.inputs, want, "{r}: each message once, in order");
+    }
+    cluster.shutdown().await;
 }
 
 /// The usual factories and "lonely", which only the nodes given this registry have.

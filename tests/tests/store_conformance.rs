@@ -546,6 +546,80 @@ async fn an_owners_write_needs_its_lease_live_and_current(store: &dyn LocationSt
     assert_eq!(last.value.as_ref(), b"by the second process");
 }
 
+/// Many batches in one call: each is answered on its own, a conflict or a stale lease in one
+/// never changes another, and of two with the same condition exactly one commits.
+async fn batches_answer_each_on_its_own(store: &dyn LocationStore) {
+    let a = put(store, "a", "a1").await;
+    let b = put(store, "b", "b1").await;
+    let e = put(store, "e", "e1").await;
+    put(store, "f", "f1").await;
+    let lease = store
+        .acquire_lease(&node("n1"), HOLDER, Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    let stale_lease = ferry::store::Lease {
+        generation: lease.generation + 1,
+        ..lease.clone()
+    };
+    let answers = store
+        .batches(vec![
+            (vec![Condition::version("a", a)], vec![Op::put("a", "a2")]),
+            (vec![Condition::version("b", a)], vec![Op::put("b", "b2")]),
+            (
+                vec![Condition::absent("c"), Condition::lease(&lease)],
+                vec![Op::put("c", "c1")],
+            ),
+            (vec![Condition::version("a", a)], vec![Op::put("a", "a3")]),
+            (
+                vec![Condition::absent("d"), Condition::lease(&stale_lease)],
+                vec![Op::put("d", "d1")],
+            ),
+            (vec![Condition::version("e", e)], vec![]),
+            (vec![], vec![Op::delete("f")]),
+        ])
+        .await;
+    let [
+        first_a,
+        conflicting_b,
+        c,
+        second_a,
+        stale,
+        read_only,
+        delete_f,
+    ]: [_; 7] = answers.try_into().expect("one answer per batch");
+
+    assert_eq!(conflict(conflicting_b), "b");
+    let c = committed(c);
+    assert_eq!(get(store, "c").await.map(|v| v.version), Some(c));
+    assert_eq!(conflict(stale), lease_key(&node("n1")));
+    assert_eq!(get(store, "d").await, None, "a batch refused for its lease");
+    assert_eq!(value_of(store, "b").await.as_deref(), Some(&b"b1"[..]));
+    committed(read_only);
+    assert_eq!(get(store, "e").await.map(|v| v.version), Some(e));
+    committed(delete_f);
+    assert_eq!(get(store, "f").await, None);
+
+    // Both asked for `a` at the same version: one won, the other found it changed.
+    let (won, value) = match (first_a, second_a) {
+        (Ok(BatchOutcome::Committed { revision }), lost) => {
+            assert_eq!(conflict(lost), "a");
+            (revision, &b"a2"[..])
+        }
+        (lost, Ok(BatchOutcome::Committed { revision })) => {
+            assert_eq!(conflict(lost), "a");
+            (revision, &b"a3"[..])
+        }
+        other => panic!("exactly one write of a commits: {other:?}"),
+    };
+    let now = get(store, "a").await.expect("a");
+    assert_eq!((&now.value[..], now.version), (value, won));
+    assert!(won > b && c > b);
+}
+
+async fn no_batches_get_no_answers(store: &dyn LocationStore) {
+    assert_eq!(store.batches(Vec::new()).await, Vec::new());
+}
+
 macro_rules! conformance {
     ($($check:ident),+ $(,)?) => {
         mod memory {
@@ -611,6 +685,8 @@ conformance!(
     leases_expire_and_cannot_be_renewed_after,
     a_new_generation_supersedes_the_old_one,
     an_owners_write_needs_its_lease_live_and_current,
+    batches_answer_each_on_its_own,
+    no_batches_get_no_answers,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -668,6 +744,41 @@ async fn memory_clones_share_one_store() {
 
 // ---------------------------------------------------------------------------------------------
 // Redis store only
+
+/// A server that forgot the scripts (restarted, or its script cache flushed) runs none of a
+/// pipeline's batches: they go again behind a load of the script, each answered once.
+#[tokio::test]
+async fn redis_batches_are_sent_again_once_after_the_server_forgot_the_script() {
+    let Some(server) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    let store = redis_store(&server, "flushed").await;
+    let a = put(&store, "a", "a1").await;
+    let client = ::redis::Client::open(server.url()).expect("redis url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let () = ::redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .expect("SCRIPT FLUSH");
+    let answers = store
+        .batches(vec![
+            (vec![Condition::version("a", a)], vec![Op::put("a", "a2")]),
+            (vec![Condition::version("a", a)], vec![Op::put("a", "a3")]),
+            (vec![Condition::absent("b")], vec![Op::put("b", "b1")]),
+        ])
+        .await;
+    let [first, second, b]: [_; 3] = answers.try_into().expect("three answers");
+    let first = committed(first);
+    assert_eq!(conflict(second), "a", "run once, in order, not twice");
+    let b = committed(b);
+    let now = get(&store, "a").await.expect("a");
+    assert_eq!((&now.value[..], now.version), (&b"a2"[..], first));
+    assert_eq!(get(&store, "b").await.map(|v| v.version), Some(b));
+}
 
 #[tokio::test]
 async fn redis_stores_with_different_prefixes_are_isolated() {
@@ -1107,6 +1218,50 @@ async fn a_master_short_of_its_replicas_refuses_every_call_and_a_replica_refuses
         "the refused write did nothing"
     );
     store.renew_lease(&lease).await.expect("renews again");
+}
+
+/// Batches sent together are confirmed together: when no replica confirms, every batch that
+/// wrote has an unknown outcome (as one batch alone would), and a conflict is still a conflict.
+#[tokio::test]
+async fn batches_no_replica_confirmed_are_unknown_and_their_conflicts_stay_conflicts() {
+    let Some(group) = SentinelGroup::start_or_skip(1).await else {
+        return;
+    };
+    let store = sentinel_store(&group, "unconfirmed").await;
+    let a = put(&store, "a", "a1").await;
+    let master = group.master().await;
+    let replica = 1 - master;
+    group.server(replica).pause();
+    let answers = store
+        .batches(vec![
+            (vec![Condition::version("a", a)], vec![Op::put("a", "a2")]),
+            (vec![Condition::version("a", 0)], vec![Op::put("a", "a3")]),
+            (vec![Condition::absent("b")], vec![Op::put("b", "b1")]),
+        ])
+        .await;
+    group.server(replica).resume();
+    let [wrote_a, stale_a, wrote_b]: [_; 3] = answers.try_into().expect("three answers");
+    for unconfirmed in [wrote_a, wrote_b] {
+        assert!(
+            matches!(
+                unconfirmed,
+                Err(StoreError::NotReplicated {
+                    op: "batch",
+                    wanted: 1,
+                    ..
+                })
+            ),
+            "a write no replica confirmed: {unconfirmed:?}"
+        );
+    }
+    assert_eq!(conflict(stale_a), "a");
+    // Applied on the master all the same: a re-read finds them, once the replica is back.
+    group.await_replicas_online(1).await;
+    let found = get_once_up(&store, "a", Duration::from_secs(10))
+        .await
+        .expect("a");
+    assert_eq!(&found.value[..], b"a2");
+    assert_eq!(value_of(&store, "b").await.as_deref(), Some(&b"b1"[..]));
 }
 
 // ---------------------------------------------------------------------------------------------

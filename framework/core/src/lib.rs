@@ -15,6 +15,8 @@
 //! - [`authority`]: the records the store holds per unit and per node, and a node's lifecycle state.
 //! - [`lease`]: whether a node whose lease lapsed takes it again or stops for good.
 //! - [`conditional`]: a conditional write whose answer may be lost, settled by reading it back.
+//! - [`commits`]: which of a node's conditional writes go to the store together in one call, and
+//!   when (group commit, never holding a write back beyond a short window).
 //! - [`witness`]: the mesh's account of who is alive beside the lease, and whether a node may
 //!   run turns past its lease.
 //! - [`placement`]: the choice of a node for a new unit.
@@ -31,6 +33,7 @@
 //! - [`delivery`]: frames numbered per link, kept until acknowledged and sent again after a reset.
 
 pub mod authority;
+pub mod commits;
 pub mod conditional;
 pub mod delivery;
 pub mod drain;

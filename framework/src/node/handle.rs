@@ -1,6 +1,7 @@
 //! The [`Node`] handle and the state behind it: its configuration, factories, hosted units, pending
-//! requests, cluster state, moves and client sessions; its lifecycle state and the owner lease's
-//! fence. What a node does is in the other files of `node`, each an `impl Node` block.
+//! requests, cluster state, moves (and the committer their commits share) and client sessions; its
+//! lifecycle state and the owner lease's fence. What a node does is in the other files of `node`,
+//! each an `impl Node` block.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -23,7 +24,7 @@ use crate::mesh::Mesh;
 use crate::relocation::host::HostOp;
 use crate::relocation::moves::Moves;
 use crate::session::hub::Hub;
-use crate::store::{Lease, LocationStore};
+use crate::store::{Committer, Lease, LocationStore};
 use crate::unit::cell::AnyFactory;
 use crate::unit::directory::Directory;
 use crate::unit::factory::FactoryKind;
@@ -52,6 +53,8 @@ pub(crate) struct NodeCore {
     pub(crate) host: HostOp,
     /// The client listener and its sessions, if this node accepts game clients.
     pub(crate) sessions: Option<Hub>,
+    /// Sends the commits of moves into this node to the store together.
+    pub(crate) committer: Committer,
     pub(crate) stop: CancellationToken,
 }
 

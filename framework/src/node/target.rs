@@ -543,11 +543,12 @@ impl Node {
             .moved_to(self.id().clone(), lease_generation, at.record.spot.clone())
     }
 
-    /// Writes this node as owner of every record, conditional on each being as the source read it.
+    /// Writes this node as owner of every record, conditional on each being as the source read it,
+    /// in a store call it may share with other moves' commits (its own outcome all the same).
     async fn commit(self, rel: RelocationId, records: Vec<RecordAt>) {
         let (conditions, ops) = self.owned_here(&records);
         let started = tokio::time::Instant::now();
-        let outcome = self.store().batch(conditions, ops).await;
+        let outcome = self.core.committer.batch(conditions, ops).await;
         if let Some(staging) = self.core.moves.incoming.lock().get_mut(&rel) {
             staging.committed_in = started.elapsed();
         }

@@ -10,7 +10,11 @@
 //! - `P/lgen/<node>`: the node's last lease generation; kept, so generations never repeat.
 //!
 //! A batch is one etcd transaction that compares mod revisions (or a create revision of 0, for
-//! absence). Every answer's header names the etcd cluster and its revision: a cluster other than
+//! absence). Many batches (`LocationStore::batches`) go as that many transactions, sent
+//! concurrently: one transaction is all or nothing, so joining them would let one batch's
+//! conflict fail the others (and a retry one by one would cost a second round trip), etcd refuses
+//! a transaction that writes a key twice and caps its operations (`--max-txn-ops`), and its raft
+//! log already takes concurrent proposals in one append. Every answer's header names the etcd cluster and its revision: a cluster other than
 //! the one connected to (an etcd that restarted empty is a new cluster) or a revision below one
 //! already seen fails the call with [`StoreError::Reset`]. Every call is bounded by the
 //! configured timeout; a request that may have reached etcd is never sent again, since its

@@ -204,6 +204,19 @@ impl LocationStore for MemoryStore {
         Box::pin(async move { Ok(self.inner.lock().batch(conditions, ops)) })
     }
 
+    fn batches<'a>(
+        &'a self,
+        items: Vec<(Vec<Condition>, Vec<Op>)>,
+    ) -> BoxFuture<'a, Vec<Result<BatchOutcome, StoreError>>> {
+        Box::pin(async move {
+            let mut state = self.inner.lock();
+            items
+                .into_iter()
+                .map(|(conditions, ops)| Ok(state.batch(conditions, ops)))
+                .collect()
+        })
+    }
+
     fn scan<'a>(
         &'a self,
         prefix: &'a str,

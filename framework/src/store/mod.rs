@@ -10,6 +10,8 @@
 //!   `redis_call` bounds each call and types its failure).
 //! - `EtcdStore` (with the `etcd` feature): the linearizable backend, on an etcd cluster.
 //! - [`StoreUrl`]: where a store is, as a config names it, and opening it.
+//! - `committer`: a node's conditional writes, sent together in calls of
+//!   [`LocationStore::batches`] as the core's group commit decides.
 //! - `io_thread`: the runtime thread the network stores run their connections on.
 //!
 //! Every write carries a store-wide revision that only grows, so a version seen once is never
@@ -26,6 +28,7 @@ use ferry_core::conditional::WriteAnswer;
 
 use crate::ids::NodeId;
 
+mod committer;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod io_thread;
@@ -35,6 +38,7 @@ mod redis_call;
 mod redis_link;
 mod url;
 
+pub(crate) use self::committer::Committer;
 #[cfg(feature = "etcd")]
 pub use self::etcd::{EtcdStore, EtcdStoreConfig};
 pub use self::redis::{RedisStore, RedisStoreConfig, WaitReplicas};
@@ -343,6 +347,22 @@ pub trait LocationStore: Send + Sync + 'static {
         conditions: Vec<Condition>,
         ops: Vec<Op>,
     ) -> BoxFuture<'a, Result<BatchOutcome, StoreError>>;
+
+    /// Applies many conditional batches, each as [`LocationStore::batch`] would on its own, and
+    /// answers each in the order given: one item's conflict or error never changes another's
+    /// outcome. Items are applied one after another, each judged against what the items applied
+    /// before it left (two items with the same condition cannot both commit), in no promised
+    /// order. Stores that can carry many batches in one round trip override it; by default the
+    /// items are sent concurrently, each as its own batch.
+    fn batches<'a>(
+        &'a self,
+        items: Vec<(Vec<Condition>, Vec<Op>)>,
+    ) -> BoxFuture<'a, Vec<Result<BatchOutcome, StoreError>>> {
+        let each = items
+            .into_iter()
+            .map(|(conditions, ops)| self.batch(conditions, ops));
+        Box::pin(futures_util::future::join_all(each))
+    }
 
     /// Reads up to `limit` keys that start with `prefix` and sort after `after` (all of them
     /// if `after` is `None`), in byte order, as one consistent snapshot per page. A `limit` of 0 is

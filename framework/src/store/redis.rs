@@ -32,11 +32,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ::redis::aio::MultiplexedConnection;
-use ::redis::{Script, ScriptInvocation};
+use ::redis::{ErrorKind, Script, ScriptInvocation, ServerErrorKind};
 use bytes::Bytes;
 
 use super::io_thread::IoThread;
-use super::redis_call::bounded;
+use super::redis_call::{bounded, classify};
 use super::redis_link::{Link, SentinelTarget};
 use super::{
     BatchOutcome, BoxFuture, Condition, Lease, LocationStore, Op, Page, StoreError, Versioned,
@@ -442,6 +442,23 @@ impl RedisStore {
         T: Send + 'static,
         Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
     {
+        self.on_io_judged(op, call, |answer| {
+            answer.as_ref().err().is_some_and(loses_link)
+        })
+    }
+
+    /// [`RedisStore::on_io`] for a call whose answer may hold errors of its own (one per batch of
+    /// a pipeline): `lost` says whether the answer found the connection unfit.
+    fn on_io_judged<'a, T, Fut>(
+        &'a self,
+        op: &'static str,
+        call: impl FnOnce(RedisStore, MultiplexedConnection) -> Fut + Send + 'static,
+        lost: impl FnOnce(&Result<T, StoreError>) -> bool + Send + 'static,
+    ) -> BoxFuture<'a, Result<T, StoreError>>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
         let store = self.clone();
         Box::pin(self.io.run(op, async move {
             let after = store.op_timeout;
@@ -456,12 +473,7 @@ impl RedisStore {
                     Ok(answer) => answer,
                     Err(_elapsed) => Err(StoreError::Timeout { op, after }),
                 };
-            if let Err(
-                StoreError::Unavailable { .. }
-                | StoreError::Timeout { .. }
-                | StoreError::NotReplicated { .. },
-            ) = &answer
-            {
+            if lost(&answer) {
                 link.lost(&leased);
             }
             answer
@@ -567,18 +579,14 @@ impl RedisStore {
         Ok(found)
     }
 
-    async fn batch_inner(
-        &self,
-        mut conn: MultiplexedConnection,
-        conditions: Vec<Condition>,
-        ops: Vec<Op>,
-    ) -> Result<BatchOutcome, StoreError> {
+    /// The batch script's invocation for one batch.
+    fn batch_invocation(&self, conditions: &[Condition], ops: &[Op]) -> ScriptInvocation<'_> {
         let mut invocation = self.guarded(&self.scripts.batch);
         invocation
             .key(&self.keys.idx)
             .arg(conditions.len())
             .arg(ops.len());
-        for condition in &conditions {
+        for condition in conditions {
             match condition {
                 Condition::Absent(key) => invocation.key(self.keys.entry(key)).arg("a").arg(0u64),
                 Condition::Version(key, version) => {
@@ -592,22 +600,24 @@ impl RedisStore {
                     .arg(*generation),
             };
         }
-        for op in &ops {
+        for op in ops {
             invocation.key(self.keys.entry(op.key()));
             match op {
                 Op::Put { key, value } => invocation.arg("p").arg(key).arg(value.as_ref()),
                 Op::Delete { key } => invocation.arg("d").arg(key).arg(""),
             };
         }
-        let (committed, number): (i64, u64) =
-            bounded("batch", self.op_timeout, invocation.invoke_async(&mut conn)).await?;
+        invocation
+    }
+
+    /// What the batch script answered (`{1, revision}` or `{0, failed condition}`), before any
+    /// wait for replicas.
+    fn batch_answer(
+        &self,
+        conditions: &[Condition],
+        (committed, number): (i64, u64),
+    ) -> Result<BatchOutcome, StoreError> {
         if committed == 1 {
-            if !ops.is_empty() {
-                // Only a confirmed write raises the floor: one that too few replicas hold may be
-                // lost by a failover without the store having gone back on anything it confirmed.
-                self.replicated("batch", &mut conn).await?;
-            }
-            self.saw(number);
             return Ok(BatchOutcome::Committed { revision: number });
         }
         let failed = usize::try_from(number)
@@ -623,6 +633,111 @@ impl RedisStore {
                 reason: format!("the batch script named condition {number}, which was not sent"),
             }),
         }
+    }
+
+    async fn batch_inner(
+        &self,
+        mut conn: MultiplexedConnection,
+        conditions: Vec<Condition>,
+        ops: Vec<Op>,
+    ) -> Result<BatchOutcome, StoreError> {
+        let invocation = self.batch_invocation(&conditions, &ops);
+        let answer = bounded("batch", self.op_timeout, invocation.invoke_async(&mut conn)).await?;
+        let outcome = self.batch_answer(&conditions, answer)?;
+        if let BatchOutcome::Committed { revision } = outcome {
+            if !ops.is_empty() {
+                // Only a confirmed write raises the floor: one that too few replicas hold may be
+                // lost by a failover without the store having gone back on anything it confirmed.
+                self.replicated("batch", &mut conn).await?;
+            }
+            self.saw(revision);
+        }
+        Ok(outcome)
+    }
+
+    /// Many batches in one round trip: a pipeline of batch scripts, each run on its own, then one
+    /// `WAIT` for all that wrote (it covers every write of the connection before it). A batch is
+    /// reported committed only once the replicas asked for confirmed it, as by [`Self::batch_inner`];
+    /// if they did not, every batch that wrote has an unknown outcome, and the others keep theirs.
+    async fn batches_inner(
+        &self,
+        mut conn: MultiplexedConnection,
+        items: Vec<(Vec<Condition>, Vec<Op>)>,
+    ) -> Result<Vec<Result<BatchOutcome, StoreError>>, StoreError> {
+        let invocations: Vec<ScriptInvocation<'_>> = items
+            .iter()
+            .map(|(conditions, ops)| self.batch_invocation(conditions, ops))
+            .collect();
+        let mut answers: Vec<Option<Result<BatchOutcome, StoreError>>> = vec![None; items.len()];
+        let mut unsent: Vec<usize> = (0..items.len()).collect();
+        let mut load = false;
+        // A server that does not know the script (restarted, or its script cache flushed) runs
+        // none of the batches that name it: those go again once, behind a load of the script,
+        // as `invoke_async` does for one call.
+        while !unsent.is_empty() {
+            let mut pipe = ::redis::pipe();
+            pipe.ignore_errors();
+            if load {
+                pipe.load_script(&self.scripts.batch).ignore();
+            }
+            for &i in &unsent {
+                pipe.invoke_script(&invocations[i]);
+            }
+            let results: Vec<::redis::RedisResult<(i64, u64)>> =
+                bounded("batch", self.op_timeout, pipe.query_async(&mut conn)).await?;
+            if results.len() != unsent.len() {
+                return Err(StoreError::Rejected {
+                    op: "batch",
+                    reason: format!(
+                        "redis answered {} of the {} scripts sent in one pipeline",
+                        results.len(),
+                        unsent.len()
+                    ),
+                });
+            }
+            let mut again = Vec::new();
+            for (i, result) in unsent.into_iter().zip(results) {
+                answers[i] = match result {
+                    Err(error)
+                        if !load
+                            && error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                    {
+                        again.push(i);
+                        continue;
+                    }
+                    Err(error) => Some(Err(classify("batch", self.op_timeout, &error))),
+                    Ok(answer) => Some(self.batch_answer(&items[i].0, answer)),
+                };
+            }
+            unsent = again;
+            load = true;
+        }
+        let wrote = answers.iter().zip(&items).any(|(answer, (_, ops))| {
+            matches!(answer, Some(Ok(BatchOutcome::Committed { .. }))) && !ops.is_empty()
+        });
+        let replicated = if wrote {
+            self.replicated("batch", &mut conn).await
+        } else {
+            Ok(())
+        };
+        Ok(answers
+            .into_iter()
+            .zip(&items)
+            .map(|(answer, (_, ops))| match answer {
+                Some(Ok(BatchOutcome::Committed { revision })) => {
+                    if !ops.is_empty() {
+                        replicated.clone()?;
+                    }
+                    self.saw(revision);
+                    Ok(BatchOutcome::Committed { revision })
+                }
+                Some(other) => other,
+                None => Err(StoreError::Rejected {
+                    op: "batch",
+                    reason: "redis did not run a script sent in a pipeline".to_owned(),
+                }),
+            })
+            .collect())
     }
 
     async fn scan_inner(
@@ -837,6 +952,31 @@ impl LocationStore for RedisStore {
         })
     }
 
+    fn batches<'a>(
+        &'a self,
+        items: Vec<(Vec<Condition>, Vec<Op>)>,
+    ) -> BoxFuture<'a, Vec<Result<BatchOutcome, StoreError>>> {
+        if items.is_empty() {
+            return Box::pin(async { Vec::new() });
+        }
+        let count = items.len();
+        let answers = self.on_io_judged(
+            "batch",
+            move |s, conn| async move { s.batches_inner(conn, items).await },
+            |answer| match answer {
+                Ok(items) => items
+                    .iter()
+                    .any(|item| item.as_ref().err().is_some_and(loses_link)),
+                Err(error) => loses_link(error),
+            },
+        );
+        Box::pin(async move {
+            answers
+                .await
+                .unwrap_or_else(|error| vec![Err(error); count])
+        })
+    }
+
     fn scan<'a>(
         &'a self,
         prefix: &'a str,
@@ -884,6 +1024,17 @@ impl LocationStore for RedisStore {
             s.release_inner(conn, &lease).await
         })
     }
+}
+
+/// Whether a call's failure says its connection is unfit (the server gone, demoted, or short of
+/// replicas), so that the next call connects again.
+fn loses_link(error: &StoreError) -> bool {
+    matches!(
+        error,
+        StoreError::Unavailable { .. }
+            | StoreError::Timeout { .. }
+            | StoreError::NotReplicated { .. }
+    )
 }
 
 /// Redis counts TTLs in whole milliseconds; round up so a lease never lives shorter than asked.

@@ -28,7 +28,8 @@ pub(super) async fn bounded<T>(
     }
 }
 
-fn classify(op: &'static str, after: Duration, error: &RedisError) -> StoreError {
+/// The [`StoreError`] a failed call to redis is.
+pub(super) fn classify(op: &'static str, after: Duration, error: &RedisError) -> StoreError {
     if error.is_timeout() {
         return StoreError::Timeout { op, after };
     }
