@@ -133,7 +133,10 @@ struct GameRooms {
 /// doubled a message, a bot saw something wrong, or a step could not be done.
 pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
     let started = Instant::now();
-    let cluster = LocalCluster::start(NODES, &args.store, registry).await?;
+    // Watched, so that each room moved one at a time seals with its queue in it.
+    let cluster =
+        LocalCluster::start_wrapped(NODES, &args.store, registry, ferry_benches::rooms::watched)
+            .await?;
     let result = measure(&cluster, &args).await;
     cluster.shutdown().await;
     let measured = result?;
