@@ -1,5 +1,6 @@
-//! Rooms that carry a blob of state, on a cluster of Ferry nodes sharing one `MemoryStore`, for the
-//! relocation benches; and the baseline they are measured against: the stop-the-room handoff.
+//! Rooms that carry a blob of state, which their turns may rewrite at a steady rate, on a cluster of
+//! Ferry nodes sharing one `MemoryStore`, for the relocation benches; and the baseline they are
+//! measured against: the stop-the-room handoff.
 
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
@@ -17,8 +18,8 @@ use ferry::store::{
     Versioned,
 };
 use ferry::{
-    Behavior, Ctx, MessageError, MoveError, MoveReport, Node, NodeId, Registration, Registry,
-    RelocationPolicy, SpotId, UnitError, UnitId,
+    Behavior, Ctx, MessageError, MoveError, MoveReport, Node, NodeId, OverrunPolicy, Registration,
+    Registry, RelocationPolicy, SpotId, Tick, UnitError, UnitId,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
@@ -37,6 +38,110 @@ pub struct Room {
     pub blob: Vec<u8>,
     /// The sum of the `Add`s it handled.
     pub count: u64,
+    /// How fast its turns rewrite the blob, and how far they got.
+    pub churn: Churn,
+}
+
+/// How much of a room's state its turns rewrite while it runs, as a game's turns update its
+/// entities: what pre-copy has to send again, round after round.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum ChangeRate {
+    /// This share of the state each second (0 for none, 0.1 for a tenth): a window of contiguous
+    /// bytes that moves along the blob, a run of them at each tick of the room's timer.
+    PerSecond(f64),
+    /// The whole state at every turn, ticks and messages alike: the worst case for pre-copy.
+    EveryTurn,
+}
+
+impl Default for ChangeRate {
+    fn default() -> Self {
+        ChangeRate::PerSecond(0.0)
+    }
+}
+
+impl ChangeRate {
+    /// Whether the room's turns rewrite nothing.
+    pub fn is_none(self) -> bool {
+        self == ChangeRate::PerSecond(0.0)
+    }
+}
+
+impl std::fmt::Display for ChangeRate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChangeRate::PerSecond(share) => write!(f, "{share}"),
+            ChangeRate::EveryTurn => f.write_str("every-turn"),
+        }
+    }
+}
+
+/// A room's rewriting: its rate and how many bytes it rewrote so far (where the window is).
+#[derive(Debug, Default, Clone, Copy, Serialize, Deserialize)]
+pub struct Churn {
+    /// How fast.
+    pub rate: ChangeRate,
+    /// Bytes rewritten so far; the next rewrite starts at this offset, modulo the blob's length.
+    pub written: u64,
+}
+
+/// The name of the timer that paces a room's rewriting.
+const CHURN: &str = "churn";
+
+/// The shortest period of that timer: a game's simulation step at 30 Hz, as the FPS rooms tick.
+pub const STEP: Duration = Duration::from_micros(33_333);
+
+/// The fewest bytes one tick rewrites at a rate: a run of entities. A room whose rate asks for
+/// less in a [`STEP`] ticks less often instead, so that 10,000 small rooms take few turns.
+pub const RUN: usize = 1024;
+
+/// How often a room of `len` bytes ticks at `rate`, and how many bytes each tick rewrites;
+/// `None` when it rewrites nothing on a timer.
+pub fn pace(rate: ChangeRate, len: usize) -> Option<(Duration, usize)> {
+    match rate {
+        _ if len == 0 => None,
+        ChangeRate::EveryTurn => Some((STEP, len)),
+        ChangeRate::PerSecond(share) => {
+            let per_s = share * len as f64;
+            if !per_s.is_finite() || per_s <= 0.0 {
+                return None;
+            }
+            let bytes = ((per_s * STEP.as_secs_f64()).ceil() as usize)
+                .max(RUN)
+                .min(len);
+            // The period that makes `bytes` a tick come to `per_s`, to the microsecond.
+            let period_us = (bytes as f64 * 1e6 / per_s).round() as u64;
+            Some((Duration::from_micros(period_us.max(1)), bytes))
+        }
+    }
+}
+
+impl Room {
+    /// Rewrites `n` bytes of the blob (all of it at most) from where the last rewrite ended,
+    /// wrapping around; each byte changes, and the length and the count stay as they are.
+    fn rewrite(&mut self, n: usize) {
+        let len = self.blob.len();
+        if len == 0 {
+            return;
+        }
+        let n = n.min(len);
+        let start = (self.churn.written % len as u64) as usize;
+        let (head, tail) = self.blob.split_at_mut(start);
+        let after = n.min(tail.len());
+        for byte in tail[..after].iter_mut().chain(&mut head[..n - after]) {
+            *byte = byte.wrapping_add(1);
+        }
+        self.churn.written += n as u64;
+    }
+
+    /// Sets the timer that paces the rewriting to the rate and the blob as they are now.
+    fn schedule(&self, ctx: &mut Ctx<'_>) {
+        match pace(self.churn.rate, self.blob.len()) {
+            Some((period, _)) => ctx.set_timer(CHURN, period, OverrunPolicy::SkipLateTicks),
+            None => {
+                ctx.cancel_timer(CHURN);
+            }
+        }
+    }
 }
 
 /// What a room is told.
@@ -54,6 +159,8 @@ pub enum RoomMsg {
     Load(Vec<u8>),
     /// Answers the count.
     Get,
+    /// Sets how fast the room's turns rewrite its blob from now on.
+    Churn(ChangeRate),
 }
 
 /// What a room answers.
@@ -166,10 +273,20 @@ impl Behavior for Room {
     type Msg = RoomMsg;
     type Reply = Answer;
 
-    fn handle(&mut self, _ctx: &mut Ctx<'_>, msg: RoomMsg) -> Answer {
+    fn handle(&mut self, ctx: &mut Ctx<'_>, msg: RoomMsg) -> Answer {
+        if self.churn.rate == ChangeRate::EveryTurn {
+            self.rewrite(self.blob.len());
+        }
         match msg {
             RoomMsg::Add(n) => self.count += n,
-            RoomMsg::Grow(n) => self.blob = (0..n).map(|i| (i % 251) as u8).collect(),
+            RoomMsg::Grow(n) => {
+                self.blob = (0..n).map(|i| (i % 251) as u8).collect();
+                self.schedule(ctx);
+            }
+            RoomMsg::Churn(rate) => {
+                self.churn.rate = rate;
+                self.schedule(ctx);
+            }
             RoomMsg::Hold(n) => {
                 REACHED.fetch_max(n, Ordering::SeqCst);
                 let mut passed = passed();
@@ -184,12 +301,27 @@ impl Behavior for Room {
                 };
             }
             RoomMsg::Load(bytes) => match postcard::from_bytes(&bytes) {
-                Ok(room) => *self = room,
+                // A room made anew has no timer: the loaded rate sets it.
+                Ok(room) => {
+                    *self = room;
+                    self.schedule(ctx);
+                }
                 Err(error) => return Answer::Invalid(error.to_string()),
             },
             RoomMsg::Get => {}
         }
         Answer::Count(self.count)
+    }
+
+    fn on_tick(&mut self, _ctx: &mut Ctx<'_>, tick: &Tick) {
+        if tick.name != CHURN {
+            return;
+        }
+        // Slots missed while the room ran late are rewritten now, so the rate holds.
+        let slots = usize::try_from(tick.skipped.saturating_add(1)).unwrap_or(usize::MAX);
+        if let Some((_, bytes)) = pace(self.churn.rate, self.blob.len()) {
+            self.rewrite(bytes.saturating_mul(slots));
+        }
     }
 }
 
@@ -613,4 +745,64 @@ pub fn host_of(nodes: &[Node], id: &SpotId) -> usize {
 /// The node id of `nodes[i]`.
 pub fn id_of(nodes: &[Node], i: usize) -> NodeId {
     nodes[i].id().clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_room_that_changes_nothing_has_no_timer() {
+        assert_eq!(pace(ChangeRate::PerSecond(0.0), 4096), None);
+        assert_eq!(pace(ChangeRate::PerSecond(0.5), 0), None);
+        assert_eq!(pace(ChangeRate::EveryTurn, 0), None);
+    }
+
+    /// Whatever the run and the step make of it, a tick's bytes over its period come to the rate.
+    #[test]
+    fn the_pace_comes_to_the_rate() {
+        for (share, len) in [
+            (0.1, 4096),
+            (0.1, 1 << 20),
+            (1.0, 1 << 20),
+            (0.001, 512),
+            (5.0, 64),
+        ] {
+            let (period, bytes) = pace(ChangeRate::PerSecond(share), len).expect("a pace");
+            assert!(
+                period >= STEP || bytes == len,
+                "{share} of {len}: {period:?}"
+            );
+            assert!(bytes <= len);
+            let rate = bytes as f64 / period.as_secs_f64();
+            let asked = share * len as f64;
+            assert!(
+                (rate - asked).abs() <= asked * 1e-3,
+                "{share} of {len}: {rate} B/s"
+            );
+        }
+        // 4 KiB at a tenth a second: one run of 1 KiB every 2.5 s.
+        assert_eq!(
+            pace(ChangeRate::PerSecond(0.1), 4096),
+            Some((Duration::from_millis(2_500), RUN))
+        );
+        assert_eq!(pace(ChangeRate::EveryTurn, 1 << 20), Some((STEP, 1 << 20)));
+    }
+
+    #[test]
+    fn a_rewrite_moves_along_the_blob_and_wraps_keeping_length_and_count() {
+        let mut room = Room {
+            blob: vec![0; 10],
+            count: 7,
+            churn: Churn::default(),
+        };
+        room.rewrite(4);
+        assert_eq!(room.blob, [1, 1, 1, 1, 0, 0, 0, 0, 0, 0]);
+        room.rewrite(8);
+        assert_eq!(room.blob, [2, 2, 1, 1, 1, 1, 1, 1, 1, 1]);
+        // More than the blob rewrites each byte once.
+        room.rewrite(25);
+        assert_eq!(room.blob, [3, 3, 2, 2, 2, 2, 2, 2, 2, 2]);
+        assert_eq!((room.blob.len(), room.count), (10, 7));
+    }
 }

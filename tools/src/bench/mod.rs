@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use ferry::relocation::protocol::MoveEnd;
 use ferry::{Registry, UnitError, UnitId};
-use ferry_benches::rooms::RoomError;
+use ferry_benches::rooms::{ChangeRate, RoomError};
 
 use self::report::Report;
 use self::rooms::StateRooms;
@@ -49,6 +49,11 @@ pub struct BenchArgs {
     /// Bytes of state in each of those rooms.
     #[arg(long, default_value_t = 4_096, value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
     state_bytes: u32,
+    /// The share of each of those rooms' state that its turns rewrite a second while it runs,
+    /// such as 0.1 (a tenth a second) or 1, or `every-turn` (all of it at every turn, the worst
+    /// case for pre-copy).
+    #[arg(long, value_name = "RATE", default_value = "0", value_parser = rooms::parse_change_rate)]
+    change_rate: ChangeRate,
     /// Messages queued in a room when it moves (and buffered by the baseline meanwhile).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     queued: u32,
@@ -174,6 +179,7 @@ async fn measure(cluster: &LocalCluster, args: &BenchArgs) -> Result<Measured, B
         &cluster.nodes[0],
         args.rooms as usize,
         args.state_bytes as usize,
+        args.change_rate,
     )
     .await?;
     let game_rooms = usize::from(args.game_rooms);
