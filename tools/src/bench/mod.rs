@@ -93,13 +93,12 @@ pub enum BenchError {
     #[error("a room of the bench failed: {0}")]
     Room(#[from] RoomError),
     /// The drain did not move every room.
-    #[error("the drain of {node} ended {outcome}")]
-    Drain {
-        /// The node drained.
-        node: String,
-        /// How it ended.
-        outcome: String,
-    },
+    #[error(
+        "{0}; the report above has what it measured (a drain has {secs} s in this bench: try \
+         fewer or smaller rooms, or a lower --change-rate)",
+        secs = drains::DEADLINE.as_secs()
+    )]
+    Unfinished(String),
     /// A game room did not move.
     #[error("game rooms did not move: {0}")]
     GameRooms(String),
@@ -160,8 +159,11 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
         ];
         write(path, &chart::pause_chart(&report.chart_title(), &series))?;
     }
-    match report.problem() {
-        Some(problem) => Err(BenchError::Faults(problem)),
+    if let Some(problem) = report.problem() {
+        return Err(BenchError::Faults(problem));
+    }
+    match report.unfinished() {
+        Some(drain) => Err(BenchError::Unfinished(drain)),
         None => Ok(()),
     }
 }

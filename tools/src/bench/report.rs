@@ -328,6 +328,17 @@ impl Report {
         (!parts.is_empty()).then(|| parts.join("; "))
     }
 
+    /// How the drain ended, if it did not move every room.
+    pub fn unfinished(&self) -> Option<String> {
+        let drain = &self.drain.ferry.drain;
+        (drain.outcome != "relocated").then(|| {
+            format!(
+                "the drain of {} ended {} with {} of {} rooms moved",
+                drain.node, drain.outcome, drain.units_moved, self.drain.rooms
+            )
+        })
+    }
+
     /// The title of the pause chart.
     pub fn chart_title(&self) -> String {
         format!(
