@@ -50,6 +50,7 @@ pub enum ChangeRate {
     /// bytes that moves along the blob, a run of them at each tick of the room's timer.
     PerSecond(f64),
     /// The whole state at every turn, ticks and messages alike: the worst case for pre-copy.
+    /// The room's timer gives it a turn every [`EVERY_TURN_TICK`].
     EveryTurn,
 }
 
@@ -87,8 +88,15 @@ pub struct Churn {
 /// The name of the timer that paces a room's rewriting.
 const CHURN: &str = "churn";
 
-/// The shortest period of that timer: a game's simulation step at 30 Hz, as the FPS rooms tick.
+/// The shortest period of that timer at a rate: a game's simulation step at 30 Hz, as the FPS
+/// rooms tick.
 pub const STEP: Duration = Duration::from_micros(33_333);
+
+/// The period of that timer for a room rewritten whole at every turn, which also takes a turn for
+/// each message it is told. At [`STEP`], 200 rooms of 1 MiB would ask for 6 GiB of writes a
+/// second, more than a small machine's memory bandwidth (a run starved: one room moved alone
+/// paused 1.2 s); at this pace they ask for 800 MiB a second.
+pub const EVERY_TURN_TICK: Duration = Duration::from_millis(250);
 
 /// The fewest bytes one tick rewrites at a rate: a run of entities. A room whose rate asks for
 /// less in a [`STEP`] ticks less often instead, so that 10,000 small rooms take few turns.
@@ -99,7 +107,7 @@ pub const RUN: usize = 1024;
 pub fn pace(rate: ChangeRate, len: usize) -> Option<(Duration, usize)> {
     match rate {
         _ if len == 0 => None,
-        ChangeRate::EveryTurn => Some((STEP, len)),
+        ChangeRate::EveryTurn => Some((EVERY_TURN_TICK, len)),
         ChangeRate::PerSecond(share) => {
             let per_s = share * len as f64;
             if !per_s.is_finite() || per_s <= 0.0 {
@@ -786,7 +794,10 @@ mod tests {
             pace(ChangeRate::PerSecond(0.1), 4096),
             Some((Duration::from_millis(2_500), RUN))
         );
-        assert_eq!(pace(ChangeRate::EveryTurn, 1 << 20), Some((STEP, 1 << 20)));
+        assert_eq!(
+            pace(ChangeRate::EveryTurn, 1 << 20),
+            Some((EVERY_TURN_TICK, 1 << 20))
+        );
     }
 
     #[test]
