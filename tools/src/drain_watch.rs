@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use ferry::{Node, NodeId, RelocateOptions, RelocateOutcome, RelocationEvent};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::{broadcast, oneshot};
+use tokio::task::JoinHandle;
 
 use crate::move_reports::MoveRecord;
 use crate::percentiles::Percentiles;
@@ -45,7 +47,7 @@ impl Drained {
 /// Drains `node` with `options`, showing progress on stderr when it is a terminal.
 pub async fn drain(node: &Node, options: RelocateOptions) -> Drained {
     // Subscribed before the drain starts, so no event of it is missed.
-    let mut events = node.relocation_events();
+    let (stop, taken) = take_reports(node.relocation_events());
     let mut status = node.watch_status();
     let bar = progress_bar();
     let started = Instant::now();
@@ -60,16 +62,10 @@ pub async fn drain(node: &Node, options: RelocateOptions) -> Drained {
     };
     let relocate = node.relocate(options);
     tokio::pin!(relocate);
-    let mut events_open = true;
     let mut status_open = bar.is_some();
     drained.outcome = loop {
         tokio::select! {
             outcome = &mut relocate => break outcome,
-            event = events.recv(), if events_open => match event {
-                Ok(event) => drained.take(event),
-                Err(RecvError::Lagged(missed)) => drained.reports_missed += missed,
-                Err(RecvError::Closed) => events_open = false,
-            },
             changed = status.changed(), if status_open => {
                 status_open = changed.is_ok();
                 if status_open
@@ -82,12 +78,14 @@ pub async fn drain(node: &Node, options: RelocateOptions) -> Drained {
             }
         }
     };
-    // Events sent before the outcome are already queued here; take them all.
-    while let Ok(event) = events.try_recv() {
-        drained.take(event);
-    }
+    let _ = stop.send(());
     let counts = node.watch_status().borrow().clone();
     (drained.moved, drained.not_moved) = (counts.moved as u64, counts.failed as u64);
+    (drained.moves, drained.reports_missed) = match taken.await {
+        Ok(taken) => taken,
+        // The task that took them is gone: every report is missed.
+        Err(_) => (MoveRecord::default(), drained.moved),
+    };
     drained.elapsed = started.elapsed();
     if let Some(bar) = bar {
         bar.finish_and_clear();
@@ -95,17 +93,48 @@ pub async fn drain(node: &Node, options: RelocateOptions) -> Drained {
     drained
 }
 
-impl Drained {
-    fn take(&mut self, event: RelocationEvent) {
-        match event {
+/// Takes the reports of the moves from `events` in a task of its own, so that a drain of many
+/// units does not outrun a watcher that shares a thread with the drain; once `stop` is sent, it
+/// takes what is queued and ends with the moves recorded and the reports it missed.
+fn take_reports(
+    mut events: broadcast::Receiver<RelocationEvent>,
+) -> (oneshot::Sender<()>, JoinHandle<(MoveRecord, u64)>) {
+    let (stop, mut stopped) = oneshot::channel();
+    let taken = tokio::spawn(async move {
+        let mut moves = MoveRecord::default();
+        let mut missed = 0;
+        let mut take = |event| match event {
             // Only moves that ended on the target are reported as moved; others come as failed.
-            RelocationEvent::UnitMoved(report) => self.moves.record(&report),
+            RelocationEvent::UnitMoved(report) => moves.record(&report),
             // Failures are counted by the node's status; their reasons are in its log.
             RelocationEvent::UnitFailed { .. }
             | RelocationEvent::Started { .. }
             | RelocationEvent::Completed(_) => {}
+        };
+        loop {
+            tokio::select! {
+                biased;
+                event = events.recv() => match event {
+                    Ok(event) => take(event),
+                    Err(RecvError::Lagged(n)) => missed += n,
+                    Err(RecvError::Closed) => break,
+                },
+                // Events sent before the outcome are queued by now; take them all.
+                _ = &mut stopped => {
+                    loop {
+                        match events.try_recv() {
+                            Ok(event) => take(event),
+                            Err(TryRecvError::Lagged(n)) => missed += n,
+                            Err(_) => break,
+                        }
+                    }
+                    break;
+                }
+            }
         }
-    }
+        (moves, missed)
+    });
+    (stop, taken)
 }
 
 /// A bar on stderr for a person watching, or nothing when stderr is a file or a pipe.

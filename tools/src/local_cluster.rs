@@ -96,7 +96,18 @@ impl LocalCluster {
         store: &StoreChoice,
         registry: impl Fn() -> Registry,
     ) -> Result<LocalCluster, ClusterError> {
-        let store = open_store(store).await?;
+        Self::start_wrapped(n, store, registry, |store| store).await
+    }
+
+    /// [`LocalCluster::start`], with the shared store passed through `wrap` before any node uses
+    /// it, so that a caller can watch what the nodes ask of it.
+    pub async fn start_wrapped(
+        n: usize,
+        store: &StoreChoice,
+        registry: impl Fn() -> Registry,
+        wrap: impl FnOnce(Arc<dyn LocationStore>) -> Arc<dyn LocationStore>,
+    ) -> Result<LocalCluster, ClusterError> {
+        let store = wrap(open_store(store).await?);
         let ca = ClusterCa::generate()?;
         let (gateway_tls, ca_pem) = SessionTls::self_signed(&[SERVER_NAME])?;
         let mut nodes: Vec<Node> = Vec::with_capacity(n);

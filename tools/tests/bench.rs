@@ -68,6 +68,32 @@ fn distribution(report: &Value, at: &str) {
     assert!(p50 <= p99 && p99 <= p999 && p999 <= max, "{at}: {p:#}");
 }
 
+/// Checks what pre-copy sent: a round count for every move, and bytes after each seal (rooms this
+/// small go whole at the seal).
+fn copied(report: &Value, at: &str) {
+    let moves = report
+        .pointer(&format!("{at}/moves"))
+        .and_then(Value::as_u64);
+    let copied = report
+        .pointer(&format!("{at}/copied"))
+        .unwrap_or(&Value::Null);
+    let by_rounds = copied["rounds"]["moves_by_rounds"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{at}/copied has rounds: {report:#}"));
+    let counted: u64 = by_rounds.iter().filter_map(Value::as_u64).sum();
+    assert_eq!(Some(counted), moves, "{at}: {copied:#}");
+    assert!(copied["rounds"]["p50"].as_u64() <= copied["rounds"]["max"].as_u64());
+    assert!(
+        copied["after_seal_bytes"].as_u64() > Some(0),
+        "{at}: {copied:#}"
+    );
+    assert!(
+        copied["after_seal_per_move"].as_u64() > Some(0),
+        "{at}: {copied:#}"
+    );
+    assert!(copied["before_seal_bytes"].is_u64(), "{at}: {copied:#}");
+}
+
 fn clean(report: &Value, at: &str) {
     assert_eq!(report.pointer(&format!("{at}/lost")), Some(&Value::from(0)));
     assert_eq!(
@@ -83,6 +109,7 @@ fn check(report: &Value, chart: &str, store: &str) {
     assert_eq!(report["nodes"], 3);
     assert_eq!(report["sizes"]["rooms"], 3);
     assert_eq!(report["sizes"]["queued"], 5);
+    assert!(report["sizes"]["change_rate"].is_number(), "{report:#}");
 
     let moves = &report["moves"];
     assert!(moves["ferry"]["moves"].as_u64() > Some(0), "{report:#}");
@@ -128,6 +155,7 @@ fn check(report: &Value, chart: &str, store: &str) {
         );
     }
     clean(report, "/moves/ferry/tells");
+    copied(report, "/moves/ferry");
 
     let drain = &report["drain"];
     assert_eq!(drain["rooms"], 3);
@@ -144,7 +172,14 @@ fn check(report: &Value, chart: &str, store: &str) {
         assert!(drain[side]["mib_per_s"].as_f64() > Some(0.0), "{report:#}");
     }
     assert!(drain["elapsed_ratio"].as_f64() > Some(0.0), "{report:#}");
+    for ratio in ["p50", "p99", "p999", "max"] {
+        assert!(
+            drain["pause_over_alone"][ratio].as_f64() > Some(0.0),
+            "{report:#}"
+        );
+    }
     clean(report, "/drain/ferry/tells");
+    copied(report, "/drain/ferry");
 
     // One FPS, one chat and one bingo room moved, with two players each.
     assert_eq!(report["game_rooms"]["rooms"], 3, "{report:#}");
@@ -168,9 +203,10 @@ fn check(report: &Value, chart: &str, store: &str) {
 fn the_bench_reports_every_figure_on_the_memory_store() {
     let dir = TempDir::new("bench");
     // `--json` prints the report to stdout, as every other `--json` does, and nothing else.
-    let (stdout, chart) = bench(&dir, &["--json"]);
+    let (stdout, chart) = bench(&dir, &["--json", "--change-rate", "1"]);
     let report: Value = serde_json::from_str(&stdout).expect("stdout is the JSON report alone");
     check(&report, &chart, "memory");
+    assert_eq!(report["sizes"]["change_rate"], 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -225,6 +261,7 @@ fn bad_sizes_are_refused_with_the_flag_named() {
         (&["--rooms", "0"][..], "--rooms"),
         (&["--players", "99"][..], "--players"),
         (&["--queued", "lots"][..], "--queued"),
+        (&["--change-rate", "lots"][..], "every-turn"),
         (&["--store", "mysql://x"][..], "redis://"),
         (&["--store", "etcd://x"][..], "host:port"),
     ] {

@@ -47,6 +47,7 @@ fn every_subcommand_has_help() {
             &[
                 "--rooms",
                 "--state-bytes",
+                "--change-rate",
                 "--queued",
                 "--duration",
                 "--store",

@@ -17,7 +17,7 @@ use crate::local_cluster::LocalCluster;
 const IN_FLIGHT: usize = 128;
 
 /// How long the Ferry drain may take.
-const DEADLINE: Duration = Duration::from_secs(120);
+pub(super) const DEADLINE: Duration = Duration::from_secs(120);
 
 /// What the two drains measured.
 pub struct Drains {
@@ -85,14 +85,9 @@ pub async fn run(
         mode: RelocateMode::PlannedMaintenance,
         deadline: DEADLINE,
     };
+    // A drain that did not move every room is reported, with what it measured, and fails the
+    // run at its end (`Report::unfinished`); the rooms it left answer from where they are.
     let ferry = drain_watch::drain(&nodes[0], options).await;
-    if !ferry.relocated() {
-        let summary = ferry.summary();
-        return Err(BenchError::Drain {
-            node: summary.node,
-            outcome: summary.outcome,
-        });
-    }
     let mut ferry_tells = Tells::default();
     for (i, count) in counts(&nodes[1], rooms).await {
         ferry_tells += rooms.check(i, count?);

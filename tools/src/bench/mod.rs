@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use ferry::relocation::protocol::MoveEnd;
 use ferry::{Registry, UnitError, UnitId};
-use ferry_benches::rooms::RoomError;
+use ferry_benches::rooms::{ChangeRate, RoomError};
 
 use self::report::Report;
 use self::rooms::StateRooms;
@@ -49,6 +49,11 @@ pub struct BenchArgs {
     /// Bytes of state in each of those rooms.
     #[arg(long, default_value_t = 4_096, value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
     state_bytes: u32,
+    /// The share of each of those rooms' state that its turns rewrite a second while it runs,
+    /// such as 0.1 (a tenth a second) or 1, or `every-turn` (all of it at every turn, the worst
+    /// case for pre-copy).
+    #[arg(long, value_name = "RATE", default_value = "0", value_parser = rooms::parse_change_rate)]
+    change_rate: ChangeRate,
     /// Messages queued in a room when it moves (and buffered by the baseline meanwhile).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     queued: u32,
@@ -88,13 +93,12 @@ pub enum BenchError {
     #[error("a room of the bench failed: {0}")]
     Room(#[from] RoomError),
     /// The drain did not move every room.
-    #[error("the drain of {node} ended {outcome}")]
-    Drain {
-        /// The node drained.
-        node: String,
-        /// How it ended.
-        outcome: String,
-    },
+    #[error(
+        "{0}; the report above has what it measured (a drain has {secs} s in this bench: try \
+         fewer or smaller rooms, or a lower --change-rate)",
+        secs = drains::DEADLINE.as_secs()
+    )]
+    Unfinished(String),
     /// A game room did not move.
     #[error("game rooms did not move: {0}")]
     GameRooms(String),
@@ -133,7 +137,10 @@ struct GameRooms {
 /// doubled a message, a bot saw something wrong, or a step could not be done.
 pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
     let started = Instant::now();
-    let cluster = LocalCluster::start(NODES, &args.store, registry).await?;
+    // Watched, so that each room moved one at a time seals with its queue in it.
+    let cluster =
+        LocalCluster::start_wrapped(NODES, &args.store, registry, ferry_benches::rooms::watched)
+            .await?;
     let result = measure(&cluster, &args).await;
     cluster.shutdown().await;
     let measured = result?;
@@ -152,8 +159,11 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
         ];
         write(path, &chart::pause_chart(&report.chart_title(), &series))?;
     }
-    match report.problem() {
-        Some(problem) => Err(BenchError::Faults(problem)),
+    if let Some(problem) = report.problem() {
+        return Err(BenchError::Faults(problem));
+    }
+    match report.unfinished() {
+        Some(drain) => Err(BenchError::Unfinished(drain)),
         None => Ok(()),
     }
 }
@@ -171,6 +181,7 @@ async fn measure(cluster: &LocalCluster, args: &BenchArgs) -> Result<Measured, B
         &cluster.nodes[0],
         args.rooms as usize,
         args.state_bytes as usize,
+        args.change_rate,
     )
     .await?;
     let game_rooms = usize::from(args.game_rooms);

@@ -8,11 +8,13 @@ use std::time::Duration;
 use ferry_samples::fps;
 use serde::Serialize;
 
+use ferry_benches::rooms::ChangeRate;
+
 use super::rooms::Tells;
 use super::{BenchArgs, Measured};
 use crate::bots::BotsSummary;
 use crate::drain_watch::DrainSummary;
-use crate::move_reports::{MovesSummary, PhaseSummary};
+use crate::move_reports::{CopiedSummary, MovesSummary, PhaseSummary};
 use crate::percentiles::{Durations, Percentiles, ms, readable_us, secs};
 
 /// Everything the bench prints and writes.
@@ -43,6 +45,8 @@ pub struct Sizes {
     pub rooms: u32,
     /// Bytes of state in each.
     pub state_bytes: u32,
+    /// The share of that state each room's turns rewrite a second, or `"every-turn"`.
+    pub change_rate: Rate,
     /// Messages queued in a room when it moves.
     pub queued: u32,
     /// FPS rooms, and as many chat rooms.
@@ -51,6 +55,25 @@ pub struct Sizes {
     pub players: u16,
     /// Seconds of moves one at a time.
     pub seconds: f64,
+}
+
+/// A change rate as the report writes it: a number, or the word.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Rate {
+    /// A share of the state a second.
+    PerSecond(f64),
+    /// `"every-turn"`.
+    Every(&'static str),
+}
+
+impl From<ChangeRate> for Rate {
+    fn from(rate: ChangeRate) -> Rate {
+        match rate {
+            ChangeRate::PerSecond(share) => Rate::PerSecond(share),
+            ChangeRate::EveryTurn => Rate::Every("every-turn"),
+        }
+    }
 }
 
 /// Rooms moved one at a time: Ferry there, the baseline back.
@@ -128,6 +151,9 @@ pub struct DrainReport {
     pub baseline: BaselineDrain,
     /// Ferry's drain time over the baseline's.
     pub elapsed_ratio: Option<f64>,
+    /// A room's pause inside Ferry's drain over its pause moved alone (`moves.ferry.pause`),
+    /// percentile by percentile: what sealing beside other rooms costs each.
+    pub pause_over_alone: Ratios,
 }
 
 /// Ferry's drain.
@@ -142,6 +168,8 @@ pub struct FerryDrain {
     pub mib_per_s: f64,
     /// Where the pauses went, phase by phase.
     pub phases: Vec<PhaseSummary>,
+    /// What pre-copy sent while the rooms ran, and what went after their seals.
+    pub copied: CopiedSummary,
     /// Messages lost or run twice.
     pub tells: Tells,
 }
@@ -206,6 +234,9 @@ impl Report {
         let baseline_handoff = o.baseline.summary();
         let answered = o.answered.summary();
         let d = &m.drains;
+        let drain_moves = d.ferry.moves.summary();
+        let drain = d.ferry.summary();
+        let pause_over_alone = Ratios::of(&drain.pause, &ferry_moves.pause);
         let b = &d.baseline;
         let bots = BotsSummary::of(&m.tallies);
         let tick_interval_ms = ms(fps::TICK);
@@ -221,6 +252,7 @@ impl Report {
             sizes: Sizes {
                 rooms: args.rooms,
                 state_bytes: args.state_bytes,
+                change_rate: args.change_rate.into(),
                 queued: args.queued,
                 game_rooms: args.game_rooms,
                 players: args.players,
@@ -242,11 +274,13 @@ impl Report {
             },
             drain: DrainReport {
                 rooms: args.rooms.into(),
+                pause_over_alone,
                 ferry: FerryDrain {
-                    drain: d.ferry.summary(),
+                    drain,
                     units_per_s: per_s(d.ferry.moved as f64, d.ferry.elapsed),
                     mib_per_s: per_s(d.ferry.moves.bytes as f64 / MIB, d.ferry.elapsed),
-                    phases: d.ferry.moves.summary().phases,
+                    phases: drain_moves.phases,
+                    copied: drain_moves.copied,
                     tells: d.ferry_tells,
                 },
                 baseline: BaselineDrain {
@@ -294,11 +328,26 @@ impl Report {
         (!parts.is_empty()).then(|| parts.join("; "))
     }
 
+    /// How the drain ended, if it did not move every room.
+    pub fn unfinished(&self) -> Option<String> {
+        let drain = &self.drain.ferry.drain;
+        (drain.outcome != "relocated").then(|| {
+            format!(
+                "the drain of {} ended {} with {} of {} rooms moved",
+                drain.node, drain.outcome, drain.units_moved, self.drain.rooms
+            )
+        })
+    }
+
     /// The title of the pause chart.
     pub fn chart_title(&self) -> String {
         format!(
-            "Unit pause, {} B of state and {} queued messages, {} store ({} moves each)",
-            self.sizes.state_bytes, self.sizes.queued, self.store, self.moves.ferry.moves.moves
+            "Unit pause, {} B of state{} and {} queued messages, {} store ({} moves each)",
+            self.sizes.state_bytes,
+            churn_text(self.sizes.change_rate),
+            self.sizes.queued,
+            self.store,
+            self.moves.ferry.moves.moves
         )
     }
 
@@ -310,12 +359,13 @@ impl Report {
         };
         let s = &self.sizes;
         line(format!(
-            "Ferry bench: {} nodes, {} store; {} rooms of {} B with {} messages queued when they \
-             move; {} FPS and {} chat rooms with {} bots; took {:.1} s",
+            "Ferry bench: {} nodes, {} store; {} rooms of {} B{} with {} messages queued when \
+             they move; {} FPS and {} chat rooms with {} bots; took {:.1} s",
             self.nodes,
             self.store,
             s.rooms,
             s.state_bytes,
+            churn_text(s.change_rate),
             s.queued,
             s.game_rooms,
             s.game_rooms,
@@ -345,12 +395,15 @@ impl Report {
             per_move(m.ferry.moves.bytes, m.ferry.moves.moves),
             per_move(m.baseline.bytes, m.baseline.handoff.count)
         ));
+        for copied_line in copied_rows(&m.ferry.moves.copied) {
+            line(copied_line);
+        }
         line(tells_line(m.ferry.tells, m.baseline.tells));
 
         let d = &self.drain;
         line(String::new());
         line(format!(
-            "Drain of {} rooms off {}, 128 at a time        took    rooms/s      MiB/s",
+            "Drain of {} rooms off {}, 128 moving at a time took    rooms/s      MiB/s",
             d.rooms, d.ferry.drain.node
         ));
         line(format!(
@@ -372,10 +425,16 @@ impl Report {
             "Ferry / baseline (time)",
             times(d.elapsed_ratio)
         ));
-        line(header("in the drain"));
-        line(row("Ferry pause", &d.ferry.drain.pause));
+        line(header("a room's pause"));
+        line(row("Ferry pause in the drain", &d.ferry.drain.pause));
+        line(row("Ferry pause moved alone (above)", &m.ferry.moves.pause));
+        line(ratio_row("in the drain / alone", &d.pause_over_alone));
+        line("  where Ferry's pause in the drain goes:".to_owned());
         for phase_line in phase_rows(&d.ferry.phases) {
             line(phase_line);
+        }
+        for copied_line in copied_rows(&d.ferry.copied) {
+            line(copied_line);
         }
         line(tells_line(d.ferry.tells, d.baseline.tells));
 
@@ -471,9 +530,135 @@ fn phase_rows(phases: &[PhaseSummary]) -> Vec<String> {
         .collect()
 }
 
+/// What pre-copy sent: its rounds per move, and its bytes before and after the seal.
+fn copied_rows(c: &CopiedSummary) -> [String; 2] {
+    let r = &c.rounds;
+    let with = |values: Vec<String>| values.join(", ");
+    let counts = r.moves_by_rounds.iter().map(u64::to_string).collect();
+    let rounds = (0..r.moves_by_rounds.len())
+        .map(|n| n.to_string())
+        .collect();
+    [
+        format!(
+            "  pre-copy rounds per move: p50 {}, p99 {}, max {} (moves with {} rounds: {})",
+            r.p50,
+            r.p99,
+            r.max,
+            with(rounds),
+            with(counts)
+        ),
+        format!(
+            "  sent per move: {} while the room ran, {} after its seal (in all {} and {})",
+            readable_bytes(c.before_seal_per_move),
+            readable_bytes(c.after_seal_per_move),
+            readable_bytes(c.before_seal_bytes),
+            readable_bytes(c.after_seal_bytes)
+        ),
+    ]
+}
+
+/// Bytes as a person reads them: `512 B`, `4.0 KiB`, `1.5 MiB`, `2.00 GiB`.
+fn readable_bytes(bytes: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let b = bytes as f64;
+    if b < KIB {
+        format!("{bytes} B")
+    } else if b < KIB * KIB {
+        format!("{:.1} KiB", b / KIB)
+    } else if b < MIB * KIB {
+        format!("{:.1} MiB", b / MIB)
+    } else {
+        format!("{:.2} GiB", b / (MIB * KIB))
+    }
+}
+
+/// The change rate in the sizes line: nothing when the rooms' state does not change.
+fn churn_text(rate: Rate) -> String {
+    match rate {
+        Rate::PerSecond(0.0) => String::new(),
+        Rate::PerSecond(share) => format!(" ({share} of it rewritten a second)"),
+        Rate::Every(_) => " (all of it rewritten at every turn)".to_owned(),
+    }
+}
+
 fn tells_line(ferry: Tells, baseline: Tells) -> String {
     format!(
         "  messages lost / run twice: Ferry {} / {}, baseline {} / {}",
         ferry.lost, ferry.duplicated, baseline.lost, baseline.duplicated
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn percentiles(p50_us: u64, p99_us: u64, p999_us: u64, max_us: u64) -> Percentiles {
+        Percentiles {
+            count: 10,
+            p50_us,
+            p99_us,
+            p999_us,
+            max_us,
+        }
+    }
+
+    #[test]
+    fn ratios_divide_percentile_by_percentile_and_leave_a_zero_divisor_out() {
+        let drain = percentiles(600, 2_000, 3_000, 9_000);
+        let alone = percentiles(200, 500, 0, 1_000);
+        let r = Ratios::of(&drain, &alone);
+        assert_eq!(r.p50, Some(3.0));
+        assert_eq!(r.p99, Some(4.0));
+        assert_eq!(r.p999, None);
+        assert_eq!(r.max, Some(9.0));
+        assert_eq!(times(r.p50), "3.00x");
+        assert_eq!(times(r.p999), "-");
+    }
+
+    #[test]
+    fn bytes_read_in_fitting_units() {
+        assert_eq!(readable_bytes(512), "512 B");
+        assert_eq!(readable_bytes(4_096), "4.0 KiB");
+        assert_eq!(readable_bytes(1_572_864), "1.5 MiB");
+        assert_eq!(readable_bytes(3 << 30), "3.00 GiB");
+    }
+
+    #[test]
+    fn the_change_rate_is_written_as_a_number_or_the_word() {
+        let json = |rate: ChangeRate| serde_json::to_string(&Rate::from(rate)).expect("json");
+        assert_eq!(json(ChangeRate::PerSecond(0.1)), "0.1");
+        assert_eq!(json(ChangeRate::PerSecond(0.0)), "0.0");
+        assert_eq!(json(ChangeRate::EveryTurn), "\"every-turn\"");
+        assert_eq!(churn_text(ChangeRate::PerSecond(0.0).into()), "");
+        assert_eq!(
+            churn_text(ChangeRate::PerSecond(0.1).into()),
+            " (0.1 of it rewritten a second)"
+        );
+    }
+
+    #[test]
+    fn pre_copy_rows_name_rounds_and_bytes() {
+        let copied = CopiedSummary {
+            rounds: crate::move_reports::RoundsSummary {
+                p50: 1,
+                p99: 2,
+                max: 2,
+                moves_by_rounds: vec![3, 90, 7],
+            },
+            before_seal_bytes: 100 << 20,
+            after_seal_bytes: 1 << 20,
+            before_seal_per_move: 1 << 20,
+            after_seal_per_move: 10_486,
+        };
+        let [rounds, bytes] = copied_rows(&copied);
+        assert_eq!(
+            rounds,
+            "  pre-copy rounds per move: p50 1, p99 2, max 2 (moves with 0, 1, 2 rounds: 3, 90, 7)"
+        );
+        assert_eq!(
+            bytes,
+            "  sent per move: 1.0 MiB while the room ran, 10.2 KiB after its seal (in all 100.0 \
+             MiB and 1.0 MiB)"
+        );
+    }
 }
