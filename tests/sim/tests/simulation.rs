@@ -88,9 +88,9 @@ fn twenty_thousand_seeds_keep_every_invariant() {
 /// A cluster whose first node holds more large rooms than its pre-copy budget takes: each of 200
 /// seeds (or `FERRY_SIM_LARGE_SEEDS`, from `FERRY_SIM_FIRST_SEED`) drains that node first, then
 /// takes a random plan's steps. No invariant breaks, and pre-copy rounds wait for their node's
-/// budget.
+/// budget, as seals do for their drain's window.
 #[test]
-fn drains_of_large_rooms_wait_for_the_budget() {
+fn drains_of_large_rooms_wait_for_budget_and_window() {
     const LARGE: Shape = Shape {
         nodes: 4,
         rooms: 12,
@@ -111,9 +111,10 @@ fn drains_of_large_rooms_wait_for_the_budget() {
         );
         let outcome = check_plan(LARGE, &plan, &again);
         waits.budget += outcome.waits.budget;
+        waits.window += outcome.waits.window;
     }
     assert!(
-        waits.budget >= seeds as usize,
+        waits.budget >= seeds as usize && waits.window >= seeds as usize,
         "{waits:?} over {seeds} seeds"
     );
 }

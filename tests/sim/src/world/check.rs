@@ -186,6 +186,29 @@ impl World {
         }
     }
 
+    /// A drain lets a move quiesce its unit only while fewer than its window's limit are past
+    /// theirs (quiescing or sealed): no unit it seals waits for more than the window lets
+    /// through. (A window that narrows may hold more than its new limit for a while; none
+    /// enters then.)
+    pub(crate) fn check_entry(&mut self, gate: u64, rel: u64) {
+        let Some(g) = self.gates.get(&gate) else {
+            return;
+        };
+        let past = self
+            .outgoing
+            .iter()
+            .filter(|(r, (_, s))| **r != rel && s.placed && s.gate == Some(gate))
+            .count();
+        if past >= g.window.limit() {
+            self.broken.get_or_insert(format!(
+                "move {rel} quiesced its unit in n{}'s drain while {past} moves were past their \
+                 quiesce, and its window lets {} through",
+                g.node,
+                g.window.limit()
+            ));
+        }
+    }
+
     /// Whether the store restarted empty: a record may then point anywhere, or nowhere, and only
     /// the checks that do not trust it hold.
     fn store_lost(&self) -> bool {

@@ -117,8 +117,8 @@ pub(crate) struct Lane {
     pub hold: Vec<Parcel>,
     /// Relayed at the handover, kept until the target commits.
     pub relayed: Vec<Parcel>,
-    /// A seal waits for the turn boundary: what arrives queues, to be captured.
-    pub sealing: bool,
+    /// The move whose seal waits for the turn boundary: what arrives queues, to be captured.
+    pub sealing: Option<u64>,
     /// On a move's target, before it opens: what arrived here, to run after the relay records.
     pub gated: Vec<Parcel>,
     /// Binds held back during a move's quiet spell, in arrival order.
@@ -134,7 +134,7 @@ impl Lane {
             queue: VecDeque::new(),
             hold: Vec::new(),
             relayed: Vec::new(),
-            sealing: false,
+            sealing: None,
             gated: Vec::new(),
             deferred: Vec::new(),
         }
@@ -290,7 +290,7 @@ impl World {
         }
         match l.stance.arrival() {
             Arrival::Hold => l.hold.push(parcel),
-            Arrival::Queue if !l.stance.is_open() || l.sealing || !l.queue.is_empty() => {
+            Arrival::Queue if !l.stance.is_open() || l.sealing.is_some() || !l.queue.is_empty() => {
                 l.queue.push_back(parcel)
             }
             Arrival::Queue => self.run(node, lane, parcel),
@@ -303,7 +303,7 @@ impl World {
             let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
                 return;
             };
-            if !l.stance.is_open() || l.sealing || l.stance.suspended() {
+            if !l.stance.is_open() || l.sealing.is_some() || l.stance.suspended() {
                 return;
             }
             let Some(parcel) = l.queue.pop_front() else {

@@ -8,7 +8,7 @@
 //! - `routing`: how a node sends to units it does not host, with the core's route table.
 //! - `moves`: the source and target of a move, driving the core's machines.
 //! - `precopy`: a move's rounds of its unit's image while the unit runs, within the node's budget,
-//!   and what a target holds of them.
+//!   and what a target holds of them; then the drain's seal window.
 //! - `draining`: drains, as the core's drain decides them.
 //! - `liveness`: leases, the mesh's witness, probes, crashes, restarts and recovery.
 //! - `sessions`: game clients, their gateways and their bound Actors.
@@ -330,11 +330,13 @@ struct Life {
     disordered: bool,
 }
 
-/// How often a move waited for what a node shares out.
+/// How often a move waited for what a node or a drain shares out.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Waits {
     /// Pre-copy rounds that waited for their node's budget of bytes in flight.
     pub budget: usize,
+    /// Moves that waited for a place in their drain's seal window.
+    pub window: usize,
 }
 
 /// Faults armed for the next chance.
@@ -368,6 +370,8 @@ pub struct World {
     outgoing: BTreeMap<u64, (usize, moves::Source)>,
     /// Drains running, by node.
     drains: BTreeMap<usize, ferry_core::drain::Drain>,
+    /// Each drain's seal window, by a number of its own (a drain's moves may outlive it).
+    gates: BTreeMap<u64, draining::Gate>,
     /// The state of each cell a move sealed, by move: what its target must restore.
     sealed: BTreeMap<u64, BTreeMap<usize, bytes::Bytes>>,
     /// The unit whose move went through last.
@@ -391,7 +395,8 @@ pub struct World {
     /// Whether the faults have ended for the run to settle.
     calmed: bool,
     moves_ended: usize,
-    /// Pre-copy rounds that waited for their node's budget.
+    /// Pre-copy rounds that waited for their node's budget, and moves for a place in their
+    /// drain's seal window.
     waits: Waits,
     tells_ran: usize,
     /// Messages lost without a crash or a store loss to explain them.
@@ -440,6 +445,7 @@ impl World {
             parted_at: BTreeMap::new(),
             outgoing: BTreeMap::new(),
             drains: BTreeMap::new(),
+            gates: BTreeMap::new(),
             sealed: BTreeMap::new(),
             spreads: BTreeMap::new(),
             last_moved: None,
@@ -523,7 +529,7 @@ impl World {
         self.moves_ended
     }
 
-    /// How often pre-copy rounds waited.
+    /// How often pre-copy rounds and seals waited.
     pub fn waits(&self) -> Waits {
         self.waits
     }
@@ -652,7 +658,7 @@ impl World {
                 self.tell(s, usize::from(unit) % units, true);
             }
             Step::Move { unit, to } => {
-                let _ = self.move_unit(usize::from(unit) % units, n(to));
+                let _ = self.move_unit(usize::from(unit) % units, n(to), None);
             }
             Step::Drain { node } => self.drain(n(node)),
             Step::Join { room, pick } => {

@@ -109,7 +109,7 @@ pub(crate) struct Source {
     /// The gateways told to seal, and the bound Actors they were told about.
     pub told: BTreeSet<ferry_core::ids::NodeId>,
     pub sealed: Vec<(usize, u64, usize, u32)>,
-    /// Where the move stands before its machine takes over.
+    /// Where the move stands before its machine takes over: pre-copy, then the window.
     pub copying: Copying,
     /// What the target holds of the unit's image, and what was sent.
     pub precopy: Precopy,
@@ -118,6 +118,14 @@ pub(crate) struct Source {
     pub image: Option<Bytes>,
     /// Whether the offer went (or was tried).
     pub offered: bool,
+    /// The seal window of the drain that started the move, until the move leaves it.
+    pub gate: Option<u64>,
+    /// Whether the move holds a place in that window.
+    pub placed: bool,
+    /// When the unit was sealed and when the target said it committed: the unit's pause, which
+    /// the window learns from.
+    pub sealed_at: Option<std::time::Instant>,
+    pub committed_at: Option<std::time::Instant>,
 }
 
 /// A move into a node.
@@ -159,9 +167,9 @@ fn digest(parcels: &[Parcel]) -> (u32, u32) {
 }
 
 impl World {
-    /// Moves the lane of `unit` (its room, for a member) from wherever it runs to `to`; the
-    /// move, if one starts. It pre-copies first.
-    pub(crate) fn move_unit(&mut self, unit: usize, to: usize) -> Option<u64> {
+    /// Moves the lane of `unit` (its room, for a member) from wherever it runs to `to`, through
+    /// the seal window `gate` of a drain; the move, if one starts. It pre-copies first.
+    pub(crate) fn move_unit(&mut self, unit: usize, to: usize, gate: Option<u64>) -> Option<u64> {
         let (from, lane) = self.host(unit)?;
         if from == to || !self.nodes[to].up {
             return None;
@@ -197,6 +205,10 @@ impl World {
                     precopy: Precopy::new(),
                     image: None,
                     offered: false,
+                    gate,
+                    placed: false,
+                    sealed_at: None,
+                    committed_at: None,
                 },
             ),
         );
@@ -271,6 +283,7 @@ impl World {
         for action in actions {
             self.source_action(rel, action);
         }
+        self.leave_window(rel);
         if ended.is_some()
             && let Some((node, s)) = self.source(rel)
             && !s.offered
@@ -330,7 +343,7 @@ impl World {
                     // An ApplicationSignaled room seals after its deferring turn: the next
                     // boundary, as a plain one captures at once.
                     Seal::Capture | Seal::Wait => {
-                        l.sealing = true;
+                        l.sealing = Some(rel);
                         self.events.push(Event::Boundary { node, lane, rel });
                     }
                     Seal::Refused => {
@@ -345,8 +358,9 @@ impl World {
                             l.queue.push_front(parcel);
                         }
                     }
-                    if l.sealing {
-                        l.sealing = false;
+                    // Only its own seal: a move that never quiesced the unit cancels nothing.
+                    if l.sealing == Some(rel) {
+                        l.sealing = None;
                         self.events
                             .retain(|e| !matches!(e, Event::Boundary { rel: r, .. } if *r == rel));
                     }
@@ -454,7 +468,7 @@ impl World {
         let Some(l) = self.nodes[node].lanes.get(&lane) else {
             return;
         };
-        if !l.sealing {
+        if l.sealing != Some(rel) {
             return;
         }
         let primary = l.primary;
@@ -466,7 +480,7 @@ impl World {
         let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
             return;
         };
-        l.sealing = false;
+        l.sealing = None;
         if signaled {
             l.stance.deferred();
         }
@@ -503,9 +517,11 @@ impl World {
         let late = self.late_gateways(rel, &cells);
         let states = cells.iter().map(|(u, c)| (*u, c.state.clone())).collect();
         self.sealed.insert(rel, states);
+        let now = self.now;
         if let Some((_, s)) = self.source(rel) {
             s.cells = cells;
             s.journal = journal;
+            s.sealed_at = Some(now);
         }
         self.source_event(rel, SourceEvent::Captured { late });
     }
@@ -801,7 +817,12 @@ impl World {
             Reloc::Refused => {
                 self.source_event(rel, SourceEvent::Refused(Refusal::other("refused")))
             }
-            Reloc::Committed => self.source_event(rel, SourceEvent::Committed),
+            Reloc::Committed => {
+                if let Some((_, s)) = self.source(rel) {
+                    s.committed_at = Some(now);
+                }
+                self.source_event(rel, SourceEvent::Committed)
+            }
             Reloc::Aborted => self.source_event(rel, SourceEvent::Aborted("aborted".into())),
             Reloc::Relay(parcel) => {
                 if let Some(t) = self.target(node, rel) {

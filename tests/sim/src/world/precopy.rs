@@ -2,8 +2,9 @@
 //! unit runs, round after round of what changed, for as long as the core's [`Precopy`] says it is
 //! worth it. Each round waits for its share of the node's budget of bytes sent and not answered,
 //! and for the target to say it holds the round's image whole ([`Held`]); no answer within the
-//! silence step ends pre-copy, and the seal sends the whole image. Then the move quiesces its
-//! unit, as the runtime's `SourceRun::go` does.
+//! silence step ends pre-copy, and the seal sends the whole image. Then a move of a drain waits
+//! for a place in the drain's seal window ([`SealWindow`](ferry_core::sealing::SealWindow)) and
+//! quiesces its unit, as the runtime's `SourceRun::go` does.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use ferry_core::relocation::RelocationId;
 use ferry_core::relocation::capture::{Base, Capture, CellCapture, MembershipData};
 use ferry_core::relocation::precopy::{Held, IN_FLIGHT_BYTES, Round, may_hold};
 use ferry_core::relocation::protocol::{SourceEvent, told_at_quiesce};
+use ferry_core::sealing::windowed;
 
 use super::lanes::{Cell, Parcel};
 use super::links::Msg;
@@ -50,6 +52,8 @@ pub(crate) enum Copying {
         bytes: usize,
         until: Instant,
     },
+    /// Pre-copy is over: the move waits for a place in its drain's seal window.
+    Window,
     /// The unit was asked to quiesce: the move's machine drives the rest.
     Over,
 }
@@ -300,8 +304,9 @@ impl World {
         }
     }
 
-    /// A move's pre-copy stops waiting, if what it waits for is due: a round's answer, or, at
-    /// the deadline, a snapshot or the budget. Pre-copy is over.
+    /// A move's pre-copy stops waiting, if what it waits for is due: a round's answer (pre-copy
+    /// is over), or, at the deadline, a snapshot or the budget (so is pre-copy), or a place in
+    /// the window (the move ends unsealed).
     pub(crate) fn copy_timer(&mut self, node: usize, rel: u64) {
         let now = self.now;
         let Some((_, s)) = self.source(rel) else {
@@ -317,13 +322,79 @@ impl World {
                 self.copied(node, rel);
                 self.grant(node);
             }
+            Copying::Window if due => {
+                s.copying = Copying::Over;
+                if let Some(g) = s.gate.and_then(|gate| self.gates.get_mut(&gate)) {
+                    g.waiting.retain(|r| *r != rel);
+                }
+                self.source_event(rel, SourceEvent::Deadline);
+            }
             _ => {}
         }
     }
 
-    /// Pre-copy is over: the unit quiesces.
+    /// Pre-copy is over: a move of a drain waits for a place in its window, unless its unit
+    /// seals only at its application's safe point ([`windowed`]); then the unit quiesces.
     fn copied(&mut self, node: usize, rel: u64) {
-        self.quiesce(node, rel);
+        let signaled = self
+            .outgoing
+            .get(&rel)
+            .and_then(|(_, s)| self.nodes[node].lanes.get(&s.lane))
+            .is_some_and(|l| self.signaled(l.primary));
+        let Some((_, s)) = self.source(rel) else {
+            return;
+        };
+        match s.gate.filter(|_| windowed(signaled)) {
+            Some(gate) => {
+                s.copying = Copying::Window;
+                if let Some(g) = self.gates.get_mut(&gate) {
+                    g.waiting.push_back(rel);
+                }
+                self.admit(gate);
+                if self
+                    .gates
+                    .get(&gate)
+                    .is_some_and(|g| g.waiting.contains(&rel))
+                {
+                    self.waits.window += 1;
+                }
+            }
+            None => {
+                s.gate = None;
+                self.quiesce(node, rel);
+            }
+        }
+    }
+
+    /// The moves waiting for a place in a drain's window quiesce, in the order they asked, as
+    /// long as the window lets them through.
+    pub(crate) fn admit(&mut self, gate: u64) {
+        loop {
+            let Some(&rel) = self.gates.get(&gate).and_then(|g| g.waiting.front()) else {
+                return;
+            };
+            let waits = self
+                .source(rel)
+                .filter(|(_, s)| matches!(s.copying, Copying::Window));
+            let Some((node, _)) = waits else {
+                if let Some(g) = self.gates.get_mut(&gate) {
+                    g.waiting.pop_front();
+                }
+                continue;
+            };
+            let Some(g) = self.gates.get_mut(&gate) else {
+                return;
+            };
+            if !g.window.enter() {
+                return;
+            }
+            g.waiting.pop_front();
+            self.check_entry(gate, rel);
+            if let Some((_, s)) = self.source(rel) {
+                s.placed = true;
+            }
+            self.quiesce(node, rel);
+        }
     }
 
     /// The move asks its lane for the gateways of its bound sessions, which from now on holds
