@@ -1,7 +1,9 @@
 //! A deterministic simulator of a Ferry cluster, built on the protocol core alone.
 //!
 //! Nodes run the core's decisions: the move machines and the lane's place in a move
-//! (`ferry_core::relocation`), the route table that keeps each sender's order
+//! (`ferry_core::relocation`), the pre-copy rounds of a unit's image and its assembly on the
+//! target (`relocation::precopy`, `relocation::capture`), the drain's seal window
+//! (`ferry_core::sealing`), the route table that keeps each sender's order
 //! (`ferry_core::routes`), conditional writes settled by reading back (`ferry_core::conditional`),
 //! links that number and resend their frames (`ferry_core::delivery`), the witness beside the
 //! lease (`ferry_core::witness`), the recovery planner (`ferry_core::recovery`) and the session
@@ -11,7 +13,9 @@
 //! Everything that could happen in another order is a pending event, and a seed's [`Plan`] says
 //! which happens next, and when a fault or a new operation comes. After every step the world
 //! checks the invariants (no unit runs turns on two nodes at once, no unit is lost, no state goes
-//! back, each sender's messages run at most once and in order); once the plan is done, the faults
+//! back, a restored unit's state is the one its source sealed, a drain seals no more units at once
+//! than its window lets through, a node's pre-copy in flight stays within its budget, each
+//! sender's messages run at most once and in order); once the plan is done, the faults
 //! end and the run settles, and then every move has ended, every request has ended exactly once,
 //! every unit runs somewhere, and in a graceful run every accepted message ran exactly once, in
 //! order.
@@ -28,7 +32,7 @@ pub mod plan;
 pub mod world;
 
 pub use plan::{Plan, Rng, Step};
-pub use world::{Shape, World};
+pub use world::{Shape, Waits, World};
 
 /// How long, in simulated time, a run in which a process died or the store lost writes settles
 /// after its plan: past the outage limit, so every lease that will lapse has, every dead node is
@@ -44,6 +48,8 @@ pub struct Outcome {
     pub violation: Option<(usize, String)>,
     /// How many moves ended, by their end.
     pub moves_ended: usize,
+    /// How often pre-copy rounds and seals waited for their share.
+    pub waits: Waits,
     /// How many tells, requests and inputs ran.
     pub tells_ran: usize,
     /// The nodes whose drain moved everything and reported them safe to shut down, at the end.
@@ -95,6 +101,7 @@ fn play(shape: Shape, plan: &Plan, tracing: bool) -> Outcome {
         trace: world.trace().to_vec(),
         violation,
         moves_ended: world.moves_ended(),
+        waits: world.waits(),
         tells_ran: world.tells_ran(),
         drained: world.drained(),
     }

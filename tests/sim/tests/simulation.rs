@@ -8,7 +8,7 @@
 
 use std::process::Command;
 
-use ferry_sim::{Outcome, Plan, Rng, Shape, Step, replay, run, shrink};
+use ferry_sim::{Outcome, Plan, Rng, Shape, Step, Waits, replay, run, shrink};
 
 const SHAPE: Shape = Shape {
     nodes: 4,
@@ -16,6 +16,7 @@ const SHAPE: Shape = Shape {
     actors: 6,
     senders: 3,
     clients: 3,
+    large: 96 * 1024,
 };
 const STEPS: usize = 150;
 
@@ -23,18 +24,19 @@ fn env_number(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-/// Runs one seed; on a violation, panics with the shortest plan found and its trace.
-fn check_seed(seed: u64) -> Outcome {
-    let plan = Plan::generate(seed, STEPS);
-    let outcome = run(SHAPE, &plan);
+/// Runs one seed's plan on a world of `shape`; on a violation, panics with the shortest plan
+/// found, its trace, and how to run the seed again (`again`).
+fn check_plan(shape: Shape, plan: &Plan, again: &str) -> Outcome {
+    let seed = plan.seed;
+    let outcome = run(shape, plan);
     if let Some((at, broken)) = &outcome.violation {
-        let short = shrink(SHAPE, &plan);
-        let replayed = replay(SHAPE, &short);
+        let short = shrink(shape, plan);
+        let replayed = replay(shape, &short);
         panic!(
             "seed {seed} broke an invariant at step {at}: {broken}\n\
              shortest plan ({} steps): {:?}\n\
              its trace:\n{}\n\
-             replay with FERRY_SIM_SEED={seed} cargo test -p ferry-sim --test simulation replays -- --nocapture",
+             run it again with {again}",
             short.steps.len(),
             short.steps,
             replayed.trace.join("\n")
@@ -55,7 +57,10 @@ fn twenty_thousand_seeds_keep_every_invariant() {
             std::thread::spawn(move || {
                 let (mut moves, mut ran) = (0, 0);
                 for seed in (first + half..first + seeds).step_by(2) {
-                    let outcome = check_seed(seed);
+                    let again = format!(
+                        "FERRY_SIM_SEED={seed} cargo test -p ferry-sim --test simulation replays -- --nocapture"
+                    );
+                    let outcome = check_plan(SHAPE, &Plan::generate(seed, STEPS), &again);
                     moves += outcome.moves_ended;
                     ran += outcome.tells_ran;
                 }
@@ -77,6 +82,40 @@ fn twenty_thousand_seeds_keep_every_invariant() {
     assert!(
         ran as u64 >= seeds * 5,
         "{ran} messages ran over {seeds} seeds"
+    );
+}
+
+/// A cluster whose first node holds more large rooms than its pre-copy budget takes: each of 200
+/// seeds (or `FERRY_SIM_LARGE_SEEDS`, from `FERRY_SIM_FIRST_SEED`) drains that node first, then
+/// takes a random plan's steps. No invariant breaks, and pre-copy rounds wait for their node's
+/// budget, as seals do for their drain's window.
+#[test]
+fn drains_of_large_rooms_wait_for_budget_and_window() {
+    const LARGE: Shape = Shape {
+        nodes: 4,
+        rooms: 12,
+        actors: 4,
+        senders: 3,
+        clients: 2,
+        large: 512 * 1024,
+    };
+    let seeds = env_number("FERRY_SIM_LARGE_SEEDS").unwrap_or(200);
+    let first = env_number("FERRY_SIM_FIRST_SEED").unwrap_or(0);
+    let mut waits = Waits::default();
+    for seed in first..first + seeds {
+        let mut plan = Plan::generate(seed, STEPS);
+        plan.steps.insert(0, Step::Drain { node: 0 });
+        let again = format!(
+            "FERRY_SIM_FIRST_SEED={seed} FERRY_SIM_LARGE_SEEDS=1 cargo test --release -p ferry-sim \
+             --test simulation large_rooms"
+        );
+        let outcome = check_plan(LARGE, &plan, &again);
+        waits.budget += outcome.waits.budget;
+        waits.window += outcome.waits.window;
+    }
+    assert!(
+        waits.budget >= seeds as usize && waits.window >= seeds as usize,
+        "{waits:?} over {seeds} seeds"
     );
 }
 
@@ -112,6 +151,7 @@ fn a_hundred_node_cluster_drains_a_node_and_settles() {
         actors: 2,
         senders: 20,
         clients: 1,
+        large: 0,
     };
     let mut steps = vec![Step::Drain { node: 7 }];
     let mut rng = Rng::new(7);

@@ -2,8 +2,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use ferry_core::relocation::precopy::IN_FLIGHT_BYTES;
 use ferry_core::witness::may_run;
 
+use super::lanes::Cell;
+use super::precopy::Copying;
 use super::sessions::input_id;
 use super::store::Purpose;
 use super::{Life, Node, TIMES, Terminal, World, node_index, sender_id};
@@ -83,6 +86,7 @@ impl World {
                 ));
             }
         }
+        self.check_in_flight()?;
         if self.touched.is_empty() {
             return Ok(());
         }
@@ -140,6 +144,69 @@ impl World {
             life.high = life.high.max(len);
         }
         Ok(())
+    }
+
+    /// A node's pre-copy rounds waiting for their answer hold at most `IN_FLIGHT_BYTES` in all,
+    /// unless one round alone is larger (it then goes alone): a sealed unit's frames never wait
+    /// behind more pre-copy than that on the node's links.
+    fn check_in_flight(&self) -> Result<(), String> {
+        let mut flying: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+        for (node, s) in self.outgoing.values() {
+            if let Copying::Answer { bytes, .. } = s.copying {
+                let (sum, rounds) = flying.entry(*node).or_default();
+                *sum += bytes;
+                *rounds += 1;
+            }
+        }
+        match flying
+            .into_iter()
+            .find(|(_, (sum, rounds))| *sum > IN_FLIGHT_BYTES && *rounds > 1)
+        {
+            Some((node, (sum, rounds))) => Err(format!(
+                "n{node} has {rounds} pre-copy rounds of {sum} bytes in all sent and not \
+                 answered, over its budget of {IN_FLIGHT_BYTES}"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// A restored unit's state is, byte for byte, the state its source sealed, whatever rounds,
+    /// resets and faults came between.
+    pub(crate) fn check_restored(&mut self, node: usize, rel: u64, cells: &BTreeMap<usize, Cell>) {
+        let sealed = self.sealed.get(&rel);
+        for (u, cell) in cells {
+            let want = sealed.and_then(|states| states.get(u));
+            if want != Some(&cell.state) {
+                let (got, want) = (describe(&cell.state), want.map_or("none".into(), describe));
+                self.broken.get_or_insert(format!(
+                    "n{node} restored u{u} of move {rel} with {got} of state, but its source \
+                     sealed {want}"
+                ));
+            }
+        }
+    }
+
+    /// A drain lets a move quiesce its unit only while fewer than its window's limit are past
+    /// theirs (quiescing or sealed): no unit it seals waits for more than the window lets
+    /// through. (A window that narrows may hold more than its new limit for a while; none
+    /// enters then.)
+    pub(crate) fn check_entry(&mut self, gate: u64, rel: u64) {
+        let Some(g) = self.gates.get(&gate) else {
+            return;
+        };
+        let past = self
+            .outgoing
+            .iter()
+            .filter(|(r, (_, s))| **r != rel && s.placed && s.gate == Some(gate))
+            .count();
+        if past >= g.window.limit() {
+            self.broken.get_or_insert(format!(
+                "move {rel} quiesced its unit in n{}'s drain while {past} moves were past their \
+                 quiesce, and its window lets {} through",
+                g.node,
+                g.window.limit()
+            ));
+        }
     }
 
     /// Whether the store restarted empty: a record may then point anywhere, or nowhere, and only
@@ -307,4 +374,13 @@ fn in_order(
         }
     }
     Ok(())
+}
+
+/// State bytes in a failure message: their length and checksum.
+fn describe(state: &bytes::Bytes) -> String {
+    format!(
+        "{} bytes (CRC-32C {:08x})",
+        state.len(),
+        crc32c::crc32c(state)
+    )
 }

@@ -2,9 +2,10 @@
 //! when the drain is over; the world starts the moves it decides, feeds back how each ended, and
 //! takes in units that open on the draining node meanwhile. A node whose drain ended with
 //! everything moved is reported safe to shut down: from then on it must hold no unit and receive
-//! none (checked in `check`).
+//! none (checked in `check`). The drain's moves seal only as many units at once as its seal window
+//! ([`SealWindow`]) lets through.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use ferry_core::authority::{NodeDescriptor, NodeState};
@@ -13,6 +14,7 @@ use ferry_core::drain::{
 };
 use ferry_core::ids::UnitId;
 use ferry_core::relocation::protocol::{MoveEnd, TargetEvent};
+use ferry_core::sealing::SealWindow;
 
 use super::{World, node_id};
 
@@ -34,6 +36,14 @@ pub(crate) struct Spread {
     sent: BTreeMap<usize, usize>,
 }
 
+/// A drain's seal window, and the moves that wait for a place in it, in the order they asked.
+#[derive(Debug)]
+pub(crate) struct Gate {
+    pub node: usize,
+    pub window: SealWindow,
+    pub waiting: VecDeque<u64>,
+}
+
 impl Spread {
     fn size(&self, unit: &UnitId) -> usize {
         self.sizes.get(unit).copied().unwrap_or(1)
@@ -51,6 +61,13 @@ impl World {
         let deadline = self.now + drain_deadline(self.nodes.len());
         let plan = Drain::new(node_id(node), None, deadline, IN_FLIGHT);
         self.drains.insert(node, plan);
+        let gate = Gate {
+            node,
+            window: SealWindow::new(),
+            waiting: VecDeque::new(),
+        };
+        let id = self.fresh();
+        self.gates.insert(id, gate);
         self.spreads.insert(node, Spread::default());
         self.nodes[node].state = NodeState::Relocating;
         self.nodes[node].safe = false;
@@ -86,6 +103,9 @@ impl World {
         let hosted = |unit: &UnitId| self.here_or_moving(node, self.unit_index(unit));
         let decided = plan.next(self.now, &view, hosted, !self.nodes[node].store_cut);
         self.spread(node, &decided);
+        // The newest gate of the node is its drain's.
+        let gate = self.gates.iter().rev().find(|(_, g)| g.node == node);
+        let gate = gate.map(|(id, _)| *id);
         for decision in decided {
             if let Decision::Move { unit, to } = &decision {
                 self.carry_out(node, decision.clone());
@@ -95,7 +115,7 @@ impl World {
                 // is in another move from there waits for that move's end.
                 let here = self.lane_of(node, u).is_some()
                     && self.host(u).is_some_and(|(from, _)| from == node);
-                match here.then(|| self.move_unit(u, to)).flatten() {
+                match here.then(|| self.move_unit(u, to, gate)).flatten() {
                     Some(rel) => {
                         self.drain_moves.insert(rel, (node, unit.clone()));
                     }
@@ -159,6 +179,33 @@ impl World {
         let decision = plan.ended(&unit, ended, now, hosted);
         self.carry_out(node, decision);
         self.drive_drain(node);
+    }
+
+    /// A move that ended, or whose end waits past its deadline for the store (as the runtime's
+    /// `SourceRun::go` returns then), gives its place in its drain's window back, with its unit's
+    /// pause; a move waiting for a place may take it.
+    pub(crate) fn leave_window(&mut self, rel: u64) {
+        let Some((_, s)) = self.source(rel) else {
+            return;
+        };
+        if !s.placed || (s.machine.end().is_none() && !s.machine.undecided()) {
+            return;
+        }
+        s.placed = false;
+        let pause = s.committed_at.zip(s.sealed_at).map(|(c, s)| c - s);
+        let Some(gate) = s.gate.take() else {
+            return;
+        };
+        if let Some(g) = self.gates.get_mut(&gate) {
+            g.window.left(pause);
+            trace!(
+                self,
+                "n{} move {rel} leaves the drain's window after {pause:?}; it lets {} through",
+                g.node,
+                g.window.limit()
+            );
+        }
+        self.admit(gate);
     }
 
     /// Whether `unit` runs on `node`, or is in a move from there that has not ended (it may come

@@ -1,22 +1,41 @@
 //! The lanes that run units' turns: a room with its members in one lane, or an Actor alone. What
 //! reaches a lane runs at once when it may, or waits in its queue (before a seal's turn boundary,
 //! or while it is not open yet) or its hold (after a capture), as the core's [`LaneMove`] says.
-//! Joins, leaves, creations and stops go through the same rules as the runtime's lane.
+//! Joins, leaves, creations and stops go through the same rules as the runtime's lane. Each unit
+//! holds state bytes that its turns rewrite, which a move carries in its image.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use bytes::{Bytes, BytesMut};
 
 use ferry_core::authority::UnitRecord;
 use ferry_core::conditional::{ConditionalWrite, Settled};
 use ferry_core::ids::{ObjectGeneration, UnitId};
 use ferry_core::relocation::lane::{Arrival, Change, LaneMove, Verdict};
+use ferry_core::relocation::precopy::{BLOCK, MIN_IMAGE};
 use ferry_core::witness::may_run;
 
 use super::links::Msg;
 use super::store::{Cond, Key, Op, Purpose, Reply, Value};
 use super::{TIMES, World, node_id, take_where};
+use crate::plan::Rng;
 
 /// How many conditional writes of an Actor's room a join or a leave tries.
 const RECORD_TRIES: u8 = 8;
+
+/// The state of a unit that is not a large one: too small to pre-copy.
+const SMALL_STATE: usize = 64;
+
+/// How often a large unit's game loop ticks (a timer of its own), each tick rewriting part of
+/// its state as a turn does.
+const TICK_MS: u128 = 100;
+
+/// How many missed ticks a large unit runs when it is next looked at: the last few, as a timer
+/// whose overrun policy skips the rest would.
+const CATCH_UP: u64 = 2;
+
+/// The writer a tick counts as in [`rewrite`].
+const TICKER: usize = usize::MAX;
 
 /// A message for a unit, as queues and the mesh carry it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +84,24 @@ pub(crate) struct Cell {
     pub spot: Option<usize>,
     /// The session an Actor is bound to.
     pub binding: Option<ferry_core::session::SessionBinding>,
+    /// The application's state: what its turns rewrite, and its state adapter captures.
+    pub state: Bytes,
+    /// The ticks of its game loop run so far, counted from the world's start.
+    pub ticks: u64,
+}
+
+impl Cell {
+    /// Runs the ticks of a large unit's game loop due by tick `due` that it has not run yet:
+    /// done when the unit is next looked at (a turn, a snapshot, a seal), as running them all
+    /// when due would only make the simulator slower.
+    pub fn catch_up(&mut self, unit: usize, due: u64) {
+        if self.state.len() > SMALL_STATE {
+            for tick in self.ticks.max(due.saturating_sub(CATCH_UP))..due {
+                rewrite(&mut self.state, unit, TICKER, tick);
+            }
+        }
+        self.ticks = self.ticks.max(due);
+    }
 }
 
 /// One lane: a room with its members, or an Actor alone.
@@ -80,8 +117,8 @@ pub(crate) struct Lane {
     pub hold: Vec<Parcel>,
     /// Relayed at the handover, kept until the target commits.
     pub relayed: Vec<Parcel>,
-    /// A seal waits for the turn boundary: what arrives queues, to be captured.
-    pub sealing: bool,
+    /// The move whose seal waits for the turn boundary: what arrives queues, to be captured.
+    pub sealing: Option<u64>,
     /// On a move's target, before it opens: what arrived here, to run after the relay records.
     pub gated: Vec<Parcel>,
     /// Binds held back during a move's quiet spell, in arrival order.
@@ -97,7 +134,7 @@ impl Lane {
             queue: VecDeque::new(),
             hold: Vec::new(),
             relayed: Vec::new(),
-            sealing: false,
+            sealing: None,
             gated: Vec::new(),
             deferred: Vec::new(),
         }
@@ -109,7 +146,7 @@ impl World {
     pub(crate) fn populate(&mut self) {
         let shape = self.shape;
         for room in 0..shape.rooms {
-            let mut cell = Cell::default();
+            let mut cell = self.fresh_cell(room);
             let members: Vec<usize> = (0..shape.actors / 2)
                 .filter(|a| a % shape.rooms == room)
                 .map(|a| shape.rooms + a)
@@ -121,7 +158,7 @@ impl World {
                     m,
                     Cell {
                         spot: Some(room),
-                        ..Cell::default()
+                        ..self.fresh_cell(m)
                     },
                 );
             }
@@ -133,7 +170,7 @@ impl World {
             self.place(
                 actor % shape.nodes,
                 actor,
-                BTreeMap::from([(actor, Cell::default())]),
+                BTreeMap::from([(actor, self.fresh_cell(actor))]),
             );
         }
     }
@@ -164,6 +201,28 @@ impl World {
             true,
         );
         self.add_lane(node, Lane::new(primary, cells, LaneMove::running()));
+    }
+
+    /// A unit's cell as it is created or rebuilt, with the state [`Shape::large`] gives it.
+    ///
+    /// [`Shape::large`]: super::Shape::large
+    pub(crate) fn fresh_cell(&self, u: usize) -> Cell {
+        let len = match u % 8 {
+            _ if self.shape.large == 0 => SMALL_STATE,
+            0 => self.shape.large,
+            4 => MIN_IMAGE,
+            _ => SMALL_STATE,
+        };
+        Cell {
+            state: Bytes::from(vec![u as u8; len]),
+            ticks: self.ticks_due(),
+            ..Cell::default()
+        }
+    }
+
+    /// The ticks of a game loop due by now, counted from the world's start.
+    pub(crate) fn ticks_due(&self) -> u64 {
+        (self.now.duration_since(self.start).as_millis() / TICK_MS) as u64
     }
 
     pub(crate) fn factory(&self, u: usize) -> &'static str {
@@ -231,7 +290,7 @@ impl World {
         }
         match l.stance.arrival() {
             Arrival::Hold => l.hold.push(parcel),
-            Arrival::Queue if !l.stance.is_open() || l.sealing || !l.queue.is_empty() => {
+            Arrival::Queue if !l.stance.is_open() || l.sealing.is_some() || !l.queue.is_empty() => {
                 l.queue.push_back(parcel)
             }
             Arrival::Queue => self.run(node, lane, parcel),
@@ -244,7 +303,7 @@ impl World {
             let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
                 return;
             };
-            if !l.stance.is_open() || l.sealing || l.stance.suspended() {
+            if !l.stance.is_open() || l.sealing.is_some() || l.stance.suspended() {
                 return;
             }
             let Some(parcel) = l.queue.pop_front() else {
@@ -264,6 +323,7 @@ impl World {
             return;
         }
         let to = parcel.to;
+        let due = self.ticks_due();
         let Some(cell) = self.nodes[node]
             .lanes
             .get_mut(&lane)
@@ -274,20 +334,24 @@ impl World {
             return;
         };
         self.touched.insert(to);
+        cell.catch_up(to, due);
         match parcel.work {
             Work::Bind { .. } | Work::Unbind { .. } => self.session_op(node, lane, parcel),
             Work::Tell { sender, seq } => {
                 cell.log.push((sender, seq));
+                rewrite(&mut cell.state, to, sender, seq);
                 self.tells_ran += 1;
             }
             Work::Ask { sender, seq, id } => {
                 cell.log.push((sender, seq));
+                rewrite(&mut cell.state, to, sender, seq);
                 self.tells_ran += 1;
                 self.post(node, parcel.origin, Msg::Reply { id, ok: true });
             }
             Work::Fence { id } => self.post(node, parcel.origin, Msg::Reply { id, ok: true }),
             Work::Input { client, seq } => {
                 cell.log.push((client, seq));
+                rewrite(&mut cell.state, to, client, seq);
                 self.tells_ran += 1;
             }
         }
@@ -506,7 +570,7 @@ impl World {
         self.claim(
             node,
             unit,
-            BTreeMap::from([(unit, Cell::default())]),
+            BTreeMap::from([(unit, self.fresh_cell(unit))]),
             record,
             vec![Cond::Absent(Key::Unit(unit))],
         );
@@ -693,4 +757,39 @@ impl World {
             Purpose::Release { unit },
         );
     }
+}
+
+/// What a turn (`who`'s `seq`th message to `unit`, or a tick) does to the unit's state: a small
+/// state gets a few bytes rewritten; a large one a range from a few bytes to ten of pre-copy's
+/// blocks, so that its rounds converge, or keep shrinking up to the round limit; and one of
+/// `MIN_IMAGE` (every eighth unit from the fifth) all of its bytes, so that its rounds never
+/// shrink.
+fn rewrite(state: &mut Bytes, unit: usize, who: usize, seq: u64) {
+    let len = state.len();
+    if len == 0 {
+        return;
+    }
+    let mut draw = Rng::new(((unit as u64) << 48) ^ ((who as u64) << 32) ^ seq);
+    let (start, end) = if len > SMALL_STATE && unit % 8 == 4 {
+        (0, len)
+    } else {
+        let span = match draw.below(8) {
+            _ if len <= SMALL_STATE => 8,
+            0..=3 => 100,
+            4..=5 => 3 * BLOCK,
+            6 => 6 * BLOCK,
+            _ => 10 * BLOCK,
+        }
+        .min(len);
+        let start = draw.below((len - span + 1) as u64) as usize;
+        (start, start + span)
+    };
+    // Rewritten in place when no capture or frame shares the bytes.
+    let mut bytes = std::mem::take(state)
+        .try_into_mut()
+        .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+    for b in &mut bytes[start..end] {
+        *b = b.wrapping_add(seq as u8 | 1);
+    }
+    *state = bytes.freeze();
 }

@@ -17,7 +17,6 @@ use ferry_core::recovery::{
 };
 use ferry_core::witness::{Lapsed, Verdict, Witness};
 
-use super::lanes::Cell;
 use super::links::Msg;
 use super::store::{Cond, Key, Op, Purpose, Reply};
 use super::{KEEP_EVERY, Node, PROBE_EVERY, TIMES, TTL, Timer, World, node_id, node_index};
@@ -199,7 +198,8 @@ impl World {
             self.forget_peer(n, gone);
             self.nodes[n].routes.forget_node(&node_id(gone));
             self.nodes[n].gone.insert(gone);
-            // Moves from it will never get their cutover.
+            // Moves from it will never get their cutover, nor offer what they pre-copied.
+            self.nodes[n].precopied.retain(|_, p| p.source != gone);
             let staged: Vec<u64> = self.nodes[n]
                 .incoming
                 .iter()
@@ -322,7 +322,7 @@ impl World {
                 "n{n}: takes back u{unit}, which its earlier process held"
             );
             let wrote = self.rebuilt_record(n, &found.record);
-            let cells = BTreeMap::from([(unit, Cell::default())]);
+            let cells = BTreeMap::from([(unit, self.fresh_cell(unit))]);
             self.claim(
                 n,
                 unit,
@@ -381,7 +381,7 @@ impl World {
             None => Cond::Absent(Key::Node(owner)),
         };
         let wrote = self.rebuilt_record(n, &previous);
-        let cells = BTreeMap::from([(unit, Cell::default())]);
+        let cells = BTreeMap::from([(unit, self.fresh_cell(unit))]);
         self.claim(
             n,
             unit,

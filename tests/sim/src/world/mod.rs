@@ -7,6 +7,8 @@
 //! - `lanes`: the lanes that run units' turns, membership, creation and stops.
 //! - `routing`: how a node sends to units it does not host, with the core's route table.
 //! - `moves`: the source and target of a move, driving the core's machines.
+//! - `precopy`: a move's rounds of its unit's image while the unit runs, within the node's budget,
+//!   and what a target holds of them; then the drain's seal window.
 //! - `draining`: drains, as the core's drain decides them.
 //! - `liveness`: leases, the mesh's witness, probes, crashes, restarts and recovery.
 //! - `sessions`: game clients, their gateways and their bound Actors.
@@ -29,6 +31,7 @@ mod lanes;
 mod links;
 mod liveness;
 mod moves;
+mod precopy;
 mod routing;
 mod sessions;
 mod shutdown;
@@ -62,6 +65,10 @@ pub struct Shape {
     pub senders: usize,
     /// Game clients, each with its gateway on node `client % nodes`.
     pub clients: usize,
+    /// Bytes of state in every eighth unit, from pre-copy's `MIN_IMAGE` up, so that their moves
+    /// ship it while they run (0: none). Every eighth from the fifth holds `MIN_IMAGE`, all of it
+    /// rewritten every turn; the others hold a few bytes.
+    pub large: usize,
 }
 
 impl Shape {
@@ -122,6 +129,8 @@ enum Event {
     Boundary { node: usize, lane: u64, rel: u64 },
     /// A move's target finished restoring the unit.
     Restore { node: usize, lane: u64, rel: u64 },
+    /// A move's source takes a snapshot of its running unit, for a pre-copy round.
+    Snapshot { node: usize, rel: u64 },
 }
 
 impl Event {
@@ -130,7 +139,8 @@ impl Event {
             Event::Store(call) => call.node,
             Event::Answer { node, .. }
             | Event::Boundary { node, .. }
-            | Event::Restore { node, .. } => *node,
+            | Event::Restore { node, .. }
+            | Event::Snapshot { node, .. } => *node,
         }
     }
 }
@@ -142,6 +152,9 @@ enum Timer {
     Source { node: usize, process: u64, rel: u64 },
     /// A move's target machine asked to be woken.
     Target { node: usize, process: u64, rel: u64 },
+    /// A move's pre-copy stops waiting: for a round's answer, its budget, a place in its
+    /// drain's window, or a snapshot.
+    Copy { node: usize, process: u64, rel: u64 },
     /// Renew the lease, read membership, recover.
     Keep { node: usize, process: u64 },
     /// Probe the peers.
@@ -191,6 +204,10 @@ struct Node {
     directory: BTreeMap<usize, u64>,
     /// Moves into this node, by move.
     incoming: BTreeMap<u64, moves::Target>,
+    /// What this node holds of moves' pre-copies, by move, until their offer takes it.
+    precopied: BTreeMap<u64, precopy::Precopied>,
+    /// The share of the link its moves' pre-copy rounds may take while unanswered.
+    budget: precopy::Budget,
     /// Its lifecycle state: Serving, or Relocating while it drains, or Relocated once drained.
     state: ferry_core::authority::NodeState,
     /// Its drain reported it safe to shut down: it must hold no unit and receive none.
@@ -240,6 +257,8 @@ impl Node {
             lanes: BTreeMap::new(),
             directory: BTreeMap::new(),
             incoming: BTreeMap::new(),
+            precopied: BTreeMap::new(),
+            budget: precopy::Budget::default(),
             state: ferry_core::authority::NodeState::Serving,
             safe: false,
             stopping: false,
@@ -311,6 +330,15 @@ struct Life {
     disordered: bool,
 }
 
+/// How often a move waited for what a node or a drain shares out.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Waits {
+    /// Pre-copy rounds that waited for their node's budget of bytes in flight.
+    pub budget: usize,
+    /// Moves that waited for a place in their drain's seal window.
+    pub window: usize,
+}
+
 /// Faults armed for the next chance.
 #[derive(Debug, Default)]
 struct Faults {
@@ -342,6 +370,10 @@ pub struct World {
     outgoing: BTreeMap<u64, (usize, moves::Source)>,
     /// Drains running, by node.
     drains: BTreeMap<usize, ferry_core::drain::Drain>,
+    /// Each drain's seal window, by a number of its own (a drain's moves may outlive it).
+    gates: BTreeMap<u64, draining::Gate>,
+    /// The state of each cell a move sealed, by move: what its target must restore.
+    sealed: BTreeMap<u64, BTreeMap<usize, bytes::Bytes>>,
     /// The unit whose move went through last.
     last_moved: Option<usize>,
     /// What each node's last drain sent where.
@@ -363,6 +395,9 @@ pub struct World {
     /// Whether the faults have ended for the run to settle.
     calmed: bool,
     moves_ended: usize,
+    /// Pre-copy rounds that waited for their node's budget, and moves for a place in their
+    /// drain's seal window.
+    waits: Waits,
     tells_ran: usize,
     /// Messages lost without a crash or a store loss to explain them.
     lost: usize,
@@ -410,6 +445,8 @@ impl World {
             parted_at: BTreeMap::new(),
             outgoing: BTreeMap::new(),
             drains: BTreeMap::new(),
+            gates: BTreeMap::new(),
+            sealed: BTreeMap::new(),
             spreads: BTreeMap::new(),
             last_moved: None,
             drain_moves: BTreeMap::new(),
@@ -425,6 +462,7 @@ impl World {
             lossy: false,
             calmed: false,
             moves_ended: 0,
+            waits: Waits::default(),
             tells_ran: 0,
             lost: 0,
             broken: None,
@@ -489,6 +527,11 @@ impl World {
     /// How many moves have ended.
     pub fn moves_ended(&self) -> usize {
         self.moves_ended
+    }
+
+    /// How often pre-copy rounds and seals waited.
+    pub fn waits(&self) -> Waits {
+        self.waits
     }
 
     /// How many tells, requests and inputs have run.
@@ -615,7 +658,7 @@ impl World {
                 self.tell(s, usize::from(unit) % units, true);
             }
             Step::Move { unit, to } => {
-                let _ = self.move_unit(usize::from(unit) % units, n(to));
+                let _ = self.move_unit(usize::from(unit) % units, n(to), None);
             }
             Step::Drain { node } => self.drain(n(node)),
             Step::Join { room, pick } => {
@@ -711,6 +754,9 @@ impl World {
             Timer::Target { node, process, rel } if live(self, node, process) => {
                 self.target_timer(node, rel)
             }
+            Timer::Copy { node, process, rel } if live(self, node, process) => {
+                self.copy_timer(node, rel)
+            }
             Timer::Keep { node, process } if live(self, node, process) => self.keep(node),
             Timer::Probe { node, process } if live(self, node, process) => self.probe(node),
             Timer::Fence {
@@ -793,6 +839,7 @@ impl World {
             }
             Event::Boundary { node, lane, rel } => self.boundary(node, lane, rel),
             Event::Restore { node, lane, rel } => self.restored(node, lane, rel),
+            Event::Snapshot { node, rel } => self.snapshot(node, rel),
         }
     }
 
@@ -815,6 +862,11 @@ impl World {
                 ..
             }
             | Timer::Target {
+                node: n,
+                process: p,
+                ..
+            }
+            | Timer::Copy {
                 node: n,
                 process: p,
                 ..

@@ -1,8 +1,10 @@
 //! Moves: the source and the target of each, driving the core's machines
 //! ([`SourceMachine`], [`TargetMachine`]) and the lane's place in the move ([`LaneMove`]). The
-//! source reads the records of what it moves, seals at a turn boundary, offers the capture,
-//! relays what arrived since and cuts over; the target restores, commits by a conditional write
-//! and opens; after the handover, a reclaim by the source races the target's commit in the store.
+//! source pre-copies its unit (`precopy`), seals it at a turn boundary, reads the records of what
+//! it moves, offers the capture's image as a difference to what the target holds ([`Precopy`]),
+//! relays what arrived since and cuts over; the target assembles the image ([`Assembly`]),
+//! restores, commits by a conditional write and opens; after the handover, a reclaim by the
+//! source races the target's commit in the store.
 //!
 //! [`LaneMove`]: ferry_core::relocation::lane::LaneMove
 
@@ -14,17 +16,19 @@ use ferry_core::authority::{NodeState, UnitRecord};
 use ferry_core::conditional::{ConditionalWrite, Settled};
 use ferry_core::ids::UnitId;
 use ferry_core::relocation::admission::{Admission, Offer, Staged, admit};
-use ferry_core::relocation::capture::{QueuedOp, relay_digest};
+use ferry_core::relocation::capture::{Assembly, Base, Manifest, QueuedOp, relay_digest};
 use ferry_core::relocation::frames::Refusal;
 use ferry_core::relocation::lane::{LaneMove, Seal};
+use ferry_core::relocation::precopy::Precopy;
 use ferry_core::relocation::protocol::{
     MoveEnd, SourceAction, SourceEvent, SourceMachine, SourceTiming, TargetAction, TargetEvent,
-    TargetMachine, fence_conflict, told_at_quiesce,
+    TargetMachine, fence_conflict,
 };
 use ferry_core::relocation::{ReadyOutcome, RelocationId};
 
 use super::lanes::{Cell, Lane, Parcel};
 use super::links::Msg;
+use super::precopy::{Copying, MAX_STATE};
 use super::store::{Cond, Key, Op, Purpose, Reply, Value};
 use super::{Event, Timer, World, node_id};
 
@@ -34,15 +38,34 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// What the source and target of a move say to each other.
 #[derive(Debug, Clone)]
 pub(crate) enum Reloc {
-    /// The capture: the lane's units, its saved work, the records as the source read them, and
-    /// the time left to the deadline.
-    Offer {
-        primary: usize,
-        cells: BTreeMap<usize, Cell>,
-        journal: Vec<Parcel>,
-        records: Vec<(usize, u64, UnitRecord)>,
-        within: Duration,
+    /// A piece of a pre-copy round's image of `len` bytes, with its CRC-32C.
+    Precopy {
+        len: u64,
+        offset: u64,
+        crc: u32,
+        bytes: Bytes,
     },
+    /// A round's pieces are all sent: does the target hold `base`?
+    PrecopyEnd {
+        round: u32,
+        base: Base,
+    },
+    PrecopyHeld {
+        round: u32,
+        holds: bool,
+    },
+    /// The capture, whose image's chunks follow.
+    Offer(Box<OfferFrame>),
+    /// A chunk of the image: all of it, or what differs from the base the target holds.
+    Chunk {
+        index: u32,
+        offset: u64,
+        bytes: Bytes,
+    },
+    /// The target does not hold the base the offer's chunks patch.
+    BaseLost,
+    /// The whole image instead, whose chunks follow.
+    Resend(Manifest),
     Progress,
     RelayReady,
     Refused,
@@ -52,6 +75,18 @@ pub(crate) enum Reloc {
     Committed,
     Aborted,
     Withdraw,
+}
+
+/// What an offer says: the lane's units (their states travel in the image), its saved work, the
+/// records as the source read them, the time left to the deadline, and the image's manifest.
+#[derive(Debug, Clone)]
+pub(crate) struct OfferFrame {
+    primary: usize,
+    cells: BTreeMap<usize, Cell>,
+    journal: Vec<Parcel>,
+    records: Vec<(usize, u64, UnitRecord)>,
+    within: Duration,
+    manifest: Manifest,
 }
 
 /// A move out of a node.
@@ -74,6 +109,23 @@ pub(crate) struct Source {
     /// The gateways told to seal, and the bound Actors they were told about.
     pub told: BTreeSet<ferry_core::ids::NodeId>,
     pub sealed: Vec<(usize, u64, usize, u32)>,
+    /// Where the move stands before its machine takes over: pre-copy, then the window.
+    pub copying: Copying,
+    /// What the target holds of the unit's image, and what was sent.
+    pub precopy: Precopy,
+    /// The image as sealed, until the target has it: sent whole again if the target lost the
+    /// pre-copy it was a difference to.
+    pub image: Option<Bytes>,
+    /// Whether the offer went (or was tried).
+    pub offered: bool,
+    /// The seal window of the drain that started the move, until the move leaves it.
+    pub gate: Option<u64>,
+    /// Whether the move holds a place in that window.
+    pub placed: bool,
+    /// When the unit was sealed and when the target said it committed: the unit's pause, which
+    /// the window learns from.
+    pub sealed_at: Option<std::time::Instant>,
+    pub committed_at: Option<std::time::Instant>,
 }
 
 /// A move into a node.
@@ -84,7 +136,13 @@ pub(crate) struct Target {
     pub armed: bool,
     /// The staged lane, once restored.
     pub lane: Option<u64>,
+    /// The offer's cells and saved work, until restored; their states come from the image.
     pub offer: Option<(usize, BTreeMap<usize, Cell>, Vec<Parcel>)>,
+    /// The image's chunks as they arrive; none while the whole image is awaited.
+    pub assembly: Option<Assembly>,
+    pub awaiting_whole: bool,
+    /// When the source last heard that the work goes on.
+    pub reported: std::time::Instant,
     pub records: Vec<(usize, u64, UnitRecord)>,
     pub relays: Vec<Parcel>,
     /// The relay record that just arrived, kept only if the machine says so.
@@ -93,8 +151,8 @@ pub(crate) struct Target {
     pub wrote: Vec<UnitRecord>,
 }
 
-/// A relay record as the digest counts it.
-fn op(parcel: &Parcel) -> QueuedOp {
+/// A relay record as the digest counts it, and saved work as an image carries it.
+pub(crate) fn op(parcel: &Parcel) -> QueuedOp {
     let text = format!("{parcel:?}");
     QueuedOp {
         to: ferry_core::ids::UnitId::Spot(ferry_core::ids::SpotId::new("relay").expect("an id")),
@@ -109,19 +167,15 @@ fn digest(parcels: &[Parcel]) -> (u32, u32) {
 }
 
 impl World {
-    /// Moves the lane of `unit` (its room, for a member) from wherever it runs to `to`; the
-    /// move, if one starts.
-    pub(crate) fn move_unit(&mut self, unit: usize, to: usize) -> Option<u64> {
+    /// Moves the lane of `unit` (its room, for a member) from wherever it runs to `to`, through
+    /// the seal window `gate` of a drain; the move, if one starts. It pre-copies first.
+    pub(crate) fn move_unit(&mut self, unit: usize, to: usize, gate: Option<u64>) -> Option<u64> {
         let (from, lane) = self.host(unit)?;
         if from == to || !self.nodes[to].up {
             return None;
         }
         let rel = self.fresh();
-        let l = self.nodes[from].lanes.get_mut(&lane)?;
-        if l.stance.quiesce(RelocationId(u128::from(rel))).is_err() {
-            return None;
-        }
-        let primary = l.primary;
+        let primary = self.nodes[from].lanes.get(&lane)?.primary;
         // Deadlines from under one silence step to over two, so that the deadline passes in every
         // phase of some moves.
         let deadline = self.now + Duration::from_secs(1 + rel % 12);
@@ -147,17 +201,22 @@ impl World {
                     heard: self.now,
                     told: BTreeSet::new(),
                     sealed: Vec::new(),
+                    copying: Copying::Snapshot,
+                    precopy: Precopy::new(),
+                    image: None,
+                    offered: false,
+                    gate,
+                    placed: false,
+                    sealed_at: None,
+                    committed_at: None,
                 },
             ),
         );
-        self.touched.insert(primary);
-        let bound = self.bound_gateways(from, lane);
-        let gateways = told_at_quiesce(bound, self.signaled(primary));
-        self.source_event(rel, SourceEvent::Quiesced { gateways });
+        self.start_copy(from, rel, deadline);
         Some(rel)
     }
 
-    fn source(&mut self, rel: u64) -> Option<(usize, &mut Source)> {
+    pub(crate) fn source(&mut self, rel: u64) -> Option<(usize, &mut Source)> {
         let (node, s) = self.outgoing.get_mut(&rel)?;
         (self.nodes[*node].up).then_some((*node, s))
     }
@@ -224,6 +283,17 @@ impl World {
         for action in actions {
             self.source_action(rel, action);
         }
+        self.leave_window(rel);
+        if ended.is_some()
+            && let Some((node, s)) = self.source(rel)
+            && !s.offered
+            && s.precopy.copied().before_seal > 0
+        {
+            // Never offered: what the target holds of the pre-copy is of no use any more.
+            let to = s.to;
+            let frame = Reloc::Withdraw;
+            self.post(node, to, Msg::Reloc { rel, frame });
+        }
         if let Some(end) = &ended {
             self.drain_move_ended(rel, end);
         }
@@ -273,7 +343,7 @@ impl World {
                     // An ApplicationSignaled room seals after its deferring turn: the next
                     // boundary, as a plain one captures at once.
                     Seal::Capture | Seal::Wait => {
-                        l.sealing = true;
+                        l.sealing = Some(rel);
                         self.events.push(Event::Boundary { node, lane, rel });
                     }
                     Seal::Refused => {
@@ -288,8 +358,9 @@ impl World {
                             l.queue.push_front(parcel);
                         }
                     }
-                    if l.sealing {
-                        l.sealing = false;
+                    // Only its own seal: a move that never quiesced the unit cancels nothing.
+                    if l.sealing == Some(rel) {
+                        l.sealing = None;
                         self.events
                             .retain(|e| !matches!(e, Event::Boundary { rel: r, .. } if *r == rel));
                     }
@@ -297,8 +368,22 @@ impl World {
                 self.run_queue(node, lane);
             }
             SourceAction::SendCapture => self.call(node, Op::Get(units), Purpose::Records { rel }),
-            // Never asked: this world sends no pre-copy, so no target loses one.
-            SourceAction::SendWhole => {}
+            SourceAction::SendWhole => {
+                let Some((_, s)) = self.source(rel) else {
+                    return;
+                };
+                let Some(image) = s.image.clone() else {
+                    let gone = Refusal::other("the sealed image is gone");
+                    self.source_event(rel, SourceEvent::Refused(gone));
+                    return;
+                };
+                let sealed = s.precopy.whole(image);
+                trace!(
+                    self,
+                    "n{node} move {rel}: the target lost the pre-copy; the whole image goes"
+                );
+                self.send_image(node, rel, Reloc::Resend(sealed.manifest), sealed.pieces);
+            }
             // Not taken (backlogged), it is dropped: the offer it withdraws may stay staged there
             // until it expires or a newer offer of the unit replaces it.
             SourceAction::Withdraw => self.post(
@@ -383,7 +468,7 @@ impl World {
         let Some(l) = self.nodes[node].lanes.get(&lane) else {
             return;
         };
-        if !l.sealing {
+        if l.sealing != Some(rel) {
             return;
         }
         let primary = l.primary;
@@ -395,7 +480,7 @@ impl World {
         let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
             return;
         };
-        l.sealing = false;
+        l.sealing = None;
         if signaled {
             l.stance.deferred();
         }
@@ -419,12 +504,24 @@ impl World {
             );
             return;
         }
+        // The capture takes the state as its game loop left it, up to the seal.
+        let due = self.ticks_due();
+        let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
+            return;
+        };
+        for (u, cell) in l.cells.iter_mut() {
+            cell.catch_up(*u, due);
+        }
         let cells = l.cells.clone();
         let journal: Vec<Parcel> = l.queue.iter().cloned().collect();
         let late = self.late_gateways(rel, &cells);
+        let states = cells.iter().map(|(u, c)| (*u, c.state.clone())).collect();
+        self.sealed.insert(rel, states);
+        let now = self.now;
         if let Some((_, s)) = self.source(rel) {
             s.cells = cells;
             s.journal = journal;
+            s.sealed_at = Some(now);
         }
         self.source_event(rel, SourceEvent::Captured { late });
     }
@@ -471,24 +568,54 @@ impl World {
         };
         let within = s.machine.deadline().saturating_duration_since(now);
         s.records = records.clone();
-        let offer = Reloc::Offer {
+        let (cells, journal) = (s.cells.clone(), s.journal.clone());
+        let image = self.image(primary, &cells, &journal);
+        let Some((_, s)) = self.source(rel) else {
+            return;
+        };
+        let sealed = s.precopy.seal(image.clone());
+        s.image = Some(image);
+        s.offered = true;
+        // The states travel in the image alone.
+        let cells = cells
+            .into_iter()
+            .map(|(u, cell)| {
+                let state = Bytes::new();
+                (u, Cell { state, ..cell })
+            })
+            .collect();
+        let offer = Reloc::Offer(Box::new(OfferFrame {
             primary,
-            cells: s.cells.clone(),
-            journal: s.journal.clone(),
+            cells,
+            journal,
             records,
             within,
+            manifest: sealed.manifest,
+        }));
+        self.send_image(node, rel, offer, sealed.pieces);
+    }
+
+    /// Sends an offer (or a resend) and then its chunks. A frame the link does not take makes
+    /// the target unavailable for now: a drain tries the unit again after its pause.
+    fn send_image(&mut self, node: usize, rel: u64, first: Reloc, pieces: Vec<(u64, Bytes)>) {
+        let Some((_, s)) = self.source(rel) else {
+            return;
         };
         let to = s.to;
-        // An offer the link does not take makes the target unavailable for now: a drain tries
-        // the unit again after its pause.
-        if self
-            .send(node, to, Msg::Reloc { rel, frame: offer })
-            .is_err()
-        {
-            self.source_event(
-                rel,
-                SourceEvent::Refused(Refusal::other("the target is unreachable: backlogged")),
-            );
+        let chunks = pieces
+            .into_iter()
+            .enumerate()
+            .map(|(index, (offset, bytes))| Reloc::Chunk {
+                index: index as u32,
+                offset,
+                bytes,
+            });
+        for frame in std::iter::once(first).chain(chunks) {
+            if self.send(node, to, Msg::Reloc { rel, frame }).is_err() {
+                let unreachable = Refusal::other("the target is unreachable: backlogged");
+                self.source_event(rel, SourceEvent::Refused(unreachable));
+                return;
+            }
         }
     }
 
@@ -655,19 +782,47 @@ impl World {
             s.heard = now;
         }
         match frame {
-            Reloc::Offer {
-                primary,
-                cells,
-                journal,
-                records,
-                within,
-            } => self.offered(node, from, rel, primary, cells, journal, records, within),
+            Reloc::Precopy {
+                len,
+                offset,
+                crc,
+                bytes,
+            } => self.on_precopy(node, from, rel, len, offset, crc, &bytes),
+            Reloc::PrecopyEnd { round, base } => self.precopy_end(node, from, rel, round, base),
+            Reloc::PrecopyHeld { round, holds } => self.precopy_held(node, rel, round, holds),
+            Reloc::Offer(offer) => self.offered(node, from, rel, *offer),
+            Reloc::Chunk {
+                index,
+                offset,
+                bytes,
+            } => self.on_chunk(node, rel, index, offset, &bytes),
+            Reloc::BaseLost => self.source_event(rel, SourceEvent::BaseLost),
+            Reloc::Resend(manifest) => {
+                if let Some(t) = self.target(node, rel)
+                    && t.awaiting_whole
+                {
+                    t.awaiting_whole = false;
+                    t.assembly = Assembly::new(manifest, None).ok();
+                }
+                self.assembled(node, rel);
+            }
             Reloc::Progress => self.source_event(rel, SourceEvent::Progress),
-            Reloc::RelayReady => self.source_event(rel, SourceEvent::RelayReady),
+            Reloc::RelayReady => {
+                // The target holds the image: it is never sent again.
+                if let Some((_, s)) = self.source(rel) {
+                    s.image = None;
+                }
+                self.source_event(rel, SourceEvent::RelayReady)
+            }
             Reloc::Refused => {
                 self.source_event(rel, SourceEvent::Refused(Refusal::other("refused")))
             }
-            Reloc::Committed => self.source_event(rel, SourceEvent::Committed),
+            Reloc::Committed => {
+                if let Some((_, s)) = self.source(rel) {
+                    s.committed_at = Some(now);
+                }
+                self.source_event(rel, SourceEvent::Committed)
+            }
             Reloc::Aborted => self.source_event(rel, SourceEvent::Aborted("aborted".into())),
             Reloc::Relay(parcel) => {
                 if let Some(t) = self.target(node, rel) {
@@ -682,22 +837,28 @@ impl World {
                     .is_some_and(|t| digest(&t.relays) == (count, crc));
                 self.target_event(node, rel, TargetEvent::Cutover { matches });
             }
-            Reloc::Withdraw => self.target_event(node, rel, TargetEvent::Withdrawn),
+            Reloc::Withdraw => {
+                self.nodes[node].precopied.remove(&rel);
+                self.target_event(node, rel, TargetEvent::Withdrawn)
+            }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn offered(
-        &mut self,
-        node: usize,
-        from: usize,
-        rel: u64,
-        primary: usize,
-        cells: BTreeMap<usize, Cell>,
-        journal: Vec<Parcel>,
-        records: Vec<(usize, u64, UnitRecord)>,
-        within: Duration,
-    ) {
+    /// An offer arrives: admitted or refused, its image assembled over what this node holds of
+    /// the move's pre-copy, or the whole image asked for if it does not hold the base.
+    fn offered(&mut self, node: usize, from: usize, rel: u64, offer: OfferFrame) {
+        let OfferFrame {
+            primary,
+            cells,
+            journal,
+            records,
+            within,
+            manifest,
+        } = offer;
+        let held = self.nodes[node]
+            .precopied
+            .remove(&rel)
+            .map(|p| p.held.into_image());
         let units: Vec<UnitId> = records.iter().map(|(u, _, _)| self.unit_id(*u)).collect();
         let staged: Vec<(u64, Vec<UnitId>, bool)> = self.nodes[node]
             .incoming
@@ -712,8 +873,8 @@ impl World {
             me: &me,
             state: self.nodes[node].state,
             units: &units,
-            len: 0,
-            max_state: 1,
+            len: manifest.len,
+            max_state: MAX_STATE,
         };
         let staged_at = staged.iter().map(|(r, carried, committing)| Staged {
             rel: RelocationId(u128::from(*r)),
@@ -754,25 +915,103 @@ impl World {
                 r.moved_to(me.clone(), generation, spot)
             })
             .collect();
+        // A difference to a base not held here waits for the whole image instead.
+        let assembly = Assembly::new(manifest, held).ok();
+        let awaiting_whole = assembly.is_none();
         let target = Target {
             from,
             machine: TargetMachine::new(self.now, within),
             armed: false,
             lane: None,
             offer: Some((primary, cells, journal)),
+            assembly,
+            awaiting_whole,
+            reported: self.now,
             records,
             relays: Vec::new(),
             arriving: None,
             wrote,
         };
         self.nodes[node].incoming.insert(rel, target);
-        self.events.push(Event::Restore { node, lane: 0, rel });
         self.arm_target(node, rel);
-        let process = self.nodes[node].process;
-        self.arm(
-            self.now + PROGRESS_EVERY,
-            Timer::Progress { node, process, rel },
-        );
+        // Taken: the source counts silence from here, not from its offer.
+        let frame = if awaiting_whole {
+            trace!(
+                self,
+                "n{node} move {rel}: the offer's pre-copied base is not held here"
+            );
+            Reloc::BaseLost
+        } else {
+            Reloc::Progress
+        };
+        self.post(node, from, Msg::Reloc { rel, frame });
+        // All there already: nothing changed since the pre-copy this node holds.
+        self.assembled(node, rel);
+    }
+
+    /// A chunk of a staged move's image (dropped while the whole image is awaited).
+    fn on_chunk(&mut self, node: usize, rel: u64, index: u32, offset: u64, bytes: &[u8]) {
+        let now = self.now;
+        let Some(t) = self.target(node, rel) else {
+            return;
+        };
+        let Some(assembly) = t.assembly.as_mut() else {
+            return;
+        };
+        match assembly.add(index, offset, bytes) {
+            Ok(false) if now >= t.reported + PROGRESS_EVERY => {
+                t.reported = now;
+                let from = t.from;
+                let frame = Reloc::Progress;
+                self.post(node, from, Msg::Reloc { rel, frame });
+            }
+            Ok(false) => {}
+            Ok(true) => self.assembled(node, rel),
+            Err(error) => {
+                let refusal = Refusal::other(error.to_string());
+                self.target_event(node, rel, TargetEvent::RestoreFailed(refusal));
+            }
+        }
+    }
+
+    /// Every chunk of a staged move is in (a difference to a pre-copy may have none): the
+    /// image is checked and decoded, its states go to the offer's cells, and the restore runs,
+    /// the source hearing every second that it does.
+    fn assembled(&mut self, node: usize, rel: u64) {
+        let Some(t) = self.target(node, rel) else {
+            return;
+        };
+        if !t.assembly.as_ref().is_some_and(Assembly::complete) {
+            return;
+        }
+        let Some(finished) = t.assembly.take().map(Assembly::finish) else {
+            return;
+        };
+        let capture = match finished {
+            Ok(capture) => capture,
+            Err(error) => {
+                let refusal = Refusal::other(error.to_string());
+                self.target_event(node, rel, TargetEvent::RestoreFailed(refusal));
+                return;
+            }
+        };
+        let states: Vec<(usize, Vec<u8>)> = capture
+            .cells
+            .into_iter()
+            .map(|cell| (self.unit_index(&cell.id), cell.state.unwrap_or_default()))
+            .collect();
+        let Some(t) = self.target(node, rel) else {
+            return;
+        };
+        if let Some((_, cells, _)) = &mut t.offer {
+            for (u, state) in states {
+                if let Some(cell) = cells.get_mut(&u) {
+                    cell.state = Bytes::from(state);
+                }
+            }
+        }
+        self.events.push(Event::Restore { node, lane: 0, rel });
+        self.progress(node, rel);
     }
 
     /// A serving target refuses a new offer of a unit only while an earlier move of it commits
@@ -836,6 +1075,7 @@ impl World {
             );
             return;
         }
+        self.check_restored(node, rel, &cells);
         let units: Vec<usize> = cells.keys().copied().collect();
         let mut lane = Lane::new(primary, cells, LaneMove::staged());
         lane.queue.extend(journal);
@@ -1055,9 +1295,26 @@ impl World {
 /// A move's frame in a line of the trace.
 pub(crate) fn brief(frame: &Reloc) -> String {
     match frame {
-        Reloc::Offer {
-            primary, journal, ..
-        } => format!("offer u{primary} with {} saved", journal.len()),
+        Reloc::Precopy {
+            len, offset, bytes, ..
+        } => format!("pre-copy {} bytes at {offset} of {len}", bytes.len()),
+        Reloc::Offer(offer) => format!(
+            "offer u{} with {} saved, {} bytes in {} chunks{}",
+            offer.primary,
+            offer.journal.len(),
+            offer.manifest.len,
+            offer.manifest.chunks,
+            if offer.manifest.base.is_some() {
+                " over a pre-copy"
+            } else {
+                ""
+            }
+        ),
+        Reloc::Chunk {
+            index,
+            offset,
+            bytes,
+        } => format!("chunk {index}: {} bytes at {offset}", bytes.len()),
         other => format!("{other:?}"),
     }
 }
