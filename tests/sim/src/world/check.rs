@@ -194,10 +194,15 @@ impl World {
         let Some(g) = self.gates.get(&gate) else {
             return;
         };
+        let stuck = g.window.stuck();
         let past = self
             .outgoing
             .iter()
-            .filter(|(r, (_, s))| **r != rel && s.placed && s.gate == Some(gate))
+            .filter(|(r, (_, s))| **r != rel && s.gate == Some(gate))
+            .filter(|(_, (_, s))| {
+                s.placed
+                    .is_some_and(|(_, at)| self.now.saturating_duration_since(at) < stuck)
+            })
             .count();
         if past >= g.window.limit() {
             self.broken.get_or_insert(format!(

@@ -188,16 +188,18 @@ impl World {
         let Some((_, s)) = self.source(rel) else {
             return;
         };
-        if !s.placed || (s.machine.end().is_none() && !s.machine.undecided()) {
+        if s.placed.is_none() || (s.machine.end().is_none() && !s.machine.undecided()) {
             return;
         }
-        s.placed = false;
+        let Some((ticket, _)) = s.placed.take() else {
+            return;
+        };
         let pause = s.committed_at.zip(s.sealed_at).map(|(c, s)| c - s);
         let Some(gate) = s.gate.take() else {
             return;
         };
         if let Some(g) = self.gates.get_mut(&gate) {
-            g.window.left(pause);
+            g.window.left(ticket, pause);
             trace!(
                 self,
                 "n{} move {rel} leaves the drain's window after {pause:?}; it lets {} through",

@@ -155,6 +155,8 @@ enum Timer {
     /// A move's pre-copy stops waiting: for a round's answer, its budget, a place in its
     /// drain's window, or a snapshot.
     Copy { node: usize, process: u64, rel: u64 },
+    /// A drain's seal window may let the next move through: a place in it became stuck.
+    Admit { gate: u64 },
     /// Renew the lease, read membership, recover.
     Keep { node: usize, process: u64 },
     /// Probe the peers.
@@ -757,6 +759,7 @@ impl World {
             Timer::Copy { node, process, rel } if live(self, node, process) => {
                 self.copy_timer(node, rel)
             }
+            Timer::Admit { gate } => self.admit(gate),
             Timer::Keep { node, process } if live(self, node, process) => self.keep(node),
             Timer::Probe { node, process } if live(self, node, process) => self.probe(node),
             Timer::Fence {
@@ -907,7 +910,7 @@ impl World {
                 process: p,
                 ..
             } => !(n == node && p == process),
-            Timer::Ghost { .. } | Timer::Session { .. } => true,
+            Timer::Ghost { .. } | Timer::Session { .. } | Timer::Admit { .. } => true,
         });
     }
 }

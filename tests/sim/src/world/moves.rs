@@ -25,6 +25,7 @@ use ferry_core::relocation::protocol::{
     TargetMachine, fence_conflict,
 };
 use ferry_core::relocation::{ReadyOutcome, RelocationId};
+use ferry_core::sealing::Ticket;
 
 use super::lanes::{Cell, Lane, Parcel};
 use super::links::Msg;
@@ -120,8 +121,8 @@ pub(crate) struct Source {
     pub offered: bool,
     /// The seal window of the drain that started the move, until the move leaves it.
     pub gate: Option<u64>,
-    /// Whether the move holds a place in that window.
-    pub placed: bool,
+    /// The move's place in that window, and when it took it.
+    pub placed: Option<(Ticket, std::time::Instant)>,
     /// When the unit was sealed and when the target said it committed: the unit's pause, which
     /// the window learns from.
     pub sealed_at: Option<std::time::Instant>,
@@ -206,7 +207,7 @@ impl World {
                     image: None,
                     offered: false,
                     gate,
-                    placed: false,
+                    placed: None,
                     sealed_at: None,
                     committed_at: None,
                 },

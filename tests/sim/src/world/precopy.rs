@@ -382,16 +382,21 @@ impl World {
                 }
                 continue;
             };
+            let now = self.now;
             let Some(g) = self.gates.get_mut(&gate) else {
                 return;
             };
-            if !g.window.enter() {
+            let Some(ticket) = g.window.enter(now) else {
+                // A place held so long that it no longer counts lets the next move through then.
+                if let Some(at) = g.window.next_change(now) {
+                    self.arm(at, Timer::Admit { gate });
+                }
                 return;
-            }
+            };
             g.waiting.pop_front();
             self.check_entry(gate, rel);
             if let Some((_, s)) = self.source(rel) {
-                s.placed = true;
+                s.placed = Some((ticket, now));
             }
             self.quiesce(node, rel);
         }
