@@ -212,7 +212,7 @@ mod tests {
         assert_eq!(summary.bytes, 200);
         assert_eq!(summary.pause.max_us, 500);
         let names: Vec<&str> = summary.phases.iter().map(|p| p.phase).collect();
-        assert_eq!(names.first(), Some(&"seal_wait"));
+        assert_eq!(names.first(), Some(&"precopy"));
         assert_eq!(names.len(), PHASES);
         let transfer = summary
             .phases
