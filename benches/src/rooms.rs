@@ -67,15 +67,6 @@ impl ChangeRate {
     }
 }
 
-impl std::fmt::Display for ChangeRate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ChangeRate::PerSecond(share) => write!(f, "{share}"),
-            ChangeRate::EveryTurn => f.write_str("every-turn"),
-        }
-    }
-}
-
 /// A room's rewriting: its rate and how many bytes it rewrote so far (where the window is).
 #[derive(Debug, Default, Clone, Copy, Serialize, Deserialize)]
 pub struct Churn {

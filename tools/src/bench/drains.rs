@@ -1,6 +1,7 @@
 //! Every room with state taken off the first node at once, two ways on the same rooms: the
 //! baseline hands them off to the two other nodes, then (untimed) back; then Ferry drains the node.
-//! Both run [`IN_FLIGHT`] rooms at a time and carry as many messages per room.
+//! Both move up to [`IN_FLIGHT`] rooms at a time (Ferry's drain seals only as many as its window lets
+//! through) and carry as many messages per room.
 
 use std::time::{Duration, Instant};
 

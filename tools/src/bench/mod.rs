@@ -134,7 +134,8 @@ struct GameRooms {
 }
 
 /// Runs the bench, prints the table (or the JSON) and writes the chart if asked for; fails if Ferry lost or
-/// doubled a message, a bot saw something wrong, or a step could not be done.
+/// doubled a message, a bot saw something wrong, the drain did not move every room, or a step could
+/// not be done.
 pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
     let started = Instant::now();
     // Watched, so that each room moved one at a time seals with its queue in it.
