@@ -129,6 +129,7 @@ fn check(report: &Value, chart: &str, store: &str) {
     assert_eq!(
         names,
         [
+            "precopy",
             "seal_wait",
             "capture",
             "store_read",
