@@ -10,9 +10,10 @@
 //! - it takes another node for dead only once that node's lease has lapsed *and* the mesh confirms
 //!   it: the node said it stopped; or it has not been heard from for the grace plus a margin; or
 //!   it was never heard from although its descriptor names this node among the peers it counts on
-//!   (so it never got the answer it needed to run past its lease); or, for a node that never
-//!   heard of this one, its lease has been seen lapsed for the outage limit plus a TTL plus the
-//!   margin: [`Witness::read`].
+//!   (so it never got the answer it needed to run past its lease from this process, and what an
+//!   earlier process of this node's id answered it ran out a grace after this one began); or, for
+//!   a node that never heard of this one, its lease has been seen lapsed for the outage limit plus
+//!   a TTL plus the margin: [`Witness::read`].
 //!
 //! A node that answers a probe first counts the asker among the peers it needs answers from, so
 //! whoever has heard from a node is also one the node waits for. docs/reliability.md gives the
@@ -127,7 +128,8 @@ pub struct Witness {
 }
 
 impl Witness {
-    /// A witness that has heard from nobody yet; `base` is now, or earlier.
+    /// A witness that has heard from nobody yet, in a process that begins at `base` (now): a peer
+    /// may still run on answers an earlier process of this node gave it, for a grace past `base`.
     pub fn new(base: Instant) -> Self {
         Witness {
             base,
@@ -238,8 +240,12 @@ impl Witness {
                 || self.ended.contains(node)
                 || match self.heard.get(node) {
                     Some(heard) => now >= *heard + times.grace + times.margin(),
-                    // It waits for our answer to run past its lease, and never got one.
-                    None if *counts_on_me => now >= since + times.margin(),
+                    // It waits for our answer to run past its lease, and never got one from this
+                    // process; one an earlier process of ours gave it vouches a grace past `base`
+                    // at most.
+                    None if *counts_on_me => {
+                        now >= since.max(self.base + times.grace) + times.margin()
+                    }
                     None => now >= since + times.outage_limit + times.lease_ttl + times.margin(),
                 };
             if confirmed_dead {
@@ -390,6 +396,8 @@ mod tests {
     fn a_node_that_counts_on_us_and_never_heard_from_us_is_dead_after_the_margin() {
         let mut clock = Clock::new();
         let mut witness = Witness::new(clock.0);
+        // This process began a grace ago: no answer of an earlier one vouches for `n` any more.
+        clock.advance(TIMES.grace);
         let n = id("n");
         let counting = Lapsed {
             counts_on_me: true,
@@ -400,6 +408,34 @@ mod tests {
             vec![(n.clone(), Verdict::Suspected)]
         );
         clock.advance(TIMES.margin());
+        assert_eq!(
+            read_one(&mut witness, clock.0, &counting),
+            vec![(n.clone(), Verdict::Dead)]
+        );
+    }
+
+    /// An earlier process of this node's id may have answered `n` just before this one began:
+    /// `n` runs on that answer for a grace, so this process, which never heard from `n`, waits a
+    /// grace and the margin from its start before it takes `n` for dead.
+    #[test]
+    fn a_new_process_waits_out_what_its_earlier_process_may_have_answered() {
+        let mut clock = Clock::new();
+        let mut witness = Witness::new(clock.0);
+        let n = id("n");
+        let counting = Lapsed {
+            counts_on_me: true,
+            ..lapsed(&n, 2)
+        };
+        assert_eq!(
+            read_one(&mut witness, clock.0, &counting),
+            vec![(n.clone(), Verdict::Suspected)]
+        );
+        clock.advance(TIMES.grace + TIMES.margin() - Duration::from_millis(1));
+        assert_eq!(
+            read_one(&mut witness, clock.0, &counting),
+            vec![(n.clone(), Verdict::Suspected)]
+        );
+        clock.advance(Duration::from_millis(1));
         assert_eq!(
             read_one(&mut witness, clock.0, &counting),
             vec![(n.clone(), Verdict::Dead)]

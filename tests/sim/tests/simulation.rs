@@ -20,6 +20,16 @@ const SHAPE: Shape = Shape {
 };
 const STEPS: usize = 150;
 
+/// The cluster a seed runs on: one seed in two gives some of its units states large enough to be
+/// pre-copied, the others keep theirs small, which keeps the run short.
+fn shape(seed: u64) -> Shape {
+    if seed.is_multiple_of(2) {
+        SHAPE
+    } else {
+        Shape { large: 0, ..SHAPE }
+    }
+}
+
 fn env_number(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
@@ -60,7 +70,7 @@ fn twenty_thousand_seeds_keep_every_invariant() {
                     let again = format!(
                         "FERRY_SIM_SEED={seed} cargo test -p ferry-sim --test simulation replays -- --nocapture"
                     );
-                    let outcome = check_plan(SHAPE, &Plan::generate(seed, STEPS), &again);
+                    let outcome = check_plan(shape(seed), &Plan::generate(seed, STEPS), &again);
                     moves += outcome.moves_ended;
                     ran += outcome.tells_ran;
                 }
@@ -123,16 +133,16 @@ fn drains_of_large_rooms_wait_for_budget_and_window() {
 #[test]
 fn a_seed_replays_step_by_step() {
     let seed = env_number("FERRY_SIM_SEED").unwrap_or(4242);
-    let first = replay(SHAPE, &Plan::generate(seed, STEPS));
+    let first = replay(shape(seed), &Plan::generate(seed, STEPS));
     if std::env::var("FERRY_SIM_SEED").is_ok() {
         println!("{}", first.trace.join("\n"));
         if let Some((at, broken)) = &first.violation {
             println!("broke an invariant at step {at}: {broken}");
         }
     }
-    let again = replay(SHAPE, &Plan::generate(seed, STEPS));
+    let again = replay(shape(seed), &Plan::generate(seed, STEPS));
     assert_eq!(first.trace, again.trace);
-    let untraced = run(SHAPE, &Plan::generate(seed, STEPS));
+    let untraced = run(shape(seed), &Plan::generate(seed, STEPS));
     assert_eq!(
         (untraced.violation, untraced.moves_ended, untraced.tells_ran),
         (first.violation.clone(), first.moves_ended, first.tells_ran),
@@ -227,7 +237,7 @@ fn survey() {
     let mut kinds: std::collections::BTreeMap<String, (u64, u64, usize, String)> =
         Default::default();
     for seed in 0..seeds {
-        let outcome = run(SHAPE, &Plan::generate(seed, STEPS));
+        let outcome = run(shape(seed), &Plan::generate(seed, STEPS));
         if let Some((at, broken)) = outcome.violation {
             let kind: String = broken.chars().filter(|c| !c.is_ascii_digit()).collect();
             let entry = kinds.entry(kind).or_insert((0, seed, at, broken));
@@ -235,7 +245,7 @@ fn survey() {
         }
     }
     for (count, first, at, example) in kinds.values() {
-        let short = shrink(SHAPE, &Plan::generate(*first, STEPS));
+        let short = shrink(shape(*first), &Plan::generate(*first, STEPS));
         println!(
             "{count:>6}  first seed {first:>7} at step {at:>3} (shortest plan {:>3} steps)  {example}",
             short.steps.len()

@@ -209,7 +209,7 @@ impl World {
     pub(crate) fn fresh_cell(&self, u: usize) -> Cell {
         let len = match u % 8 {
             _ if self.shape.large == 0 => SMALL_STATE,
-            0 => self.shape.large,
+            0 if self.is_room(u) => self.shape.large,
             4 => MIN_IMAGE,
             _ => SMALL_STATE,
         };

@@ -65,9 +65,9 @@ pub struct Shape {
     pub senders: usize,
     /// Game clients, each with its gateway on node `client % nodes`.
     pub clients: usize,
-    /// Bytes of state in every eighth unit, from pre-copy's `MIN_IMAGE` up, so that their moves
-    /// ship it while they run (0: none). Every eighth from the fifth holds `MIN_IMAGE`, all of it
-    /// rewritten every turn; the others hold a few bytes.
+    /// Bytes of state in every eighth unit that is a room, from pre-copy's `MIN_IMAGE` up, so that
+    /// their moves ship it while they run. Every eighth unit from the fifth holds `MIN_IMAGE`, all
+    /// of it rewritten every turn; the others hold a few bytes. 0: every unit holds a few bytes.
     pub large: usize,
 }
 
