@@ -387,11 +387,10 @@ impl SourceRun {
             // Given back here: the window learns how long the unit was paused.
             pass.paused(self.committed_at.zip(self.sealed_at).map(|(c, s)| c - s));
         }
-        if self.offered_at.is_none() && self.precopy.copied().before_seal > 0 {
-            // Never offered: what the target holds of the pre-copy is of no use any more.
-            if let Err(error) = self.send(RelocFrame::Withdraw { rel: self.rel }) {
-                tracing::debug!(%error, "withdrawal of the pre-copy not sent");
-            }
+        if self.precopy.left_behind(self.offered_at.is_some())
+            && let Err(error) = self.send(RelocFrame::Withdraw { rel: self.rel })
+        {
+            tracing::debug!(%error, "withdrawal of the pre-copy not sent");
         }
     }
 

@@ -205,6 +205,12 @@ impl Precopy {
         }
     }
 
+    /// Whether a move that ends must tell its target to drop what it pre-copied there: it sent
+    /// some, and never `offered` the unit, so no offer will take it.
+    pub fn left_behind(&self, offered: bool) -> bool {
+        !offered && self.copied.before_seal > 0
+    }
+
     /// What the move sent so far.
     pub fn copied(&self) -> Copied {
         self.copied
@@ -420,6 +426,18 @@ mod tests {
         let sealed = pre.seal(Bytes::from(state));
         assert_eq!(sealed.manifest.base, None);
         assert_eq!(pre.copied().after_seal, 300_000);
+    }
+
+    #[test]
+    fn only_a_move_that_precopied_and_never_offered_leaves_a_precopy_behind() {
+        let mut pre = Precopy::new();
+        assert!(!pre.left_behind(false));
+        assert!(matches!(
+            pre.round(Bytes::from(image(MIN_IMAGE, 1))),
+            Round::Send { .. }
+        ));
+        assert!(pre.left_behind(false));
+        assert!(!pre.left_behind(true));
     }
 
     #[test]

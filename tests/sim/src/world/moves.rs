@@ -287,10 +287,8 @@ impl World {
         self.leave_window(rel);
         if ended.is_some()
             && let Some((node, s)) = self.source(rel)
-            && !s.offered
-            && s.precopy.copied().before_seal > 0
+            && s.precopy.left_behind(s.offered)
         {
-            // Never offered: what the target holds of the pre-copy is of no use any more.
             let to = s.to;
             let frame = Reloc::Withdraw;
             self.post(node, to, Msg::Reloc { rel, frame });
