@@ -29,6 +29,9 @@
 //!   which units an earlier process of a node's id left, and when it certainly stopped.
 //! - [`relocation`]: a move's capture, its pre-copy, frames and phases, and its two sides as state
 //!   machines.
+//! - [`standby`]: a room's warm standby: where it is held, checkpoints as differences, the
+//!   standby's in-order apply, which effects confirmed mode releases, and which copy a crash
+//!   promotes.
 //! - [`frames`]: everything nodes say to each other on the mesh.
 //! - [`delivery`]: frames numbered per link, kept until acknowledged and sent again after a reset.
 
@@ -49,5 +52,6 @@ pub mod routes;
 pub mod sealing;
 pub mod session;
 pub mod shared_bytes;
+pub mod standby;
 pub mod timer;
 pub mod witness;

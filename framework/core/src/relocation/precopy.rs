@@ -61,7 +61,7 @@ pub fn changed(base: &[u8], image: &[u8]) -> Vec<Range<usize>> {
 }
 
 /// The whole of an image, cut into chunks.
-fn whole(len: usize) -> Vec<Range<usize>> {
+pub(crate) fn whole(len: usize) -> Vec<Range<usize>> {
     (0..len)
         .step_by(CHUNK)
         .map(|at| at..(at + CHUNK).min(len))
@@ -69,7 +69,7 @@ fn whole(len: usize) -> Vec<Range<usize>> {
 }
 
 /// The pieces of `image` at `ranges`, each with its offset.
-fn slices(image: &Bytes, ranges: Vec<Range<usize>>) -> Vec<(u64, Bytes)> {
+pub(crate) fn slices(image: &Bytes, ranges: Vec<Range<usize>>) -> Vec<(u64, Bytes)> {
     ranges
         .into_iter()
         .map(|range| (range.start as u64, image.slice(range)))

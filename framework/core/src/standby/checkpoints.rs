@@ -1,0 +1,592 @@
+//! The owner's side of a standby: checkpoints numbered in order within a series, each shipping
+//! what changed since the last one the standby acknowledged, within the node's budget, and which
+//! turns' effects confirmed mode may release.
+//!
+//! One checkpoint is in flight per room: the next difference is made against what the standby
+//! acknowledged, never against what it may not hold. Whatever goes wrong (a refusal, no answer,
+//! another holder) starts a new series with the whole image, and confirmed mode releases nothing
+//! more until the store names that series as the room's standby (see
+//! [`promotion`](super::promotion)): recovery promotes only the copy the store names.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::{Policy, Series};
+use crate::ids::NodeId;
+use crate::relocation::capture::{Base, Manifest};
+use crate::relocation::precopy::{changed, slices, whole};
+
+/// Checkpoint bytes a node has sent and not seen acknowledged, across all its rooms: its
+/// checkpoint traffic never takes more of its links than this.
+pub const IN_FLIGHT_BYTES: usize = 1024 * 1024;
+
+/// A room whose oldest change not held by its standby is older than this is reported behind.
+pub const BEHIND_AFTER: Duration = Duration::from_secs(1);
+
+/// What the owner sends its standby: the pieces of the image that differ from the checkpoint
+/// before it in the series (all of it for the first), checked as a move's image is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The series it belongs to.
+    pub series: Series,
+    /// Its number in the series, from 1, with no gaps.
+    pub number: u64,
+    /// The last of the room's turns it contains.
+    pub turn: u64,
+    /// What the standby checks the pieces against; its base is the checkpoint before.
+    pub manifest: Manifest,
+    /// The pieces, each with its offset in the image.
+    pub pieces: Vec<(u64, Bytes)>,
+}
+
+/// A node's share of its links for checkpoints: bytes sent and not yet acknowledged.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    limit: usize,
+    used: usize,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget::new(IN_FLIGHT_BYTES)
+    }
+}
+
+impl Budget {
+    /// A budget of `limit` bytes in flight.
+    pub fn new(limit: usize) -> Self {
+        Budget { limit, used: 0 }
+    }
+
+    /// Takes `bytes` if they fit; a checkpoint larger than the whole budget goes alone.
+    fn admit(&mut self, bytes: usize) -> bool {
+        if self.used > 0 && self.used.saturating_add(bytes) > self.limit {
+            return false;
+        }
+        self.used += bytes;
+        true
+    }
+
+    fn give_back(&mut self, bytes: usize) {
+        self.used = self.used.saturating_sub(bytes);
+    }
+
+    /// Bytes in flight now.
+    pub fn used(&self) -> usize {
+        self.used
+    }
+}
+
+/// What a turn boundary does about a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Take {
+    /// Send this to the standby.
+    Ship(Checkpoint),
+    /// Nothing changed since the checkpoint the standby holds: nothing to send, and the turns
+    /// so far count as held.
+    Unchanged,
+    /// The interval since the last checkpoint has not passed.
+    NotDue,
+    /// A checkpoint is on its way: the next one waits for its answer.
+    Waiting,
+    /// The node's budget is spent: the room falls behind (see [`Checkpoints::behind`]) and its
+    /// turns go on.
+    OverBudget,
+    /// No node can hold a standby now.
+    NoHolder,
+}
+
+#[derive(Debug, Clone)]
+struct Flight {
+    number: u64,
+    turn: u64,
+    image: Bytes,
+    bytes: usize,
+    sent: Instant,
+}
+
+/// One room's checkpoints, on its owner.
+#[derive(Debug, Clone)]
+pub struct Checkpoints {
+    policy: Policy,
+    series: Series,
+    /// The node the series ships to.
+    holder: Option<NodeId>,
+    /// The number the next checkpoint takes.
+    next: u64,
+    /// The image of the last checkpoint of this series the standby acknowledged.
+    held: Option<Bytes>,
+    /// The last turn contained in an acknowledged checkpoint of this series.
+    held_turn: u64,
+    flight: Option<Flight>,
+    /// Turns run so far.
+    turn: u64,
+    /// When the last checkpoint was sent.
+    last: Option<Instant>,
+    /// Since when a turn has run that no acknowledged checkpoint contains.
+    unheld_since: Option<Instant>,
+    /// The series the store names as this room's standby, as far as this owner knows.
+    named: Option<Series>,
+    /// The last turn whose effects may leave the node.
+    released: u64,
+}
+
+impl Checkpoints {
+    /// A room's checkpoints under `policy`, starting with series `first` (the owner generation
+    /// of the record the owner runs the room under, epoch 1).
+    pub fn new(policy: Policy, first: Series) -> Self {
+        Checkpoints {
+            policy,
+            series: first,
+            holder: None,
+            next: 1,
+            held: None,
+            held_turn: 0,
+            flight: None,
+            turn: 0,
+            last: None,
+            unheld_since: None,
+            named: None,
+            released: 0,
+        }
+    }
+
+    /// The series checkpoints are sent in now.
+    pub fn series(&self) -> Series {
+        self.series
+    }
+
+    /// The node the checkpoints go to, once [`aim`](Self::aim) chose one.
+    pub fn holder(&self) -> Option<&NodeId> {
+        self.holder.as_ref()
+    }
+
+    /// Points the checkpoints at `holder`, the node placement chooses now: another one than
+    /// before (the last one left, drains, or the room moved onto it) starts a new series there.
+    pub fn aim(&mut self, holder: Option<NodeId>, budget: &mut Budget) {
+        if holder != self.holder {
+            self.restart(budget);
+            self.holder = holder;
+        }
+    }
+
+    /// A turn ran at `now`: its number, which its effects are held under.
+    pub fn turn(&mut self, now: Instant) -> u64 {
+        self.turn += 1;
+        self.unheld_since.get_or_insert(now);
+        if self.policy != Policy::Confirmed {
+            self.released = self.turn;
+        }
+        self.turn
+    }
+
+    /// At a turn boundary, with the room's image now: what to send its standby, if anything.
+    pub fn take(&mut self, now: Instant, image: Bytes, budget: &mut Budget) -> Take {
+        if self.holder.is_none() {
+            return Take::NoHolder;
+        }
+        if self.flight.is_some() {
+            return Take::Waiting;
+        }
+        let interval = self.policy.interval();
+        if self
+            .last
+            .is_some_and(|last| now.duration_since(last) < interval)
+        {
+            return Take::NotDue;
+        }
+        let pieces: Vec<Range<usize>> = match &self.held {
+            None => whole(image.len()),
+            Some(held) => changed(held, &image),
+        };
+        if self
+            .held
+            .as_ref()
+            .is_some_and(|held| held.len() == image.len())
+            && pieces.is_empty()
+        {
+            self.holds(self.turn);
+            return Take::Unchanged;
+        }
+        let bytes: usize = pieces.iter().map(Range::len).sum();
+        if !budget.admit(bytes) {
+            return Take::OverBudget;
+        }
+        let number = self.next;
+        self.next += 1;
+        self.last = Some(now);
+        let manifest = Manifest {
+            len: image.len() as u64,
+            chunks: pieces.len() as u32,
+            crc: crc32c::crc32c(&image),
+            base: self.held.as_ref().map(|held| Base::of(held)),
+        };
+        let pieces = slices(&image, pieces);
+        self.flight = Some(Flight {
+            number,
+            turn: self.turn,
+            image,
+            bytes,
+            sent: now,
+        });
+        Take::Ship(Checkpoint {
+            series: self.series,
+            number,
+            turn: self.turn,
+            manifest,
+            pieces,
+        })
+    }
+
+    /// The standby acknowledged checkpoint `number` of `series`. `Some(series)` when the store
+    /// must now name this series as the room's standby (its first acknowledgement): confirmed
+    /// mode releases nothing it holds until [`named`](Self::named).
+    pub fn acked(&mut self, series: Series, number: u64, budget: &mut Budget) -> Option<Series> {
+        let current = self.series;
+        let flight = self
+            .flight
+            .take_if(|f| series == current && f.number == number)?;
+        budget.give_back(flight.bytes);
+        self.held = Some(flight.image);
+        self.holds(flight.turn);
+        self.unnamed()
+    }
+
+    /// The standby refused checkpoint `number` of `series` (it lacks the base, or it would skip
+    /// one): a new series starts with the whole image.
+    pub fn refused(&mut self, series: Series, number: u64, budget: &mut Budget) {
+        if series == self.series && self.flight.as_ref().is_some_and(|f| f.number == number) {
+            self.restart(budget);
+        }
+    }
+
+    /// Whether the checkpoint in flight went unanswered for `wait`: the standby may have lost
+    /// it with its process, and [`restart`](Self::restart) sends the whole image again.
+    pub fn overdue(&self, now: Instant, wait: Duration) -> bool {
+        self.flight
+            .as_ref()
+            .is_some_and(|f| now.duration_since(f.sent) >= wait)
+    }
+
+    /// Forgets what the standby holds: the next checkpoint starts a new series, whole.
+    pub fn restart(&mut self, budget: &mut Budget) {
+        if let Some(flight) = self.flight.take() {
+            budget.give_back(flight.bytes);
+        }
+        self.held = None;
+        self.held_turn = 0;
+        // A series nothing was sent in may go on where it is.
+        if self.next > 1 {
+            self.series.epoch += 1;
+        }
+        self.next = 1;
+        self.last = None;
+    }
+
+    /// The series the store should name and does not yet, as far as this owner knows: the
+    /// current one, once its standby acknowledged a checkpoint of it.
+    pub fn unnamed(&self) -> Option<Series> {
+        (self.held.is_some() && self.named != Some(self.series)).then_some(self.series)
+    }
+
+    /// The store names `series` as the room's standby.
+    pub fn named(&mut self, series: Series) {
+        self.named = Some(series);
+        self.release_held();
+    }
+
+    /// The last turn whose effects may leave the node now: every turn but in confirmed mode,
+    /// where only the turns of a checkpoint the standby acknowledged in the series the store
+    /// names (so that recovery promotes a copy that holds them).
+    pub fn released(&self) -> u64 {
+        self.released
+    }
+
+    /// How long the room's oldest change has waited for its standby, once that is longer than
+    /// [`BEHIND_AFTER`]: it cannot keep up (its checkpoints wait for the budget, or for a
+    /// standby that does not answer). Reported; its turns go on.
+    pub fn behind(&self, now: Instant) -> Option<Duration> {
+        let since = self.unheld_since?;
+        let age = now.duration_since(since);
+        (age > BEHIND_AFTER).then_some(age)
+    }
+
+    /// Gives back what is in flight when the room leaves this node or ends.
+    pub fn close(mut self, budget: &mut Budget) {
+        if let Some(flight) = self.flight.take() {
+            budget.give_back(flight.bytes);
+        }
+    }
+
+    fn holds(&mut self, turn: u64) {
+        self.held_turn = turn;
+        if turn == self.turn {
+            self.unheld_since = None;
+        }
+        self.release_held();
+    }
+
+    fn release_held(&mut self) {
+        if self.named == Some(self.series) && self.held.is_some() {
+            self.released = self.released.max(self.held_turn);
+        }
+    }
+}
+
+/// A room's effects held in confirmed mode (confirmations, replies, pushes), each under the
+/// turn that caused it, until that turn is released.
+#[derive(Debug, Clone)]
+pub struct Outbox<E> {
+    held: VecDeque<(u64, E)>,
+}
+
+impl<E> Default for Outbox<E> {
+    fn default() -> Self {
+        Outbox {
+            held: VecDeque::new(),
+        }
+    }
+}
+
+impl<E> Outbox<E> {
+    /// An effect of `turn`: given back to be sent now if `released` covers it and nothing held
+    /// before it waits, else held.
+    pub fn effect(&mut self, turn: u64, effect: E, released: u64) -> Option<E> {
+        if turn <= released && self.held.is_empty() {
+            return Some(effect);
+        }
+        self.held.push_back((turn, effect));
+        None
+    }
+
+    /// The held effects that `released` now covers, in the order their turns ran.
+    pub fn release(&mut self, released: u64) -> Vec<E> {
+        let mut out = Vec::new();
+        while self.held.front().is_some_and(|(turn, _)| *turn <= released) {
+            if let Some((_, effect)) = self.held.pop_front() {
+                out.push(effect);
+            }
+        }
+        out
+    }
+
+    /// Every effect still held, for a room that leaves the node.
+    pub fn drain(&mut self) -> Vec<E> {
+        self.held.drain(..).map(|(_, effect)| effect).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::standby::copy::{self, Applied, Copy, Refusal};
+
+    fn node(id: &str) -> NodeId {
+        NodeId::new(id).unwrap()
+    }
+
+    fn first() -> Series {
+        Series {
+            generation: 3,
+            epoch: 1,
+        }
+    }
+
+    fn image(len: usize, seed: u8) -> Bytes {
+        Bytes::from(
+            (0..len)
+                .map(|i| (i as u8).wrapping_mul(13) ^ seed)
+                .collect::<Vec<u8>>(),
+        )
+    }
+
+    /// Takes a checkpoint and, if one ships, applies it on `held` and answers it.
+    fn ship(
+        owner: &mut Checkpoints,
+        held: &mut Option<Copy>,
+        now: Instant,
+        state: &Bytes,
+        budget: &mut Budget,
+    ) -> Take {
+        let take = owner.take(now, state.clone(), budget);
+        if let Take::Ship(checkpoint) = &take {
+            match copy::apply(held, checkpoint, false) {
+                Ok(_) => {
+                    if let Some(series) = owner.acked(checkpoint.series, checkpoint.number, budget)
+                    {
+                        owner.named(series);
+                    }
+                }
+                Err(_) => owner.refused(checkpoint.series, checkpoint.number, budget),
+            }
+        }
+        take
+    }
+
+    #[test]
+    fn the_first_checkpoint_is_whole_then_only_what_changed_and_nothing_when_unchanged() {
+        let now = Instant::now();
+        let mut budget = Budget::default();
+        let mut owner = Checkpoints::new(Policy::Confirmed, first());
+        owner.aim(Some(node("b")), &mut budget);
+        let mut held = None;
+        let mut state = image(100_000, 1);
+        owner.turn(now);
+        let Take::Ship(whole) = ship(&mut owner, &mut held, now, &state, &mut budget) else {
+            panic!("the first checkpoint ships");
+        };
+        assert_eq!(whole.manifest.base, None);
+        assert_eq!(whole.number, 1);
+        let mut bytes = state.to_vec();
+        bytes[40_000] ^= 1;
+        state = Bytes::from(bytes);
+        owner.turn(now);
+        let Take::Ship(diff) = ship(&mut owner, &mut held, now, &state, &mut budget) else {
+            panic!("a change ships");
+        };
+        assert_eq!(diff.number, 2);
+        assert_eq!(diff.pieces.len(), 1);
+        assert_eq!(held.as_ref().unwrap().image(), &state);
+        owner.turn(now);
+        assert_eq!(
+            ship(&mut owner, &mut held, now, &state, &mut budget),
+            Take::Unchanged
+        );
+        assert_eq!(owner.released(), 3);
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn confirmed_mode_releases_only_turns_of_an_acknowledged_and_named_checkpoint() {
+        let now = Instant::now();
+        let mut budget = Budget::default();
+        let mut owner = Checkpoints::new(Policy::Confirmed, first());
+        owner.aim(Some(node("b")), &mut budget);
+        let mut outbox = Outbox::default();
+        let turn = owner.turn(now);
+        assert_eq!(outbox.effect(turn, "reply 1", owner.released()), None);
+        let Take::Ship(cp) = owner.take(now, image(10, 1), &mut budget) else {
+            panic!("ships");
+        };
+        let turn = owner.turn(now);
+        assert_eq!(outbox.effect(turn, "reply 2", owner.released()), None);
+        let series = owner.acked(cp.series, cp.number, &mut budget);
+        assert_eq!(series, Some(first()));
+        assert!(outbox.release(owner.released()).is_empty(), "not named yet");
+        owner.named(first());
+        assert_eq!(outbox.release(owner.released()), vec!["reply 1"]);
+        // The standby's node leaves: a new series, and nothing more until it is named.
+        owner.aim(Some(node("c")), &mut budget);
+        let Take::Ship(cp) = owner.take(now, image(10, 2), &mut budget) else {
+            panic!("ships");
+        };
+        assert_eq!(cp.manifest.base, None);
+        assert_eq!(cp.series.epoch, 2);
+        assert_eq!(
+            owner.acked(cp.series, cp.number, &mut budget),
+            Some(cp.series)
+        );
+        assert!(outbox.release(owner.released()).is_empty());
+        owner.named(cp.series);
+        assert_eq!(outbox.release(owner.released()), vec!["reply 2"]);
+    }
+
+    #[test]
+    fn periodic_mode_releases_at_once_and_waits_for_its_interval() {
+        let now = Instant::now();
+        let mut budget = Budget::default();
+        let mut owner = Checkpoints::new(Policy::periodic(), first());
+        owner.aim(Some(node("b")), &mut budget);
+        let mut held = None;
+        let turn = owner.turn(now);
+        assert_eq!(turn, owner.released());
+        assert!(matches!(
+            ship(&mut owner, &mut held, now, &image(10, 1), &mut budget),
+            Take::Ship(_)
+        ));
+        owner.turn(now);
+        let soon = now + Duration::from_millis(50);
+        assert_eq!(
+            ship(&mut owner, &mut held, soon, &image(10, 2), &mut budget),
+            Take::NotDue
+        );
+        let later = now + crate::standby::DEFAULT_INTERVAL;
+        assert!(matches!(
+            ship(&mut owner, &mut held, later, &image(10, 2), &mut budget),
+            Take::Ship(_)
+        ));
+    }
+
+    #[test]
+    fn one_in_flight_per_room_and_a_node_budget_that_reports_the_room_behind() {
+        let now = Instant::now();
+        let mut budget = Budget::new(150_000);
+        let mut a = Checkpoints::new(Policy::Confirmed, first());
+        let mut b = Checkpoints::new(Policy::Confirmed, first());
+        a.aim(Some(node("b")), &mut budget);
+        b.aim(Some(node("c")), &mut budget);
+        a.turn(now);
+        b.turn(now);
+        assert!(matches!(
+            a.take(now, image(100_000, 1), &mut budget),
+            Take::Ship(_)
+        ));
+        assert_eq!(a.take(now, image(100_000, 2), &mut budget), Take::Waiting);
+        assert_eq!(
+            b.take(now, image(100_000, 3), &mut budget),
+            Take::OverBudget
+        );
+        let later = now + BEHIND_AFTER * 2;
+        assert!(b.behind(later).is_some());
+        assert!(a.overdue(later, BEHIND_AFTER));
+        a.restart(&mut budget);
+        assert_eq!(budget.used(), 0);
+        assert!(matches!(
+            b.take(later, image(100_000, 3), &mut budget),
+            Take::Ship(_)
+        ));
+    }
+
+    #[test]
+    fn a_standby_that_lost_its_copy_refuses_the_difference_and_gets_the_whole_image() {
+        let now = Instant::now();
+        let mut budget = Budget::default();
+        let mut owner = Checkpoints::new(Policy::Confirmed, first());
+        owner.aim(Some(node("b")), &mut budget);
+        let mut held = None;
+        owner.turn(now);
+        ship(&mut owner, &mut held, now, &image(50_000, 1), &mut budget);
+        held = None;
+        owner.turn(now);
+        let Take::Ship(diff) = owner.take(now, image(50_000, 2), &mut budget) else {
+            panic!("ships");
+        };
+        assert_eq!(
+            copy::apply(&mut held, &diff, false),
+            Err(Refusal::Gap { held: 0, got: 2 })
+        );
+        owner.refused(diff.series, diff.number, &mut budget);
+        let Take::Ship(whole) = owner.take(now, image(50_000, 2), &mut budget) else {
+            panic!("ships");
+        };
+        assert_eq!((whole.series.epoch, whole.number), (2, 1));
+        assert_eq!(copy::apply(&mut held, &whole, false), Ok(Applied::New));
+        assert_eq!(copy::apply(&mut held, &whole, false), Ok(Applied::Again));
+    }
+
+    #[test]
+    fn no_holder_no_checkpoint() {
+        let mut budget = Budget::default();
+        let mut owner = Checkpoints::new(Policy::Confirmed, first());
+        assert_eq!(
+            owner.take(Instant::now(), image(10, 1), &mut budget),
+            Take::NoHolder
+        );
+        owner.aim(None, &mut budget);
+        assert_eq!(owner.holder(), None);
+    }
+}

@@ -1,0 +1,74 @@
+//! Warm standby: a copy of a room's image kept on another node, checkpointed at turn boundaries
+//! as differences, so that a crash of its owner promotes that copy instead of rebuilding the
+//! room from nothing.
+//!
+//! - [`placement`]: which node holds a room's standby copy.
+//! - [`checkpoints`]: the owner's side: numbering, what a checkpoint ships, the node's budget,
+//!   and which turns' effects confirmed mode may release.
+//! - [`copy`]: the standby's side: applying checkpoints in order, refusing what it cannot apply.
+//! - [`promotion`]: which copy recovery promotes when the owner died, and on what condition.
+
+pub mod checkpoints;
+pub mod copy;
+pub mod placement;
+pub mod promotion;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How often a periodic standby is checkpointed unless its factory says otherwise.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// A factory's standby policy, chosen at registration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Policy {
+    /// No standby: a crash rebuilds the room from nothing.
+    #[default]
+    None,
+    /// A checkpoint at the first turn boundary after each interval: a crash loses at most what
+    /// changed since the last one the standby acknowledged.
+    Periodic {
+        /// The least time between two checkpoints.
+        interval: Duration,
+    },
+    /// A checkpoint at every turn boundary that follows a change, and a turn's effects (a
+    /// confirmation, a reply, a push) leave the node only once the standby holds them: a crash
+    /// loses nothing anyone was told had happened.
+    Confirmed,
+}
+
+impl Policy {
+    /// Periodic checkpoints at the default interval.
+    pub fn periodic() -> Self {
+        Policy::Periodic {
+            interval: DEFAULT_INTERVAL,
+        }
+    }
+
+    /// Whether rooms of this policy keep a standby at all.
+    pub fn keeps_standby(self) -> bool {
+        self != Policy::None
+    }
+
+    /// The least time between two checkpoints.
+    fn interval(self) -> Duration {
+        match self {
+            Policy::Periodic { interval } => interval,
+            Policy::None | Policy::Confirmed => Duration::ZERO,
+        }
+    }
+}
+
+/// Which run of checkpoints a checkpoint belongs to. An owner starts a new series whenever it
+/// cannot know what its standby holds (a new standby, a refusal, an answer that never came); the
+/// first checkpoint of a series is the whole image. Series compare by the owner generation of the
+/// record their owner runs the room under, then by the owner's own count: a standby never goes
+/// back to an older series, so an owner that lost the room cannot overwrite its successor's copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Series {
+    /// The owner generation of the room's record under its owner (grows on every owner change).
+    pub generation: u64,
+    /// The owner's count of series under that generation, from 1.
+    pub epoch: u64,
+}

@@ -1,0 +1,110 @@
+//! Which node holds a room's standby copy: a pure choice among node descriptors.
+//!
+//! Each room ranks the nodes by a score drawn from its id and theirs (rendezvous hashing), so
+//! that standbys spread over the nodes without anyone counting them, every node computes the same
+//! choice from the same view, and a node that leaves moves only the standbys it held.
+
+use crate::authority::{NodeDescriptor, NodeState};
+use crate::ids::{NodeId, UnitId};
+
+/// The node that holds `unit`'s standby while `owner` runs it: the serving node other than the
+/// owner that registers `factory` and ranks highest for the unit. `None` when there is none
+/// (a one-node cluster, or every other node drains): the room runs without a standby meanwhile.
+pub fn holder<'a>(
+    view: impl IntoIterator<Item = &'a NodeDescriptor>,
+    owner: &NodeId,
+    unit: &UnitId,
+    factory: &str,
+) -> Option<NodeId> {
+    view.into_iter()
+        .filter(|d| d.node != *owner)
+        .filter(|d| d.state == NodeState::Serving)
+        .filter(|d| d.factories.iter().any(|f| f == factory))
+        .max_by(|a, b| {
+            rank(unit, &a.node)
+                .cmp(&rank(unit, &b.node))
+                .then(b.node.cmp(&a.node))
+        })
+        .map(|d| d.node.clone())
+}
+
+/// The unit's score for a node.
+fn rank(unit: &UnitId, node: &NodeId) -> u32 {
+    let unit = crc32c::crc32c(unit.as_str().as_bytes());
+    crc32c::crc32c_append(unit, node.as_str().as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::ids::SpotId;
+
+    fn node(id: &str, state: NodeState) -> NodeDescriptor {
+        NodeDescriptor {
+            node: NodeId::new(id).unwrap(),
+            mesh_addr: None,
+            app_version: "1".into(),
+            state,
+            capacity: 100,
+            units: 0,
+            weight: 1,
+            factories: vec!["room".into()],
+            lease_generation: 1,
+            peers: Vec::new(),
+        }
+    }
+
+    fn room(i: usize) -> UnitId {
+        UnitId::Spot(SpotId::new(format!("r{i}")).unwrap())
+    }
+
+    fn id(s: &str) -> NodeId {
+        NodeId::new(s).unwrap()
+    }
+
+    #[test]
+    fn never_on_the_owner_and_spread_over_the_others() {
+        let view: Vec<_> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|n| node(n, NodeState::Serving))
+            .collect();
+        let mut held: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for i in 0..400 {
+            let owner = id(["a", "b", "c", "d"][i % 4]);
+            let standby = holder(&view, &owner, &room(i), "room").unwrap();
+            assert_ne!(standby, owner);
+            *held.entry(standby).or_default() += 1;
+        }
+        assert_eq!(held.len(), 4);
+        assert!(held.values().all(|&n| n > 60), "{held:?}");
+    }
+
+    #[test]
+    fn only_the_standbys_of_a_node_that_leaves_or_drains_move() {
+        let mut view: Vec<_> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|n| node(n, NodeState::Serving))
+            .collect();
+        let before: Vec<_> = (0..100)
+            .map(|i| holder(&view, &id("a"), &room(i), "room").unwrap())
+            .collect();
+        view[2].state = NodeState::Relocating;
+        for (i, was) in before.iter().enumerate() {
+            let now = holder(&view, &id("a"), &room(i), "room").unwrap();
+            assert_ne!(now, id("c"));
+            if *was != id("c") {
+                assert_eq!(now, *was);
+            }
+        }
+    }
+
+    #[test]
+    fn no_holder_without_another_serving_node_that_registers_the_factory() {
+        let mut other = node("b", NodeState::Serving);
+        other.factories = vec!["lobby".into()];
+        let view = [node("a", NodeState::Serving), other];
+        assert_eq!(holder(&view, &id("a"), &room(1), "room"), None);
+    }
+}
