@@ -184,20 +184,32 @@ impl Checkpoints {
         self.turn
     }
 
-    /// At a turn boundary, with the room's image now: what to send its standby, if anything.
-    pub fn take(&mut self, now: Instant, image: Bytes, budget: &mut Budget) -> Take {
+    /// Whether a checkpoint could go now, before the room's image is made for it: there is a
+    /// holder, nothing is in flight, the interval passed and a turn ran since the last one.
+    pub fn ready(&self, now: Instant) -> Result<(), Take> {
         if self.holder.is_none() {
-            return Take::NoHolder;
+            return Err(Take::NoHolder);
         }
         if self.flight.is_some() {
-            return Take::Waiting;
+            return Err(Take::Waiting);
         }
         let interval = self.policy.interval();
         if self
             .last
             .is_some_and(|last| now.duration_since(last) < interval)
         {
-            return Take::NotDue;
+            return Err(Take::NotDue);
+        }
+        if self.held.is_some() && self.unheld_since.is_none() {
+            return Err(Take::Unchanged);
+        }
+        Ok(())
+    }
+
+    /// At a turn boundary, with the room's image now: what to send its standby, if anything.
+    pub fn take(&mut self, now: Instant, image: Bytes, budget: &mut Budget) -> Take {
+        if let Err(take) = self.ready(now) {
+            return take;
         }
         let pieces: Vec<Range<usize>> = match &self.held {
             None => whole(image.len()),

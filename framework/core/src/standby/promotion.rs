@@ -53,8 +53,9 @@ pub enum Fresh {
     /// The standby named is of an earlier incarnation of the room.
     #[error("the room's standby is of an earlier incarnation; it starts again from nothing")]
     OtherIncarnation,
-    /// The standby's node is gone too (or is the dead owner itself).
-    #[error("the room's standby died with its owner; it starts again from nothing")]
+    /// The standby's node is gone too (or is the dead owner itself), or takes no rebuilds (it
+    /// drains).
+    #[error("the room's standby died with its owner or is draining; it starts again from nothing")]
     HolderGone,
     /// The holder no longer holds the copy the store names (its process restarted).
     #[error("the room's standby lost its copy; it starts again from nothing")]
@@ -63,12 +64,13 @@ pub enum Fresh {
 
 /// Decides for one room whose record names `record.owner`: promote only if that owner is taken
 /// for `dead` (a node that may still run turns never has its rooms promoted), the store names a
-/// standby of this incarnation, and its holder is `live`.
+/// standby of this incarnation, and its holder is among the nodes that take rebuilds now
+/// (`takers`: live and serving).
 pub fn choose(
     record: &UnitRecord,
     named: Option<&Named>,
     dead: &BTreeSet<NodeId>,
-    live: &BTreeSet<NodeId>,
+    takers: &BTreeSet<NodeId>,
 ) -> Promotion {
     if !dead.contains(&record.owner) {
         return Promotion::Wait;
@@ -79,7 +81,7 @@ pub fn choose(
     if named.incarnation != record.object_generation {
         return Promotion::Rebuild(Fresh::OtherIncarnation);
     }
-    if named.holder == record.owner || !live.contains(&named.holder) {
+    if named.holder == record.owner || !takers.contains(&named.holder) {
         return Promotion::Rebuild(Fresh::HolderGone);
     }
     Promotion::Promote {
