@@ -17,16 +17,23 @@ const SHAPE: Shape = Shape {
     senders: 3,
     clients: 3,
     large: 96 * 1024,
+    standby: false,
 };
 const STEPS: usize = 150;
 
 /// The cluster a seed runs on: one seed in two gives some of its units states large enough to be
-/// pre-copied, the others keep theirs small, which keeps the run short.
+/// pre-copied, the others keep theirs small, which keeps the run short; one seed in three gives
+/// its rooms warm standbys.
 fn shape(seed: u64) -> Shape {
-    if seed.is_multiple_of(2) {
-        SHAPE
+    let large = if seed.is_multiple_of(2) {
+        SHAPE.large
     } else {
-        Shape { large: 0, ..SHAPE }
+        0
+    };
+    Shape {
+        large,
+        standby: seed % 3 == 1,
+        ..SHAPE
     }
 }
 
@@ -108,6 +115,7 @@ fn drains_of_large_rooms_wait_for_budget_and_window() {
         senders: 3,
         clients: 2,
         large: 512 * 1024,
+        standby: false,
     };
     let seeds = env_number("FERRY_SIM_LARGE_SEEDS").unwrap_or(200);
     let first = env_number("FERRY_SIM_FIRST_SEED").unwrap_or(0);
@@ -162,6 +170,7 @@ fn a_hundred_node_cluster_drains_a_node_and_settles() {
         senders: 20,
         clients: 1,
         large: 0,
+        standby: false,
     };
     let mut steps = vec![Step::Drain { node: 7 }];
     let mut rng = Rng::new(7);

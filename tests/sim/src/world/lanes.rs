@@ -250,6 +250,7 @@ impl World {
     /// Removes a lane and its units' directory entries (those that still point at it).
     pub(crate) fn drop_lane(&mut self, node: usize, id: u64) -> Option<Lane> {
         let lane = self.nodes[node].lanes.remove(&id)?;
+        self.standby_left(node, lane.primary);
         for u in lane.cells.keys() {
             self.touched.insert(*u);
             if self.nodes[node].directory.get(u) == Some(&id) {
@@ -341,18 +342,21 @@ impl World {
                 cell.log.push((sender, seq));
                 rewrite(&mut cell.state, to, sender, seq);
                 self.tells_ran += 1;
+                self.standby_turn(node, lane, to);
             }
             Work::Ask { sender, seq, id } => {
                 cell.log.push((sender, seq));
                 rewrite(&mut cell.state, to, sender, seq);
                 self.tells_ran += 1;
-                self.post(node, parcel.origin, Msg::Reply { id, ok: true });
+                let turn = self.standby_turn(node, lane, to);
+                self.reply_after(node, to, turn, (parcel.origin, id));
             }
             Work::Fence { id } => self.post(node, parcel.origin, Msg::Reply { id, ok: true }),
             Work::Input { client, seq } => {
                 cell.log.push((client, seq));
                 rewrite(&mut cell.state, to, client, seq);
                 self.tells_ran += 1;
+                self.standby_turn(node, lane, to);
             }
         }
     }
@@ -577,7 +581,7 @@ impl World {
     }
 
     /// A gated lane for `cells` on `node`, opened once its record (`wrote`, under `conds` and
-    /// this node's lease) is written.
+    /// this node's lease) is written: its id.
     pub(crate) fn claim(
         &mut self,
         node: usize,
@@ -585,7 +589,7 @@ impl World {
         cells: BTreeMap<usize, Cell>,
         wrote: UnitRecord,
         mut conds: Vec<Cond>,
-    ) {
+    ) -> u64 {
         let mut gated = Lane::new(unit, cells, LaneMove::creating());
         // What this node sent the unit before it was hosted here runs first.
         let id = self.unit_id(unit);
@@ -601,6 +605,7 @@ impl World {
             },
             Purpose::Claim { unit, lane, wrote },
         );
+        lane
     }
 
     /// A claim's answer (or, `read`, its read back): open the lane, give it up, or read back.
@@ -646,6 +651,7 @@ impl World {
                 if !rebuilt {
                     life.floors = floors;
                 }
+                self.standby_opened(node, lane, unit);
                 if let Some(l) = self.nodes[node].lanes.get_mut(&lane) {
                     l.stance.open();
                 }
@@ -656,6 +662,7 @@ impl World {
                     self,
                     "n{node}: u{unit} not recorded here ({reply:?}); its lane is given up"
                 );
+                self.standby.promotions.remove(&(node, lane));
                 self.discard(node, lane);
             }
             Settled::ReadBack | Settled::Unknown => {

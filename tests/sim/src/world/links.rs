@@ -53,8 +53,24 @@ pub(crate) enum Msg {
     Recover {
         unit: usize,
         version: u64,
-        previous: ferry_core::authority::UnitRecord,
+        previous: Box<ferry_core::authority::UnitRecord>,
         owner_descriptor: Option<u64>,
+        /// Promote the standby copy held here, of this series or a later one, gated on the
+        /// standby record at this version too.
+        promote: Option<(ferry_core::standby::Series, u64)>,
+    },
+    /// A checkpoint of a room, for its standby, with the cell its image stands for.
+    Checkpoint {
+        unit: usize,
+        checkpoint: Box<ferry_core::standby::checkpoints::Checkpoint>,
+        cell: Box<super::lanes::Cell>,
+    },
+    /// A standby's answer to a checkpoint: applied (or held already), or refused.
+    Checkpointed {
+        unit: usize,
+        series: ferry_core::standby::Series,
+        number: u64,
+        ok: bool,
     },
     /// About a game client's session.
     Session(SessionMsg),

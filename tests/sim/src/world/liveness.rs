@@ -15,6 +15,7 @@ use ferry_core::recovery::{
     Found, census, coordinator, earlier_process_stopped, left_by_earlier_process, plan_node,
     takes_rebuilds,
 };
+use ferry_core::standby::Series;
 use ferry_core::witness::{Lapsed, Verdict, Witness};
 
 use super::links::Msg;
@@ -135,6 +136,7 @@ impl World {
             }
         }
         self.refresh(n);
+        self.standby_keep(n);
     }
 
     /// Reads membership: who is live, who lapsed, and whom the mesh confirms dead.
@@ -233,7 +235,7 @@ impl World {
 
     /// The coordinator read every record: it rebuilds what dead nodes left, as the core plans.
     pub(crate) fn recovery_scan(&mut self, n: usize, reply: Reply) {
-        let Reply::Scanned(all) = reply else {
+        let Reply::Scanned(all, standbys) = reply else {
             return;
         };
         let records: Vec<Found> = all
@@ -257,6 +259,8 @@ impl World {
             let owner_descriptor = self.nodes[n].witness.dead_at(&dead);
             let plan = plan_node(units, |_| false, &self.nodes[n].view, &tally, &spots);
             for (found, target) in plan.rebuild {
+                // A room with a standby goes to its holder, whose copy is promoted.
+                let (target, promote) = self.promotion(n, &found, target, &standbys);
                 trace!(
                     self,
                     "n{n}: recovery rebuilds {} of dead {dead} on {target}", found.id
@@ -265,7 +269,7 @@ impl World {
                 if let ferry_core::ids::UnitId::Spot(spot) = &found.id {
                     spots.insert(spot.clone(), target.clone());
                 }
-                self.send_recover(n, node_index(&target), found, owner_descriptor);
+                self.send_recover(n, node_index(&target), found, (owner_descriptor, promote));
             }
             for found in plan.members {
                 let Some(target) = found
@@ -277,7 +281,7 @@ impl World {
                 else {
                     continue;
                 };
-                self.send_recover(n, node_index(&target), found, owner_descriptor);
+                self.send_recover(n, node_index(&target), found, (owner_descriptor, None));
             }
         }
     }
@@ -290,7 +294,7 @@ impl World {
     /// Rebuilds here, fresh, every unit an earlier process of this id held; looks again at the
     /// next keeper round while any is left (the store did not answer, or a claim did not land).
     pub(crate) fn adopted(&mut self, n: usize, reply: Reply) {
-        let Reply::Scanned(all) = reply else {
+        let Reply::Scanned(all, _) = reply else {
             let process = self.nodes[n].process;
             self.arm(self.now + KEEP_EVERY, Timer::Adopt { node: n, process });
             return;
@@ -350,27 +354,29 @@ impl World {
         n: usize,
         target: usize,
         found: Found,
-        owner_descriptor: Option<u64>,
+        (owner_descriptor, promote): (Option<u64>, Option<(Series, u64)>),
     ) {
         let unit = self.unit_index(&found.id);
         let msg = Msg::Recover {
             unit,
             version: found.version,
-            previous: found.record,
+            previous: Box::new(found.record),
             owner_descriptor,
+            promote,
         };
         self.post(n, target, msg);
     }
 
     /// Rebuilds a dead node's unit here, gated on its record and the dead node's descriptor
-    /// being as the coordinator saw them, and on this node's lease.
+    /// being as the coordinator saw them, and on this node's lease; or promotes its standby copy
+    /// held here, gated on the standby record too.
     pub(crate) fn on_recover(
         &mut self,
         n: usize,
         unit: usize,
         version: u64,
         previous: UnitRecord,
-        owner_descriptor: Option<u64>,
+        (owner_descriptor, promote): (Option<u64>, Option<(Series, u64)>),
     ) {
         if self.lane_of(n, unit).is_some() || !takes_rebuilds(self.nodes[n].state) {
             return;
@@ -381,14 +387,12 @@ impl World {
             None => Cond::Absent(Key::Node(owner)),
         };
         let wrote = self.rebuilt_record(n, &previous);
-        let cells = BTreeMap::from([(unit, self.fresh_cell(unit))]);
-        self.claim(
-            n,
-            unit,
-            cells,
-            wrote,
-            vec![Cond::Version(Key::Unit(unit), version), descriptor],
-        );
+        let mut conds = vec![Cond::Version(Key::Unit(unit), version), descriptor];
+        let (cell, promoted) = self.promoted_cell(n, (unit, owner), promote, &mut conds);
+        let lane = self.claim(n, unit, BTreeMap::from([(unit, cell)]), wrote, conds);
+        if let Some(promoting) = promoted {
+            self.promoting(n, lane, promoting);
+        }
     }
 
     /// Probes every peer; stops running turns once no longer vouched for.
@@ -478,6 +482,7 @@ impl World {
         self.drains.remove(&n);
         self.drain_moves.retain(|_, (node, _)| *node != n);
         self.gateway_down(n);
+        self.standby_ended(n);
     }
 
     /// A process whose id has none running starts, empty; its last one is gone, so it takes

@@ -13,6 +13,7 @@
 //! - `liveness`: leases, the mesh's witness, probes, crashes, restarts and recovery.
 //! - `sessions`: game clients, their gateways and their bound Actors.
 //! - `shutdown`: a node's graceful stop.
+//! - `standby`: rooms' warm standbys: checkpoints to another node, confirmed replies, promotion.
 //! - `check`: the invariants.
 
 /// Adds a line to the world's trace, formatting it only when the world keeps one.
@@ -35,6 +36,7 @@ mod precopy;
 mod routing;
 mod sessions;
 mod shutdown;
+mod standby;
 mod store;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -65,6 +67,9 @@ pub struct Shape {
     pub senders: usize,
     /// Game clients, each with its gateway on node `client % nodes`.
     pub clients: usize,
+    /// Whether rooms keep a warm standby: the first of every three in confirmed mode, the
+    /// second periodic, the third none.
+    pub standby: bool,
     /// Bytes of state in every eighth unit that is a room, from pre-copy's `MIN_IMAGE` up, so that
     /// their moves ship it while they run. Every eighth unit from the fifth holds `MIN_IMAGE`, all
     /// of it rewritten every turn; the others hold a few bytes. 0: every unit holds a few bytes.
@@ -403,6 +408,8 @@ pub struct World {
     tells_ran: usize,
     /// Messages lost without a crash or a store loss to explain them.
     lost: usize,
+    /// Rooms' standbys: owners' checkpoints, standbys' copies, promotions.
+    standby: standby::Standbys,
     /// An invariant found broken in the middle of a step.
     broken: Option<String>,
     settled: usize,
@@ -467,6 +474,7 @@ impl World {
             waits: Waits::default(),
             tells_ran: 0,
             lost: 0,
+            standby: standby::Standbys::default(),
             broken: None,
             settled: 0,
             tracing,
@@ -817,7 +825,19 @@ impl World {
                 version,
                 previous,
                 owner_descriptor,
-            } => self.on_recover(node, unit, version, previous, owner_descriptor),
+                promote,
+            } => self.on_recover(node, unit, version, *previous, (owner_descriptor, promote)),
+            Msg::Checkpoint {
+                unit,
+                checkpoint,
+                cell,
+            } => self.on_checkpoint(node, from, unit, &checkpoint, *cell),
+            Msg::Checkpointed {
+                unit,
+                series,
+                number,
+                ok,
+            } => self.on_checkpointed(node, unit, series, number, ok),
             Msg::Session(msg) => self.on_session(node, from, msg),
         }
     }

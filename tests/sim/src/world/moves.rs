@@ -1265,7 +1265,7 @@ impl World {
             | Reply::Unavailable
             | Reply::Reset
             | Reply::Got(_)
-            | Reply::Scanned(_) => TargetEvent::CommitUnknown,
+            | Reply::Scanned(..) => TargetEvent::CommitUnknown,
         };
         self.target_event(node, rel, event);
     }

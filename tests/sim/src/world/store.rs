@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
 use ferry_core::authority::{NodeDescriptor, UnitRecord};
+use ferry_core::standby::Series;
+use ferry_core::standby::promotion::Named;
 
 use super::{Event, TTL, World};
 
@@ -17,12 +19,15 @@ pub(crate) enum Key {
     Unit(usize),
     /// A node's descriptor.
     Node(usize),
+    /// A room's standby: which node holds the copy recovery promotes.
+    Standby(usize),
 }
 
 /// A value of the store: a unit's record (descriptors are written by their own calls).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Value {
     Unit(UnitRecord),
+    Standby(Named),
 }
 
 /// A condition of a batch.
@@ -50,7 +55,7 @@ pub(crate) enum Op {
         puts: Vec<(Key, Value)>,
         deletes: Vec<Key>,
     },
-    /// Every unit record.
+    /// Every unit record, and every standby record.
     Scan,
 }
 
@@ -63,8 +68,8 @@ pub(crate) enum Reply {
     Committed,
     /// A condition failed; nothing was written. Whether it was the writer's lease.
     Conflict { lease: bool },
-    /// Every unit record with its version.
-    Scanned(Vec<(usize, u64, UnitRecord)>),
+    /// Every unit record with its version, and every standby record with its version.
+    Scanned(Vec<(usize, u64, UnitRecord)>, Vec<(usize, u64, Named)>),
     /// The node could not reach the store: nothing was done.
     Unavailable,
     /// The answer was lost: the call may or may not have been applied.
@@ -135,6 +140,8 @@ pub(crate) enum Purpose {
     FenceRead { rel: u64 },
     /// The coordinator reads every record to recover dead nodes' units.
     Recovery,
+    /// An owner writes which node holds its room's standby, in `series`.
+    Name { unit: usize, series: Series },
     /// A restarted process reads every record to take back what its earlier process held.
     Adopt,
     /// A gateway reads a bound Actor's record: bind again once it is rebuilt off `gone`, or
@@ -154,6 +161,7 @@ pub(crate) enum Purpose {
 enum Undo {
     Unit(usize, Option<(u64, UnitRecord)>),
     Node(usize, Option<(u64, NodeDescriptor)>),
+    Standby(usize, Option<(u64, Named)>),
     Lease(usize, Option<StoreLease>),
 }
 
@@ -170,6 +178,7 @@ pub(crate) struct StoreLease {
 pub(crate) struct Store {
     units: BTreeMap<usize, (u64, UnitRecord)>,
     nodes: BTreeMap<usize, (u64, NodeDescriptor)>,
+    standbys: BTreeMap<usize, (u64, Named)>,
     leases: BTreeMap<usize, StoreLease>,
     /// The last lease generation per node, kept across releases so generations only grow.
     generations: BTreeMap<usize, u64>,
@@ -188,6 +197,7 @@ impl Store {
         Store {
             units: BTreeMap::new(),
             nodes: BTreeMap::new(),
+            standbys: BTreeMap::new(),
             leases: BTreeMap::new(),
             generations: BTreeMap::new(),
             revision: 1,
@@ -268,6 +278,10 @@ impl Store {
             Cond::Version(Key::Node(n), v) => self.nodes.get(n).is_some_and(|(at, _)| at == v),
             Cond::Absent(Key::Unit(u)) => !self.units.contains_key(u),
             Cond::Absent(Key::Node(n)) => !self.nodes.contains_key(n),
+            Cond::Version(Key::Standby(u), v) => {
+                self.standbys.get(u).is_some_and(|(at, _)| at == v)
+            }
+            Cond::Absent(Key::Standby(u)) => !self.standbys.contains_key(u),
             Cond::Lease { node, generation } => self
                 .live_lease(*node, now)
                 .is_some_and(|l| l.generation == *generation),
@@ -290,6 +304,10 @@ impl Store {
                     .iter()
                     .map(|(u, (v, r))| (*u, *v, r.clone()))
                     .collect(),
+                self.standbys
+                    .iter()
+                    .map(|(u, (v, n))| (*u, *v, n.clone()))
+                    .collect(),
             ),
             Op::Batch {
                 conds,
@@ -303,15 +321,23 @@ impl Store {
                 }
                 let version = self.revision + 1;
                 let mut undo = Vec::new();
-                for (key, Value::Unit(r)) in puts {
-                    if let Key::Unit(u) = key {
-                        undo.push(Undo::Unit(*u, self.units.insert(*u, (version, r.clone()))));
+                for (key, value) in puts {
+                    match (key, value) {
+                        (Key::Unit(u), Value::Unit(r)) => {
+                            undo.push(Undo::Unit(*u, self.units.insert(*u, (version, r.clone()))))
+                        }
+                        (Key::Standby(u), Value::Standby(n)) => undo.push(Undo::Standby(
+                            *u,
+                            self.standbys.insert(*u, (version, n.clone())),
+                        )),
+                        _ => {}
                     }
                 }
                 for key in deletes {
                     match key {
                         Key::Unit(u) => undo.push(Undo::Unit(*u, self.units.remove(u))),
                         Key::Node(n) => undo.push(Undo::Node(*n, self.nodes.remove(n))),
+                        Key::Standby(u) => undo.push(Undo::Standby(*u, self.standbys.remove(u))),
                     }
                 }
                 self.wrote(undo, confirmed);
@@ -324,6 +350,7 @@ impl Store {
     pub fn wipe(&mut self) {
         self.units.clear();
         self.nodes.clear();
+        self.standbys.clear();
         self.leases.clear();
         self.history.clear();
         self.epoch += 1;
@@ -346,6 +373,8 @@ impl Store {
                     Undo::Unit(u, None) => drop(self.units.remove(&u)),
                     Undo::Node(n, Some(v)) => drop(self.nodes.insert(n, v)),
                     Undo::Node(n, None) => drop(self.nodes.remove(&n)),
+                    Undo::Standby(u, Some(v)) => drop(self.standbys.insert(u, v)),
+                    Undo::Standby(u, None) => drop(self.standbys.remove(&u)),
                     Undo::Lease(n, Some(v)) => drop(self.leases.insert(n, v)),
                     Undo::Lease(n, None) => drop(self.leases.remove(&n)),
                 }
@@ -472,6 +501,7 @@ impl World {
             Purpose::FenceRead { rel } => self.fence_reread(node, rel, reply),
             Purpose::Recovery => self.recovery_scan(node, reply),
             Purpose::Adopt => self.adopted(node, reply),
+            Purpose::Name { unit, series } => self.standby_named(node, unit, series, reply),
             Purpose::Rebind {
                 client,
                 number,
@@ -518,6 +548,7 @@ fn brief_op(op: &Op) -> String {
             puts.iter()
                 .map(|(k, v)| match v {
                     Value::Unit(r) => format!("{k:?}={}/{}", r.owner, r.owner_generation),
+                    Value::Standby(n) => format!("{k:?}={}/{:?}", n.holder, n.series),
                 })
                 .collect::<Vec<_>>()
         ),
@@ -535,7 +566,9 @@ fn brief_reply(reply: &Reply) -> String {
                     .map(|(v, r)| format!("{}/{}@{v}", r.owner, r.owner_generation)))
                 .collect::<Vec<_>>()
         ),
-        Reply::Scanned(all) => format!("{} records", all.len()),
+        Reply::Scanned(all, standbys) => {
+            format!("{} records, {} standbys", all.len(), standbys.len())
+        }
         other => format!("{other:?}"),
     }
 }

@@ -1,0 +1,595 @@
+//! Warm standbys, as the core decides them (`ferry_core::standby`): in a world whose shape says
+//! so, the first room of every three keeps a confirmed standby and the second a periodic one. The
+//! owner takes a checkpoint at each turn boundary it is due at, ships it over the links (with
+//! their resets, partitions and backlog) to the holder placement chooses, names the series in
+//! the store once the holder acknowledged it, and in confirmed mode holds each reply until the
+//! turn that caused it is released. Recovery promotes the named holder's copy of a dead owner's
+//! room with a conditional write, or rebuilds the room from nothing and says why.
+//!
+//! The image a checkpoint ships is the room's cell encoded as a move's capture, with its log
+//! after its state: so every turn changes it, and the copy a standby holds is, byte for byte,
+//! the room as of that checkpoint.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use ferry_core::recovery::{Found, takes_rebuilds};
+use ferry_core::standby::checkpoints::{Budget, Checkpoint, Checkpoints, Outbox, Take};
+use ferry_core::standby::copy::{self, Applied, Copy, Refusal};
+use ferry_core::standby::promotion::{self, Named, Promotion};
+use ferry_core::standby::{Policy, Series, placement};
+
+use super::lanes::Cell;
+use super::links::Msg;
+use super::store::{Cond, Key, Op, Purpose, Reply, Value};
+use super::{World, node_id, node_index};
+
+/// How long an owner waits for a checkpoint's answer before it takes the standby for having
+/// lost it (its process restarted, or the link dropped it) and starts a new series.
+const ANSWER_WAIT: Duration = Duration::from_secs(10);
+
+/// A reply held in confirmed mode: where it goes, and the room's log length after its turn.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    origin: usize,
+    id: u64,
+    log: usize,
+}
+
+/// One room's checkpoints on its owner's process.
+#[derive(Debug)]
+struct Owner {
+    process: u64,
+    policy: Policy,
+    checkpoints: Checkpoints,
+    outbox: Outbox<Held>,
+}
+
+/// One room's copy on a standby's process, with the cell its image stands for.
+#[derive(Debug)]
+struct Standby {
+    process: u64,
+    copy: Option<Copy>,
+    cell: Cell,
+}
+
+/// A promotion whose claim is in flight: the room's dead owner.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Promoting {
+    unit: usize,
+    owner: usize,
+}
+
+/// What the world keeps of standbys.
+#[derive(Debug, Default)]
+pub(crate) struct Standbys {
+    /// By (owner node, room).
+    owners: BTreeMap<(usize, usize), Owner>,
+    /// By (standby node, room).
+    copies: BTreeMap<(usize, usize), Standby>,
+    /// Each node process's checkpoint budget.
+    budgets: BTreeMap<usize, (u64, Budget)>,
+    /// Per room, the log length after the last turn whose reply confirmed mode released: a
+    /// promoted copy holds at least that much.
+    confirmed: BTreeMap<usize, usize>,
+    /// Promotions whose claim is in flight, by (node, lane).
+    pub promotions: BTreeMap<(usize, u64), Promoting>,
+}
+
+impl World {
+    /// The standby policy of unit `u`.
+    fn policy(&self, u: usize) -> Policy {
+        if !self.shape.standby || !self.is_room(u) {
+            return Policy::None;
+        }
+        match u % 3 {
+            0 => Policy::Confirmed,
+            1 => Policy::periodic(),
+            _ => Policy::None,
+        }
+    }
+
+    /// The image a checkpoint ships of a room's cell: its capture, the log after the state.
+    fn standby_image(&self, u: usize, cell: &Cell) -> Bytes {
+        let mut state = cell.state.to_vec();
+        for (who, seq) in &cell.log {
+            state.extend_from_slice(&(*who as u64).to_le_bytes());
+            state.extend_from_slice(&seq.to_le_bytes());
+        }
+        state.extend_from_slice(&cell.ticks.to_le_bytes());
+        let imaged = Cell {
+            state: Bytes::from(state),
+            ..cell.clone()
+        };
+        self.image(u, &BTreeMap::from([(u, imaged)]), &[])
+    }
+
+    /// This process's checkpoint budget.
+    fn budget(&mut self, node: usize) -> &mut Budget {
+        let process = self.nodes[node].process;
+        let entry = self
+            .standby
+            .budgets
+            .entry(node)
+            .or_insert_with(|| (process, Budget::default()));
+        if entry.0 != process {
+            *entry = (process, Budget::default());
+        }
+        &mut entry.1
+    }
+
+    /// A turn of `unit` ran on `node` in `lane`: its number, if the room keeps a standby, once
+    /// a checkpoint was taken at the boundary it ends at.
+    pub(crate) fn standby_turn(&mut self, node: usize, lane: u64, unit: usize) -> Option<u64> {
+        let policy = self.policy(unit);
+        if !policy.keeps_standby() {
+            return None;
+        }
+        self.own(node, unit, policy);
+        let now = self.now;
+        let turn = self
+            .standby
+            .owners
+            .get_mut(&(node, unit))
+            .map(|o| o.checkpoints.turn(now));
+        self.checkpoint(node, lane, unit);
+        turn
+    }
+
+    /// The room runs on `node`: its checkpoints start there if they have not, and the node
+    /// holds no standby of it.
+    fn own(&mut self, node: usize, unit: usize, policy: Policy) {
+        self.standby.copies.remove(&(node, unit));
+        let process = self.nodes[node].process;
+        if self
+            .standby
+            .owners
+            .get(&(node, unit))
+            .is_some_and(|o| o.process == process)
+        {
+            return;
+        }
+        // The series' generation stands for the owner generation of the record it runs
+        // under: it grows with every owner (a world-wide counter here).
+        let first = Series {
+            generation: self.fresh(),
+            epoch: 1,
+        };
+        let owner = Owner {
+            process,
+            policy,
+            checkpoints: Checkpoints::new(policy, first),
+            outbox: Outbox::default(),
+        };
+        self.standby.owners.insert((node, unit), owner);
+    }
+
+    /// A turn boundary of a room that keeps a standby: take a checkpoint if one is due.
+    fn checkpoint(&mut self, node: usize, lane: u64, unit: usize) {
+        let Some(cell) = self.nodes[node]
+            .lanes
+            .get(&lane)
+            .and_then(|l| l.cells.get(&unit))
+            .cloned()
+        else {
+            return;
+        };
+        let holder = placement::holder(
+            &self.nodes[node].view,
+            &node_id(node),
+            &self.unit_id(unit),
+            self.factory(unit),
+        );
+        let now = self.now;
+        let process = self.nodes[node].process;
+        // Taken out of the map while the budget is borrowed.
+        let Some(mut owner) = self
+            .standby
+            .owners
+            .remove(&(node, unit))
+            .filter(|o| o.process == process)
+        else {
+            return;
+        };
+        owner.checkpoints.aim(holder, self.budget(node));
+        let take = match owner.checkpoints.ready(now) {
+            Ok(()) => {
+                let image = self.standby_image(unit, &cell);
+                owner.checkpoints.take(now, image, self.budget(node))
+            }
+            Err(take) => take,
+        };
+        let to = owner.checkpoints.holder().map(node_index);
+        let behind = owner.checkpoints.behind(now);
+        self.standby.owners.insert((node, unit), owner);
+        match (take, to) {
+            (Take::Ship(checkpoint), Some(to)) => {
+                trace!(
+                    self,
+                    "n{node}: u{unit} checkpoint {:?}#{} to n{to} ({} pieces)",
+                    checkpoint.series,
+                    checkpoint.number,
+                    checkpoint.pieces.len()
+                );
+                let msg = Msg::Checkpoint {
+                    unit,
+                    checkpoint: Box::new(checkpoint),
+                    cell: Box::new(cell),
+                };
+                self.post(node, to, msg);
+            }
+            (Take::Unchanged, _) => self.release_replies(node, unit),
+            (_, _) => {
+                if let Some(age) = behind {
+                    trace!(self, "n{node}: u{unit} is behind its standby by {age:?}");
+                }
+            }
+        }
+    }
+
+    /// A request to `unit` ran in `turn` (`None`: the room keeps no standby): its reply goes
+    /// now, or, in confirmed mode, once the turn is released.
+    pub(crate) fn reply_after(
+        &mut self,
+        node: usize,
+        unit: usize,
+        turn: Option<u64>,
+        (origin, id): (usize, u64),
+    ) {
+        let log = self.lane_of(node, unit).map_or(0, |lane| {
+            self.nodes[node].lanes[&lane].cells[&unit].log.len()
+        });
+        let held = Held { origin, id, log };
+        let now = match (turn, self.standby.owners.get_mut(&(node, unit))) {
+            (Some(turn), Some(owner)) => {
+                let released = owner.checkpoints.released();
+                owner.outbox.effect(turn, held, released)
+            }
+            _ => Some(held),
+        };
+        if let Some(held) = now {
+            self.send_reply(node, unit, held);
+        }
+    }
+
+    fn send_reply(&mut self, node: usize, unit: usize, held: Held) {
+        if self.policy(unit) == Policy::Confirmed {
+            let confirmed = self.standby.confirmed.entry(unit).or_default();
+            *confirmed = (*confirmed).max(held.log);
+        }
+        self.post(
+            node,
+            held.origin,
+            Msg::Reply {
+                id: held.id,
+                ok: true,
+            },
+        );
+    }
+
+    /// Sends the replies the room's released turns cover.
+    fn release_replies(&mut self, node: usize, unit: usize) {
+        let Some(owner) = self.standby.owners.get_mut(&(node, unit)) else {
+            return;
+        };
+        let released = owner.checkpoints.released();
+        for held in owner.outbox.release(released) {
+            self.send_reply(node, unit, held);
+        }
+    }
+
+    /// A checkpoint reaches the node chosen to hold the room's standby.
+    pub(crate) fn on_checkpoint(
+        &mut self,
+        node: usize,
+        from: usize,
+        unit: usize,
+        checkpoint: &Checkpoint,
+        cell: Cell,
+    ) {
+        let process = self.nodes[node].process;
+        let runs = self.lane_of(node, unit).is_some();
+        let standby = self
+            .standby
+            .copies
+            .entry((node, unit))
+            .or_insert_with(|| Standby {
+                process,
+                copy: None,
+                cell: Cell::default(),
+            });
+        if standby.process != process {
+            *standby = Standby {
+                process,
+                copy: None,
+                cell: Cell::default(),
+            };
+        }
+        let before = standby.copy.as_ref().map(|c| (c.series(), c.number()));
+        let applied = copy::apply(&mut standby.copy, checkpoint, runs);
+        if applied == Ok(Applied::New) {
+            standby.cell = cell;
+        }
+        let (series, number) = (checkpoint.series, checkpoint.number);
+        let ok = match applied {
+            Ok(Applied::New) => {
+                let in_order = match before {
+                    Some((held, last)) if held == series => number == last + 1,
+                    Some((held, _)) => series > held && number == 1,
+                    None => number == 1,
+                };
+                if !in_order {
+                    self.broken.get_or_insert(format!(
+                        "n{node} applied checkpoint {series:?}#{number} of u{unit} after {before:?}: a checkpoint skipped or applied out of order"
+                    ));
+                }
+                let copy = self.standby.copies.get(&(node, unit));
+                let image = copy.map(|s| self.standby_image(unit, &s.cell));
+                if copy.and_then(|s| s.copy.as_ref()).map(Copy::image) != image.as_ref() {
+                    self.broken.get_or_insert(format!(
+                        "n{node}'s standby of u{unit} after {series:?}#{number} is not the room's image at that checkpoint"
+                    ));
+                }
+                true
+            }
+            Ok(Applied::Again) => true,
+            Err(Refusal::Stale { .. }) => return,
+            Err(why) => {
+                trace!(
+                    self,
+                    "n{node}: refuses checkpoint {series:?}#{number} of u{unit}: {why}"
+                );
+                false
+            }
+        };
+        let msg = Msg::Checkpointed {
+            unit,
+            series,
+            number,
+            ok,
+        };
+        self.post(node, from, msg);
+    }
+
+    /// The standby answered a checkpoint.
+    pub(crate) fn on_checkpointed(
+        &mut self,
+        node: usize,
+        unit: usize,
+        series: Series,
+        number: u64,
+        ok: bool,
+    ) {
+        let process = self.nodes[node].process;
+        let Some(mut owner) = self
+            .standby
+            .owners
+            .remove(&(node, unit))
+            .filter(|o| o.process == process)
+        else {
+            return;
+        };
+        let budget = self.budget(node);
+        let unnamed = if ok {
+            owner.checkpoints.acked(series, number, budget)
+        } else {
+            owner.checkpoints.refused(series, number, budget);
+            None
+        };
+        let holder = owner.checkpoints.holder().cloned();
+        self.standby.owners.insert((node, unit), owner);
+        if let (Some(series), Some(holder)) = (unnamed, holder) {
+            self.name(node, unit, series, holder);
+        }
+        self.release_replies(node, unit);
+        if let Some(lane) = self.lane_of(node, unit) {
+            self.checkpoint(node, lane, unit);
+        }
+    }
+
+    /// Writes the room's standby record: `holder` holds its copy in `series`. Gated on the room's
+    /// record as this owner holds it (the runtime's lane knows it; the simulator reads it) and on
+    /// the owner's lease.
+    fn name(&mut self, node: usize, unit: usize, series: Series, holder: ferry_core::ids::NodeId) {
+        let Some((version, record)) = self.store.record(unit).cloned() else {
+            return;
+        };
+        if record.owner != node_id(node) {
+            return;
+        }
+        let named = Named {
+            holder,
+            series,
+            incarnation: record.object_generation,
+        };
+        let conds = vec![
+            Cond::Version(Key::Unit(unit), version),
+            self.lease_cond(node),
+        ];
+        self.call(
+            node,
+            Op::Batch {
+                conds,
+                puts: vec![(Key::Standby(unit), Value::Standby(named))],
+                deletes: Vec::new(),
+            },
+            Purpose::Name { unit, series },
+        );
+    }
+
+    /// The standby record's write answered: once written, confirmed mode releases what the
+    /// named series holds. Anything else is tried again at the next keeper round.
+    pub(crate) fn standby_named(&mut self, node: usize, unit: usize, series: Series, reply: Reply) {
+        if reply != Reply::Committed {
+            return;
+        }
+        if let Some(owner) = self.standby.owners.get_mut(&(node, unit)) {
+            owner.checkpoints.named(series);
+        }
+        self.release_replies(node, unit);
+    }
+
+    /// The keeper's round: every open room that keeps a standby and has none yet starts one, a
+    /// checkpoint unanswered too long starts a new series, a series not yet named is named
+    /// again, and a room whose change waits (a periodic one with no turn since) is checkpointed.
+    pub(crate) fn standby_keep(&mut self, node: usize) {
+        let rooms: Vec<(usize, Policy)> = self.nodes[node]
+            .lanes
+            .values()
+            .filter(|l| l.stance.is_open())
+            .map(|l| (l.primary, self.policy(l.primary)))
+            .filter(|(_, policy)| policy.keeps_standby())
+            .collect();
+        let now = self.now;
+        for (unit, policy) in rooms {
+            self.own(node, unit, policy);
+            let Some(mut owner) = self.standby.owners.remove(&(node, unit)) else {
+                continue;
+            };
+            let budget = self.budget(node);
+            if owner.checkpoints.overdue(now, ANSWER_WAIT) {
+                owner.checkpoints.restart(budget);
+            }
+            let unnamed = owner.checkpoints.unnamed();
+            let holder = owner.checkpoints.holder().cloned();
+            self.standby.owners.insert((node, unit), owner);
+            if let (Some(series), Some(holder)) = (unnamed, holder) {
+                self.name(node, unit, series, holder);
+            }
+            if let Some(lane) = self.lane_of(node, unit) {
+                self.checkpoint(node, lane, unit);
+            }
+        }
+    }
+
+    /// A room's lane left `node` (it moved, stopped or was given up): its checkpoints end there,
+    /// and the replies still held are dropped (their requests time out: they may have run).
+    pub(crate) fn standby_left(&mut self, node: usize, unit: usize) {
+        let Some(mut owner) = self.standby.owners.remove(&(node, unit)) else {
+            return;
+        };
+        let dropped = owner.outbox.drain().len();
+        if dropped > 0 {
+            trace!(
+                self,
+                "n{node}: u{unit} left with {dropped} replies unconfirmed ({:?}); they are not sent",
+                owner.policy
+            );
+        }
+        owner.checkpoints.close(self.budget(node));
+    }
+
+    /// A process of `node` ended: its checkpoints and copies are gone with it.
+    pub(crate) fn standby_ended(&mut self, node: usize) {
+        self.standby.owners.retain(|(n, _), _| *n != node);
+        self.standby.copies.retain(|(n, _), _| *n != node);
+        self.standby.budgets.remove(&node);
+    }
+
+    /// Where recovery sends a dead node's unit planned for `target`: a room whose standby the
+    /// core promotes goes to its holder, with the series and the standby record's version;
+    /// another is rebuilt from nothing on `target`, and a room that kept a standby says why.
+    pub(crate) fn promotion(
+        &mut self,
+        n: usize,
+        found: &Found,
+        target: ferry_core::ids::NodeId,
+        standbys: &[(usize, u64, Named)],
+    ) -> (ferry_core::ids::NodeId, Option<(Series, u64)>) {
+        let unit = self.unit_index(&found.id);
+        if !self.policy(unit).keeps_standby() {
+            return (target, None);
+        }
+        let named = standbys.iter().find(|(u, _, _)| *u == unit);
+        let dead = self.nodes[n].dead.iter().map(|&d| node_id(d)).collect();
+        let takers = self.nodes[n]
+            .view
+            .iter()
+            .filter(|d| takes_rebuilds(d.state))
+            .map(|d| d.node.clone())
+            .collect();
+        match promotion::choose(&found.record, named.map(|(_, _, s)| s), &dead, &takers) {
+            Promotion::Promote { holder, series } => {
+                let version = named.map_or(0, |(_, v, _)| *v);
+                trace!(
+                    self,
+                    "n{n}: recovery promotes u{unit}'s standby on {holder}"
+                );
+                (holder, Some((series, version)))
+            }
+            Promotion::Rebuild(why) => {
+                trace!(self, "n{n}: recovery rebuilds u{unit}: {why}");
+                (target, None)
+            }
+            Promotion::Wait => (target, None),
+        }
+    }
+
+    /// The cell a recovery claims `unit` with here: the standby copy to promote, gated on the
+    /// standby record too, or a fresh one.
+    pub(crate) fn promoted_cell(
+        &mut self,
+        n: usize,
+        (unit, owner): (usize, usize),
+        promote: Option<(Series, u64)>,
+        conds: &mut Vec<Cond>,
+    ) -> (Cell, Option<Promoting>) {
+        let process = self.nodes[n].process;
+        let Some((series, version)) = promote else {
+            return (self.fresh_cell(unit), None);
+        };
+        let held = self
+            .standby
+            .copies
+            .get(&(n, unit))
+            .filter(|s| s.process == process);
+        match promotion::promotable(held.and_then(|s| s.copy.as_ref()), series) {
+            Ok(_) => {
+                let cell = held.map(|s| s.cell.clone()).unwrap_or_default();
+                conds.push(Cond::Version(Key::Standby(unit), version));
+                (cell, Some(Promoting { unit, owner }))
+            }
+            Err(why) => {
+                trace!(self, "n{n}: u{unit} is rebuilt: {why}");
+                (self.fresh_cell(unit), None)
+            }
+        }
+    }
+
+    /// Remembers the promotion a claim on `lane` carries.
+    pub(crate) fn promoting(&mut self, n: usize, lane: u64, promoting: Promoting) {
+        self.standby.promotions.insert((n, lane), promoting);
+    }
+
+    /// A claimed lane opened: a promoted room is checked (its owner no longer runs turns, and it
+    /// holds every reply confirmed mode released), its copy becomes the room; a room rebuilt or
+    /// created from nothing owes nothing that was confirmed before.
+    pub(crate) fn standby_opened(&mut self, node: usize, lane: u64, unit: usize) {
+        let Some(p) = self.standby.promotions.remove(&(node, lane)) else {
+            self.standby.confirmed.remove(&unit);
+            return;
+        };
+        self.standby.copies.remove(&(node, p.unit));
+        let owner_runs = self.nodes[p.owner].up
+            && self.lane_of(p.owner, unit).is_some()
+            && self.node_may_run(p.owner);
+        if owner_runs {
+            self.broken.get_or_insert(format!(
+                "u{unit} promoted on n{node} while its owner n{} may still run its turns",
+                p.owner
+            ));
+        }
+        let log = self.nodes[node].lanes[&lane].cells[&unit].log.len();
+        let confirmed = self.standby.confirmed.get(&unit).copied().unwrap_or(0);
+        if log < confirmed {
+            self.broken.get_or_insert(format!(
+                "u{unit} promoted on n{node} with {log} turns of its log, older than the {confirmed} its owner confirmed a reply from"
+            ));
+        }
+        trace!(
+            self,
+            "n{node}: u{unit} promoted from its standby ({log} turns)"
+        );
+    }
+}
