@@ -6,16 +6,19 @@
 //! (`ferry_core::sealing`), the route table that keeps each sender's order
 //! (`ferry_core::routes`), conditional writes settled by reading back (`ferry_core::conditional`),
 //! links that number and resend their frames (`ferry_core::delivery`), the witness beside the
-//! lease (`ferry_core::witness`), the recovery planner (`ferry_core::recovery`) and the session
-//! machine and binding rules (`ferry_core::session`). Around them the simulator keeps a store,
-//! links and one clock.
+//! lease (`ferry_core::witness`), the recovery planner (`ferry_core::recovery`), the session
+//! machine and binding rules (`ferry_core::session`), and rooms' warm standbys: checkpoints, their
+//! in-order apply, confirmed replies and promotion (`ferry_core::standby`). Around them the
+//! simulator keeps a store, links and one clock.
 //!
 //! Everything that could happen in another order is a pending event, and a seed's [`Plan`] says
 //! which happens next, and when a fault or a new operation comes. After every step the world
 //! checks the invariants (no unit runs turns on two nodes at once, no unit is lost, no state goes
 //! back, a restored unit's state is the one its source sealed, a drain seals no more units at once
 //! than its window lets through, a node's pre-copy in flight stays within its budget, each
-//! sender's messages run at most once and in order); once the plan is done, the faults
+//! sender's messages run at most once and in order, a standby applies checkpoints in order, a
+//! promoted room holds every reply confirmed mode released and never runs while its owner may);
+//! once the plan is done, the faults
 //! end and the run settles, and then every move has ended, every request has ended exactly once,
 //! every unit runs somewhere, and in a graceful run every accepted message ran exactly once, in
 //! order.

@@ -129,6 +129,8 @@ pub struct Checkpoints {
     last: Option<Instant>,
     /// Since when a turn has run that no acknowledged checkpoint contains.
     unheld_since: Option<Instant>,
+    /// When the first turn since the checkpoint in flight was taken ran.
+    after_flight: Option<Instant>,
     /// The series the store names as this room's standby, as far as this owner knows.
     named: Option<Series>,
     /// The last turn whose effects may leave the node.
@@ -150,6 +152,7 @@ impl Checkpoints {
             turn: 0,
             last: None,
             unheld_since: None,
+            after_flight: None,
             named: None,
             released: 0,
         }
@@ -178,6 +181,9 @@ impl Checkpoints {
     pub fn turn(&mut self, now: Instant) -> u64 {
         self.turn += 1;
         self.unheld_since.get_or_insert(now);
+        if self.flight.is_some() {
+            self.after_flight.get_or_insert(now);
+        }
         if self.policy != Policy::Confirmed {
             self.released = self.turn;
         }
@@ -221,7 +227,7 @@ impl Checkpoints {
             .is_some_and(|held| held.len() == image.len())
             && pieces.is_empty()
         {
-            self.holds(self.turn);
+            self.holds(self.turn, None);
             return Take::Unchanged;
         }
         let bytes: usize = pieces.iter().map(Range::len).sum();
@@ -238,6 +244,7 @@ impl Checkpoints {
             base: self.held.as_ref().map(|held| Base::of(held)),
         };
         let pieces = slices(&image, pieces);
+        self.after_flight = None;
         self.flight = Some(Flight {
             number,
             turn: self.turn,
@@ -264,7 +271,8 @@ impl Checkpoints {
             .take_if(|f| series == current && f.number == number)?;
         budget.give_back(flight.bytes);
         self.held = Some(flight.image);
-        self.holds(flight.turn);
+        let after = self.after_flight.take();
+        self.holds(flight.turn, after);
         self.unnamed()
     }
 
@@ -289,6 +297,7 @@ impl Checkpoints {
         if let Some(flight) = self.flight.take() {
             budget.give_back(flight.bytes);
         }
+        self.after_flight = None;
         self.held = None;
         self.held_turn = 0;
         // A series nothing was sent in may go on where it is.
@@ -334,11 +343,11 @@ impl Checkpoints {
         }
     }
 
-    fn holds(&mut self, turn: u64) {
+    /// The standby holds every turn up to `turn`; the first turn after it, if any, ran at
+    /// `after`.
+    fn holds(&mut self, turn: u64, after: Option<Instant>) {
         self.held_turn = turn;
-        if turn == self.turn {
-            self.unheld_since = None;
-        }
+        self.unheld_since = if turn < self.turn { after } else { None };
         self.release_held();
     }
 
@@ -588,6 +597,23 @@ mod tests {
         assert_eq!((whole.series.epoch, whole.number), (2, 1));
         assert_eq!(copy::apply(&mut held, &whole, false), Ok(Applied::New));
         assert_eq!(copy::apply(&mut held, &whole, false), Ok(Applied::Again));
+    }
+
+    #[test]
+    fn a_room_whose_later_turns_wait_is_behind_from_the_checkpoint_that_left_them_out() {
+        let now = Instant::now();
+        let mut budget = Budget::default();
+        let mut owner = Checkpoints::new(Policy::Confirmed, first());
+        owner.aim(Some(node("b")), &mut budget);
+        owner.turn(now);
+        let Take::Ship(cp) = owner.take(now, image(10, 1), &mut budget) else {
+            panic!("ships");
+        };
+        let later = now + BEHIND_AFTER;
+        owner.turn(later);
+        owner.acked(cp.series, cp.number, &mut budget);
+        assert_eq!(owner.behind(later + BEHIND_AFTER / 2), None);
+        assert!(owner.behind(later + BEHIND_AFTER * 2).is_some());
     }
 
     #[test]
