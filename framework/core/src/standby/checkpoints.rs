@@ -404,7 +404,7 @@ impl<E> Outbox<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::standby::copy::{self, Applied, Copy, Refusal};
+    use crate::standby::replica::{self, Applied, Refusal, Replica};
 
     fn node(id: &str) -> NodeId {
         NodeId::new(id).unwrap()
@@ -428,14 +428,14 @@ mod tests {
     /// Takes a checkpoint and, if one ships, applies it on `held` and answers it.
     fn ship(
         owner: &mut Checkpoints,
-        held: &mut Option<Copy>,
+        held: &mut Option<Replica>,
         now: Instant,
         state: &Bytes,
         budget: &mut Budget,
     ) -> Take {
         let take = owner.take(now, state.clone(), budget);
         if let Take::Ship(checkpoint) = &take {
-            match copy::apply(held, checkpoint, false) {
+            match replica::apply(held, checkpoint, false) {
                 Ok(_) => {
                     if let Some(series) = owner.acked(checkpoint.series, checkpoint.number, budget)
                     {
@@ -587,7 +587,7 @@ mod tests {
             panic!("ships");
         };
         assert_eq!(
-            copy::apply(&mut held, &diff, false),
+            replica::apply(&mut held, &diff, false),
             Err(Refusal::Gap { held: 0, got: 2 })
         );
         owner.refused(diff.series, diff.number, &mut budget);
@@ -595,8 +595,8 @@ mod tests {
             panic!("ships");
         };
         assert_eq!((whole.series.epoch, whole.number), (2, 1));
-        assert_eq!(copy::apply(&mut held, &whole, false), Ok(Applied::New));
-        assert_eq!(copy::apply(&mut held, &whole, false), Ok(Applied::Again));
+        assert_eq!(replica::apply(&mut held, &whole, false), Ok(Applied::New));
+        assert_eq!(replica::apply(&mut held, &whole, false), Ok(Applied::Again));
     }
 
     #[test]

@@ -5,13 +5,13 @@
 //! - [`placement`]: which node holds a room's standby copy.
 //! - [`checkpoints`]: the owner's side: numbering, what a checkpoint ships, the node's budget,
 //!   and which turns' effects confirmed mode may release.
-//! - [`copy`]: the standby's side: applying checkpoints in order, refusing what it cannot apply.
+//! - [`replica`]: the standby's side: applying checkpoints in order, refusing what it cannot apply.
 //! - [`promotion`]: which copy recovery promotes when the owner died, and on what condition.
 
 pub mod checkpoints;
-pub mod copy;
 pub mod placement;
 pub mod promotion;
+pub mod replica;
 
 use std::time::Duration;
 

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use super::Series;
-use super::copy::Copy;
+use super::replica::Replica;
 use crate::authority::UnitRecord;
 use crate::ids::{NodeId, ObjectGeneration};
 
@@ -92,7 +92,7 @@ pub fn choose(
 
 /// On the holder: the copy to promote, if it holds the named series or a later one (a later
 /// series began with the whole image, taken after every effect released under the named one).
-pub fn promotable(copy: Option<&Copy>, named: Series) -> Result<&Copy, Fresh> {
+pub fn promotable(copy: Option<&Replica>, named: Series) -> Result<&Replica, Fresh> {
     copy.filter(|c| c.series() >= named).ok_or(Fresh::CopyLost)
 }
 
@@ -102,7 +102,7 @@ mod tests {
     use crate::authority::Stage;
     use crate::relocation::capture::Manifest;
     use crate::standby::checkpoints::Checkpoint;
-    use crate::standby::copy;
+    use crate::standby::replica;
 
     fn node(id: &str) -> NodeId {
         NodeId::new(id).unwrap()
@@ -190,7 +190,7 @@ mod tests {
             promotable(held.as_ref(), named("b", 1).series),
             Err(Fresh::CopyLost)
         );
-        copy::apply(&mut held, &whole(2), false).unwrap();
+        replica::apply(&mut held, &whole(2), false).unwrap();
         assert!(promotable(held.as_ref(), named("b", 2).series).is_ok());
         assert!(promotable(held.as_ref(), named("b", 1).series).is_ok());
         assert_eq!(

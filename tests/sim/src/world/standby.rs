@@ -16,8 +16,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use ferry_core::recovery::{Found, takes_rebuilds};
 use ferry_core::standby::checkpoints::{Budget, Checkpoint, Checkpoints, Outbox, Take};
-use ferry_core::standby::copy::{self, Applied, Copy, Refusal};
 use ferry_core::standby::promotion::{self, Named, Promotion};
+use ferry_core::standby::replica::{self, Applied, Refusal, Replica};
 use ferry_core::standby::{Policy, Series, placement};
 
 use super::lanes::Cell;
@@ -50,7 +50,7 @@ struct Owner {
 #[derive(Debug)]
 struct Standby {
     process: u64,
-    copy: Option<Copy>,
+    copy: Option<Replica>,
     cell: Cell,
 }
 
@@ -307,7 +307,7 @@ impl World {
             };
         }
         let before = standby.copy.as_ref().map(|c| (c.series(), c.number()));
-        let applied = copy::apply(&mut standby.copy, checkpoint, runs);
+        let applied = replica::apply(&mut standby.copy, checkpoint, runs);
         if applied == Ok(Applied::New) {
             standby.cell = cell;
         }
@@ -326,7 +326,7 @@ impl World {
                 }
                 let copy = self.standby.copies.get(&(node, unit));
                 let image = copy.map(|s| self.standby_image(unit, &s.cell));
-                if copy.and_then(|s| s.copy.as_ref()).map(Copy::image) != image.as_ref() {
+                if copy.and_then(|s| s.copy.as_ref()).map(Replica::image) != image.as_ref() {
                     self.broken.get_or_insert(format!(
                         "n{node}'s standby of u{unit} after {series:?}#{number} is not the room's image at that checkpoint"
                     ));

@@ -58,16 +58,16 @@ pub enum Applied {
     Again,
 }
 
-/// A standby's copy of a room: the image of the last checkpoint it applied.
+/// A standby's replica of a room: the image of the last checkpoint it applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Copy {
+pub struct Replica {
     series: Series,
     number: u64,
     turn: u64,
     image: Bytes,
 }
 
-impl Copy {
+impl Replica {
     /// The series of the last checkpoint applied.
     pub fn series(&self) -> Series {
         self.series
@@ -93,7 +93,7 @@ impl Copy {
 /// (`runs_room`) or not. Only the checkpoint after the one held, patching exactly its image, or
 /// the first (whole) checkpoint of a later series, changes the copy.
 pub fn apply(
-    held: &mut Option<Copy>,
+    held: &mut Option<Replica>,
     checkpoint: &Checkpoint,
     runs_room: bool,
 ) -> Result<Applied, Refusal> {
@@ -128,7 +128,7 @@ pub fn apply(
         _ => None,
     };
     let image = assemble(checkpoint, base)?;
-    *held = Some(Copy {
+    *held = Some(Replica {
         series: checkpoint.series,
         number: checkpoint.number,
         turn: checkpoint.turn,
@@ -267,7 +267,7 @@ mod tests {
             let mut budget = Budget::default();
             let mut owner = Checkpoints::new(Policy::Confirmed, series(1, 1));
             owner.aim(Some(crate::ids::NodeId::new("b").unwrap()), &mut budget);
-            let mut held: Option<Copy> = None;
+            let mut held: Option<Replica> = None;
             let mut state = vec![7u8; 90_000];
             let mut last: Option<(Series, u64)> = None;
             for (at, len, fault) in steps {
