@@ -29,9 +29,7 @@
 //!   which units an earlier process of a node's id left, and when it certainly stopped.
 //! - [`relocation`]: a move's capture, its pre-copy, frames and phases, and its two sides as state
 //!   machines.
-//! - [`standby`]: a room's warm standby: where it is held, checkpoints as differences, the
-//!   standby's in-order apply, which effects confirmed mode releases, and which copy a crash
-//!   promotes.
+//! - [`standby`]: warm standbys: placement, checkpoints, in-order apply, release, promotion.
 //! - [`frames`]: everything nodes say to each other on the mesh.
 //! - [`delivery`]: frames numbered per link, kept until acknowledged and sent again after a reset.
 
