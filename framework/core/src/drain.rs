@@ -790,7 +790,11 @@ mod tests {
             matches!(&moved[..], [Decision::Move { unit, .. }] if *unit == a.unit),
             "{moved:?}"
         );
-        assert_eq!(d.next_try(), None, "a unit that started again pauses no more");
+        assert_eq!(
+            d.next_try(),
+            None,
+            "a unit that started again pauses no more"
+        );
     }
 
     #[test]
