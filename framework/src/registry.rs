@@ -40,10 +40,10 @@ pub trait StateAdapter<B>: Send + Sync + 'static {
     fn capture(&self, unit: &B) -> Result<Vec<u8>, AdapterError>;
     /// Restores captured bytes into an instance the factory just built.
     fn restore(&self, unit: &mut B, bytes: &[u8]) -> Result<(), AdapterError>;
-    /// A delta that turns `base` into `now`, two of this adapter's captures: the one the target
-    /// holds from pre-copy and the one taken at the seal. It is sent in place of the blocks
-    /// that differ only if it is smaller. Runs while the unit is paused, so keep it quick; a
-    /// panic is contained and counts as `None`. The default, `None`, compares the blocks.
+    /// A delta that turns `base` into `now`, two different captures of this adapter: the one
+    /// the target holds from pre-copy and the one taken at the seal. It is sent in place of the
+    /// blocks that differ only if it is smaller. Runs while the unit is paused, so keep it
+    /// quick; a panic is contained and counts as `None`. The default, `None`, compares blocks.
     fn delta(&self, base: &[u8], now: &[u8]) -> Option<Vec<u8>> {
         let _ = (base, now);
         None

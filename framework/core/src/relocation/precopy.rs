@@ -141,43 +141,56 @@ enum Part {
 }
 
 /// The recipe for `image` over `held`, encoded, if some adapter made a delta smaller than the
-/// blocks of its state that changed; `None` if none did (the byte difference goes then).
+/// blocks of its state that changed; `None` if none did (the byte difference goes then). An
+/// adapter is asked only about a state that changed, and the blocks are compared only once one
+/// made a delta, so a seal whose adapters make none costs a comparison of the states alone.
 fn recipe(held: &[u8], image: &Bytes, deltas: &dyn Deltas) -> Option<Vec<u8>> {
     let (before, _) = states(held).ok()?;
     let (now, rest) = states(image).ok()?;
-    let mut offered = false;
-    let mut parts = Vec::with_capacity(now.len());
-    for cell in now {
+    let asked: Vec<_> = now
+        .into_iter()
+        .map(|cell| {
+            let at = before
+                .iter()
+                .position(|b| b.id == cell.id && b.factory == cell.factory);
+            let old = at.map(|at| &held[before[at].range.clone()]);
+            let state = &image[cell.range.clone()];
+            let delta = old
+                .filter(|old| *old != state)
+                .and_then(|old| deltas.delta(&cell.factory, old, state));
+            (cell, at, delta)
+        })
+        .collect();
+    if asked.iter().all(|(_, _, delta)| delta.is_none()) {
+        return None;
+    }
+    let mut used = false;
+    let mut parts = Vec::with_capacity(asked.len());
+    for (cell, at, delta) in asked {
         let state = image.slice(cell.range);
-        let matched = before
-            .iter()
-            .position(|b| b.id == cell.id && b.factory == cell.factory);
-        let old = matched.map_or(&[][..], |at| &held[before[at].range.clone()]);
+        let old = at.map_or(&[][..], |at| &held[before[at].range.clone()]);
         let blocks = changed(old, &state);
         let bytes: usize = blocks.iter().map(Range::len).sum();
-        let base = matched.and_then(|at| u32::try_from(at).ok());
-        let delta = match base {
-            Some(base) if bytes > 0 => deltas
-                .delta(&cell.factory, old, &state)
-                .filter(|delta| delta.len() < bytes)
-                .map(|delta| Part::Delta {
-                    base,
-                    delta: Bytes::from(delta),
-                }),
-            _ => None,
+        let base = at.and_then(|at| u32::try_from(at).ok());
+        let part = match (base, delta) {
+            (Some(base), Some(delta)) if delta.len() < bytes => Part::Delta {
+                base,
+                delta: Bytes::from(delta),
+            },
+            _ => Part::Blocks {
+                base,
+                len: state.len() as u64,
+                pieces: slices(&state, blocks),
+            },
         };
-        offered |= delta.is_some();
-        parts.push(delta.unwrap_or_else(|| Part::Blocks {
-            base,
-            len: state.len() as u64,
-            pieces: slices(&state, blocks),
-        }));
+        used |= matches!(part, Part::Delta { .. });
+        parts.push(part);
     }
     let recipe = Recipe {
         states: parts,
         rest: image.slice(rest..),
     };
-    offered.then(|| postcard::to_allocvec(&recipe).ok())?
+    used.then(|| postcard::to_allocvec(&recipe).ok())?
 }
 
 /// Rebuilds an image of `len` bytes from `base` by an encoded recipe, never past `len`; why not
@@ -792,6 +805,29 @@ mod tests {
             "{sent}"
         );
         assert_eq!(rebuilt(&sealed, held, &Log { wrong: false }), Ok(now));
+    }
+
+    #[test]
+    fn only_states_that_changed_are_asked_for_a_delta() {
+        /// The log's deltas, noting each state it is asked about by its length.
+        struct Asked(std::cell::RefCell<Vec<usize>>);
+        impl Deltas for Asked {
+            fn delta(&self, factory: &str, base: &[u8], now: &[u8]) -> Option<Vec<u8>> {
+                self.0.borrow_mut().push(now.len());
+                Log { wrong: false }.delta(factory, base, now)
+            }
+            fn apply(&self, factory: &str, base: &[u8], delta: &[u8]) -> Result<Vec<u8>, String> {
+                Log { wrong: false }.apply(factory, base, delta)
+            }
+        }
+        let (log, blob) = (image(100 * 1024, 1), image(50 * 1024, 2));
+        let base = room(&[("room", "log", &log), ("other", "log", &blob)], 0);
+        let longer = [&b"entry"[..], &log].concat();
+        let now = room(&[("room", "log", &longer), ("other", "log", &blob)], 0);
+        let asked = Asked(std::cell::RefCell::default());
+        let (_, sealed, held) = sealed_over(&base, &now, &asked);
+        assert_eq!(*asked.0.borrow(), vec![longer.len()]);
+        assert_eq!(rebuilt(&sealed, held, &asked), Ok(now));
     }
 
     #[test]
