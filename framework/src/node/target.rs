@@ -411,8 +411,6 @@ impl Node {
 
     /// What arrived did not make the sealed image here ([`TransferError::wants_whole`]): the
     /// staged move waits for the whole image, as one whose base was never held.
-    ///
-    /// [`TransferError::wants_whole`]: crate::relocation::capture::TransferError::wants_whole
     fn ask_whole(&self, rel: RelocationId, source: &NodeId, error: &TransferError) {
         match self.core.moves.incoming.lock().get_mut(&rel) {
             Some(staging) => staging.awaiting_whole = true,
