@@ -726,7 +726,7 @@ impl SourceRun {
         let encoding = Instant::now();
         self.phases.store_read = encoding.duration_since(reading);
         let image = Bytes::from(capture.into_image().map_err(|e| e.to_string())?);
-        let sealed = self.precopy.seal(image.clone());
+        let sealed = self.precopy.seal(image.clone(), self.ctx.deltas());
         self.phases.encode = encoding.elapsed();
         self.bytes = sealed.manifest.len;
         let max = self.ctx.max_state();

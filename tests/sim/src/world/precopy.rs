@@ -5,6 +5,10 @@
 //! silence step ends pre-copy, and the seal sends the whole image. Then a move of a drain waits
 //! for a place in the drain's seal window ([`SealWindow`](ferry_core::sealing::SealWindow)) and
 //! quiesces its unit, as the runtime's `SourceRun::go` does.
+//!
+//! The rooms' state adapter makes deltas of its own ([`Trimmed`]), some of them rebuilt wrong,
+//! so that seals reach the core's choice between a byte difference and a recipe of deltas, and
+//! targets the fallback to the whole image that the image's checksum forces.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -13,7 +17,7 @@ use bytes::Bytes;
 use ferry_core::ids::UnitId;
 use ferry_core::relocation::RelocationId;
 use ferry_core::relocation::capture::{Base, Capture, CellCapture, MembershipData};
-use ferry_core::relocation::precopy::{Held, IN_FLIGHT_BYTES, Round, may_hold};
+use ferry_core::relocation::precopy::{Deltas, Held, IN_FLIGHT_BYTES, Round, may_hold};
 use ferry_core::relocation::protocol::{SourceEvent, told_at_quiesce};
 use ferry_core::sealing::windowed;
 
@@ -73,6 +77,72 @@ impl Default for Budget {
             waiting: VecDeque::new(),
         }
     }
+}
+
+/// The rooms' state adapter, as far as its deltas go: a delta is the bytes between what two
+/// states share at their start and at their end, with the two lengths. One delta in four (by its
+/// checksum) it rebuilds one byte wrong, as a buggy `apply_delta` would: the target must catch
+/// it by the image's checksum and be sent the whole image.
+pub(crate) struct Trimmed;
+
+impl Trimmed {
+    /// Whether this delta is one the adapter rebuilds wrong.
+    fn wrong(delta: &[u8]) -> bool {
+        crc32c::crc32c(delta).is_multiple_of(4)
+    }
+}
+
+impl Deltas for Trimmed {
+    fn delta(&self, factory: &str, base: &[u8], now: &[u8]) -> Option<Vec<u8>> {
+        if factory != "room" {
+            return None;
+        }
+        let head = base.iter().zip(now).take_while(|(a, b)| a == b).count();
+        let (base_rest, now_rest) = (&base[head..], &now[head..]);
+        let tail = base_rest
+            .iter()
+            .rev()
+            .zip(now_rest.iter().rev())
+            .take_while(|(a, b)| a == b)
+            .count();
+        let mut delta = (head as u64).to_le_bytes().to_vec();
+        delta.extend((tail as u64).to_le_bytes());
+        delta.extend(&now_rest[..now_rest.len() - tail]);
+        Some(delta)
+    }
+
+    fn apply(&self, factory: &str, base: &[u8], delta: &[u8]) -> Result<Vec<u8>, String> {
+        let length = |at: usize| {
+            delta
+                .get(at..at + 8)
+                .and_then(|b| b.try_into().ok())
+                .map(|b| u64::from_le_bytes(b) as usize)
+        };
+        let (Some(head), Some(tail)) = (length(0), length(8)) else {
+            return Err("the delta is too short".into());
+        };
+        if factory != "room" || head.saturating_add(tail) > base.len() {
+            return Err("the delta does not fit its base".into());
+        }
+        let mut now = [&base[..head], &delta[16..], &base[base.len() - tail..]].concat();
+        if Self::wrong(delta) {
+            match now.first_mut() {
+                Some(first) => *first ^= 1,
+                None => now.push(1),
+            }
+        }
+        Ok(now)
+    }
+}
+
+/// How often seals sent a recipe of the adapters' deltas, and how often a target found one
+/// rebuilt wrong and asked for the whole image.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Recipes {
+    /// Seals that sent a recipe.
+    pub sent: usize,
+    /// Recipes a target found rebuilt wrong.
+    pub wrong: usize,
 }
 
 /// What a target holds of one move's pre-copy.
@@ -463,6 +533,31 @@ impl World {
         if entry.held.piece(len, offset, bytes, crc).is_err() {
             precopied.remove(&rel);
         }
+    }
+
+    /// What arrived did not make the sealed image ([`wants_whole`]): the staged move waits for
+    /// the whole image, as one whose base was never held.
+    ///
+    /// [`wants_whole`]: ferry_core::relocation::capture::TransferError::wants_whole
+    pub(crate) fn ask_whole(&mut self, node: usize, rel: u64) {
+        let Some(t) = self.nodes[node].incoming.get_mut(&rel) else {
+            return;
+        };
+        t.awaiting_whole = true;
+        let from = t.from;
+        self.recipes.wrong += 1;
+        trace!(
+            self,
+            "n{node} move {rel}: the deltas did not rebuild the sealed image; asking for it whole"
+        );
+        self.post(
+            node,
+            from,
+            Msg::Reloc {
+                rel,
+                frame: Reloc::BaseLost,
+            },
+        );
     }
 
     /// A round's end: whether this node holds its image whole, answered to the source.
