@@ -34,6 +34,11 @@ pub fn windowed(waits_for_the_app: bool) -> bool {
 /// A move's place in the window.
 pub type Ticket = u64;
 
+/// Moves of a drain that pre-copy at once, for each unit the window lets seal: the next moves
+/// copy while those before them seal, so the link is never idle, and no move copies so long
+/// before its seal that what changed meanwhile must be copied again.
+pub const COPY_AHEAD: usize = 2;
+
 /// The fewest pauses whose mean the window judges, however narrow it is.
 pub const SAMPLE: usize = 8;
 
@@ -56,6 +61,8 @@ pub struct SealWindow {
     /// The pauses of the moves that ended since the window last changed.
     sum: Duration,
     count: usize,
+    /// Moves pre-copying now.
+    copying: usize,
 }
 
 impl Default for SealWindow {
@@ -67,6 +74,7 @@ impl Default for SealWindow {
             floor: None,
             sum: Duration::ZERO,
             count: 0,
+            copying: 0,
         }
     }
 }
@@ -106,6 +114,22 @@ impl SealWindow {
         self.next += 1;
         self.open.insert(self.next, now);
         Some(self.next)
+    }
+
+    /// A move asks to pre-copy its unit: whether it may now. One that may not waits until a
+    /// move stops copying ([`copied`](Self::copied)) or the window grows.
+    pub fn copy(&mut self) -> bool {
+        if self.copying >= self.limit * COPY_AHEAD {
+            return false;
+        }
+        self.copying += 1;
+        true
+    }
+
+    /// A move that was let [`copy`](Self::copy) stopped pre-copying (to seal, or because its
+    /// move ended).
+    pub fn copied(&mut self) {
+        self.copying = self.copying.saturating_sub(1);
     }
 
     /// When a place that counts now becomes stuck, letting one more through.
@@ -215,6 +239,25 @@ mod tests {
             w.left(ticket, Some(pause));
         }
         assert_eq!(w.limit(), MAX);
+    }
+
+    #[test]
+    fn moves_copy_ahead_of_the_seals_by_as_many_as_the_window_lets_seal() {
+        let now = Instant::now();
+        let mut w = SealWindow::new();
+        for _ in 0..START * COPY_AHEAD {
+            assert!(w.copy());
+        }
+        assert!(!w.copy(), "no more than the window's share copy at once");
+        w.copied();
+        assert!(w.copy());
+        // As the window widens, more copy beside it.
+        for _ in 0..SAMPLE {
+            let ticket = w.enter(now).expect("a place");
+            w.left(ticket, Some(us(400)));
+        }
+        assert!(w.limit() > START);
+        assert!(w.copy());
     }
 
     #[test]

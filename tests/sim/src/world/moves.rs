@@ -123,6 +123,8 @@ pub(crate) struct Source {
     pub gate: Option<u64>,
     /// The move's place in that window, and when it took it.
     pub placed: Option<(Ticket, std::time::Instant)>,
+    /// Whether the window let the move pre-copy ahead of the seals, until its pre-copy is over.
+    pub copy_place: bool,
     /// When the unit was sealed and when the target said it committed: the unit's pause, which
     /// the window learns from.
     pub sealed_at: Option<std::time::Instant>,
@@ -208,6 +210,7 @@ impl World {
                     offered: false,
                     gate,
                     placed: None,
+                    copy_place: false,
                     sealed_at: None,
                     committed_at: None,
                 },

@@ -1,6 +1,7 @@
 //! Pre-copy: before it quiesces its unit, a move ships the unit's image to the target while the
 //! unit runs, round after round of what changed, for as long as the core's [`Precopy`] says it is
-//! worth it. Each round waits for its share of the node's budget of bytes sent and not answered,
+//! worth it. A move of a drain copies only while the drain's seal window lets it copy ahead of
+//! the seals. Each round waits for its share of the node's budget of bytes sent and not answered,
 //! and for the target to say it holds the round's image whole ([`Held`]); no answer within the
 //! silence step ends pre-copy, and the seal sends the whole image. Then a move of a drain waits
 //! for a place in the drain's seal window ([`SealWindow`](ferry_core::sealing::SealWindow)) and
@@ -19,7 +20,7 @@ use ferry_core::relocation::RelocationId;
 use ferry_core::relocation::capture::{Base, Capture, CellCapture, MembershipData};
 use ferry_core::relocation::precopy::{Deltas, Held, IN_FLIGHT_BYTES, Round, may_hold};
 use ferry_core::relocation::protocol::{SourceEvent, told_at_quiesce};
-use ferry_core::sealing::windowed;
+use ferry_core::sealing::{COPY_AHEAD, windowed};
 
 use super::lanes::{Cell, Parcel};
 use super::links::Msg;
@@ -42,6 +43,13 @@ pub(crate) const MAX_STATE: u64 = 4 << 20;
 pub(crate) enum Copying {
     /// A snapshot of the running unit is due, at its next turn boundary.
     Snapshot,
+    /// The move's first round waits for its drain's window to let it copy ahead of the seals.
+    Place {
+        round: u32,
+        pieces: Vec<(u64, Bytes)>,
+        base: Base,
+        kib: usize,
+    },
     /// A round waits for its share of the node's budget, in KiB.
     Budget {
         round: u32,
@@ -246,18 +254,38 @@ impl World {
             } => {
                 let bytes: usize = pieces.iter().map(|(_, piece)| piece.len()).sum();
                 let kib = bytes.div_ceil(1024).clamp(1, BUDGET_KIB);
-                s.copying = Copying::Budget {
-                    round,
-                    pieces,
-                    base,
-                    kib,
-                };
-                trace!(
-                    self,
-                    "n{node} move {rel}: pre-copy round {round}, {bytes} of {len} bytes"
-                );
-                self.nodes[node].budget.waiting.push_back(rel);
-                self.grant(node);
+                match s.gate.filter(|_| !s.copy_place) {
+                    Some(gate) => {
+                        s.copying = Copying::Place {
+                            round,
+                            pieces,
+                            base,
+                            kib,
+                        };
+                        if let Some(g) = self.gates.get_mut(&gate) {
+                            g.copiers.push_back(rel);
+                        }
+                        trace!(
+                            self,
+                            "n{node} move {rel}: pre-copy round {round}, {bytes} of {len} bytes"
+                        );
+                        self.let_copy(gate);
+                    }
+                    None => {
+                        s.copying = Copying::Budget {
+                            round,
+                            pieces,
+                            base,
+                            kib,
+                        };
+                        trace!(
+                            self,
+                            "n{node} move {rel}: pre-copy round {round}, {bytes} of {len} bytes"
+                        );
+                        self.nodes[node].budget.waiting.push_back(rel);
+                        self.grant(node);
+                    }
+                }
                 if self.nodes[node].budget.waiting.contains(&rel) {
                     self.waits.budget += 1;
                 }
@@ -386,6 +414,13 @@ impl World {
         match s.copying {
             Copying::Answer { until, .. } if now >= until => self.round_lost(node, rel),
             Copying::Snapshot if due => self.copied(node, rel),
+            Copying::Place { .. } if due => {
+                s.precopy.lost();
+                if let Some(g) = s.gate.and_then(|gate| self.gates.get_mut(&gate)) {
+                    g.copiers.retain(|r| *r != rel);
+                }
+                self.copied(node, rel);
+            }
             Copying::Budget { .. } if due => {
                 s.precopy.lost();
                 self.nodes[node].budget.waiting.retain(|r| *r != rel);
@@ -414,6 +449,17 @@ impl World {
         let Some((_, s)) = self.source(rel) else {
             return;
         };
+        if std::mem::take(&mut s.copy_place)
+            && let Some(gate) = s.gate
+        {
+            if let Some(g) = self.gates.get_mut(&gate) {
+                g.window.copied();
+            }
+            self.let_copy(gate);
+        }
+        let Some((_, s)) = self.source(rel) else {
+            return;
+        };
         match s.gate.filter(|_| windowed(signaled)) {
             Some(gate) => {
                 s.copying = Copying::Window;
@@ -432,6 +478,64 @@ impl World {
             None => {
                 s.gate = None;
                 self.quiesce(node, rel);
+            }
+        }
+    }
+
+    /// The moves whose first round waits for leave to copy ahead of a drain's seals send it, in
+    /// the order they asked, as long as the window lets them copy.
+    pub(crate) fn let_copy(&mut self, gate: u64) {
+        loop {
+            let Some(&rel) = self.gates.get(&gate).and_then(|g| g.copiers.front()) else {
+                return;
+            };
+            let waits = self
+                .source(rel)
+                .filter(|(_, s)| matches!(s.copying, Copying::Place { .. }));
+            let Some((node, _)) = waits else {
+                if let Some(g) = self.gates.get_mut(&gate) {
+                    g.copiers.pop_front();
+                }
+                continue;
+            };
+            let copying = self
+                .outgoing
+                .values()
+                .filter(|(_, s)| s.gate == Some(gate) && s.copy_place)
+                .count();
+            let Some(g) = self.gates.get_mut(&gate) else {
+                return;
+            };
+            if !g.window.copy() {
+                return;
+            }
+            g.copiers.pop_front();
+            let (limit, drained) = (g.window.limit(), g.node);
+            if copying >= limit * COPY_AHEAD {
+                self.broken.get_or_insert(format!(
+                    "move {rel} began to pre-copy in n{drained}'s drain while {copying} moves \
+                     copied, and its window lets {limit} seal"
+                ));
+            }
+            let Some((_, s)) = self.source(rel) else {
+                return;
+            };
+            s.copy_place = true;
+            if let Copying::Place {
+                round,
+                pieces,
+                base,
+                kib,
+            } = std::mem::replace(&mut s.copying, Copying::Over)
+            {
+                s.copying = Copying::Budget {
+                    round,
+                    pieces,
+                    base,
+                    kib,
+                };
+                self.nodes[node].budget.waiting.push_back(rel);
+                self.grant(node);
             }
         }
     }
