@@ -11,6 +11,7 @@ use tokio_util::codec::Decoder;
 use crate::cluster::frames::Frame;
 use crate::mesh::FrameCodec;
 use crate::relocation::capture::{Assembly, CHUNK, Manifest};
+use crate::relocation::precopy::NoDeltas;
 use crate::session::quic::ClientDecoder;
 
 /// The frame limit the targets decode with: small, so the length-prefix check is reached often.
@@ -34,6 +35,7 @@ pub fn capture(bytes: &[u8]) -> bool {
         chunks: bytes.chunks(CHUNK).count() as u32,
         crc: crc32c::crc32c(bytes),
         base: None,
+        recipe: None,
     };
     let Ok(mut assembly) = Assembly::new(manifest, None) else {
         return false;
@@ -44,7 +46,7 @@ pub fn capture(bytes: &[u8]) -> bool {
             return false;
         }
     }
-    assembly.finish().is_ok()
+    assembly.finish(&NoDeltas).is_ok()
 }
 
 fn drain<D: Decoder>(mut decoder: D, bytes: &[u8]) -> usize {
@@ -130,7 +132,8 @@ mod tests {
             journal: vec![op.clone()],
         };
         let image = capture.clone().into_image().unwrap();
-        let sealed = crate::relocation::precopy::Precopy::new().seal(Bytes::from(image.clone()));
+        let sealed =
+            crate::relocation::precopy::Precopy::new().seal(Bytes::from(image.clone()), &NoDeltas);
         let rel = RelocationId(1);
         let mesh = [
             Frame::Deliver(Deliver {

@@ -28,11 +28,34 @@ use ferry_core::session::SessionBinding;
 ///
 /// Both may run more than once for one move, so they must give the same result when repeated.
 /// Empty bytes are valid state.
+///
+/// A move pre-copies a large state while the unit runs and, at the seal, sends only the 16 KiB
+/// blocks of the capture that changed. Where that is poor (a log whose new entry at the front
+/// shifts every later byte, so every block differs), an adapter may make a delta of its own:
+/// [`delta`](Self::delta) on the source, [`apply_delta`](Self::apply_delta) on the target. The
+/// target checks the whole image it rebuilds against the checksum of the one sealed, so a wrong
+/// delta costs the whole state sent again, never a wrong state restored.
 pub trait StateAdapter<B>: Send + Sync + 'static {
     /// Captures the state worth keeping (leave out caches and derived values).
     fn capture(&self, unit: &B) -> Result<Vec<u8>, AdapterError>;
     /// Restores captured bytes into an instance the factory just built.
     fn restore(&self, unit: &mut B, bytes: &[u8]) -> Result<(), AdapterError>;
+    /// A delta that turns `base` into `now`, two different captures of this adapter: the one
+    /// the target holds from pre-copy and the one taken at the seal. It is sent in place of the
+    /// blocks that differ only if it is smaller. Runs while the unit is paused, so keep it
+    /// quick; a panic is contained and counts as `None`. The default, `None`, compares blocks.
+    fn delta(&self, base: &[u8], now: &[u8]) -> Option<Vec<u8>> {
+        let _ = (base, now);
+        None
+    }
+    /// Rebuilds `now` exactly from `base` and what [`delta`](Self::delta) made of the two.
+    /// An error, a panic or other bytes than `now` make the target ask for the whole state.
+    fn apply_delta(&self, base: &[u8], delta: &[u8]) -> Result<Vec<u8>, AdapterError> {
+        let _ = (base, delta);
+        Err(AdapterError(
+            "this adapter makes no deltas: implement apply_delta beside delta".into(),
+        ))
+    }
 }
 
 /// The ready adapter for types that derive `Serialize` and `Deserialize`: the whole value moves.
@@ -293,6 +316,22 @@ impl<B: Behavior> AnyFactory<Node> for TypedFactory<B> {
     fn message_from_json(&self, json: &[u8]) -> Result<Vec<u8>, String> {
         let msg: B::Msg = serde_json::from_slice(json).map_err(|e| e.to_string())?;
         postcard::to_allocvec(&msg).map_err(|e| e.to_string())
+    }
+
+    fn delta(&self, base: &[u8], now: &[u8]) -> Option<Vec<u8>> {
+        match &self.policy {
+            RelocationPolicy::PreserveState(adapter) => adapter.delta(base, now),
+            _ => None,
+        }
+    }
+
+    fn apply_delta(&self, base: &[u8], delta: &[u8]) -> Result<Vec<u8>, AdapterError> {
+        match &self.policy {
+            RelocationPolicy::PreserveState(adapter) => adapter.apply_delta(base, delta),
+            _ => Err(AdapterError(
+                "the factory keeps no state to apply a delta to".into(),
+            )),
+        }
     }
 }
 

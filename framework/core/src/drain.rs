@@ -8,6 +8,7 @@
 //! end that room.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound::{Excluded, Unbounded};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -206,6 +207,9 @@ pub struct Drain {
     units: BTreeMap<UnitId, Unit>,
     /// Units to start, in the order they leave.
     waiting: BTreeSet<(Batch, UnitId)>,
+    /// Waiting units tried again, by when each may start: the next retry without a look at
+    /// every unit that waits.
+    paused: BTreeSet<(Instant, UnitId)>,
     /// Units moving now, with their targets.
     moving: BTreeMap<UnitId, NodeId>,
     /// Units this drain sent to each node so far, which count as load there.
@@ -238,6 +242,7 @@ impl Drain {
             limit: limit.max(1),
             units: BTreeMap::new(),
             waiting: BTreeSet::new(),
+            paused: BTreeSet::new(),
             moving: BTreeMap::new(),
             planned: BTreeMap::new(),
             arriving: 0,
@@ -313,10 +318,7 @@ impl Drain {
 
     /// When the first unit tried again may start, if one still pauses.
     pub fn next_try(&self) -> Option<Instant> {
-        self.waiting
-            .iter()
-            .filter_map(|(_, id)| self.units.get(id)?.not_before)
-            .min()
+        self.paused.first().map(|(at, _)| *at)
     }
 
     /// How many peers' leases lapsed while the mesh does not confirm them dead (a store that fails
@@ -360,13 +362,23 @@ impl Drain {
                     .iter()
                     .any(|d| matches!(d.state, NodeState::Serving | NodeState::Preparing));
         }
-        for (batch, id) in self.waiting.clone() {
-            if self.moving.len() >= self.limit {
+        // Walked in order without a copy: a drain of many units decides after every move that ends.
+        let mut last: Option<(Batch, UnitId)> = None;
+        while self.moving.len() < self.limit {
+            let next = match &last {
+                None => self.waiting.first(),
+                Some(last) => self.waiting.range((Excluded(last), Unbounded)).next(),
+            };
+            let Some((batch, id)) = next.cloned() else {
                 break;
-            }
+            };
+            last = Some((batch, id.clone()));
             if !hosted(&id) {
                 self.waiting.remove(&(batch, id.clone()));
                 if let Some(unit) = self.units.remove(&id) {
+                    if let Some(at) = unit.not_before {
+                        self.paused.remove(&(at, id.clone()));
+                    }
                     self.total -= unit.size;
                     decided.push(Decision::Left {
                         unit: id,
@@ -378,11 +390,14 @@ impl Drain {
             let Some(unit) = self.units.get_mut(&id) else {
                 continue;
             };
-            if unit.not_before.is_some_and(|at| now < at) {
-                continue;
+            if let Some(at) = unit.not_before {
+                if now < at {
+                    continue;
+                }
+                // Its pause is over: it waits now, if at all, for what it waits for.
+                unit.not_before = None;
+                self.paused.remove(&(at, id.clone()));
             }
-            // Its pause is over: it waits now, if at all, for what it waits for.
-            unit.not_before = None;
             if !store_reachable {
                 unit.waits = BlockedReason::StoreUnavailable;
                 continue;
@@ -445,6 +460,7 @@ impl Drain {
                     Some(unit) if reason.retryable() && time_left => {
                         unit.waits = reason;
                         unit.not_before = Some(now + RETRY_PAUSE);
+                        self.paused.insert((now + RETRY_PAUSE, id.clone()));
                         self.waiting.insert((unit.batch, id.clone()));
                         // The target it was planned for did not take it.
                         if let Some(count) = target.and_then(|to| self.planned.get_mut(&to)) {
@@ -490,6 +506,7 @@ impl Drain {
         members: impl Fn(&UnitId) -> Vec<UnitId>,
     ) -> (Vec<Decision>, RelocateOutcome) {
         let mut decided = Vec::new();
+        self.paused.clear();
         for (_, id) in std::mem::take(&mut self.waiting) {
             let waits = self
                 .units
@@ -773,6 +790,31 @@ mod tests {
             matches!(&moved[..], [Decision::Move { unit, .. }] if *unit == a.unit),
             "{moved:?}"
         );
+        assert_eq!(
+            d.next_try(),
+            None,
+            "a unit that started again pauses no more"
+        );
+    }
+
+    #[test]
+    fn the_next_try_is_the_earliest_pause_of_a_unit_still_here() {
+        let now = Instant::now();
+        let mut d = drain(now);
+        let view = [node("p2", 0, NodeState::Serving)];
+        let (a, b) = (room("a", 1), room("b", 1));
+        d.found(a.clone());
+        d.found(b.clone());
+        assert_eq!(d.next(now, &view, |_| true, true).len(), 2);
+        let busy = Ended::NotMoved(Some(BlockedReason::TargetUnavailable));
+        let later = now + Duration::from_millis(7);
+        d.ended(&b.unit, busy.clone(), later, true);
+        d.ended(&a.unit, busy, now, true);
+        assert_eq!(d.next_try(), Some(now + RETRY_PAUSE));
+        // `a` left by another path while it paused: only `b`'s pause is left to wait for.
+        let left = d.next(now, &view, |unit| *unit != a.unit, true);
+        assert!(matches!(&left[..], [Decision::Left { .. }]), "{left:?}");
+        assert_eq!(d.next_try(), Some(later + RETRY_PAUSE));
     }
 
     #[test]

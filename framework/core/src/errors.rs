@@ -227,7 +227,7 @@ pub enum UnitError {
     MembershipNotRecorded {
         /// The Actor that joined or left.
         id: UnitId,
-        /// Where it is now: "a member of <spot>" or "in no room".
+        /// Where it is now: "a member of `<spot>`" or "in no room".
         now: String,
         /// What kept the record from saying so: a store error, another owner, or racing writes.
         reason: String,

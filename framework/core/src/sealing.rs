@@ -3,8 +3,12 @@
 //! A drain starts many moves at once, so that their pre-copy and record reads overlap, but a
 //! sealed unit is paused, and every unit sealed beside it shares the link, the store and the
 //! processors with it. The window lets through only as many seals as go straight through: it
-//! grows while the pauses stay near the shortest one seen, and shrinks when they do not, so that
+//! grows while the pauses stay near the shortest ones seen, and shrinks when they do not, so that
 //! a unit's pause inside a drain stays the pause of a single move.
+//!
+//! Pauses are judged by their mean over a sample of moves, never one by one: a single pause is
+//! as short or as long as the scheduler happened to make it, and a window that took the shortest
+//! single pause for the cost of a move would stay narrow, and the drain slow, for no one's gain.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -16,8 +20,8 @@ pub const START: usize = 1;
 /// The widest the window grows: as many as a drain moves at once.
 pub const MAX: usize = crate::drain::IN_FLIGHT;
 
-/// Pauses up to this much over twice the shortest seen still count as going straight through:
-/// below it, the difference is the scheduler's noise.
+/// Mean pauses up to this much over twice the shortest mean seen still count as going straight
+/// through: below it, the difference is the scheduler's noise.
 pub const SLACK: Duration = Duration::from_micros(250);
 
 /// Whether a move waits for a place in the window before it quiesces its unit: not one whose
@@ -30,8 +34,16 @@ pub fn windowed(waits_for_the_app: bool) -> bool {
 /// A move's place in the window.
 pub type Ticket = u64;
 
-/// A place held this much longer than the shortest pause seen no longer counts: a unit stuck in
-/// a slow restore or commit keeps its place, but does not keep the others from sealing.
+/// Moves of a drain that pre-copy at once, for each unit the window lets seal: the next moves
+/// copy while those before them seal, so the link is never idle, and no move copies so long
+/// before its seal that what changed meanwhile must be copied again.
+pub const COPY_AHEAD: usize = 2;
+
+/// The fewest pauses whose mean the window judges, however narrow it is.
+pub const SAMPLE: usize = 8;
+
+/// A place held this much longer than the shortest mean pause seen no longer counts: a unit
+/// stuck in a slow restore or commit keeps its place, but does not keep the others from sealing.
 pub const STUCK_FACTOR: u32 = 8;
 
 /// Nor does a place held longer than this, whatever the pauses seen.
@@ -44,11 +56,13 @@ pub struct SealWindow {
     /// The places taken, with when each was taken.
     open: BTreeMap<Ticket, Instant>,
     next: Ticket,
-    /// The shortest pause seen: a move that waited for nothing.
+    /// The shortest mean pause seen over a sample: moves that waited for nothing.
     floor: Option<Duration>,
     /// The pauses of the moves that ended since the window last changed.
     sum: Duration,
     count: usize,
+    /// Moves pre-copying now.
+    copying: usize,
 }
 
 impl Default for SealWindow {
@@ -60,6 +74,7 @@ impl Default for SealWindow {
             floor: None,
             sum: Duration::ZERO,
             count: 0,
+            copying: 0,
         }
     }
 }
@@ -101,6 +116,22 @@ impl SealWindow {
         Some(self.next)
     }
 
+    /// A move asks to pre-copy its unit: whether it may now. One that may not waits until a
+    /// move stops copying ([`copied`](Self::copied)) or the window grows.
+    pub fn copy(&mut self) -> bool {
+        if self.copying >= self.limit * COPY_AHEAD {
+            return false;
+        }
+        self.copying += 1;
+        true
+    }
+
+    /// A move that was let [`copy`](Self::copy) stopped pre-copying (to seal, or because its
+    /// move ended).
+    pub fn copied(&mut self) {
+        self.copying = self.copying.saturating_sub(1);
+    }
+
     /// When a place that counts now becomes stuck, letting one more through.
     pub fn next_change(&self, now: Instant) -> Option<Instant> {
         let stuck = self.stuck();
@@ -112,23 +143,23 @@ impl SealWindow {
     }
 
     /// The move with this place ended, with its unit's pause if it sealed one. Once a window's
-    /// worth of moves ended, the window grows by a quarter if their mean pause went straight
-    /// through, and shrinks by a quarter if not.
+    /// worth of moves ended (and at least [`SAMPLE`]), the window grows by a quarter if their
+    /// mean pause went straight through, and shrinks by a quarter if not.
     pub fn left(&mut self, ticket: Ticket, pause: Option<Duration>) {
         self.open.remove(&ticket);
         let Some(pause) = pause else {
             return;
         };
-        let floor = self.floor.map_or(pause, |floor| floor.min(pause));
-        self.floor = Some(floor);
         self.sum += pause;
         self.count += 1;
-        if self.count < self.limit {
+        if self.count < self.limit.max(SAMPLE) {
             return;
         }
         let mean = self.sum / self.count as u32;
         self.sum = Duration::ZERO;
         self.count = 0;
+        let floor = self.floor.map_or(mean, |floor| floor.min(mean));
+        self.floor = Some(floor);
         let step = (self.limit / 4).max(1);
         self.limit = if mean <= floor * 2 + SLACK {
             (self.limit + step).min(MAX)
@@ -196,6 +227,39 @@ mod tests {
         assert_eq!(w.open(now), 0);
     }
 
+    /// A pause the scheduler happened to make short is no move's cost: pauses that do not grow
+    /// with the window widen it, whatever their spread.
+    #[test]
+    fn one_lucky_short_pause_does_not_keep_the_window_narrow() {
+        let now = Instant::now();
+        let mut w = SealWindow::new();
+        for n in 0..20_000u32 {
+            let ticket = w.enter(now).expect("a place");
+            let pause = if n % 50 == 3 { us(60) } else { us(500) };
+            w.left(ticket, Some(pause));
+        }
+        assert_eq!(w.limit(), MAX);
+    }
+
+    #[test]
+    fn moves_copy_ahead_of_the_seals_by_as_many_as_the_window_lets_seal() {
+        let now = Instant::now();
+        let mut w = SealWindow::new();
+        for _ in 0..START * COPY_AHEAD {
+            assert!(w.copy());
+        }
+        assert!(!w.copy(), "no more than the window's share copy at once");
+        w.copied();
+        assert!(w.copy());
+        // As the window widens, more copy beside it.
+        for _ in 0..SAMPLE {
+            let ticket = w.enter(now).expect("a place");
+            w.left(ticket, Some(us(400)));
+        }
+        assert!(w.limit() > START);
+        assert!(w.copy());
+    }
+
     #[test]
     fn moves_that_never_sealed_free_their_place_and_measure_nothing() {
         let now = Instant::now();
@@ -221,7 +285,11 @@ mod tests {
         w.left(slow, Some(Duration::from_secs(2)));
         w.left(next, Some(Duration::from_millis(4)));
         assert_eq!(w.open(stuck), 0);
-        // Stuck is judged against the shortest pause seen.
+        // Stuck is judged against the shortest mean pause seen.
+        for _ in 0..2 * SAMPLE {
+            let ticket = w.enter(stuck).expect("a place");
+            w.left(ticket, Some(Duration::from_millis(4)));
+        }
         assert_eq!(w.stuck(), Duration::from_millis(32));
     }
 }

@@ -13,6 +13,7 @@
 //! - `units`: creation, claims, records, spot membership, stopping a unit.
 //! - `routing`: routes across the mesh: lookups, forwarding, activation, fences.
 //! - `losses`: what the mesh could not deliver: requests end, lost tells are reported.
+//! - `adapters`: the state adapters' own deltas, reached by factory type name for a move's seal.
 //! - `membership`: the owner lease, descriptors, and learning peers.
 //! - `recovery`: rebuilding a dead node's units on the survivors, and taking back what an
 //!   earlier process of this node's id held.
@@ -25,6 +26,7 @@
 //! - `dispatch`: the one entry of frames from peers, handed to the parts above.
 //! - `shutdown`: stopping the node.
 
+mod adapters;
 mod config;
 mod dispatch;
 mod drain;

@@ -15,6 +15,7 @@ use crate::mesh::{MeshError, PeerState};
 use crate::relocation::RelocationId;
 use crate::relocation::frames::RelocFrame;
 use crate::relocation::moves::PRECOPY_KIB;
+use crate::relocation::precopy::Deltas;
 use crate::relocation::reports::RelocationEvent;
 use crate::session::frames::SessionFrame;
 use crate::store::{Lease, LocationStore};
@@ -33,6 +34,11 @@ impl MoveCtx {
     /// The node the unit leaves.
     pub fn id(&self) -> &NodeId {
         self.node.id()
+    }
+
+    /// The state adapters of the node's factories, for the deltas a seal may send.
+    pub fn deltas(&self) -> &dyn Deltas {
+        &*self.node.core
     }
 
     /// The largest capture this node sends.

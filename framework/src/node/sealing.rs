@@ -1,5 +1,6 @@
-//! The drain's seal window ([`SealWindow`]) as something moves wait on: a move enters before it
-//! quiesces its unit and leaves once it ended, with its unit's pause.
+//! The drain's seal window ([`SealWindow`]) as something moves wait on: a move copies only while
+//! the window lets it copy ahead, enters before it quiesces its unit and leaves once it ended,
+//! with its unit's pause.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +14,8 @@ use tokio::time::Instant;
 #[derive(Default)]
 pub(crate) struct SealGate {
     window: Mutex<SealWindow>,
-    /// Wakes the moves waiting to enter when one leaves (the window may have grown, too).
+    /// Wakes the moves waiting to enter or to copy when one leaves or stops copying (the window
+    /// may have grown, too).
     left: Notify,
 }
 
@@ -47,6 +49,17 @@ impl SealGate {
         }
     }
 
+    /// Waits until the window lets this move pre-copy its unit.
+    pub async fn copy(self: &Arc<Self>) -> CopyPass {
+        loop {
+            let left = self.left.notified();
+            if self.window.lock().copy() {
+                return CopyPass { gate: self.clone() };
+            }
+            left.await;
+        }
+    }
+
     /// How many seals the window lets through now.
     pub fn limit(&self) -> usize {
         self.window.lock().limit()
@@ -70,6 +83,18 @@ impl SealPass {
 impl Drop for SealPass {
     fn drop(&mut self) {
         self.gate.window.lock().left(self.ticket, self.pause);
+        self.gate.left.notify_waiters();
+    }
+}
+
+/// A move's leave to pre-copy, given back when it is dropped.
+pub(crate) struct CopyPass {
+    gate: Arc<SealGate>,
+}
+
+impl Drop for CopyPass {
+    fn drop(&mut self) {
+        self.gate.window.lock().copied();
         self.gate.left.notify_waiters();
     }
 }

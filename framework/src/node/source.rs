@@ -411,9 +411,11 @@ impl SourceRun {
     }
 
     /// Ships the unit's image to the target while the unit runs, round after round of what
-    /// changed, for as long as the core says it is worth it ([`Precopy::round`]). Each round
-    /// waits for its share of the node's pre-copy budget, and for the target to say it holds it.
+    /// changed, for as long as the core says it is worth it ([`Precopy::round`]). A move of a
+    /// drain copies only while its window lets it copy ahead of the seals; each round waits for
+    /// its share of the node's pre-copy budget, and for the target to say it holds it.
     async fn precopy(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>) {
+        let mut copying = None;
         loop {
             let Some(image) = self.snapshot().await else {
                 return;
@@ -428,6 +430,15 @@ impl SourceRun {
             };
             let bytes: usize = pieces.iter().map(|(_, piece)| piece.len()).sum();
             let deadline = self.deadline();
+            if copying.is_none()
+                && let Some(drain) = &self.drain
+            {
+                let Ok(pass) = tokio::time::timeout_at(deadline, drain.gate.copy()).await else {
+                    self.precopy.lost();
+                    return;
+                };
+                copying = Some(pass);
+            }
             // The phase counts the rounds' streaming: from the budget taken to the answer.
             let started = Instant::now();
             let Ok(Ok(_permit)) =
@@ -726,7 +737,7 @@ impl SourceRun {
         let encoding = Instant::now();
         self.phases.store_read = encoding.duration_since(reading);
         let image = Bytes::from(capture.into_image().map_err(|e| e.to_string())?);
-        let sealed = self.precopy.seal(image.clone());
+        let sealed = self.precopy.seal(image.clone(), self.ctx.deltas());
         self.phases.encode = encoding.elapsed();
         self.bytes = sealed.manifest.len;
         let max = self.ctx.max_state();

@@ -18,7 +18,7 @@ use crate::cluster::frames::Frame;
 use crate::ids::{NodeId, UnitId};
 use crate::relocation::RelocationId;
 use crate::relocation::admission::{Admission, Offer, Staged, admit};
-use crate::relocation::capture::{Assembly, MembershipData, relay_digest};
+use crate::relocation::capture::{Assembly, MembershipData, TransferError, relay_digest};
 use crate::relocation::frames::{RecordAt, Refusal, RelocFrame};
 use crate::relocation::moves::Precopied;
 use crate::relocation::precopy::{Held, may_hold};
@@ -347,25 +347,37 @@ impl Node {
             let event = node.restore_staged(rel, &source, assembly);
             // No progress after the answer (a panic drops it too, and the reports end).
             drop(restoring);
-            node.target_event(rel, event);
+            if let Some(event) = event {
+                node.target_event(rel, event);
+            }
         };
         // Checking a large image and restoring runs long (and application adapters may do I/O):
         // off the mesh's inbound task, so the peer's other frames keep flowing.
         tokio::task::spawn_blocking(restore);
     }
 
-    /// Checks the assembled image against the manifest, decodes it, and restores the unit into
-    /// a lane that does not run yet, registered only while the move still wants it.
+    /// Checks the assembled image against the manifest (rebuilt first by the adapters' deltas,
+    /// if it came as a recipe), decodes it, and restores the unit into a lane that does not run
+    /// yet, registered only while the move still wants it. `None` if the whole image is asked
+    /// for instead.
     fn restore_staged(
         &self,
         rel: RelocationId,
         source: &NodeId,
         assembly: Assembly,
-    ) -> TargetEvent {
+    ) -> Option<TargetEvent> {
         let started = tokio::time::Instant::now();
-        let capture = match assembly.finish() {
+        let capture = match assembly.finish(&*self.core) {
             Ok(capture) => capture,
-            Err(error) => return TargetEvent::RestoreFailed(Refusal::other(error.to_string())),
+            Err(error) if error.wants_whole() => {
+                self.ask_whole(rel, source, &error);
+                return None;
+            }
+            Err(error) => {
+                return Some(TargetEvent::RestoreFailed(Refusal::other(
+                    error.to_string(),
+                )));
+            }
         };
         // The capture says which room each Actor is in at the seal; the records the source read
         // may lag a join or leave made just before it, and the commit writes what runs.
@@ -379,12 +391,12 @@ impl Node {
         }
         let restored = match Lane::restore(self, capture) {
             Ok(restored) => restored,
-            Err(reason) => return TargetEvent::RestoreFailed(reason),
+            Err(reason) => return Some(TargetEvent::RestoreFailed(reason)),
         };
         // Registered under the staged moves' lock: a copy withdrawn or given up while it
         // restored is never seen here.
         let mut incoming = self.core.moves.incoming.lock();
-        match incoming.get_mut(&rel) {
+        Some(match incoming.get_mut(&rel) {
             Some(staging) => match restored.register(self, source) {
                 Ok(lane) => {
                     staging.lane = Some(lane);
@@ -394,6 +406,20 @@ impl Node {
                 Err(reason) => TargetEvent::RestoreFailed(reason),
             },
             None => TargetEvent::Restored,
+        })
+    }
+
+    /// What arrived did not make the sealed image here ([`TransferError::wants_whole`]): the
+    /// staged move waits for the whole image, as one whose base was never held.
+    fn ask_whole(&self, rel: RelocationId, source: &NodeId, error: &TransferError) {
+        match self.core.moves.incoming.lock().get_mut(&rel) {
+            Some(staging) => staging.awaiting_whole = true,
+            None => return,
+        }
+        tracing::warn!(relocation = %rel, %error, "asking the source for the whole image");
+        let lost = Frame::Reloc(Box::new(RelocFrame::BaseLost { rel }));
+        if let Err(error) = self.mesh_send(source, lost) {
+            tracing::debug!(relocation = %rel, %error, "request for the whole image not sent");
         }
     }
 

@@ -44,6 +44,10 @@ pub(crate) trait AnyFactory<N>: Send + Sync + 'static {
     /// The JSON form of one message of this factory's type, as postcard (a WebSocket client's
     /// input, made what the Actor takes).
     fn message_from_json(&self, json: &[u8]) -> Result<Vec<u8>, String>;
+    /// The state adapter's own delta between two of its captures (`None`: compare blocks).
+    fn delta(&self, base: &[u8], now: &[u8]) -> Option<Vec<u8>>;
+    /// A state rebuilt from a base and a delta this factory's adapter made.
+    fn apply_delta(&self, base: &[u8], delta: &[u8]) -> Result<Vec<u8>, AdapterError>;
 }
 
 /// What becomes of a message turn's reply.

@@ -35,7 +35,7 @@ pub mod plan;
 pub mod world;
 
 pub use plan::{Plan, Rng, Step};
-pub use world::{Shape, Waits, World};
+pub use world::{Recipes, Shape, Waits, World};
 
 /// How long, in simulated time, a run in which a process died or the store lost writes settles
 /// after its plan: past the outage limit, so every lease that will lapse has, every dead node is
@@ -53,6 +53,8 @@ pub struct Outcome {
     pub moves_ended: usize,
     /// How often pre-copy rounds and seals waited for their share.
     pub waits: Waits,
+    /// How often seals sent a recipe of deltas, and targets found one rebuilt wrong.
+    pub recipes: Recipes,
     /// How many tells, requests and inputs ran.
     pub tells_ran: usize,
     /// The nodes whose drain moved everything and reported them safe to shut down, at the end.
@@ -105,6 +107,7 @@ fn play(shape: Shape, plan: &Plan, tracing: bool) -> Outcome {
         violation,
         moves_ended: world.moves_ended(),
         waits: world.waits(),
+        recipes: world.recipes(),
         tells_ran: world.tells_ran(),
         drained: world.drained(),
     }

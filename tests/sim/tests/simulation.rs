@@ -8,7 +8,7 @@
 
 use std::process::Command;
 
-use ferry_sim::{Outcome, Plan, Rng, Shape, Step, Waits, replay, run, shrink};
+use ferry_sim::{Outcome, Plan, Recipes, Rng, Shape, Step, Waits, replay, run, shrink};
 
 const SHAPE: Shape = Shape {
     nodes: 4,
@@ -104,8 +104,8 @@ fn twenty_thousand_seeds_keep_every_invariant() {
 
 /// A cluster whose first node holds more large rooms than its pre-copy budget takes: each of 200
 /// seeds (or `FERRY_SIM_LARGE_SEEDS`, from `FERRY_SIM_FIRST_SEED`) drains that node first, then
-/// takes a random plan's steps. No invariant breaks, and pre-copy rounds wait for their node's
-/// budget, as seals do for their drain's window.
+/// takes a random plan's steps. No invariant breaks, pre-copy rounds wait for their node's
+/// budget, as seals do for their drain's window, and some seals send the rooms' own deltas.
 #[test]
 fn drains_of_large_rooms_wait_for_budget_and_window() {
     const LARGE: Shape = Shape {
@@ -120,6 +120,7 @@ fn drains_of_large_rooms_wait_for_budget_and_window() {
     let seeds = env_number("FERRY_SIM_LARGE_SEEDS").unwrap_or(200);
     let first = env_number("FERRY_SIM_FIRST_SEED").unwrap_or(0);
     let mut waits = Waits::default();
+    let mut recipes = Recipes::default();
     for seed in first..first + seeds {
         let mut plan = Plan::generate(seed, STEPS);
         plan.steps.insert(0, Step::Drain { node: 0 });
@@ -130,10 +131,18 @@ fn drains_of_large_rooms_wait_for_budget_and_window() {
         let outcome = check_plan(LARGE, &plan, &again);
         waits.budget += outcome.waits.budget;
         waits.window += outcome.waits.window;
+        recipes.sent += outcome.recipes.sent;
+        recipes.wrong += outcome.recipes.wrong;
     }
     assert!(
         waits.budget >= seeds as usize && waits.window >= seeds as usize,
         "{waits:?} over {seeds} seeds"
+    );
+    // Seals reach the core's choice of a recipe of the rooms' deltas, and targets catch the
+    // ones rebuilt wrong by the image's checksum.
+    assert!(
+        recipes.sent >= seeds as usize / 20 && recipes.wrong >= seeds as usize / 100,
+        "{recipes:?} over {seeds} seeds"
     );
 }
 

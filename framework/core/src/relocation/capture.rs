@@ -1,10 +1,13 @@
 //! What a unit is made of in transit: its cells' state and timers, its saved work and pending
 //! ticks, encoded once, cut into checksummed chunks, and put back together on the target.
 
+use std::ops::Range;
+
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::ReadyOutcome;
+use super::precopy::{Deltas, rebuild};
 use crate::ids::{ActorId, SpotId, UnitId};
 use crate::reply::ReplyTo;
 use crate::session::{SessionBinding, SessionOp};
@@ -145,6 +148,22 @@ pub enum TransferError {
     /// The bytes did not decode.
     #[error("capture does not decode: {0}")]
     Decode(String),
+    /// The cells' own deltas did not rebuild the image the source sealed: an adapter's
+    /// `apply_delta` failed, panicked or gave other bytes than its `delta` was made from.
+    #[error(
+        "the state adapters' deltas did not rebuild the sealed image ({0}); the whole image is \
+         sent instead: check that the adapter's apply_delta undoes its delta exactly"
+    )]
+    Rebuild(String),
+}
+
+impl TransferError {
+    /// Whether the source should send the whole image in place of what failed: the base it was
+    /// sent against is not held here, or the adapters' deltas did not rebuild the image. The
+    /// move goes on either way; any other failure ends it.
+    pub fn wants_whole(&self) -> bool {
+        matches!(self, TransferError::BaseLost | TransferError::Rebuild(_))
+    }
 }
 
 /// A pre-copied image a capture is sent as a difference to.
@@ -177,6 +196,21 @@ pub struct Manifest {
     pub crc: u32,
     /// The pre-copy the chunks patch, if any: then only what changed since is sent.
     pub base: Option<Base>,
+    /// With a base: the chunks are not pieces of the image but a recipe of this many bytes that
+    /// rebuilds it from the base cell by cell, with the adapters' own deltas where they made one
+    /// ([`Precopy::seal`](super::precopy::Precopy::seal)).
+    pub recipe: Option<u64>,
+}
+
+/// Where one cell's state lies in an image, and the factory whose adapter wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateAt {
+    /// The cell.
+    pub id: UnitId,
+    /// The type name of its factory.
+    pub factory: String,
+    /// Its state's bytes in the image.
+    pub range: Range<usize>,
 }
 
 /// The trailer of an image: the capture without its cells' states, and each state's length.
@@ -217,40 +251,75 @@ impl Capture {
 
     /// Decodes an image made by [`into_image`](Self::into_image).
     pub fn from_image(image: &[u8]) -> Result<Capture, TransferError> {
-        let bad = |why: &str| TransferError::Decode(why.to_owned());
-        let split = image
-            .len()
-            .checked_sub(4)
-            .ok_or_else(|| bad("shorter than its trailer's length"))?;
-        let (body, len) = image.split_at(split);
-        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
-        let at = body
-            .len()
-            .checked_sub(len)
-            .ok_or_else(|| bad("shorter than its trailer"))?;
-        let (mut states, trailer) = body.split_at(at);
-        let Trailer {
-            states: lengths,
-            mut capture,
-        } = postcard::from_bytes(trailer).map_err(|e| TransferError::Decode(e.to_string()))?;
-        if lengths.len() != capture.cells.len() {
-            return Err(bad("its states do not match its cells"));
-        }
-        for (cell, len) in capture.cells.iter_mut().zip(lengths) {
-            let Some(len) = len else { continue };
-            let len = len as usize;
-            if len > states.len() {
-                return Err(bad("a state runs past the image"));
-            }
-            let (state, rest) = states.split_at(len);
-            cell.state = Some(state.to_vec());
-            states = rest;
-        }
-        if !states.is_empty() {
-            return Err(bad("bytes left over between the states and the trailer"));
+        let (mut capture, ranges, _) = split(image)?;
+        for (cell, range) in capture.cells.iter_mut().zip(ranges) {
+            cell.state = range.map(|range| image[range].to_vec());
         }
         Ok(capture)
     }
+}
+
+/// Where the states of an image made by [`Capture::into_image`] lie (cells without state left
+/// out), and where the rest of it begins: what a seal compares cell by cell.
+pub fn states(image: &[u8]) -> Result<(Vec<StateAt>, usize), TransferError> {
+    let (capture, ranges, rest) = split(image)?;
+    let states = capture
+        .cells
+        .into_iter()
+        .zip(ranges)
+        .filter_map(|(cell, range)| {
+            range.map(|range| StateAt {
+                id: cell.id,
+                factory: cell.factory,
+                range,
+            })
+        })
+        .collect();
+    Ok((states, rest))
+}
+
+/// Each cell's state range in an image, `None` for a cell without state.
+type Ranges = Vec<Option<Range<usize>>>;
+
+/// Splits an image into its capture without states, its cells' state ranges, and the offset of
+/// its trailer.
+fn split(image: &[u8]) -> Result<(Capture, Ranges, usize), TransferError> {
+    let bad = |why: &str| TransferError::Decode(why.to_owned());
+    let split = image
+        .len()
+        .checked_sub(4)
+        .ok_or_else(|| bad("shorter than its trailer's length"))?;
+    let (body, len) = image.split_at(split);
+    let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+    let at = body
+        .len()
+        .checked_sub(len)
+        .ok_or_else(|| bad("shorter than its trailer"))?;
+    let Trailer {
+        states: lengths,
+        capture,
+    } = postcard::from_bytes(&body[at..]).map_err(|e| TransferError::Decode(e.to_string()))?;
+    if lengths.len() != capture.cells.len() {
+        return Err(bad("its states do not match its cells"));
+    }
+    let mut next = 0usize;
+    let mut ranges = Vec::with_capacity(lengths.len());
+    for len in lengths {
+        let Some(len) = len else {
+            ranges.push(None);
+            continue;
+        };
+        let end = next.saturating_add(len as usize);
+        if end > at {
+            return Err(bad("a state runs past the image"));
+        }
+        ranges.push(Some(next..end));
+        next = end;
+    }
+    if next != at {
+        return Err(bad("bytes left over between the states and the trailer"));
+    }
+    Ok((capture, ranges, at))
 }
 
 /// Collects chunks on the target, over the pre-copied base if there is one, and checks the
@@ -258,7 +327,10 @@ impl Capture {
 #[derive(Debug)]
 pub struct Assembly {
     manifest: Manifest,
+    /// The image as it is patched, or the recipe as it arrives.
     bytes: Vec<u8>,
+    /// For a recipe: the base it rebuilds the image from.
+    base: Option<Vec<u8>>,
     next: u32,
 }
 
@@ -266,28 +338,36 @@ impl Assembly {
     /// Starts collecting for a manifest, over `held` (the pre-copy this node holds for the
     /// move) when the manifest names a base. `BaseLost` if it names one that is not held.
     pub fn new(manifest: Manifest, held: Option<Vec<u8>>) -> Result<Self, TransferError> {
-        let bytes = match (manifest.base, held) {
-            (None, _) => {
-                Vec::with_capacity(usize::try_from(manifest.len).unwrap_or(0).min(1 << 30))
+        let capacity =
+            |len: u64| Vec::with_capacity(usize::try_from(len).unwrap_or(0).min(1 << 30));
+        let (bytes, base) = match (manifest.base, held) {
+            (None, _) if manifest.recipe.is_some() => {
+                return Err(TransferError::Decode("a recipe without a base".into()));
             }
-            (Some(base), Some(mut held)) if Base::of(&held) == base => {
-                held.resize(
-                    usize::try_from(manifest.len).map_err(|_| TransferError::BaseLost)?,
-                    0,
-                );
-                held
-            }
+            (None, _) => (capacity(manifest.len), None),
+            (Some(base), Some(held)) if Base::of(&held) == base => match manifest.recipe {
+                Some(len) => (capacity(len), Some(held)),
+                None => {
+                    let mut held = held;
+                    held.resize(
+                        usize::try_from(manifest.len).map_err(|_| TransferError::BaseLost)?,
+                        0,
+                    );
+                    (held, None)
+                }
+            },
             (Some(_), _) => return Err(TransferError::BaseLost),
         };
         Ok(Assembly {
             manifest,
             bytes,
+            base,
             next: 0,
         })
     }
 
-    /// Adds a chunk, written at `offset`; `Ok(true)` once every chunk is in. Without a base the
-    /// chunks follow each other, so each starts where the last ended.
+    /// Adds a chunk, written at `offset`; `Ok(true)` once every chunk is in. Without a base, and
+    /// for a recipe, the chunks follow each other, so each starts where the last ended.
     pub fn add(&mut self, index: u32, offset: u64, chunk: &[u8]) -> Result<bool, TransferError> {
         if index != self.next {
             return Err(TransferError::ChunkOrder {
@@ -297,14 +377,12 @@ impl Assembly {
         }
         self.next += 1;
         let end = offset.saturating_add(chunk.len() as u64);
-        if end > self.manifest.len {
-            return Err(TransferError::Length {
-                got: end,
-                want: self.manifest.len,
-            });
+        let want = self.manifest.recipe.unwrap_or(self.manifest.len);
+        if end > want {
+            return Err(TransferError::Length { got: end, want });
         }
         let (offset, end) = (offset as usize, end as usize);
-        if self.manifest.base.is_some() {
+        if self.manifest.base.is_some() && self.base.is_none() {
             self.bytes[offset..end].copy_from_slice(chunk);
         } else if offset == self.bytes.len() {
             self.bytes.extend_from_slice(chunk);
@@ -324,28 +402,46 @@ impl Assembly {
 
     /// Checks length and checksum of the whole, then decodes. A mismatch is an explicit failure,
     /// never a partial restore: what is restored is the image the source took at the seal.
-    pub fn finish(self) -> Result<Capture, TransferError> {
-        Capture::from_image(&self.image()?)
+    pub fn finish(self, deltas: &dyn Deltas) -> Result<Capture, TransferError> {
+        Capture::from_image(&self.image(deltas)?)
     }
 
-    /// The assembled image, once its length and checksum are the manifest's.
-    pub fn image(self) -> Result<Vec<u8>, TransferError> {
-        let got = self.bytes.len() as u64;
-        if got != self.manifest.len {
-            return Err(TransferError::Length {
-                got,
-                want: self.manifest.len,
-            });
+    /// The assembled image, once its length and checksum are the manifest's. A recipe is
+    /// rebuilt first, through `deltas` where it holds an adapter's delta; an image it rebuilds
+    /// wrong is [`TransferError::Rebuild`], so that the source sends the whole image instead.
+    pub fn image(self, deltas: &dyn Deltas) -> Result<Vec<u8>, TransferError> {
+        let Assembly {
+            manifest,
+            bytes,
+            base,
+            ..
+        } = self;
+        match base {
+            None => check(&manifest, bytes),
+            Some(base) => rebuild(&base, &bytes, manifest.len, deltas)
+                .and_then(|image| check(&manifest, image).map_err(|error| error.to_string()))
+                .map_err(TransferError::Rebuild),
         }
-        let crc = crc32c::crc32c(&self.bytes);
-        if crc != self.manifest.crc {
-            return Err(TransferError::Checksum {
-                got: crc,
-                want: self.manifest.crc,
-            });
-        }
-        Ok(self.bytes)
     }
+}
+
+/// `image` if its length and checksum are the manifest's.
+fn check(manifest: &Manifest, image: Vec<u8>) -> Result<Vec<u8>, TransferError> {
+    let got = image.len() as u64;
+    if got != manifest.len {
+        return Err(TransferError::Length {
+            got,
+            want: manifest.len,
+        });
+    }
+    let crc = crc32c::crc32c(&image);
+    if crc != manifest.crc {
+        return Err(TransferError::Checksum {
+            got: crc,
+            want: manifest.crc,
+        });
+    }
+    Ok(image)
 }
 
 /// The count and checksum of relay records, so the target can tell it has them all.
@@ -361,11 +457,11 @@ pub fn relay_digest(records: &[QueuedOp]) -> (u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relocation::precopy::{Precopy, Sealed};
+    use crate::relocation::precopy::{NoDeltas, Precopy, Sealed};
 
     /// The capture as a move with nothing pre-copied sends it.
     fn pack(c: &Capture) -> Sealed {
-        Precopy::new().seal(Bytes::from(c.clone().into_image().unwrap()))
+        Precopy::new().seal(Bytes::from(c.clone().into_image().unwrap()), &NoDeltas)
     }
 
     fn assemble(sealed: &Sealed) -> Result<Capture, TransferError> {
@@ -373,7 +469,7 @@ mod tests {
         for (i, (offset, bytes)) in sealed.pieces.iter().enumerate() {
             a.add(i as u32, *offset, bytes)?;
         }
-        a.finish()
+        a.finish(&NoDeltas)
     }
 
     fn capture(state_len: usize) -> Capture {
@@ -409,7 +505,7 @@ mod tests {
             let done = a.add(i as u32, *offset, ch).unwrap();
             assert_eq!(done, i == 2);
         }
-        assert_eq!(a.finish().unwrap(), c);
+        assert_eq!(a.finish(&NoDeltas).unwrap(), c);
     }
 
     #[test]
@@ -419,7 +515,10 @@ mod tests {
         bad[5] ^= 0xff;
         let mut a = Assembly::new(sealed.manifest, None).unwrap();
         a.add(0, 0, &bad).unwrap();
-        assert!(matches!(a.finish(), Err(TransferError::Checksum { .. })));
+        assert!(matches!(
+            a.finish(&NoDeltas),
+            Err(TransferError::Checksum { .. })
+        ));
     }
 
     #[test]
@@ -447,10 +546,10 @@ mod tests {
         /// an error, never a panic or a partial restore.
         #[test]
         fn arbitrary_capture_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2048)) {
-            let manifest = Manifest { len: bytes.len() as u64, chunks: 1, crc: crc32c::crc32c(&bytes), base: None };
+            let manifest = Manifest { len: bytes.len() as u64, chunks: 1, crc: crc32c::crc32c(&bytes), base: None, recipe: None };
             let mut a = Assembly::new(manifest, None).unwrap();
             if a.add(0, 0, &bytes).is_ok() {
-                let _ = a.finish();
+                let _ = a.finish(&NoDeltas);
             }
         }
 

@@ -7,7 +7,8 @@
 //!   and which changes of membership it takes meanwhile.
 //! - [`capture`]: what moves (state, timers, saved work, pending ticks), as an image checked with
 //!   CRC-32C.
-//! - [`precopy`]: the image shipped while the unit runs, so the seal ships only what changed.
+//! - [`precopy`]: the image shipped while the unit runs, so the seal ships only what changed (its
+//!   blocks, or the state adapters' own deltas).
 //! - [`frames`]: what source and target say to each other on the mesh.
 //! - [`phases`]: where the time of one move goes.
 

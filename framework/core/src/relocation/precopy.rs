@@ -6,13 +6,19 @@
 //! checksum, and the target checks the whole it ends up with against the checksum of the image
 //! taken at the seal: a base that is missing or differs is never patched
 //! ([`TransferError::BaseLost`]), and the source sends the whole image instead.
+//!
+//! Where a byte difference is poor (a log whose new entry shifts every later byte), a state
+//! adapter may make a delta of its own ([`Deltas`]): the seal then sends, if it is smaller, a
+//! recipe that rebuilds the image from the base cell by cell. The same checksum over the whole
+//! guards it: an image a delta rebuilds wrong is never restored ([`TransferError::Rebuild`]),
+//! and the whole image goes instead.
 
 use std::ops::Range;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::capture::{Base, CHUNK, Manifest, TransferError};
+use super::capture::{Base, CHUNK, Manifest, TransferError, states};
 
 /// The unit of comparison between two images: a block that differs in any byte is sent whole.
 pub const BLOCK: usize = 16 * 1024;
@@ -76,6 +82,174 @@ pub(crate) fn slices(image: &Bytes, ranges: Vec<Range<usize>>) -> Vec<(u64, Byte
         .collect()
 }
 
+/// The state adapters' own deltas, reached by the type name of a cell's factory: where a byte
+/// difference is poor, an adapter may say what changed in fewer bytes. Whatever they answer, the
+/// target checks the image they rebuild against the checksum of the sealed one.
+pub trait Deltas {
+    /// A delta that turns `base` into `now`, both as the cell's adapter captured them; `None`
+    /// to have their blocks compared.
+    fn delta(&self, factory: &str, base: &[u8], now: &[u8]) -> Option<Vec<u8>>;
+    /// `now` rebuilt from `base` and a delta [`delta`](Self::delta) made; an error (or a panic
+    /// the runtime contains) makes the target ask for the whole image.
+    fn apply(&self, factory: &str, base: &[u8], delta: &[u8]) -> Result<Vec<u8>, String>;
+}
+
+/// No adapter makes deltas of its own: every state is compared block by block.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoDeltas;
+
+impl Deltas for NoDeltas {
+    fn delta(&self, _: &str, _: &[u8], _: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn apply(&self, factory: &str, _: &[u8], _: &[u8]) -> Result<Vec<u8>, String> {
+        Err(format!("no delta is known for factory {factory:?}"))
+    }
+}
+
+/// How a target rebuilds a sealed image from the base it holds, cell by cell: what the seal
+/// sends in place of a byte difference when it is smaller.
+#[derive(Debug, Serialize, Deserialize)]
+struct Recipe {
+    /// The sealed image's states, in order.
+    states: Vec<Part>,
+    /// The rest of the image (its trailer), whole: it holds the queue, which changes anyway.
+    rest: Bytes,
+}
+
+/// One state of a recipe.
+#[derive(Debug, Serialize, Deserialize)]
+enum Part {
+    /// The adapter's own delta to the base's state number `base`.
+    Delta {
+        /// The base state it applies to.
+        base: u32,
+        /// The adapter's bytes.
+        delta: Bytes,
+    },
+    /// A state `len` bytes long: the base's state number `base` (or zeros), with the blocks
+    /// that differ written over it.
+    Blocks {
+        /// The base state it patches, if the base holds the cell.
+        base: Option<u32>,
+        /// The state's length.
+        len: u64,
+        /// The blocks that differ, each with its offset in the state.
+        pieces: Vec<(u64, Bytes)>,
+    },
+}
+
+/// The recipe for `image` over `held`, encoded, if some adapter made a delta smaller than the
+/// blocks of its state that changed; `None` if none did (the byte difference goes then). An
+/// adapter is asked only about a state that changed, and the blocks are compared only once one
+/// made a delta, so a seal whose adapters make none costs a comparison of the states alone.
+fn recipe(held: &[u8], image: &Bytes, deltas: &dyn Deltas) -> Option<Vec<u8>> {
+    let (before, _) = states(held).ok()?;
+    let (now, rest) = states(image).ok()?;
+    let asked: Vec<_> = now
+        .into_iter()
+        .map(|cell| {
+            let at = before
+                .iter()
+                .position(|b| b.id == cell.id && b.factory == cell.factory);
+            let old = at.map(|at| &held[before[at].range.clone()]);
+            let state = &image[cell.range.clone()];
+            let delta = old
+                .filter(|old| *old != state)
+                .and_then(|old| deltas.delta(&cell.factory, old, state));
+            (cell, at, delta)
+        })
+        .collect();
+    if asked.iter().all(|(_, _, delta)| delta.is_none()) {
+        return None;
+    }
+    let mut used = false;
+    let mut parts = Vec::with_capacity(asked.len());
+    for (cell, at, delta) in asked {
+        let state = image.slice(cell.range);
+        let old = at.map_or(&[][..], |at| &held[before[at].range.clone()]);
+        let blocks = changed(old, &state);
+        let bytes: usize = blocks.iter().map(Range::len).sum();
+        let base = at.and_then(|at| u32::try_from(at).ok());
+        let part = match (base, delta) {
+            (Some(base), Some(delta)) if delta.len() < bytes => Part::Delta {
+                base,
+                delta: Bytes::from(delta),
+            },
+            _ => Part::Blocks {
+                base,
+                len: state.len() as u64,
+                pieces: slices(&state, blocks),
+            },
+        };
+        used |= matches!(part, Part::Delta { .. });
+        parts.push(part);
+    }
+    let recipe = Recipe {
+        states: parts,
+        rest: image.slice(rest..),
+    };
+    used.then(|| postcard::to_allocvec(&recipe).ok())?
+}
+
+/// Rebuilds an image of `len` bytes from `base` by an encoded recipe, never past `len`; why not
+/// if it cannot. Its checksum is still to be checked.
+pub(crate) fn rebuild(
+    base: &[u8],
+    recipe: &[u8],
+    len: u64,
+    deltas: &dyn Deltas,
+) -> Result<Vec<u8>, String> {
+    let (before, _) = states(base).map_err(|e| format!("the base does not decode: {e}"))?;
+    let recipe: Recipe =
+        postcard::from_bytes(recipe).map_err(|e| format!("the recipe does not decode: {e}"))?;
+    let len = usize::try_from(len).map_err(|_| "the image is too long here".to_owned())?;
+    let state = |at: u32| {
+        before
+            .get(at as usize)
+            .ok_or_else(|| format!("the base has no state {at}"))
+    };
+    let mut image = Vec::with_capacity(len.min(1 << 30));
+    for part in recipe.states {
+        let rebuilt = match part {
+            Part::Delta { base: at, delta } => {
+                let cell = state(at)?;
+                deltas.apply(&cell.factory, &base[cell.range.clone()], &delta)?
+            }
+            Part::Blocks {
+                base: at,
+                len: state_len,
+                pieces,
+            } => {
+                let state_len = usize::try_from(state_len)
+                    .ok()
+                    .filter(|n| image.len().saturating_add(*n) <= len)
+                    .ok_or("a state runs past the image")?;
+                let mut rebuilt = match at {
+                    Some(at) => base[state(at)?.range.clone()].to_vec(),
+                    None => Vec::new(),
+                };
+                rebuilt.resize(state_len, 0);
+                for (offset, bytes) in pieces {
+                    let piece = usize::try_from(offset)
+                        .ok()
+                        .and_then(|at| rebuilt.get_mut(at..at.checked_add(bytes.len())?))
+                        .ok_or("a block runs past its state")?;
+                    piece.copy_from_slice(&bytes);
+                }
+                rebuilt
+            }
+        };
+        if image.len().saturating_add(rebuilt.len()) > len {
+            return Err("the states run past the image".into());
+        }
+        image.extend_from_slice(&rebuilt);
+    }
+    image.extend_from_slice(&recipe.rest);
+    Ok(image)
+}
+
 /// What the source does with a snapshot of the running unit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Round {
@@ -97,7 +271,7 @@ pub enum Round {
 pub struct Sealed {
     /// What the target checks the pieces against.
     pub manifest: Manifest,
-    /// The pieces, in order: the whole image, or what differs from the base.
+    /// The pieces, in order: the whole image, what differs from the base, or the recipe.
     pub pieces: Vec<(u64, Bytes)>,
 }
 
@@ -175,31 +349,53 @@ impl Precopy {
     }
 
     /// What the seal sends of `image`: what differs from the image the target holds, or all of
-    /// it if it holds none.
-    pub fn seal(&mut self, image: Bytes) -> Sealed {
-        let (pieces, base) = match &self.held {
-            Some(held) => (changed(held, &image), Some(Base::of(held))),
-            None => (whole(image.len()), None),
+    /// it if it holds none. Where the states' adapters make deltas of their own (`deltas`), the
+    /// recipe that rebuilds the image with them goes instead, if it is smaller.
+    pub fn seal(&mut self, image: Bytes, deltas: &dyn Deltas) -> Sealed {
+        let Some(held) = &self.held else {
+            let pieces = slices(&image, whole(image.len()));
+            return self.sealed(&image, pieces, None, None);
         };
-        self.sealed(image, pieces, base)
+        let base = Some(Base::of(held));
+        let blocks = changed(held, &image);
+        let bytes: usize = blocks.iter().map(Range::len).sum();
+        match recipe(held, &image, deltas).filter(|recipe| recipe.len() < bytes) {
+            Some(recipe) => {
+                let len = recipe.len() as u64;
+                let recipe = Bytes::from(recipe);
+                let pieces = slices(&recipe, whole(recipe.len()));
+                self.sealed(&image, pieces, base, Some(len))
+            }
+            None => {
+                let pieces = slices(&image, blocks);
+                self.sealed(&image, pieces, base, None)
+            }
+        }
     }
 
-    /// The target lost the base the seal's difference was made against: all of `image` goes.
+    /// The target lost the base the seal's difference was made against, or the deltas did not
+    /// rebuild the image: all of `image` goes.
     pub fn whole(&mut self, image: Bytes) -> Sealed {
         self.held = None;
-        let pieces = whole(image.len());
-        self.sealed(image, pieces, None)
+        let pieces = slices(&image, whole(image.len()));
+        self.sealed(&image, pieces, None, None)
     }
 
-    fn sealed(&mut self, image: Bytes, pieces: Vec<Range<usize>>, base: Option<Base>) -> Sealed {
-        let pieces = slices(&image, pieces);
+    fn sealed(
+        &mut self,
+        image: &Bytes,
+        pieces: Vec<(u64, Bytes)>,
+        base: Option<Base>,
+        recipe: Option<u64>,
+    ) -> Sealed {
         self.copied.after_seal += pieces.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
         Sealed {
             manifest: Manifest {
                 len: image.len() as u64,
                 chunks: pieces.len() as u32,
-                crc: crc32c::crc32c(&image),
+                crc: crc32c::crc32c(image),
                 base,
+                recipe,
             },
             pieces,
         }
@@ -318,14 +514,14 @@ mod tests {
         for (index, (offset, bytes)) in sealed.pieces.iter().enumerate() {
             assembly.add(index as u32, *offset, bytes)?;
         }
-        assembly.image()
+        assembly.image(&NoDeltas)
     }
 
     #[test]
     fn a_small_image_is_never_precopied() {
         let mut pre = Precopy::new();
         assert_eq!(pre.round(Bytes::from(image(MIN_IMAGE - 1, 1))), Round::Seal);
-        let sealed = pre.seal(Bytes::from(image(MIN_IMAGE - 1, 1)));
+        let sealed = pre.seal(Bytes::from(image(MIN_IMAGE - 1, 1)), &NoDeltas);
         assert_eq!(sealed.manifest.base, None);
         assert_eq!(pre.copied().before_seal, 0);
     }
@@ -348,7 +544,7 @@ mod tests {
         state[5] ^= 0xff;
         assert_eq!(pre.round(Bytes::from(state.clone())), Round::Seal);
         state[6] ^= 0xff;
-        let sealed = pre.seal(Bytes::from(state.clone()));
+        let sealed = pre.seal(Bytes::from(state.clone()), &NoDeltas);
         assert_eq!(sealed.pieces.len(), 1);
         assert_eq!(pre.copied().after_seal, BLOCK as u64);
         assert_eq!(assemble(&sealed, held).expect("assembles"), state);
@@ -361,7 +557,7 @@ mod tests {
         assert_eq!(ship(&mut pre, &mut held, &image(256 * 1024, 1)), Some(1));
         assert_eq!(ship(&mut pre, &mut held, &image(256 * 1024, 2)), None);
         let last = image(256 * 1024, 3);
-        let sealed = pre.seal(Bytes::from(last.clone()));
+        let sealed = pre.seal(Bytes::from(last.clone()), &NoDeltas);
         assert_eq!(pre.copied().after_seal, 256 * 1024);
         assert_eq!(pre.copied().rounds, 1);
         assert_eq!(assemble(&sealed, held).expect("assembles"), last);
@@ -395,7 +591,7 @@ mod tests {
         ship(&mut pre, &mut held, &state);
         let mut changed_state = state.clone();
         changed_state[0] ^= 1;
-        let sealed = pre.seal(Bytes::from(changed_state.clone()));
+        let sealed = pre.seal(Bytes::from(changed_state.clone()), &NoDeltas);
         // The target restarted and holds nothing, or holds another image.
         assert_eq!(
             Assembly::new(sealed.manifest, None).err(),
@@ -423,7 +619,7 @@ mod tests {
         ));
         pre.lost();
         assert_eq!(pre.round(Bytes::from(state.clone())), Round::Seal);
-        let sealed = pre.seal(Bytes::from(state));
+        let sealed = pre.seal(Bytes::from(state), &NoDeltas);
         assert_eq!(sealed.manifest.base, None);
         assert_eq!(pre.copied().after_seal, 300_000);
     }
@@ -460,6 +656,228 @@ mod tests {
         assert!(!may_hold(10, 31, 10));
     }
 
+    /// A log's adapter: its state is its entries, newest first, so a new entry shifts every
+    /// byte; its delta is the entries added in front. `wrong` rebuilds one byte wrong.
+    struct Log {
+        wrong: bool,
+    }
+
+    impl Deltas for Log {
+        fn delta(&self, factory: &str, base: &[u8], now: &[u8]) -> Option<Vec<u8>> {
+            let added = now.len().checked_sub(base.len())?;
+            (factory == "log" && now[added..] == *base).then(|| now[..added].to_vec())
+        }
+
+        fn apply(&self, factory: &str, base: &[u8], delta: &[u8]) -> Result<Vec<u8>, String> {
+            if factory != "log" {
+                return Err(format!("no delta for {factory}"));
+            }
+            let mut now = [delta, base].concat();
+            if self.wrong {
+                now[0] ^= 1;
+            }
+            Ok(now)
+        }
+    }
+
+    /// The image of a room whose cells have these factories and states, with `queued` messages.
+    fn room(cells: &[(&str, &str, &[u8])], queued: usize) -> Vec<u8> {
+        use crate::ids::SpotId;
+        use crate::relocation::capture::{Capture, CellCapture, MembershipData, QueuedOp};
+        let id = |name: &str| crate::ids::UnitId::Spot(SpotId::new(name).expect("an id"));
+        Capture {
+            unit: id(cells[0].0),
+            cells: cells
+                .iter()
+                .map(|(name, factory, state)| CellCapture {
+                    id: id(name),
+                    factory: (*factory).into(),
+                    state: Some(state.to_vec()),
+                    timers: Vec::new(),
+                    membership: MembershipData::Spot(Vec::new()),
+                    binding: None,
+                })
+                .collect(),
+            callbacks: Vec::new(),
+            ticks: Vec::new(),
+            journal: (0..queued)
+                .map(|i| QueuedOp {
+                    to: id(cells[0].0),
+                    payload: Bytes::from(vec![i as u8; 20]),
+                    session: None,
+                    reply: None,
+                })
+                .collect(),
+        }
+        .into_image()
+        .expect("encodes")
+    }
+
+    /// Pre-copies `base` and seals `now` with `deltas`; what the seal sends, and what it patches.
+    fn sealed_over(base: &[u8], now: &[u8], deltas: &dyn Deltas) -> (Precopy, Sealed, Held) {
+        let mut pre = Precopy::new();
+        let mut held = Held::new();
+        assert_eq!(ship(&mut pre, &mut held, base), Some(1));
+        let sealed = pre.seal(Bytes::copy_from_slice(now), deltas);
+        (pre, sealed, held)
+    }
+
+    fn rebuilt(sealed: &Sealed, held: Held, deltas: &dyn Deltas) -> Result<Vec<u8>, TransferError> {
+        let mut assembly = Assembly::new(sealed.manifest, Some(held.into_image()))?;
+        for (index, (offset, bytes)) in sealed.pieces.iter().enumerate() {
+            assembly.add(index as u32, *offset, bytes)?;
+        }
+        assembly.image(deltas)
+    }
+
+    #[test]
+    fn an_adapters_delta_goes_in_place_of_a_state_whose_every_block_shifted() {
+        let log = image(400 * 1024, 1);
+        let base = room(&[("room", "log", &log)], 0);
+        let longer = [&b"a new entry"[..], &log].concat();
+        let now = room(&[("room", "log", &longer)], 30);
+        // Compared by blocks, every block of the state differs.
+        let (plain, _, _) = sealed_over(&base, &now, &NoDeltas);
+        assert!(
+            plain.copied().after_seal >= log.len() as u64,
+            "{:?}",
+            plain.copied()
+        );
+        let (pre, sealed, held) = sealed_over(&base, &now, &Log { wrong: false });
+        assert!(sealed.manifest.recipe.is_some());
+        assert!(pre.copied().after_seal < 2048, "{:?}", pre.copied());
+        assert_eq!(rebuilt(&sealed, held, &Log { wrong: false }), Ok(now));
+    }
+
+    #[test]
+    fn a_wrong_delta_is_caught_by_the_checksum_and_the_whole_image_goes_instead() {
+        let log = image(200 * 1024, 2);
+        let base = room(&[("room", "log", &log)], 0);
+        let now = room(&[("room", "log", &[&b"entry"[..], &log].concat())], 3);
+        let (mut pre, sealed, held) = sealed_over(&base, &now, &Log { wrong: false });
+        let error = rebuilt(&sealed, held, &Log { wrong: true }).expect_err("caught");
+        assert!(matches!(error, TransferError::Rebuild(_)), "{error}");
+        assert!(error.wants_whole());
+        // A target that knows no delta for the factory fails the same way.
+        let mut held = Held::new();
+        held.piece(base.len() as u64, 0, &base, crc32c::crc32c(&base))
+            .expect("piece");
+        assert!(
+            rebuilt(&sealed, held, &NoDeltas)
+                .expect_err("no delta")
+                .wants_whole()
+        );
+        let whole = pre.whole(Bytes::from(now.clone()));
+        assert_eq!(whole.manifest.recipe, None);
+        assert_eq!(assemble(&whole, Held::new()), Ok(now.clone()));
+        assert_eq!(
+            pre.copied().after_seal,
+            sealed
+                .pieces
+                .iter()
+                .map(|(_, b)| b.len() as u64)
+                .sum::<u64>()
+                + now.len() as u64
+        );
+    }
+
+    #[test]
+    fn each_cell_goes_by_its_delta_its_changed_blocks_or_whole_whichever_is_smallest() {
+        let log = image(100 * 1024, 3);
+        let mut blob = image(300 * 1024, 4);
+        let base = room(&[("room", "log", &log), ("other", "blob", &blob)], 0);
+        // The log gains an entry, the blob changes in one block, and a cell joins.
+        blob[150_000] ^= 0xff;
+        let newcomer = image(20_000, 5);
+        let now = room(
+            &[
+                ("room", "log", &[&b"entry"[..], &log].concat()),
+                ("other", "blob", &blob),
+                ("joined", "blob", &newcomer),
+            ],
+            1,
+        );
+        let (pre, sealed, held) = sealed_over(&base, &now, &Log { wrong: false });
+        assert!(sealed.manifest.recipe.is_some());
+        let sent = pre.copied().after_seal;
+        assert!(
+            sent > newcomer.len() as u64 && sent < (newcomer.len() + BLOCK + 2048) as u64,
+            "{sent}"
+        );
+        assert_eq!(rebuilt(&sealed, held, &Log { wrong: false }), Ok(now));
+    }
+
+    #[test]
+    fn only_states_that_changed_are_asked_for_a_delta() {
+        /// The log's deltas, noting each state it is asked about by its length.
+        struct Asked(std::cell::RefCell<Vec<usize>>);
+        impl Deltas for Asked {
+            fn delta(&self, factory: &str, base: &[u8], now: &[u8]) -> Option<Vec<u8>> {
+                self.0.borrow_mut().push(now.len());
+                Log { wrong: false }.delta(factory, base, now)
+            }
+            fn apply(&self, factory: &str, base: &[u8], delta: &[u8]) -> Result<Vec<u8>, String> {
+                Log { wrong: false }.apply(factory, base, delta)
+            }
+        }
+        let (log, blob) = (image(100 * 1024, 1), image(50 * 1024, 2));
+        let base = room(&[("room", "log", &log), ("other", "log", &blob)], 0);
+        let longer = [&b"entry"[..], &log].concat();
+        let now = room(&[("room", "log", &longer), ("other", "log", &blob)], 0);
+        let asked = Asked(std::cell::RefCell::default());
+        let (_, sealed, held) = sealed_over(&base, &now, &asked);
+        assert_eq!(*asked.0.borrow(), vec![longer.len()]);
+        assert_eq!(rebuilt(&sealed, held, &asked), Ok(now));
+    }
+
+    #[test]
+    fn a_delta_no_smaller_than_the_changed_blocks_is_not_used() {
+        /// Offers the whole new state as its delta.
+        struct Whole;
+        impl Deltas for Whole {
+            fn delta(&self, _: &str, _: &[u8], now: &[u8]) -> Option<Vec<u8>> {
+                Some(now.to_vec())
+            }
+            fn apply(&self, _: &str, _: &[u8], delta: &[u8]) -> Result<Vec<u8>, String> {
+                Ok(delta.to_vec())
+            }
+        }
+        let mut state = image(300 * 1024, 6);
+        let base = room(&[("room", "blob", &state)], 0);
+        state[10] ^= 1;
+        let now = room(&[("room", "blob", &state)], 0);
+        let (pre, sealed, held) = sealed_over(&base, &now, &Whole);
+        assert_eq!(sealed.manifest.recipe, None);
+        assert!(pre.copied().after_seal <= 2 * BLOCK as u64);
+        assert_eq!(assemble(&sealed, held), Ok(now));
+    }
+
+    #[test]
+    fn a_recipe_that_does_not_decode_or_runs_past_the_image_is_refused() {
+        let log = image(100 * 1024, 7);
+        let base = room(&[("room", "log", &log)], 0);
+        let now = room(&[("room", "log", &[&b"e"[..], &log].concat())], 0);
+        let (_, sealed, _) = sealed_over(&base, &now, &Log { wrong: false });
+        let recipe: Vec<u8> = sealed.pieces.iter().flat_map(|(_, b)| b.to_vec()).collect();
+        let deltas = Log { wrong: false };
+        assert!(
+            rebuild(
+                &base,
+                &recipe[..recipe.len() / 2],
+                sealed.manifest.len,
+                &deltas
+            )
+            .is_err()
+        );
+        assert!(rebuild(&base, &recipe, 10, &deltas).is_err());
+        assert!(rebuild(&recipe, &recipe, sealed.manifest.len, &deltas).is_err());
+        let without_base = Manifest {
+            base: None,
+            ..sealed.manifest
+        };
+        assert!(Assembly::new(without_base, None).is_err());
+    }
+
     proptest::proptest! {
         /// Whatever the rounds and changes, what the target assembles is the image at the seal.
         #[test]
@@ -484,12 +902,41 @@ mod tests {
             if lose {
                 held = Held::new();
             }
-            let sealed = pre.seal(Bytes::from(state.clone()));
+            let sealed = pre.seal(Bytes::from(state.clone()), &NoDeltas);
             let got = match assemble(&sealed, held) {
                 Err(TransferError::BaseLost) => assemble(&pre.whole(Bytes::from(state.clone())), Held::new()),
                 other => other,
             };
             proptest::prop_assert_eq!(got.expect("assembles"), state);
+        }
+
+        /// Whatever entries a log gains and whichever cells change, with a delta right or wrong,
+        /// the target ends with the image sealed: rebuilt, or sent whole after a wrong delta.
+        #[test]
+        fn a_delta_right_or_wrong_ends_in_the_image_at_the_seal(
+            len in 0usize..(200 * 1024),
+            entries in proptest::collection::vec(0usize..3000, 0..4),
+            edit in 0usize..(200 * 1024),
+            wrong in proptest::prelude::any::<bool>(),
+        ) {
+            let log = image(len, 9);
+            let mut blob = image(MIN_IMAGE, 8);
+            let base = room(&[("room", "log", &log), ("other", "blob", &blob)], 0);
+            let mut longer = log.clone();
+            for (i, n) in entries.into_iter().enumerate() {
+                longer.splice(0..0, image(n, i as u8));
+            }
+            let at = edit % blob.len();
+            blob[at] ^= 0x55;
+            let now = room(&[("room", "log", &longer), ("other", "blob", &blob)], 2);
+            let (mut pre, sealed, held) = sealed_over(&base, &now, &Log { wrong: false });
+            let got = match rebuilt(&sealed, held, &Log { wrong }) {
+                Err(error) if error.wants_whole() => {
+                    assemble(&pre.whole(Bytes::from(now.clone())), Held::new())
+                }
+                other => other,
+            };
+            proptest::prop_assert_eq!(got.expect("assembles"), now);
         }
     }
 }

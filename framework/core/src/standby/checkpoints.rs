@@ -242,6 +242,8 @@ impl Checkpoints {
             chunks: pieces.len() as u32,
             crc: crc32c::crc32c(&image),
             base: self.held.as_ref().map(|held| Base::of(held)),
+            // A checkpoint patches bytes: adapters' own deltas are a move's, at its seal.
+            recipe: None,
         };
         let pieces = slices(&image, pieces);
         self.after_flight = None;

@@ -182,6 +182,7 @@ mod tests {
                 chunks: 1,
                 crc: crc32c::crc32c(b"x"),
                 base: None,
+                recipe: None,
             },
             pieces: vec![(0, bytes::Bytes::from_static(b"x"))],
         };

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use super::Series;
 use super::checkpoints::Checkpoint;
 use crate::relocation::capture::{Assembly, TransferError};
+use crate::relocation::precopy::NoDeltas;
 
 /// Why a standby did not apply a checkpoint. Every refusal but [`Refusal::Stale`] is answered,
 /// and the owner starts a new series with the whole image.
@@ -148,7 +149,7 @@ fn assemble(checkpoint: &Checkpoint, base: Option<Vec<u8>>) -> Result<Vec<u8>, R
             .add(index as u32, *offset, bytes)
             .map_err(damaged)?;
     }
-    assembly.image().map_err(damaged)
+    assembly.image(&NoDeltas).map_err(damaged)
 }
 
 #[cfg(test)]
@@ -170,6 +171,7 @@ mod tests {
                 chunks: 1,
                 crc: crc32c::crc32c(image),
                 base: base.map(Base::of),
+                recipe: None,
             },
             pieces: vec![(0, Bytes::copy_from_slice(image))],
         }

@@ -36,12 +36,14 @@ pub(crate) struct Spread {
     sent: BTreeMap<usize, usize>,
 }
 
-/// A drain's seal window, and the moves that wait for a place in it, in the order they asked.
+/// A drain's seal window, and the moves that wait for a place in it or for leave to pre-copy,
+/// each in the order they asked.
 #[derive(Debug)]
 pub(crate) struct Gate {
     pub node: usize,
     pub window: SealWindow,
     pub waiting: VecDeque<u64>,
+    pub copiers: VecDeque<u64>,
 }
 
 impl Spread {
@@ -65,6 +67,7 @@ impl World {
             node,
             window: SealWindow::new(),
             waiting: VecDeque::new(),
+            copiers: VecDeque::new(),
         };
         let id = self.fresh();
         self.gates.insert(id, gate);
@@ -208,6 +211,7 @@ impl World {
             );
         }
         self.admit(gate);
+        self.let_copy(gate);
     }
 
     /// Whether `unit` runs on `node`, or is in a move from there that has not ended (it may come

@@ -33,6 +33,7 @@ mod links;
 mod liveness;
 mod moves;
 mod precopy;
+pub use precopy::Recipes;
 mod routing;
 mod sessions;
 mod shutdown;
@@ -405,6 +406,8 @@ pub struct World {
     /// Pre-copy rounds that waited for their node's budget, and moves for a place in their
     /// drain's seal window.
     waits: Waits,
+    /// Seals that sent a recipe of deltas, and recipes found rebuilt wrong.
+    recipes: precopy::Recipes,
     tells_ran: usize,
     /// Messages lost without a crash or a store loss to explain them.
     lost: usize,
@@ -472,6 +475,7 @@ impl World {
             calmed: false,
             moves_ended: 0,
             waits: Waits::default(),
+            recipes: precopy::Recipes::default(),
             tells_ran: 0,
             lost: 0,
             standby: standby::Standbys::default(),
@@ -542,6 +546,11 @@ impl World {
     /// How often pre-copy rounds and seals waited.
     pub fn waits(&self) -> Waits {
         self.waits
+    }
+
+    /// How often seals sent a recipe of deltas, and targets found one rebuilt wrong.
+    pub fn recipes(&self) -> precopy::Recipes {
+        self.recipes
     }
 
     /// How many tells, requests and inputs have run.

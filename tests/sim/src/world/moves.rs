@@ -29,7 +29,7 @@ use ferry_core::sealing::Ticket;
 
 use super::lanes::{Cell, Lane, Parcel};
 use super::links::Msg;
-use super::precopy::{Copying, MAX_STATE};
+use super::precopy::{Copying, MAX_STATE, Trimmed};
 use super::store::{Cond, Key, Op, Purpose, Reply, Value};
 use super::{Event, Timer, World, node_id};
 
@@ -123,6 +123,8 @@ pub(crate) struct Source {
     pub gate: Option<u64>,
     /// The move's place in that window, and when it took it.
     pub placed: Option<(Ticket, std::time::Instant)>,
+    /// Whether the window let the move pre-copy ahead of the seals, until its pre-copy is over.
+    pub copy_place: bool,
     /// When the unit was sealed and when the target said it committed: the unit's pause, which
     /// the window learns from.
     pub sealed_at: Option<std::time::Instant>,
@@ -208,6 +210,7 @@ impl World {
                     offered: false,
                     gate,
                     placed: None,
+                    copy_place: false,
                     sealed_at: None,
                     committed_at: None,
                 },
@@ -572,9 +575,25 @@ impl World {
         let Some((_, s)) = self.source(rel) else {
             return;
         };
-        let sealed = s.precopy.seal(image.clone());
+        let sealed = s.precopy.seal(image.clone(), &Trimmed);
         s.image = Some(image);
         s.offered = true;
+        self.recipes.sent += usize::from(sealed.manifest.recipe.is_some());
+        trace!(
+            self,
+            "n{node} move {rel}: sealed {} bytes, {} sent as {}",
+            sealed.manifest.len,
+            sealed
+                .pieces
+                .iter()
+                .map(|(_, piece)| piece.len())
+                .sum::<usize>(),
+            match sealed.manifest {
+                m if m.recipe.is_some() => "a recipe of deltas",
+                m if m.base.is_some() => "a difference",
+                _ => "whole",
+            }
+        );
         // The states travel in the image alone.
         let cells = cells
             .into_iter()
@@ -983,11 +1002,12 @@ impl World {
         if !t.assembly.as_ref().is_some_and(Assembly::complete) {
             return;
         }
-        let Some(finished) = t.assembly.take().map(Assembly::finish) else {
+        let Some(finished) = t.assembly.take().map(|a| a.finish(&Trimmed)) else {
             return;
         };
         let capture = match finished {
             Ok(capture) => capture,
+            Err(error) if error.wants_whole() => return self.ask_whole(node, rel),
             Err(error) => {
                 let refusal = Refusal::other(error.to_string());
                 self.target_event(node, rel, TargetEvent::RestoreFailed(refusal));

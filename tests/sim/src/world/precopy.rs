@@ -1,10 +1,15 @@
 //! Pre-copy: before it quiesces its unit, a move ships the unit's image to the target while the
 //! unit runs, round after round of what changed, for as long as the core's [`Precopy`] says it is
-//! worth it. Each round waits for its share of the node's budget of bytes sent and not answered,
+//! worth it. A move of a drain copies only while the drain's seal window lets it copy ahead of
+//! the seals. Each round waits for its share of the node's budget of bytes sent and not answered,
 //! and for the target to say it holds the round's image whole ([`Held`]); no answer within the
 //! silence step ends pre-copy, and the seal sends the whole image. Then a move of a drain waits
 //! for a place in the drain's seal window ([`SealWindow`](ferry_core::sealing::SealWindow)) and
 //! quiesces its unit, as the runtime's `SourceRun::go` does.
+//!
+//! The rooms' state adapter makes deltas of its own ([`Trimmed`]), some of them rebuilt wrong,
+//! so that seals reach the core's choice between a byte difference and a recipe of deltas, and
+//! targets the fallback to the whole image that the image's checksum forces.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -13,9 +18,9 @@ use bytes::Bytes;
 use ferry_core::ids::UnitId;
 use ferry_core::relocation::RelocationId;
 use ferry_core::relocation::capture::{Base, Capture, CellCapture, MembershipData};
-use ferry_core::relocation::precopy::{Held, IN_FLIGHT_BYTES, Round, may_hold};
+use ferry_core::relocation::precopy::{Deltas, Held, IN_FLIGHT_BYTES, Round, may_hold};
 use ferry_core::relocation::protocol::{SourceEvent, told_at_quiesce};
-use ferry_core::sealing::windowed;
+use ferry_core::sealing::{COPY_AHEAD, windowed};
 
 use super::lanes::{Cell, Parcel};
 use super::links::Msg;
@@ -38,6 +43,13 @@ pub(crate) const MAX_STATE: u64 = 4 << 20;
 pub(crate) enum Copying {
     /// A snapshot of the running unit is due, at its next turn boundary.
     Snapshot,
+    /// The move's first round waits for its drain's window to let it copy ahead of the seals.
+    Place {
+        round: u32,
+        pieces: Vec<(u64, Bytes)>,
+        base: Base,
+        kib: usize,
+    },
     /// A round waits for its share of the node's budget, in KiB.
     Budget {
         round: u32,
@@ -73,6 +85,72 @@ impl Default for Budget {
             waiting: VecDeque::new(),
         }
     }
+}
+
+/// The rooms' state adapter, as far as its deltas go: a delta is the bytes between what two
+/// states share at their start and at their end, with the two lengths. One delta in four (by its
+/// checksum) it rebuilds one byte wrong, as a buggy `apply_delta` would: the target must catch
+/// it by the image's checksum and be sent the whole image.
+pub(crate) struct Trimmed;
+
+impl Trimmed {
+    /// Whether this delta is one the adapter rebuilds wrong.
+    fn wrong(delta: &[u8]) -> bool {
+        crc32c::crc32c(delta).is_multiple_of(4)
+    }
+}
+
+impl Deltas for Trimmed {
+    fn delta(&self, factory: &str, base: &[u8], now: &[u8]) -> Option<Vec<u8>> {
+        if factory != "room" {
+            return None;
+        }
+        let head = base.iter().zip(now).take_while(|(a, b)| a == b).count();
+        let (base_rest, now_rest) = (&base[head..], &now[head..]);
+        let tail = base_rest
+            .iter()
+            .rev()
+            .zip(now_rest.iter().rev())
+            .take_while(|(a, b)| a == b)
+            .count();
+        let mut delta = (head as u64).to_le_bytes().to_vec();
+        delta.extend((tail as u64).to_le_bytes());
+        delta.extend(&now_rest[..now_rest.len() - tail]);
+        Some(delta)
+    }
+
+    fn apply(&self, factory: &str, base: &[u8], delta: &[u8]) -> Result<Vec<u8>, String> {
+        let length = |at: usize| {
+            delta
+                .get(at..at + 8)
+                .and_then(|b| b.try_into().ok())
+                .map(|b| u64::from_le_bytes(b) as usize)
+        };
+        let (Some(head), Some(tail)) = (length(0), length(8)) else {
+            return Err("the delta is too short".into());
+        };
+        if factory != "room" || head.saturating_add(tail) > base.len() {
+            return Err("the delta does not fit its base".into());
+        }
+        let mut now = [&base[..head], &delta[16..], &base[base.len() - tail..]].concat();
+        if Self::wrong(delta) {
+            match now.first_mut() {
+                Some(first) => *first ^= 1,
+                None => now.push(1),
+            }
+        }
+        Ok(now)
+    }
+}
+
+/// How often seals sent a recipe of the adapters' deltas, and how often a target found one
+/// rebuilt wrong and asked for the whole image.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Recipes {
+    /// Seals that sent a recipe.
+    pub sent: usize,
+    /// Recipes a target found rebuilt wrong.
+    pub wrong: usize,
 }
 
 /// What a target holds of one move's pre-copy.
@@ -176,18 +254,38 @@ impl World {
             } => {
                 let bytes: usize = pieces.iter().map(|(_, piece)| piece.len()).sum();
                 let kib = bytes.div_ceil(1024).clamp(1, BUDGET_KIB);
-                s.copying = Copying::Budget {
-                    round,
-                    pieces,
-                    base,
-                    kib,
-                };
-                trace!(
-                    self,
-                    "n{node} move {rel}: pre-copy round {round}, {bytes} of {len} bytes"
-                );
-                self.nodes[node].budget.waiting.push_back(rel);
-                self.grant(node);
+                match s.gate.filter(|_| !s.copy_place) {
+                    Some(gate) => {
+                        s.copying = Copying::Place {
+                            round,
+                            pieces,
+                            base,
+                            kib,
+                        };
+                        if let Some(g) = self.gates.get_mut(&gate) {
+                            g.copiers.push_back(rel);
+                        }
+                        trace!(
+                            self,
+                            "n{node} move {rel}: pre-copy round {round}, {bytes} of {len} bytes"
+                        );
+                        self.let_copy(gate);
+                    }
+                    None => {
+                        s.copying = Copying::Budget {
+                            round,
+                            pieces,
+                            base,
+                            kib,
+                        };
+                        trace!(
+                            self,
+                            "n{node} move {rel}: pre-copy round {round}, {bytes} of {len} bytes"
+                        );
+                        self.nodes[node].budget.waiting.push_back(rel);
+                        self.grant(node);
+                    }
+                }
                 if self.nodes[node].budget.waiting.contains(&rel) {
                     self.waits.budget += 1;
                 }
@@ -316,6 +414,13 @@ impl World {
         match s.copying {
             Copying::Answer { until, .. } if now >= until => self.round_lost(node, rel),
             Copying::Snapshot if due => self.copied(node, rel),
+            Copying::Place { .. } if due => {
+                s.precopy.lost();
+                if let Some(g) = s.gate.and_then(|gate| self.gates.get_mut(&gate)) {
+                    g.copiers.retain(|r| *r != rel);
+                }
+                self.copied(node, rel);
+            }
             Copying::Budget { .. } if due => {
                 s.precopy.lost();
                 self.nodes[node].budget.waiting.retain(|r| *r != rel);
@@ -344,6 +449,17 @@ impl World {
         let Some((_, s)) = self.source(rel) else {
             return;
         };
+        if std::mem::take(&mut s.copy_place)
+            && let Some(gate) = s.gate
+        {
+            if let Some(g) = self.gates.get_mut(&gate) {
+                g.window.copied();
+            }
+            self.let_copy(gate);
+        }
+        let Some((_, s)) = self.source(rel) else {
+            return;
+        };
         match s.gate.filter(|_| windowed(signaled)) {
             Some(gate) => {
                 s.copying = Copying::Window;
@@ -362,6 +478,64 @@ impl World {
             None => {
                 s.gate = None;
                 self.quiesce(node, rel);
+            }
+        }
+    }
+
+    /// The moves whose first round waits for leave to copy ahead of a drain's seals send it, in
+    /// the order they asked, as long as the window lets them copy.
+    pub(crate) fn let_copy(&mut self, gate: u64) {
+        loop {
+            let Some(&rel) = self.gates.get(&gate).and_then(|g| g.copiers.front()) else {
+                return;
+            };
+            let waits = self
+                .source(rel)
+                .filter(|(_, s)| matches!(s.copying, Copying::Place { .. }));
+            let Some((node, _)) = waits else {
+                if let Some(g) = self.gates.get_mut(&gate) {
+                    g.copiers.pop_front();
+                }
+                continue;
+            };
+            let copying = self
+                .outgoing
+                .values()
+                .filter(|(_, s)| s.gate == Some(gate) && s.copy_place)
+                .count();
+            let Some(g) = self.gates.get_mut(&gate) else {
+                return;
+            };
+            if !g.window.copy() {
+                return;
+            }
+            g.copiers.pop_front();
+            let (limit, drained) = (g.window.limit(), g.node);
+            if copying >= limit * COPY_AHEAD {
+                self.broken.get_or_insert(format!(
+                    "move {rel} began to pre-copy in n{drained}'s drain while {copying} moves \
+                     copied, and its window lets {limit} seal"
+                ));
+            }
+            let Some((_, s)) = self.source(rel) else {
+                return;
+            };
+            s.copy_place = true;
+            if let Copying::Place {
+                round,
+                pieces,
+                base,
+                kib,
+            } = std::mem::replace(&mut s.copying, Copying::Over)
+            {
+                s.copying = Copying::Budget {
+                    round,
+                    pieces,
+                    base,
+                    kib,
+                };
+                self.nodes[node].budget.waiting.push_back(rel);
+                self.grant(node);
             }
         }
     }
@@ -463,6 +637,31 @@ impl World {
         if entry.held.piece(len, offset, bytes, crc).is_err() {
             precopied.remove(&rel);
         }
+    }
+
+    /// What arrived did not make the sealed image ([`wants_whole`]): the staged move waits for
+    /// the whole image, as one whose base was never held.
+    ///
+    /// [`wants_whole`]: ferry_core::relocation::capture::TransferError::wants_whole
+    pub(crate) fn ask_whole(&mut self, node: usize, rel: u64) {
+        let Some(t) = self.nodes[node].incoming.get_mut(&rel) else {
+            return;
+        };
+        t.awaiting_whole = true;
+        let from = t.from;
+        self.recipes.wrong += 1;
+        trace!(
+            self,
+            "n{node} move {rel}: the deltas did not rebuild the sealed image; asking for it whole"
+        );
+        self.post(
+            node,
+            from,
+            Msg::Reloc {
+                rel,
+                frame: Reloc::BaseLost,
+            },
+        );
     }
 
     /// A round's end: whether this node holds its image whole, answered to the source.
