@@ -10,7 +10,8 @@ use tokio_util::codec::Decoder;
 
 use crate::cluster::frames::Frame;
 use crate::mesh::FrameCodec;
-use crate::relocation::capture::{Assembly, CHUNK, Manifest};
+use crate::relocation::assembly::Assembly;
+use crate::relocation::capture::{CHUNK, Manifest};
 use crate::relocation::precopy::NoDeltas;
 use crate::session::quic::ClientDecoder;
 

@@ -18,7 +18,7 @@ pub(crate) mod reports;
 
 pub use ferry_core::relocation::phases::MovePhases;
 pub use ferry_core::relocation::{RelocationId, capture, precopy, protocol};
-pub(crate) use ferry_core::relocation::{admission, frames, phases};
+pub(crate) use ferry_core::relocation::{admission, assembly, frames, phases};
 pub use reports::{
     BlockedReason, HostStatus, MoveError, MoveReport, RelocateMode, RelocateOptions,
     RelocateOutcome, RelocationEvent,

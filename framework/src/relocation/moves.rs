@@ -11,7 +11,8 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
 use ferry_core::relocation::RelocationId;
-use ferry_core::relocation::capture::{Assembly, QueuedOp};
+use ferry_core::relocation::assembly::Assembly;
+use ferry_core::relocation::capture::QueuedOp;
 use ferry_core::relocation::frames::RecordAt;
 use ferry_core::relocation::phases::TargetPhases;
 use ferry_core::relocation::precopy::{Held, IN_FLIGHT_BYTES};

@@ -7,7 +7,6 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::ReadyOutcome;
-use super::precopy::{Deltas, rebuild};
 use crate::ids::{ActorId, SpotId, UnitId};
 use crate::reply::ReplyTo;
 use crate::session::{SessionBinding, SessionOp};
@@ -322,128 +321,6 @@ fn split(image: &[u8]) -> Result<(Capture, Ranges, usize), TransferError> {
     Ok((capture, ranges, at))
 }
 
-/// Collects chunks on the target, over the pre-copied base if there is one, and checks the
-/// whole against the manifest.
-#[derive(Debug)]
-pub struct Assembly {
-    manifest: Manifest,
-    /// The image as it is patched, or the recipe as it arrives.
-    bytes: Vec<u8>,
-    /// For a recipe: the base it rebuilds the image from.
-    base: Option<Vec<u8>>,
-    next: u32,
-}
-
-impl Assembly {
-    /// Starts collecting for a manifest, over `held` (the pre-copy this node holds for the
-    /// move) when the manifest names a base. `BaseLost` if it names one that is not held.
-    pub fn new(manifest: Manifest, held: Option<Vec<u8>>) -> Result<Self, TransferError> {
-        let capacity =
-            |len: u64| Vec::with_capacity(usize::try_from(len).unwrap_or(0).min(1 << 30));
-        let (bytes, base) = match (manifest.base, held) {
-            (None, _) if manifest.recipe.is_some() => {
-                return Err(TransferError::Decode("a recipe without a base".into()));
-            }
-            (None, _) => (capacity(manifest.len), None),
-            (Some(base), Some(held)) if Base::of(&held) == base => match manifest.recipe {
-                Some(len) => (capacity(len), Some(held)),
-                None => {
-                    let mut held = held;
-                    held.resize(
-                        usize::try_from(manifest.len).map_err(|_| TransferError::BaseLost)?,
-                        0,
-                    );
-                    (held, None)
-                }
-            },
-            (Some(_), _) => return Err(TransferError::BaseLost),
-        };
-        Ok(Assembly {
-            manifest,
-            bytes,
-            base,
-            next: 0,
-        })
-    }
-
-    /// Adds a chunk, written at `offset`; `Ok(true)` once every chunk is in. Without a base, and
-    /// for a recipe, the chunks follow each other, so each starts where the last ended.
-    pub fn add(&mut self, index: u32, offset: u64, chunk: &[u8]) -> Result<bool, TransferError> {
-        if index != self.next {
-            return Err(TransferError::ChunkOrder {
-                index,
-                expected: self.next,
-            });
-        }
-        self.next += 1;
-        let end = offset.saturating_add(chunk.len() as u64);
-        let want = self.manifest.recipe.unwrap_or(self.manifest.len);
-        if end > want {
-            return Err(TransferError::Length { got: end, want });
-        }
-        let (offset, end) = (offset as usize, end as usize);
-        if self.manifest.base.is_some() && self.base.is_none() {
-            self.bytes[offset..end].copy_from_slice(chunk);
-        } else if offset == self.bytes.len() {
-            self.bytes.extend_from_slice(chunk);
-        } else {
-            return Err(TransferError::Length {
-                got: offset as u64,
-                want: self.bytes.len() as u64,
-            });
-        }
-        Ok(self.complete())
-    }
-
-    /// Whether every chunk is in.
-    pub fn complete(&self) -> bool {
-        self.next == self.manifest.chunks
-    }
-
-    /// Checks length and checksum of the whole, then decodes. A mismatch is an explicit failure,
-    /// never a partial restore: what is restored is the image the source took at the seal.
-    pub fn finish(self, deltas: &dyn Deltas) -> Result<Capture, TransferError> {
-        Capture::from_image(&self.image(deltas)?)
-    }
-
-    /// The assembled image, once its length and checksum are the manifest's. A recipe is
-    /// rebuilt first, through `deltas` where it holds an adapter's delta; an image it rebuilds
-    /// wrong is [`TransferError::Rebuild`], so that the source sends the whole image instead.
-    pub fn image(self, deltas: &dyn Deltas) -> Result<Vec<u8>, TransferError> {
-        let Assembly {
-            manifest,
-            bytes,
-            base,
-            ..
-        } = self;
-        match base {
-            None => check(&manifest, bytes),
-            Some(base) => rebuild(&base, &bytes, manifest.len, deltas)
-                .and_then(|image| check(&manifest, image).map_err(|error| error.to_string()))
-                .map_err(TransferError::Rebuild),
-        }
-    }
-}
-
-/// `image` if its length and checksum are the manifest's.
-fn check(manifest: &Manifest, image: Vec<u8>) -> Result<Vec<u8>, TransferError> {
-    let got = image.len() as u64;
-    if got != manifest.len {
-        return Err(TransferError::Length {
-            got,
-            want: manifest.len,
-        });
-    }
-    let crc = crc32c::crc32c(&image);
-    if crc != manifest.crc {
-        return Err(TransferError::Checksum {
-            got: crc,
-            want: manifest.crc,
-        });
-    }
-    Ok(image)
-}
-
 /// The count and checksum of relay records, so the target can tell it has them all.
 pub fn relay_digest(records: &[QueuedOp]) -> (u32, u32) {
     let mut crc = 0u32;
@@ -457,126 +334,21 @@ pub fn relay_digest(records: &[QueuedOp]) -> (u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relocation::precopy::{NoDeltas, Precopy, Sealed};
 
-    /// The capture as a move with nothing pre-copied sends it.
-    fn pack(c: &Capture) -> Sealed {
-        Precopy::new().seal(Bytes::from(c.clone().into_image().unwrap()), &NoDeltas)
-    }
-
-    fn assemble(sealed: &Sealed) -> Result<Capture, TransferError> {
-        let mut a = Assembly::new(sealed.manifest, None)?;
-        for (i, (offset, bytes)) in sealed.pieces.iter().enumerate() {
-            a.add(i as u32, *offset, bytes)?;
-        }
-        a.finish(&NoDeltas)
-    }
-
-    fn capture(state_len: usize) -> Capture {
-        Capture {
-            unit: UnitId::Spot(SpotId::new("room").unwrap()),
-            cells: vec![CellCapture {
-                id: UnitId::Spot(SpotId::new("room").unwrap()),
-                factory: "room".into(),
-                state: Some(vec![7u8; state_len]),
-                timers: Vec::new(),
-                membership: MembershipData::Spot(vec![ActorId::new("p1").unwrap()]),
-                binding: None,
-            }],
-            callbacks: Vec::new(),
-            ticks: Vec::new(),
-            journal: vec![QueuedOp {
-                to: UnitId::Spot(SpotId::new("room").unwrap()),
-                payload: Bytes::from_static(b"q1"),
-                session: None,
-                reply: None,
-            }],
-        }
-    }
-
-    #[test]
-    fn a_large_capture_is_chunked_and_reassembled_exactly() {
-        let c = capture(CHUNK * 2 + 10);
-        let sealed = pack(&c);
-        assert_eq!(sealed.pieces.len(), 3);
-        assert!(sealed.pieces.iter().all(|(_, ch)| ch.len() <= CHUNK));
-        let mut a = Assembly::new(sealed.manifest, None).unwrap();
-        for (i, (offset, ch)) in sealed.pieces.iter().enumerate() {
-            let done = a.add(i as u32, *offset, ch).unwrap();
-            assert_eq!(done, i == 2);
-        }
-        assert_eq!(a.finish(&NoDeltas).unwrap(), c);
-    }
-
-    #[test]
-    fn a_corrupted_chunk_fails_the_checksum_and_restores_nothing() {
-        let sealed = pack(&capture(1000));
-        let mut bad = sealed.pieces[0].1.to_vec();
-        bad[5] ^= 0xff;
-        let mut a = Assembly::new(sealed.manifest, None).unwrap();
-        a.add(0, 0, &bad).unwrap();
-        assert!(matches!(
-            a.finish(&NoDeltas),
-            Err(TransferError::Checksum { .. })
-        ));
-    }
-
-    #[test]
-    fn chunks_out_of_order_or_too_long_are_refused() {
-        let sealed = pack(&capture(CHUNK + 1));
-        let (offset, chunk) = &sealed.pieces[1];
-        let mut a = Assembly::new(sealed.manifest, None).unwrap();
-        assert!(matches!(
-            a.add(1, *offset, chunk),
-            Err(TransferError::ChunkOrder { .. })
-        ));
-        let short = Manifest {
-            len: 3,
-            ..sealed.manifest
-        };
-        let mut a = Assembly::new(short, None).unwrap();
-        assert!(matches!(
-            a.add(0, 0, &sealed.pieces[0].1),
-            Err(TransferError::Length { .. })
-        ));
-    }
-
-    proptest::proptest! {
-        /// Whatever bytes arrive as a capture, assembling and decoding them ends in a capture or
-        /// an error, never a panic or a partial restore.
-        #[test]
-        fn arbitrary_capture_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2048)) {
-            let manifest = Manifest { len: bytes.len() as u64, chunks: 1, crc: crc32c::crc32c(&bytes), base: None, recipe: None };
-            let mut a = Assembly::new(manifest, None).unwrap();
-            if a.add(0, 0, &bytes).is_ok() {
-                let _ = a.finish(&NoDeltas);
-            }
-        }
-
-        /// Captures of any state size and journal round-trip through chunks exactly.
-        #[test]
-        fn captures_round_trip_through_chunks(state_len in 0usize..(3 * CHUNK), ops in 0usize..20) {
-            let mut c = capture(state_len);
-            c.journal = (0..ops)
-                .map(|i| QueuedOp {
-                    to: c.unit.clone(),
-                    payload: Bytes::from(vec![i as u8; i]),
-                    reply: None,
-                    session: None,
-                })
-                .collect();
-            proptest::prop_assert_eq!(assemble(&pack(&c)).unwrap(), c);
+    fn op(payload: &'static [u8]) -> QueuedOp {
+        QueuedOp {
+            to: UnitId::Spot(SpotId::new("room").unwrap()),
+            payload: Bytes::from_static(payload),
+            session: None,
+            reply: None,
         }
     }
 
     #[test]
     fn relay_digests_differ_when_a_record_is_missing_or_changed() {
-        let c = capture(1);
-        let one = relay_digest(&c.journal);
+        let one = relay_digest(&[op(b"q1")]);
         assert_eq!(one.0, 1);
         assert_ne!(relay_digest(&[]), one);
-        let mut changed = c.journal.clone();
-        changed[0].payload = Bytes::from_static(b"q2");
-        assert_ne!(relay_digest(&changed), one);
+        assert_ne!(relay_digest(&[op(b"q2")]), one);
     }
 }

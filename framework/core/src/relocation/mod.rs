@@ -9,10 +9,13 @@
 //!   CRC-32C.
 //! - [`precopy`]: the image shipped while the unit runs, so the seal ships only what changed (its
 //!   blocks, or the state adapters' own deltas).
+//! - [`assembly`]: the target's side of a transfer: chunks collected over the pre-copy it holds,
+//!   and the whole checked before anything is decoded.
 //! - [`frames`]: what source and target say to each other on the mesh.
 //! - [`phases`]: where the time of one move goes.
 
 pub mod admission;
+pub mod assembly;
 pub mod capture;
 pub mod frames;
 pub mod lane;

@@ -481,7 +481,7 @@ pub fn may_hold(len: u64, holding: u64, max_state: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relocation::capture::Assembly;
+    use crate::relocation::assembly::Assembly;
 
     fn image(len: usize, seed: u8) -> Vec<u8> {
         (0..len)

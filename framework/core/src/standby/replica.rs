@@ -5,7 +5,8 @@ use bytes::Bytes;
 
 use super::Series;
 use super::checkpoints::Checkpoint;
-use crate::relocation::capture::{Assembly, TransferError};
+use crate::relocation::assembly::Assembly;
+use crate::relocation::capture::TransferError;
 use crate::relocation::precopy::NoDeltas;
 
 /// Why a standby did not apply a checkpoint. Every refusal but [`Refusal::Stale`] is answered,
