@@ -18,6 +18,10 @@ use ferry_core::sealing::SealWindow;
 
 use super::{World, node_id};
 
+/// How often a drain looks at its node's units when no move into the node may open: the
+/// runtime's default `NodeConfig::refresh`.
+const REFRESH: Duration = Duration::from_secs(1);
+
 /// How long a drain may take, as an operator would set it: the runtime's 30 s, and a second more
 /// per node, for a big cluster's moves end at their own short deadlines and are tried again.
 fn drain_deadline(nodes: usize) -> Duration {
@@ -91,17 +95,22 @@ impl World {
         let Some(mut plan) = self.drains.remove(&node) else {
             return;
         };
-        for found in self.inventory(node) {
-            if let Some(spread) = self.spreads.get_mut(&node) {
-                spread.sizes.entry(found.unit.clone()).or_insert(found.size);
+        // Arrivals first, then the inventory, as the runtime's drain takes them: only while moves
+        // into the node may open, or once a refresh period ([`Drain::inventory_due`]).
+        let arriving = self.nodes[node].incoming.len() + usize::from(self.nodes[node].adopting);
+        if plan.inventory_due(arriving, self.now, REFRESH) {
+            for found in self.inventory(node) {
+                if let Some(spread) = self.spreads.get_mut(&node) {
+                    spread.sizes.entry(found.unit.clone()).or_insert(found.size);
+                }
+                if let Some(decision) = plan.found(found) {
+                    self.carry_out(node, decision);
+                }
             }
-            if let Some(decision) = plan.found(found) {
-                self.carry_out(node, decision);
-            }
+            plan.inventoried(self.now);
         }
-        let n = &self.nodes[node];
-        plan.arriving(n.incoming.len() + usize::from(n.adopting));
-        plan.lapsed(n.suspected.len());
+        plan.arriving(arriving);
+        plan.lapsed(self.nodes[node].suspected.len());
         let view = self.nodes[node].view.clone();
         let hosted = |unit: &UnitId| self.here_or_moving(node, self.unit_index(unit));
         let decided = plan.next(self.now, &view, hosted, !self.nodes[node].store_cut);
