@@ -32,7 +32,9 @@
 //! themselves, with no order against main-stream frames, and are best effort: not numbered,
 //! not kept for resend, and silently gone if their connection ends. The caller must notice a
 //! loss by itself (pre-copy does: an unanswered round is lost, and the seal sends the whole
-//! image).
+//! image). Which of a node's frames go bulk is decided in one place, `MoveCtx::precopy_to_target`:
+//! a round's pieces, its end, and the withdrawal of a pre-copy no offer took (so that it never
+//! overtakes the pieces it withdraws); everything else goes on the main stream.
 
 pub mod codec;
 mod handshake;
