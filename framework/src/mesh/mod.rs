@@ -403,7 +403,8 @@ impl<F: MeshFrame> Mesh<F> {
         self.shared.remove_peer(node)
     }
 
-    /// Queues `frame` for `to`, behind every frame queued for it before.
+    /// Queues `frame` for `to`, behind every frame queued for it before this way (bulk frames
+    /// take their own stream, [`Mesh::send_bulk`]).
     ///
     /// Returns at once; the frame is encoded here, so an oversized or unencodable frame
     /// is reported to the caller rather than to the peer.
