@@ -27,6 +27,26 @@ pub struct Cluster {
     redis: Option<RedisServer>,
 }
 
+/// Waits, in bounded steps, until `node` holds no working link to `peer` (the mesh exposes no
+/// event for a lost link above its own tests).
+pub async fn wait_link_lost(node: &Node, peer: &Node) {
+    for _ in 0..400 {
+        let ready = node
+            .peers()
+            .iter()
+            .any(|p| &p.node == peer.id() && p.state == ferry::mesh::PeerState::Ready);
+        if !ready {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!(
+        "{} never noticed its link to {} was dead",
+        node.id(),
+        peer.id()
+    );
+}
+
 /// Which location store a test cluster runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

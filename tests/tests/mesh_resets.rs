@@ -7,30 +7,10 @@ use ferry::mesh::PeerState;
 use ferry::store::{LocationStore, MemoryStore};
 use ferry::{Node, Registry, SHUTDOWN_MARGIN, ShutdownOutcome, ShutdownReason, SpotId};
 use ferry_samples::ping::{self, PingMsg, PingReport};
-use ferry_tests::cluster::Cluster;
+use ferry_tests::cluster::{Cluster, wait_link_lost};
 use ferry_tests::cut_socket::CutSockets;
 use ferry_tests::faults::FaultyStore;
 use ferry_tests::rooms::ping_registry;
-
-/// Waits, in bounded steps, until `node` holds no working link to `peer` (the mesh exposes no
-/// event for a lost link above its own tests).
-async fn wait_link_lost(node: &Node, peer: &Node) {
-    for _ in 0..400 {
-        let ready = node
-            .peers()
-            .iter()
-            .any(|p| &p.node == peer.id() && p.state == PeerState::Ready);
-        if !ready {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!(
-        "{} never noticed its link to {} was dead",
-        node.id(),
-        peer.id()
-    );
-}
 
 /// Waits, in bounded steps, until `node` has been dialling `peer` for a while.
 async fn wait_dialling(node: &Node, peer: &Node) {

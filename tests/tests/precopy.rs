@@ -4,6 +4,8 @@
 //! transfer or a room that runs on, never in a state other than the one sealed. A room whose
 //! state is a log with its newest entry first has its adapter's own delta sent at the seal in
 //! place of every shifted block, and a wrong delta costs the whole image, never a wrong state.
+//! A round cut by a link reset (pre-copy travels on the link's best-effort bulk stream) goes
+//! unanswered, and the seal sends the whole image.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
@@ -17,7 +19,8 @@ use ferry::{
     Behavior, Ctx, MoveReport, Node, ReadinessMode, ReadyOutcome, Registration, Registry,
     RelocationPolicy, SpotId,
 };
-use ferry_tests::cluster::Cluster;
+use ferry_tests::cluster::{Cluster, wait_link_lost};
+use ferry_tests::cut_socket::CutSockets;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
@@ -501,4 +504,46 @@ async fn a_wrong_delta_is_caught_and_the_room_arrives_whole_with_every_message_r
         report.bytes
     );
     assert_eq!(restored, sealed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_precopy_cut_by_a_link_reset_is_lost_and_the_seal_sends_the_whole_image() {
+    let counted = Counted::default();
+    let mut cluster = Cluster::start(1, || registry(&counted)).await;
+    let n1 = cluster.nodes[0].clone();
+    let cut = CutSockets::default();
+    let mut config = cluster.config("n2");
+    if let Some(mesh) = config.mesh.as_mut() {
+        mesh.sockets = Arc::new(cut.clone());
+        mesh.keep_alive = Duration::from_millis(200);
+        mesh.idle_timeout = Duration::from_secs(1);
+    }
+    let n2 = cluster.add_with(config, registry(&counted)).await;
+    let id = spot("signaled");
+    let before = open(&n1, "signaled", &id, 50).await;
+    // The link goes silent before the move: its pre-copy round is written to a connection that
+    // never delivers it.
+    let taken = counted.captures.load(Ordering::SeqCst);
+    cut.cut(n1.mesh_addr().expect("n1 has a mesh"));
+    let (node, unit, target) = (n1.clone(), id.clone().into(), n2.id().clone());
+    let moving = tokio::spawn(async move {
+        node.move_unit(&unit, Some(target))
+            .await
+            .expect("move starts")
+    });
+    counted.captured(taken + 1).await;
+    wait_link_lost(&n1, &n2).await;
+    cut.heal();
+    let report = defer_until_taken(&n1, &id, moving).await;
+    moved(&report);
+    assert_eq!(report.copied.rounds, 0, "{:?}", report.copied);
+    assert!(
+        report.copied.after_seal >= report.bytes,
+        "{:?} of {} bytes",
+        report.copied,
+        report.bytes
+    );
+    let after = summary(&n2, &id).await;
+    assert_eq!(after, before);
+    cluster.shutdown().await;
 }

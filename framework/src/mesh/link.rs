@@ -6,7 +6,8 @@
 //! checked by the accept loop (TLS, then the hello) and handed to that peer's task,
 //! which applies [`judge_inbound`]; so only one task ever decides about one pair, and
 //! the decision itself is a pure function. Frames leave through the peer task, which
-//! writes them in order on the connection's one outbound stream.
+//! writes them in order on the connection's main outbound stream; bulk frames leave through
+//! a writer of their own per connection, on a second stream below the main one.
 
 use foldhash::HashMap;
 use std::collections::VecDeque;
@@ -50,6 +51,9 @@ const READ_BURST: usize = 256;
 const MAX_REASON: usize = 200;
 /// How long a receiver gathers deliveries before it acknowledges them in one frame.
 const ACK_DELAY: Duration = Duration::from_millis(2);
+/// The bulk stream's QUIC priority: below the main stream's 0, so whenever both have data to
+/// send, the main stream's goes first.
+const BULK_PRIORITY: i32 = -1;
 
 type Reader<F> = FramedRead<RecvStream, FrameCodec<Wire<F>>>;
 type DialFuture<F> = Pin<Box<dyn Future<Output = Result<Dialled<F>, DialError>> + Send>>;
@@ -121,6 +125,8 @@ struct PeerHandle<F> {
     /// The peer's queue of encoded frames, taken by its task all at once (dropping the last
     /// handle closes it, and the task ends once it has written what was queued).
     out: Arc<OutgoingTx>,
+    /// The peer's queue of bulk frames, taken by the writer of the connection up.
+    bulk: Arc<OutgoingTx>,
     status: watch::Receiver<PeerStatus>,
     sync: Arc<PeerSync>,
 }
@@ -130,6 +136,7 @@ impl<F> Clone for PeerHandle<F> {
         Self {
             ctrl: self.ctrl.clone(),
             out: self.out.clone(),
+            bulk: self.bulk.clone(),
             status: self.status.clone(),
             sync: self.sync.clone(),
         }
@@ -278,8 +285,8 @@ fn transport(config: &MeshConfig) -> Result<quinn::TransportConfig, MeshError> {
         .max_idle_timeout(Some(idle))
         .initial_rtt(config.initial_rtt)
         .max_concurrent_bidi_streams(quinn::VarInt::from_u32(0))
-        // One ordered frame stream each way; a peer cannot open more.
-        .max_concurrent_uni_streams(quinn::VarInt::from_u32(1));
+        // The main frame stream and the bulk stream each way; a peer cannot open more.
+        .max_concurrent_uni_streams(quinn::VarInt::from_u32(2));
     Ok(transport)
 }
 
@@ -445,6 +452,7 @@ impl<F: MeshFrame> Shared<F> {
         let sink = self.sink.subscribe();
         let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
         let out = Arc::new(Outgoing::default());
+        let bulk = Arc::new(Outgoing::default());
         let (status_tx, status_rx) = watch::channel(PeerStatus {
             state: if dial.is_some() {
                 PeerState::Connecting
@@ -464,6 +472,8 @@ impl<F: MeshFrame> Shared<F> {
             addr: dial,
             ctrl: ctrl_rx,
             out: out.clone(),
+            bulk: bulk.clone(),
+            bulk_writer: JoinSet::new(),
             status: status_tx,
             backoff: Backoff::new(self.settings.reconnect_min, self.settings.reconnect_max),
             readers: JoinSet::new(),
@@ -478,6 +488,7 @@ impl<F: MeshFrame> Shared<F> {
         let handle = PeerHandle {
             ctrl: ctrl_tx,
             out: Arc::new(OutgoingTx(out)),
+            bulk: Arc::new(OutgoingTx(bulk)),
             status: status_rx,
             sync,
         };
@@ -502,8 +513,9 @@ impl<F: MeshFrame> Shared<F> {
         self.peers.write().map.remove(node).is_some()
     }
 
-    /// Queues `frame` for `to`; a frame that was not queued comes back with the reason.
-    pub(crate) fn send(&self, to: &NodeId, frame: F) -> Result<(), (F, MeshError)> {
+    /// Queues `frame` for `to`, on its main stream or, with `bulk`, its bulk stream; a frame that
+    /// was not queued comes back with the reason.
+    pub(crate) fn send(&self, to: &NodeId, frame: F, bulk: bool) -> Result<(), (F, MeshError)> {
         let peers = self.peers.read();
         if peers.closed {
             return Err((frame, MeshError::Closed));
@@ -512,7 +524,8 @@ impl<F: MeshFrame> Shared<F> {
             return Err((frame, MeshError::UnknownPeer(to.clone())));
         };
         let queue = self.settings.send_queue;
-        let pushed = handle.out.0.push(queue, |buf| {
+        let out = if bulk { &handle.bulk } else { &handle.out };
+        let pushed = out.0.push(queue, |buf| {
             self.encoder.encode_into(&Wire::Frame(&frame), buf)
         });
         match pushed {
@@ -880,16 +893,7 @@ async fn read_frames<F: MeshFrame>(r: ReadFrames<F>, reader: Reader<F>) {
                 }
             };
             if to.is_none() {
-                // Until the mesh is served, frames wait here, and nothing more is read.
-                let known = tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => return,
-                    known = sink.wait_for(Option::is_some) => known.map(|sink| sink.clone()),
-                };
-                match known {
-                    Ok(known) => to = known,
-                    Err(_) => return,
-                }
+                to = served(&mut sink, cancel).await;
             }
             let Some(to) = &to else { return };
             // A burst: the frames that came together, delivered under one hold of the inbox.
@@ -904,33 +908,8 @@ async fn read_frames<F: MeshFrame>(r: ReadFrames<F>, reader: Reader<F>) {
                     break 'reading Refusal::new(CloseCode::Unexpected, "frame before resume");
                 };
                 numbered = Some(seq + 1);
-                if inbox.admit(instance, seq) {
-                    let inbound_frame = Inbound {
-                        from: from.clone(),
-                        frame,
-                    };
-                    let delivered = match to {
-                        Sink::Direct(serve) => {
-                            serve(inbound_frame);
-                            true
-                        }
-                        // Waiting (and watching for the mesh to close) only when the queue is full.
-                        Sink::Queue(inbound) => match inbound.try_send(inbound_frame) {
-                            Ok(()) => true,
-                            Err(mpsc::error::TrySendError::Closed(_)) => false,
-                            Err(mpsc::error::TrySendError::Full(inbound_frame)) => {
-                                tokio::select! {
-                                    biased;
-                                    _ = cancel.cancelled() => return,
-                                    sent = inbound.send(inbound_frame) => sent.is_ok(),
-                                }
-                            }
-                        },
-                    };
-                    if !delivered {
-                        debug!(peer = %from, "inbound receiver dropped; no longer reading this peer");
-                        return;
-                    }
+                if inbox.admit(instance, seq) && !deliver(to, &from, frame, cancel).await {
+                    return;
                 }
                 if burst == READ_BURST {
                     break;
@@ -950,6 +929,146 @@ async fn read_frames<F: MeshFrame>(r: ReadFrames<F>, reader: Reader<F>) {
     }
 }
 
+/// Where frames go once the mesh is served: until then, frames wait here, and nothing more is
+/// read. `None` once the mesh closes.
+async fn served<F>(
+    sink: &mut watch::Receiver<Option<Sink<F>>>,
+    cancel: &CancellationToken,
+) -> Option<Sink<F>> {
+    tokio::select! {
+        biased;
+        _ = cancel.cancelled() => None,
+        known = sink.wait_for(Option::is_some) => known.ok().and_then(|sink| sink.clone()),
+    }
+}
+
+/// Hands one frame from `from` to `to`; `false` once nothing will take frames any more.
+async fn deliver<F>(to: &Sink<F>, from: &NodeId, frame: F, cancel: &CancellationToken) -> bool {
+    let inbound_frame = Inbound {
+        from: from.clone(),
+        frame,
+    };
+    let delivered = match to {
+        Sink::Direct(serve) => {
+            serve(inbound_frame);
+            true
+        }
+        // Waiting (and watching for the mesh to close) only when the queue is full.
+        Sink::Queue(inbound) => match inbound.try_send(inbound_frame) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(mpsc::error::TrySendError::Full(inbound_frame)) => {
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return false,
+                    sent = inbound.send(inbound_frame) => sent.is_ok(),
+                }
+            }
+        },
+    };
+    if !delivered {
+        debug!(peer = %from, "inbound receiver dropped; no longer reading this peer");
+    }
+    delivered
+}
+
+/// Reads a connection's bulk stream, the second one the peer opens on it, until it ends or
+/// misbehaves. Its frames are not numbered: each is handed on as it comes, and whatever the
+/// connection did not bring is gone.
+async fn read_bulk<F: MeshFrame>(
+    from: NodeId,
+    conn: Connection,
+    mut sink: watch::Receiver<Option<Sink<F>>>,
+    shared: Arc<Shared<F>>,
+) {
+    let cancel = &shared.cancel;
+    let recv = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => return,
+        recv = conn.accept_uni() => match recv {
+            Ok(recv) => recv,
+            // The connection ended first; its main reader says why.
+            Err(_) => return,
+        },
+    };
+    let mut reader = FrameReader::fresh(recv, FrameCodec::new(shared.settings.max_frame));
+    let mut to: Option<Sink<F>> = None;
+    let mut read = Vec::new();
+    let refusal = 'reading: loop {
+        let outcome = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            outcome = reader.read(&mut read) => outcome,
+        };
+        match outcome {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => match refusal_for(&e) {
+                Some(refusal) => break refusal,
+                None => return,
+            },
+        }
+        if to.is_none() {
+            to = served(&mut sink, cancel).await;
+        }
+        let Some(to) = &to else { return };
+        let _serving = match to {
+            Sink::Direct(_) => Some(shared.serving.lock().await),
+            Sink::Queue(_) => None,
+        };
+        for wire in read.drain(..) {
+            let Wire::Frame(frame) = wire else {
+                break 'reading Refusal::new(
+                    CloseCode::Unexpected,
+                    "a protocol frame on the bulk stream",
+                );
+            };
+            if !deliver(to, &from, frame, cancel).await {
+                return;
+            }
+        }
+    };
+    if conn.close_reason().is_none() {
+        refuse(&conn, Some(&from), &refusal);
+    }
+}
+
+/// Writes the peer's bulk frames on a stream of their own on `conn`, below the main stream, until
+/// the connection ends; what it took and could not write is dropped, as bulk frames are.
+async fn write_bulk(conn: Connection, bulk: Arc<Outgoing>, peer: NodeId) {
+    let mut send = match conn.open_uni().await {
+        Ok(send) => send,
+        Err(e) => {
+            debug!(%peer, error = %e, "mesh link lost before its bulk stream opened");
+            return;
+        }
+    };
+    if let Err(e) = send.set_priority(BULK_PRIORITY) {
+        debug!(%peer, error = %e, "mesh link lost as its bulk stream opened");
+        return;
+    }
+    let mut pieces = Vec::new();
+    loop {
+        let run = tokio::select! {
+            biased;
+            _ = conn.closed() => return,
+            run = bulk.take_next() => run,
+        };
+        let Some(run) = run else {
+            // The peer was removed or the mesh closed.
+            let _ = send.finish();
+            return;
+        };
+        coalesce(run.pieces().map(|piece| piece.bytes), &mut pieces);
+        let written = send.write_all_chunks(&mut pieces).await;
+        pieces.clear();
+        if let Err(e) = written {
+            debug!(%peer, error = %e, "mesh link lost while writing bulk frames; they are dropped");
+            return;
+        }
+    }
+}
+
 struct PeerTask<F> {
     shared: Arc<Shared<F>>,
     endpoint: Endpoint,
@@ -958,6 +1077,10 @@ struct PeerTask<F> {
     addr: Option<SocketAddr>,
     ctrl: mpsc::UnboundedReceiver<PeerCtrl<F>>,
     out: Arc<Outgoing>,
+    /// Bulk frames, written by `bulk_writer`.
+    bulk: Arc<Outgoing>,
+    /// The writer of the bulk stream of the connection up, if one is.
+    bulk_writer: JoinSet<()>,
     status: watch::Sender<PeerStatus>,
     backoff: Backoff,
     readers: JoinSet<()>,
@@ -1262,6 +1385,19 @@ impl<F: MeshFrame> PeerTask<F> {
             .report_lost(&self.node, lost, LossReason::Restarted);
         info!(peer = %self.node, remote = %link.conn.remote_address(),
             dialled_by_us = link.dialled_by_us, resent = self.outbox.len(), "mesh link ready");
+        // One bulk writer at a time: a replaced connection's writer ends before the next starts.
+        self.bulk_writer.shutdown().await;
+        self.bulk_writer.spawn(write_bulk(
+            link.conn.clone(),
+            self.bulk.clone(),
+            self.node.clone(),
+        ));
+        self.readers.spawn(read_bulk(
+            self.node.clone(),
+            link.conn.clone(),
+            self.sink.clone(),
+            self.shared.clone(),
+        ));
         self.readers.spawn(read_frames(
             ReadFrames {
                 from: self.node.clone(),

@@ -1,5 +1,5 @@
-//! The node-to-node mesh: QUIC with mutual TLS, one connection per pair of nodes, and
-//! one ordered stream of frames each way on it.
+//! The node-to-node mesh: QUIC with mutual TLS, one connection per pair of nodes, and on
+//! it one ordered stream of frames each way, and one bulk stream each way below it.
 //!
 //! Layout, in the order a frame travels:
 //! - [`tls`]: the cluster CA and node certificates; every certificate names its node,
@@ -23,6 +23,18 @@
 //! next one. Only a peer that restarts, or is removed, or a mesh that closes first loses
 //! frames; those are counted ([`Mesh::frames_lost`]), logged, metered and handed back
 //! ([`Mesh::losses`]) so the caller can end what waited for them.
+//!
+//! Bulk frames ([`Mesh::send_bulk`]: a relocation's pre-copy, megabytes of a running unit's
+//! image) travel on a second uni stream per connection and direction, opened by each side for
+//! its own sending after the link is installed (the handshake's rules and close codes are the
+//! main stream's alone) and written by a writer of its own, at a lower QUIC priority: a large
+//! bulk backlog never holds back a main-stream frame sent after it. They arrive in order among
+//! themselves, with no order against main-stream frames, and are best effort: not numbered,
+//! not kept for resend, and silently gone if their connection ends. The caller must notice a
+//! loss by itself (pre-copy does: an unanswered round is lost, and the seal sends the whole
+//! image). Which of a node's frames go bulk is decided in one place, `MoveCtx::precopy_to_target`:
+//! a round's pieces, its end, and the withdrawal of a pre-copy no offer took (so that it never
+//! overtakes the pieces it withdraws); everything else goes on the main stream.
 
 pub mod codec;
 mod handshake;
@@ -391,18 +403,29 @@ impl<F: MeshFrame> Mesh<F> {
         self.shared.remove_peer(node)
     }
 
-    /// Queues `frame` for `to`, behind every frame queued for it before.
+    /// Queues `frame` for `to`, behind every frame queued for it before this way (bulk frames
+    /// take their own stream, [`Mesh::send_bulk`]).
     ///
     /// Returns at once; the frame is encoded here, so an oversized or unencodable frame
     /// is reported to the caller rather than to the peer.
     pub fn send(&self, to: &NodeId, frame: F) -> Result<(), MeshError> {
-        self.shared.send(to, frame).map_err(|(_, e)| e)
+        self.shared.send(to, frame, false).map_err(|(_, e)| e)
+    }
+
+    /// Queues `frame` for `to` on the connection's bulk stream: behind the bulk frames queued
+    /// before it, but never in the way of [`Mesh::send`]'s frames, sent before or after it.
+    ///
+    /// Best effort: the frame is not numbered or kept, and is silently gone if its connection
+    /// ends before the peer read it (it is not counted in [`Mesh::frames_lost`]). For data whose
+    /// loss the caller notices by itself, such as a round that goes unanswered.
+    pub fn send_bulk(&self, to: &NodeId, frame: F) -> Result<(), MeshError> {
+        self.shared.send(to, frame, true).map_err(|(_, e)| e)
     }
 
     /// [`Mesh::send`], giving a frame that was not queued back with the reason, for a caller
     /// that will send it elsewhere.
     pub fn send_or_give_back(&self, to: &NodeId, frame: F) -> Result<(), (F, MeshError)> {
-        self.shared.send(to, frame)
+        self.shared.send(to, frame, false)
     }
 
     /// Frames [`Mesh::send`] accepted that were never acknowledged by their peer, because it

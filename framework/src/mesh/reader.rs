@@ -1,4 +1,4 @@
-//! A connection's incoming stream of frames after the handshake, read in bursts: whatever
+//! A connection's incoming streams of frames after the handshake, read in bursts: whatever
 //! arrived is read into one buffer and every whole frame in it decoded in one go.
 
 use bytes::BytesMut;
@@ -31,6 +31,16 @@ impl<T: DeserializeOwned> FrameReader<T> {
             recv: parts.io,
             buf: parts.read_buf,
             codec: parts.codec,
+            failed: None,
+        }
+    }
+
+    /// Reads a stream that carries no handshake: a connection's bulk stream.
+    pub(crate) fn fresh(recv: RecvStream, codec: FrameCodec<T>) -> Self {
+        Self {
+            recv,
+            buf: BytesMut::new(),
+            codec,
             failed: None,
         }
     }

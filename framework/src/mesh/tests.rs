@@ -22,6 +22,8 @@ use super::*;
 enum TestFrame {
     Seq(u32),
     Blob(Vec<u8>),
+    /// A bulk frame: its number, and bytes to make it large.
+    Bulk(u32, Vec<u8>),
 }
 
 type Rx = mpsc::Receiver<Inbound<TestFrame>>;
@@ -838,6 +840,142 @@ async fn frames_a_removed_peer_never_acknowledged_are_counted_lost() {
         let lost = a.frames_lost();
         // The first ten may have been acknowledged before the cut, or not.
         assert!((500..=510).contains(&lost), "{lost} frames reported lost");
+    })
+    .await;
+}
+
+fn send_bulk(mesh: &Mesh<TestFrame>, to: &str, range: std::ops::Range<u32>, len: usize) {
+    for n in range {
+        mesh.send_bulk(&node(to), TestFrame::Bulk(n, vec![0; len]))
+            .unwrap();
+    }
+}
+
+/// Receives until the main frame `Seq(last)` and the bulk frame `Bulk(last_bulk)` are both in:
+/// the main numbers and the bulk numbers, each in arrival order, and how many bulk frames came
+/// before `Seq(last)`.
+async fn take_both(rx: &mut Rx, last: u32, last_bulk: u32) -> (Vec<u32>, Vec<u32>, usize) {
+    let (mut main, mut bulk) = (Vec::new(), Vec::new());
+    let mut bulk_before_last = None;
+    while main.last() != Some(&last) || bulk.last() != Some(&last_bulk) {
+        match rx
+            .recv()
+            .await
+            .expect("the inbound stream ended early")
+            .frame
+        {
+            TestFrame::Seq(n) => {
+                main.push(n);
+                if n == last {
+                    bulk_before_last = Some(bulk.len());
+                }
+            }
+            TestFrame::Bulk(n, _) => bulk.push(n),
+            other => panic!("unexpected frame {other:?}"),
+        }
+    }
+    let before = bulk_before_last.unwrap_or(bulk.len());
+    (main, bulk, before)
+}
+
+#[tokio::test]
+async fn a_bulk_backlog_does_not_hold_back_a_main_frame_sent_after_it() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let (a, _a_rx) = start(&ca, "a").await;
+        let (b, mut b_rx) = start(&ca, "b").await;
+        a.add_peer(node("b"), b.local_addr()).unwrap();
+        a.wait_ready(&node("b")).await.unwrap();
+        // 16 MiB of bulk frames, then one main frame.
+        send_bulk(&a, "b", 0..64, 256 * 1024);
+        a.send(&node("b"), TestFrame::Seq(0)).unwrap();
+        let (main, bulk, bulk_before) = take_both(&mut b_rx, 0, 63).await;
+        assert_eq!(main, [0]);
+        assert_eq!(
+            bulk,
+            (0..64).collect::<Vec<_>>(),
+            "every bulk frame, in order"
+        );
+        assert!(
+            bulk_before < 64,
+            "the main frame came after the whole bulk backlog"
+        );
+        assert_eq!(a.frames_lost(), 0);
+        a.close().await;
+        b.close().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bulk_frames_arrive_in_order_among_themselves_beside_main_frames() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let (a, _a_rx) = start(&ca, "a").await;
+        let (b, mut b_rx) = start(&ca, "b").await;
+        a.add_peer(node("b"), b.local_addr()).unwrap();
+        a.wait_ready(&node("b")).await.unwrap();
+        // Small and large bulk frames, interleaved with main frames.
+        for n in 0..2000 {
+            let len = if n % 100 == 0 { 300 * 1024 } else { 16 };
+            send_bulk(&a, "b", n..n + 1, len);
+            send_seq(&a, "b", n..n + 1);
+        }
+        let (main, bulk, _) = take_both(&mut b_rx, 1999, 1999).await;
+        assert_eq!(
+            main,
+            (0..2000).collect::<Vec<_>>(),
+            "main frames once each, in order"
+        );
+        assert_eq!(
+            bulk,
+            (0..2000).collect::<Vec<_>>(),
+            "bulk frames once each, in order"
+        );
+        a.close().await;
+        b.close().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_link_reset_loses_bulk_frames_without_counting_main_frames_lost() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let (a, b, mut b_rx, cut) = cuttable_pair(&ca).await;
+        send_bulk(&a, "b", 0..100, 1024);
+        send_seq(&a, "b", 0..100);
+        let (main, bulk, _) = take_both(&mut b_rx, 99, 99).await;
+        assert_eq!((main.len(), bulk.len()), (100, 100));
+        cut.cut(b.local_addr());
+        // Written to a connection that will never deliver them: the main frames are sent again
+        // on the next one, the bulk frames are gone with it.
+        send_bulk(&a, "b", 100..200, 1024);
+        send_seq(&a, "b", 100..200);
+        wait_lost(&a, "b").await;
+        wait_lost(&b, "a").await;
+        cut.heal();
+        a.wait_ready(&node("b")).await.unwrap();
+        send_bulk(&a, "b", 200..201, 1024);
+        a.send(&node("b"), TestFrame::Seq(200)).unwrap();
+        let (main, bulk, _) = take_both(&mut b_rx, 200, 200).await;
+        assert_eq!(
+            main,
+            (100..201).collect::<Vec<_>>(),
+            "main frames once each, in order"
+        );
+        assert_eq!(
+            bulk,
+            [200],
+            "the bulk frames of the dead connection are gone"
+        );
+        assert_eq!(
+            a.frames_lost(),
+            0,
+            "lost bulk frames are not lost main frames"
+        );
+        a.close().await;
+        b.close().await;
     })
     .await;
 }

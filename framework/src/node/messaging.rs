@@ -194,10 +194,26 @@ impl Node {
         to: &NodeId,
         frame: Frame,
     ) -> Result<(), crate::mesh::MeshError> {
-        match &self.core.links.mesh {
-            Some(mesh) => mesh.send(to, frame),
-            None => Err(crate::mesh::MeshError::UnknownPeer(to.clone())),
-        }
+        self.mesh_to(to)?.send(to, frame)
+    }
+
+    /// Sends a frame to a peer on the link's bulk stream: best effort, and never in the way of
+    /// [`Node::mesh_send`]'s frames (see [`crate::mesh::Mesh::send_bulk`]).
+    pub(crate) fn mesh_send_bulk(
+        &self,
+        to: &NodeId,
+        frame: Frame,
+    ) -> Result<(), crate::mesh::MeshError> {
+        self.mesh_to(to)?.send_bulk(to, frame)
+    }
+
+    /// The mesh that reaches `to`, if this node has one.
+    fn mesh_to(&self, to: &NodeId) -> Result<&crate::mesh::Mesh<Frame>, crate::mesh::MeshError> {
+        self.core
+            .links
+            .mesh
+            .as_ref()
+            .ok_or_else(|| crate::mesh::MeshError::UnknownPeer(to.clone()))
     }
 
     /// Asks another node to do something and waits for its typed answer.

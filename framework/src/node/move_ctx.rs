@@ -84,6 +84,16 @@ impl MoveCtx {
         self.node.mesh_send(target, Frame::Reloc(Box::new(frame)))
     }
 
+    /// Sends the target one of pre-copy's own frames: a round's pieces, its end, and the
+    /// withdrawal of a pre-copy no offer took. They go on the link's bulk stream, so a sealed
+    /// unit's frames never wait behind another unit's pre-copy; the withdrawal goes the same
+    /// way so that it never overtakes the pieces it withdraws. Best effort: a round cut by a
+    /// reset goes unanswered, and the seal then sends the whole image.
+    pub fn precopy_to_target(&self, target: &NodeId, frame: RelocFrame) -> Result<(), MeshError> {
+        self.node
+            .mesh_send_bulk(target, Frame::Reloc(Box::new(frame)))
+    }
+
     /// The move's handover to its target, sent again after a reset.
     pub fn handover<'a>(&'a self, target: &'a NodeId, rel: RelocationId) -> Handover<'a> {
         Handover {

@@ -388,7 +388,7 @@ impl SourceRun {
             pass.paused(self.committed_at.zip(self.sealed_at).map(|(c, s)| c - s));
         }
         if self.precopy.left_behind(self.offered_at.is_some())
-            && let Err(error) = self.send(RelocFrame::Withdraw { rel: self.rel })
+            && let Err(error) = self.send_precopy(RelocFrame::Withdraw { rel: self.rel })
         {
             tracing::debug!(%error, "withdrawal of the pre-copy not sent");
         }
@@ -455,7 +455,7 @@ impl SourceRun {
                     crc: crc32c::crc32c(&bytes),
                     bytes,
                 };
-                if self.send(frame).is_err() {
+                if self.send_precopy(frame).is_err() {
                     self.precopy.lost();
                     return;
                 }
@@ -465,7 +465,7 @@ impl SourceRun {
                 round,
                 base,
             };
-            if self.send(end).is_err() {
+            if self.send_precopy(end).is_err() {
                 self.precopy.lost();
                 return;
             }
@@ -846,6 +846,14 @@ impl SourceRun {
     fn send(&self, frame: RelocFrame) -> Result<(), String> {
         self.ctx
             .to_target(&self.target, frame)
+            .map_err(|e| format!("the target is unreachable: {e}"))
+    }
+
+    /// Sends one of pre-copy's own frames, on the link's bulk stream
+    /// ([`MoveCtx::precopy_to_target`]).
+    fn send_precopy(&self, frame: RelocFrame) -> Result<(), String> {
+        self.ctx
+            .precopy_to_target(&self.target, frame)
             .map_err(|e| format!("the target is unreachable: {e}"))
     }
 

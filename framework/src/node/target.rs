@@ -2,6 +2,7 @@
 //! restores the unit into a gated lane, keeps the relay records, commits ownership in the store,
 //! and opens the unit.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,6 +34,13 @@ const PROGRESS: Duration = Duration::from_secs(1);
 /// How long a pre-copy is kept with no piece arriving and no offer taking it: longer than any
 /// move's deadline allows between two rounds, or between its last round and its offer.
 const PRECOPY_KEPT: Duration = Duration::from_secs(120);
+
+/// Drops the pre-copies left untouched for [`PRECOPY_KEPT`]: their offer never came (their source
+/// failed before it), their withdrawal was lost with its connection, or they are late pieces of a
+/// move that has ended.
+fn prune(precopied: &mut HashMap<RelocationId, Precopied>) {
+    precopied.retain(|_, p| p.touched.elapsed() < PRECOPY_KEPT);
+}
 
 impl Node {
     /// A frame from the source of a move into this node arrived from `from`.
@@ -71,13 +79,12 @@ impl Node {
                         }),
                     )
                 };
-                let held = self
-                    .core
-                    .moves
-                    .precopied
-                    .lock()
-                    .remove(&rel)
-                    .map(|precopied| precopied.held.into_image());
+                let held = {
+                    let mut precopied = self.core.moves.precopied.lock();
+                    prune(&mut precopied);
+                    precopied.remove(&rel)
+                }
+                .map(|precopied| precopied.held.into_image());
                 match admission {
                     Admission::Refuse(reason) => {
                         tracing::warn!(relocation = %rel, %reason, "offer refused");
@@ -266,9 +273,13 @@ impl Node {
         crc: u32,
         bytes: &[u8],
     ) {
+        // Pieces of a round the offer overtook (they travel on the bulk stream, the offer does
+        // not) are for a move that no longer expects any: dropped, not held.
+        if self.core.moves.incoming.lock().contains_key(&rel) {
+            return;
+        }
         let mut precopied = self.core.moves.precopied.lock();
-        // Pre-copies whose offer never came (their source failed before it) are dropped.
-        precopied.retain(|_, p| p.touched.elapsed() < PRECOPY_KEPT);
+        prune(&mut precopied);
         let holding: u64 = precopied
             .iter()
             .filter(|(other, _)| **other != rel)

@@ -32,8 +32,10 @@ pub const ROUNDS: u32 = 4;
 /// A round that would send this little seals instead: the last difference is sent sealed.
 pub const SMALL: usize = 2 * BLOCK;
 
-/// Pre-copy bytes a node has sent and not seen acknowledged, across all its moves: a sealed unit's
-/// frames share the link with them, and never wait behind more than this.
+/// Pre-copy bytes a node has sent and not seen acknowledged, across all its moves. Sealed units'
+/// frames no longer wait behind them (pre-copy travels on the mesh's bulk stream), yet 4 MiB
+/// measured no faster a drain of 1 MiB rooms and longer pauses of its sealed ones
+/// (docs/benchmarks.md), so the budget stays small.
 pub const IN_FLIGHT_BYTES: usize = 1024 * 1024;
 
 /// What a move sent of its unit's image, before and after the seal.
