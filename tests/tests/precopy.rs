@@ -286,6 +286,16 @@ fn moved(report: &MoveReport) {
     assert_eq!(report.end, MoveEnd::Moved, "{report:?}");
 }
 
+/// The move sent its whole image once the unit was sealed (a difference may have gone first).
+fn sent_whole_after_seal(report: &MoveReport) {
+    assert!(
+        report.copied.after_seal >= report.bytes,
+        "{:?} of {} bytes",
+        report.copied,
+        report.bytes
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_room_ships_its_state_while_it_runs_and_only_what_changed_after_the_seal() {
     let counted = Counted::default();
@@ -390,12 +400,7 @@ async fn a_target_that_lost_the_precopy_before_the_seal_is_sent_the_whole_image(
     moved(&report);
     assert_eq!(report.copied.rounds, 1, "{:?}", report.copied);
     // The difference went first, then the whole image once the target said it lacked the base.
-    assert!(
-        report.copied.after_seal >= report.bytes,
-        "{:?} of {} bytes",
-        report.copied,
-        report.bytes
-    );
+    sent_whole_after_seal(&report);
     let after = summary(&n2, &id).await;
     assert_eq!(after, before);
     cluster.shutdown().await;
@@ -497,12 +502,7 @@ async fn a_wrong_delta_is_caught_and_the_room_arrives_whole_with_every_message_r
     // The delta rebuilt the count one too high: the image's checksum refused it, and the whole
     // image went after the recipe.
     assert_eq!(counted.applied.load(Ordering::SeqCst), 1);
-    assert!(
-        report.copied.after_seal >= report.bytes,
-        "{:?} of {} bytes",
-        report.copied,
-        report.bytes
-    );
+    sent_whole_after_seal(&report);
     assert_eq!(restored, sealed);
 }
 
@@ -537,12 +537,7 @@ async fn a_precopy_cut_by_a_link_reset_is_lost_and_the_seal_sends_the_whole_imag
     let report = defer_until_taken(&n1, &id, moving).await;
     moved(&report);
     assert_eq!(report.copied.rounds, 0, "{:?}", report.copied);
-    assert!(
-        report.copied.after_seal >= report.bytes,
-        "{:?} of {} bytes",
-        report.copied,
-        report.bytes
-    );
+    sent_whole_after_seal(&report);
     let after = summary(&n2, &id).await;
     assert_eq!(after, before);
     cluster.shutdown().await;
