@@ -273,11 +273,8 @@ impl Node {
         crc: u32,
         bytes: &[u8],
     ) {
-        // Pieces of a round the offer overtook (they travel on the bulk stream, the offer does
-        // not) are for a move that no longer expects any: dropped, not held.
-        if self.core.moves.incoming.lock().contains_key(&rel) {
-            return;
-        }
+        // Pieces travel on the bulk stream, the offer does not: it may overtake them.
+        let offered = self.core.moves.incoming.lock().contains_key(&rel);
         let mut precopied = self.core.moves.precopied.lock();
         prune(&mut precopied);
         let holding: u64 = precopied
@@ -285,7 +282,7 @@ impl Node {
             .filter(|(other, _)| **other != rel)
             .map(|(_, p)| p.held.len() as u64)
             .sum();
-        if !may_hold(len, holding, self.config().max_state) {
+        if !may_hold(len, holding, self.config().max_state, offered) {
             precopied.remove(&rel);
             return;
         }

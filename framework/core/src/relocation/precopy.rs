@@ -473,11 +473,13 @@ impl Held {
     }
 }
 
-/// Whether a target takes a round of `len` bytes while it holds `holding` bytes of pre-copies in
-/// all: never over the largest state it takes, nor over four of them at once. A round refused is
-/// answered as not held, and that move sends its whole image at the seal.
-pub fn may_hold(len: u64, holding: u64, max_state: u64) -> bool {
-    len <= max_state && holding.saturating_add(len) <= max_state.saturating_mul(4)
+/// Whether a target takes a piece of a round of `len` bytes while it holds `holding` bytes of
+/// pre-copies in all: never over the largest state it takes, nor over four of them at once, nor
+/// for a move it was already `offered` (the piece came late: the offer overtook it on the mesh,
+/// or its round was given up, and nothing will take it). A round refused is answered as not held,
+/// and that move sends its whole image at the seal.
+pub fn may_hold(len: u64, holding: u64, max_state: u64, offered: bool) -> bool {
+    !offered && len <= max_state && holding.saturating_add(len) <= max_state.saturating_mul(4)
 }
 
 #[cfg(test)]
@@ -653,9 +655,10 @@ mod tests {
 
     #[test]
     fn a_target_holds_at_most_four_largest_states() {
-        assert!(may_hold(10, 30, 10));
-        assert!(!may_hold(11, 0, 10));
-        assert!(!may_hold(10, 31, 10));
+        assert!(may_hold(10, 30, 10, false));
+        assert!(!may_hold(11, 0, 10, false));
+        assert!(!may_hold(10, 31, 10, false));
+        assert!(!may_hold(1, 0, 10, true), "a late piece of an offered move");
     }
 
     /// A log's adapter: its state is its entries, newest first, so a new entry shifts every

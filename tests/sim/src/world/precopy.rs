@@ -616,6 +616,8 @@ impl World {
         bytes: &[u8],
     ) {
         let now = self.now;
+        // A round given up may still be on its way when the offer comes.
+        let offered = self.nodes[node].incoming.contains_key(&rel);
         let precopied = &mut self.nodes[node].precopied;
         // Pre-copies whose offer never came (their source failed before it) are dropped.
         precopied.retain(|_, p| now.duration_since(p.touched) < KEPT);
@@ -624,7 +626,7 @@ impl World {
             .filter(|(other, _)| **other != rel)
             .map(|(_, p)| p.held.len() as u64)
             .sum();
-        if !may_hold(len, holding, MAX_STATE) {
+        if !may_hold(len, holding, MAX_STATE, offered) {
             precopied.remove(&rel);
             return;
         }
