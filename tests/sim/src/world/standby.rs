@@ -182,14 +182,7 @@ impl World {
             self.factory(unit),
         );
         let now = self.now;
-        let process = self.nodes[node].process;
-        // Taken out of the map while the budget is borrowed.
-        let Some(mut owner) = self
-            .standby
-            .owners
-            .remove(&(node, unit))
-            .filter(|o| o.process == process)
-        else {
+        let Some(mut owner) = self.take_owner(node, unit) else {
             return;
         };
         owner.checkpoints.aim(holder, self.budget(node));
@@ -352,6 +345,17 @@ impl World {
         self.post(node, from, msg);
     }
 
+    /// The room's checkpoints on `node`, taken out of the map while the node's budget is borrowed
+    /// (the caller puts them back), if this process of the node keeps them; those an earlier
+    /// process left are dropped.
+    fn take_owner(&mut self, node: usize, unit: usize) -> Option<Owner> {
+        let process = self.nodes[node].process;
+        self.standby
+            .owners
+            .remove(&(node, unit))
+            .filter(|o| o.process == process)
+    }
+
     /// The standby answered a checkpoint.
     pub(crate) fn on_checkpointed(
         &mut self,
@@ -361,13 +365,7 @@ impl World {
         number: u64,
         ok: bool,
     ) {
-        let process = self.nodes[node].process;
-        let Some(mut owner) = self
-            .standby
-            .owners
-            .remove(&(node, unit))
-            .filter(|o| o.process == process)
-        else {
+        let Some(mut owner) = self.take_owner(node, unit) else {
             return;
         };
         let budget = self.budget(node);
