@@ -56,6 +56,7 @@ mod unit;
 pub use behavior::{Behavior, Ctx, Message, ReadyOutcome};
 pub use cluster::recovery::{RecoveryEvent, RecoveryStall};
 pub use error::{DeferError, MessageError, RegistrationError, ResumeError, StartError, UnitError};
+pub use ferry_core::standby::Policy as StandbyPolicy;
 pub use ids::{ActorId, InvalidId, NodeId, ObjectGeneration, SpotId, UnitId};
 pub use node::{
     MeshSettings, Node, NodeConfig, NodeState, ReplyTo, SHUTDOWN_MARGIN, ShutdownOutcome,

@@ -23,6 +23,7 @@ pub use crate::unit::factory::{
     AdapterError, ExecutionMode, FactoryInfo, FactoryKind, OnPanic, PolicyKind, ReadinessMode,
 };
 use ferry_core::session::SessionBinding;
+use ferry_core::standby::Policy as StandbyPolicy;
 
 /// Captures a unit's application state to bytes and restores it into a fresh instance elsewhere.
 ///
@@ -152,6 +153,7 @@ impl<B: Behavior> Registration<B> {
                     on_panic: OnPanic::Stop,
                     remembered: false,
                     recoverable: true,
+                    standby: StandbyPolicy::None,
                     msg_type: TypeId::of::<B::Msg>(),
                     msg_type_name: std::any::type_name::<B::Msg>(),
                 },
@@ -218,6 +220,13 @@ impl<B: Behavior> Registration<B> {
     /// instead of on their next message (for Instance Spots, which otherwise come back lazily).
     pub fn remembered(mut self, remembered: bool) -> Self {
         self.factory.info.remembered = remembered;
+        self
+    }
+
+    /// Whether this factory's rooms keep a warm standby copy on another node, promoted when
+    /// their owner dies (default: none, and a crash rebuilds the room from nothing).
+    pub fn standby(mut self, standby: StandbyPolicy) -> Self {
+        self.factory.info.standby = standby;
         self
     }
 

@@ -100,6 +100,7 @@ impl Node {
             host: HostOp::new(),
             sessions,
             committer,
+            standby: Default::default(),
         };
         let node = Node {
             core: Arc::new(core),

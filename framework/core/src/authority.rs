@@ -142,7 +142,7 @@ impl UnitRecord {
 }
 
 /// Encodes a store value. Records of ids, strings and integers always encode.
-fn encode<T: Serialize>(value: &T) -> Bytes {
+pub(crate) fn encode<T: Serialize>(value: &T) -> Bytes {
     Bytes::from(postcard::to_allocvec(value).unwrap_or_default())
 }
 
@@ -157,7 +157,7 @@ pub struct CorruptRecord {
 }
 
 /// Decodes a store value, reporting one that does not decode as corrupt.
-fn decode<T: for<'de> Deserialize<'de>>(
+pub(crate) fn decode<T: for<'de> Deserialize<'de>>(
     key: &str,
     value: &[u8],
     what: &str,
@@ -203,6 +203,23 @@ pub fn remembered_key(id: &UnitId) -> String {
 /// The unit a remembered key names, if it is one.
 pub fn unit_of_remembered_key(key: &str) -> Option<UnitId> {
     key.strip_prefix(REMEMBERED_PREFIX)
+        .and_then(|rest| unit_of_key(&format!("u/{rest}")))
+}
+
+/// The prefix of every standby record: which node holds a room's standby copy, in which series.
+pub const STANDBY_PREFIX: &str = "b/";
+
+/// The store key of a room's standby record.
+pub fn standby_key(id: &UnitId) -> String {
+    match id {
+        UnitId::Spot(s) => format!("{STANDBY_PREFIX}s/{s}"),
+        UnitId::Actor(a) => format!("{STANDBY_PREFIX}a/{a}"),
+    }
+}
+
+/// The room a standby key names, if it is one.
+pub fn unit_of_standby_key(key: &str) -> Option<UnitId> {
+    key.strip_prefix(STANDBY_PREFIX)
         .and_then(|rest| unit_of_key(&format!("u/{rest}")))
 }
 

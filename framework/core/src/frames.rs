@@ -34,6 +34,8 @@ pub enum Frame {
     Reloc(Box<crate::relocation::frames::RelocFrame>),
     /// About client sessions: binds, pushes, seals and releases.
     Session(crate::session::frames::SessionFrame),
+    /// Between a room's owner and the node that keeps its standby copy.
+    Standby(Box<crate::standby::frames::StandbyFrame>),
     /// An operation one node asks of another; answered with a `Reply`.
     Call {
         /// The request number on the asking node.
@@ -117,6 +119,23 @@ pub enum Call {
         /// had none): the rebuild is gated on it, so an owner that came back is not rebuilt.
         owner_descriptor: Option<u64>,
     },
+    /// Make the receiving node's standby copy of a dead node's room the room, if the room's
+    /// record is still at `version`, the dead owner's descriptor at `owner_descriptor`, and the
+    /// standby record at `standby_version`.
+    Promote {
+        /// The room to promote.
+        id: UnitId,
+        /// The version of the dead owner's record.
+        version: u64,
+        /// That record.
+        previous: crate::authority::UnitRecord,
+        /// The version of the dead owner's descriptor when it was taken for dead.
+        owner_descriptor: Option<u64>,
+        /// The oldest series the copy may be in (the one the standby record names).
+        series: crate::standby::Series,
+        /// The version of the standby record that names the receiving node.
+        standby_version: u64,
+    },
     /// Activate an Instance Spot on the receiving node (placement chose it).
     Activate {
         /// The registered name of the Instance Spot's factory.
@@ -140,9 +159,10 @@ impl Call {
     /// The unit the call is about.
     pub fn unit(&self) -> UnitId {
         match self {
-            Call::Create { id, .. } | Call::Recover { id, .. } | Call::Activate { id, .. } => {
-                id.clone()
-            }
+            Call::Create { id, .. }
+            | Call::Recover { id, .. }
+            | Call::Promote { id, .. }
+            | Call::Activate { id, .. } => id.clone(),
             Call::Member { spot, .. } => UnitId::Spot(spot.clone()),
         }
     }
@@ -151,7 +171,7 @@ impl Call {
 /// What a `Member` call answers.
 pub type MemberAnswer = Result<(), UnitError>;
 
-/// What a `Create`, `Recover` or `Activate` call answers.
+/// What a `Create`, `Recover`, `Promote` or `Activate` call answers.
 pub type CreateAnswer = Result<bool, UnitError>;
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ impl Node {
                 Addressed::ToTarget(frame) => self.on_target_frame(from, frame),
             },
             Frame::Session(frame) => self.on_session_frame(from, frame),
+            Frame::Standby(frame) => self.on_standby_frame(from, *frame),
             Frame::Call { request, call } => {
                 tokio::spawn(self.clone().answer_call(from, request, *call));
             }

@@ -55,6 +55,8 @@ pub(crate) struct NodeCore {
     pub(crate) sessions: Option<Hub>,
     /// Sends the commits of moves into this node to the store together.
     pub(crate) committer: Committer,
+    /// Standby copies: of the rooms owned here, and kept here for other nodes.
+    pub(crate) standby: super::standby::Standbys,
     pub(crate) stop: CancellationToken,
 }
 

@@ -269,6 +269,26 @@ impl Node {
                     .await;
                 postcard::to_allocvec(&answer)
             }
+            Call::Promote {
+                id,
+                version,
+                previous,
+                owner_descriptor,
+                series,
+                standby_version,
+            } => {
+                let answer: CreateAnswer = self
+                    .promote_here(
+                        id,
+                        version,
+                        previous,
+                        owner_descriptor,
+                        series,
+                        standby_version,
+                    )
+                    .await;
+                postcard::to_allocvec(&answer)
+            }
             Call::Member {
                 spot,
                 actor,

@@ -23,6 +23,8 @@
 //!   its own inbox, `Moves::to_source`); `move_ctx`: what a move from here may touch of the node;
 //!   `handover`: the one place relay records and cutovers are sent; `drain`: moving every unit
 //!   off this node; `sealing`: the drain's window of units sealed at once, as moves wait on it.
+//! - `standby`: warm standby copies: checkpointing the rooms owned here, keeping other nodes'
+//!   copies, and promoting a copy when its owner died.
 //! - `dispatch`: the one entry of frames from peers, handed to the parts above.
 //! - `shutdown`: stopping the node.
 
@@ -45,6 +47,7 @@ mod routing;
 mod sealing;
 mod shutdown;
 mod source;
+mod standby;
 mod target;
 mod unit_ref;
 mod units;

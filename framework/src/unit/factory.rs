@@ -79,6 +79,8 @@ pub struct FactoryInfo {
     pub remembered: bool,
     /// Whether recovery rebuilds its units on a survivor when their node dies.
     pub recoverable: bool,
+    /// Whether its rooms keep a warm standby copy on another node.
+    pub standby: ferry_core::standby::Policy,
     pub(crate) msg_type: TypeId,
     pub(crate) msg_type_name: &'static str,
 }

@@ -3,12 +3,14 @@
 //! room from nothing.
 //!
 //! - [`placement`]: which node holds a room's standby copy.
+//! - [`frames`]: what an owner and its standby say to each other.
 //! - [`checkpoints`]: the owner's side: numbering, what a checkpoint ships, the node's budget,
 //!   and which turns' effects confirmed mode may release.
 //! - [`replica`]: the standby's side: applying checkpoints in order, refusing what it cannot apply.
 //! - [`promotion`]: which copy recovery promotes when the owner died, and on what condition.
 
 pub mod checkpoints;
+pub mod frames;
 pub mod placement;
 pub mod promotion;
 pub mod replica;

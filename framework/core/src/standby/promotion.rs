@@ -28,6 +28,18 @@ pub struct Named {
     pub incarnation: ObjectGeneration,
 }
 
+impl Named {
+    /// Encodes the record as a store value.
+    pub fn encode(&self) -> bytes::Bytes {
+        crate::authority::encode(self)
+    }
+
+    /// Decodes a store value; a value that does not decode is reported as corrupt.
+    pub fn decode(key: &str, value: &[u8]) -> Result<Self, crate::authority::CorruptRecord> {
+        crate::authority::decode(key, value, "standby record")
+    }
+}
+
 /// What recovery does with a room its owner left.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Promotion {

@@ -1,0 +1,41 @@
+//! Warm standby on a node: the rooms it owns keep a copy on another node, checkpointed at turn
+//! boundaries, and the copies it keeps for others are promoted when their owner dies. The
+//! decisions (numbering, what a checkpoint ships, acceptance, which copy to promote) are the
+//! core's, in `ferry_core::standby`; this module carries them out.
+//!
+//! - `checkpointing`: the owner's side: checkpoints taken at turn boundaries, shipped within the
+//!   node's budget, acknowledged, and the store's record of who holds each room's copy.
+//! - `copies`: the holder's side: the copies kept here, each changed only by the next checkpoint.
+//! - `promotion`: making a dead owner's room out of the copy kept here.
+
+mod checkpointing;
+mod copies;
+mod promotion;
+
+use super::handle::Node;
+use crate::ids::NodeId;
+use ferry_core::standby::frames::StandbyFrame;
+
+/// A node's standby state: what it checkpoints as an owner, and the copies it keeps.
+#[derive(Default)]
+pub(crate) struct Standbys {
+    /// The rooms this node owns that keep a standby.
+    pub(crate) owning: checkpointing::Owning,
+    /// The copies this node keeps for rooms other nodes own.
+    pub(crate) copies: copies::Copies,
+}
+
+impl Node {
+    /// A standby frame from `from`: a checkpoint or a drop for a copy kept here, an answer for a
+    /// room this node owns.
+    pub(crate) fn on_standby_frame(&self, from: NodeId, frame: StandbyFrame) {
+        match frame {
+            StandbyFrame::Checkpoint { .. } | StandbyFrame::Drop { .. } => {
+                self.on_copy_frame(from, frame);
+            }
+            StandbyFrame::Acked { .. } | StandbyFrame::Refused { .. } => {
+                self.on_checkpoint_answer(from, frame);
+            }
+        }
+    }
+}
