@@ -60,7 +60,7 @@ pub use ferry_core::standby::Policy as StandbyPolicy;
 pub use ids::{ActorId, InvalidId, NodeId, ObjectGeneration, SpotId, UnitId};
 pub use node::{
     MeshSettings, Node, NodeConfig, NodeState, ReplyTo, SHUTDOWN_MARGIN, ShutdownOutcome,
-    ShutdownReason, TEARDOWN_GRACE, Target, UnitRef,
+    ShutdownReason, StandbyStatus, TEARDOWN_GRACE, Target, UnitRef,
 };
 pub use registry::{
     AdapterError, ExecutionMode, FactoryKind, OnPanic, PolicyKind, ReadinessMode, Registration,

@@ -58,4 +58,5 @@ pub use ferry_core::authority::NodeState;
 pub use handle::Node;
 pub(crate) use handle::NodeCore;
 pub use shutdown::{SHUTDOWN_MARGIN, ShutdownOutcome, ShutdownReason, TEARDOWN_GRACE};
+pub use standby::StandbyStatus;
 pub use unit_ref::UnitRef;

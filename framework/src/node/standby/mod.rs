@@ -12,9 +12,34 @@ mod checkpointing;
 mod copies;
 mod promotion;
 
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
 use super::handle::Node;
 use crate::ids::NodeId;
 use ferry_core::standby::frames::StandbyFrame;
+
+/// What a node's standbys look like now: for `ferry status`, the metrics and the cluster view.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StandbyStatus {
+    /// Rooms this node owns whose factory keeps a standby.
+    pub rooms: usize,
+    /// Of those, the rooms whose standby acknowledged a checkpoint and is not behind.
+    pub current: usize,
+    /// Of those, the rooms whose oldest change has waited for its standby longer than the core's
+    /// `BEHIND_AFTER` (their checkpoints wait for the budget, or for a holder that does not answer).
+    pub behind: usize,
+    /// How long the oldest change not yet held by its standby has waited, over this node's rooms
+    /// (`None`: every standby holds everything).
+    pub oldest_unheld: Option<Duration>,
+    /// Copies this node keeps for rooms other nodes own.
+    pub copies: usize,
+    /// Checkpoints sent since the node started.
+    pub checkpoints_sent: u64,
+    /// Checkpoint bytes sent since the node started.
+    pub bytes_sent: u64,
+}
 
 /// A node's standby state: what it checkpoints as an owner, and the copies it keeps.
 #[derive(Default)]
@@ -26,6 +51,14 @@ pub(crate) struct Standbys {
 }
 
 impl Node {
+    /// What this node's standbys look like now.
+    pub fn standby_status(&self) -> StandbyStatus {
+        StandbyStatus {
+            copies: self.core.standby.copies.held.lock().len(),
+            ..StandbyStatus::default()
+        }
+    }
+
     /// A standby frame from `from`: a checkpoint or a drop for a copy kept here, an answer for a
     /// room this node owns.
     pub(crate) fn on_standby_frame(&self, from: NodeId, frame: StandbyFrame) {
