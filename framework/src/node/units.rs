@@ -327,17 +327,7 @@ impl Node {
                 ),
             });
         }
-        let mut settled = write.on_write(BatchOutcome::answer(&written));
-        if settled == Settled::ReadBack {
-            let now = self.read_record_back(&id).await;
-            settled = write.on_read(now.as_ref().map(Option::as_ref).map_err(|_| ()));
-        }
-        let committed = match settled {
-            Settled::Won => Ok(true),
-            Settled::Lost => Ok(false),
-            // Neither the write nor the read was answered: the creation fails, and says why.
-            Settled::ReadBack | Settled::Unknown => written.map(|_| false),
-        };
+        let committed = self.settle(&id, write, written).await;
         match (committed, claim) {
             (Ok(true), _) => {
                 let _ = lane.ctl.send(Control::Open);
@@ -363,6 +353,26 @@ impl Node {
                 let _ = lane.ctl.send(Control::Discard);
                 Err(unavailable(&id, &error))
             }
+        }
+    }
+
+    /// Whether a conditional write of `id`'s record took: `Ok(true)` if the record is now the one
+    /// written, read back when the write's answer was lost; an error if neither was answered.
+    pub(crate) async fn settle(
+        &self,
+        id: &UnitId,
+        write: ConditionalWrite,
+        written: Result<BatchOutcome, StoreError>,
+    ) -> Result<bool, StoreError> {
+        let mut settled = write.on_write(BatchOutcome::answer(&written));
+        if settled == Settled::ReadBack {
+            let now = self.read_record_back(id).await;
+            settled = write.on_read(now.as_ref().map(Option::as_ref).map_err(|_| ()));
+        }
+        match settled {
+            Settled::Won => Ok(true),
+            Settled::Lost => Ok(false),
+            Settled::ReadBack | Settled::Unknown => written.map(|_| false),
         }
     }
 
