@@ -136,6 +136,17 @@ impl World {
         turn
     }
 
+    /// The node `unit`'s checkpoints on `node` go to, if it keeps a standby: a drain of `node`
+    /// prefers it as the room's target.
+    pub(crate) fn standby_holder(
+        &self,
+        node: usize,
+        unit: usize,
+    ) -> Option<ferry_core::ids::NodeId> {
+        let owner = self.standby.owners.get(&(node, unit))?;
+        owner.checkpoints.holder().cloned()
+    }
+
     /// The room runs on `node`: its checkpoints start there if they have not, and the node
     /// holds no standby of it.
     fn own(&mut self, node: usize, unit: usize, policy: Policy) {
