@@ -23,7 +23,7 @@ use crate::relocation::assembly::Assembly;
 use crate::relocation::capture::{MembershipData, TransferError, relay_digest};
 use crate::relocation::frames::{RecordAt, Refusal, RelocFrame};
 use crate::relocation::moves::Precopied;
-use crate::relocation::precopy::{Held, may_hold};
+use crate::relocation::precopy::{Held, base_for, may_hold};
 use crate::relocation::protocol::{TargetAction, TargetEvent, TargetMachine};
 use crate::store::{BatchOutcome, Condition, Op};
 
@@ -79,12 +79,23 @@ impl Node {
                         }),
                     )
                 };
-                let held = {
+                let precopied = {
                     let mut precopied = self.core.moves.precopied.lock();
                     prune(&mut precopied);
                     precopied.remove(&rel)
                 }
                 .map(|precopied| precopied.held.into_image());
+                // A move to the node that keeps the unit's standby seals against that copy.
+                let standby = || {
+                    let copies = self.core.standby.copies.held.lock();
+                    copies.get(&unit).map(|copy| copy.replica.image().to_vec())
+                };
+                let held = base_for(
+                    manifest.base,
+                    precopied
+                        .into_iter()
+                        .chain(std::iter::once_with(standby).flatten()),
+                );
                 match admission {
                     Admission::Refuse(reason) => {
                         tracing::warn!(relocation = %rel, %reason, "offer refused");

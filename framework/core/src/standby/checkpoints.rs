@@ -163,6 +163,12 @@ impl Checkpoints {
         self.series
     }
 
+    /// The image of the last checkpoint of this series the standby acknowledged: a move to the
+    /// standby's node seals against it ([`Precopy::from_standby`](crate::relocation::precopy::Precopy::from_standby)).
+    pub fn acknowledged(&self) -> Option<&Bytes> {
+        self.held.as_ref()
+    }
+
     /// The node the checkpoints go to, once [`aim`](Self::aim) chose one.
     pub fn holder(&self) -> Option<&NodeId> {
         self.holder.as_ref()
