@@ -16,6 +16,7 @@ use crate::error::UnitError;
 use crate::ids::{ActorId, NodeId, ObjectGeneration, SpotId, UnitId};
 use crate::store::{BatchOutcome, Condition, Op, StoreError, Versioned};
 use crate::unit::factory::FactoryKind;
+use crate::unit::lane::Owned;
 
 /// How a unit is claimed in the store when it is built here.
 pub(crate) enum Claim {
@@ -312,6 +313,7 @@ impl Node {
                 Bytes::from(type_name.to_owned()),
             ));
         }
+        let owned = Owned::of(&record);
         let write = ConditionalWrite::new(record);
         // Only while this process holds the node's lease: a superseded one writes nothing.
         let lease = self.lease();
@@ -330,7 +332,7 @@ impl Node {
         let committed = self.settle(&id, write, written).await;
         match (committed, claim) {
             (Ok(true), _) => {
-                let _ = lane.ctl.send(Control::Open);
+                let _ = lane.ctl.send(Control::Open { owned });
                 Ok(true)
             }
             // Someone else recovered it first: nothing to do.

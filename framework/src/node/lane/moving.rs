@@ -407,6 +407,7 @@ impl Lane {
         for (_, cell) in self.cells.iter() {
             self.node.moved_away(cell.id());
         }
+        self.standby_gone();
         self.finish_moving();
     }
 
