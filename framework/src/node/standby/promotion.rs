@@ -19,6 +19,7 @@ use crate::cluster::authority::{UnitRecord, node_key, standby_key, unit_key};
 use crate::error::UnitError;
 use crate::ids::UnitId;
 use crate::store::{Condition, Op, StoreError};
+use crate::unit::lane::Owned;
 
 /// A member of the copy whose record still names the dead owner, with the version read.
 struct Member {
@@ -116,10 +117,11 @@ impl Node {
             ops.push(Op::put(unit_key(&member.id), record.encode()));
         }
         let written = self.store().batch(conditions, ops).await;
+        let owned = Owned::of(&room);
         match self.settle(&id, ConditionalWrite::new(room), written).await {
             Ok(true) => {
                 self.core.standby.copies.held.lock().remove(&id);
-                let _ = lane.ctl.send(Control::Open);
+                let _ = lane.ctl.send(Control::Open { owned });
                 tracing::info!(unit = %id, members = members.len(), "room promoted from its standby copy");
                 Ok(true)
             }
