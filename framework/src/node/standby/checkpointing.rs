@@ -27,7 +27,7 @@ use ferry_core::authority::{UnitRecord, standby_key};
 use ferry_core::standby::checkpoints::{Budget, Checkpoints, Take};
 use ferry_core::standby::frames::StandbyFrame;
 use ferry_core::standby::promotion::Named;
-use ferry_core::standby::{Series, placement};
+use ferry_core::standby::{Series, drops_copy_at_end, placement};
 
 /// How long an owner waits for a checkpoint's answer before it takes its standby for having lost
 /// it and starts a new series. The answer comes back on the same ordered, reliable stream within
@@ -200,7 +200,8 @@ impl Node {
     }
 
     /// The room left this node (it moved away, stopped, or the node shuts down): its
-    /// checkpoints end, and its holder drops the copy.
+    /// checkpoints end, and its holder drops the copy, unless this node is fenced off (it may no
+    /// longer own the room, and the copy is what recovery promotes).
     pub(crate) fn standby_end(&self, room: &Arc<Room>) {
         {
             let mut rooms = self.core.standby.owning.rooms.lock();
@@ -214,7 +215,9 @@ impl Node {
         let series = checkpoints.series();
         let holder = checkpoints.holder().cloned();
         checkpoints.close(&mut self.core.standby.owning.budget.lock());
-        if let Some(holder) = holder {
+        if let Some(holder) = holder
+            && drops_copy_at_end(self.fenced())
+        {
             self.send_drop(&holder, &room.unit, series);
         }
     }
