@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
@@ -219,6 +220,32 @@ impl Node {
             && drops_copy_at_end(self.fenced())
         {
             self.send_drop(&holder, &room.unit, series);
+        }
+    }
+
+    /// The node `unit`'s checkpoints go to now, if the room is owned here and keeps a standby:
+    /// a drain prefers it as the room's target.
+    pub(crate) fn standby_aimed_at(&self, unit: &UnitId) -> Option<NodeId> {
+        let room = self.core.standby.owning.rooms.lock().get(unit).cloned()?;
+        let state = room.state.lock();
+        state.checkpoints.as_ref()?.holder().cloned()
+    }
+
+    /// A move of `unit` to `target` starts: the copy it seals against, if `target` keeps it
+    /// (checkpoints then pause until [`standby_stays`](Self::standby_stays) or the room leaves).
+    pub(crate) fn standby_move_to(&self, unit: &UnitId, target: &NodeId) -> Option<Bytes> {
+        let room = self.core.standby.owning.rooms.lock().get(unit).cloned()?;
+        let mut state = room.state.lock();
+        state.checkpoints.as_mut()?.move_to(target)
+    }
+
+    /// A move of `unit` ended with the room still here: its checkpoints go on.
+    pub(crate) fn standby_stays(&self, unit: &UnitId) {
+        let Some(room) = self.core.standby.owning.rooms.lock().get(unit).cloned() else {
+            return;
+        };
+        if let Some(checkpoints) = room.state.lock().checkpoints.as_mut() {
+            checkpoints.stays();
         }
     }
 
