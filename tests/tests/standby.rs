@@ -4,6 +4,7 @@
 //! owner and its old copy dropped; a room without a standby ships nothing; and in confirmed mode a
 //! reply leaves its room's node only once the store names a series that holds its turn.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use ferry::{
@@ -15,6 +16,7 @@ use ferry_core::standby::placement;
 use ferry_core::standby::promotion::Named;
 use ferry_tests::cluster::{Backend, Cluster};
 use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
 
 const T: Duration = Duration::from_secs(10);
 
@@ -40,6 +42,8 @@ enum Cmd {
     Add,
     /// Answers the count, changing nothing.
     Get,
+    /// Counts one message, and tells the test it ran ([`marked`]).
+    Mark,
 }
 
 impl Behavior for Blob {
@@ -55,6 +59,10 @@ impl Behavior for Blob {
                 }
             }
             Cmd::Add => self.count += 1,
+            Cmd::Mark => {
+                self.count += 1;
+                marked().notify_one();
+            }
             Cmd::Get => {}
         }
         self.count
@@ -345,4 +353,49 @@ async fn a_standby_without_state_is_refused_at_start() {
         problems.as_slice(),
         [RegistrationError::StandbyWithoutState { type_name, .. }] if type_name == "recreated"
     ));
+}
+
+/// Told when a room ran a [`Cmd::Mark`].
+fn marked() -> &'static Notify {
+    static MARKED: OnceLock<Notify> = OnceLock::new();
+    MARKED.get_or_init(Notify::new)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_confirmed_reply_arrives_only_once_the_store_names_a_standby_holding_its_turn() {
+    let mut cluster = Cluster::start(1, registry).await;
+    let owner = cluster.node("n1").clone();
+    let id = spot("r1");
+    let room = UnitId::Spot(id.clone());
+    owner
+        .create_spot_on(owner.id(), CONFIRMED, &id)
+        .await
+        .expect("room created");
+    // Alone, the room has no node to keep its standby: its turn runs, its reply waits. What the
+    // store says is read the moment the reply arrives.
+    let (asking, store, key) = (owner.clone(), cluster.store.clone(), standby_key(&room));
+    let target = id.clone();
+    let reply = tokio::spawn(async move {
+        let count: u64 = asking
+            .request(&target, Cmd::Mark, T)
+            .await
+            .expect("replied");
+        let found = store.get(&key).await.expect("store answers");
+        let named = found.map(|v| Named::decode(&key, &v.value).expect("a standby record"));
+        (count, named)
+    });
+    marked().notified().await;
+    cluster.add("n2", registry()).await;
+    let (count, named) = reply.await.expect("joined");
+    assert_eq!(count, 1);
+    let named = named.expect("the reply arrived before the store named a standby");
+    let record = owner
+        .read_record(&room)
+        .await
+        .expect("read")
+        .expect("record");
+    assert_eq!(named.holder.as_str(), "n2");
+    assert_eq!(named.series.generation, record.owner_generation);
+    assert_eq!(cluster.node("n2").standby_status().copies, 1);
+    cluster.shutdown().await;
 }

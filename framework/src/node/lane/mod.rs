@@ -16,6 +16,7 @@ mod sessions;
 mod standby;
 
 use ferry_core::relocation::lane::{Arrival, Change, LaneMove, Unsettled, Verdict};
+use ferry_core::standby::checkpoints::Outbox;
 
 use self::cells::Cells;
 use super::handle::Node;
@@ -90,6 +91,11 @@ pub(crate) struct Lane {
     standby: Option<Arc<crate::node::standby::Room>>,
     /// When the room's next checkpoint falls due if no turn runs before.
     standby_due: Option<Instant>,
+    /// The room's turns counted for its standby, and the last whose answers may leave the node.
+    standby_turns: u64,
+    standby_released: u64,
+    /// Answers held until the room's standby holds their turns (confirmed mode).
+    outbox: Outbox<standby::Answer>,
 }
 
 /// The per-turn metrics of a lane: handles, so a turn records without a registry lookup.
@@ -150,6 +156,9 @@ impl Lane {
             clock: None,
             standby: None,
             standby_due: None,
+            standby_turns: 0,
+            standby_released: 0,
+            outbox: Outbox::default(),
         };
         (tx, lane)
     }
@@ -350,7 +359,7 @@ impl Lane {
         let outcome = self.turn(slot, Turn::Message(payload, mode), started);
         if let Some(reply_to) = reply {
             match outcome {
-                Some(terminal) => self.node.complete(&reply_to, terminal),
+                Some(terminal) => self.answer(reply_to, terminal),
                 None => self.lost(Envelope {
                     to: slot,
                     payload: Payload::Empty,

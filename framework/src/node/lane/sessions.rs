@@ -51,8 +51,10 @@ impl Lane {
                     self.tell_gateway(notice);
                 }
                 if let Some(reply_to) = reply {
+                    // A fence's answer confirms the inputs before it to the client: in confirmed
+                    // mode it waits, like a reply, until the standby holds their turns.
                     let terminal = answer.map(|()| Payload::Encoded(Bytes::new()));
-                    self.node.complete(&reply_to, terminal);
+                    self.answer(reply_to, terminal);
                 }
             }
         }

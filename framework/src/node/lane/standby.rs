@@ -1,12 +1,22 @@
 //! A lane's part in its room's standby: the room's checkpoints start when it opens here, are
 //! taken at turn boundaries (and when one falls due while the room is idle), and end when the
-//! room leaves the node. A lane whose room keeps no standby does none of this.
+//! room leaves the node. In confirmed mode the answers its turns give (a request's reply, a
+//! fence's answer that lets the gateway confirm a client's inputs) wait in an outbox until the
+//! core releases their turn. A lane whose room keeps no standby does none of this.
 
 use tokio::time::Instant;
 
 use super::Lane;
+use crate::error::MessageError;
 use crate::ids::UnitId;
+use crate::unit::envelope::{ReplyTo, Terminal};
 use crate::unit::lane::Owned;
+
+/// A request's answer held until the room's standby holds the turn that gave it.
+pub(super) struct Answer {
+    reply_to: Box<ReplyTo>,
+    terminal: Terminal,
+}
 
 impl Lane {
     /// The room opened here, recorded as `owned`: its checkpoints start if its factory keeps a
@@ -33,9 +43,34 @@ impl Lane {
         let Some(room) = &self.standby else {
             return 0;
         };
-        let turn = self.node.standby_turn(room, now);
+        self.standby_turns = self.node.standby_turn(room, now);
         self.standby_checkpoint(now);
-        turn
+        self.standby_turns
+    }
+
+    /// Sends a request's answer, or, while the room's standby does not hold the last turn
+    /// (confirmed mode), holds it until it does.
+    pub(super) fn answer(&mut self, reply_to: Box<ReplyTo>, terminal: Terminal) {
+        if self.standby.is_none() {
+            self.node.complete(&reply_to, terminal);
+            return;
+        }
+        let answer = Answer { reply_to, terminal };
+        let released = self.standby_released;
+        if let Some(answer) = self.outbox.effect(self.standby_turns, answer, released) {
+            self.node.complete(&answer.reply_to, answer.terminal);
+        }
+    }
+
+    /// Sends the held answers whose turns the core releases now.
+    fn release_answers(&mut self) {
+        let Some(room) = &self.standby else {
+            return;
+        };
+        self.standby_released = self.node.standby_released(room);
+        for answer in self.outbox.release(self.standby_released) {
+            self.node.complete(&answer.reply_to, answer.terminal);
+        }
     }
 
     /// Takes a checkpoint if one may go now, with the image a pre-copy round would take; and
@@ -45,6 +80,7 @@ impl Lane {
             return;
         };
         self.standby_due = self.node.standby_checkpoint(&room, now, || self.snapshot());
+        self.release_answers();
     }
 
     /// Whether the room's next checkpoint fell due by `now` with no turn since.
@@ -65,6 +101,13 @@ impl Lane {
         self.standby_due = None;
         if let Some(room) = self.standby.take() {
             self.node.standby_end(&room);
+        }
+        // Whoever asked cannot be told their turn is held by a standby: it may or may not have
+        // run, and they hear so rather than a confirmation (the core's `Outbox::drain`).
+        for answer in self.outbox.drain() {
+            let reason = "the room left this node before its standby held the turn that answered; it may have run".to_owned();
+            self.node
+                .complete(&answer.reply_to, Err(MessageError::ReplyLost { reason }));
         }
     }
 }

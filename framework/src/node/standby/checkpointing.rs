@@ -147,6 +147,13 @@ impl Node {
             .map_or(0, |c| c.turn(now.into_std()))
     }
 
+    /// The last turn of `room` whose effects may leave the node now (none once its checkpoints
+    /// stopped: a later owner runs the room, and nothing this copy did is confirmed).
+    pub(crate) fn standby_released(&self, room: &Room) -> u64 {
+        let state = room.state.lock();
+        state.checkpoints.as_ref().map_or(0, Checkpoints::released)
+    }
+
     /// At a turn boundary of `room`: takes a checkpoint if one may go now, making the room's
     /// image with `image` only then, and ships it. Returns when the lane should try again if no
     /// turn runs before (an idle room's interval, or the first checkpoint of a new series).
