@@ -37,15 +37,16 @@ impl Lane {
         self.standby_checkpoint(now);
     }
 
-    /// A turn ran on the room at `now`: counted, and a checkpoint taken if one may go. Returns
-    /// the turn's number, under which its effects are held (0: the room keeps no standby).
-    pub(super) fn standby_turn(&mut self, now: Instant) -> u64 {
+    /// A turn ran on the room at `now`: counted (its answers are held under its number), and a
+    /// checkpoint taken if one may go.
+    pub(super) fn standby_turn(&mut self, now: Instant) {
         let Some(room) = &self.standby else {
-            return 0;
+            return;
         };
-        self.standby_turns = self.node.standby_turn(room, now);
+        // A room whose checkpoints stopped (a later owner runs it, as its standby knows it)
+        // confirms nothing any more: its answers wait until it leaves, and end as lost.
+        self.standby_turns = self.node.standby_turn(room, now).unwrap_or(u64::MAX);
         self.standby_checkpoint(now);
-        self.standby_turns
     }
 
     /// Sends a request's answer, or, while the room's standby does not hold the last turn

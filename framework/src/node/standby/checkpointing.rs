@@ -138,13 +138,11 @@ impl Node {
         placement::holder(view.iter(), self.id(), unit, factory)
     }
 
-    /// A turn of `room` ran at `now`: its number, which its effects are held under.
-    pub(crate) fn standby_turn(&self, room: &Room, now: Instant) -> u64 {
+    /// A turn of `room` ran at `now`: its number, which its effects are held under (`None`
+    /// once its checkpoints stopped).
+    pub(crate) fn standby_turn(&self, room: &Room, now: Instant) -> Option<u64> {
         let mut state = room.state.lock();
-        state
-            .checkpoints
-            .as_mut()
-            .map_or(0, |c| c.turn(now.into_std()))
+        state.checkpoints.as_mut().map(|c| c.turn(now.into_std()))
     }
 
     /// The last turn of `room` whose effects may leave the node now (none once its checkpoints
