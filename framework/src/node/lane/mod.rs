@@ -95,7 +95,7 @@ pub(crate) struct Lane {
     standby_turns: u64,
     standby_released: u64,
     /// Answers held until the room's standby holds their turns (confirmed mode).
-    outbox: Outbox<standby::Answer>,
+    outbox: Outbox<standby::Effect>,
 }
 
 /// The per-turn metrics of a lane: handles, so a turn records without a registry lookup.
@@ -399,8 +399,12 @@ impl Lane {
     /// Runs one turn on the unit in `slot`, catching a panic; `started` is a clock reading taken
     /// just before, if there is one. A message turn yields its reply.
     fn turn(&mut self, slot: Slot, turn: Turn<'_>, started: Option<Instant>) -> TurnReply {
+        let hold_pushes = self.holds_effects();
         let cell = self.cells.at_mut(slot)?;
-        let mut effects = TurnEffects::default();
+        let mut effects = TurnEffects {
+            hold_pushes,
+            ..TurnEffects::default()
+        };
         let node = &self.node;
         if matches!(turn, Turn::Message(..)) {
             self.metrics.messages.increment(1);
@@ -426,6 +430,7 @@ impl Lane {
                 if !effects.stop {
                     self.standby_turn(ended);
                 }
+                self.held_pushes(std::mem::take(&mut effects.pushes));
                 reply
             }
             Err(panic) => {
@@ -439,6 +444,8 @@ impl Lane {
                 } else {
                     self.stop_unit(&id, StopKind::Panicked);
                 }
+                // Pushes it made before it failed are numbered: they go as the last turn's.
+                self.held_pushes(std::mem::take(&mut effects.pushes));
                 Some(Err(MessageError::UnitFailed { id }))
             }
         }

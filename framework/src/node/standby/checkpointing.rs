@@ -45,6 +45,8 @@ const KEEP_EVERY: Duration = Duration::from_millis(100);
 pub(crate) struct Room {
     /// The room.
     pub(crate) unit: UnitId,
+    /// Whether its effects wait for its standby (confirmed mode).
+    pub(crate) holds_effects: bool,
     factory: Arc<str>,
     incarnation: ObjectGeneration,
     /// Its lane, to take a checkpoint when one is due for a reason other than a turn.
@@ -111,6 +113,7 @@ impl Node {
         checkpoints.aim(holder, &mut self.core.standby.owning.budget.lock());
         let room = Arc::new(Room {
             unit: unit.clone(),
+            holds_effects: info.standby.holds_effects(),
             factory: info.type_name.clone(),
             incarnation: owned.incarnation,
             lane,
