@@ -105,6 +105,29 @@ impl Net {
         command
     }
 
+    /// Starts a redis-server in the hub on `port`, reachable from every node's namespace, and
+    /// waits until it accepts connections. Killed when the child is dropped.
+    pub async fn redis(&self, port: u16) -> tokio::process::Child {
+        use tokio::io::AsyncBufReadExt;
+        let mut redis = self
+            .command(&self.hub, "redis-server")
+            .args(["--bind", &self.hub_addr().to_string()])
+            .args(["--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("redis-server starts");
+        let stdout = redis.stdout.take().expect("piped stdout");
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        while let Some(line) = lines.next_line().await.expect("redis-server's output") {
+            if line.contains("Ready to accept connections") {
+                return redis;
+            }
+        }
+        panic!("redis-server in {} ended before it was ready", self.hub);
+    }
+
     /// Cuts node `i` off: its namespace drops every packet in or out but loopback's.
     pub fn cut(&self, i: usize) {
         let rules = "table inet ferrycut {\n\

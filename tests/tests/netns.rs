@@ -31,24 +31,7 @@ async fn a_cut_stops_a_nodes_traffic_and_mending_lets_it_through() {
     let Some(net) = Net::create_or_skip(2) else {
         return;
     };
-    let mut redis = net
-        .command(net.hub(), "redis-server")
-        .args(["--bind", &net.hub_addr().to_string(), "--port", "6390"])
-        .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("redis-server starts");
-    {
-        use tokio::io::AsyncBufReadExt;
-        let stdout = redis.stdout.take().expect("piped");
-        let mut lines = tokio::io::BufReader::new(stdout).lines();
-        while let Some(line) = lines.next_line().await.expect("stdout") {
-            if line.contains("Ready to accept connections") {
-                break;
-            }
-        }
-    }
+    let mut redis = net.redis(6390).await;
     assert!(pong(&net).await, "linked through the bridge");
     net.cut(0);
     assert!(!pong(&net).await, "cut off");

@@ -119,9 +119,24 @@ impl Processes {
         logs: &Path,
         env: &[(&str, &str)],
     ) -> Ready {
+        let command = Command::new(env!("CARGO_BIN_EXE_ferry"));
+        self.start_as(command, node, config, logs, env).await
+    }
+
+    /// Starts `ferry node --config config` with `env` set through `command` (the `ferry` binary,
+    /// or a command that runs it, such as inside a network namespace), and returns what its ready
+    /// line says.
+    pub async fn start_as(
+        &mut self,
+        mut command: Command,
+        node: &str,
+        config: &Path,
+        logs: &Path,
+        env: &[(&str, &str)],
+    ) -> Ready {
         let log = logs.join(format!("{node}.log"));
         let stderr = std::fs::File::create(&log).expect("log file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        let mut child = command
             .arg("node")
             .arg("--config")
             .arg(config)
