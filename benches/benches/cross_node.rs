@@ -17,7 +17,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ferry_benches::bare::QuinnPair;
 use ferry_benches::cross::NodePair;
 use ferry_benches::runtime;
-use hdrhistogram::Histogram;
+use ferry_benches::timings::{histogram, micros, record};
 
 const N: u64 = 10_000;
 
@@ -148,20 +148,6 @@ fn request(c: &mut Criterion) {
         pair.shutdown().await;
         quinn.shutdown().await;
     });
-}
-
-/// Round trips from 1 µs to 10 s, to three significant digits.
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1_000, 10_000_000_000, 3).expect("valid histogram bounds")
-}
-
-/// Records one round trip.
-fn record(hist: &mut Histogram<u64>, took: Duration) {
-    hist.saturating_record(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX));
-}
-
-fn micros(hist: &Histogram<u64>, q: f64) -> f64 {
-    hist.value_at_quantile(q) as f64 / 1_000.0
 }
 
 fn request_percentiles(c: &mut Criterion) {

@@ -19,6 +19,7 @@ use criterion::{BenchmarkId, Criterion, SamplingMode, criterion_group, criterion
 use ferry::{RelocateMode, RelocateOptions, RelocateOutcome, SpotId};
 use ferry_benches::rooms::{Cluster, RoomMsg, host_of, id_of, move_with_queue, spawn_handoff};
 use ferry_benches::runtime;
+use ferry_benches::timings::{histogram, micros, record};
 use futures_util::StreamExt;
 use hdrhistogram::Histogram;
 
@@ -44,19 +45,6 @@ fn label(bytes: usize, queued: usize) -> String {
         b => format!("{}KiB", b / KIB),
     };
     format!("{size}_q{queued}")
-}
-
-/// Pauses from 1 µs to 100 s, to three significant digits.
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1_000, 100_000_000_000, 3).expect("valid histogram bounds")
-}
-
-fn record(hist: &mut Histogram<u64>, took: Duration) {
-    hist.saturating_record(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX));
-}
-
-fn micros(hist: &Histogram<u64>, q: f64) -> f64 {
-    hist.value_at_quantile(q) as f64 / 1_000.0
 }
 
 /// What one Ferry move measured.

@@ -6,10 +6,14 @@
 //! - [`cross`]: two Ferry nodes on one store, talking real QUIC on loopback.
 //! - [`bare`]: the baseline for [`cross`]: a quinn endpoint pair exchanging the same frames.
 //! - [`rooms`]: rooms with state on a cluster, for the relocation benches, and their baseline.
+//! - [`standby`]: rooms with and without a confirmed standby on one node of three.
+//! - [`timings`]: the histograms benches record round trips and pauses in.
 
 pub mod bare;
 pub mod cross;
 pub mod rooms;
+pub mod standby;
+pub mod timings;
 
 use ferry::{Behavior, Ctx, Registration, Registry};
 use tokio::runtime::Runtime;
