@@ -472,3 +472,53 @@ async fn bots_play_on_through_a_duplicate_start_a_drain_two_kills_and_a_drain_be
     drop(nodes);
     drop(redis);
 }
+
+/// The operator's setting of a crash: three `ferry node` processes on a real redis-server, bots in
+/// chat, FPS and bingo rooms (which keep a confirmed standby), and a SIGKILL of a node that runs
+/// some of those rooms and is a gateway. Each of its rooms comes back at its last checkpoint on
+/// the node that kept its copy; the bots lose no input they were told had been applied, see no
+/// mismatch, and find no room rebuilt from nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_under_bots_keeps_its_rooms_and_loses_no_confirmed_input() {
+    const PREFIX: &str = "tools-bots-kill";
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    // A short lease, so that the killed node is taken for dead within seconds.
+    const ENV: &[(&str, &str)] = &[
+        ("FERRY_DRAIN_GRACE_MS", "0"),
+        ("FERRY_LEASE_TTL_MS", "2000"),
+    ];
+    let mut nodes = Nodes::start(&redis, "bots-kill", PREFIX, |_| NodeSetup {
+        gateway: true,
+        env: ENV,
+    })
+    .await;
+    let bots = nodes.bots("20s").await;
+    let admins = nodes.admins.clone();
+    // p2 runs room 1 of each game: its copies are current before it dies.
+    let rooms = within("p2's standbys to hold its rooms", async {
+        loop {
+            let standby = status(&admins[1]).await["standby"].clone();
+            let rooms = standby["rooms"].as_u64().unwrap_or(0);
+            if rooms > 0 && standby["current"].as_u64() == Some(rooms) {
+                return rooms;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert_eq!(rooms, 3, "room 1 of each game runs on p2");
+    assert!(!nodes.processes.kill(1).await.success());
+
+    let report = report_of(bots).await;
+    no_faults(&report, BOTS);
+    assert_eq!(report["confirmed_inputs_lost"], 0, "{report:#}");
+    assert_eq!(report["room_outcomes"]["rebuilt"], 0, "{report:#}");
+    assert_eq!(report["room_outcomes"]["checkpoint"], rooms, "{report:#}");
+    for (name, _, log) in nodes.processes.terminate_all().await {
+        assert!(!log.contains("panicked"), "{name}:\n{log}");
+    }
+    drop(nodes);
+    drop(redis);
+}

@@ -230,7 +230,7 @@ fn promotions(
 /// on its own. The
 /// fill runs per factory, over the serving nodes that register it, counting what earlier
 /// factories of this plan placed. A room the store names a standby copy for is promoted on its
-/// holder instead (see [`promotions`]), its members with it.
+/// holder instead (as [`choose`] decides), its members with it.
 pub fn plan_node(
     units: Vec<Found>,
     freed: impl Fn(&UnitRecord) -> bool,
