@@ -129,6 +129,7 @@ impl Report {
                     b.rebuilt_text()
                 ),
             ),
+            ("crashes", b.crash_text()),
             (
                 "mismatches",
                 format!(
