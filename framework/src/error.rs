@@ -25,6 +25,16 @@ pub enum RegistrationError {
         /// The type name.
         type_name: String,
     },
+    /// A standby was asked for where no room's state would be in its copy.
+    #[error(
+        "{type_name:?} keeps a standby, but {why}; register it with PreserveState (a state adapter) as a User Spot (SpotWide) or an Instance Spot, or without a standby"
+    )]
+    StandbyWithoutState {
+        /// The type name.
+        type_name: String,
+        /// What stands in the way.
+        why: &'static str,
+    },
     /// An empty type name.
     #[error("a factory was registered with an empty type name")]
     EmptyTypeName,

@@ -275,6 +275,12 @@ impl Registry {
                 type_name: name.to_string(),
             });
         }
+        if let Some(why) = standby_without_state(info) {
+            self.problems.push(RegistrationError::StandbyWithoutState {
+                type_name: name.to_string(),
+                why,
+            });
+        }
         if self.factories.contains_key(&name) {
             self.problems.push(RegistrationError::Duplicate {
                 type_name: name.to_string(),
@@ -288,6 +294,24 @@ impl Registry {
     /// What is registered under a type name.
     pub fn info(&self, type_name: &str) -> Option<&FactoryInfo> {
         self.factories.get(type_name).map(|f| f.info())
+    }
+}
+
+/// Why a factory's standby would hold no room's state, if it would not: a copy is the room's
+/// capture, which holds the application's state only under PreserveState, and a standby is kept
+/// per room (a spot that moves with its members), not per Actor.
+fn standby_without_state(info: &FactoryInfo) -> Option<&'static str> {
+    if !info.standby.keeps_standby() {
+        return None;
+    }
+    if info.policy != PolicyKind::PreserveState {
+        return Some("its relocation policy keeps no state in a capture");
+    }
+    match info.kind {
+        FactoryKind::UserSpot(ExecutionMode::SpotWide) | FactoryKind::InstanceSpot => None,
+        FactoryKind::UserSpot(ExecutionMode::PerActor) | FactoryKind::Actor => {
+            Some("it is not a room")
+        }
     }
 }
 

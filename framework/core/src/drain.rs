@@ -119,6 +119,9 @@ pub struct Found {
     pub batch: Batch,
     /// False for a factory registered with `RelocationPolicy::Disabled`.
     pub relocatable: bool,
+    /// The node that keeps its standby copy, if any: the drain sends it there when that node
+    /// could take it, where its move has the least to ship and the cluster the least to set up.
+    pub standby: Option<NodeId>,
 }
 
 /// How one of the drain's moves ended, as the runtime saw it.
@@ -189,6 +192,8 @@ struct Unit {
     size: usize,
     factory: String,
     batch: Batch,
+    /// The node that keeps its standby copy.
+    standby: Option<NodeId>,
     /// Why it waits, while it does.
     waits: BlockedReason,
     /// A unit tried again waits this long first, so a target that cannot take it yet (its link
@@ -280,6 +285,7 @@ impl Drain {
             size: found.size,
             factory: found.factory,
             batch: found.batch,
+            standby: found.standby,
             waits: BlockedReason::TargetUnavailable,
             not_before: None,
         };
@@ -408,7 +414,12 @@ impl Drain {
                 d
             });
             let loaded: Vec<NodeDescriptor> = loaded.collect();
-            let Some(to) = place(&loaded, &unit.factory, self.version.as_deref()) else {
+            let holder = unit.standby.as_ref().and_then(|holder| {
+                let holder = loaded.iter().filter(|d| d.node == *holder);
+                place(holder, &unit.factory, self.version.as_deref())
+            });
+            let to = holder.or_else(|| place(&loaded, &unit.factory, self.version.as_deref()));
+            let Some(to) = to else {
                 unit.waits = if self.nowhere {
                     BlockedReason::NoServingPeer
                 } else {
@@ -625,6 +636,7 @@ mod tests {
             factory: "room".into(),
             batch: Batch::Room,
             relocatable: true,
+            standby: None,
         }
     }
 
@@ -675,6 +687,50 @@ mod tests {
             }
         }
         to
+    }
+
+    #[test]
+    fn a_room_goes_to_the_node_that_keeps_its_standby_when_that_node_can_take_it() {
+        let now = Instant::now();
+        let mut d = drain(now);
+        let kept_on = |id: &str, holder: &str| Found {
+            standby: Some(NodeId::new(holder).unwrap()),
+            ..room(id, 1)
+        };
+        d.found(kept_on("on-p3", "p3"));
+        d.found(kept_on("on-full", "p4"));
+        d.found(kept_on("on-draining", "p5"));
+        d.found(room("none", 1));
+        let mut full = node("p4", 0, NodeState::Serving);
+        full.capacity = 0;
+        // p3 is the busiest node that serves: only its standby sends a room there.
+        let view = [
+            node("p1", 4, NodeState::Relocating),
+            node("p2", 0, NodeState::Serving),
+            node("p3", 50, NodeState::Serving),
+            full,
+            node("p5", 0, NodeState::Relocating),
+        ];
+        let decided = d.next(now, &view, |_| true, true);
+        let to: BTreeMap<String, String> = decided
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Move { unit, to } => Some((unit.to_string(), to.to_string())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(to.get("spot:on-p3").map(String::as_str), Some("p3"));
+        assert_eq!(
+            to.get("spot:on-full").map(String::as_str),
+            Some("p2"),
+            "its holder is full"
+        );
+        assert_eq!(
+            to.get("spot:on-draining").map(String::as_str),
+            Some("p2"),
+            "its holder drains"
+        );
+        assert_eq!(to.get("spot:none").map(String::as_str), Some("p2"));
     }
 
     #[test]

@@ -218,6 +218,15 @@ pub enum UnitError {
         /// What stood in the way: a store or mesh error, or a record that kept changing.
         reason: String,
     },
+    /// Recovery asked this node to promote its standby copy of a dead node's room, and it holds
+    /// none that may be promoted: recovery rebuilds the room from nothing instead.
+    #[error("{id} cannot be promoted here: {why}")]
+    NoStandbyCopy {
+        /// The room.
+        id: UnitId,
+        /// Why no copy here may become the room.
+        why: crate::standby::promotion::Fresh,
+    },
     /// A join or leave took effect on the node, but the Actor's record could not be made to say
     /// so; until it does, a crash of the node rebuilds the Actor in the room last recorded.
     #[error(

@@ -11,6 +11,8 @@ use std::time::Instant;
 
 use crate::authority::{NodeDescriptor, NodeState, UnitRecord};
 use crate::ids::{NodeId, SpotId, UnitId};
+use crate::standby::Series;
+use crate::standby::promotion::{Fresh, Named, Promotion, choose};
 use crate::witness::Times;
 
 /// Whether a node rebuilds a dead node's units when a coordinator asks: only while it serves. A
@@ -156,6 +158,69 @@ pub struct NodePlan {
     pub members: Vec<Found>,
     /// Units no serving node that registers their factory has room for; the next pass retries.
     pub unplaced: Vec<Found>,
+    /// Rooms made again out of their standby copy, on the node that holds it; their members
+    /// come with them in the copy, and the next pass rebuilds any the copy did not hold.
+    pub promote: Vec<Promote>,
+    /// Rooms whose factory keeps a standby, rebuilt from nothing all the same, and why.
+    pub fresh: Vec<(UnitId, Fresh)>,
+}
+
+/// A room to promote from its standby copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Promote {
+    /// The room's record, as read.
+    pub room: Found,
+    /// The node that holds the copy.
+    pub holder: NodeId,
+    /// The oldest series the copy may be in.
+    pub series: Series,
+    /// The version of the standby record the promotion is conditional on.
+    pub standby_version: u64,
+}
+
+/// The store's standby records, with their versions, for the rooms a plan looks at.
+pub type NamedRecords = BTreeMap<UnitId, (Named, u64)>;
+
+/// Which of a dead node's rooms are promoted from their standby copy, and which of the rest are
+/// reported as starting from nothing (`keeps_standby`: their factory keeps one). A room is
+/// promoted only as [`choose`] says: the record's owner is `dead`, the store names a copy of
+/// this incarnation, and its holder takes rebuilds.
+fn promotions(
+    rooms: Vec<Found>,
+    named: &NamedRecords,
+    keeps_standby: impl Fn(&Found) -> bool,
+    view: &[NodeDescriptor],
+) -> (Vec<Promote>, Vec<(UnitId, Fresh)>, Vec<Found>) {
+    let takers: BTreeSet<NodeId> = view
+        .iter()
+        .filter(|d| takes_rebuilds(d.state))
+        .map(|d| d.node.clone())
+        .collect();
+    let (mut promote, mut fresh, mut rebuild) = (Vec::new(), Vec::new(), Vec::new());
+    for room in rooms {
+        let dead = BTreeSet::from([room.record.owner.clone()]);
+        let record = named.get(&room.id);
+        match choose(&room.record, record.map(|(n, _)| n), &dead, &takers) {
+            Promotion::Promote { holder, series } => {
+                let standby_version = record.map_or(0, |(_, v)| *v);
+                promote.push(Promote {
+                    room,
+                    holder,
+                    series,
+                    standby_version,
+                });
+            }
+            Promotion::Rebuild(why) => {
+                if keeps_standby(&room) {
+                    fresh.push((room.id.clone(), why));
+                }
+                rebuild.push(room);
+            }
+            // Not reached: a plan is only made for a node taken for dead.
+            Promotion::Wait => rebuild.push(room),
+        }
+    }
+    (promote, fresh, rebuild)
 }
 
 /// Plans one dead node's units. `freed` says which records are freed rather than rebuilt (not
@@ -164,18 +229,42 @@ pub struct NodePlan {
 /// running on a live node that is not drained, goes with it; an Actor whose room is gone is placed
 /// on its own. The
 /// fill runs per factory, over the serving nodes that register it, counting what earlier
-/// factories of this plan placed.
+/// factories of this plan placed. A room the store names a standby copy for is promoted on its
+/// holder instead (see [`promotions`]), its members with it.
 pub fn plan_node(
     units: Vec<Found>,
     freed: impl Fn(&UnitRecord) -> bool,
     view: &[NodeDescriptor],
     tally: &BTreeMap<NodeId, u64>,
     spots: &BTreeMap<SpotId, NodeId>,
+    named: &NamedRecords,
+    keeps_standby: impl Fn(&Found) -> bool,
 ) -> NodePlan {
     let mut plan = NodePlan::default();
-    let (free, rebuilt): (Vec<Found>, Vec<Found>) =
-        units.into_iter().partition(|f| freed(&f.record));
+    let (free, kept): (Vec<Found>, Vec<Found>) = units.into_iter().partition(|f| freed(&f.record));
     plan.free = free;
+    let (rooms, others): (Vec<Found>, Vec<Found>) = kept
+        .into_iter()
+        .partition(|f| matches!(f.id, UnitId::Spot(_)));
+    let (promote, fresh, rebuilt_rooms) = promotions(rooms, named, keeps_standby, view);
+    plan.fresh = fresh;
+    let promoted: BTreeSet<&SpotId> = promote
+        .iter()
+        .filter_map(|p| match &p.room.id {
+            UnitId::Spot(spot) => Some(spot),
+            UnitId::Actor(_) => None,
+        })
+        .collect();
+    // A promoted room's members come back in its copy: the next pass sees any it did not hold.
+    let rebuilt: Vec<Found> = rebuilt_rooms
+        .into_iter()
+        .chain(
+            others
+                .into_iter()
+                .filter(|f| !f.record.spot.as_ref().is_some_and(|s| promoted.contains(s))),
+        )
+        .collect();
+    plan.promote = promote;
     let rooms: BTreeSet<&SpotId> = rebuilt
         .iter()
         .filter_map(|f| match &f.id {
@@ -437,6 +526,90 @@ mod tests {
         assert_eq!(census.recorded.len(), 4);
     }
 
+    fn named(holder: &str) -> Named {
+        Named {
+            holder: node(holder),
+            series: Series {
+                generation: 1,
+                epoch: 1,
+            },
+            incarnation: ObjectGeneration(1),
+        }
+    }
+
+    #[test]
+    fn a_room_with_a_standby_is_promoted_on_its_holder_with_its_members() {
+        let view = [
+            descriptor("a", NodeState::Serving, &["room", "player"], 10),
+            descriptor("b", NodeState::Serving, &["room", "player"], 10),
+        ];
+        let units = vec![
+            found(room("r1"), "dead", "room", None),
+            found(player("p1"), "dead", "player", Some("r1")),
+            found(room("r2"), "dead", "room", None),
+        ];
+        let named = BTreeMap::from([(room("r1"), (named("b"), 9))]);
+        let plan = plan_node(
+            units,
+            |_| false,
+            &view,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &named,
+            |_| true,
+        );
+        assert_eq!(plan.promote.len(), 1);
+        let promote = &plan.promote[0];
+        assert_eq!(promote.room.id, room("r1"));
+        assert_eq!(promote.holder, node("b"));
+        assert_eq!(promote.standby_version, 9, "conditional on the record read");
+        assert!(
+            plan.members.is_empty(),
+            "the promoted room's member comes back in its copy: {:?}",
+            plan.members
+        );
+        let rebuilt: Vec<&UnitId> = plan.rebuild.iter().map(|(f, _)| &f.id).collect();
+        assert_eq!(rebuilt, [&room("r2")]);
+        assert_eq!(plan.fresh, [(room("r2"), Fresh::NoStandby)]);
+    }
+
+    #[test]
+    fn a_room_whose_holder_died_or_drains_starts_from_nothing_and_says_why() {
+        let view = [
+            descriptor("a", NodeState::Serving, &["room"], 10),
+            descriptor("c", NodeState::Draining, &["room"], 10),
+        ];
+        let units = vec![
+            found(room("r1"), "dead", "room", None),
+            found(room("r2"), "dead", "room", None),
+            found(room("r3"), "dead", "room", None),
+        ];
+        let named = BTreeMap::from([
+            (room("r1"), (named("gone"), 4)),
+            (room("r2"), (named("c"), 5)),
+        ]);
+        let keeps = |f: &Found| f.id != room("r3");
+        let plan = plan_node(
+            units,
+            |_| false,
+            &view,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &named,
+            keeps,
+        );
+        assert!(plan.promote.is_empty());
+        assert_eq!(plan.rebuild.len(), 3, "all three start again on a");
+        assert_eq!(
+            plan.fresh,
+            [
+                (room("r1"), Fresh::HolderGone),
+                (room("r2"), Fresh::HolderGone)
+            ],
+            "r3's factory keeps no standby: nothing to report"
+        );
+    }
+
     #[test]
     fn a_member_whose_room_is_recorded_on_a_drained_node_is_placed_on_its_own() {
         let view = [
@@ -446,7 +619,15 @@ mod tests {
         // The room's record outlived it on c (its release was not answered); c takes no rebuild.
         let spots = BTreeMap::from([(SpotId::new("ghost").unwrap(), node("c"))]);
         let units = vec![found(player("p1"), "dead", "player", Some("ghost"))];
-        let plan = plan_node(units, |_| false, &view, &BTreeMap::new(), &spots);
+        let plan = plan_node(
+            units,
+            |_| false,
+            &view,
+            &BTreeMap::new(),
+            &spots,
+            &BTreeMap::new(),
+            |_| false,
+        );
         assert!(plan.members.is_empty());
         let placed: Vec<(UnitId, String)> = plan
             .rebuild
@@ -473,7 +654,15 @@ mod tests {
         ];
         let spots = BTreeMap::from([(SpotId::new("elsewhere").unwrap(), node("b"))]);
         let tally = BTreeMap::from([(node("a"), 3), (node("b"), 1)]);
-        let plan = plan_node(units, |r| r.factory == "instance", &view, &tally, &spots);
+        let plan = plan_node(
+            units,
+            |r| r.factory == "instance",
+            &view,
+            &tally,
+            &spots,
+            &BTreeMap::new(),
+            |_| false,
+        );
         assert_eq!(
             plan.free.iter().map(|f| &f.id).collect::<Vec<_>>(),
             [&room("lazy")]
@@ -506,7 +695,15 @@ mod tests {
             found(room("r2"), "dead", "room", None),
             found(room("r3"), "dead", "other", None),
         ];
-        let plan = plan_node(units, |_| false, &view, &BTreeMap::new(), &BTreeMap::new());
+        let plan = plan_node(
+            units,
+            |_| false,
+            &view,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            |_| false,
+        );
         assert_eq!(plan.rebuild.len(), 1);
         let unplaced: Vec<&UnitId> = plan.unplaced.iter().map(|f| &f.id).collect();
         assert_eq!(unplaced, [&room("r3"), &room("r2")]);

@@ -2,6 +2,8 @@
 
 use crate::ids::{NodeId, UnitId};
 
+pub use ferry_core::standby::promotion::Fresh;
+
 /// What recovery does, as it happens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecoveryEvent {
@@ -17,6 +19,23 @@ pub enum RecoveryEvent {
         dead: Option<NodeId>,
         /// The units dealt with.
         ids: Vec<UnitId>,
+    },
+    /// These rooms were made again out of their standby copies, with the members the copies
+    /// held: they go on from their last checkpoint.
+    Promoted {
+        /// The dead node.
+        dead: Option<NodeId>,
+        /// The rooms promoted.
+        ids: Vec<UnitId>,
+    },
+    /// A room whose factory keeps a standby starts again from nothing, and why.
+    FromNothing {
+        /// The dead node.
+        dead: Option<NodeId>,
+        /// The room.
+        id: UnitId,
+        /// Why its standby copy could not be promoted.
+        why: Fresh,
     },
     /// These units could not be rebuilt in this pass; the next pass retries them.
     Failed {

@@ -500,6 +500,7 @@ impl Node {
                     factory: info.type_name.to_string(),
                     batch,
                     relocatable: info.policy != PolicyKind::Disabled,
+                    standby: None,
                 })
             })
             .collect()

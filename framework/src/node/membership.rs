@@ -168,6 +168,7 @@ impl Node {
         // Moves from a node that is gone will never get their cutover: give their copies up now.
         self.give_up_staged_from_departed(&present);
         *self.core.cluster.view.write() = live;
+        self.standby_view_changed();
         // Sessions bound to Actors of a departed node bind them again once they are rebuilt.
         if let Some(hub) = &self.core.sessions {
             for gone in &departed {
@@ -205,6 +206,11 @@ impl Node {
         if self.core.links.mesh.is_some() {
             let node = self.clone();
             tokio::spawn(async move { node.keep_probing().await });
+        }
+        // Only a node whose rooms may keep a standby (or hold one) pays for looking after them.
+        let factories = &self.core.units.factories;
+        if factories.values().any(|f| f.info().standby.keeps_standby()) {
+            tokio::spawn(self.clone().keep_standbys());
         }
     }
 

@@ -23,19 +23,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
 use ferry_core::recovery::{
-    Census, Found, census, coordinator, earlier_process_stopped, forgets_descriptor,
-    left_by_earlier_process, plan_node,
+    Census, Found, NamedRecords, Promote, census, coordinator, earlier_process_stopped,
+    forgets_descriptor, left_by_earlier_process, plan_node,
 };
+use ferry_core::standby::promotion::Named;
 use tokio::sync::broadcast;
 
 use super::handle::Node;
 use super::units::Claim;
 use crate::cluster::authority::{
-    NODE_PREFIX, NodeDescriptor, NodeState, REMEMBERED_PREFIX, UNIT_PREFIX, UnitRecord, node_key,
-    unit_of_key, unit_of_remembered_key,
+    NODE_PREFIX, NodeDescriptor, NodeState, REMEMBERED_PREFIX, STANDBY_PREFIX, UNIT_PREFIX,
+    UnitRecord, node_key, standby_key, unit_of_key, unit_of_remembered_key, unit_of_standby_key,
 };
 use crate::cluster::frames::{Call, CreateAnswer};
 use crate::cluster::recovery::{RecoveryEvent, RecoveryStall};
+use crate::error::UnitError;
 use crate::ids::{NodeId, SpotId, UnitId};
 use crate::store::{Condition, Op, StoreError, Versioned};
 use crate::unit::factory::FactoryKind;
@@ -54,6 +56,22 @@ const NO_ROOM: &str = "no serving node that registers their factories has room: 
 struct Unplaced {
     /// Units no serving node had room (or the factory) for.
     no_room: usize,
+}
+
+/// Where a pass has placed units so far: how many each live node runs, and where each room runs.
+struct Placed<'a> {
+    tally: &'a mut BTreeMap<NodeId, u64>,
+    spots: &'a mut BTreeMap<SpotId, NodeId>,
+}
+
+impl Placed<'_> {
+    /// `id` runs on `node` now.
+    fn took(&mut self, id: &UnitId, node: NodeId) {
+        *self.tally.entry(node.clone()).or_default() += 1;
+        if let UnitId::Spot(spot) = id {
+            self.spots.insert(spot.clone(), node);
+        }
+    }
 }
 
 /// The most records read per page.
@@ -193,11 +211,20 @@ impl Node {
             orphans,
             recorded,
         } = census(records, &live, &suspected, self.id());
+        let named = if orphans.is_empty() {
+            NamedRecords::new()
+        } else {
+            self.standby_records().await?
+        };
         let mut stalled = Vec::new();
         let mut waiting = 0;
         for (dead, units) in orphans {
+            let mut placed = Placed {
+                tally: &mut tally,
+                spots: &mut spots,
+            };
             let failed = self
-                .recover_node(dead.clone(), units, &mut tally, &mut spots)
+                .recover_node(dead.clone(), units, &named, &mut placed)
                 .await;
             if failed.no_room > 0 {
                 stalled.push(dead);
@@ -211,6 +238,25 @@ impl Node {
         }));
         self.bring_back_remembered(&recorded).await?;
         self.forget_dead_descriptors().await
+    }
+
+    /// Every standby record in the store, by room, with its version.
+    async fn standby_records(&self) -> Result<NamedRecords, StoreError> {
+        let records = self.scan_values(STANDBY_PREFIX).await?.into_iter();
+        Ok(records
+            .filter_map(|(key, value)| {
+                let id = unit_of_standby_key(&key)?;
+                let named = Named::decode(&key, &value.value).ok()?;
+                Some((id, (named, value.version)))
+            })
+            .collect())
+    }
+
+    /// Whether a unit's factory keeps a standby, so that starting it from nothing is reported.
+    fn keeps_standby(&self, found: &Found) -> bool {
+        self.core
+            .factory(&found.record.factory)
+            .is_some_and(|f| f.info().standby.keeps_standby())
     }
 
     /// Every unit record in the store.
@@ -345,17 +391,56 @@ impl Node {
         &self,
         dead: NodeId,
         units: Vec<Found>,
-        tally: &mut BTreeMap<NodeId, u64>,
-        spots: &mut BTreeMap<SpotId, NodeId>,
+        named: &NamedRecords,
+        placed: &mut Placed<'_>,
     ) -> Unplaced {
         let mut unplaced = Unplaced::default();
         self.recovery_event(RecoveryEvent::Started {
             dead: Some(dead.clone()),
         });
         let freed = |record: &UnitRecord| self.freed_on_recovery(record);
-        let plan = plan_node(units, freed, &self.cluster_view(), tally, spots);
+        let keeps = |found: &Found| self.keeps_standby(found);
+        let view = self.cluster_view();
+        let plan = plan_node(
+            units,
+            freed,
+            &view,
+            placed.tally,
+            placed.spots,
+            named,
+            keeps,
+        );
         let mut done = Vec::new();
         let mut failed = Vec::new();
+        for (id, why) in plan.fresh {
+            tracing::warn!(unit = %id, %why, "room rebuilt from nothing");
+            self.recovery_event(RecoveryEvent::FromNothing {
+                dead: Some(dead.clone()),
+                id,
+                why,
+            });
+        }
+        let mut promoted = Vec::new();
+        for promote in plan.promote {
+            let id = promote.room.id.clone();
+            let holder = promote.holder.clone();
+            match self.promote_on(promote).await {
+                Ok(()) => {
+                    placed.took(&id, holder);
+                    promoted.push(id);
+                }
+                Err(reason) => {
+                    tracing::warn!(unit = %id, %holder, %reason, "promotion failed; the next pass retries");
+                    failed.push(id);
+                }
+            }
+        }
+        if !promoted.is_empty() {
+            self.recovery_event(RecoveryEvent::Promoted {
+                dead: Some(dead.clone()),
+                ids: promoted,
+            });
+        }
         for found in plan.free {
             match self
                 .free_id(&found.id, &found.record.owner, found.version)
@@ -381,10 +466,7 @@ impl Node {
         {
             match self.rebuild_on(&target, &id, record, version).await {
                 Ok(()) => {
-                    *tally.entry(target.clone()).or_default() += 1;
-                    if let UnitId::Spot(spot) = &id {
-                        spots.insert(spot.clone(), target);
-                    }
+                    placed.took(&id, target);
                     done.push(id);
                 }
                 Err(reason) => {
@@ -399,7 +481,12 @@ impl Node {
             version,
         } in plan.members
         {
-            let Some(target) = record.spot.as_ref().and_then(|s| spots.get(s)).cloned() else {
+            let Some(target) = record
+                .spot
+                .as_ref()
+                .and_then(|s| placed.spots.get(s))
+                .cloned()
+            else {
                 // Its room was not rebuilt in this pass: the next pass places both.
                 tracing::warn!(unit = %id, "waits for its room to be rebuilt; the next pass retries");
                 failed.push(id);
@@ -407,7 +494,7 @@ impl Node {
             };
             match self.rebuild_on(&target, &id, record, version).await {
                 Ok(()) => {
-                    *tally.entry(target).or_default() += 1;
+                    placed.took(&id, target);
                     done.push(id);
                 }
                 Err(reason) => {
@@ -455,6 +542,69 @@ impl Node {
                 .and_then(|answer| answer)
         };
         result.map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// Promotes a room's standby copy on its holder, gated on its record still being the dead
+    /// owner's and on the standby record recovery read. A holder that answers it has no copy that
+    /// may be promoted has its standby record removed (while it is the one read), so that the
+    /// next pass rebuilds the room from nothing and says why.
+    async fn promote_on(&self, promote: Promote) -> Result<(), String> {
+        let Promote {
+            room,
+            holder,
+            series,
+            standby_version,
+        } = promote;
+        let Found {
+            id,
+            record: previous,
+            version,
+        } = room;
+        let owner_descriptor = self.core.cluster.witness.dead_at(&previous.owner);
+        let result = if holder == *self.id() {
+            self.promote_here(
+                id.clone(),
+                version,
+                previous,
+                owner_descriptor,
+                series,
+                standby_version,
+            )
+            .await
+        } else {
+            let call = Call::Promote {
+                id: id.clone(),
+                version,
+                previous,
+                owner_descriptor,
+                series,
+                standby_version,
+            };
+            self.call::<CreateAnswer>(&holder, call)
+                .await
+                .and_then(|answer| answer)
+        };
+        match result {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("its record changed meanwhile".to_owned()),
+            Err(UnitError::NoStandbyCopy { why, .. }) => {
+                let key = standby_key(&id);
+                let conditions = vec![
+                    Condition::version(key.clone(), standby_version),
+                    Condition::lease(&self.lease()),
+                ];
+                let forgot = self.store().batch(conditions, vec![Op::delete(key)]).await;
+                Err(format!(
+                    "{why} (standby record {})",
+                    if forgot.is_ok() {
+                        "removed"
+                    } else {
+                        "not removed yet"
+                    }
+                ))
+            }
+            Err(error) => Err(error.to_string()),
+        }
     }
 
     /// Frees the id of a unit that is not rebuilt, while its record still names the dead node and

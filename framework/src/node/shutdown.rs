@@ -24,6 +24,7 @@ impl Node {
         if let Some(mesh) = &self.core.links.mesh {
             mesh.close().await;
         }
+        self.drop_copies();
         self.set_state(NodeState::Stopped);
     }
 
@@ -129,6 +130,7 @@ impl Node {
         if let Some(mesh) = &self.core.links.mesh {
             mesh.close().await;
         }
+        self.drop_copies();
         self.set_state(NodeState::Stopped);
         self.core
             .host

@@ -23,9 +23,10 @@ use crate::relocation::assembly::Assembly;
 use crate::relocation::capture::{MembershipData, TransferError, relay_digest};
 use crate::relocation::frames::{RecordAt, Refusal, RelocFrame};
 use crate::relocation::moves::Precopied;
-use crate::relocation::precopy::{Held, may_hold};
+use crate::relocation::precopy::{Held, base_for, may_hold};
 use crate::relocation::protocol::{TargetAction, TargetEvent, TargetMachine};
 use crate::store::{BatchOutcome, Condition, Op};
+use crate::unit::lane::Owned;
 
 /// How often a target tells its source that the work on an offer goes on (chunks arriving, a
 /// restore running): well inside the source's step, so a busy target is never taken for a silent one.
@@ -79,12 +80,23 @@ impl Node {
                         }),
                     )
                 };
-                let held = {
+                let precopied = {
                     let mut precopied = self.core.moves.precopied.lock();
                     prune(&mut precopied);
                     precopied.remove(&rel)
                 }
                 .map(|precopied| precopied.held.into_image());
+                // A move to the node that keeps the unit's standby seals against that copy.
+                let standby = || {
+                    let copies = self.core.standby.copies.held.lock();
+                    copies.get(&unit).map(|copy| copy.replica.image().to_vec())
+                };
+                let held = base_for(
+                    manifest.base,
+                    precopied
+                        .into_iter()
+                        .chain(std::iter::once_with(standby).flatten()),
+                );
                 match admission {
                     Admission::Refuse(reason) => {
                         tracing::warn!(relocation = %rel, %reason, "offer refused");
@@ -527,9 +539,16 @@ impl Node {
                 }
                 TargetAction::Open => {
                     let relay = std::mem::take(&mut staging.relay);
-                    if let Some(lane) = &staging.lane {
+                    let unit = staging.records.iter().find(|at| at.id == staging.unit);
+                    if let (Some(lane), Some(at)) = (&staging.lane, unit) {
                         let committed = tokio::time::Instant::now();
-                        let _ = lane.ctl.send(Control::OpenMoved { relay, committed });
+                        // The record as the commit wrote it.
+                        let owned = Owned::of(&self.record_here(at, self.lease().generation));
+                        let _ = lane.ctl.send(Control::OpenMoved {
+                            relay,
+                            committed,
+                            owned,
+                        });
                     }
                     tracing::info!(relocation = %rel, unit = %staging.unit, "unit opened here");
                 }

@@ -16,6 +16,7 @@ use crate::error::UnitError;
 use crate::ids::{ActorId, NodeId, ObjectGeneration, SpotId, UnitId};
 use crate::store::{BatchOutcome, Condition, Op, StoreError, Versioned};
 use crate::unit::factory::FactoryKind;
+use crate::unit::lane::Owned;
 
 /// How a unit is claimed in the store when it is built here.
 pub(crate) enum Claim {
@@ -312,6 +313,7 @@ impl Node {
                 Bytes::from(type_name.to_owned()),
             ));
         }
+        let owned = Owned::of(&record);
         let write = ConditionalWrite::new(record);
         // Only while this process holds the node's lease: a superseded one writes nothing.
         let lease = self.lease();
@@ -327,20 +329,10 @@ impl Node {
                 ),
             });
         }
-        let mut settled = write.on_write(BatchOutcome::answer(&written));
-        if settled == Settled::ReadBack {
-            let now = self.read_record_back(&id).await;
-            settled = write.on_read(now.as_ref().map(Option::as_ref).map_err(|_| ()));
-        }
-        let committed = match settled {
-            Settled::Won => Ok(true),
-            Settled::Lost => Ok(false),
-            // Neither the write nor the read was answered: the creation fails, and says why.
-            Settled::ReadBack | Settled::Unknown => written.map(|_| false),
-        };
+        let committed = self.settle(&id, write, written).await;
         match (committed, claim) {
             (Ok(true), _) => {
-                let _ = lane.ctl.send(Control::Open);
+                let _ = lane.ctl.send(Control::Open { owned });
                 Ok(true)
             }
             // Someone else recovered it first: nothing to do.
@@ -363,6 +355,26 @@ impl Node {
                 let _ = lane.ctl.send(Control::Discard);
                 Err(unavailable(&id, &error))
             }
+        }
+    }
+
+    /// Whether a conditional write of `id`'s record took: `Ok(true)` if the record is now the one
+    /// written, read back when the write's answer was lost; an error if neither was answered.
+    pub(crate) async fn settle(
+        &self,
+        id: &UnitId,
+        write: ConditionalWrite,
+        written: Result<BatchOutcome, StoreError>,
+    ) -> Result<bool, StoreError> {
+        let mut settled = write.on_write(BatchOutcome::answer(&written));
+        if settled == Settled::ReadBack {
+            let now = self.read_record_back(id).await;
+            settled = write.on_read(now.as_ref().map(Option::as_ref).map_err(|_| ()));
+        }
+        match settled {
+            Settled::Won => Ok(true),
+            Settled::Lost => Ok(false),
+            Settled::ReadBack | Settled::Unknown => written.map(|_| false),
         }
     }
 

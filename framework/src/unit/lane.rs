@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::cell::{AnyFactory, UnitCell};
 use super::envelope::{Envelope, Payload};
-use crate::ids::{ActorId, NodeId, SpotId, UnitId};
+use crate::ids::{ActorId, NodeId, ObjectGeneration, SpotId, UnitId};
 use crate::mailbox;
 
 /// The sending side of a lane.
@@ -83,8 +83,8 @@ pub(crate) enum Control<N> {
     },
     /// Stop one unit (with its members, for a SpotWide spot), running its closing callbacks.
     Stop { unit: UnitId, done: Done },
-    /// Start running turns: the unit is recorded as owned here.
-    Open,
+    /// Start running turns: the unit is recorded as owned here, as `owned` says.
+    Open { owned: Owned },
     /// Seal at the next turn boundary (for an ApplicationSignaled spot: after its next deferring
     /// turn) and capture the unit.
     Seal { rel: RelocationId, done: SealDone },
@@ -117,13 +117,38 @@ pub(crate) enum Control<N> {
     },
     /// The target committed: drop this copy.
     Release { rel: RelocationId },
-    /// On the target: open the restored unit with these relay records behind its saved work.
+    /// On the target: open the restored unit with these relay records behind its saved work,
+    /// recorded as owned here as `owned` says.
     OpenMoved {
         relay: Vec<QueuedOp>,
         committed: Instant,
+        owned: Owned,
     },
+    /// Take a checkpoint for the room's standby at this turn boundary, if one is due (an answer
+    /// came, or a new holder was chosen).
+    Checkpoint,
     /// Give up a unit that never opened (another node owns it): what was queued follows the owner.
     Discard,
+}
+
+/// How the store records a unit this node runs: what its standby checkpoints are numbered and
+/// named under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Owned {
+    /// The record's owner generation under this node.
+    pub generation: u64,
+    /// The unit's incarnation.
+    pub incarnation: ObjectGeneration,
+}
+
+impl Owned {
+    /// As `record` says.
+    pub fn of(record: &ferry_core::authority::UnitRecord) -> Self {
+        Owned {
+            generation: record.owner_generation,
+            incarnation: record.object_generation,
+        }
+    }
 }
 
 /// A unit's number on this node, given when it is built or restored here and never reused.

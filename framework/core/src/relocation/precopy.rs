@@ -299,6 +299,18 @@ impl Precopy {
         Self::default()
     }
 
+    /// A move to the node that keeps the unit's standby copy, `copy` being the image of the last
+    /// checkpoint that node acknowledged: no rounds, and the seal ships only what changed since
+    /// that checkpoint. A target that no longer holds the copy answers `BaseLost`, and the whole
+    /// image goes, as for a pre-copy whose base was lost.
+    pub fn from_standby(copy: Bytes) -> Self {
+        Precopy {
+            held: Some(copy),
+            over: true,
+            ..Self::default()
+        }
+    }
+
     /// A snapshot of the running unit, taken at a turn boundary: what of it to send, or seal.
     /// A small image, few changes, the round limit or a difference that stopped shrinking seal.
     pub fn round(&mut self, image: Bytes) -> Round {
@@ -473,6 +485,13 @@ impl Held {
     }
 }
 
+/// Of the images a target holds for an offer (what its pre-copy left, the standby copy it keeps
+/// of the unit), the one the offer's seal was made against, if any.
+pub fn base_for(base: Option<Base>, held: impl IntoIterator<Item = Vec<u8>>) -> Option<Vec<u8>> {
+    let base = base?;
+    held.into_iter().find(|image| Base::of(image) == base)
+}
+
 /// Whether a target takes a piece of a round of `len` bytes while it holds `holding` bytes of
 /// pre-copies in all: never over the largest state it takes, nor over four of them at once, nor
 /// for a move it was already `offered` (the piece came late: the offer overtook it on the mesh,
@@ -519,6 +538,38 @@ mod tests {
             assembly.add(index as u32, *offset, bytes)?;
         }
         assembly.image(&NoDeltas)
+    }
+
+    #[test]
+    fn a_move_to_the_standby_ships_what_changed_since_its_checkpoint_or_the_whole_if_it_lost_it() {
+        let checkpoint = image(1 << 18, 3);
+        let mut now = checkpoint.clone();
+        now[5_000..5_100].fill(0xee);
+        let mut pre = Precopy::from_standby(Bytes::from(checkpoint.clone()));
+        assert_eq!(
+            pre.round(Bytes::from(now.clone())),
+            Round::Seal,
+            "no rounds"
+        );
+        let sealed = pre.seal(Bytes::from(now.clone()), &NoDeltas);
+        let sent: usize = sealed.pieces.iter().map(|(_, b)| b.len()).sum();
+        assert!(sent <= BLOCK, "one block changed, {sent} bytes sent");
+        // The standby's copy is the base the offer names; a pre-copy's leftovers are not.
+        let leftovers = image(1 << 18, 9);
+        let base = base_for(sealed.manifest.base, [leftovers, checkpoint]).expect("base held");
+        let mut assembly = Assembly::new(sealed.manifest, Some(base)).expect("base matches");
+        for (index, (offset, bytes)) in sealed.pieces.iter().enumerate() {
+            assembly.add(index as u32, *offset, bytes).expect("piece");
+        }
+        assert_eq!(assembly.image(&NoDeltas).expect("whole"), now);
+        // A target that lost its copy holds no base: it asks for the whole image.
+        assert_eq!(base_for(sealed.manifest.base, [image(1 << 18, 4)]), None);
+        let whole = pre.whole(Bytes::from(now.clone()));
+        assert_eq!(whole.manifest.base, None);
+        assert_eq!(
+            whole.pieces.iter().map(|(_, b)| b.len()).sum::<usize>(),
+            now.len()
+        );
     }
 
     #[test]

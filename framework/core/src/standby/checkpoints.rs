@@ -163,6 +163,12 @@ impl Checkpoints {
         self.series
     }
 
+    /// The image of the last checkpoint of this series the standby acknowledged: a move to the
+    /// standby's node seals against it ([`Precopy::from_standby`](crate::relocation::precopy::Precopy::from_standby)).
+    pub fn acknowledged(&self) -> Option<&Bytes> {
+        self.held.as_ref()
+    }
+
     /// The node the checkpoints go to, once [`aim`](Self::aim) chose one.
     pub fn holder(&self) -> Option<&NodeId> {
         self.holder.as_ref()
@@ -210,6 +216,20 @@ impl Checkpoints {
             return Err(Take::Unchanged);
         }
         Ok(())
+    }
+
+    /// When a checkpoint could go next with no further turn, as of `now`: once the interval
+    /// since the last one passed, if there is a holder, nothing is in flight, and the standby
+    /// lacks something (a turn it does not hold, or any copy at all). `None`: only a turn, an
+    /// answer or a new holder changes that, so a room that went idle is woken only when due.
+    pub fn due(&self, now: Instant) -> Option<Instant> {
+        if self.holder.is_none() || self.flight.is_some() {
+            return None;
+        }
+        if self.held.is_some() && self.unheld_since.is_none() {
+            return None;
+        }
+        Some(self.last.map_or(now, |last| last + self.policy.interval()))
     }
 
     /// At a turn boundary, with the room's image now: what to send its standby, if anything.
@@ -336,6 +356,18 @@ impl Checkpoints {
         let since = self.unheld_since?;
         let age = now.duration_since(since);
         (age > BEHIND_AFTER).then_some(age)
+    }
+
+    /// How long the room's oldest change not held by its standby has waited (`None`: the
+    /// standby holds every turn).
+    pub fn unheld_for(&self, now: Instant) -> Option<Duration> {
+        self.unheld_since.map(|since| now.duration_since(since))
+    }
+
+    /// Whether the room's standby is current: it acknowledged a checkpoint of this series, and
+    /// the room is not [`behind`](Self::behind).
+    pub fn current(&self, now: Instant) -> bool {
+        self.held.is_some() && self.behind(now).is_none()
     }
 
     /// Gives back what is in flight when the room leaves this node or ends.
@@ -616,6 +648,35 @@ mod tests {
         owner.acked(cp.series, cp.number, &mut budget);
         assert_eq!(owner.behind(later + BEHIND_AFTER / 2), None);
         assert!(owner.behind(later + BEHIND_AFTER * 2).is_some());
+    }
+
+    #[test]
+    fn an_idle_room_is_due_once_its_interval_passed_and_not_while_an_answer_is_awaited() {
+        let now = Instant::now();
+        let mut budget = Budget::default();
+        let mut owner = Checkpoints::new(Policy::periodic(), first());
+        assert_eq!(owner.due(now), None, "no holder");
+        owner.aim(Some(node("b")), &mut budget);
+        assert_eq!(owner.due(now), Some(now), "no copy yet");
+        owner.turn(now);
+        let Take::Ship(cp) = owner.take(now, image(10, 1), &mut budget) else {
+            panic!("ships");
+        };
+        owner.turn(now);
+        assert_eq!(owner.due(now), None, "waits for the answer");
+        owner.acked(cp.series, cp.number, &mut budget);
+        let due = now + crate::standby::DEFAULT_INTERVAL;
+        assert_eq!(owner.due(now), Some(due));
+        assert_eq!(owner.ready(due), Ok(()));
+        assert!(!owner.current(due + BEHIND_AFTER * 2));
+        assert!(owner.unheld_for(due).is_some());
+        let Take::Ship(cp) = owner.take(due, image(10, 2), &mut budget) else {
+            panic!("ships");
+        };
+        owner.acked(cp.series, cp.number, &mut budget);
+        assert_eq!(owner.due(due), None, "the standby holds everything");
+        assert_eq!(owner.unheld_for(due), None);
+        assert!(owner.current(due));
     }
 
     #[test]

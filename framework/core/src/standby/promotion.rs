@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 use super::Series;
 use super::replica::Replica;
 use crate::authority::UnitRecord;
-use crate::ids::{NodeId, ObjectGeneration};
+use crate::ids::{NodeId, ObjectGeneration, UnitId};
+use crate::relocation::capture::Capture;
 
 /// The store's record of a room's standby.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,7 +58,7 @@ pub enum Promotion {
 }
 
 /// Why a room is rebuilt from nothing rather than promoted: reported per room.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum Fresh {
     /// It keeps no standby, or none was ever acknowledged.
     #[error("the room had no standby; it starts again from nothing")]
@@ -72,6 +73,9 @@ pub enum Fresh {
     /// The holder no longer holds the copy the store names (its process restarted).
     #[error("the room's standby lost its copy; it starts again from nothing")]
     CopyLost,
+    /// The copy did not decode or its adapters could not restore it on the holder.
+    #[error("the room's standby copy could not be restored; it starts again from nothing")]
+    Unrestorable,
 }
 
 /// Decides for one room whose record names `record.owner`: promote only if that owner is taken
@@ -106,6 +110,19 @@ pub fn choose(
 /// series began with the whole image, taken after every effect released under the named one).
 pub fn promotable(copy: Option<&Replica>, named: Series) -> Result<&Replica, Fresh> {
     copy.filter(|c| c.series() >= named).ok_or(Fresh::CopyLost)
+}
+
+/// What of a copy's capture a promotion makes units of: the room, and each member `recorded`
+/// says is still the dead owner's (one that moved off since the checkpoint, or whose id was
+/// freed, is left as it is now). A member left out takes its queued work and callbacks with it.
+pub fn promoted(mut capture: Capture, recorded: impl Fn(&UnitId) -> bool) -> Capture {
+    let room = capture.unit.clone();
+    let kept = |id: &UnitId| *id == room || recorded(id);
+    capture.cells.retain(|cell| kept(&cell.id));
+    capture.callbacks.retain(|(id, _)| kept(id));
+    capture.ticks.retain(|(id, _)| kept(id));
+    capture.journal.retain(|op| kept(&op.to));
+    capture
 }
 
 #[cfg(test)]
@@ -209,6 +226,49 @@ mod tests {
         assert_eq!(
             promotable(held.as_ref(), named("b", 3).series),
             Err(Fresh::CopyLost)
+        );
+    }
+
+    #[test]
+    fn a_promotion_leaves_out_a_member_that_is_no_longer_the_dead_owners_with_its_work() {
+        use crate::ids::{ActorId, SpotId};
+        use crate::relocation::capture::{CellCapture, MembershipData, QueuedOp};
+        let room = UnitId::Spot(SpotId::new("r").unwrap());
+        let stayed = UnitId::Actor(ActorId::new("stayed").unwrap());
+        let left = UnitId::Actor(ActorId::new("left").unwrap());
+        let cell = |id: &UnitId| CellCapture {
+            id: id.clone(),
+            factory: "f".into(),
+            state: None,
+            timers: Vec::new(),
+            membership: MembershipData::Spot(Vec::new()),
+            binding: None,
+        };
+        let op = |to: &UnitId| QueuedOp {
+            to: to.clone(),
+            payload: bytes::Bytes::from_static(b"m"),
+            session: None,
+            reply: None,
+        };
+        let capture = Capture {
+            unit: room.clone(),
+            cells: vec![cell(&room), cell(&stayed), cell(&left)],
+            callbacks: Vec::new(),
+            ticks: Vec::new(),
+            journal: vec![op(&left), op(&room), op(&stayed), op(&left)],
+        };
+        let kept = promoted(capture, |id| *id == stayed);
+        let cells: Vec<&UnitId> = kept.cells.iter().map(|c| &c.id).collect();
+        assert_eq!(
+            cells,
+            [&room, &stayed],
+            "the room always, and the member still recorded"
+        );
+        let queued: Vec<&UnitId> = kept.journal.iter().map(|op| &op.to).collect();
+        assert_eq!(
+            queued,
+            [&room, &stayed],
+            "each queued message once, in order"
         );
     }
 }

@@ -89,6 +89,12 @@ impl Replica {
     pub fn image(&self) -> &Bytes {
         &self.image
     }
+
+    /// Whether an owner's drop of `series` or an older one ends this copy: a copy of a later
+    /// series belongs to a later owner, or to a series that began after the drop was sent.
+    pub fn dropped_by(&self, series: Series) -> bool {
+        self.series <= series
+    }
 }
 
 /// Applies `checkpoint` to the copy `held` (none yet: `None`), on a node that runs the room
@@ -239,6 +245,16 @@ mod tests {
             Ok(Applied::New)
         );
         assert_eq!(held.unwrap().series(), series(2, 2));
+    }
+
+    #[test]
+    fn a_drop_ends_only_a_copy_of_its_series_or_an_older_one() {
+        let mut held = None;
+        apply(&mut held, &checkpoint(series(2, 2), 1, b"a", None), false).unwrap();
+        let copy = held.unwrap();
+        assert!(copy.dropped_by(series(2, 2)));
+        assert!(copy.dropped_by(series(3, 1)));
+        assert!(!copy.dropped_by(series(2, 1)));
     }
 
     #[test]

@@ -442,7 +442,8 @@ fn unit_refused(node: &Node, error: UnitError) -> Refusal {
         | UnitError::Unavailable { .. }
         | UnitError::StoreUnavailable { .. }
         | UnitError::Moving { .. }
-        | UnitError::MembershipNotRecorded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        | UnitError::MembershipNotRecorded { .. }
+        | UnitError::NoStandbyCopy { .. } => StatusCode::SERVICE_UNAVAILABLE,
         UnitError::InvalidId(_)
         | UnitError::UnknownType { .. }
         | UnitError::UnknownId { .. }

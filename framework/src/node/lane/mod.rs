@@ -13,6 +13,7 @@ use tokio::time::Instant;
 mod cells;
 mod moving;
 mod sessions;
+mod standby;
 
 use ferry_core::relocation::lane::{Arrival, Change, LaneMove, Unsettled, Verdict};
 
@@ -85,6 +86,10 @@ pub(crate) struct Lane {
     /// When the last turn ended, until the lane's loop comes round again: the next step reads
     /// this instead of the clock, so a stream of messages costs one clock reading per turn.
     clock: Option<Instant>,
+    /// The room's checkpoints, if its factory keeps a standby and it runs here.
+    standby: Option<Arc<crate::node::standby::Room>>,
+    /// When the room's next checkpoint falls due if no turn runs before.
+    standby_due: Option<Instant>,
 }
 
 /// The per-turn metrics of a lane: handles, so a turn records without a registry lookup.
@@ -143,6 +148,8 @@ impl Lane {
             parked: Vec::new(),
             metrics: TurnMetrics::new(),
             clock: None,
+            standby: None,
+            standby_due: None,
         };
         (tx, lane)
     }
@@ -201,6 +208,10 @@ impl Lane {
                 self.fire_timers(now);
                 continue;
             }
+            if self.standby_due_by(now) {
+                self.standby_checkpoint(now);
+                continue;
+            }
             // A message already queued here starts its turn now; a batch just taken, after it.
             let started = if self.backlog.is_empty() {
                 self.data.take(&mut self.backlog);
@@ -225,7 +236,10 @@ impl Lane {
                 self.close_all(done);
                 continue;
             }
-            let due = self.next_due;
+            let due = match (self.next_due, self.standby_due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             // Arrivals only wake the lane: the loop above decides what runs first.
             tokio::select! {
                 biased;
@@ -400,6 +414,9 @@ impl Lane {
                 } else {
                     self.clock = Some(ended);
                 }
+                if !effects.stop {
+                    self.standby_turn(ended);
+                }
                 reply
             }
             Err(panic) => {
@@ -485,6 +502,7 @@ impl Lane {
             }
         }
         self.sys.retain(|(unit, _)| !gone.contains(unit));
+        self.standby_left(id);
     }
 
     /// Runs a closing callback whose panic only gets logged: the unit is going anyway.
@@ -633,9 +651,10 @@ impl Lane {
                 };
                 let _ = done.send(result);
             }
-            Control::Open => {
+            Control::Open { owned } => {
                 self.stance.open();
                 self.apply_parked();
+                self.standby_open(owned, Instant::now());
             }
             Control::Seal { rel, done } => self.seal(rel, done),
             Control::Quiesce { rel, unit, done } => {
@@ -651,12 +670,18 @@ impl Lane {
                 let _ = done.send(());
             }
             Control::Release { rel } => self.release(rel),
-            Control::OpenMoved { relay, committed } => {
+            Control::OpenMoved {
+                relay,
+                committed,
+                owned,
+            } => {
                 self.open_moved(relay);
+                self.standby_open(owned, Instant::now());
                 // S2 (committed) -> S3 (dispatch open on the target).
                 metrics::histogram!("ferry_relocation_target_resume_seconds")
                     .record(committed.elapsed().as_secs_f64());
             }
+            Control::Checkpoint => self.standby_checkpoint(Instant::now()),
             Control::Discard => self.discard(),
             Control::Close { done, now: false } if self.stance.is_open() && !self.node.fenced() => {
                 // Finish what was accepted first; the loop closes once the queues are empty.

@@ -407,6 +407,7 @@ impl Lane {
         for (_, cell) in self.cells.iter() {
             self.node.moved_away(cell.id());
         }
+        self.standby_gone();
         self.finish_moving();
     }
 
@@ -541,6 +542,16 @@ impl Restored {
     /// wants it, so a copy given up meanwhile is never seen here. What this node sent the units
     /// before, on another path than through `source`, runs first.
     pub(crate) fn register(self, node: &Node, source: &NodeId) -> Result<Arc<LaneTx>, Refusal> {
+        self.register_with(node, |id, entry| node.arrive(id, source, entry))
+    }
+
+    /// Registers the lane's ids here and starts it, gated; `arrive` hands each id's entry what
+    /// this node holds for it.
+    pub(crate) fn register_with(
+        self,
+        node: &Node,
+        arrive: impl Fn(&UnitId, &Entry),
+    ) -> Result<Arc<LaneTx>, Refusal> {
         let Restored { tx, lane } = self;
         let directory = &node.core.units.directory;
         let units: Vec<(UnitId, Slot, String)> = lane
@@ -555,7 +566,7 @@ impl Restored {
             match (shard.contains_key(id), factory) {
                 (false, Some(factory)) => {
                     let entry = Entry::new(tx.clone(), factory, *slot);
-                    node.arrive(id, source, &entry);
+                    arrive(id, &entry);
                     shard.insert(id.clone(), entry);
                     registered.push(id.clone());
                 }

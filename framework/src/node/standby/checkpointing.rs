@@ -1,17 +1,445 @@
 //! The owner's side of a standby: checkpoints taken at turn boundaries, shipped within the node's
 //! budget to the node placement names, acknowledged, and the store's record of the series held.
+//!
+//! Each room that keeps a standby has a [`Room`], shared by its lane (which takes the checkpoints
+//! at its turn boundaries, since only it may read the room's state) and this node (which handles
+//! the answers, names the series in the store, re-aims on a new cluster view, and looks after
+//! checkpoints that went unanswered). Locks are taken in the order: the map of rooms, a room,
+//! the node's budget.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
 
 use super::super::handle::Node;
-use crate::ids::NodeId;
+use super::super::hosted::{Control, LaneTx};
+use crate::cluster::authority::unit_key;
+use crate::cluster::frames::Frame;
+use crate::ids::{NodeId, ObjectGeneration, UnitId};
+use crate::store::{BatchOutcome, Condition, Op, StoreError};
+use crate::unit::factory::FactoryInfo;
+use crate::unit::lane::Owned;
+use ferry_core::authority::{UnitRecord, standby_key};
+use ferry_core::standby::checkpoints::{Budget, Checkpoints, Take};
 use ferry_core::standby::frames::StandbyFrame;
+use ferry_core::standby::promotion::Named;
+use ferry_core::standby::{Series, placement};
 
-/// The rooms this node owns that keep a standby.
+/// How long an owner waits for a checkpoint's answer before it takes its standby for having lost
+/// it and starts a new series. The answer comes back on the same ordered, reliable stream within
+/// a mesh round trip (well under 10 ms between hosts of one site, also with a checkpoint of a few
+/// MiB queued ahead of it); it is missing only when the holder's process ended or the link was
+/// reset. Two seconds is far beyond any round trip, twice the time after which a room is reported
+/// behind, and short next to the lease a crash is detected by.
+const ANSWER_WAIT: Duration = Duration::from_secs(2);
+
+/// How often the node looks over its rooms' checkpoints: answers overdue, series the store does
+/// not name yet, rooms the budget held back; and updates the standby metrics.
+const KEEP_EVERY: Duration = Duration::from_millis(100);
+
+/// One room this node owns that keeps a standby.
+pub(crate) struct Room {
+    /// The room.
+    pub(crate) unit: UnitId,
+    factory: Arc<str>,
+    incarnation: ObjectGeneration,
+    /// Its lane, to take a checkpoint when one is due for a reason other than a turn.
+    lane: Weak<LaneTx>,
+    state: Mutex<RoomState>,
+}
+
+struct RoomState {
+    /// `None` once the room left the node, or a holder said another owner runs it.
+    checkpoints: Option<Checkpoints>,
+    /// Whether a write of the standby record is under way.
+    naming: bool,
+}
+
+/// The rooms this node owns that keep a standby, and what their checkpoints share.
 #[derive(Default)]
-pub(crate) struct Owning {}
+pub(crate) struct Owning {
+    rooms: Mutex<HashMap<UnitId, Arc<Room>>>,
+    budget: Mutex<Budget>,
+    sent: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// What the owner side counts, for the node's status.
+pub(super) struct OwnedCounts {
+    pub(super) rooms: usize,
+    pub(super) current: usize,
+    pub(super) behind: usize,
+    pub(super) oldest_unheld: Option<Duration>,
+    pub(super) checkpoints_sent: u64,
+    pub(super) bytes_sent: u64,
+}
+
+impl Room {
+    /// Asks the room's lane to take a checkpoint at its next turn boundary.
+    fn wake(&self) {
+        if let Some(lane) = self.lane.upgrade() {
+            let _ = lane.ctl.send(Control::Checkpoint);
+        }
+    }
+}
 
 impl Node {
+    /// A room of factory `info` opened here, recorded as `owned`: if its factory keeps a
+    /// standby, its checkpoints start, in a series of the record's owner generation, aimed at
+    /// the node placement names. A copy this node kept of it is dropped: it runs here now.
+    pub(crate) fn standby_start(
+        &self,
+        unit: UnitId,
+        info: &FactoryInfo,
+        owned: Owned,
+        lane: Weak<LaneTx>,
+    ) -> Option<Arc<Room>> {
+        if !info.standby.keeps_standby() {
+            return None;
+        }
+        self.core.standby.copies.held.lock().remove(&unit);
+        let first = Series {
+            generation: owned.generation,
+            epoch: 1,
+        };
+        let mut checkpoints = Checkpoints::new(info.standby, first);
+        let holder = self.standby_holder(&unit, &info.type_name);
+        checkpoints.aim(holder, &mut self.core.standby.owning.budget.lock());
+        let room = Arc::new(Room {
+            unit: unit.clone(),
+            factory: info.type_name.clone(),
+            incarnation: owned.incarnation,
+            lane,
+            state: Mutex::new(RoomState {
+                checkpoints: Some(checkpoints),
+                naming: false,
+            }),
+        });
+        let earlier = self
+            .core
+            .standby
+            .owning
+            .rooms
+            .lock()
+            .insert(unit, room.clone());
+        if let Some(earlier) = earlier {
+            self.standby_end(&earlier);
+        }
+        Some(room)
+    }
+
+    /// The node that should hold `unit`'s standby, as this node's cluster view says.
+    fn standby_holder(&self, unit: &UnitId, factory: &str) -> Option<NodeId> {
+        let view = self.core.cluster.view.read();
+        placement::holder(view.iter(), self.id(), unit, factory)
+    }
+
+    /// A turn of `room` ran at `now`: its number, which its effects are held under.
+    pub(crate) fn standby_turn(&self, room: &Room, now: Instant) -> u64 {
+        let mut state = room.state.lock();
+        state
+            .checkpoints
+            .as_mut()
+            .map_or(0, |c| c.turn(now.into_std()))
+    }
+
+    /// At a turn boundary of `room`: takes a checkpoint if one may go now, making the room's
+    /// image with `image` only then, and ships it. Returns when the lane should try again if no
+    /// turn runs before (an idle room's interval, or the first checkpoint of a new series).
+    pub(crate) fn standby_checkpoint(
+        &self,
+        room: &Room,
+        now: Instant,
+        image: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> Option<Instant> {
+        let now_std = now.into_std();
+        {
+            let state = room.state.lock();
+            let checkpoints = state.checkpoints.as_ref()?;
+            if checkpoints.ready(now_std).is_err() {
+                return checkpoints.due(now_std).map(Instant::from_std);
+            }
+        }
+        // Made without the room's lock: answers for it need not wait for the encoding.
+        let image = image()?;
+        let mut state = room.state.lock();
+        let checkpoints = state.checkpoints.as_mut()?;
+        let take = {
+            let mut budget = self.core.standby.owning.budget.lock();
+            checkpoints.take(now_std, image.into(), &mut budget)
+        };
+        match take {
+            Take::Ship(checkpoint) => {
+                let holder = checkpoints.holder().cloned()?;
+                let bytes: usize = checkpoint.pieces.iter().map(|(_, b)| b.len()).sum();
+                let owning = &self.core.standby.owning;
+                owning.sent.fetch_add(1, Ordering::Relaxed);
+                owning.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+                metrics::counter!("ferry_standby_checkpoints_total").increment(1);
+                metrics::counter!("ferry_standby_bytes_total").increment(bytes as u64);
+                let frame = StandbyFrame::Checkpoint {
+                    unit: room.unit.clone(),
+                    incarnation: room.incarnation,
+                    checkpoint,
+                };
+                // A send that fails leaves the checkpoint unanswered: it is overdue in
+                // ANSWER_WAIT, and a new series starts then.
+                if let Err(error) = self.mesh_send(&holder, Frame::Standby(Box::new(frame))) {
+                    tracing::debug!(unit = %room.unit, %holder, %error, "checkpoint not sent");
+                }
+                None
+            }
+            // The node looks over held-back rooms every KEEP_EVERY and wakes them.
+            Take::OverBudget => None,
+            _ => checkpoints.due(now_std).map(Instant::from_std),
+        }
+    }
+
+    /// The room left this node (it moved away, stopped, or the node shuts down): its
+    /// checkpoints end, and its holder drops the copy.
+    pub(crate) fn standby_end(&self, room: &Arc<Room>) {
+        {
+            let mut rooms = self.core.standby.owning.rooms.lock();
+            if rooms.get(&room.unit).is_some_and(|r| Arc::ptr_eq(r, room)) {
+                rooms.remove(&room.unit);
+            }
+        }
+        let Some(checkpoints) = room.state.lock().checkpoints.take() else {
+            return;
+        };
+        let series = checkpoints.series();
+        let holder = checkpoints.holder().cloned();
+        checkpoints.close(&mut self.core.standby.owning.budget.lock());
+        if let Some(holder) = holder {
+            self.send_drop(&holder, &room.unit, series);
+        }
+    }
+
+    /// Tells `holder` to forget its copy of `unit` of `series` or an older one.
+    fn send_drop(&self, holder: &NodeId, unit: &UnitId, series: Series) {
+        let frame = StandbyFrame::Drop {
+            unit: unit.clone(),
+            series,
+        };
+        if let Err(error) = self.mesh_send(holder, Frame::Standby(Box::new(frame))) {
+            tracing::debug!(%unit, %holder, %error, "standby drop not sent; the copy stays until a later series replaces it");
+        }
+    }
+
+    /// The cluster view changed: each room's checkpoints go to the node placement names now.
+    /// A room whose holder changed starts a new series there, and its old holder drops its copy.
+    pub(crate) fn standby_view_changed(&self) {
+        let rooms: Vec<Arc<Room>> = self
+            .core
+            .standby
+            .owning
+            .rooms
+            .lock()
+            .values()
+            .cloned()
+            .collect();
+        for room in rooms {
+            let holder = self.standby_holder(&room.unit, &room.factory);
+            let mut state = room.state.lock();
+            let Some(checkpoints) = state.checkpoints.as_mut() else {
+                continue;
+            };
+            let before = (checkpoints.holder().cloned(), checkpoints.series());
+            if before.0 == holder {
+                continue;
+            }
+            checkpoints.aim(holder, &mut self.core.standby.owning.budget.lock());
+            drop(state);
+            if let (Some(old), series) = before {
+                self.send_drop(&old, &room.unit, series);
+            }
+            room.wake();
+        }
+    }
+
     /// The holder answered a checkpoint.
     pub(super) fn on_checkpoint_answer(&self, from: NodeId, frame: StandbyFrame) {
-        let _ = (from, frame);
+        let Some(room) = self
+            .core
+            .standby
+            .owning
+            .rooms
+            .lock()
+            .get(frame.unit())
+            .cloned()
+        else {
+            return;
+        };
+        let mut state = room.state.lock();
+        let Some(checkpoints) = state.checkpoints.as_mut() else {
+            return;
+        };
+        let mut budget = self.core.standby.owning.budget.lock();
+        match frame {
+            StandbyFrame::Acked { series, number, .. } => {
+                let unnamed = checkpoints.acked(series, number, &mut budget);
+                drop(budget);
+                if let (Some(series), Some(holder)) = (unnamed, checkpoints.holder().cloned())
+                    && !state.naming
+                {
+                    state.naming = true;
+                    tokio::spawn(self.clone().name(room.clone(), series, holder));
+                }
+            }
+            StandbyFrame::Refused {
+                stale: true,
+                reason,
+                ..
+            } => {
+                tracing::warn!(unit = %room.unit, holder = %from, %reason, "a later owner runs this room as its standby knows it: checkpoints of it stop here");
+                if let Some(checkpoints) = state.checkpoints.take() {
+                    checkpoints.close(&mut budget);
+                }
+                return;
+            }
+            StandbyFrame::Refused {
+                series,
+                number,
+                reason,
+                ..
+            } => {
+                tracing::debug!(unit = %room.unit, holder = %from, %reason, "checkpoint refused; a new series starts");
+                checkpoints.refused(series, number, &mut budget);
+            }
+            StandbyFrame::Checkpoint { .. } | StandbyFrame::Drop { .. } => return,
+        }
+        drop(state);
+        room.wake();
+    }
+
+    /// Writes the standby record of `room`: `holder` holds its copy in `series`. Only while this
+    /// process holds the node's lease, and only if the room's record, read just before, still
+    /// names this node as the owner of this incarnation: a version condition on that read, so
+    /// that an owner that lost the room (a move committed elsewhere, a recovery) names nothing.
+    async fn name(self, room: Arc<Room>, series: Series, holder: NodeId) {
+        let named = match self.write_named(&room, series, holder).await {
+            Ok(named) => named,
+            Err(error) => {
+                tracing::debug!(unit = %room.unit, %error, "standby record not written; tried again shortly");
+                false
+            }
+        };
+        let mut state = room.state.lock();
+        state.naming = false;
+        if named && let Some(checkpoints) = state.checkpoints.as_mut() {
+            checkpoints.named(series);
+            drop(state);
+            room.wake();
+        }
+    }
+
+    /// The conditional write behind [`Node::name`]: `Ok(true)` once the store names `series`.
+    async fn write_named(
+        &self,
+        room: &Room,
+        series: Series,
+        holder: NodeId,
+    ) -> Result<bool, StoreError> {
+        let key = unit_key(&room.unit);
+        let Some(found) = self.store().get(&key).await? else {
+            return Ok(false);
+        };
+        let record = UnitRecord::decode(&key, &found.value)?;
+        if record.owner != *self.id() || record.object_generation != room.incarnation {
+            return Ok(false);
+        }
+        let named = Named {
+            holder,
+            series,
+            incarnation: room.incarnation,
+        };
+        let conditions = vec![
+            Condition::version(key, found.version),
+            Condition::lease(&self.lease()),
+        ];
+        let ops = vec![Op::put(standby_key(&room.unit), named.encode())];
+        let outcome = self.store().batch(conditions, ops).await?;
+        Ok(matches!(outcome, BatchOutcome::Committed { .. }))
+    }
+
+    /// Looks over the rooms' checkpoints every [`KEEP_EVERY`] until the node stops.
+    pub(crate) async fn keep_standbys(self) {
+        loop {
+            tokio::select! {
+                () = self.core.stop.cancelled() => return,
+                () = tokio::time::sleep(KEEP_EVERY) => {}
+            }
+            self.standby_round(Instant::now());
+            self.standby_metrics();
+        }
+    }
+
+    /// One look over the rooms: a checkpoint unanswered for [`ANSWER_WAIT`] starts a new series,
+    /// a series the store does not name yet is named again, and a room that may take a
+    /// checkpoint now (one the budget held back) is woken.
+    fn standby_round(&self, now: Instant) {
+        let now = now.into_std();
+        let rooms: Vec<Arc<Room>> = self
+            .core
+            .standby
+            .owning
+            .rooms
+            .lock()
+            .values()
+            .cloned()
+            .collect();
+        for room in rooms {
+            let mut state = room.state.lock();
+            let Some(checkpoints) = state.checkpoints.as_mut() else {
+                continue;
+            };
+            if checkpoints.overdue(now, ANSWER_WAIT) {
+                tracing::info!(unit = %room.unit, holder = ?checkpoints.holder(), "checkpoint unanswered; its standby starts again with the whole image");
+                checkpoints.restart(&mut self.core.standby.owning.budget.lock());
+            }
+            let wake = checkpoints.ready(now).is_ok();
+            if let (Some(series), Some(holder), false) = (
+                checkpoints.unnamed(),
+                checkpoints.holder().cloned(),
+                state.naming,
+            ) {
+                state.naming = true;
+                tokio::spawn(self.clone().name(room.clone(), series, holder));
+            }
+            drop(state);
+            if wake {
+                room.wake();
+            }
+        }
+    }
+
+    /// The owner side's counts now.
+    pub(super) fn owned_counts(&self, now: Instant) -> OwnedCounts {
+        let now = now.into_std();
+        let owning = &self.core.standby.owning;
+        let rooms: Vec<Arc<Room>> = owning.rooms.lock().values().cloned().collect();
+        let mut counts = OwnedCounts {
+            rooms: 0,
+            current: 0,
+            behind: 0,
+            oldest_unheld: None,
+            checkpoints_sent: owning.sent.load(Ordering::Relaxed),
+            bytes_sent: owning.bytes.load(Ordering::Relaxed),
+        };
+        for room in rooms {
+            let state = room.state.lock();
+            let Some(checkpoints) = state.checkpoints.as_ref() else {
+                continue;
+            };
+            counts.rooms += 1;
+            counts.current += usize::from(checkpoints.current(now));
+            counts.behind += usize::from(checkpoints.behind(now).is_some());
+            counts.oldest_unheld = counts.oldest_unheld.max(checkpoints.unheld_for(now));
+        }
+        counts
     }
 }

@@ -12,6 +12,8 @@ mod checkpointing;
 mod copies;
 mod promotion;
 
+pub(crate) use checkpointing::Room;
+
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -53,10 +55,27 @@ pub(crate) struct Standbys {
 impl Node {
     /// What this node's standbys look like now.
     pub fn standby_status(&self) -> StandbyStatus {
+        let owned = self.owned_counts(tokio::time::Instant::now());
         StandbyStatus {
+            rooms: owned.rooms,
+            current: owned.current,
+            behind: owned.behind,
+            oldest_unheld: owned.oldest_unheld,
             copies: self.core.standby.copies.held.lock().len(),
-            ..StandbyStatus::default()
+            checkpoints_sent: owned.checkpoints_sent,
+            bytes_sent: owned.bytes_sent,
         }
+    }
+
+    /// Exports the standby gauges (the counters are counted as checkpoints go).
+    fn standby_metrics(&self) {
+        let status = self.standby_status();
+        metrics::gauge!("ferry_standby_rooms").set(status.rooms as f64);
+        metrics::gauge!("ferry_standby_current").set(status.current as f64);
+        metrics::gauge!("ferry_standby_behind").set(status.behind as f64);
+        metrics::gauge!("ferry_standby_oldest_unheld_seconds")
+            .set(status.oldest_unheld.map_or(0.0, |d| d.as_secs_f64()));
+        metrics::gauge!("ferry_standby_copies").set(status.copies as f64);
     }
 
     /// A standby frame from `from`: a checkpoint or a drop for a copy kept here, an answer for a

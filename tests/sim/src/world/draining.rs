@@ -12,7 +12,7 @@ use ferry_core::authority::{NodeDescriptor, NodeState};
 use ferry_core::drain::{
     Batch, BlockedReason, Decision, Drain, Ended, Found, IN_FLIGHT, RelocateOutcome,
 };
-use ferry_core::ids::UnitId;
+use ferry_core::ids::{NodeId, UnitId};
 use ferry_core::relocation::protocol::{MoveEnd, TargetEvent};
 use ferry_core::sealing::SealWindow;
 
@@ -36,6 +36,8 @@ pub(crate) struct Spread {
     sizes: BTreeMap<UnitId, usize>,
     /// Where each unit the drain moves now goes.
     moving: BTreeMap<UnitId, usize>,
+    /// The node that kept each unit's standby copy as the drain first found it.
+    standbys: BTreeMap<UnitId, Option<NodeId>>,
     /// How many units each target was sent and did not give back.
     sent: BTreeMap<usize, usize>,
 }
@@ -102,6 +104,8 @@ impl World {
             for found in self.inventory(node) {
                 if let Some(spread) = self.spreads.get_mut(&node) {
                     spread.sizes.entry(found.unit.clone()).or_insert(found.size);
+                    let standby = found.standby.clone();
+                    spread.standbys.entry(found.unit.clone()).or_insert(standby);
                 }
                 if let Some(decision) = plan.found(found) {
                     self.carry_out(node, decision);
@@ -260,7 +264,8 @@ impl World {
     }
 
     /// The moves one round of a drain starts, on the view it took them on: each goes to a serving
-    /// node no more loaded than another, counting what the drain sent it already.
+    /// node no more loaded than another, counting what the drain sent it already, or to the node
+    /// that keeps the room's standby copy.
     fn spread(&mut self, node: usize, decided: &[Decision]) {
         let Some(spread) = self.spreads.get_mut(&node) else {
             return;
@@ -281,6 +286,7 @@ impl World {
             let chosen = serving.clone().find(|d| d.node == *to).map(load);
             if let (Some(least), Some(chosen)) = (least, chosen)
                 && chosen > least
+                && spread.standbys.get(unit) != Some(&Some(to.clone()))
             {
                 self.broken.get_or_insert(format!(
                     "n{node}'s drain sent {unit} to {to}, which had {chosen} units with what it \
@@ -308,6 +314,7 @@ impl World {
                     factory: self.factory(lane.primary).into(),
                     batch: if room { Batch::Room } else { Batch::Actor },
                     relocatable: true,
+                    standby: self.standby_holder(node, lane.primary),
                 }
             })
             .collect()

@@ -12,8 +12,8 @@ use ferry_core::authority::{NodeDescriptor, UnitRecord};
 use ferry_core::ids::ObjectGeneration;
 use ferry_core::lease::{self, HeldLease, Retake};
 use ferry_core::recovery::{
-    Found, census, coordinator, earlier_process_stopped, left_by_earlier_process, plan_node,
-    takes_rebuilds,
+    Found, NamedRecords, census, coordinator, earlier_process_stopped, left_by_earlier_process,
+    plan_node, takes_rebuilds,
 };
 use ferry_core::standby::Series;
 use ferry_core::witness::{Lapsed, Verdict, Witness};
@@ -257,13 +257,37 @@ impl World {
                 continue;
             }
             let owner_descriptor = self.nodes[n].witness.dead_at(&dead);
-            let plan = plan_node(units, |_| false, &self.nodes[n].view, &tally, &spots);
-            for (found, target) in plan.rebuild {
-                // A room with a standby goes to its holder, whose copy is promoted.
-                let (target, promote) = self.promotion(n, &found, target, &standbys);
+            let named: NamedRecords = standbys
+                .iter()
+                .map(|(u, version, named)| (self.unit_id(*u), (named.clone(), *version)))
+                .collect();
+            let keeps_standby = |f: &Found| self.policy(self.unit_index(&f.id)).keeps_standby();
+            let view = &self.nodes[n].view;
+            let plan = plan_node(
+                units,
+                |_| false,
+                view,
+                &tally,
+                &spots,
+                &named,
+                keeps_standby,
+            );
+            for (id, why) in &plan.fresh {
+                trace!(self, "n{n}: recovery rebuilds {id} from nothing: {why}");
+            }
+            // A room with a standby goes to its holder, whose copy is promoted.
+            let promoted = plan.promote.into_iter().map(|p| {
+                let promote = Some((p.series, p.standby_version));
+                (p.room, p.holder, promote)
+            });
+            let rebuilt = plan
+                .rebuild
+                .into_iter()
+                .map(|(f, target)| (f, target, None));
+            for (found, target, promote) in promoted.chain(rebuilt).collect::<Vec<_>>() {
                 trace!(
                     self,
-                    "n{n}: recovery rebuilds {} of dead {dead} on {target}", found.id
+                    "n{n}: recovery brings back {} of dead {dead} on {target}", found.id
                 );
                 *tally.entry(target.clone()).or_default() += 1;
                 if let ferry_core::ids::UnitId::Spot(spot) = &found.id {

@@ -14,9 +14,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ferry_core::recovery::{Found, takes_rebuilds};
 use ferry_core::standby::checkpoints::{Budget, Checkpoint, Checkpoints, Outbox, Take};
-use ferry_core::standby::promotion::{self, Named, Promotion};
+use ferry_core::standby::promotion::{self, Named};
 use ferry_core::standby::replica::{self, Applied, Refusal, Replica};
 use ferry_core::standby::{Policy, Series, placement};
 
@@ -79,7 +78,7 @@ pub(crate) struct Standbys {
 
 impl World {
     /// The standby policy of unit `u`.
-    fn policy(&self, u: usize) -> Policy {
+    pub(crate) fn policy(&self, u: usize) -> Policy {
         if !self.shape.standby || !self.is_room(u) {
             return Policy::None;
         }
@@ -135,6 +134,17 @@ impl World {
             .map(|o| o.checkpoints.turn(now));
         self.checkpoint(node, lane, unit);
         turn
+    }
+
+    /// The node `unit`'s checkpoints on `node` go to, if it keeps a standby: a drain of `node`
+    /// prefers it as the room's target.
+    pub(crate) fn standby_holder(
+        &self,
+        node: usize,
+        unit: usize,
+    ) -> Option<ferry_core::ids::NodeId> {
+        let owner = self.standby.owners.get(&(node, unit))?;
+        owner.checkpoints.holder().cloned()
     }
 
     /// The room runs on `node`: its checkpoints start there if they have not, and the node
@@ -483,45 +493,6 @@ impl World {
         self.standby.owners.retain(|(n, _), _| *n != node);
         self.standby.copies.retain(|(n, _), _| *n != node);
         self.standby.budgets.remove(&node);
-    }
-
-    /// Where recovery sends a dead node's unit planned for `target`: a room whose standby the
-    /// core promotes goes to its holder, with the series and the standby record's version;
-    /// another is rebuilt from nothing on `target`, and a room that kept a standby says why.
-    pub(crate) fn promotion(
-        &mut self,
-        n: usize,
-        found: &Found,
-        target: ferry_core::ids::NodeId,
-        standbys: &[(usize, u64, Named)],
-    ) -> (ferry_core::ids::NodeId, Option<(Series, u64)>) {
-        let unit = self.unit_index(&found.id);
-        if !self.policy(unit).keeps_standby() {
-            return (target, None);
-        }
-        let named = standbys.iter().find(|(u, _, _)| *u == unit);
-        let dead = self.nodes[n].dead.iter().map(|&d| node_id(d)).collect();
-        let takers = self.nodes[n]
-            .view
-            .iter()
-            .filter(|d| takes_rebuilds(d.state))
-            .map(|d| d.node.clone())
-            .collect();
-        match promotion::choose(&found.record, named.map(|(_, _, s)| s), &dead, &takers) {
-            Promotion::Promote { holder, series } => {
-                let version = named.map_or(0, |(_, v, _)| *v);
-                trace!(
-                    self,
-                    "n{n}: recovery promotes u{unit}'s standby on {holder}"
-                );
-                (holder, Some((series, version)))
-            }
-            Promotion::Rebuild(why) => {
-                trace!(self, "n{n}: recovery rebuilds u{unit}: {why}");
-                (target, None)
-            }
-            Promotion::Wait => (target, None),
-        }
     }
 
     /// The cell a recovery claims `unit` with here: the standby copy to promote, gated on the

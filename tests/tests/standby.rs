@@ -1,0 +1,348 @@
+//! Warm standby over real QUIC: a room that keeps a standby has its copy on the node placement
+//! names, and the store's standby record names that node; checkpoints ship only what changed; a
+//! holder that leaves is replaced in a new series; a room that moves is checkpointed by its new
+//! owner and its old copy dropped; a room without a standby ships nothing; and in confirmed mode a
+//! reply leaves its room's node only once the store names a series that holds its turn.
+
+use std::time::Duration;
+
+use ferry::{
+    Behavior, Ctx, Node, NodeId, Registration, RegistrationError, Registry, RelocationPolicy,
+    SpotId, StandbyPolicy, StandbyStatus, StartError, UnitId,
+};
+use ferry_core::authority::standby_key;
+use ferry_core::standby::placement;
+use ferry_core::standby::promotion::Named;
+use ferry_tests::cluster::{Backend, Cluster};
+use serde::{Deserialize, Serialize};
+
+const T: Duration = Duration::from_secs(10);
+
+/// The pre-copy block: what one changed byte costs a checkpoint.
+const BLOCK: usize = ferry::relocation::precopy::BLOCK;
+
+const MIB: usize = 1 << 20;
+
+/// A room with a blob of state.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Blob {
+    blob: Vec<u8>,
+    count: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum Cmd {
+    /// Makes the blob `len` bytes.
+    Fill { len: usize },
+    /// Changes one byte in block `block` of the blob.
+    Touch { block: usize },
+    /// Counts one message.
+    Add,
+    /// Answers the count, changing nothing.
+    Get,
+}
+
+impl Behavior for Blob {
+    type Msg = Cmd;
+    type Reply = u64;
+
+    fn handle(&mut self, _ctx: &mut Ctx<'_>, msg: Cmd) -> u64 {
+        match msg {
+            Cmd::Fill { len } => self.blob = (0..len).map(|i| (i % 251) as u8).collect(),
+            Cmd::Touch { block } => {
+                if let Some(byte) = self.blob.get_mut(block * BLOCK + 7) {
+                    *byte = byte.wrapping_add(1);
+                }
+            }
+            Cmd::Add => self.count += 1,
+            Cmd::Get => {}
+        }
+        self.count
+    }
+}
+
+const PERIODIC: &str = "periodic";
+const CONFIRMED: &str = "confirmed";
+const PLAIN: &str = "plain";
+
+fn registry() -> Registry {
+    let mut reg = Registry::new();
+    let periodic = StandbyPolicy::Periodic {
+        interval: Duration::from_millis(20),
+    };
+    for (kind, standby) in [
+        (PERIODIC, periodic),
+        (CONFIRMED, StandbyPolicy::Confirmed),
+        (PLAIN, StandbyPolicy::None),
+    ] {
+        reg.register(
+            Registration::spot(kind, |_| Blob::default())
+                .policy(RelocationPolicy::serde())
+                .standby(standby),
+        );
+    }
+    reg
+}
+
+fn spot(id: &str) -> SpotId {
+    SpotId::new(id).expect("valid id")
+}
+
+/// Waits, in bounded steps, until `ok` holds (the standby exposes its progress as status only).
+async fn wait_until(what: &str, mut ok: impl AsyncFnMut() -> bool) {
+    for _ in 0..1000 {
+        if ok().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never: {what}");
+}
+
+/// The store's standby record of `room`, if there is one.
+async fn named(cluster: &Cluster, room: &UnitId) -> Option<Named> {
+    let key = standby_key(room);
+    let found = cluster.store.get(&key).await.expect("store answers")?;
+    Some(Named::decode(&key, &found.value).expect("a standby record"))
+}
+
+/// The node placement names for `room`'s standby while `owner` runs it, as `owner` sees it.
+fn holder_of(owner: &Node, room: &UnitId, factory: &str) -> NodeId {
+    let view = owner.cluster_view();
+    placement::holder(&view, owner.id(), room, factory).expect("a holder")
+}
+
+fn status(cluster: &Cluster, id: &NodeId) -> StandbyStatus {
+    cluster.node(id.as_str()).standby_status()
+}
+
+/// Whether every turn of every room `owner` runs is held by a standby the store names.
+fn all_held(owner: &Node) -> bool {
+    let s = owner.standby_status();
+    s.rooms > 0 && s.current == s.rooms && s.oldest_unheld.is_none()
+}
+
+/// Creates a room of `kind` on `node` with a blob of `len` bytes.
+async fn open(node: &Node, kind: &str, id: &SpotId, len: usize) {
+    node.create_spot_on(node.id(), kind, id)
+        .await
+        .expect("room created");
+    let _: u64 = node
+        .request(id, Cmd::Fill { len }, T)
+        .await
+        .expect("filled");
+}
+
+/// Waits until the store names `holder` as the standby of `room`, in a series of the room's
+/// owner generation now.
+async fn wait_named(cluster: &Cluster, owner: &Node, room: &UnitId, holder: &NodeId) -> Named {
+    let record = owner
+        .read_record(room)
+        .await
+        .expect("store answers")
+        .expect("a record");
+    wait_until("the store names the standby", async || {
+        named(cluster, room)
+            .await
+            .is_some_and(|n| n.holder == *holder && n.series.generation == record.owner_generation)
+    })
+    .await;
+    let named = named(cluster, room).await.expect("named");
+    assert_eq!(named.incarnation, record.object_generation);
+    named
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_periodic_room_keeps_its_copy_on_the_node_placement_names() {
+    let cluster = Cluster::start(3, registry).await;
+    let owner = cluster.node("n1").clone();
+    let id = spot("r1");
+    let room = UnitId::Spot(id.clone());
+    open(&owner, PERIODIC, &id, 4096).await;
+    let holder = holder_of(&owner, &room, PERIODIC);
+    wait_named(&cluster, &owner, &room, &holder).await;
+    wait_until("the standby holds every turn", async || all_held(&owner)).await;
+    for node in &cluster.nodes {
+        let copies = node.standby_status().copies;
+        let expected = usize::from(node.id() == &holder);
+        assert_eq!(copies, expected, "copies on {}", node.id());
+    }
+    let s = owner.standby_status();
+    assert_eq!((s.rooms, s.current, s.behind), (1, 1, 0));
+    assert!(s.checkpoints_sent >= 1 && s.bytes_sent >= 4096);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn checkpoints_ship_what_changed_and_an_unchanged_room_ships_nothing() {
+    let cluster = Cluster::start(3, registry).await;
+    let owner = cluster.node("n1").clone();
+    let (busy, idle) = (spot("busy"), spot("idle"));
+    open(&owner, PERIODIC, &busy, MIB).await;
+    open(&owner, PERIODIC, &idle, MIB).await;
+    wait_until("both rooms are held whole", async || {
+        all_held(&owner) && owner.standby_status().rooms == 2
+    })
+    .await;
+    let before = owner.standby_status();
+    assert!(before.bytes_sent >= 2 * MIB as u64);
+    const CHANGES: usize = 5;
+    for block in 0..CHANGES {
+        let sent = owner.standby_status().checkpoints_sent;
+        let _: u64 = owner
+            .request(&busy, Cmd::Touch { block: block * 3 }, T)
+            .await
+            .expect("touched");
+        // Turns that change nothing: the idle room's checkpoints find nothing to ship.
+        let _: u64 = owner.request(&idle, Cmd::Get, T).await.expect("answers");
+        wait_until("the change is checkpointed", async || {
+            let s = owner.standby_status();
+            s.checkpoints_sent > sent && s.oldest_unheld.is_none()
+        })
+        .await;
+    }
+    let after = owner.standby_status();
+    let shipped = after.bytes_sent - before.bytes_sent;
+    assert!(
+        shipped >= CHANGES as u64 && shipped <= (CHANGES * 2 * BLOCK) as u64,
+        "{CHANGES} one-block changes shipped {shipped} bytes"
+    );
+    assert!(
+        after.checkpoints_sent - before.checkpoints_sent <= CHANGES as u64,
+        "the idle room shipped checkpoints"
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_holder_that_leaves_is_replaced_in_a_new_series() {
+    let cluster = Cluster::start(3, registry).await;
+    let owner = cluster.node("n1").clone();
+    let id = spot("r1");
+    let room = UnitId::Spot(id.clone());
+    open(&owner, PERIODIC, &id, 64 * 1024).await;
+    let first = holder_of(&owner, &room, PERIODIC);
+    let was = wait_named(&cluster, &owner, &room, &first).await;
+    let other = cluster
+        .nodes
+        .iter()
+        .find(|n| n.id() != owner.id() && n.id() != &first)
+        .expect("a third node")
+        .clone();
+    cluster.node(first.as_str()).shutdown().await;
+    let now = wait_named(&cluster, &owner, &room, other.id()).await;
+    assert!(now.series > was.series, "{now:?} after {was:?}");
+    wait_until("the new holder keeps the copy", async || {
+        other.standby_status().copies == 1 && all_held(&owner)
+    })
+    .await;
+    assert_eq!(status(&cluster, &first).copies, 0);
+    // The room's turns go on being checkpointed to the new holder.
+    let sent = owner.standby_status().checkpoints_sent;
+    let _: u64 = owner.request(&id, Cmd::Add, T).await.expect("added");
+    wait_until("the turn is held", async || {
+        owner.standby_status().checkpoints_sent > sent && all_held(&owner)
+    })
+    .await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_moved_room_drops_its_old_copy_and_its_new_owner_checkpoints_it() {
+    let cluster = Cluster::start(3, registry).await;
+    let owner = cluster.node("n1").clone();
+    let id = spot("r1");
+    let room = UnitId::Spot(id.clone());
+    open(&owner, PERIODIC, &id, 64 * 1024).await;
+    let first = holder_of(&owner, &room, PERIODIC);
+    let was = wait_named(&cluster, &owner, &room, &first).await;
+    let target = cluster
+        .nodes
+        .iter()
+        .find(|n| n.id() != owner.id() && n.id() != &first)
+        .expect("a third node")
+        .clone();
+    owner
+        .move_unit(&room, Some(target.id().clone()))
+        .await
+        .expect("moved");
+    assert!(target.hosts(&room));
+    wait_until("the old owner's checkpoints end", async || {
+        owner.standby_status().rooms == 0
+    })
+    .await;
+    let holder = holder_of(&target, &room, PERIODIC);
+    let now = wait_named(&cluster, &target, &room, &holder).await;
+    assert!(now.series.generation > was.series.generation);
+    wait_until("one copy, on the new owner's holder", async || {
+        let copies: Vec<usize> = cluster
+            .nodes
+            .iter()
+            .map(|n| n.standby_status().copies)
+            .collect();
+        copies.iter().sum::<usize>() == 1 && status(&cluster, &holder).copies == 1
+    })
+    .await;
+    let _: u64 = target.request(&id, Cmd::Add, T).await.expect("added");
+    wait_until("the new owner's turns are held", async || all_held(&target)).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_room_without_a_standby_ships_nothing() {
+    let cluster = Cluster::start(3, registry).await;
+    let owner = cluster.node("n1").clone();
+    let id = spot("plain");
+    open(&owner, PLAIN, &id, 64 * 1024).await;
+    for _ in 0..20 {
+        let _: u64 = owner.request(&id, Cmd::Add, T).await.expect("added");
+    }
+    // A checkpoint would have been taken at the boundary of the turn that answered.
+    for node in &cluster.nodes {
+        assert_eq!(
+            node.standby_status(),
+            StandbyStatus::default(),
+            "{}",
+            node.id()
+        );
+    }
+    assert!(named(&cluster, &UnitId::Spot(id)).await.is_none());
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_standby_record_is_written_on_redis() {
+    let Some(cluster) = Cluster::start_with(Backend::Redis, 2, registry).await else {
+        return;
+    };
+    let owner = cluster.node("n1").clone();
+    let id = spot("r1");
+    let room = UnitId::Spot(id.clone());
+    open(&owner, PERIODIC, &id, 4096).await;
+    let holder = holder_of(&owner, &room, PERIODIC);
+    assert_eq!(holder.as_str(), "n2");
+    wait_named(&cluster, &owner, &room, &holder).await;
+    wait_until("the copy is held", async || {
+        all_held(&owner) && status(&cluster, &holder).copies == 1
+    })
+    .await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_standby_without_state_is_refused_at_start() {
+    let mut reg = Registry::new();
+    reg.register(
+        Registration::spot("recreated", |_| Blob::default())
+            .policy(RelocationPolicy::Recreate)
+            .standby(StandbyPolicy::periodic()),
+    );
+    let config = ferry::NodeConfig::new(NodeId::new("n1").expect("id"));
+    let Err(StartError::Registration(problems)) = Node::start(config, reg).await else {
+        panic!("the registration was not refused");
+    };
+    assert!(matches!(
+        problems.as_slice(),
+        [RegistrationError::StandbyWithoutState { type_name, .. }] if type_name == "recreated"
+    ));
+}
