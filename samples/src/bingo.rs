@@ -701,13 +701,14 @@ pub fn register(registry: &mut Registry, rules: Rules) {
     register_standby(registry, rules, StandbyPolicy::None);
 }
 
-/// Registers the room, player and matchmaker factories, rooms and players keeping a standby of
-/// `standby` so that a crash keeps their cards and marks. The matchmaker keeps none: it is rebuilt
-/// from what its rooms tell it (`Recreate`), so it has no state of its own to keep.
+/// Registers the room, player and matchmaker factories, rooms keeping a standby of `standby` so
+/// that a crash keeps their draws and their players' cards and marks (a player in a room is kept
+/// with it). The matchmaker keeps none: it is rebuilt from what its rooms tell it (`Recreate`),
+/// so it has no state of its own to keep.
 pub fn register_standby(registry: &mut Registry, rules: Rules, standby: StandbyPolicy) {
     registry
         .register(room(rules).standby(standby))
-        .register(player().standby(standby))
+        .register(player())
         .register(matchmaker(rules));
 }
 

@@ -207,10 +207,10 @@ pub fn register(registry: &mut Registry) {
     register_standby(registry, StandbyPolicy::None);
 }
 
-/// Registers the room and the chatter factories, both keeping a standby of `standby`, so that a
-/// crash of a room's node keeps its lines.
+/// Registers the room and the chatter factories, rooms keeping a standby of `standby` (with
+/// their members), so that a crash of a room's node keeps its lines.
 pub fn register_standby(registry: &mut Registry, standby: StandbyPolicy) {
     registry
         .register(room().standby(standby))
-        .register(chatter().standby(standby));
+        .register(chatter());
 }

@@ -352,12 +352,12 @@ pub fn register(registry: &mut Registry, rules: Rules) {
     register_standby(registry, rules, StandbyPolicy::None);
 }
 
-/// Registers the room and the player factories, both keeping a standby of `standby`, so that a
-/// crash of a room's node keeps its round.
+/// Registers the room and the player factories, rooms keeping a standby of `standby` (with their
+/// players), so that a crash of a room's node keeps its round.
 pub fn register_standby(registry: &mut Registry, rules: Rules, standby: StandbyPolicy) {
     registry
         .register(room(rules).standby(standby))
-        .register(player().standby(standby));
+        .register(player());
 }
 
 /// Where a client saw its room move: the node changed between two snapshots in a row.

@@ -9,7 +9,7 @@
 //! - `seed`: deterministic randomness, so a room plays the same game wherever it runs.
 //!
 //! [`registry`] registers every sample with its default rules; [`registry_with_standby`] the same,
-//! its rooms and players keeping a warm standby.
+//! its game rooms keeping a warm standby.
 
 pub mod bingo;
 pub mod chat;
@@ -24,9 +24,9 @@ pub fn register_all(registry: &mut Registry) {
     register_all_standby(registry, StandbyPolicy::None);
 }
 
-/// Registers every sample's factories with their default rules, the games' rooms and players
-/// keeping a standby of `standby` (the bingo matchmaker and `ping` keep none: they have no state
-/// a crash could lose).
+/// Registers every sample's factories with their default rules, the games' rooms keeping a
+/// standby of `standby`, with their members (the bingo matchmaker is rebuilt from its rooms, and
+/// `ping` is a check, so neither keeps one).
 pub fn register_all_standby(registry: &mut Registry, standby: StandbyPolicy) {
     chat::register_standby(registry, standby);
     fps::register_standby(registry, fps::Rules::default(), standby);
@@ -39,8 +39,7 @@ pub fn registry() -> Registry {
     registry_with_standby(StandbyPolicy::None)
 }
 
-/// A registry with every sample's factories, the games' rooms and players keeping a standby of
-/// `standby`.
+/// A registry with every sample's factories, the games' rooms keeping a standby of `standby`.
 pub fn registry_with_standby(standby: StandbyPolicy) -> Registry {
     let mut registry = Registry::new();
     register_all_standby(&mut registry, standby);
