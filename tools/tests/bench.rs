@@ -307,6 +307,16 @@ fn a_crash_run_reports_every_room_back_and_what_it_came_back_with() {
     assert_eq!(crash["back"]["count"], 20, "{report:#}");
     distribution(&report, "/crash/back");
     assert_eq!(crash["checkpoint_age"]["count"].as_u64(), Some(promoted));
+    // Recovery's own account of the rooms it made again: one event per room, promoted or not.
+    let said = &crash["recovery"];
+    let from_nothing: u64 = said["from_nothing"]
+        .as_object()
+        .expect("reasons")
+        .values()
+        .filter_map(Value::as_u64)
+        .sum();
+    assert_eq!(said["promoted"].as_u64(), Some(promoted), "{report:#}");
+    assert_eq!(from_nothing, rebuilt, "{report:#}");
     if promoted > 0 {
         distribution(&report, "/crash/checkpoint_age");
     }
@@ -347,14 +357,22 @@ fn a_steady_run_reports_the_standby_cost_beside_no_standby() {
     assert_eq!(report["change_rate"], 0.1);
     for side in ["with_standby", "without_standby"] {
         assert!(report[side]["seconds"].as_f64() > Some(0.0), "{report:#}");
+        // A second of 20 quiet rooms may take less CPU than `/proc` counts (10 ms).
         assert!(
-            report[side]["cpu_percent_of_core"].as_f64() > Some(0.0),
+            report[side]["cpu_percent_of_core"].as_f64() >= Some(0.0),
             "{report:#}"
         );
         assert!(report[side]["checkpoint_bytes"].is_u64(), "{report:#}");
     }
     assert_eq!(report["without_standby"]["checkpoints"], 0, "{report:#}");
-    assert!(report["cpu_ratio"].as_f64() > Some(0.0), "{report:#}");
+    assert_eq!(
+        report["without_standby"]["checkpoint_bytes"], 0,
+        "{report:#}"
+    );
+    assert!(
+        report["cpu_ratio"].is_null() || report["cpu_ratio"].as_f64() >= Some(0.0),
+        "{report:#}"
+    );
     assert!(
         report["checkpoint_cpu_percent_of_core"].is_number(),
         "{report:#}"

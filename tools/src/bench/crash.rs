@@ -9,15 +9,16 @@
 //! time of its latest turn, and the first turn it runs on a new node keeps the one it arrived
 //! with. The kill's wall time minus that is how much of the room's play the crash took.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ferry::{
-    Behavior, Ctx, Node, OverrunPolicy, Registration, Registry, RelocationPolicy, SpotId,
-    StandbyPolicy, Tick,
+    Behavior, Ctx, Node, OverrunPolicy, RecoveryEvent, Registration, Registry, RelocationPolicy,
+    SpotId, StandbyPolicy, Tick,
 };
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use super::{BenchArgs, BenchError, StandbyChoice};
 use crate::local_cluster::LocalCluster;
@@ -228,6 +229,38 @@ pub struct CrashReport {
     pub back: Percentiles,
     /// For each promoted room: from the latest turn its checkpoint holds to the kill.
     pub checkpoint_age: Percentiles,
+    /// What the survivors' recovery said it did, event by event.
+    pub recovery: RecoverySaid,
+}
+
+/// The survivors' recovery events of a crash run, counted: what recovery says beside what the
+/// rooms showed.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RecoverySaid {
+    /// Rooms named in `Promoted` events.
+    pub promoted: u64,
+    /// `FromNothing` events, by why the room's standby could not be promoted.
+    pub from_nothing: BTreeMap<String, u64>,
+}
+
+impl RecoverySaid {
+    /// Counts the events the receivers hold now.
+    fn read(receivers: &mut [broadcast::Receiver<RecoveryEvent>]) -> RecoverySaid {
+        let mut said = RecoverySaid::default();
+        for events in receivers {
+            loop {
+                match events.try_recv() {
+                    Ok(RecoveryEvent::Promoted { ids, .. }) => said.promoted += ids.len() as u64,
+                    Ok(RecoveryEvent::FromNothing { why, .. }) => {
+                        *said.from_nothing.entry(format!("{why:?}")).or_default() += 1;
+                    }
+                    Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+                    Err(_) => break,
+                }
+            }
+        }
+        said
+    }
 }
 
 /// What a crash run measured: the rooms playing before the kill, and what the kill did.
@@ -270,7 +303,8 @@ impl CrashRun {
              \x20 played again: {again} of {rooms} ({promoted} from a checkpoint, {rebuilt} rebuilt from nothing)\n\
              \x20 back after the kill: p50 {b50:.1} ms, p99 {b99:.1} ms, max {bmax:.1} ms\n\
              \x20 checkpoint age: p50 {a50:.1} ms, p99 {a99:.1} ms, max {amax:.1} ms ({aged} rooms)\n\
-             \x20 confirmed inputs lost: {lost}\n",
+             \x20 confirmed inputs lost: {lost}\n\
+             \x20 recovery said: {said_promoted} promoted, rebuilt from nothing: {from_nothing}\n",
             rooms = c.rooms,
             bytes = self.state_bytes,
             standby = self.standby,
@@ -292,6 +326,17 @@ impl CrashRun {
             amax = ms(c.checkpoint_age.max_us),
             aged = c.checkpoint_age.count,
             lost = c.confirmed_inputs_lost,
+            said_promoted = c.recovery.promoted,
+            from_nothing = if c.recovery.from_nothing.is_empty() {
+                "none".to_owned()
+            } else {
+                c.recovery
+                    .from_nothing
+                    .iter()
+                    .map(|(why, n)| format!("{n} {why}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
         )
     }
 }
@@ -342,6 +387,10 @@ async fn measure(cluster: &LocalCluster, args: &BenchArgs) -> Result<CrashRun, B
     let stretch = Stretch::start(owner);
     tokio::time::sleep(args.duration).await;
     let running = stretch.end(owner);
+    let mut recovery: Vec<_> = cluster.nodes[1..]
+        .iter()
+        .map(Node::recovery_events)
+        .collect();
     let killed_ns = now_ns();
     killed.send_replace(Some(Instant::now()));
     let kill_at = Instant::now();
@@ -358,6 +407,7 @@ async fn measure(cluster: &LocalCluster, args: &BenchArgs) -> Result<CrashRun, B
         confirmed_inputs_lost: 0,
         back: Durations::new().summary(),
         checkpoint_age: Durations::new().summary(),
+        recovery: RecoverySaid::read(&mut recovery),
     };
     let (mut back, mut ages) = (Durations::new(), Durations::new());
     for seen in &clients {

@@ -48,7 +48,7 @@ impl SteadyRun {
              \x20 with the standby ({ws:.1} s): {wcpu} of one core, {checkpoints} checkpoints, \
              {bps:.0} B/s\n\
              \x20 without ({os:.1} s): {ocpu} of one core\n\
-             \x20 checkpoints took {added} of one core ({ratio} the CPU without)\n",
+             \x20 checkpoints took {added} of one core ({ratio})\n",
             rooms = self.rooms,
             bytes = self.state_bytes,
             rate = self.change_rate,
@@ -62,9 +62,10 @@ impl SteadyRun {
             added = self
                 .checkpoint_cpu_percent_of_core
                 .map_or("unknown".to_owned(), |p| format!("{p:.1}%")),
-            ratio = self
-                .cpu_ratio
-                .map_or("unknown".to_owned(), |r| format!("{r:.2}x")),
+            ratio = self.cpu_ratio.map_or(
+                "no CPU measured without: run longer for a ratio".to_owned(),
+                |r| format!("{r:.2}x the CPU without")
+            ),
         )
     }
 }
