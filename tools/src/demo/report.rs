@@ -129,7 +129,6 @@ impl Report {
                     b.rebuilt_text()
                 ),
             ),
-            ("crashes", b.crash_text()),
             (
                 "mismatches",
                 format!(
