@@ -57,10 +57,12 @@ test("behind HTTPS and the admin token, the cluster view follows a drain move by
   assert.deepEqual(await rooms(page, "n2"), names);
   assert.equal(await page.locator('tr[data-node="n2"] .state').innerText(), "Serving");
   assert.equal(await page.locator('tr[data-node="n2"] .drain').innerText(), "-");
-  // `ferry node` keeps a confirmed standby of each chat room: the row says how many of its rooms
-  // have a current one, and how long the oldest change not yet held has waited.
+  // `ferry node` keeps a confirmed standby of each chat room: once each has its first checkpoint
+  // held, the row says all three have a current one, and how long the oldest change not yet held
+  // has waited.
+  await until(page, `/^3\\/3 current, /.test(document.querySelector('tr[data-node="n2"] .standby')?.textContent ?? "")`);
   const standby = await page.locator('tr[data-node="n2"] .standby').innerText();
-  assert.match(standby, /^(-|\d+\/\d+ current, (all held|oldest unheld \d+ ms))$/);
+  assert.match(standby, /^3\/3 current, (all held|oldest unheld \d+ ms)$/);
 
   const report = await cluster.drain("n2");
   assert.equal(report.outcome, "Relocated", JSON.stringify(report));
