@@ -6,6 +6,7 @@ pub mod docs;
 pub mod etcd_server;
 pub mod faults;
 pub mod invariants;
+pub mod netns;
 pub mod player;
 pub mod ports;
 pub mod redis_sentinel;

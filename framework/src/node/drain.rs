@@ -489,6 +489,7 @@ impl Node {
                 let spot = ids.iter().find(|(id, _)| matches!(id, UnitId::Spot(_)));
                 let (unit, factory) = spot.or(ids.first())?.clone();
                 let info = factory.info();
+                let standby = self.standby_aimed_at(&unit);
                 let batch = match info.kind {
                     FactoryKind::UserSpot(ExecutionMode::PerActor) => Batch::Shell,
                     FactoryKind::Actor => Batch::Actor,
@@ -500,7 +501,7 @@ impl Node {
                     factory: info.type_name.to_string(),
                     batch,
                     relocatable: info.policy != PolicyKind::Disabled,
-                    standby: None,
+                    standby,
                 })
             })
             .collect()

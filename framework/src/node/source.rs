@@ -151,7 +151,9 @@ impl Node {
             lane,
             drain,
             permit: None,
-            precopy: Precopy::new(),
+            precopy: self
+                .standby_move_to(id, &target)
+                .map_or_else(Precopy::new, Precopy::from_standby),
             image: None,
             rel,
             id: id.clone(),
@@ -186,6 +188,9 @@ impl Node {
             .map(|o| o.target)
             .unwrap_or_default();
         let report = run.report(reported);
+        if report.end != MoveEnd::Moved {
+            self.standby_stays(id);
+        }
         if report.end == MoveEnd::Undecided {
             tracing::warn!("the store has not said who owns the unit; it is held until it does");
             tokio::spawn(run.settle(events).in_current_span());

@@ -98,6 +98,8 @@ pub enum Take {
     OverBudget,
     /// No node can hold a standby now.
     NoHolder,
+    /// The room is on its way to its standby's node, which seals against the copy it holds.
+    Moving,
 }
 
 #[derive(Debug, Clone)]
@@ -135,6 +137,8 @@ pub struct Checkpoints {
     named: Option<Series>,
     /// The last turn whose effects may leave the node.
     released: u64,
+    /// A move to the standby's node is under way: no checkpoint goes until it ends.
+    moving: bool,
 }
 
 impl Checkpoints {
@@ -155,6 +159,7 @@ impl Checkpoints {
             after_flight: None,
             named: None,
             released: 0,
+            moving: false,
         }
     }
 
@@ -163,10 +168,23 @@ impl Checkpoints {
         self.series
     }
 
-    /// The image of the last checkpoint of this series the standby acknowledged: a move to the
-    /// standby's node seals against it ([`Precopy::from_standby`](crate::relocation::precopy::Precopy::from_standby)).
-    pub fn acknowledged(&self) -> Option<&Bytes> {
-        self.held.as_ref()
+    /// A move of the room to `target` starts. If `target` keeps its standby and no checkpoint is
+    /// in flight, checkpoints pause until the move ends ([`stays`](Self::stays), or the room
+    /// leaves), so that the copy stays the one the move seals against, and that copy's image is
+    /// returned ([`Precopy::from_standby`](crate::relocation::precopy::Precopy::from_standby)).
+    /// Otherwise the move copies from nothing, and checkpoints go on.
+    pub fn move_to(&mut self, target: &NodeId) -> Option<Bytes> {
+        if self.holder.as_ref() != Some(target) || self.flight.is_some() {
+            return None;
+        }
+        let copy = self.held.clone()?;
+        self.moving = true;
+        Some(copy)
+    }
+
+    /// The move ended with the room still here: checkpoints go on.
+    pub fn stays(&mut self) {
+        self.moving = false;
     }
 
     /// The node the checkpoints go to, once [`aim`](Self::aim) chose one.
@@ -199,6 +217,9 @@ impl Checkpoints {
     /// Whether a checkpoint could go now, before the room's image is made for it: there is a
     /// holder, nothing is in flight, the interval passed and a turn ran since the last one.
     pub fn ready(&self, now: Instant) -> Result<(), Take> {
+        if self.moving {
+            return Err(Take::Moving);
+        }
         if self.holder.is_none() {
             return Err(Take::NoHolder);
         }
@@ -513,6 +534,35 @@ mod tests {
         );
         assert_eq!(owner.released(), 3);
         assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn a_move_to_the_standby_seals_against_its_copy_and_no_checkpoint_changes_it_meanwhile() {
+        let now = Instant::now();
+        let mut budget = Budget::default();
+        let mut owner = Checkpoints::new(Policy::Confirmed, first());
+        owner.aim(Some(node("b")), &mut budget);
+        let mut held = None;
+        let state = image(50_000, 2);
+        owner.turn(now);
+        // In flight: what the standby will hold is not known yet.
+        let Take::Ship(checkpoint) = owner.take(now, state.clone(), &mut budget) else {
+            panic!("the first checkpoint ships");
+        };
+        assert_eq!(owner.move_to(&node("b")), None, "a checkpoint is in flight");
+        replica::apply(&mut held, &checkpoint, false).expect("applied");
+        owner.acked(checkpoint.series, checkpoint.number, &mut budget);
+        assert_eq!(owner.move_to(&node("c")), None, "c keeps no copy");
+        assert_eq!(owner.move_to(&node("b")), Some(state.clone()));
+        assert_eq!(held.as_ref().map(Replica::image), Some(&state));
+        // Turns go on while the room moves, but its copy stays the move's base.
+        owner.turn(now);
+        assert_eq!(owner.take(now, image(50_000, 3), &mut budget), Take::Moving);
+        owner.stays();
+        assert!(matches!(
+            owner.take(now, image(50_000, 3), &mut budget),
+            Take::Ship(_)
+        ));
     }
 
     #[test]

@@ -62,6 +62,14 @@ impl Policy {
     }
 }
 
+/// Whether a room that ends on its owner has its standby drop the copy: only when the owner
+/// ends it while it certainly owns it (the room moved, stopped, or its node shut down in
+/// order). An owner fenced off (its lease may have lapsed, or it crashed) may no longer own the
+/// room, and its standby's copy is what recovery promotes.
+pub fn drops_copy_at_end(owner_fenced: bool) -> bool {
+    !owner_fenced
+}
+
 /// Which run of checkpoints a checkpoint belongs to. An owner starts a new series whenever it
 /// cannot know what its standby holds (a new standby, a refusal, an answer that never came); the
 /// first checkpoint of a series is the whole image. Series compare by the owner generation of the

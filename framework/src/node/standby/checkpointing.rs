@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
@@ -27,7 +28,7 @@ use ferry_core::authority::{UnitRecord, standby_key};
 use ferry_core::standby::checkpoints::{Budget, Checkpoints, Take};
 use ferry_core::standby::frames::StandbyFrame;
 use ferry_core::standby::promotion::Named;
-use ferry_core::standby::{Series, placement};
+use ferry_core::standby::{Series, drops_copy_at_end, placement};
 
 /// How long an owner waits for a checkpoint's answer before it takes its standby for having lost
 /// it and starts a new series. The answer comes back on the same ordered, reliable stream within
@@ -200,7 +201,8 @@ impl Node {
     }
 
     /// The room left this node (it moved away, stopped, or the node shuts down): its
-    /// checkpoints end, and its holder drops the copy.
+    /// checkpoints end, and its holder drops the copy, unless this node is fenced off (it may no
+    /// longer own the room, and the copy is what recovery promotes).
     pub(crate) fn standby_end(&self, room: &Arc<Room>) {
         {
             let mut rooms = self.core.standby.owning.rooms.lock();
@@ -214,8 +216,36 @@ impl Node {
         let series = checkpoints.series();
         let holder = checkpoints.holder().cloned();
         checkpoints.close(&mut self.core.standby.owning.budget.lock());
-        if let Some(holder) = holder {
+        if let Some(holder) = holder
+            && drops_copy_at_end(self.fenced())
+        {
             self.send_drop(&holder, &room.unit, series);
+        }
+    }
+
+    /// The node `unit`'s checkpoints go to now, if the room is owned here and keeps a standby:
+    /// a drain prefers it as the room's target.
+    pub(crate) fn standby_aimed_at(&self, unit: &UnitId) -> Option<NodeId> {
+        let room = self.core.standby.owning.rooms.lock().get(unit).cloned()?;
+        let state = room.state.lock();
+        state.checkpoints.as_ref()?.holder().cloned()
+    }
+
+    /// A move of `unit` to `target` starts: the copy it seals against, if `target` keeps it
+    /// (checkpoints then pause until [`standby_stays`](Self::standby_stays) or the room leaves).
+    pub(crate) fn standby_move_to(&self, unit: &UnitId, target: &NodeId) -> Option<Bytes> {
+        let room = self.core.standby.owning.rooms.lock().get(unit).cloned()?;
+        let mut state = room.state.lock();
+        state.checkpoints.as_mut()?.move_to(target)
+    }
+
+    /// A move of `unit` ended with the room still here: its checkpoints go on.
+    pub(crate) fn standby_stays(&self, unit: &UnitId) {
+        let Some(room) = self.core.standby.owning.rooms.lock().get(unit).cloned() else {
+            return;
+        };
+        if let Some(checkpoints) = room.state.lock().checkpoints.as_mut() {
+            checkpoints.stays();
         }
     }
 

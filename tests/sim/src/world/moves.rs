@@ -20,7 +20,7 @@ use ferry_core::relocation::assembly::Assembly;
 use ferry_core::relocation::capture::{Base, Manifest, QueuedOp, relay_digest};
 use ferry_core::relocation::frames::Refusal;
 use ferry_core::relocation::lane::{LaneMove, Seal};
-use ferry_core::relocation::precopy::Precopy;
+use ferry_core::relocation::precopy::{Precopy, base_for};
 use ferry_core::relocation::protocol::{
     MoveEnd, SourceAction, SourceEvent, SourceMachine, SourceTiming, TargetAction, TargetEvent,
     TargetMachine, fence_conflict,
@@ -184,6 +184,9 @@ impl World {
         // phase of some moves.
         let deadline = self.now + Duration::from_secs(1 + rel % 12);
         let machine = SourceMachine::new(self.now, deadline, SourceTiming::default());
+        let precopy = self
+            .standby_move_to(from, primary, to)
+            .map_or_else(Precopy::new, Precopy::from_standby);
         trace!(
             self,
             "move {rel}: u{primary} n{from}->n{to}, deadline +{}s",
@@ -206,7 +209,7 @@ impl World {
                     told: BTreeSet::new(),
                     sealed: Vec::new(),
                     copying: Copying::Snapshot,
-                    precopy: Precopy::new(),
+                    precopy,
                     image: None,
                     offered: false,
                     gate,
@@ -299,6 +302,12 @@ impl World {
         }
         if let Some(end) = &ended {
             self.drain_move_ended(rel, end);
+            if *end != MoveEnd::Moved
+                && let Some((node, lane)) = self.source(rel).map(|(n, s)| (n, s.lane))
+                && let Some(primary) = self.nodes[node].lanes.get(&lane).map(|l| l.primary)
+            {
+                self.standby_stays(node, primary);
+            }
         }
         let process = |w: &World, n: usize| w.nodes[n].process;
         if let Some((node, s)) = self.source(rel)
@@ -874,10 +883,13 @@ impl World {
             within,
             manifest,
         } = offer;
-        let held = self.nodes[node]
+        let precopied = self.nodes[node]
             .precopied
             .remove(&rel)
             .map(|p| p.held.into_image());
+        // A move to the node that keeps the room's standby seals against that copy.
+        let standby = self.standby_copy(node, primary);
+        let held = base_for(manifest.base, precopied.into_iter().chain(standby));
         let units: Vec<UnitId> = records.iter().map(|(u, _, _)| self.unit_id(*u)).collect();
         let staged: Vec<(u64, Vec<UnitId>, bool)> = self.nodes[node]
             .incoming

@@ -147,6 +147,29 @@ impl World {
         owner.checkpoints.holder().cloned()
     }
 
+    /// A move of `unit` from `node` to `to` starts: the copy it seals against if `to` keeps
+    /// it (the room's checkpoints pause meanwhile).
+    pub(crate) fn standby_move_to(&mut self, node: usize, unit: usize, to: usize) -> Option<Bytes> {
+        let owner = self.standby.owners.get_mut(&(node, unit))?;
+        owner.checkpoints.move_to(&node_id(to))
+    }
+
+    /// A move of `unit` from `node` ended with the room still there: its checkpoints go on.
+    pub(crate) fn standby_stays(&mut self, node: usize, unit: usize) {
+        if let Some(owner) = self.standby.owners.get_mut(&(node, unit)) {
+            owner.checkpoints.stays();
+        }
+    }
+
+    /// The image of the copy of `unit` this process of `node` keeps, if any: a move here may
+    /// seal against it.
+    pub(crate) fn standby_copy(&self, node: usize, unit: usize) -> Option<Vec<u8>> {
+        let process = self.nodes[node].process;
+        let held = self.standby.copies.get(&(node, unit))?;
+        let copy = held.copy.as_ref().filter(|_| held.process == process)?;
+        Some(copy.image().to_vec())
+    }
+
     /// The room runs on `node`: its checkpoints start there if they have not, and the node
     /// holds no standby of it.
     fn own(&mut self, node: usize, unit: usize, policy: Policy) {
