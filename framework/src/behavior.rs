@@ -178,7 +178,9 @@ impl Ctx<'_> {
     /// were made, also across a move.
     ///
     /// Sent at once (not when the turn ends). Fails when no session is bound, and when the
-    /// gateway cannot be reached now; then nothing was sent and the order is kept.
+    /// gateway cannot be reached now; then nothing was sent and the order is kept. In a room
+    /// with a confirmed standby it is sent once the standby holds this turn instead: it fails
+    /// only when no session is bound.
     pub fn push<M: Message>(&mut self, msg: M) -> Result<(), PushError> {
         let Some(binding) = self.binding.as_mut() else {
             return Err(PushError::NotBound {
@@ -195,7 +197,14 @@ impl Ctx<'_> {
             Encoding::Json => serde_json::to_vec(&msg).map_err(|e| e.to_string()),
         }
         .map_err(|reason| PushError::Encode { reason })?;
-        let Notice { gateway, frame } = binding.push(actor, payload.into());
+        let notice = binding.push(actor, payload.into());
+        if self.effects.hold_pushes {
+            // Numbered now, sent once the room's standby holds this turn.
+            self.effects.pushes.push(notice);
+            binding.pushed();
+            return Ok(());
+        }
+        let Notice { gateway, frame } = notice;
         self.node
             .to_gateway(&gateway, frame)
             .map_err(|e| PushError::Unreachable {

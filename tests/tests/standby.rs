@@ -4,17 +4,22 @@
 //! owner and its old copy dropped; a room without a standby ships nothing; and in confirmed mode a
 //! reply leaves its room's node only once the store names a series that holds its turn.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use ferry::client::{Client, ClientEvent};
 use ferry::{
-    Behavior, Ctx, Node, NodeId, Registration, RegistrationError, Registry, RelocationPolicy,
-    SpotId, StandbyPolicy, StandbyStatus, StartError, UnitId,
+    ActorId, Behavior, Ctx, ExecutionMode, Node, NodeId, Registration, RegistrationError, Registry,
+    RelocationPolicy, SessionLimits, SpotId, StandbyPolicy, StandbyStatus, StartError, UnitId,
 };
 use ferry_core::authority::standby_key;
 use ferry_core::standby::placement;
 use ferry_core::standby::promotion::Named;
 use ferry_tests::cluster::{Backend, Cluster};
+use ferry_tests::player::{PlayerMsg, PlayerPush, Room};
+use ferry_tests::sessions::Gateways;
 use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
 
 const T: Duration = Duration::from_secs(10);
 
@@ -40,6 +45,8 @@ enum Cmd {
     Add,
     /// Answers the count, changing nothing.
     Get,
+    /// Counts one message, and tells the test it ran ([`marked`]).
+    Mark,
 }
 
 impl Behavior for Blob {
@@ -55,6 +62,10 @@ impl Behavior for Blob {
                 }
             }
             Cmd::Add => self.count += 1,
+            Cmd::Mark => {
+                self.count += 1;
+                marked().notify_one();
+            }
             Cmd::Get => {}
         }
         self.count
@@ -345,4 +356,102 @@ async fn a_standby_without_state_is_refused_at_start() {
         problems.as_slice(),
         [RegistrationError::StandbyWithoutState { type_name, .. }] if type_name == "recreated"
     ));
+}
+
+/// Told when a room ran a [`Cmd::Mark`].
+fn marked() -> &'static Notify {
+    static MARKED: OnceLock<Notify> = OnceLock::new();
+    MARKED.get_or_init(Notify::new)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_confirmed_reply_arrives_only_once_the_store_names_a_standby_holding_its_turn() {
+    let mut cluster = Cluster::start(1, registry).await;
+    let owner = cluster.node("n1").clone();
+    let id = spot("r1");
+    let room = UnitId::Spot(id.clone());
+    owner
+        .create_spot_on(owner.id(), CONFIRMED, &id)
+        .await
+        .expect("room created");
+    // Alone, the room has no node to keep its standby: its turn runs, its reply waits. What the
+    // store says is read the moment the reply arrives.
+    let (asking, store, key) = (owner.clone(), cluster.store.clone(), standby_key(&room));
+    let target = id.clone();
+    let reply = tokio::spawn(async move {
+        let count: u64 = asking
+            .request(&target, Cmd::Mark, T)
+            .await
+            .expect("replied");
+        let found = store.get(&key).await.expect("store answers");
+        let named = found.map(|v| Named::decode(&key, &v.value).expect("a standby record"));
+        (count, named)
+    });
+    marked().notified().await;
+    cluster.add("n2", registry()).await;
+    let (count, named) = reply.await.expect("joined");
+    assert_eq!(count, 1);
+    let named = named.expect("the reply arrived before the store named a standby");
+    let record = owner
+        .read_record(&room)
+        .await
+        .expect("read")
+        .expect("record");
+    assert_eq!(named.holder.as_str(), "n2");
+    assert_eq!(named.series.generation, record.owner_generation);
+    assert_eq!(cluster.node("n2").standby_status().copies, 1);
+    cluster.shutdown().await;
+}
+
+const CONFIRMED_ROOM: &str = "confirmed-room";
+
+/// The session tests' player and room, and a room of theirs with a confirmed standby.
+fn players() -> Registry {
+    let mut reg = ferry_tests::player::registry();
+    reg.register(
+        Registration::spot(CONFIRMED_ROOM, |_| Room)
+            .mode(ExecutionMode::SpotWide)
+            .policy(RelocationPolicy::serde())
+            .standby(StandbyPolicy::Confirmed),
+    );
+    reg
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_confirmed_push_reaches_its_client_only_once_the_store_names_a_standby() {
+    let gateways = Gateways::new();
+    let mut cluster = Cluster::start(0, players).await;
+    let n1 = gateways
+        .add(&mut cluster, "n1", players(), SessionLimits::default())
+        .await;
+    let (room, me) = (spot("cr"), ActorId::new("p").expect("valid id"));
+    n1.create_spot_on(n1.id(), CONFIRMED_ROOM, &room)
+        .await
+        .expect("room created");
+    n1.create_actor("player", &me)
+        .await
+        .expect("player created");
+    n1.join(&me, &room).await.expect("joined");
+    let mut client = Client::connect(gateways.client(&[&n1]))
+        .await
+        .expect("connected");
+    client.bind(&me).await.expect("bound");
+    client.send(&me, &PlayerMsg::Input(0)).expect("sent");
+    // Alone, the room has no node to keep its standby: the echo its player pushes waits (a
+    // push that went at once would be here within this bound, on loopback).
+    let early = tokio::time::timeout(Duration::from_millis(300), client.recv::<PlayerPush>()).await;
+    assert!(early.is_err(), "a push left before any standby: {early:?}");
+    let _n2 = gateways
+        .add(&mut cluster, "n2", players(), SessionLimits::default())
+        .await;
+    let echo = client.recv::<PlayerPush>().await.expect("session open");
+    // What the store says the moment the push arrived.
+    let named = named(&cluster, &UnitId::Spot(room)).await;
+    let ClientEvent::Push { msg, .. } = echo else {
+        panic!("expected the echo, got {echo:?}");
+    };
+    assert_eq!(msg, PlayerPush::Echo(0));
+    let named = named.expect("the push arrived before the store named a standby");
+    assert_eq!(named.holder.as_str(), "n2");
+    cluster.shutdown().await;
 }

@@ -341,12 +341,19 @@ impl SourceRun {
         };
         let reached =
             |end: Option<Instant>, d: Duration| if end.is_some() { d } else { Duration::ZERO };
+        // The target's own spans are counted within the source's intervals they fall in: a
+        // commit the target began while the source's task had not yet noted its cutover is
+        // partly the handover's already, so that the phases stay disjoint parts of the pause.
+        let offered = between(self.offered_at, self.ready_at);
+        let restore = reached(self.ready_at, target.restore).min(offered);
+        let after_cut = between(self.cut_at, self.committed_at);
+        let commit = reached(self.committed_at, target.commit).min(after_cut);
         MovePhases {
-            transfer: between(self.offered_at, self.ready_at).saturating_sub(target.restore),
-            restore: reached(self.ready_at, target.restore),
+            transfer: offered - restore,
+            restore,
             handover: between(self.ready_at, self.cut_at),
-            commit: reached(self.committed_at, target.commit),
-            commit_wait: between(self.cut_at, self.committed_at).saturating_sub(target.commit),
+            commit,
+            commit_wait: after_cut - commit,
             ..self.phases
         }
     }

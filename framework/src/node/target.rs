@@ -542,8 +542,9 @@ impl Node {
                     let unit = staging.records.iter().find(|at| at.id == staging.unit);
                     if let (Some(lane), Some(at)) = (&staging.lane, unit) {
                         let committed = tokio::time::Instant::now();
-                        // The record as the commit wrote it.
-                        let owned = Owned::of(&self.record_here(at, self.lease().generation));
+                        // The record's generations as the commit wrote them (its lease
+                        // generation, which `Owned` does not keep, is not read again here).
+                        let owned = Owned::of(&self.record_here(at, 0));
                         let _ = lane.ctl.send(Control::OpenMoved {
                             relay,
                             committed,

@@ -31,6 +31,11 @@ pub(crate) struct TurnEffects {
     pub stop: bool,
     pub deferred: bool,
     pub can_defer: bool,
+    /// Whether pushes wait for the room's standby to hold the turn (confirmed mode) rather than
+    /// go at once.
+    pub hold_pushes: bool,
+    /// The pushes the turn made, numbered, when they wait.
+    pub pushes: Vec<ferry_core::session::binding::Notice>,
 }
 
 /// A factory without its type: builds cells.

@@ -53,6 +53,12 @@ impl Policy {
         self != Policy::None
     }
 
+    /// Whether a room's effects (confirmations, replies, pushes) wait for its standby to hold
+    /// their turn before they leave the node.
+    pub fn holds_effects(self) -> bool {
+        self == Policy::Confirmed
+    }
+
     /// The least time between two checkpoints.
     fn interval(self) -> Duration {
         match self {
@@ -81,4 +87,16 @@ pub struct Series {
     pub generation: u64,
     /// The owner's count of series under that generation, from 1.
     pub epoch: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_confirmed_mode_holds_effects() {
+        assert!(Policy::Confirmed.holds_effects());
+        assert!(!Policy::periodic().holds_effects());
+        assert!(!Policy::None.holds_effects());
+    }
 }

@@ -9,8 +9,9 @@ use crate::relocation::assembly::Assembly;
 use crate::relocation::capture::TransferError;
 use crate::relocation::precopy::NoDeltas;
 
-/// Why a standby did not apply a checkpoint. Every refusal but [`Refusal::Stale`] is answered,
-/// and the owner starts a new series with the whole image.
+/// Why a standby did not apply a checkpoint. The owner starts a new series with the whole image,
+/// except after [`Refusal::Stale`]: a later owner runs the room, and the sender stops
+/// checkpointing it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// The checkpoint belongs to an older series than the copy: its owner no longer runs the

@@ -16,6 +16,7 @@ mod sessions;
 mod standby;
 
 use ferry_core::relocation::lane::{Arrival, Change, LaneMove, Unsettled, Verdict};
+use ferry_core::standby::checkpoints::Outbox;
 
 use self::cells::Cells;
 use super::handle::Node;
@@ -90,6 +91,11 @@ pub(crate) struct Lane {
     standby: Option<Arc<crate::node::standby::Room>>,
     /// When the room's next checkpoint falls due if no turn runs before.
     standby_due: Option<Instant>,
+    /// The room's turns counted for its standby, and the last whose answers may leave the node.
+    standby_turns: u64,
+    standby_released: u64,
+    /// Answers held until the room's standby holds their turns (confirmed mode).
+    outbox: Outbox<standby::Effect>,
 }
 
 /// The per-turn metrics of a lane: handles, so a turn records without a registry lookup.
@@ -150,6 +156,9 @@ impl Lane {
             clock: None,
             standby: None,
             standby_due: None,
+            standby_turns: 0,
+            standby_released: 0,
+            outbox: Outbox::default(),
         };
         (tx, lane)
     }
@@ -350,7 +359,7 @@ impl Lane {
         let outcome = self.turn(slot, Turn::Message(payload, mode), started);
         if let Some(reply_to) = reply {
             match outcome {
-                Some(terminal) => self.node.complete(&reply_to, terminal),
+                Some(terminal) => self.answer(reply_to, terminal),
                 None => self.lost(Envelope {
                     to: slot,
                     payload: Payload::Empty,
@@ -390,8 +399,12 @@ impl Lane {
     /// Runs one turn on the unit in `slot`, catching a panic; `started` is a clock reading taken
     /// just before, if there is one. A message turn yields its reply.
     fn turn(&mut self, slot: Slot, turn: Turn<'_>, started: Option<Instant>) -> TurnReply {
+        let hold_pushes = self.holds_effects();
         let cell = self.cells.at_mut(slot)?;
-        let mut effects = TurnEffects::default();
+        let mut effects = TurnEffects {
+            hold_pushes,
+            ..TurnEffects::default()
+        };
         let node = &self.node;
         if matches!(turn, Turn::Message(..)) {
             self.metrics.messages.increment(1);
@@ -417,6 +430,7 @@ impl Lane {
                 if !effects.stop {
                     self.standby_turn(ended);
                 }
+                self.held_pushes(std::mem::take(&mut effects.pushes));
                 reply
             }
             Err(panic) => {
@@ -430,6 +444,8 @@ impl Lane {
                 } else {
                     self.stop_unit(&id, StopKind::Panicked);
                 }
+                // Pushes it made before it failed are numbered: they go as the last turn's.
+                self.held_pushes(std::mem::take(&mut effects.pushes));
                 Some(Err(MessageError::UnitFailed { id }))
             }
         }

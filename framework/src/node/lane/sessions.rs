@@ -19,6 +19,7 @@ impl Lane {
     /// say, tells the gateways concerned, and answers the op's request.
     pub(super) fn session_op(&mut self, slot: Slot, op: SessionOp, reply: Option<Box<ReplyTo>>) {
         let quiet = self.stance.quiet();
+        let fence = matches!(op, SessionOp::Fence);
         let step = match self.cells.at_mut(slot) {
             Some(cell) => {
                 let id = cell.id().clone();
@@ -52,7 +53,13 @@ impl Lane {
                 }
                 if let Some(reply_to) = reply {
                     let terminal = answer.map(|()| Payload::Encoded(Bytes::new()));
-                    self.node.complete(&reply_to, terminal);
+                    if fence {
+                        // A fence's answer confirms the inputs before it to the client: in
+                        // confirmed mode it waits, like a reply, until the standby holds them.
+                        self.answer(reply_to, terminal);
+                    } else {
+                        self.node.complete(&reply_to, terminal);
+                    }
                 }
             }
         }

@@ -1,12 +1,28 @@
 //! A lane's part in its room's standby: the room's checkpoints start when it opens here, are
 //! taken at turn boundaries (and when one falls due while the room is idle), and end when the
-//! room leaves the node. A lane whose room keeps no standby does none of this.
+//! room leaves the node. In confirmed mode what its turns cause (a request's reply, a fence's
+//! answer that lets the gateway confirm a client's inputs, a push) waits in an outbox until the
+//! core releases their turn. A lane whose room keeps no standby does none of this.
 
 use tokio::time::Instant;
 
 use super::Lane;
+use crate::error::MessageError;
 use crate::ids::UnitId;
+use crate::unit::envelope::{ReplyTo, Terminal};
 use crate::unit::lane::Owned;
+use ferry_core::session::binding::Notice;
+
+/// What a turn caused, held until the room's standby holds that turn.
+pub(super) enum Effect {
+    /// A request's answer.
+    Answer {
+        reply_to: Box<ReplyTo>,
+        terminal: Terminal,
+    },
+    /// A push to a client, numbered when the turn made it.
+    Push(Notice),
+}
 
 impl Lane {
     /// The room opened here, recorded as `owned`: its checkpoints start if its factory keeps a
@@ -27,15 +43,70 @@ impl Lane {
         self.standby_checkpoint(now);
     }
 
-    /// A turn ran on the room at `now`: counted, and a checkpoint taken if one may go. Returns
-    /// the turn's number, under which its effects are held (0: the room keeps no standby).
-    pub(super) fn standby_turn(&mut self, now: Instant) -> u64 {
+    /// A turn ran on the room at `now`: counted (its answers are held under its number), and a
+    /// checkpoint taken if one may go.
+    pub(super) fn standby_turn(&mut self, now: Instant) {
         let Some(room) = &self.standby else {
-            return 0;
+            return;
         };
-        let turn = self.node.standby_turn(room, now);
+        // A room whose checkpoints stopped (a later owner runs it, as its standby knows it)
+        // confirms nothing any more: its answers wait until it leaves, and end as lost.
+        self.standby_turns = self.node.standby_turn(room, now).unwrap_or(u64::MAX);
         self.standby_checkpoint(now);
-        turn
+    }
+
+    /// Whether the room's effects wait for its standby (confirmed mode): its turns then hold
+    /// their pushes for the outbox.
+    pub(super) fn holds_effects(&self) -> bool {
+        self.standby.as_ref().is_some_and(|r| r.holds_effects)
+    }
+
+    /// Sends a request's answer, or, while the room's standby does not hold the last turn
+    /// (confirmed mode), holds it until it does.
+    pub(super) fn answer(&mut self, reply_to: Box<ReplyTo>, terminal: Terminal) {
+        if self.standby.is_none() {
+            self.node.complete(&reply_to, terminal);
+            return;
+        }
+        self.effect(Effect::Answer { reply_to, terminal });
+    }
+
+    /// The pushes a turn held: sent in order once the standby holds the turn.
+    pub(super) fn held_pushes(&mut self, pushes: Vec<Notice>) {
+        for push in pushes {
+            self.effect(Effect::Push(push));
+        }
+    }
+
+    /// An effect of the last turn: sent now if the core releases that turn and nothing waits
+    /// before it, else held.
+    fn effect(&mut self, effect: Effect) {
+        let released = self.standby_released;
+        if let Some(effect) = self.outbox.effect(self.standby_turns, effect, released) {
+            self.send_effect(effect);
+        }
+    }
+
+    fn send_effect(&self, effect: Effect) {
+        match effect {
+            Effect::Answer { reply_to, terminal } => self.node.complete(&reply_to, terminal),
+            Effect::Push(Notice { gateway, frame }) => {
+                if let Err(error) = self.node.to_gateway(&gateway, frame) {
+                    tracing::debug!(%gateway, %error, "held push not sent; its session misses it");
+                }
+            }
+        }
+    }
+
+    /// Sends the held effects whose turns the core releases now.
+    fn release_effects(&mut self) {
+        let Some(room) = &self.standby else {
+            return;
+        };
+        self.standby_released = self.node.standby_released(room);
+        for effect in self.outbox.release(self.standby_released) {
+            self.send_effect(effect);
+        }
     }
 
     /// Takes a checkpoint if one may go now, with the image a pre-copy round would take; and
@@ -45,6 +116,7 @@ impl Lane {
             return;
         };
         self.standby_due = self.node.standby_checkpoint(&room, now, || self.snapshot());
+        self.release_effects();
     }
 
     /// Whether the room's next checkpoint fell due by `now` with no turn since.
@@ -65,6 +137,19 @@ impl Lane {
         self.standby_due = None;
         if let Some(room) = self.standby.take() {
             self.node.standby_end(&room);
+        }
+        // Whoever asked cannot be told their turn is held by a standby: it may or may not have
+        // run, and they hear so rather than a confirmation (the core's `Outbox::drain`). Pushes
+        // were numbered: the client's session would close on the gap, so they go.
+        for effect in self.outbox.drain() {
+            match effect {
+                Effect::Answer { reply_to, .. } => {
+                    let reason = "the room left this node before its standby held the turn that answered; it may have run".to_owned();
+                    self.node
+                        .complete(&reply_to, Err(MessageError::ReplyLost { reason }));
+                }
+                push @ Effect::Push(_) => self.send_effect(push),
+            }
         }
     }
 }

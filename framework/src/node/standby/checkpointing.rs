@@ -46,6 +46,8 @@ const KEEP_EVERY: Duration = Duration::from_millis(100);
 pub(crate) struct Room {
     /// The room.
     pub(crate) unit: UnitId,
+    /// Whether its effects wait for its standby (confirmed mode).
+    pub(crate) holds_effects: bool,
     factory: Arc<str>,
     incarnation: ObjectGeneration,
     /// Its lane, to take a checkpoint when one is due for a reason other than a turn.
@@ -112,6 +114,7 @@ impl Node {
         checkpoints.aim(holder, &mut self.core.standby.owning.budget.lock());
         let room = Arc::new(Room {
             unit: unit.clone(),
+            holds_effects: info.standby.holds_effects(),
             factory: info.type_name.clone(),
             incarnation: owned.incarnation,
             lane,
@@ -139,13 +142,18 @@ impl Node {
         placement::holder(view.iter(), self.id(), unit, factory)
     }
 
-    /// A turn of `room` ran at `now`: its number, which its effects are held under.
-    pub(crate) fn standby_turn(&self, room: &Room, now: Instant) -> u64 {
+    /// A turn of `room` ran at `now`: its number, which its effects are held under (`None`
+    /// once its checkpoints stopped).
+    pub(crate) fn standby_turn(&self, room: &Room, now: Instant) -> Option<u64> {
         let mut state = room.state.lock();
-        state
-            .checkpoints
-            .as_mut()
-            .map_or(0, |c| c.turn(now.into_std()))
+        state.checkpoints.as_mut().map(|c| c.turn(now.into_std()))
+    }
+
+    /// The last turn of `room` whose effects may leave the node now (none once its checkpoints
+    /// stopped: a later owner runs the room, and nothing this copy did is confirmed).
+    pub(crate) fn standby_released(&self, room: &Room) -> u64 {
+        let state = room.state.lock();
+        state.checkpoints.as_ref().map_or(0, Checkpoints::released)
     }
 
     /// At a turn boundary of `room`: takes a checkpoint if one may go now, making the room's
