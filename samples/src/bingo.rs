@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use ferry::{
     ActorId, Behavior, Ctx, InvalidId, MessageError, OverrunPolicy, Registration, Registry,
-    RelocationPolicy, SpotId, Target, Tick, UnitId,
+    RelocationPolicy, SpotId, StandbyPolicy, Target, Tick, UnitId,
 };
 use serde::{Deserialize, Serialize};
 
@@ -696,10 +696,18 @@ pub fn matchmaker(rules: Rules) -> Registration<Matchmaker> {
         .policy(RelocationPolicy::Recreate)
 }
 
-/// Registers the room, player and matchmaker factories.
+/// Registers the room, player and matchmaker factories, with no standby.
 pub fn register(registry: &mut Registry, rules: Rules) {
+    register_standby(registry, rules, StandbyPolicy::None);
+}
+
+/// Registers the room, player and matchmaker factories, rooms keeping a standby of `standby` so
+/// that a crash keeps their draws and their players' cards and marks (a player in a room is kept
+/// with it). The matchmaker keeps none: it is rebuilt from what its rooms tell it (`Recreate`),
+/// so it has no state of its own to keep.
+pub fn register_standby(registry: &mut Registry, rules: Rules, standby: StandbyPolicy) {
     registry
-        .register(room(rules))
+        .register(room(rules).standby(standby))
         .register(player())
         .register(matchmaker(rules));
 }

@@ -8,7 +8,9 @@
 
 use std::collections::VecDeque;
 
-use ferry::{ActorId, Behavior, Ctx, Registration, Registry, RelocationPolicy, UnitId};
+use ferry::{
+    ActorId, Behavior, Ctx, Registration, Registry, RelocationPolicy, StandbyPolicy, UnitId,
+};
 use serde::{Deserialize, Serialize};
 
 /// How many lines a room keeps.
@@ -28,6 +30,11 @@ pub struct Line {
     pub from: ActorId,
     /// What was said.
     pub text: String,
+    /// Which life of the room said it: the same across moves and after a crash that promoted
+    /// the room's standby, new when a crash rebuilt the room from nothing. A client that sees it
+    /// change knows the room's history started over.
+    #[serde(default)]
+    pub life: u64,
 }
 
 /// What a room takes.
@@ -54,10 +61,30 @@ pub enum RoomReply {
 }
 
 /// A chat room's state: everything in it moves with the room.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ChatRoom {
     next_seq: u64,
     history: VecDeque<Line>,
+    /// When this life of the room began (see [`Line::life`]).
+    #[serde(default)]
+    life: u64,
+}
+
+impl ChatRoom {
+    /// An empty room, in a new life.
+    pub fn new() -> ChatRoom {
+        ChatRoom {
+            next_seq: 0,
+            history: VecDeque::new(),
+            life: crate::new_life(),
+        }
+    }
+}
+
+impl Default for ChatRoom {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Behavior for ChatRoom {
@@ -71,6 +98,7 @@ impl Behavior for ChatRoom {
                     seq: self.next_seq,
                     from,
                     text,
+                    life: self.life,
                 };
                 self.next_seq += 1;
                 for member in ctx.members() {
@@ -174,7 +202,15 @@ pub fn chatter() -> Registration<Chatter> {
     Registration::actor(CHATTER, |_| Chatter::default()).policy(RelocationPolicy::serde())
 }
 
-/// Registers the room and the chatter factories.
+/// Registers the room and the chatter factories, with no standby.
 pub fn register(registry: &mut Registry) {
-    registry.register(room()).register(chatter());
+    register_standby(registry, StandbyPolicy::None);
+}
+
+/// Registers the room and the chatter factories, rooms keeping a standby of `standby` (with
+/// their members), so that a crash of a room's node keeps its lines.
+pub fn register_standby(registry: &mut Registry, standby: StandbyPolicy) {
+    registry
+        .register(room().standby(standby))
+        .register(chatter());
 }

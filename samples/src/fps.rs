@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use ferry::{
     ActorId, Behavior, Ctx, NodeId, OverrunPolicy, ReadinessMode, ReadyOutcome, Registration,
-    Registry, RelocationPolicy, SpotId, Tick, UnitId,
+    Registry, RelocationPolicy, SpotId, StandbyPolicy, Tick, UnitId,
 };
 use serde::{Deserialize, Serialize};
 
@@ -159,9 +159,7 @@ pub struct FpsRoom {
 impl FpsRoom {
     /// A room that has not started its first round.
     pub fn new(rules: Rules) -> FpsRoom {
-        let life = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.as_nanos() as u64);
+        let life = crate::new_life();
         FpsRoom {
             rules,
             round: 1,
@@ -349,9 +347,17 @@ pub fn player() -> Registration<FpsPlayer> {
     Registration::actor(PLAYER, |_| FpsPlayer).policy(RelocationPolicy::serde())
 }
 
-/// Registers the room and the player factories.
+/// Registers the room and the player factories, with no standby.
 pub fn register(registry: &mut Registry, rules: Rules) {
-    registry.register(room(rules)).register(player());
+    register_standby(registry, rules, StandbyPolicy::None);
+}
+
+/// Registers the room and the player factories, rooms keeping a standby of `standby` (with their
+/// players), so that a crash of a room's node keeps its round.
+pub fn register_standby(registry: &mut Registry, rules: Rules, standby: StandbyPolicy) {
+    registry
+        .register(room(rules).standby(standby))
+        .register(player());
 }
 
 /// Where a client saw its room move: the node changed between two snapshots in a row.

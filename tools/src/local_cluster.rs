@@ -107,13 +107,37 @@ impl LocalCluster {
         registry: impl Fn() -> Registry,
         wrap: impl FnOnce(Arc<dyn LocationStore>) -> Arc<dyn LocationStore>,
     ) -> Result<LocalCluster, ClusterError> {
+        Self::start_with(n, store, registry, wrap, None).await
+    }
+
+    /// [`LocalCluster::start`] with owner leases of `lease_ttl`: how soon a node that stopped
+    /// renewing its lease is declared dead and its rooms recovered.
+    pub async fn start_leased(
+        n: usize,
+        store: &StoreChoice,
+        registry: impl Fn() -> Registry,
+        lease_ttl: Duration,
+    ) -> Result<LocalCluster, ClusterError> {
+        Self::start_with(n, store, registry, |store| store, Some(lease_ttl)).await
+    }
+
+    async fn start_with(
+        n: usize,
+        store: &StoreChoice,
+        registry: impl Fn() -> Registry,
+        wrap: impl FnOnce(Arc<dyn LocationStore>) -> Arc<dyn LocationStore>,
+        lease_ttl: Option<Duration>,
+    ) -> Result<LocalCluster, ClusterError> {
         let store = wrap(open_store(store).await?);
         let ca = ClusterCa::generate()?;
         let (gateway_tls, ca_pem) = SessionTls::self_signed(&[SERVER_NAME])?;
         let mut nodes: Vec<Node> = Vec::with_capacity(n);
         for i in 1..=n {
             let id = NodeId::new(format!("demo-{i}"))?;
-            let config = node_config(&id, &store, &ca, &gateway_tls)?;
+            let mut config = node_config(&id, &store, &ca, &gateway_tls)?;
+            if let Some(ttl) = lease_ttl {
+                config.lease_ttl = ttl;
+            }
             match Node::start(config, registry()).await {
                 Ok(node) => nodes.push(node),
                 Err(source) => {

@@ -4,7 +4,7 @@ use clap::Args;
 
 use crate::drain_cmd::{bytes, took, units};
 use ferry_host::admin::ClientError;
-use ferry_host::admin::wire::{DrainReport, StatusBody};
+use ferry_host::admin::wire::{DrainReport, StandbyBody, StatusBody};
 
 /// Which node, and how to print it.
 #[derive(Args, Debug, Clone)]
@@ -91,10 +91,50 @@ fn render(s: &StatusBody) -> String {
             w.reason
         ));
     }
+    out.push_str(&format!("  standby           {}\n", standby(&s.standby)));
     out.push_str(&format!(
         "  safe to shut down {}\n",
         if s.safe_to_shutdown { "yes" } else { "no" }
     ));
+    out
+}
+
+/// The node's standbys in a line: how many of its rooms a crash would keep, how far behind the
+/// worst is, and what the checkpoints cost so far.
+fn standby(s: &StandbyBody) -> String {
+    let oldest = s
+        .oldest_unheld_ms
+        .map_or("nothing unheld".to_owned(), |ms| {
+            format!("oldest unheld {}", took(ms))
+        });
+    let rooms = if s.rooms == 1 { "room" } else { "rooms" };
+    let copies = if s.copies == 1 { "copy" } else { "copies" };
+    let checkpoints = if s.checkpoints_sent == 1 {
+        "checkpoint"
+    } else {
+        "checkpoints"
+    };
+    format!(
+        "{} {rooms}, {} current, {} behind, {oldest}; {} {copies} kept for others; {} {checkpoints}, {} sent",
+        grouped(s.rooms as u64),
+        grouped(s.current as u64),
+        grouped(s.behind as u64),
+        grouped(s.copies as u64),
+        grouped(s.checkpoints_sent),
+        bytes(s.bytes_sent)
+    )
+}
+
+/// A count with its thousands grouped, as `1,234`.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
     out
 }
 
@@ -142,7 +182,50 @@ mod tests {
             running: None,
             last_drain: None,
             recovery_waiting: waiting,
+            standby: StandbyBody::default(),
         }
+    }
+
+    #[test]
+    fn the_standby_line_says_what_a_crash_would_keep_and_what_it_costs() {
+        let mut shown = status(45, false, None);
+        shown.standby = StandbyBody {
+            rooms: 45,
+            current: 45,
+            behind: 0,
+            oldest_unheld_ms: Some(80),
+            copies: 30,
+            checkpoints_sent: 1_234,
+            bytes_sent: 5_872_026,
+        };
+        let text = render(&shown);
+        assert!(
+            text.contains(
+                "  standby           45 rooms, 45 current, 0 behind, oldest unheld 80 ms; 30 copies kept for others; 1,234 checkpoints, 5.6 MiB sent\n"
+            ),
+            "{text}"
+        );
+        shown.standby = StandbyBody {
+            rooms: 1,
+            copies: 1,
+            checkpoints_sent: 1,
+            ..StandbyBody::default()
+        };
+        let text = render(&shown);
+        assert!(
+            text.contains(
+                "  standby           1 room, 0 current, 0 behind, nothing unheld; 1 copy kept for others; 1 checkpoint, 0 B sent\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1_000), "1,000");
+        assert_eq!(grouped(1_234_567), "1,234,567");
     }
 
     #[test]

@@ -256,6 +256,131 @@ async fn the_bench_runs_on_a_real_etcd() {
     drop(etcd);
 }
 
+/// A tiny crash run: 20 rooms of 4 KiB with a confirmed standby on a node killed as a crash
+/// would kill it. Every room plays again from its checkpoint with every confirmed input, and every
+/// figure is there.
+#[test]
+fn a_crash_run_reports_every_room_back_and_what_it_came_back_with() {
+    let out = ferry()
+        .args(["bench", "--crash", "--rooms", "20", "--state-bytes", "4096"])
+        .args([
+            "--standby",
+            "confirmed",
+            "--duration",
+            "2s",
+            "--lease",
+            "2s",
+            "--json",
+        ])
+        .output()
+        .expect("the ferry binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "ferry bench --crash failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(&stdout).expect("stdout is the JSON report alone");
+    assert_eq!(report["standby"], "confirmed", "{report:#}");
+    assert_eq!(report["state_bytes"], 4096);
+    assert_eq!(report["lease_ms"], 2000);
+    let running = &report["running"];
+    assert!(running["seconds"].as_f64() > Some(0.0), "{report:#}");
+    for field in ["checkpoints", "checkpoint_bytes"] {
+        assert!(running[field].is_u64(), "{field}: {report:#}");
+    }
+    assert!(running["checkpoint_bytes_per_s"].is_number(), "{report:#}");
+    assert!(
+        running["cpu_percent_of_core"].as_f64() > Some(0.0),
+        "{report:#}"
+    );
+    let crash = &report["crash"];
+    assert_eq!(crash["rooms"], 20, "{report:#}");
+    assert_eq!(
+        crash["played_again"], 20,
+        "every room plays again: {report:#}"
+    );
+    // Each room came back from its standby's checkpoint, and no input the client had an answer
+    // for is missing from it.
+    let promoted = crash["promoted"].as_u64().expect("a count");
+    let rebuilt = crash["rebuilt"].as_u64().expect("a count");
+    assert_eq!((promoted, rebuilt), (20, 0), "{report:#}");
+    assert_eq!(crash["confirmed_inputs_lost"], 0, "{report:#}");
+    assert_eq!(crash["back"]["count"], 20, "{report:#}");
+    distribution(&report, "/crash/back");
+    assert_eq!(crash["checkpoint_age"]["count"].as_u64(), Some(promoted));
+    // Recovery's own account of the rooms it made again: one event per room, promoted or not.
+    let said = &crash["recovery"];
+    let from_nothing: u64 = said["from_nothing"]
+        .as_object()
+        .expect("reasons")
+        .values()
+        .filter_map(Value::as_u64)
+        .sum();
+    assert_eq!(said["promoted"].as_u64(), Some(promoted), "{report:#}");
+    assert_eq!(from_nothing, rebuilt, "{report:#}");
+    if promoted > 0 {
+        distribution(&report, "/crash/checkpoint_age");
+    }
+}
+
+/// A tiny steady run: the standby's CPU and traffic beside the same rooms without one.
+#[test]
+fn a_steady_run_reports_the_standby_cost_beside_no_standby() {
+    let out = ferry()
+        .args([
+            "bench",
+            "--steady",
+            "--rooms",
+            "20",
+            "--state-bytes",
+            "4096",
+        ])
+        .args([
+            "--change-rate",
+            "0.1",
+            "--standby",
+            "periodic",
+            "--duration",
+            "1s",
+            "--json",
+        ])
+        .output()
+        .expect("the ferry binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "ferry bench --steady failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(&stdout).expect("stdout is the JSON report alone");
+    assert_eq!(report["standby"], "periodic", "{report:#}");
+    assert_eq!(report["rooms"], 20);
+    assert_eq!(report["change_rate"], 0.1);
+    for side in ["with_standby", "without_standby"] {
+        assert!(report[side]["seconds"].as_f64() > Some(0.0), "{report:#}");
+        // A second of 20 quiet rooms may take less CPU than `/proc` counts (10 ms).
+        assert!(
+            report[side]["cpu_percent_of_core"].as_f64() >= Some(0.0),
+            "{report:#}"
+        );
+        assert!(report[side]["checkpoint_bytes"].is_u64(), "{report:#}");
+    }
+    assert_eq!(report["without_standby"]["checkpoints"], 0, "{report:#}");
+    assert_eq!(
+        report["without_standby"]["checkpoint_bytes"], 0,
+        "{report:#}"
+    );
+    assert!(
+        report["cpu_ratio"].is_null() || report["cpu_ratio"].as_f64() >= Some(0.0),
+        "{report:#}"
+    );
+    assert!(
+        report["checkpoint_cpu_percent_of_core"].is_number(),
+        "{report:#}"
+    );
+}
+
 #[test]
 fn bad_sizes_are_refused_with_the_flag_named() {
     for (args, named) in [
@@ -265,6 +390,8 @@ fn bad_sizes_are_refused_with_the_flag_named() {
         (&["--change-rate", "lots"][..], "every-turn"),
         (&["--store", "mysql://x"][..], "redis://"),
         (&["--store", "etcd://x"][..], "host:port"),
+        (&["--crash", "--standby", "sometimes"][..], "--standby"),
+        (&["--crash", "--steady"][..], "--steady"),
     ] {
         let out = ferry()
             .arg("bench")

@@ -143,6 +143,41 @@ pub const METRICS: &[(Kind, &str, &str)] = &[
         "ferry_turn_seconds",
         "How long each turn of a unit took: a message, a tick or a callback",
     ),
+    (
+        Kind::Gauge,
+        "ferry_standby_rooms",
+        "Rooms the node owns that keep a standby",
+    ),
+    (
+        Kind::Gauge,
+        "ferry_standby_current_rooms",
+        "Of those, rooms whose standby holds a recent checkpoint",
+    ),
+    (
+        Kind::Gauge,
+        "ferry_standby_behind_rooms",
+        "Of those, rooms whose changes waited too long for their standby",
+    ),
+    (
+        Kind::Gauge,
+        "ferry_standby_oldest_unheld_seconds",
+        "How long the oldest change not yet held by its standby has waited (0: none waits)",
+    ),
+    (
+        Kind::Gauge,
+        "ferry_standby_copies",
+        "Standby copies the node keeps for rooms other nodes own",
+    ),
+    (
+        Kind::Counter,
+        "ferry_standby_checkpoints_total",
+        "Checkpoints the node sent to its rooms' standbys",
+    ),
+    (
+        Kind::Counter,
+        "ferry_standby_checkpoint_bytes_total",
+        "Checkpoint bytes the node sent to its rooms' standbys",
+    ),
 ];
 
 /// The Prometheus type of a metric.
@@ -233,6 +268,13 @@ pub fn process_text(node: &NodeId) -> String {
         ));
     }
     text
+}
+
+/// The CPU time this process has used so far, user and system, from `/proc` (`None` where it
+/// cannot be read, off Linux): what a benchmark divides by its wall time to say how much of a core
+/// a run took.
+pub fn process_cpu_time() -> Option<std::time::Duration> {
+    Process::read().map(|p| std::time::Duration::from_secs_f64(p.cpu_seconds))
 }
 
 /// What `/proc` says about this process.

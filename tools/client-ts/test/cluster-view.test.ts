@@ -1,8 +1,8 @@
 // The cluster view in a real headless Chromium, on the setup docs/production.md recommends:
 // every admin endpoint speaks HTTPS only (`admin_tls`) and listens beyond loopback behind the
 // admin token. Served by one `ferry node`, the page asks for the token once, then shows every
-// node's rooms, sees a drained node's rooms leave it and arrive on the others, lists each move as
-// the drained node pushes it, and shows the node as it is once it is resumed.
+// node's rooms and their standbys, sees a drained node's rooms leave it and arrive on the others,
+// lists each move as the drained node pushes it, and shows the node as it is once it is resumed.
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -57,6 +57,12 @@ test("behind HTTPS and the admin token, the cluster view follows a drain move by
   assert.deepEqual(await rooms(page, "n2"), names);
   assert.equal(await page.locator('tr[data-node="n2"] .state').innerText(), "Serving");
   assert.equal(await page.locator('tr[data-node="n2"] .drain').innerText(), "-");
+  // `ferry node` keeps a confirmed standby of each chat room: once each has its first checkpoint
+  // held, the row says all three have a current one, and how long the oldest change not yet held
+  // has waited.
+  await until(page, `/^3\\/3 current, /.test(document.querySelector('tr[data-node="n2"] .standby')?.textContent ?? "")`);
+  const standby = await page.locator('tr[data-node="n2"] .standby').innerText();
+  assert.match(standby, /^3\/3 current, (all held|oldest unheld \d+ ms)$/);
 
   const report = await cluster.drain("n2");
   assert.equal(report.outcome, "Relocated", JSON.stringify(report));
@@ -69,6 +75,8 @@ test("behind HTTPS and the admin token, the cluster view follows a drain move by
   const elsewhere = [...(await rooms(page, "n1")), ...(await rooms(page, "n3"))].sort();
   assert.deepEqual(elsewhere, names, "each room arrived on n1 or n3");
   assert.equal(await page.locator('tr[data-node="n2"] .state').innerText(), "Relocated");
+  // A node that owns no room keeps no standby of its own.
+  await until(page, `document.querySelector('tr[data-node="n2"] .standby')?.textContent === "-"`);
   // Three rooms and their three players: six units, in three moves (a room moves with its
   // players).
   assert.equal(await page.locator('tr[data-node="n2"] .drain').innerText(), "6/6 (0 failed)");

@@ -5,26 +5,35 @@
 //! move. Prints a table, or JSON with `--json`; writes an SVG chart of the pause distribution on
 //! request.
 //!
+//! Two other runs measure warm standbys instead: `--crash` kills the node the rooms play on and
+//! reports what each room came back with and when ([`crash`]), and `--steady` measures what
+//! keeping standbys costs while nothing fails ([`steady`]).
+//!
 //! Layout, in the order a run goes:
 //! - [`rooms`]: the rooms that carry state, and the count each should have.
 //! - [`one_by_one`]: rooms moved one at a time with a queue, beside the baseline.
 //! - [`drains`]: every room drained off its node, beside the baseline handing them off.
 //! - [`report`]: the table and the JSON.
 //! - [`chart`]: the SVG chart of the pause distribution.
+//! - [`crash`]: the crash run.
+//! - [`steady`]: the standby run at rest.
 
 mod chart;
+mod crash;
 mod drains;
 mod one_by_one;
 mod report;
 mod rooms;
+mod steady;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use ferry::relocation::protocol::MoveEnd;
-use ferry::{Registry, UnitError, UnitId};
+use ferry::{Registry, StandbyPolicy, UnitError, UnitId};
 use ferry_benches::rooms::{ChangeRate, RoomError};
+use serde::Serialize;
 
 use self::report::Report;
 use self::rooms::StateRooms;
@@ -73,8 +82,46 @@ pub struct BenchArgs {
     #[arg(long)]
     json: bool,
     /// Also write an SVG chart of the pause distribution to this file.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["crash", "steady"])]
     svg: Option<PathBuf>,
+    /// Instead of moves and a drain: kill the node the rooms play on, as a crash would, and
+    /// report what each room came back with (its checkpoint's age, the confirmed inputs it
+    /// lacks) and how long it took to play again.
+    #[arg(long, conflicts_with = "steady")]
+    crash: bool,
+    /// Instead of moves and a drain: measure the CPU and the traffic of the rooms' standbys
+    /// while nothing fails, beside the same rooms with no standby (use `--change-rate` for how
+    /// much of each room changes a second).
+    #[arg(long)]
+    steady: bool,
+    /// The standby the rooms of `--crash` and `--steady` keep.
+    #[arg(long, value_enum, default_value = "periodic")]
+    standby: StandbyChoice,
+    /// The nodes' owner lease in a `--crash` run: how soon the killed node is found dead.
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = crate::durations::parse)]
+    lease: Duration,
+}
+
+/// A standby policy as `--standby` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StandbyChoice {
+    /// No standby: a crash rebuilds the rooms from nothing.
+    None,
+    /// A checkpoint at most every 100 ms.
+    Periodic,
+    /// A checkpoint at every turn that changed the room; effects wait for it.
+    Confirmed,
+}
+
+impl StandbyChoice {
+    fn policy(self) -> StandbyPolicy {
+        match self {
+            StandbyChoice::None => StandbyPolicy::None,
+            StandbyChoice::Periodic => StandbyPolicy::periodic(),
+            StandbyChoice::Confirmed => StandbyPolicy::Confirmed,
+        }
+    }
 }
 
 /// Why the bench failed.
@@ -116,6 +163,12 @@ pub enum BenchError {
     /// The report could not be encoded.
     #[error("could not encode the report: {0}")]
     Json(#[from] serde_json::Error),
+    /// A step of a `--crash` or `--steady` run could not be done.
+    #[error("{0}; the run could not measure what it set out to")]
+    Crash(String),
+    /// Rooms of a `--crash` run did not play again after the kill.
+    #[error("{0}; this is a bug in Ferry: please report it with the output above")]
+    NotBack(String),
 }
 
 /// What a run measured, before it is summarised.
@@ -137,6 +190,18 @@ struct GameRooms {
 /// doubled a message, a bot saw something wrong, the drain did not move every room, or a step could
 /// not be done.
 pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
+    if args.crash {
+        let run = crash::run(&args).await?;
+        print(&args, &run, run.text())?;
+        return match run.problem() {
+            Some(problem) => Err(BenchError::NotBack(problem)),
+            None => Ok(()),
+        };
+    }
+    if args.steady {
+        let run = steady::run(&args).await?;
+        return print(&args, &run, run.text());
+    }
     let started = Instant::now();
     // Watched, so that each room moved one at a time seals with its queue in it.
     let cluster =
@@ -167,6 +232,16 @@ pub async fn run(args: BenchArgs) -> Result<(), BenchError> {
         Some(drain) => Err(BenchError::Unfinished(drain)),
         None => Ok(()),
     }
+}
+
+/// Prints a run's report: the JSON with `--json`, else `text`.
+fn print(args: &BenchArgs, report: &impl Serialize, text: String) -> Result<(), BenchError> {
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        print!("{text}");
+    }
+    Ok(())
 }
 
 /// The factories of the sample games and of the rooms with state.

@@ -102,20 +102,37 @@ impl Sequence {
     }
 }
 
-/// A room rebuilt after a crash, as a bot saw it: its state restarted.
+/// How a room came back after its node died, as a bot can tell from what it pushes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Nothing the bot saw went back: the room moved, or came back from a checkpoint that held
+    /// all it had shown.
+    #[default]
+    Kept,
+    /// Its state went back to an earlier point of the same life: its standby's checkpoint.
+    Checkpoint,
+    /// Its state started over: it was rebuilt from nothing.
+    Rebuilt,
+}
+
+/// A room that came back after a crash, as a bot saw it: from a checkpoint, or rebuilt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rebuild {
+    /// How it came back (never [`Outcome::Kept`]).
+    pub outcome: Outcome,
     /// The node it came back on, for games whose pushes name it.
     pub node: Option<String>,
     /// When the bot first saw the new incarnation.
     pub at: Instant,
 }
 
-/// The incarnations of a room as one bot played in it. A crash rebuilds a room fresh: what it had
-/// applied is gone, and inputs the old incarnation had not applied died with it. A game's bot
-/// checks each incarnation on its own, from the state it starts in, and tells this account when
-/// a push shows the state restarted; the inputs lost that way are counted apart from what the
-/// server lost.
+/// The incarnations of a room as one bot played in it. A crash rebuilds a room fresh (what it had
+/// applied is gone) or promotes its standby (what the checkpoint did not hold is gone); inputs
+/// the old incarnation had not applied died with it. A game's bot checks each incarnation on its
+/// own, from the state it starts in, and tells this account when a push shows the state went
+/// back; the inputs lost that way are counted apart from what the server lost, and so are the
+/// inputs whose effect the room no longer shows (rolled back).
 #[derive(Debug, Clone, Default)]
 pub struct Incarnations {
     /// Inputs the incarnations before the current one account for: applied, or lost with them.
@@ -128,6 +145,12 @@ pub struct Incarnations {
     /// Until the current incarnation's first input is seen: the inputs the incarnations before
     /// it applied, below which none can be the current one's.
     floor: Option<u64>,
+    /// Inputs sent whose effect the room no longer shows: those a rebuilt room forgot, applied or
+    /// not, and those the checkpoint a room went back to did not hold.
+    rolled_back: u64,
+    /// What the incarnations before the last comeback answered for, and the inputs sent then:
+    /// so that a comeback first taken for a rebuild can be found a checkpoint.
+    last_comeback: (u64, u64),
 }
 
 impl Incarnations {
@@ -136,16 +159,67 @@ impl Incarnations {
     /// the rest died with it. Inputs from number `sent` on are the new incarnation's.
     /// Until [`Incarnations::first_input`] says otherwise.
     pub fn rebuilt(&mut self, node: Option<String>, sent: u64, applied: u64, faults: Faults) {
-        self.before += applied;
+        let answered_before = self.before;
+        self.went_back(node, sent, applied, faults, Outcome::Rebuilt);
+        // Nothing the old incarnation did shows in the new one.
+        self.rolled_back += self.before - answered_before;
+    }
+
+    /// The room went back to its standby's checkpoint (on `node`, if the push said), which holds
+    /// `kept` of the inputs the incarnation that died answers for (it had applied more, or not);
+    /// its checks found `faults`. Of the `sent` inputs so far, the rest died with it; inputs from
+    /// number `sent` on are the restored room's, until [`Incarnations::first_input`] says
+    /// otherwise.
+    pub fn restored(&mut self, node: Option<String>, sent: u64, kept: u64, faults: Faults) {
+        let lost = self.lost;
+        self.went_back(node, sent, kept, faults, Outcome::Checkpoint);
+        self.rolled_back += self.lost - lost;
+    }
+
+    fn went_back(
+        &mut self,
+        node: Option<String>,
+        sent: u64,
+        kept: u64,
+        faults: Faults,
+        outcome: Outcome,
+    ) {
+        self.last_comeback = (self.before, sent);
+        self.before += kept;
         self.floor = Some(self.before);
         let lost = sent.saturating_sub(self.before);
         self.lost += lost;
         self.before += lost;
         self.past.add(faults);
         self.rebuilds.push(Rebuild {
+            outcome,
             node,
             at: Instant::now(),
         });
+    }
+
+    /// The comeback [`Incarnations::rebuilt`] took last for a rebuild was the room back at its
+    /// standby's checkpoint, which holds `kept` of the inputs the incarnation that died answered
+    /// for: for games that can tell only from a later push. Only before the new incarnation's
+    /// first input is seen, and only once.
+    pub fn was_restored(&mut self, kept: u64) {
+        let Some(last) = self.rebuilds.last_mut() else {
+            return;
+        };
+        if self.floor.is_none() || last.outcome != Outcome::Rebuilt {
+            return;
+        }
+        last.outcome = Outcome::Checkpoint;
+        let (answered_before, sent) = self.last_comeback;
+        // Undo the rebuild's count, then count as `restored` does.
+        self.lost -= self.before - self.floor.unwrap_or(self.before);
+        self.rolled_back -= self.before - answered_before;
+        self.before = answered_before + kept;
+        self.floor = Some(self.before);
+        let lost = sent.saturating_sub(self.before);
+        self.lost += lost;
+        self.rolled_back += lost;
+        self.before += lost;
     }
 
     /// The first input the current incarnation ran is numbered `first`. Those from it on that
@@ -156,7 +230,9 @@ impl Incarnations {
     pub fn first_input(&mut self, first: u64) -> Option<u64> {
         let floor = self.floor.take()?;
         let start = first.clamp(floor, self.before);
+        // Those reached the new incarnation: neither lost nor rolled back.
         self.lost -= self.before - start;
+        self.rolled_back -= self.before - start;
         self.before = start;
         Some(start)
     }
@@ -179,9 +255,47 @@ impl Incarnations {
         self.lost
     }
 
-    /// Each rebuild, in the order seen.
+    /// Inputs sent whose effect the room no longer shows, after the crashes seen.
+    pub fn rolled_back(&self) -> u64 {
+        self.rolled_back
+    }
+
+    /// Each time the room came back from a crash, in the order seen.
     pub fn rebuilds(&self) -> &[Rebuild] {
         &self.rebuilds
+    }
+
+    /// How the room came through the crashes seen: the worst of its comebacks.
+    pub fn outcome(&self) -> Outcome {
+        self.rebuilds
+            .iter()
+            .map(|r| r.outcome)
+            .max()
+            .unwrap_or_default()
+    }
+}
+
+/// The inputs a crash took back from a bot, split by what the bot had been told.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Rollback {
+    /// Inputs the gateway confirmed (or whose answer the bot received) whose effect the room no
+    /// longer shows: what a crash must never take under a confirmed standby.
+    pub confirmed_lost: u64,
+    /// Inputs sent but never confirmed that the room does not show: the client said it could
+    /// not vouch for them.
+    pub unconfirmed_rolled_back: u64,
+}
+
+impl Rollback {
+    /// Splits `rolled_back` inputs by the `unconfirmed` ones the client reported it had no
+    /// confirmation of: an input the client vouched for is confirmed, so only as many as it did
+    /// not vouch for can be excused.
+    pub fn split(rolled_back: u64, unconfirmed: u64) -> Rollback {
+        let unconfirmed_rolled_back = rolled_back.min(unconfirmed);
+        Rollback {
+            confirmed_lost: rolled_back - unconfirmed_rolled_back,
+            unconfirmed_rolled_back,
+        }
     }
 }
 
@@ -318,6 +432,78 @@ mod tests {
         rooms.rebuilt(None, 25, 2, Faults::default());
         assert_eq!(rooms.first_input(30), Some(25));
         assert_eq!(rooms.lost(), 8);
+    }
+
+    #[test]
+    fn a_rebuild_rolls_back_every_input_of_the_old_life_a_checkpoint_only_those_it_missed() {
+        let mut rooms = Incarnations::default();
+        assert_eq!(rooms.outcome(), Outcome::Kept);
+        // 20 sent, 18 applied; the checkpoint the room went back to holds 15 of them.
+        rooms.restored(Some("n2".to_owned()), 20, 15, Faults::default());
+        assert_eq!(
+            (rooms.before(), rooms.lost(), rooms.rolled_back()),
+            (20, 5, 5)
+        );
+        assert_eq!(rooms.outcome(), Outcome::Checkpoint);
+        // Input 17 was held by the gateway and ran in the restored room: 2 rolled back, not 5.
+        assert_eq!(rooms.first_input(17), Some(17));
+        assert_eq!((rooms.lost(), rooms.rolled_back()), (2, 2));
+        // Rebuilt from nothing at 30 sent: the 13 the restored room answered for are gone too.
+        rooms.rebuilt(None, 30, 10, Faults::default());
+        assert_eq!((rooms.lost(), rooms.rolled_back()), (5, 15));
+        assert_eq!(rooms.outcome(), Outcome::Rebuilt);
+        let seen: Vec<Outcome> = rooms.rebuilds().iter().map(|r| r.outcome).collect();
+        assert_eq!(seen, [Outcome::Checkpoint, Outcome::Rebuilt]);
+    }
+
+    #[test]
+    fn a_comeback_taken_for_a_rebuild_and_then_found_a_checkpoint_counts_as_one() {
+        let mut found = Incarnations::default();
+        found.restored(None, 3, 1, Faults::default());
+        found.rebuilt(None, 20, 12, Faults::default());
+        found.was_restored(9);
+        let mut told = Incarnations::default();
+        told.restored(None, 3, 1, Faults::default());
+        told.restored(None, 20, 9, Faults::default());
+        assert_eq!(
+            (
+                found.before(),
+                found.lost(),
+                found.rolled_back(),
+                found.outcome()
+            ),
+            (
+                told.before(),
+                told.lost(),
+                told.rolled_back(),
+                told.outcome()
+            )
+        );
+        assert_eq!(found.first_input(15), told.first_input(15));
+        assert_eq!(found.rolled_back(), told.rolled_back());
+        // Once the new incarnation's first input is seen, it is too late to change its mind.
+        found.was_restored(0);
+        assert_eq!(found.rolled_back(), told.rolled_back());
+    }
+
+    #[test]
+    fn only_inputs_the_client_did_not_vouch_for_are_excused_from_a_rollback() {
+        assert_eq!(
+            Rollback::split(5, 3),
+            Rollback {
+                confirmed_lost: 2,
+                unconfirmed_rolled_back: 3
+            }
+        );
+        // More unconfirmed than rolled back: some of them ran and were kept.
+        assert_eq!(
+            Rollback::split(2, 7),
+            Rollback {
+                confirmed_lost: 0,
+                unconfirmed_rolled_back: 2
+            }
+        );
+        assert_eq!(Rollback::split(0, 0), Rollback::default());
     }
 
     #[test]

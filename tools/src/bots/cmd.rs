@@ -161,7 +161,7 @@ fn text(s: &BotsSummary) -> String {
          not delivered by the client {}; answers lost with a dead gateway {}; lost in rebuilt rooms \
          {}; {} mismatches; tick gap p50 {} \
          p99 {} longest {:.1} ms; {} reconnected; {} bound again after being unbound; rooms rebuilt after \
-         a crash: {}\n",
+         a crash: {}; crashes: {}\n",
         s.players,
         s.inputs_sent,
         s.inputs_applied,
@@ -177,6 +177,7 @@ fn text(s: &BotsSummary) -> String {
         s.longest_tick_gap_ms,
         s.reconnected,
         s.rebound,
-        s.rebuilt_text()
+        s.rebuilt_text(),
+        s.crash_text()
     )
 }

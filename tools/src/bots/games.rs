@@ -1,11 +1,12 @@
 //! The sample games as bots play them: the ids of their rooms and players, the factories to
 //! register, and for each game what a bot sends and checks.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::time::Duration;
 
 use ferry::client::ClientConfig;
-use ferry::{ActorId, InvalidId, Registry, SpotId};
+use ferry::{ActorId, InvalidId, Registry, SpotId, StandbyPolicy};
 use ferry_samples::bingo::{self, Card, Marks};
 use ferry_samples::{chat, fps};
 use tokio::sync::watch;
@@ -157,17 +158,19 @@ pub fn lineup(
 }
 
 /// The factories every sample game needs: all of `ferry_samples`, as the demo's nodes and every
-/// `ferry node` register them.
+/// `ferry node` register them, the games' rooms keeping a confirmed standby so that a crash of a
+/// node loses nothing a player was told had happened.
 pub fn registry() -> Registry {
-    ferry_samples::registry()
+    ferry_samples::registry_with_standby(StandbyPolicy::Confirmed)
 }
 
 /// An FPS player: aims somewhere new each input, and checks the snapshots with the sample's own
 /// [`fps::Watch`]. It counts from the state it finds: a room an earlier client played already
 /// has inputs applied, and only what this bot sent is checked. A snapshot of another life of the
-/// room is the room rebuilt after a crash (its state restarted): the bot notes
-/// when, counts the inputs that were lost with the old incarnation apart, and checks on from the
-/// new one.
+/// room is the room rebuilt after a crash (its state restarted); one of the same life whose
+/// state went back, after the bot had to bind its player again, is the room promoted from its
+/// standby's checkpoint. Either way the bot notes when, counts the inputs that were lost or
+/// rolled back with the old incarnation apart, and checks on from the new one.
 #[derive(Default)]
 struct FpsBot {
     watch: fps::Watch,
@@ -184,6 +187,9 @@ struct FpsBot {
     gaps: u64,
     /// The room's incarnations before the current one.
     incarnations: Incarnations,
+    /// Whether the bot bound its player again since the last snapshot: a room whose node died
+    /// unbinds its players, so only then may a state that went back be a checkpoint.
+    rebound: bool,
 }
 
 impl FpsBot {
@@ -199,9 +205,19 @@ impl FpsBot {
         log.applied.saturating_sub(base)
     }
 
+    /// Whether `snapshot`, of the same life as `last`, shows the room's state back at an earlier
+    /// point: fewer of this player's inputs applied, an earlier round or an earlier tick.
+    fn went_back(last: &fps::Snapshot, snapshot: &fps::Snapshot) -> bool {
+        snapshot.inputs.applied < last.inputs.applied
+            || snapshot.round < last.round
+            || snapshot.tick < last.tick
+    }
+
     /// The current incarnation's snapshot checks, by the latest snapshot.
     fn checked(&self, sent: u64) -> Faults {
         let check = self.watch.inputs(0);
+        // What the log counted out of order before this incarnation began is not this one's.
+        let before = self.base.unwrap_or_default().out_of_order;
         let applied = self.incarnations.before() + self.applied_now();
         let lost = sent.saturating_sub(applied);
         // A gap the client reported is out of turn only if some input in it was lost.
@@ -212,7 +228,7 @@ impl FpsBot {
             // A snapshot that went back means the room's view of this player went back.
             reordered: check
                 .reordered
-                .saturating_sub(self.expected_out_of_order + gaps)
+                .saturating_sub(before + self.expected_out_of_order + gaps)
                 + self.watch.went_back,
         }
     }
@@ -266,12 +282,35 @@ impl Game for FpsBot {
                 self.expected_out_of_order = u64::from(self.sent > 0);
                 self.gaps = 0;
             }
+            // The same life, back at an earlier point after its node died: promoted from the
+            // checkpoint its standby held, which keeps the inputs its log shows.
+            Some(last) if self.rebound && Self::went_back(last, &snapshot) => {
+                let faults = Faults {
+                    lost: 0,
+                    duplicated: 0,
+                    ..self.checked(self.sent)
+                };
+                let node = Some(snapshot.node.to_string());
+                let base = self.base.unwrap_or_default();
+                let kept = snapshot.inputs.applied.saturating_sub(base.applied);
+                self.incarnations.restored(node, self.sent, kept, faults);
+                self.watch = fps::Watch::default();
+                // The restored log goes on from what the checkpoint held.
+                self.base = Some(snapshot.inputs);
+                self.expected_out_of_order = u64::from(self.sent > 0);
+                self.gaps = 0;
+            }
             _ => {}
         }
-        // The first input a rebuilt room applied, by its log: the ones before it died with the
-        // old room, those after it (held by the gateway meanwhile) ran in the new one.
-        if let Some(last) = snapshot.inputs.last_seq {
-            let first = (last + 1).saturating_sub(snapshot.inputs.applied);
+        self.rebound = false;
+        // The first input a rebuilt or restored room applied, by its log: the ones before it
+        // died with the old room, those after it (held by the gateway meanwhile) ran in the new
+        // one.
+        let base = self.base.unwrap_or_default().applied;
+        if let Some(last) = snapshot.inputs.last_seq
+            && snapshot.inputs.applied > base
+        {
+            let first = (last + 1).saturating_sub(snapshot.inputs.applied - base);
             self.incarnations.first_input(first);
         }
         self.watch.see(snapshot);
@@ -295,14 +334,20 @@ impl Game for FpsBot {
             self.gaps += 1;
         }
     }
+
+    fn rebound(&mut self) {
+        self.rebound = true;
+    }
 }
 
 /// A chatter: says its input numbers as lines, and checks that its own lines come back from the
 /// room once each and in order, among everyone else's. It counts from the state it finds: its
 /// lines are numbered from 0 each run, and other clients' lines are not checked. The room numbers
 /// every line it says; a line numbered below the last one heard, other than one of the bot's own
-/// already due, is the room rebuilt after a crash (its numbering restarted): the bot counts its
-/// lines the old room never said apart, and checks on from the new one.
+/// already due, is the room back after a crash: promoted from its standby's checkpoint when the
+/// line is of the same life and the bot had to bind its chatter again (the numbering went back to
+/// the checkpoint's), rebuilt otherwise (its numbering restarted). The bot counts its lines the
+/// old room never said, or said and forgot, apart, and checks on from the new one.
 struct ChatBot {
     me: ActorId,
     /// This bot's lines in the room's current incarnation.
@@ -318,6 +363,14 @@ struct ChatBot {
     /// ended (or the client could not deliver them).
     unseen: u64,
     incarnations: Incarnations,
+    /// The life of the room the last line came from.
+    life: Option<u64>,
+    /// Whether the chatter was bound again since the last line heard: a room whose node died
+    /// unbinds its members, so only then may numbering that went back be a checkpoint.
+    crashed: bool,
+    /// The room's number of each line of this bot's heard in the current incarnation, with its
+    /// input number: what a checkpoint below a line's number cannot hold.
+    said: BTreeMap<u64, u64>,
 }
 
 impl ChatBot {
@@ -330,7 +383,18 @@ impl ChatBot {
             rebound: false,
             unseen: 0,
             incarnations: Incarnations::default(),
+            life: None,
+            crashed: false,
+            said: BTreeMap::new(),
         }
+    }
+
+    /// How many of the inputs the current incarnation answers for a room whose numbering went
+    /// back to `seq` still holds: those up to its last line of this bot's numbered below `seq`.
+    fn kept_below(&self, seq: u64) -> u64 {
+        self.said.range(..seq).next_back().map_or(0, |(_, input)| {
+            (input + 1).saturating_sub(self.incarnations.before())
+        })
     }
 }
 
@@ -350,17 +414,27 @@ impl Game for ChatBot {
             None
         };
         let due = mine.is_some_and(|seq| seq < self.mine.next());
-        if self.last_line.is_some_and(|last| line.seq < last) && !due {
+        let new_life = self.life.is_some_and(|life| life != line.life);
+        let crashed = std::mem::take(&mut self.crashed);
+        if new_life || (self.last_line.is_some_and(|last| line.seq < last) && !due) {
             // The old incarnation's check covers the lines up to the last it said; what it
             // skipped is the server's loss, what it never came to died with it.
             let next = self.mine.next();
-            let checked = next.saturating_sub(self.incarnations.before());
             let faults = self.mine.faults_upto(next);
-            self.incarnations.rebuilt(None, self.sent, checked, faults);
+            if crashed && !new_life {
+                let kept = self.kept_below(line.seq);
+                self.incarnations.restored(None, self.sent, kept, faults);
+            } else {
+                let checked = next.saturating_sub(self.incarnations.before());
+                self.incarnations.rebuilt(None, self.sent, checked, faults);
+            }
             self.mine = Sequence::starting_at(self.incarnations.before());
+            self.said.clear();
         }
         self.last_line = Some(line.seq);
+        self.life = Some(line.life);
         if let Some(seq) = mine {
+            self.said.insert(line.seq, seq);
             // The first line of ours in a rebuilt room: what it says from here on is its own.
             if let Some(start) = self.incarnations.first_input(seq) {
                 self.mine = Sequence::starting_at(start);
@@ -389,6 +463,7 @@ impl Game for ChatBot {
 
     fn rebound(&mut self) {
         self.rebound = true;
+        self.crashed = true;
     }
 
     fn unseen(&self) -> u64 {
@@ -402,8 +477,10 @@ impl Game for ChatBot {
 /// `Sync` must be answered once; cards, marks, wins and rewards must follow from the draws. It
 /// checks from the state it finds: the round and draw the room is at, the rewards it shows first.
 /// A push of a round before the one followed, or a second deal of the round followed, is the
-/// room rebuilt after a crash (its rounds restarted): the bot counts the
-/// syncs the old room never answered apart, and checks on from the new one.
+/// room back after a crash: the bot counts the syncs the old room never answered apart, and
+/// checks on from the new one. It is the room promoted from its standby's checkpoint when the bot
+/// had to bind its player again and the next `State` shows the same life of the player (the same
+/// number for its first `Sync` ever answered), rebuilt from nothing otherwise.
 struct BingoBot {
     me: ActorId,
     room: SpotId,
@@ -424,6 +501,16 @@ struct BingoBot {
     /// `State`s that repeated the latest count: one answer pushed twice.
     repeated: u64,
     mismatches: u64,
+    /// The player's life, by the number of the first `Sync` it ever answered, from the latest
+    /// `State`.
+    origin: Option<u64>,
+    /// Whether the bot bound its player again since the last push: a room whose node died
+    /// unbinds its players, so only then may a restart be a checkpoint.
+    crashed: bool,
+    /// A restart seen after the bot bound its player again, until a `State` says whether the
+    /// player is of the same life (a checkpoint): its life then, and the count of the first
+    /// `State` the bot saw in it.
+    pending: Option<(u64, Option<u64>)>,
 }
 
 /// One round as the bot saw it.
@@ -467,6 +554,9 @@ impl BingoBot {
             syncs: None,
             repeated: 0,
             mismatches: 0,
+            origin: None,
+            crashed: false,
+            pending: None,
         }
     }
 
@@ -520,6 +610,12 @@ impl BingoBot {
         faults.duplicated += self.answered().saturating_sub(due) + self.repeated;
         let answered = self.answered().min(due);
         self.incarnations.rebuilt(None, self.sent, answered, faults);
+        // Until a `State` tells: a player of the same life came back from its checkpoint.
+        if std::mem::take(&mut self.crashed) {
+            self.pending = self
+                .origin
+                .map(|origin| (origin, self.syncs.map(|(first, _)| first)));
+        }
         self.round = None;
         self.rewards = None;
         self.past = Faults::default();
@@ -635,6 +731,21 @@ impl BingoBot {
     }
 
     fn state(&mut self, view: &bingo::PlayerView) {
+        let origin = view
+            .last_sync
+            .map(|last| (last + 1).saturating_sub(view.syncs));
+        let restored = match self.pending.take() {
+            Some((before, first)) if origin == Some(before) => {
+                // The checkpoint holds the `Sync`s answered before this one, from the first the
+                // bot saw in the incarnation that died.
+                let held = view.syncs.saturating_sub(1);
+                let kept = first.map_or(0, |first| (held + 1).saturating_sub(first));
+                self.incarnations.was_restored(kept);
+                true
+            }
+            _ => false,
+        };
+        self.origin = origin;
         self.syncs = match self.syncs {
             None => Some((view.syncs, view.syncs)),
             Some((first, latest)) => {
@@ -648,7 +759,10 @@ impl BingoBot {
         // The first `Sync` a rebuilt player ran, by its count and the last one's number: those
         // the gateway held while it bound the player again ran in the new incarnation. Every
         // `Sync` a rebuilt player answered is this bot's, counted from the first.
-        if let Some(last) = view.last_sync
+        // A restored player answered only this `Sync` since its checkpoint.
+        if restored && let Some(last) = view.last_sync {
+            self.incarnations.first_input(last);
+        } else if let Some(last) = view.last_sync
             && self
                 .incarnations
                 .first_input((last + 1).saturating_sub(view.syncs))
@@ -690,6 +804,11 @@ impl Game for BingoBot {
     fn read(&mut self, push: bingo::Push) -> Option<u64> {
         if self.restarted(&push) {
             self.rebuilt();
+        }
+        // After a rebind the bot follows the room afresh, so only a `State`'s count shows
+        // whether it went back.
+        if matches!(push, bingo::Push::State(_)) {
+            self.crashed = false;
         }
         match push {
             bingo::Push::Drawn {
@@ -734,6 +853,7 @@ impl Game for BingoBot {
     /// Draws, round ends and deals pushed meanwhile went to the binding that ended: follow the
     /// room again from the next push, as on joining, and take the rewards the next state shows.
     fn rebound(&mut self) {
+        self.crashed = true;
         if let Some(draws) = self.round.take().and_then(|seen| seen.draws) {
             self.past.add(draws.faults_upto(draws.next()));
         }
@@ -744,6 +864,7 @@ impl Game for BingoBot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bots::checks::Outcome;
     use bingo::{PlayerView, Push};
 
     fn actor(id: &str) -> ActorId {
@@ -752,6 +873,20 @@ mod tests {
 
     fn spot(id: &str) -> SpotId {
         SpotId::new(id).expect("valid id")
+    }
+
+    #[test]
+    fn every_game_room_keeps_a_confirmed_standby_its_players_with_it() {
+        let registry = registry();
+        for game in GameKind::ALL {
+            let room = registry.info(game.room_factory()).expect("registered");
+            assert_eq!(room.standby, StandbyPolicy::Confirmed, "{}", game.name());
+            // A standby is kept per room: a player in one is kept with it.
+            let player = registry.info(game.player_factory()).expect("registered");
+            assert_eq!(player.standby, StandbyPolicy::None, "{}", game.name());
+        }
+        let matchmaker = registry.info(bingo::MATCHMAKER).expect("registered");
+        assert_eq!(matchmaker.standby, StandbyPolicy::None);
     }
 
     /// An FPS snapshot made on `node` at `tick`, with this player's input log.
@@ -856,6 +991,48 @@ mod tests {
     }
 
     #[test]
+    fn an_fps_bot_tells_a_room_back_at_its_checkpoint_and_counts_what_it_rolled_back() {
+        let mut bot = FpsBot::default();
+        for seq in 0..10 {
+            bot.input(seq);
+        }
+        bot.read(snapshot("n1", 10, 10, Some(9), 0));
+        bot.input(10);
+        bot.input(11);
+        // n1 dies; the player is bound again; the room's standby on n2 held 7 of the inputs.
+        bot.rebound();
+        bot.read(fps::Snapshot {
+            life: 1,
+            ..snapshot("n2", 8, 7, Some(6), 0)
+        });
+        let rooms = bot.incarnations();
+        assert_eq!(rooms.outcome(), Outcome::Checkpoint);
+        assert_eq!(rooms.rebuilds()[0].node.as_deref(), Some("n2"));
+        assert_eq!(rooms.rolled_back(), 5, "inputs 7 to 11 are not in the room");
+        // Input 11, held by the gateway meanwhile, runs in the restored room.
+        bot.read(fps::Snapshot {
+            life: 1,
+            ..snapshot("n2", 9, 8, Some(11), 1)
+        });
+        let rooms = bot.incarnations();
+        assert_eq!((rooms.rolled_back(), rooms.lost()), (4, 4));
+        assert!(bot.caught_up(12));
+        assert_eq!(bot.faults(12), Faults::default());
+    }
+
+    #[test]
+    fn an_fps_snapshot_that_went_back_with_no_crash_is_a_fault_not_a_checkpoint() {
+        let mut bot = FpsBot::default();
+        for seq in 0..10 {
+            bot.input(seq);
+        }
+        bot.read(snapshot("n1", 10, 10, Some(9), 0));
+        bot.read(snapshot("n1", 11, 7, Some(6), 0));
+        assert_eq!(bot.incarnations().outcome(), Outcome::Kept);
+        assert!(bot.faults(10).reordered > 0);
+    }
+
+    #[test]
     fn an_fps_bot_whose_first_snapshot_shows_its_own_inputs_counts_them() {
         let mut bot = FpsBot::default();
         bot.input(0);
@@ -871,6 +1048,7 @@ mod tests {
             seq,
             from: actor(from),
             text: text.to_owned(),
+            life: 1,
         }
     }
 

@@ -25,7 +25,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use self::checks::Faults;
+use self::checks::{Faults, Outcome};
 use self::games::GameKind;
 use self::player::{RoomRebuilt, Tally};
 use crate::percentiles::{Durations, Percentiles};
@@ -84,10 +84,20 @@ pub struct BotsSummary {
     /// Inputs that ran, whose answers went to a session that died with its gateway while the
     /// client failed over: the bots could not check them (chat lines; never counted lost).
     pub answers_lost_with_gateways: u64,
-    /// Inputs lost with rooms that crashed and were rebuilt (their state restarted).
+    /// Inputs lost with rooms that crashed and were rebuilt (their state restarted) or went back
+    /// to a checkpoint: no incarnation of the room applied them.
     pub inputs_lost_in_rebuilds: u64,
-    /// The rooms rebuilt after a crash while the bots played: each once, with the node it came
-    /// back on and when (the first bot to see it).
+    /// Inputs the gateway confirmed (or whose answer a bot received) whose effect their room no
+    /// longer shows after a crash: 0 in rooms that keep a confirmed standby, unless the standby
+    /// died too and the room was rebuilt from nothing.
+    pub confirmed_inputs_lost: u64,
+    /// Inputs sent but never confirmed that their room does not show after a crash: what a crash
+    /// may take under any policy.
+    pub unconfirmed_inputs_rolled_back: u64,
+    /// How the rooms came through crashes, each counted once by the worst any of its bots saw.
+    pub room_outcomes: RoomOutcomes,
+    /// The rooms back after a crash while the bots played (rebuilt, or from a checkpoint): each
+    /// comeback once, with the node it came back on and when (the first bot to see it).
     pub rooms_rebuilt: Vec<RoomRebuilt>,
     /// The bots that saw inputs lost, applied twice or out of order, each with its room, so an
     /// operator can look that room up in the nodes' logs.
@@ -128,6 +138,12 @@ impl BotsSummary {
             inputs_undelivered: tallies.iter().map(|t| t.undelivered).sum(),
             answers_lost_with_gateways: tallies.iter().map(|t| t.answers_lost).sum(),
             inputs_lost_in_rebuilds: tallies.iter().map(|t| t.lost_in_rebuilds).sum(),
+            confirmed_inputs_lost: tallies.iter().map(|t| t.rollback.confirmed_lost).sum(),
+            unconfirmed_inputs_rolled_back: tallies
+                .iter()
+                .map(|t| t.rollback.unconfirmed_rolled_back)
+                .sum(),
+            room_outcomes: RoomOutcomes::of(tallies),
             rooms_rebuilt: rebuilt_rooms(tallies),
             faulty_players: tallies
                 .iter()
@@ -155,17 +171,41 @@ impl BotsSummary {
         self.inputs.is_clean() && self.mismatches == 0 && self.errors.is_empty()
     }
 
-    /// The rooms rebuilt after a crash, for a person: `none`, or `fps-0 on bravo after 12.3 s,
-    /// chat-1 after 14.0 s` (the node where the game's pushes name it).
+    /// What crashes took, for a person: `0 confirmed inputs lost, 3 unconfirmed rolled back;
+    /// rooms: 40 kept, 4 back to a checkpoint, 1 rebuilt from nothing`.
+    pub fn crash_text(&self) -> String {
+        let r = self.room_outcomes;
+        format!(
+            "{} confirmed inputs lost, {} unconfirmed rolled back; rooms: {} kept, {} back to a \
+             checkpoint, {} rebuilt from nothing",
+            self.confirmed_inputs_lost,
+            self.unconfirmed_inputs_rolled_back,
+            r.kept,
+            r.checkpoint,
+            r.rebuilt
+        )
+    }
+
+    /// The rooms back after a crash, for a person: `none`, or `fps-0 on bravo after 12.3 s,
+    /// chat-1 after 14.0 s from a checkpoint` (the node where the game's pushes name it).
     pub fn rebuilt_text(&self) -> String {
         if self.rooms_rebuilt.is_empty() {
             return "none".to_owned();
         }
         self.rooms_rebuilt
             .iter()
-            .map(|r| match &r.node {
-                Some(node) => format!("{} on {node} after {:.1} s", r.room, r.after_s),
-                None => format!("{} after {:.1} s", r.room, r.after_s),
+            .map(|r| {
+                let on = r
+                    .node
+                    .as_ref()
+                    .map(|node| format!(" on {node}"))
+                    .unwrap_or_default();
+                let from = if r.outcome == Outcome::Checkpoint {
+                    " from a checkpoint"
+                } else {
+                    ""
+                };
+                format!("{}{on} after {:.1} s{from}", r.room, r.after_s)
             })
             .collect::<Vec<_>>()
             .join(", ")
@@ -207,6 +247,38 @@ impl BotsSummary {
             ));
         }
         Some(parts.join("; "))
+    }
+}
+
+/// How many rooms came through crashes in each way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RoomOutcomes {
+    /// Rooms whose state nothing took back.
+    pub kept: u64,
+    /// Rooms that went back to their standby's checkpoint.
+    pub checkpoint: u64,
+    /// Rooms rebuilt from nothing.
+    pub rebuilt: u64,
+}
+
+impl RoomOutcomes {
+    /// Each room once, by the worst outcome any of its bots saw (a bot that came in late may
+    /// have missed a comeback the others saw).
+    pub fn of(tallies: &[Tally]) -> RoomOutcomes {
+        let mut rooms: BTreeMap<&str, Outcome> = BTreeMap::new();
+        for tally in tallies {
+            let worst = rooms.entry(&tally.room).or_default();
+            *worst = (*worst).max(tally.outcome);
+        }
+        let mut counts = RoomOutcomes::default();
+        for outcome in rooms.into_values() {
+            match outcome {
+                Outcome::Kept => counts.kept += 1,
+                Outcome::Checkpoint => counts.checkpoint += 1,
+                Outcome::Rebuilt => counts.rebuilt += 1,
+            }
+        }
+        counts
     }
 }
 
@@ -301,6 +373,46 @@ mod tests {
             },
             ..Tally::default()
         }
+    }
+
+    #[test]
+    fn the_summary_counts_each_room_once_by_its_worst_comeback_and_splits_what_crashes_took() {
+        let with = |player: &str, room: &str, outcome, confirmed_lost, unconfirmed| Tally {
+            outcome,
+            rollback: checks::Rollback {
+                confirmed_lost,
+                unconfirmed_rolled_back: unconfirmed,
+            },
+            ..tally(player, room, 0)
+        };
+        let tallies = [
+            with("fps-0-p0", "fps-0", Outcome::Kept, 0, 0),
+            with("fps-0-p1", "fps-0", Outcome::Checkpoint, 0, 2),
+            with("chat-0-p0", "chat-0", Outcome::Kept, 0, 0),
+            with("bingo-0-p0", "bingo-0", Outcome::Rebuilt, 7, 1),
+            with("bingo-0-p1", "bingo-0", Outcome::Checkpoint, 0, 0),
+        ];
+        let summary = BotsSummary::of(&tallies);
+        assert_eq!(
+            summary.room_outcomes,
+            RoomOutcomes {
+                kept: 1,
+                checkpoint: 1,
+                rebuilt: 1
+            }
+        );
+        assert_eq!(
+            (
+                summary.confirmed_inputs_lost,
+                summary.unconfirmed_inputs_rolled_back
+            ),
+            (7, 3)
+        );
+        assert_eq!(
+            summary.crash_text(),
+            "7 confirmed inputs lost, 3 unconfirmed rolled back; rooms: 1 kept, 1 back to a \
+             checkpoint, 1 rebuilt from nothing"
+        );
     }
 
     #[test]

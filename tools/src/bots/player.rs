@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use super::checks::{Faults, Incarnations, TickGaps};
+use super::checks::{Faults, Incarnations, Outcome, Rollback, TickGaps};
 
 /// A game as a bot plays it: the inputs it sends, and the checks it makes on what comes back.
 pub trait Game: Send + 'static {
@@ -55,11 +55,13 @@ pub trait Game: Send + 'static {
     }
 }
 
-/// A room rebuilt after a crash, as a report names it.
+/// A room that came back after a crash, as a report names it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RoomRebuilt {
-    /// The rebuilt room's id.
+    /// The room's id.
     pub room: String,
+    /// Whether it went back to a checkpoint or was rebuilt from nothing.
+    pub outcome: Outcome,
     /// The node it came back on, for games whose pushes name it (FPS snapshots do).
     pub node: Option<String>,
     /// When a bot first saw it back, in seconds from that bot's start.
@@ -93,8 +95,14 @@ pub struct Tally {
     /// Inputs the client wrote into a connection that died before they could arrive (its
     /// gateway died): never applied, and not the server's doing.
     pub undelivered: u64,
-    /// Inputs lost with a room that crashed and was rebuilt (its state restarted).
+    /// Inputs lost with a room that crashed and was rebuilt (its state restarted) or went back
+    /// to a checkpoint: no incarnation of the room applied them.
     pub lost_in_rebuilds: u64,
+    /// Inputs whose effect the room no longer shows after a crash, split by whether the bot had
+    /// been told they ran.
+    pub rollback: Rollback,
+    /// How its room came through crashes, as this bot saw it.
+    pub outcome: Outcome,
     /// Inputs the client delivered whose answers were pushed to a session that then died with
     /// its gateway, so the bot could not check them (never counted lost).
     pub answers_lost: u64,
@@ -217,11 +225,17 @@ pub async fn play<G: Game>(
         .iter()
         .map(|r| RoomRebuilt {
             room: room.clone(),
+            outcome: r.outcome,
             node: r.node.clone(),
             after_s: crate::percentiles::secs(r.at.saturating_duration_since(started)),
         })
         .collect();
     tally.lost_in_rebuilds = lost_in_rebuilds;
+    tally.outcome = incarnations.outcome();
+    // The inputs a crash rolled back are the first the client's reports of unconfirmed inputs
+    // explain: a crash is what ended those bindings.
+    tally.rollback = Rollback::split(incarnations.rolled_back(), tally.undelivered);
+    tally.undelivered -= tally.rollback.unconfirmed_rolled_back;
     let unseen = game.unseen();
     let not_applied = tally.faults.lost + lost_in_rebuilds + unseen;
     tally.applied = tally.sent - not_applied.min(tally.sent);
@@ -231,7 +245,7 @@ pub async fn play<G: Game>(
     let explains_lost = tally.undelivered.min(tally.faults.lost);
     let explains_unseen = (tally.undelivered - explains_lost).min(unseen);
     tally.faults.lost -= explains_lost;
-    tally.undelivered = explains_lost + explains_unseen;
+    tally.undelivered = explains_lost + explains_unseen + tally.rollback.unconfirmed_rolled_back;
     tally.answers_lost = unseen - explains_unseen;
     tally.connects = client.session().connects;
     client.close().await;

@@ -1,5 +1,5 @@
 // The cluster view: each node named in `?nodes=<admin>,<admin>,...` (by default this one) is a row
-// with its state, drain progress and rooms, read every 250 ms; every move a drain makes is
+// with its state, drain progress, rooms and their standbys, read every 250 ms; every move a drain makes is
 // listed as its node pushes it (Server-Sent Events, read with fetch so they can carry the token).
 // Every request uses the scheme this page came with, so with `admin_tls` all of it is HTTPS.
 // When a node asks for the admin token, the page asks for it once and keeps it in this tab's
@@ -48,7 +48,7 @@ function get(admin, path, signal) {
 function rowFor(admin) {
   const row = document.createElement("tr");
   row.dataset.admin = admin;
-  for (const name of ["node", "state", "drain", "rooms", "actors", "feed"]) {
+  for (const name of ["node", "state", "drain", "rooms", "actors", "standby", "feed"]) {
     const td = document.createElement("td");
     td.className = name;
     row.append(td);
@@ -72,12 +72,21 @@ async function poll(admin, row) {
     cell(row, "drain").textContent = drain && drain.total ? `${drain.moved + drain.failed}/${drain.total} (${drain.failed} failed)` : "-";
     cell(row, "rooms").textContent = view.spots.join(" ");
     cell(row, "actors").textContent = view.actors;
+    cell(row, "standby").textContent = standby(view.standby);
   } catch {
     cell(row, "state").textContent = "unreachable";
     cell(row, "state").className = "state unreachable";
   } finally {
     setTimeout(() => poll(admin, row), 250);
   }
+}
+
+/** A node's standbys in a few words: how many of its rooms a crash would keep, and how long the
+ * oldest change their standbys do not hold has waited. */
+function standby(s) {
+  if (!s || s.rooms === 0) return "-";
+  const oldest = s.oldest_unheld_ms === null ? "all held" : `oldest unheld ${s.oldest_unheld_ms} ms`;
+  return `${s.current}/${s.rooms} current, ${oldest}`;
 }
 
 /** The events of an SSE body, as `[name, data]` pairs, as they arrive. */

@@ -3,7 +3,8 @@
 //! move a drain makes as it happens, pushed to the page from each node's relocation events.
 //!
 //! - `GET /cluster?nodes=<admin>,<admin>,...`: the page (by default it shows this node only).
-//! - `GET /cluster/node`: this node's id, state, drain progress, and the units it runs.
+//! - `GET /cluster/node`: this node's id, state, drain progress, the units it runs, and how many
+//!   of its rooms have a current standby.
 //! - `GET /cluster/moves`: Server-Sent Events, a `move` for each unit a drain of this node moved
 //!   and a `failed` for each it could not; the stream ends when the node starts to shut down.
 //!
@@ -42,6 +43,19 @@ struct NodeView {
     spots: Vec<String>,
     /// How many actors it runs.
     actors: usize,
+    /// Its rooms' standbys: how many a crash of this node would keep, and the oldest change
+    /// their standbys do not hold yet.
+    standby: StandbyView,
+}
+
+#[derive(Debug, Serialize)]
+struct StandbyView {
+    /// Rooms whose factory keeps a standby.
+    rooms: usize,
+    /// Of those, the rooms whose standby holds a recent checkpoint.
+    current: usize,
+    /// How long the oldest change not yet held by a standby has waited, in milliseconds.
+    oldest_unheld_ms: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -128,6 +142,7 @@ async fn node_view(State(node): State<Node>) -> impl IntoResponse {
     }
     spots.sort();
     let state = node.state();
+    let standby = node.standby_status();
     let view = NodeView {
         node: node.id().to_string(),
         state: state.to_string(),
@@ -138,6 +153,11 @@ async fn node_view(State(node): State<Node>) -> impl IntoResponse {
         }),
         spots,
         actors,
+        standby: StandbyView {
+            rooms: standby.rooms,
+            current: standby.current,
+            oldest_unheld_ms: standby.oldest_unheld.map(super::wire::millis),
+        },
     };
     ([ANY_ORIGIN], Json(view))
 }

@@ -29,7 +29,8 @@ use super::auth::Access;
 use super::tls::TlsListener;
 use super::wire::{
     DrainReport, ErrorBody, Mode, PeerBody, ProgressBody, RelocateRequest, Resumed, RunningBody,
-    ShutdownReport, ShutdownRequest, StatusBody, UnitCreated, UnitKind, UnitRequest, millis,
+    ShutdownReport, ShutdownRequest, StandbyBody, StatusBody, UnitCreated, UnitKind, UnitRequest,
+    millis,
 };
 use crate::admin::ops::{Busy, Operations};
 
@@ -275,6 +276,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> Json<StatusBody> {
         running,
         last_drain: shared.ops.last_drain(),
         recovery_waiting: node.recovery_stall().map(Into::into),
+        standby: StandbyBody::from(&node.standby_status()),
     })
 }
 
@@ -514,6 +516,19 @@ fn record_gauges(node: &Node, running: bool) {
     for (name, value) in gauges {
         metrics::gauge!(name).set(value);
     }
+    let standby = node.standby_status();
+    let oldest = standby.oldest_unheld.unwrap_or_default().as_secs_f64();
+    for (name, value) in [
+        ("ferry_standby_rooms", standby.rooms as f64),
+        ("ferry_standby_current_rooms", standby.current as f64),
+        ("ferry_standby_behind_rooms", standby.behind as f64),
+        ("ferry_standby_oldest_unheld_seconds", oldest),
+        ("ferry_standby_copies", standby.copies as f64),
+    ] {
+        metrics::gauge!(name).set(value);
+    }
+    metrics::counter!("ferry_standby_checkpoints_total").absolute(standby.checkpoints_sent);
+    metrics::counter!("ferry_standby_checkpoint_bytes_total").absolute(standby.bytes_sent);
     // Only a gateway holds sessions: on any other node the gauge would be a misleading 0.
     if node.session_addr().is_some() {
         metrics::gauge!("ferry_node_sessions").set(node.session_count() as f64);

@@ -5,7 +5,7 @@
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use ferry::{ActorId, NodeId, NodeState, SpotId, UnitId};
+use ferry::{ActorId, NodeId, NodeState, SpotId, StandbyPolicy, UnitId};
 use ferry_samples::chat;
 use ferry_samples::ping::{self, PingMsg, PingReport};
 use ferry_tests::cluster::Cluster;
@@ -577,6 +577,38 @@ async fn a_room_counts_with_its_members_and_a_drained_node_resumes_taking_units(
     let (code, body) = call(&admin.router, "POST", "/resume", "").await;
     assert_eq!(code, StatusCode::OK, "{body}");
     assert_eq!(body["was"], "Serving");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_shows_the_standbys_the_node_counts() {
+    let cluster = Cluster::start(2, || {
+        ferry_samples::registry_with_standby(StandbyPolicy::Confirmed)
+    })
+    .await;
+    let admin = admin(&cluster, "n1");
+    let room = json!({"kind": "spot", "factory": chat::ROOM, "id": "lobby"});
+    let (code, body) = call(&admin.router, "POST", "/units", room.to_string()).await;
+    assert_eq!(code, StatusCode::CREATED, "{body}");
+    let (code, body) = call(&admin.router, "GET", "/status", "").await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    for key in [
+        "rooms",
+        "current",
+        "behind",
+        "oldest_unheld_ms",
+        "copies",
+        "checkpoints_sent",
+        "bytes_sent",
+    ] {
+        assert!(body["standby"].get(key).is_some(), "no {key} in {body}");
+    }
+    let shown: StatusBody = serde_json::from_value(body).expect("a status");
+    let counted = cluster.node("n1").standby_status();
+    assert_eq!(
+        (shown.standby.rooms, shown.standby.copies),
+        (counted.rooms, counted.copies)
+    );
     cluster.shutdown().await;
 }
 

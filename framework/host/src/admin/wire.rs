@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use ferry::{BlockedReason, HostStatus, RelocateMode, RelocateOptions, RelocateOutcome};
+use ferry::{
+    BlockedReason, HostStatus, RelocateMode, RelocateOptions, RelocateOutcome, StandbyStatus,
+};
 use serde::{Deserialize, Serialize};
 
 /// The deadline of a drain or shutdown when a request names none (the framework's default).
@@ -37,6 +39,45 @@ pub struct StatusBody {
     pub last_drain: Option<DrainReport>,
     /// Why recovery waits to rebuild dead nodes' units, if it does (as this node sees it).
     pub recovery_waiting: Option<RecoveryWaiting>,
+    /// Its rooms' standbys and the copies it keeps for others (absent from a node that predates
+    /// standbys, read as none).
+    #[serde(default)]
+    pub standby: StandbyBody,
+}
+
+/// A node's warm standbys, as `/status` shows them: whether a crash of this node would keep its
+/// rooms, and what keeping them costs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StandbyBody {
+    /// Rooms it owns whose factory keeps a standby.
+    pub rooms: usize,
+    /// Of those, the rooms whose standby holds a recent checkpoint.
+    pub current: usize,
+    /// Of those, the rooms whose changes wait for their standby longer than they should.
+    pub behind: usize,
+    /// How long the oldest change not yet held by a standby has waited, in milliseconds (`None`:
+    /// every standby holds everything).
+    pub oldest_unheld_ms: Option<u64>,
+    /// Copies it keeps for rooms other nodes own.
+    pub copies: usize,
+    /// Checkpoints it sent since it started.
+    pub checkpoints_sent: u64,
+    /// Checkpoint bytes it sent since it started.
+    pub bytes_sent: u64,
+}
+
+impl From<&StandbyStatus> for StandbyBody {
+    fn from(status: &StandbyStatus) -> Self {
+        StandbyBody {
+            rooms: status.rooms,
+            current: status.current,
+            behind: status.behind,
+            oldest_unheld_ms: status.oldest_unheld.map(millis),
+            copies: status.copies,
+            checkpoints_sent: status.checkpoints_sent,
+            bytes_sent: status.bytes_sent,
+        }
+    }
 }
 
 /// Recovery that cannot rebuild dead nodes' units now, as `/status` shows it.
