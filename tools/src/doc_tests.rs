@@ -76,7 +76,7 @@ fn the_factories_the_runbook_names_are_those_every_node_registers() {
     let (list, _) = after.split_once(')').expect("the list ends");
     let named: Vec<&str> = list.split('`').skip(1).step_by(2).collect();
     assert_eq!(named.len(), 8, "{named:?}");
-    let registry = crate::bots::games::registry();
+    let registry = crate::bots::games::registry(crate::bots::games::StandbyChoice::None);
     for name in named {
         assert!(registry.info(name).is_some(), "{name} is not registered");
     }

@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use clap::Args;
 use ferry_host::{ConfigError, Host, HostError};
 
+use crate::bots::games::StandbyChoice;
+
 /// Which config file to run.
 #[derive(Args, Debug, Clone)]
 pub struct NodeArgs {
@@ -14,6 +16,9 @@ pub struct NodeArgs {
     /// overridden as FERRY_<KEY> in the environment.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
+    /// The standby the sample games' rooms keep: none, periodic (100 ms) or confirmed.
+    #[arg(long, value_enum, default_value = "none")]
+    standby: StandbyChoice,
 }
 
 /// Why the node did not start, or stopped on its own.
@@ -40,7 +45,7 @@ pub async fn run(args: NodeArgs) -> Result<(), NodeError> {
         &settings.id,
     )?;
     // Every sample, as the demo's nodes host them, so `ferry bots` can play any of them.
-    Host::new(settings, crate::bots::games::registry())
+    Host::new(settings, crate::bots::games::registry(args.standby))
         .run()
         .await?;
     Ok(())

@@ -467,8 +467,19 @@ impl Drain {
             Ended::NotMoved(reason) => {
                 let reason = reason.unwrap_or(BlockedReason::RelocationFailed);
                 let time_left = now < self.deadline && !self.stopping;
-                match self.units.get_mut(id) {
-                    Some(unit) if reason.retryable() && time_left => {
+                // A room sent to the node that keeps its standby, which did not take it (that
+                // node may have died with its lease still running), is tried again wherever the
+                // drain would have sent it without a standby.
+                let unit = self.units.get_mut(id);
+                let to_standby = match unit {
+                    Some(ref unit) => target.is_some() && unit.standby == target,
+                    None => false,
+                };
+                match unit {
+                    Some(unit) if time_left && (reason.retryable() || to_standby) => {
+                        if to_standby {
+                            unit.standby = None;
+                        }
                         unit.waits = reason;
                         unit.not_before = Some(now + RETRY_PAUSE);
                         self.paused.insert((now + RETRY_PAUSE, id.clone()));
@@ -731,6 +742,41 @@ mod tests {
             "its holder drains"
         );
         assert_eq!(to.get("spot:none").map(String::as_str), Some("p2"));
+    }
+
+    #[test]
+    fn a_room_its_standbys_node_did_not_take_is_tried_again_where_it_would_have_gone() {
+        let now = Instant::now();
+        let mut d = drain(now);
+        d.found(Found {
+            standby: Some(NodeId::new("p3").unwrap()),
+            ..room("r", 1)
+        });
+        let view = [
+            node("p1", 4, NodeState::Relocating),
+            node("p2", 0, NodeState::Serving),
+            node("p3", 50, NodeState::Serving),
+        ];
+        let first = d.next(now, &view, |_| true, true);
+        assert_eq!(
+            targets(&first).get("p3"),
+            Some(&1),
+            "its standby's node first"
+        );
+        // p3 died with its lease still running: the move fails for a reason not retried as such.
+        let failed = Ended::NotMoved(Some(BlockedReason::RelocationFailed));
+        let again = d.ended(&room("r", 1).unit, failed.clone(), now, true);
+        assert!(matches!(again, Decision::Again { .. }), "{again:?}");
+        let later = now + RETRY_PAUSE;
+        let second = d.next(later, &view, |_| true, true);
+        assert_eq!(
+            targets(&second).get("p2"),
+            Some(&1),
+            "then where it would have gone"
+        );
+        // A move that fails again for that reason is not retried: the room stays.
+        let stays = d.ended(&room("r", 1).unit, failed, later, true);
+        assert!(matches!(stays, Decision::Stays { .. }), "{stays:?}");
     }
 
     #[test]

@@ -10,13 +10,14 @@ import { after, before, test } from "node:test";
 import type { Page } from "playwright-core";
 
 import { launch, type Browser } from "./chromium.js";
-import { ADMIN_TOKEN, TestCluster } from "./cluster.js";
+import { ADMIN_TOKEN, FERRY, TestCluster } from "./cluster.js";
 
 let cluster: TestCluster;
 let browser: Browser;
 
 before(async () => {
-  cluster = await TestCluster.start(["n1", "n2", "n3"], { secure: true });
+  // The chat rooms keep a confirmed standby, so the view has standbys to show.
+  cluster = await TestCluster.start(["n1", "n2", "n3"], { secure: true, program: [FERRY, "node", "--standby", "confirmed"] });
   browser = await launch({ acceptNodeCertificates: true, viewport: { width: 760, height: 380 } });
 });
 
@@ -57,7 +58,7 @@ test("behind HTTPS and the admin token, the cluster view follows a drain move by
   assert.deepEqual(await rooms(page, "n2"), names);
   assert.equal(await page.locator('tr[data-node="n2"] .state').innerText(), "Serving");
   assert.equal(await page.locator('tr[data-node="n2"] .drain').innerText(), "-");
-  // `ferry node` keeps a confirmed standby of each chat room: once each has its first checkpoint
+  // Each chat room keeps a confirmed standby: once each has its first checkpoint
   // held, the row says all three have a current one, and how long the oldest change not yet held
   // has waited.
   await until(page, `/^3\\/3 current, /.test(document.querySelector('tr[data-node="n2"] .standby')?.textContent ?? "")`);

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use ferry::relocation::protocol::MoveEnd;
-use ferry::{Registry, StandbyPolicy, UnitError, UnitId};
+use ferry::{Registry, UnitError, UnitId};
 use ferry_benches::rooms::{ChangeRate, RoomError};
 use serde::Serialize;
 
@@ -102,27 +102,7 @@ pub struct BenchArgs {
     lease: Duration,
 }
 
-/// A standby policy as `--standby` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum StandbyChoice {
-    /// No standby: a crash rebuilds the rooms from nothing.
-    None,
-    /// A checkpoint at most every 100 ms.
-    Periodic,
-    /// A checkpoint at every turn that changed the room; effects wait for it.
-    Confirmed,
-}
-
-impl StandbyChoice {
-    fn policy(self) -> StandbyPolicy {
-        match self {
-            StandbyChoice::None => StandbyPolicy::None,
-            StandbyChoice::Periodic => StandbyPolicy::periodic(),
-            StandbyChoice::Confirmed => StandbyPolicy::Confirmed,
-        }
-    }
-}
+pub use crate::bots::games::StandbyChoice;
 
 /// Why the bench failed.
 #[derive(Debug, thiserror::Error)]
@@ -246,7 +226,7 @@ fn print(args: &BenchArgs, report: &impl Serialize, text: String) -> Result<(), 
 
 /// The factories of the sample games and of the rooms with state.
 fn registry() -> Registry {
-    let mut registry = games::registry();
+    let mut registry = games::registry(StandbyChoice::None);
     ferry_benches::rooms::register(&mut registry);
     registry
 }

@@ -9,6 +9,7 @@ use ferry::client::ClientConfig;
 use ferry::{ActorId, InvalidId, Registry, SpotId, StandbyPolicy};
 use ferry_samples::bingo::{self, Card, Marks};
 use ferry_samples::{chat, fps};
+use serde::Serialize;
 use tokio::sync::watch;
 
 use super::checks::{Faults, Incarnations, Sequence};
@@ -158,10 +159,34 @@ pub fn lineup(
 }
 
 /// The factories every sample game needs: all of `ferry_samples`, as the demo's nodes and every
-/// `ferry node` register them, the games' rooms keeping a confirmed standby so that a crash of a
-/// node loses nothing a player was told had happened.
-pub fn registry() -> Registry {
-    ferry_samples::registry_with_standby(StandbyPolicy::Confirmed)
+/// `ferry node` register them, their rooms keeping the standby `standby` names (`ferry node
+/// --standby`; none unless asked: with a confirmed one, bots playing through a node's crash or a
+/// drain beside a dead node still find inputs the rooms no longer show).
+pub fn registry(standby: StandbyChoice) -> Registry {
+    ferry_samples::registry_with_standby(standby.policy())
+}
+
+/// A standby policy as `--standby` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StandbyChoice {
+    /// No standby: a crash rebuilds the rooms from nothing.
+    None,
+    /// A checkpoint at most every 100 ms.
+    Periodic,
+    /// A checkpoint at every turn that changed the room; effects wait for it.
+    Confirmed,
+}
+
+impl StandbyChoice {
+    /// The policy it names.
+    pub fn policy(self) -> StandbyPolicy {
+        match self {
+            StandbyChoice::None => StandbyPolicy::None,
+            StandbyChoice::Periodic => StandbyPolicy::periodic(),
+            StandbyChoice::Confirmed => StandbyPolicy::Confirmed,
+        }
+    }
 }
 
 /// An FPS player: aims somewhere new each input, and checks the snapshots with the sample's own
@@ -876,8 +901,8 @@ mod tests {
     }
 
     #[test]
-    fn every_game_room_keeps_a_confirmed_standby_its_players_with_it() {
-        let registry = registry();
+    fn every_game_room_can_keep_a_confirmed_standby_its_players_with_it() {
+        let registry = ferry_samples::registry_with_standby(StandbyPolicy::Confirmed);
         for game in GameKind::ALL {
             let room = registry.info(game.room_factory()).expect("registered");
             assert_eq!(room.standby, StandbyPolicy::Confirmed, "{}", game.name());

@@ -79,7 +79,10 @@ pub enum DemoError {
 /// Runs the demo and prints its report; fails if anything a player would notice went wrong.
 pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
     let started = Instant::now();
-    let cluster = LocalCluster::start(NODES, &args.store, games::registry).await?;
+    let cluster = LocalCluster::start(NODES, &args.store, || {
+        games::registry(games::StandbyChoice::None)
+    })
+    .await?;
     let result = play(&cluster, &args).await;
     cluster.shutdown().await;
     let (drained, tallies) = result?;
