@@ -420,11 +420,16 @@ impl Node {
                 why,
             });
         }
-        let mut promoted = Vec::new();
-        for promote in plan.promote {
+        // Side by side: each is one call to its holder and one write, and a crash that leaves a
+        // thousand rooms should not queue their promotions one behind the other.
+        let promotions = plan.promote.into_iter().map(|promote| async move {
             let id = promote.room.id.clone();
             let holder = promote.holder.clone();
-            match self.promote_on(promote).await {
+            (id, holder, self.promote_on(promote).await)
+        });
+        let mut promoted = Vec::new();
+        for (id, holder, result) in futures_util::future::join_all(promotions).await {
+            match result {
                 Ok(()) => {
                     placed.took(&id, holder);
                     promoted.push(id);
