@@ -16,5 +16,6 @@ mod server_output;
 pub mod sessions;
 pub mod sim_cluster;
 pub mod sim_socket;
+pub mod standby;
 pub mod store_server;
 pub mod websocket;

@@ -4,15 +4,13 @@
 
 use std::time::Duration;
 
-use ferry::cluster::authority::standby_key;
 use ferry::relocation::protocol::MoveEnd;
-use ferry::store::LocationStore;
 use ferry::{
-    Behavior, Ctx, Node, NodeId, Registration, Registry, RelocateMode, RelocateOptions,
-    RelocateOutcome, RelocationPolicy, SpotId, StandbyPolicy, UnitId,
+    Behavior, Ctx, NodeId, Registration, Registry, RelocateMode, RelocateOptions, RelocateOutcome,
+    RelocationPolicy, SpotId, StandbyPolicy, UnitId,
 };
-use ferry_core::standby::promotion::Named;
 use ferry_tests::cluster::Cluster;
+use ferry_tests::standby::{holder_of, standbys_hold_everything};
 use serde::{Deserialize, Serialize};
 
 const T: Duration = Duration::from_secs(10);
@@ -50,39 +48,6 @@ fn registry(interval: Duration) -> Registry {
 
 fn spot(id: &str) -> SpotId {
     SpotId::new(id).expect("valid id")
-}
-
-/// Waits until every room `node` owns with a standby has one holding all its turns.
-async fn standbys_hold_everything(node: &Node, rooms: usize) {
-    let until = tokio::time::Instant::now() + T;
-    loop {
-        let status = node.standby_status();
-        if status.rooms == rooms && status.current == rooms && status.oldest_unheld.is_none() {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "standbys not current in time: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// The node the store names as the holder of `id`'s standby, once it names one: its holder
-/// acknowledged a checkpoint.
-async fn holder_of(store: &dyn LocationStore, id: &UnitId) -> NodeId {
-    let key = standby_key(id);
-    let until = tokio::time::Instant::now() + T;
-    loop {
-        if let Some(value) = store.get(&key).await.expect("store") {
-            return Named::decode(&key, &value.value).expect("decodes").holder;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "no standby named for {id}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

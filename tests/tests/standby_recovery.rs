@@ -4,15 +4,13 @@
 
 use std::time::Duration;
 
-use ferry::cluster::authority::standby_key;
 use ferry::cluster::recovery::Fresh;
-use ferry::store::LocationStore;
 use ferry::{
-    ActorId, Behavior, Ctx, Node, NodeId, RecoveryEvent, Registration, Registry, RelocationPolicy,
-    SpotId, StandbyPolicy, Tick, UnitId,
+    ActorId, Behavior, Ctx, RecoveryEvent, Registration, Registry, RelocationPolicy, SpotId,
+    StandbyPolicy, Tick, UnitId,
 };
-use ferry_core::standby::promotion::Named;
 use ferry_tests::cluster::{Backend, Cluster};
+use ferry_tests::standby::{holder_of, standbys_hold_everything};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
@@ -109,33 +107,6 @@ async fn cluster(backend: Backend, short: &[&str]) -> Option<Cluster> {
         panic!("n1 coordinates recovery in these tests: keep its lease");
     }
     Some(cluster)
-}
-
-/// Waits until every room `node` owns with a standby has one holding all its turns.
-async fn standbys_hold_everything(node: &Node, rooms: usize) {
-    let until = tokio::time::Instant::now() + T;
-    loop {
-        let status = node.standby_status();
-        if status.rooms == rooms && status.current == rooms && status.oldest_unheld.is_none() {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "standbys not current in time: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// The node the store names as the holder of `id`'s standby.
-async fn holder_of(store: &dyn LocationStore, id: &UnitId) -> NodeId {
-    let key = standby_key(id);
-    let value = store
-        .get(&key)
-        .await
-        .expect("store")
-        .expect("standby record");
-    Named::decode(&key, &value.value).expect("decodes").holder
 }
 
 /// Collects recovery's events until every room in `promoted` was promoted and every room in
