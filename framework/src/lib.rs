@@ -15,7 +15,8 @@
 //!   etcd with feature `etcd`).
 //! - [`mesh`]: QUIC between nodes with mutual TLS by node id, and ordered, acknowledged frames.
 //! - `unit`: a unit's own data: envelopes, [`Message`], [`Target`], pending replies, factory
-//!   kinds, the type-erased cell, the lane handle and the directory, generic over the node.
+//!   kinds, the type-erased cell, the lane handle, the directory and the standby state, generic
+//!   over the node.
 //! - [`session`]: game clients on QUIC or WebSocket (feature `websocket`). The one exception to
 //!   the order: its listeners and hub still take the [`Node`] handle to serve a session.
 //! - [`error`]: the typed errors callers see; [`client`]: the client library bots, samples and

@@ -56,7 +56,7 @@ pub(crate) struct NodeCore {
     /// Sends the commits of moves into this node to the store together.
     pub(crate) committer: Committer,
     /// Standby copies: of the rooms owned here, and kept here for other nodes.
-    pub(crate) standby: super::standby::Standbys,
+    pub(crate) standby: crate::unit::standby::Standbys<Node>,
     pub(crate) stop: CancellationToken,
 }
 

@@ -8,6 +8,9 @@ pub(crate) type Entry = crate::unit::lane::Entry<Node>;
 /// The sending side of a lane of this node.
 pub(crate) type LaneTx = crate::unit::lane::LaneTx<Node>;
 
+/// A room this node owns that keeps a standby.
+pub(crate) type Room = crate::unit::standby::Room<Node>;
+
 /// Work for a lane of this node.
 pub(crate) type Control = crate::unit::lane::Control<Node>;
 

@@ -10,6 +10,7 @@
 //! - `cell`: one unit instance behind a type-erased face.
 //! - `lane`: the sending side of a lane, and the work a node asks of it.
 //! - `directory`: which lane hosts each unit of a node.
+//! - `standby`: the rooms a node checkpoints to their standbys, and the copies it keeps.
 
 pub(crate) mod cell;
 pub(crate) mod directory;
@@ -17,3 +18,4 @@ pub(crate) mod envelope;
 pub(crate) mod factory;
 pub(crate) mod lane;
 pub(crate) mod replies;
+pub(crate) mod standby;

@@ -88,7 +88,7 @@ pub(crate) struct Lane {
     /// this instead of the clock, so a stream of messages costs one clock reading per turn.
     clock: Option<Instant>,
     /// The room's checkpoints, if its factory keeps a standby and it runs here.
-    standby: Option<Arc<crate::node::standby::Room>>,
+    standby: Option<Arc<crate::node::hosted::Room>>,
     /// When the room's next checkpoint falls due if no turn runs before.
     standby_due: Option<Instant>,
     /// The room's turns counted for its standby, and the last whose answers may leave the node.

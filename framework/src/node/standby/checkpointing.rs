@@ -7,8 +7,7 @@
 //! checkpoints that went unanswered). Locks are taken in the order: the map of rooms, a room,
 //! the node's budget.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -17,15 +16,16 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::super::handle::Node;
-use super::super::hosted::{Control, LaneTx};
+use super::super::hosted::{LaneTx, Room};
 use crate::cluster::authority::unit_key;
 use crate::cluster::frames::Frame;
-use crate::ids::{NodeId, ObjectGeneration, UnitId};
+use crate::ids::{NodeId, UnitId};
 use crate::store::{BatchOutcome, Condition, Op, StoreError};
 use crate::unit::factory::FactoryInfo;
 use crate::unit::lane::Owned;
+use crate::unit::standby::RoomState;
 use ferry_core::authority::{UnitRecord, standby_key};
-use ferry_core::standby::checkpoints::{Budget, Checkpoints, Take};
+use ferry_core::standby::checkpoints::{Checkpoints, Take};
 use ferry_core::standby::frames::StandbyFrame;
 use ferry_core::standby::promotion::Named;
 use ferry_core::standby::{Series, drops_copy_at_end, placement};
@@ -45,35 +45,6 @@ const KEEP_EVERY: Duration = Duration::from_millis(100);
 /// How many keeper rounds pass between two updates of the standby gauges.
 const METRICS_EVERY: u64 = 10;
 
-/// One room this node owns that keeps a standby.
-pub(crate) struct Room {
-    /// The room.
-    pub(crate) unit: UnitId,
-    /// Whether its effects wait for its standby (confirmed mode).
-    pub(crate) holds_effects: bool,
-    factory: Arc<str>,
-    incarnation: ObjectGeneration,
-    /// Its lane, to take a checkpoint when one is due for a reason other than a turn.
-    lane: Weak<LaneTx>,
-    state: Mutex<RoomState>,
-}
-
-struct RoomState {
-    /// `None` once the room left the node, or a holder said another owner runs it.
-    checkpoints: Option<Checkpoints>,
-    /// Whether a write of the standby record is under way.
-    naming: bool,
-}
-
-/// The rooms this node owns that keep a standby, and what their checkpoints share.
-#[derive(Default)]
-pub(crate) struct Owning {
-    rooms: Mutex<HashMap<UnitId, Arc<Room>>>,
-    budget: Mutex<Budget>,
-    sent: AtomicU64,
-    bytes: AtomicU64,
-}
-
 /// What the owner side counts, for the node's status.
 pub(super) struct OwnedCounts {
     pub(super) rooms: usize,
@@ -82,15 +53,6 @@ pub(super) struct OwnedCounts {
     pub(super) oldest_unheld: Option<Duration>,
     pub(super) checkpoints_sent: u64,
     pub(super) bytes_sent: u64,
-}
-
-impl Room {
-    /// Asks the room's lane to take a checkpoint at its next turn boundary.
-    fn wake(&self) {
-        if let Some(lane) = self.lane.upgrade() {
-            let _ = lane.ctl.send(Control::Checkpoint);
-        }
-    }
 }
 
 impl Node {

@@ -2,33 +2,13 @@
 //! only by the next checkpoint of its series ([`ferry_core::standby::replica::apply`]). A copy's
 //! image is decoded only when it is promoted, never when a checkpoint is applied.
 
-use std::collections::HashMap;
-
-use parking_lot::Mutex;
-
 use super::super::handle::Node;
 use crate::cluster::frames::Frame;
 use crate::ids::{NodeId, ObjectGeneration, UnitId};
+use crate::unit::standby::Held;
 use ferry_core::standby::checkpoints::Checkpoint;
 use ferry_core::standby::frames::StandbyFrame;
-use ferry_core::standby::replica::{self, Applied, Refusal, Replica};
-
-/// One copy kept here.
-#[derive(Debug, Clone)]
-pub(crate) struct Held {
-    /// The node that sent its checkpoints.
-    pub(crate) owner: NodeId,
-    /// The room's incarnation.
-    pub(crate) incarnation: ObjectGeneration,
-    /// The copy.
-    pub(crate) replica: Replica,
-}
-
-/// The copies this node keeps, by room.
-#[derive(Default)]
-pub(crate) struct Copies {
-    pub(crate) held: Mutex<HashMap<UnitId, Held>>,
-}
+use ferry_core::standby::replica::{self, Applied, Refusal};
 
 impl Node {
     /// A checkpoint or a drop from a room's owner.

@@ -12,8 +12,6 @@ mod checkpointing;
 mod copies;
 mod promotion;
 
-pub(crate) use checkpointing::Room;
-
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -41,15 +39,6 @@ pub struct StandbyStatus {
     pub checkpoints_sent: u64,
     /// Checkpoint bytes sent since the node started.
     pub bytes_sent: u64,
-}
-
-/// A node's standby state: what it checkpoints as an owner, and the copies it keeps.
-#[derive(Default)]
-pub(crate) struct Standbys {
-    /// The rooms this node owns that keep a standby.
-    pub(crate) owning: checkpointing::Owning,
-    /// The copies this node keeps for rooms other nodes own.
-    pub(crate) copies: copies::Copies,
 }
 
 impl Node {
