@@ -616,11 +616,8 @@ impl Node {
     /// that node's descriptor is as it was when it was taken for dead.
     async fn free_id(&self, id: &UnitId, owner: &NodeId, version: u64) -> Result<(), StoreError> {
         let key = crate::cluster::authority::unit_key(id);
-        let descriptor = node_key(owner);
-        let owner_condition = match self.core.cluster.witness.dead_at(owner) {
-            Some(at) => Condition::version(descriptor, at),
-            None => Condition::absent(descriptor),
-        };
+        let dead_at = self.core.cluster.witness.dead_at(owner);
+        let owner_condition = Condition::as_read(node_key(owner), dead_at);
         self.store()
             .batch(
                 vec![

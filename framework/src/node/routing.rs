@@ -359,6 +359,15 @@ impl Node {
         }
     }
 
+    /// Hands a unit that starts running here (created, rebuilt, promoted) what this node sent it
+    /// before and still holds (waiting for a lookup, a switch or an arrival), ahead of what is sent
+    /// to it from now on.
+    pub(crate) fn deliver_held(&self, id: &UnitId, entry: &Entry) {
+        for deliver in self.core.links.router.with(id, |routes| routes.hosted(id)) {
+            self.enqueue_deliver(entry, deliver);
+        }
+    }
+
     /// A moved unit is being registered here from `source` (its directory shard is locked by the
     /// caller, `entry` is its new route): settles what this node sent it before. Messages that
     /// waited for a lookup are queued at the unit now, first.

@@ -247,16 +247,7 @@ impl Node {
             let slot = self.core.units.directory.new_slot();
             let lane = Lane::start_gated(self.clone(), cell, slot);
             let entry = Entry::new(Arc::clone(&lane), Arc::clone(factory), slot);
-            // What this node sent the unit before and still holds (waiting for a lookup, a
-            // switch or an arrival) goes first, ahead of what is sent to it from now on.
-            for deliver in self
-                .core
-                .links
-                .router
-                .with(&id, |routes| routes.hosted(&id))
-            {
-                self.enqueue_deliver(&entry, deliver);
-            }
+            self.deliver_held(&id, &entry);
             shard.insert(id.clone(), entry);
             lane
         };
@@ -280,10 +271,7 @@ impl Node {
                 owner_descriptor,
             } => {
                 let descriptor = crate::cluster::authority::node_key(&previous.owner);
-                let owner_condition = match owner_descriptor {
-                    Some(at) => Condition::version(descriptor, *at),
-                    None => Condition::absent(descriptor),
-                };
+                let owner_condition = Condition::as_read(descriptor, *owner_descriptor);
                 (
                     previous.rebuilt(
                         self.id().clone(),

@@ -98,6 +98,14 @@ impl Condition {
         Condition::Version(key.into(), version)
     }
 
+    /// The key must exist at exactly `version`, or, with none, not exist: it is as it was read.
+    pub fn as_read(key: impl Into<String>, version: Option<u64>) -> Self {
+        match version {
+            Some(version) => Condition::version(key, version),
+            None => Condition::absent(key),
+        }
+    }
+
     /// The writer's lease must be live and still the one it holds.
     pub fn lease(lease: &Lease) -> Self {
         Condition::Lease {

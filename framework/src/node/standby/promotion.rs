@@ -76,29 +76,16 @@ impl Node {
             no_copy(Fresh::Unrestorable)
         })?;
         let lane = restored
-            .register_with(self, |unit, entry| {
-                for deliver in self
-                    .core
-                    .links
-                    .router
-                    .with(unit, |routes| routes.hosted(unit))
-                {
-                    self.enqueue_deliver(entry, deliver);
-                }
-            })
+            .register_with(self, |unit, entry| self.deliver_held(unit, entry))
             .map_err(|refusal| UnitError::Unavailable {
                 what: format!("promoting {id}"),
                 reason: format!("{refusal}; the next recovery pass retries"),
             })?;
         let lease = self.lease();
         let room = previous.moved_to(self.id().clone(), lease.generation, None);
-        let owner_condition = match owner_descriptor {
-            Some(at) => Condition::version(node_key(&previous.owner), at),
-            None => Condition::absent(node_key(&previous.owner)),
-        };
         let mut conditions = vec![
             Condition::version(unit_key(&id), version),
-            owner_condition,
+            Condition::as_read(node_key(&previous.owner), owner_descriptor),
             Condition::version(standby_key(&id), standby_version),
             Condition::lease(&lease),
         ];
