@@ -366,16 +366,30 @@ fn marked() -> &'static Notify {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_confirmed_reply_arrives_only_once_the_store_names_a_standby_holding_its_turn() {
+    // n1 owns the room; n2 and n3 have a short lease, so that the one that holds its standby is
+    // soon dead to n1 once it crashes.
     let mut cluster = Cluster::start(1, registry).await;
+    for id in ["n2", "n3"] {
+        let mut config = cluster.config(id);
+        config.lease_ttl = Duration::from_millis(600);
+        cluster.add_with(config, registry()).await;
+    }
     let owner = cluster.node("n1").clone();
     let id = spot("r1");
     let room = UnitId::Spot(id.clone());
-    owner
-        .create_spot_on(owner.id(), CONFIRMED, &id)
-        .await
-        .expect("room created");
-    // Alone, the room has no node to keep its standby: its turn runs, its reply waits. What the
-    // store says is read the moment the reply arrives.
+    open(&owner, CONFIRMED, &id, 64).await;
+    let first = holder_of(&owner, &room, CONFIRMED);
+    let was = wait_named(&cluster, &owner, &room, &first).await;
+    let next = cluster
+        .nodes
+        .iter()
+        .find(|n| n.id() != owner.id() && n.id() != &first)
+        .expect("a third node")
+        .id()
+        .clone();
+    // The holder crashes: the turn below runs, and its checkpoint finds no one to hold it. What
+    // the store says is read the moment the reply arrives.
+    cluster.node(first.as_str()).abort().await;
     let (asking, store, key) = (owner.clone(), cluster.store.clone(), standby_key(&room));
     let target = id.clone();
     let reply = tokio::spawn(async move {
@@ -388,18 +402,51 @@ async fn a_confirmed_reply_arrives_only_once_the_store_names_a_standby_holding_i
         (count, named)
     });
     marked().notified().await;
-    cluster.add("n2", registry()).await;
     let (count, named) = reply.await.expect("joined");
     assert_eq!(count, 1);
-    let named = named.expect("the reply arrived before the store named a standby");
-    let record = owner
-        .read_record(&room)
-        .await
-        .expect("read")
-        .expect("record");
-    assert_eq!(named.holder.as_str(), "n2");
-    assert_eq!(named.series.generation, record.owner_generation);
-    assert_eq!(cluster.node("n2").standby_status().copies, 1);
+    let named = named.expect("the reply arrived while the store named no standby");
+    assert_eq!(
+        named.holder, next,
+        "the reply arrived before the new holder was named"
+    );
+    assert!(named.series > was.series, "{named:?} after {was:?}");
+    assert_eq!(cluster.node(next.as_str()).standby_status().copies, 1);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_confirmed_room_no_node_can_hold_a_copy_of_replies_once_the_store_names_none() {
+    let cluster = Cluster::start(2, registry).await;
+    let owner = cluster.node("n1").clone();
+    let id = spot("r1");
+    let room = UnitId::Spot(id.clone());
+    open(&owner, CONFIRMED, &id, 64).await;
+    wait_named(&cluster, &owner, &room, cluster.node("n2").id()).await;
+    // The only other node leaves: the room plays on alone, unprotected. Its reply goes out once
+    // the store no longer names the copy that left (a crash now rebuilds it from nothing rather
+    // than promote a copy older than what it told).
+    cluster.node("n2").shutdown().await;
+    let (asking, store, key) = (owner.clone(), cluster.store.clone(), standby_key(&room));
+    let target = id.clone();
+    let reply = tokio::spawn(async move {
+        let count: u64 = asking
+            .request(&target, Cmd::Mark, T)
+            .await
+            .expect("replied alone");
+        (count, store.get(&key).await.expect("store answers"))
+    });
+    marked().notified().await;
+    let (count, named) = reply.await.expect("joined");
+    assert_eq!(count, 1);
+    assert!(
+        named.is_none(),
+        "the reply went out while the store named a copy"
+    );
+    let status = owner.standby_status();
+    assert_eq!((status.rooms, status.current), (1, 0), "{status:?}");
+    // Every later turn replies at once.
+    let count: u64 = owner.request(&id, Cmd::Add, T).await.expect("replied");
+    assert_eq!(count, 2);
     cluster.shutdown().await;
 }
 
@@ -424,34 +471,48 @@ async fn a_confirmed_push_reaches_its_client_only_once_the_store_names_a_standby
     let n1 = gateways
         .add(&mut cluster, "n1", players(), SessionLimits::default())
         .await;
-    let (room, me) = (spot("cr"), ActorId::new("p").expect("valid id"));
-    n1.create_spot_on(n1.id(), CONFIRMED_ROOM, &room)
+    // The nodes that may hold the room's standby have a short lease: a crash of one is soon
+    // known to n1.
+    for id in ["n2", "n3"] {
+        let mut config = cluster.config(id);
+        config.lease_ttl = Duration::from_millis(600);
+        cluster.add_with(config, players()).await;
+    }
+    let (id, me) = (spot("cr"), ActorId::new("p").expect("valid id"));
+    let room = UnitId::Spot(id.clone());
+    n1.create_spot_on(n1.id(), CONFIRMED_ROOM, &id)
         .await
         .expect("room created");
     n1.create_actor("player", &me)
         .await
         .expect("player created");
-    n1.join(&me, &room).await.expect("joined");
+    n1.join(&me, &id).await.expect("joined");
+    let first = holder_of(&n1, &room, CONFIRMED_ROOM);
+    let was = wait_named(&cluster, &n1, &room, &first).await;
+    let next = ["n2", "n3"]
+        .into_iter()
+        .find(|n| *n != first.as_str())
+        .expect("a third node");
+    // The holder crashes: the echo's turn finds no one to hold it until n1 knows.
+    cluster.node(first.as_str()).abort().await;
     let mut client = Client::connect(gateways.client(&[&n1]))
         .await
         .expect("connected");
     client.bind(&me).await.expect("bound");
     client.send(&me, &PlayerMsg::Input(0)).expect("sent");
-    // Alone, the room has no node to keep its standby: the echo its player pushes waits (a
-    // push that went at once would be here within this bound, on loopback).
-    let early = tokio::time::timeout(Duration::from_millis(300), client.recv::<PlayerPush>()).await;
-    assert!(early.is_err(), "a push left before any standby: {early:?}");
-    let _n2 = gateways
-        .add(&mut cluster, "n2", players(), SessionLimits::default())
-        .await;
     let echo = client.recv::<PlayerPush>().await.expect("session open");
     // What the store says the moment the push arrived.
-    let named = named(&cluster, &UnitId::Spot(room)).await;
+    let named = named(&cluster, &room).await;
     let ClientEvent::Push { msg, .. } = echo else {
         panic!("expected the echo, got {echo:?}");
     };
     assert_eq!(msg, PlayerPush::Echo(0));
-    let named = named.expect("the push arrived before the store named a standby");
-    assert_eq!(named.holder.as_str(), "n2");
+    let named = named.expect("the push arrived while the store named no standby");
+    assert_eq!(
+        named.holder.as_str(),
+        next,
+        "the push arrived before the new holder was named"
+    );
+    assert!(named.series > was.series, "{named:?} after {was:?}");
     cluster.shutdown().await;
 }

@@ -114,8 +114,13 @@ fn standby(s: &StandbyBody) -> String {
     } else {
         "checkpoints"
     };
+    let alone = if s.alone > 0 {
+        format!(", {} with no node to hold a copy", grouped(s.alone as u64))
+    } else {
+        String::new()
+    };
     format!(
-        "{} {rooms}, {} current, {} behind, {oldest}; {} {copies} kept for others; {} {checkpoints}, {} sent",
+        "{} {rooms}, {} current, {} behind{alone}, {oldest}; {} {copies} kept for others; {} {checkpoints}, {} sent",
         grouped(s.rooms as u64),
         grouped(s.current as u64),
         grouped(s.behind as u64),
@@ -193,6 +198,7 @@ mod tests {
             rooms: 45,
             current: 45,
             behind: 0,
+            alone: 0,
             oldest_unheld_ms: Some(80),
             copies: 30,
             checkpoints_sent: 1_234,
@@ -207,6 +213,7 @@ mod tests {
         );
         shown.standby = StandbyBody {
             rooms: 1,
+            alone: 1,
             copies: 1,
             checkpoints_sent: 1,
             ..StandbyBody::default()
@@ -214,7 +221,7 @@ mod tests {
         let text = render(&shown);
         assert!(
             text.contains(
-                "  standby           1 room, 0 current, 0 behind, nothing unheld; 1 copy kept for others; 1 checkpoint, 0 B sent\n"
+                "  standby           1 room, 0 current, 0 behind, 1 with no node to hold a copy, nothing unheld; 1 copy kept for others; 1 checkpoint, 0 B sent\n"
             ),
             "{text}"
         );

@@ -160,6 +160,11 @@ pub const METRICS: &[(Kind, &str, &str)] = &[
     ),
     (
         Kind::Gauge,
+        "ferry_standby_alone_rooms",
+        "Of those, rooms no node can hold a copy of now: a crash rebuilds them from nothing",
+    ),
+    (
+        Kind::Gauge,
         "ferry_standby_oldest_unheld_seconds",
         "How long the oldest change not yet held by its standby has waited (0: none waits)",
     ),

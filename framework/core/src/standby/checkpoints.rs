@@ -7,6 +7,11 @@
 //! another holder) starts a new series with the whole image, and confirmed mode releases nothing
 //! more until the store names that series as the room's standby (see
 //! [`promotion`](super::promotion)): recovery promotes only the copy the store names.
+//!
+//! A room no node can hold a copy of (a one-node cluster, or every other node drains) plays on
+//! unprotected rather than stop: once the store names no copy of it, confirmed mode releases its
+//! effects as they come, and a crash rebuilds it from nothing instead of promoting a copy older
+//! than what it told.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -102,6 +107,15 @@ pub enum Take {
     Moving,
 }
 
+/// A write the owner owes the store's standby record of its room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    /// Name this series: its standby acknowledged a checkpoint of it.
+    Names(Series),
+    /// Name no copy: no node can hold one now.
+    Nothing,
+}
+
 #[derive(Debug, Clone)]
 struct Flight {
     number: u64,
@@ -133,8 +147,8 @@ pub struct Checkpoints {
     unheld_since: Option<Instant>,
     /// When the first turn since the checkpoint in flight was taken ran.
     after_flight: Option<Instant>,
-    /// The series the store names as this room's standby, as far as this owner knows.
-    named: Option<Series>,
+    /// What the store's standby record says, as far as this owner knows (`None`: not known).
+    named: Option<Record>,
     /// The last turn whose effects may leave the node.
     released: u64,
     /// A move to the standby's node is under way: no checkpoint goes until it ends.
@@ -194,11 +208,17 @@ impl Checkpoints {
 
     /// Points the checkpoints at `holder`, the node placement chooses now: another one than
     /// before (the last one left, drains, or the room moved onto it) starts a new series there.
+    /// `None`: no node can hold a copy, and the room goes unprotected once the store names none.
     pub fn aim(&mut self, holder: Option<NodeId>, budget: &mut Budget) {
         if holder != self.holder {
             self.restart(budget);
             self.holder = holder;
         }
+    }
+
+    /// Whether the room runs unprotected: no node can hold a copy, and the store names none.
+    fn unprotected(&self) -> bool {
+        self.holder.is_none() && self.named == Some(Record::Nothing)
     }
 
     /// A turn ran at `now`: its number, which its effects are held under.
@@ -208,7 +228,7 @@ impl Checkpoints {
         if self.flight.is_some() {
             self.after_flight.get_or_insert(now);
         }
-        if self.policy != Policy::Confirmed {
+        if self.policy != Policy::Confirmed || self.unprotected() {
             self.released = self.turn;
         }
         self.turn
@@ -304,10 +324,10 @@ impl Checkpoints {
         })
     }
 
-    /// The standby acknowledged checkpoint `number` of `series`. `Some(series)` when the store
-    /// must now name this series as the room's standby (its first acknowledgement): confirmed
-    /// mode releases nothing it holds until [`named`](Self::named).
-    pub fn acked(&mut self, series: Series, number: u64, budget: &mut Budget) -> Option<Series> {
+    /// The standby acknowledged checkpoint `number` of `series`. `Some` when the store must now
+    /// name this series as the room's standby (its first acknowledgement): confirmed mode
+    /// releases nothing it holds until [`recorded`](Self::recorded).
+    pub fn acked(&mut self, series: Series, number: u64, budget: &mut Budget) -> Option<Record> {
         let current = self.series;
         let flight = self
             .flight
@@ -316,7 +336,7 @@ impl Checkpoints {
         self.held = Some(flight.image);
         let after = self.after_flight.take();
         self.holds(flight.turn, after);
-        self.unnamed()
+        self.record_due()
     }
 
     /// The standby refused checkpoint `number` of `series` (it lacks the base, or it would skip
@@ -351,16 +371,34 @@ impl Checkpoints {
         self.last = None;
     }
 
-    /// The series the store should name and does not yet, as far as this owner knows: the
-    /// current one, once its standby acknowledged a checkpoint of it.
-    pub fn unnamed(&self) -> Option<Series> {
-        (self.held.is_some() && self.named != Some(self.series)).then_some(self.series)
+    /// What the store's standby record should say and does not yet, as far as this owner
+    /// knows: the current series, once its standby acknowledged a checkpoint of it; or, in
+    /// confirmed mode with no node to hold a copy, no copy at all.
+    pub fn record_due(&self) -> Option<Record> {
+        let due = if self.holder.is_none() && self.policy.holds_effects() {
+            Record::Nothing
+        } else if self.held.is_some() {
+            Record::Names(self.series)
+        } else {
+            return None;
+        };
+        (self.named != Some(due)).then_some(due)
     }
 
-    /// The store names `series` as the room's standby.
-    pub fn named(&mut self, series: Series) {
-        self.named = Some(series);
+    /// The store's standby record says `record` now. Naming no copy releases every turn so far,
+    /// if still no node can hold one.
+    pub fn recorded(&mut self, record: Record) {
+        self.named = Some(record);
+        if self.unprotected() {
+            self.released = self.turn;
+        }
         self.release_held();
+    }
+
+    /// Whether the room runs without a copy on another node, and so a crash would rebuild it
+    /// from nothing.
+    pub fn alone(&self) -> bool {
+        self.holder.is_none()
     }
 
     /// The last turn whose effects may leave the node now: every turn but in confirmed mode,
@@ -407,7 +445,7 @@ impl Checkpoints {
     }
 
     fn release_held(&mut self) {
-        if self.named == Some(self.series) && self.held.is_some() {
+        if self.named == Some(Record::Names(self.series)) && self.held.is_some() {
             self.released = self.released.max(self.held_turn);
         }
     }
@@ -492,9 +530,9 @@ mod tests {
         if let Take::Ship(checkpoint) = &take {
             match replica::apply(held, checkpoint, false) {
                 Ok(_) => {
-                    if let Some(series) = owner.acked(checkpoint.series, checkpoint.number, budget)
+                    if let Some(record) = owner.acked(checkpoint.series, checkpoint.number, budget)
                     {
-                        owner.named(series);
+                        owner.recorded(record);
                     }
                 }
                 Err(_) => owner.refused(checkpoint.series, checkpoint.number, budget),
@@ -579,10 +617,10 @@ mod tests {
         };
         let turn = owner.turn(now);
         assert_eq!(outbox.effect(turn, "reply 2", owner.released()), None);
-        let series = owner.acked(cp.series, cp.number, &mut budget);
-        assert_eq!(series, Some(first()));
+        let record = owner.acked(cp.series, cp.number, &mut budget);
+        assert_eq!(record, Some(Record::Names(first())));
         assert!(outbox.release(owner.released()).is_empty(), "not named yet");
-        owner.named(first());
+        owner.recorded(Record::Names(first()));
         assert_eq!(outbox.release(owner.released()), vec!["reply 1"]);
         // The standby's node leaves: a new series, and nothing more until it is named.
         owner.aim(Some(node("c")), &mut budget);
@@ -593,11 +631,56 @@ mod tests {
         assert_eq!(cp.series.epoch, 2);
         assert_eq!(
             owner.acked(cp.series, cp.number, &mut budget),
-            Some(cp.series)
+            Some(Record::Names(cp.series))
         );
         assert!(outbox.release(owner.released()).is_empty());
-        owner.named(cp.series);
+        owner.recorded(Record::Names(cp.series));
         assert_eq!(outbox.release(owner.released()), vec!["reply 2"]);
+    }
+
+    #[test]
+    fn a_confirmed_room_no_node_can_hold_releases_once_the_store_names_no_copy() {
+        let now = Instant::now();
+        let mut budget = Budget::default();
+        let mut owner = Checkpoints::new(Policy::Confirmed, first());
+        let mut held = None;
+        owner.aim(Some(node("b")), &mut budget);
+        owner.turn(now);
+        ship(&mut owner, &mut held, now, &image(10, 1), &mut budget);
+        assert_eq!(owner.released(), 1);
+        // The holder leaves and no node can take its place: the copy it kept is too old for
+        // what the room tells from now on, so the store must stop naming it first.
+        owner.aim(None, &mut budget);
+        assert!(owner.alone());
+        let mut outbox = Outbox::default();
+        let turn = owner.turn(now);
+        assert_eq!(outbox.effect(turn, "reply 2", owner.released()), None);
+        assert_eq!(owner.record_due(), Some(Record::Nothing));
+        owner.recorded(Record::Nothing);
+        assert_eq!(owner.record_due(), None);
+        assert_eq!(outbox.release(owner.released()), vec!["reply 2"]);
+        let turn = owner.turn(now);
+        assert_eq!(
+            outbox.effect(turn, "reply 3", owner.released()),
+            Some("reply 3")
+        );
+        // A node to hold a copy joins: effects wait for it again.
+        owner.aim(Some(node("c")), &mut budget);
+        let turn = owner.turn(now);
+        assert_eq!(outbox.effect(turn, "reply 4", owner.released()), None);
+        assert_eq!(owner.record_due(), None, "nothing acknowledged yet");
+        ship(&mut owner, &mut held, now, &image(10, 4), &mut budget);
+        assert_eq!(outbox.release(owner.released()), vec!["reply 4"]);
+    }
+
+    #[test]
+    fn a_periodic_room_alone_keeps_the_record_of_its_last_copy() {
+        let mut budget = Budget::default();
+        let mut owner = Checkpoints::new(Policy::periodic(), first());
+        owner.aim(None, &mut budget);
+        owner.turn(Instant::now());
+        assert_eq!(owner.record_due(), None);
+        assert_eq!(owner.released(), 1);
     }
 
     #[test]

@@ -86,7 +86,8 @@ async function poll(admin, row) {
 function standby(s) {
   if (!s || s.rooms === 0) return "-";
   const oldest = s.oldest_unheld_ms === null ? "all held" : `oldest unheld ${s.oldest_unheld_ms} ms`;
-  return `${s.current}/${s.rooms} current, ${oldest}`;
+  const alone = s.alone > 0 ? `, ${s.alone} with no node to hold a copy` : "";
+  return `${s.current}/${s.rooms} current${alone}, ${oldest}`;
 }
 
 /** The events of an SSE body, as `[name, data]` pairs, as they arrive. */

@@ -54,6 +54,8 @@ struct StandbyView {
     rooms: usize,
     /// Of those, the rooms whose standby holds a recent checkpoint.
     current: usize,
+    /// Of those, the rooms no node can hold a copy of now.
+    alone: usize,
     /// How long the oldest change not yet held by a standby has waited, in milliseconds.
     oldest_unheld_ms: Option<u64>,
 }
@@ -156,6 +158,7 @@ async fn node_view(State(node): State<Node>) -> impl IntoResponse {
         standby: StandbyView {
             rooms: standby.rooms,
             current: standby.current,
+            alone: standby.alone,
             oldest_unheld_ms: standby.oldest_unheld.map(super::wire::millis),
         },
     };

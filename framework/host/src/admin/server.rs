@@ -522,6 +522,7 @@ fn record_gauges(node: &Node, running: bool) {
         ("ferry_standby_rooms", standby.rooms as f64),
         ("ferry_standby_current_rooms", standby.current as f64),
         ("ferry_standby_behind_rooms", standby.behind as f64),
+        ("ferry_standby_alone_rooms", standby.alone as f64),
         ("ferry_standby_oldest_unheld_seconds", oldest),
         ("ferry_standby_copies", standby.copies as f64),
     ] {

@@ -596,6 +596,7 @@ async fn the_status_shows_the_standbys_the_node_counts() {
         "rooms",
         "current",
         "behind",
+        "alone",
         "oldest_unheld_ms",
         "copies",
         "checkpoints_sent",

@@ -55,6 +55,9 @@ pub struct StandbyBody {
     pub current: usize,
     /// Of those, the rooms whose changes wait for their standby longer than they should.
     pub behind: usize,
+    /// Of those, the rooms no node can hold a copy of now: a crash rebuilds them from nothing.
+    #[serde(default)]
+    pub alone: usize,
     /// How long the oldest change not yet held by a standby has waited, in milliseconds (`None`:
     /// every standby holds everything).
     pub oldest_unheld_ms: Option<u64>,
@@ -72,6 +75,7 @@ impl From<&StandbyStatus> for StandbyBody {
             rooms: status.rooms,
             current: status.current,
             behind: status.behind,
+            alone: status.alone,
             oldest_unheld_ms: status.oldest_unheld.map(millis),
             copies: status.copies,
             checkpoints_sent: status.checkpoints_sent,

@@ -25,7 +25,7 @@ use crate::unit::factory::FactoryInfo;
 use crate::unit::lane::Owned;
 use crate::unit::standby::RoomState;
 use ferry_core::authority::{UnitRecord, standby_key};
-use ferry_core::standby::checkpoints::{Checkpoints, Take};
+use ferry_core::standby::checkpoints::{Checkpoints, Record, Take};
 use ferry_core::standby::frames::StandbyFrame;
 use ferry_core::standby::promotion::Named;
 use ferry_core::standby::{Series, drops_copy_at_end, placement};
@@ -50,6 +50,7 @@ pub(super) struct OwnedCounts {
     pub(super) rooms: usize,
     pub(super) current: usize,
     pub(super) behind: usize,
+    pub(super) alone: usize,
     pub(super) oldest_unheld: Option<Duration>,
     pub(super) checkpoints_sent: u64,
     pub(super) bytes_sent: u64,
@@ -284,13 +285,13 @@ impl Node {
         let mut budget = self.core.standby.owning.budget.lock();
         match frame {
             StandbyFrame::Acked { series, number, .. } => {
-                let unnamed = checkpoints.acked(series, number, &mut budget);
+                let due = checkpoints.acked(series, number, &mut budget);
                 drop(budget);
-                if let (Some(series), Some(holder)) = (unnamed, checkpoints.holder().cloned())
+                if let (Some(due), Some(holder)) = (due, checkpoints.holder().cloned())
                     && !state.naming
                 {
                     state.naming = true;
-                    tokio::spawn(self.clone().name(room.clone(), series, holder));
+                    tokio::spawn(self.clone().record(room.clone(), due, Some(holder)));
                 }
             }
             StandbyFrame::Refused {
@@ -319,13 +320,14 @@ impl Node {
         room.wake();
     }
 
-    /// Writes the standby record of `room`: `holder` holds its copy in `series`. Only while this
-    /// process holds the node's lease, and only if the room's record, read just before, still
-    /// names this node as the owner of this incarnation: a version condition on that read, so
-    /// that an owner that lost the room (a move committed elsewhere, a recovery) names nothing.
-    async fn name(self, room: Arc<Room>, series: Series, holder: NodeId) {
-        let named = match self.write_named(&room, series, holder).await {
-            Ok(named) => named,
+    /// Writes the standby record of `room` as `record` says: `holder` keeps its copy in a
+    /// series, or no node keeps one. Only while this process holds the node's lease, and only
+    /// if the room's record, read just before, still names this node as the owner of this
+    /// incarnation: a version condition on that read, so that an owner that lost the room (a
+    /// move committed elsewhere, a recovery) writes nothing.
+    async fn record(self, room: Arc<Room>, record: Record, holder: Option<NodeId>) {
+        let written = match self.write_record(&room, record, holder).await {
+            Ok(written) => written,
             Err(error) => {
                 tracing::debug!(unit = %room.unit, %error, "standby record not written; tried again shortly");
                 false
@@ -333,39 +335,48 @@ impl Node {
         };
         let mut state = room.state.lock();
         state.naming = false;
-        if named && let Some(checkpoints) = state.checkpoints.as_mut() {
-            checkpoints.named(series);
+        if written && let Some(checkpoints) = state.checkpoints.as_mut() {
+            if record == Record::Nothing && checkpoints.alone() {
+                tracing::warn!(unit = %room.unit, "no node can hold this room's standby: it plays on unprotected, and a crash now rebuilds it from nothing");
+            }
+            checkpoints.recorded(record);
             drop(state);
             room.wake();
         }
     }
 
-    /// The conditional write behind [`Node::name`]: `Ok(true)` once the store names `series`.
-    async fn write_named(
+    /// The conditional write behind [`Node::record`]: `Ok(true)` once the store says `record`.
+    async fn write_record(
         &self,
         room: &Room,
-        series: Series,
-        holder: NodeId,
+        record: Record,
+        holder: Option<NodeId>,
     ) -> Result<bool, StoreError> {
         let key = unit_key(&room.unit);
         let Some(found) = self.store().get(&key).await? else {
             return Ok(false);
         };
-        let record = UnitRecord::decode(&key, &found.value)?;
-        if record.owner != *self.id() || record.object_generation != room.incarnation {
+        let unit = UnitRecord::decode(&key, &found.value)?;
+        if unit.owner != *self.id() || unit.object_generation != room.incarnation {
             return Ok(false);
         }
-        let named = Named {
-            holder,
-            series,
-            incarnation: room.incarnation,
+        let op = match (record, holder) {
+            (Record::Names(series), Some(holder)) => {
+                let named = Named {
+                    holder,
+                    series,
+                    incarnation: room.incarnation,
+                };
+                Op::put(standby_key(&room.unit), named.encode())
+            }
+            (Record::Names(_), None) => return Ok(false),
+            (Record::Nothing, _) => Op::delete(standby_key(&room.unit)),
         };
         let conditions = vec![
             Condition::version(key, found.version),
             Condition::lease(&self.lease()),
         ];
-        let ops = vec![Op::put(standby_key(&room.unit), named.encode())];
-        let outcome = self.store().batch(conditions, ops).await?;
+        let outcome = self.store().batch(conditions, vec![op]).await?;
         Ok(matches!(outcome, BatchOutcome::Committed { .. }))
     }
 
@@ -402,13 +413,11 @@ impl Node {
                 checkpoints.restart(&mut self.core.standby.owning.budget.lock());
             }
             let wake = checkpoints.ready(now).is_ok();
-            if let (Some(series), Some(holder), false) = (
-                checkpoints.unnamed(),
-                checkpoints.holder().cloned(),
-                state.naming,
-            ) {
+            let due = checkpoints.record_due();
+            let holder = checkpoints.holder().cloned();
+            if let (Some(due), false) = (due, state.naming) {
                 state.naming = true;
-                tokio::spawn(self.clone().name(room.clone(), series, holder));
+                tokio::spawn(self.clone().record(room.clone(), due, holder));
             }
             drop(state);
             if wake {
@@ -426,6 +435,7 @@ impl Node {
             rooms: 0,
             current: 0,
             behind: 0,
+            alone: 0,
             oldest_unheld: None,
             checkpoints_sent: owning.sent.load(Ordering::Relaxed),
             bytes_sent: owning.bytes.load(Ordering::Relaxed),
@@ -438,6 +448,7 @@ impl Node {
             counts.rooms += 1;
             counts.current += usize::from(checkpoints.current(now));
             counts.behind += usize::from(checkpoints.behind(now).is_some());
+            counts.alone += usize::from(checkpoints.alone());
             counts.oldest_unheld = counts.oldest_unheld.max(checkpoints.unheld_for(now));
         }
         counts

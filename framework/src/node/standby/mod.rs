@@ -30,6 +30,9 @@ pub struct StandbyStatus {
     /// Of those, the rooms whose oldest change has waited for its standby longer than the core's
     /// `BEHIND_AFTER` (their checkpoints wait for the budget, or for a holder that does not answer).
     pub behind: usize,
+    /// Of those, the rooms no node can hold a copy of now (a one-node cluster, or every other
+    /// node drains): they play on unprotected, and a crash rebuilds them from nothing.
+    pub alone: usize,
     /// How long the oldest change not yet held by its standby has waited, over this node's rooms
     /// (`None`: every standby holds everything).
     pub oldest_unheld: Option<Duration>,
@@ -49,6 +52,7 @@ impl Node {
             rooms: owned.rooms,
             current: owned.current,
             behind: owned.behind,
+            alone: owned.alone,
             oldest_unheld: owned.oldest_unheld,
             copies: self.core.standby.copies.held.lock().len(),
             checkpoints_sent: owned.checkpoints_sent,

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ferry_core::standby::checkpoints::{Budget, Checkpoint, Checkpoints, Outbox, Take};
+use ferry_core::standby::checkpoints::{Budget, Checkpoint, Checkpoints, Outbox, Record, Take};
 use ferry_core::standby::promotion::{self, Named};
 use ferry_core::standby::replica::{self, Applied, Refusal, Replica};
 use ferry_core::standby::{Policy, Series, placement};
@@ -402,7 +402,7 @@ impl World {
             return;
         };
         let budget = self.budget(node);
-        let unnamed = if ok {
+        let due = if ok {
             owner.checkpoints.acked(series, number, budget)
         } else {
             owner.checkpoints.refused(series, number, budget);
@@ -410,8 +410,8 @@ impl World {
         };
         let holder = owner.checkpoints.holder().cloned();
         self.standby.owners.insert((node, unit), owner);
-        if let (Some(series), Some(holder)) = (unnamed, holder) {
-            self.name(node, unit, series, holder);
+        if let Some(due) = due {
+            self.record(node, unit, due, holder);
         }
         self.release_replies(node, unit);
         if let Some(lane) = self.lane_of(node, unit) {
@@ -419,20 +419,36 @@ impl World {
         }
     }
 
-    /// Writes the room's standby record: `holder` holds its copy in `series`. Gated on the room's
-    /// record as this owner holds it (the runtime's lane knows it; the simulator reads it) and on
-    /// the owner's lease.
-    fn name(&mut self, node: usize, unit: usize, series: Series, holder: ferry_core::ids::NodeId) {
-        let Some((version, record)) = self.store.record(unit).cloned() else {
+    /// Writes the room's standby record as `record` says: `holder` holds its copy in a series,
+    /// or no node holds one. Gated on the room's record as this owner holds it (the runtime's
+    /// lane knows it; the simulator reads it) and on the owner's lease.
+    fn record(
+        &mut self,
+        node: usize,
+        unit: usize,
+        record: Record,
+        holder: Option<ferry_core::ids::NodeId>,
+    ) {
+        let Some((version, found)) = self.store.record(unit).cloned() else {
             return;
         };
-        if record.owner != node_id(node) {
+        if found.owner != node_id(node) {
             return;
         }
-        let named = Named {
-            holder,
-            series,
-            incarnation: record.object_generation,
+        let (puts, deletes) = match (record, holder) {
+            (Record::Names(series), Some(holder)) => {
+                let named = Named {
+                    holder,
+                    series,
+                    incarnation: found.object_generation,
+                };
+                (
+                    vec![(Key::Standby(unit), Value::Standby(named))],
+                    Vec::new(),
+                )
+            }
+            (Record::Names(_), None) => return,
+            (Record::Nothing, _) => (Vec::new(), vec![Key::Standby(unit)]),
         };
         let conds = vec![
             Cond::Version(Key::Unit(unit), version),
@@ -442,21 +458,35 @@ impl World {
             node,
             Op::Batch {
                 conds,
-                puts: vec![(Key::Standby(unit), Value::Standby(named))],
-                deletes: Vec::new(),
+                puts,
+                deletes,
             },
-            Purpose::Name { unit, series },
+            Purpose::Record { unit, record },
         );
     }
 
     /// The standby record's write answered: once written, confirmed mode releases what the
-    /// named series holds. Anything else is tried again at the next keeper round.
-    pub(crate) fn standby_named(&mut self, node: usize, unit: usize, series: Series, reply: Reply) {
+    /// named series holds, or, alone, every turn so far. Anything else is tried again at the
+    /// next keeper round.
+    pub(crate) fn standby_recorded(
+        &mut self,
+        node: usize,
+        unit: usize,
+        record: Record,
+        reply: Reply,
+    ) {
         if reply != Reply::Committed {
             return;
         }
-        if let Some(owner) = self.standby.owners.get_mut(&(node, unit)) {
-            owner.checkpoints.named(series);
+        let Some(owner) = self.standby.owners.get_mut(&(node, unit)) else {
+            return;
+        };
+        owner.checkpoints.recorded(record);
+        if record == Record::Nothing && owner.checkpoints.alone() {
+            trace!(
+                self,
+                "n{node}: u{unit} has no node to hold its copy: unprotected"
+            );
         }
         self.release_replies(node, unit);
     }
@@ -482,11 +512,11 @@ impl World {
             if owner.checkpoints.overdue(now, ANSWER_WAIT) {
                 owner.checkpoints.restart(budget);
             }
-            let unnamed = owner.checkpoints.unnamed();
+            let due = owner.checkpoints.record_due();
             let holder = owner.checkpoints.holder().cloned();
             self.standby.owners.insert((node, unit), owner);
-            if let (Some(series), Some(holder)) = (unnamed, holder) {
-                self.name(node, unit, series, holder);
+            if let Some(due) = due {
+                self.record(node, unit, due, holder);
             }
             if let Some(lane) = self.lane_of(node, unit) {
                 self.checkpoint(node, lane, unit);

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
 use ferry_core::authority::{NodeDescriptor, UnitRecord};
-use ferry_core::standby::Series;
+use ferry_core::standby::checkpoints::Record;
 use ferry_core::standby::promotion::Named;
 
 use super::{Event, TTL, World};
@@ -140,8 +140,8 @@ pub(crate) enum Purpose {
     FenceRead { rel: u64 },
     /// The coordinator reads every record to recover dead nodes' units.
     Recovery,
-    /// An owner writes which node holds its room's standby, in `series`.
-    Name { unit: usize, series: Series },
+    /// An owner writes which node holds its room's standby, or that none does.
+    Record { unit: usize, record: Record },
     /// A restarted process reads every record to take back what its earlier process held.
     Adopt,
     /// A gateway reads a bound Actor's record: bind again once it is rebuilt off `gone`, or
@@ -501,7 +501,7 @@ impl World {
             Purpose::FenceRead { rel } => self.fence_reread(node, rel, reply),
             Purpose::Recovery => self.recovery_scan(node, reply),
             Purpose::Adopt => self.adopted(node, reply),
-            Purpose::Name { unit, series } => self.standby_named(node, unit, series, reply),
+            Purpose::Record { unit, record } => self.standby_recorded(node, unit, record, reply),
             Purpose::Rebind {
                 client,
                 number,
