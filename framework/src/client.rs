@@ -8,9 +8,9 @@
 //! the next gateway in its list with backoff, authenticates again, binds its Actors again, and
 //! reports [`ClientEvent::Reconnected`]. The gateway confirms inputs once they ran at their Actor
 //! (a dead gateway loses none of those); inputs it had not confirmed when the connection ended,
-//! or when their Actor was unbound, may never have reached it: the client reports them
-//! ([`ClientEvent::Undelivered`]) rather than guess, and does not send them again (some may have
-//! run). When the session ends
+//! when their Actor was unbound, or when the node running their Actor crashed, may never have
+//! reached it: the client reports them ([`ClientEvent::Undelivered`]) rather than guess, and does
+//! not send them again (some may have run). When the session ends
 //! because of what this client sent, it does not reconnect: [`Client::recv`] returns the reason.
 //!
 //! ```no_run
@@ -158,14 +158,15 @@ pub enum ClientEvent<P> {
         reason: String,
     },
     /// Inputs to `actor` the gateway had not confirmed (as run at the Actor) when the session
-    /// ended, or when the Actor was unbound: they may not have reached it, and are not sent
-    /// again. Comes just before the `Reconnected`, `Unbound` (or the end) that follows.
+    /// ended, when the Actor was unbound (this comes just before the `Reconnected`, `Unbound`
+    /// or the end that follows), or when the node running the Actor crashed (the session goes
+    /// on): they may not have reached it, and are not sent again.
     Undelivered {
         /// The Actor the inputs were sent to.
         actor: ActorId,
         /// How many inputs.
         inputs: u64,
-        /// Why the connection ended.
+        /// Why they are in doubt.
         reason: String,
     },
     /// The session ended for the server's reasons and the client is connected again, its Actors
@@ -851,6 +852,20 @@ impl Driver {
             ServerFrame::Delivered { actor, inputs } => {
                 if let Some(sent) = self.inputs.get_mut(&actor) {
                     sent.delivered = sent.delivered.max(inputs);
+                }
+            }
+            ServerFrame::Undelivered { actor, inputs } => {
+                if let Some(sent) = self.inputs.get_mut(&actor) {
+                    let settled = inputs.min(sent.written);
+                    let unconfirmed = settled.saturating_sub(sent.delivered);
+                    sent.delivered = sent.delivered.max(settled);
+                    if unconfirmed > 0 {
+                        let _ = self.events.send(Incoming::Undelivered {
+                            actor,
+                            inputs: unconfirmed,
+                            reason: "the node running it crashed".to_owned(),
+                        });
+                    }
                 }
             }
             ServerFrame::BindRefused { actor, reason } => {

@@ -109,6 +109,10 @@ enum Outgoing<'a> {
         actor: &'a ActorId,
         inputs: u64,
     },
+    Undelivered {
+        actor: &'a ActorId,
+        inputs: u64,
+    },
 }
 
 /// Why a gateway frame could not be written as JSON.
@@ -166,6 +170,10 @@ pub(crate) fn server_frame(frame: &ServerFrame) -> Result<String, JsonFrameError
             reason,
         },
         ServerFrame::Delivered { actor, inputs } => Outgoing::Delivered {
+            actor,
+            inputs: *inputs,
+        },
+        ServerFrame::Undelivered { actor, inputs } => Outgoing::Undelivered {
             actor,
             inputs: *inputs,
         },
@@ -274,6 +282,14 @@ mod tests {
         assert_eq!(
             server_frame(&delivered).unwrap(),
             r#"{"type":"delivered","actor":"p1","inputs":12}"#
+        );
+        let undelivered = ServerFrame::Undelivered {
+            actor: actor("p1"),
+            inputs: 14,
+        };
+        assert_eq!(
+            server_frame(&undelivered).unwrap(),
+            r#"{"type":"undelivered","actor":"p1","inputs":14}"#
         );
         let not_json = ServerFrame::Push {
             actor: actor("p1"),
@@ -387,6 +403,10 @@ mod tests {
                     payload: Bytes::from(f["message"].to_string()),
                 },
                 Some("delivered") => ServerFrame::Delivered {
+                    actor: actor(&text_of(f, "actor")),
+                    inputs: f["inputs"].as_u64().expect("inputs"),
+                },
+                Some("undelivered") => ServerFrame::Undelivered {
                     actor: actor(&text_of(f, "actor")),
                     inputs: f["inputs"].as_u64().expect("inputs"),
                 },

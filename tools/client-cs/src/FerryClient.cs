@@ -71,9 +71,10 @@ namespace Ferry.Client
         /// <summary>An Actor is no longer bound to this client, for <see cref="FerryEvent.Reason"/>.</summary>
         Unbound,
         /// <summary>
-        /// <see cref="FerryEvent.Inputs"/> inputs to the Actor were not confirmed before the session ended (or the
-        /// Actor was unbound): they may not have reached it, and are not sent again. Comes just before the
-        /// Reconnected, Unbound or Closed that follows.
+        /// <see cref="FerryEvent.Inputs"/> inputs to the Actor may not have reached it, and are not sent again: they
+        /// were not confirmed when the session ended or the Actor was unbound (this comes just before the
+        /// Reconnected, Unbound or Closed that follows), or the node running the Actor crashed (the session stays
+        /// open).
         /// </summary>
         Undelivered,
         /// <summary>The session ended for the server's reasons; the client is connected again and its Actors bound.</summary>
@@ -127,7 +128,10 @@ namespace Ferry.Client
             public bool Retryable;
         }
 
-        /// <summary>Inputs written to the current session for one Actor, and how many of them the gateway confirmed.</summary>
+        /// <summary>
+        /// Inputs written to the current session for one Actor, and how many of them the gateway settled: confirmed, or
+        /// reported undelivered.
+        /// </summary>
         sealed class Counts
         {
             public long Sent;
@@ -335,7 +339,10 @@ namespace Ferry.Client
             }
         }
 
-        /// <summary>How many inputs to the Actor this session has sent that the gateway has not yet confirmed as run.</summary>
+        /// <summary>
+        /// How many inputs to the Actor this session has sent that the gateway has not yet confirmed as run (nor reported
+        /// undelivered).
+        /// </summary>
         public long Unconfirmed(string actor)
         {
             lock (gate)
@@ -621,6 +628,17 @@ namespace Ferry.Client
                 case "delivered":
                     Counts counts;
                     if (inputs.TryGetValue(frame.Actor, out counts)) counts.Delivered = Math.Max(counts.Delivered, frame.Inputs);
+                    break;
+                case "undelivered":
+                    // The node running the Actor crashed: of the first Inputs sent, those no `delivered` covered may not
+                    // have run, and no later one covers them.
+                    Counts settling;
+                    if (!inputs.TryGetValue(frame.Actor, out settling)) break;
+                    long settled = Math.Min(frame.Inputs, settling.Sent);
+                    long unconfirmed = settled - settling.Delivered;
+                    settling.Delivered = Math.Max(settling.Delivered, settled);
+                    if (unconfirmed > 0)
+                        Emit(new FerryEvent { Type = FerryEventType.Undelivered, Actor = frame.Actor, Inputs = unconfirmed, Reason = "the node running it crashed" });
                     break;
                 case "bind_refused":
                     wanted.Remove(frame.Actor);

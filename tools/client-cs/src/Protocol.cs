@@ -109,8 +109,8 @@ namespace Ferry.Client
     /// <summary>Reads the gateway's frames and writes the client's.</summary>
     internal static class Protocol
     {
-        /// <summary>The protocol version this client speaks: 2 adds `delivered`.</summary>
-        public const int Version = 2;
+        /// <summary>The protocol version this client speaks: 2 adds `delivered`, 3 `undelivered`.</summary>
+        public const int Version = 3;
 
         /// <summary>
         /// Reads one gateway frame. A frame that is not JSON, lacks a field its type needs, or has a type this
@@ -168,6 +168,7 @@ namespace Ferry.Client
                     frame.Message = message.Raw;
                     break;
                 case "delivered":
+                case "undelivered":
                     frame.Actor = Text(json, "actor", frame.Type);
                     frame.Inputs = Count(json, "inputs", frame.Type);
                     break;

@@ -1,5 +1,5 @@
-// The C# client's tests: the shared protocol vectors, a gateway that sends a malformed frame, and
-// live `ferry node` processes playing the chat sample: a room drained off its node mid-play with
+// The C# client's tests: the shared protocol vectors, a gateway that sends a malformed frame, one
+// that reports inputs a crashed node may not have run, and live `ferry node` processes playing the chat sample: a room drained off its node mid-play with
 // nothing lost, doubled or reordered; a refused token; a gateway shut down, one killed and one
 // frozen with the client on it, which connects to the next gateway, binds again, reports exactly
 // the inputs it could not deliver, and plays on.
@@ -59,6 +59,7 @@ namespace Ferry.Client.Tests
                 Test("gateway frames read as the vectors say, and malformed ones are refused", () => Vectors.ServerFramesMatch(vectors)),
                 Test("a malformed frame from a gateway ends the session with a reason, not an exception in the game loop", MalformedEndsTheSession),
                 Test("every malformed frame of the vectors ends a live session as malformed", () => EveryMalformedVector(vectors)),
+                Test("an undelivered frame reports the inputs no delivered covered, once, and the session stays open", UndeliveredAfterACrash),
                 Test("a client binds, plays, and keeps its session and every line while its room is drained off its node", DrainMidPlay),
                 Test("a refused token ends the connect with its close code", RefusedToken),
                 Test("a client whose gateway shuts down is told so, connects to the next one, binds again and plays on", GatewayShutDown),
@@ -235,6 +236,60 @@ namespace Ferry.Client.Tests
                 checkedFrames++;
             }
             Check.True(checkedFrames >= 10, "the vectors' malformed frames were all played");
+        }
+
+        static void UndeliveredAfterACrash()
+        {
+            const string welcome = "{\"type\":\"welcome\",\"session\":\"00000000000000ab\",\"node\":\"gw\",\"limits\":{\"max_frame\":65536,\"rate_per_second\":200,\"rate_burst\":400}}";
+            // Answers to hello, the two binds, alice's six inputs, then carol's four. Alice's first two ran, then
+            // her node crashed with the next two on it, and the rebuilt alice ran the fifth; carol's node crashed
+            // with her first three on it, none confirmed. Each answer comes after the inputs it counts were sent.
+            var answers = new[]
+            {
+                welcome, "{\"type\":\"bound\",\"actor\":\"alice\"}", "{\"type\":\"bound\",\"actor\":\"carol\"}",
+                null, "{\"type\":\"delivered\",\"actor\":\"alice\",\"inputs\":2}",
+                "{\"type\":\"undelivered\",\"actor\":\"bob\",\"inputs\":3}",
+                "{\"type\":\"undelivered\",\"actor\":\"alice\",\"inputs\":4}",
+                "{\"type\":\"push\",\"actor\":\"alice\",\"seq\":0,\"message\":\"rebuilt\"}", null,
+                null, null, "{\"type\":\"undelivered\",\"actor\":\"carol\",\"inputs\":3}",
+                "{\"type\":\"delivered\",\"actor\":\"alice\",\"inputs\":5}",
+            };
+            // A malformed frame then ends the session, so that what neither frame settled is reported.
+            using (var gateway = new BadGateway(answers, "{\"type\":\"push\",\"actor\":\"alice\",\"seq\":\"one\""))
+            {
+                FerryClient client = FerryClient.Connect(new ClientOptions { Urls = new[] { gateway.Url }, Token = "t" });
+                Expect(client, FerryEventType.Connected);
+                client.Bind("alice");
+                Expect(client, FerryEventType.Bound);
+                client.Bind("carol");
+                Expect(client, FerryEventType.Bound);
+                for (int i = 0; i < 6; i++) Check.True(client.Send("alice", "{\"Say\":\"line-" + i + "\"}"), "the input to alice was taken");
+                for (int i = 0; i < 4; i++) Check.True(client.Send("carol", "{\"Say\":\"line-" + i + "\"}"), "the input to carol was taken");
+
+                // Nothing for bob, to whom this client sent nothing.
+                FerryEvent alice = Expect(client, FerryEventType.Undelivered);
+                Check.Equal("alice", alice.Actor, "the Actor");
+                Check.Equal(2L, alice.Inputs, "alice's inputs reported undelivered");
+                Check.Equal("the node running it crashed", alice.Reason, "the reason");
+                Check.Equal(0L, Expect(client, FerryEventType.Push).Seq, "the rebuilt alice's push, on the same session");
+                FerryEvent carol = Expect(client, FerryEventType.Undelivered);
+                Check.Equal("carol", carol.Actor, "the Actor");
+                Check.Equal(3L, carol.Inputs, "carol's inputs reported undelivered");
+
+                // The end reports, in no set order, alice's sixth input (the later `delivered` counted on from the
+                // crash) and carol's fourth: none of those reported before.
+                var ended = new Dictionary<string, long>();
+                for (int i = 0; i < 2; i++)
+                {
+                    FerryEvent undelivered = Expect(client, FerryEventType.Undelivered);
+                    Check.True(undelivered.Reason.Contains("cannot read"), "the session's end as the reason: " + undelivered.Reason);
+                    ended.Add(undelivered.Actor, undelivered.Inputs);
+                }
+                Check.Equal(1L, ended["alice"], "alice's inputs reported at the end");
+                Check.Equal(1L, ended["carol"], "carol's inputs reported at the end");
+                Check.Equal(CloseCode.Malformed, Expect(client, FerryEventType.Closed).Code, "the close code");
+                gateway.Wait(5000);
+            }
         }
 
         static void DrainMidPlay()

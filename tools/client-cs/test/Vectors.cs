@@ -109,6 +109,7 @@ namespace Ferry.Client.Tests
                         .Append(",\"seq\":").Append(frame.Seq).Append(",\"message\":").Append(frame.Message);
                     break;
                 case "delivered":
+                case "undelivered":
                     sb.Append(",\"actor\":").Append(Json.Quote(frame.Actor)).Append(",\"inputs\":").Append(frame.Inputs);
                     break;
                 case "closing":

@@ -39,9 +39,10 @@ export type ClientEvent =
     reason: string;
 }
 /**
- * `inputs` inputs sent to `actor` were not confirmed by the gateway before the session ended (or
- * the Actor was unbound): they may not have reached it, and are not sent again. Comes just
- * before the `reconnected`, `unbound` or `closed` that follows.
+ * `inputs` inputs sent to `actor` may not have reached it, and are not sent again: the gateway had
+ * not confirmed them when the session ended or the Actor was unbound (this comes just before the
+ * `reconnected`, `unbound` or `closed` that follows), or the node running the Actor crashed (the
+ * session stays open).
  */
  | {
     type: "undelivered";
@@ -120,6 +121,10 @@ export type ServerFrame = {
     actor: string;
     inputs: number;
 } | {
+    type: "undelivered";
+    actor: string;
+    inputs: number;
+} | {
     type: "closing";
     code: CloseCode;
     retryable: boolean;
@@ -143,8 +148,8 @@ export type ClientFrame = {
 } | {
     type: "bye";
 };
-/** The protocol version this client speaks. */
-export declare const PROTOCOL_VERSION = 2;
+/** The protocol version this client speaks: 3 adds `undelivered`. */
+export declare const PROTOCOL_VERSION = 3;
 /** The close codes, each at its number. */
 export declare const CLOSE_CODES: readonly CloseCode[];
 /** Whether a session that ended with `code` is worth connecting again for: the server's reasons, not the client's. */
@@ -186,7 +191,10 @@ export declare class FerryClient {
     private readonly binding;
     /** Inputs sent while no session was open, per Actor, in order. */
     private readonly pending;
-    /** Inputs written to the current session per Actor, and how many of them the gateway confirmed. */
+    /**
+     * Inputs written to the current session per Actor, and how many of them the gateway settled:
+     * confirmed, or reported undelivered.
+     */
     private readonly inputs;
     private readonly events;
     private readonly waiters;

@@ -13,8 +13,8 @@ export class FerryError extends Error {
         this.name = "FerryError";
     }
 }
-/** The protocol version this client speaks. */
-export const PROTOCOL_VERSION = 2;
+/** The protocol version this client speaks: 3 adds `undelivered`. */
+export const PROTOCOL_VERSION = 3;
 /** The WebSocket close codes of the protocol are 4000 plus the session's. */
 const CLOSE_BASE = 4000;
 /** The close codes, each at its number. */
@@ -109,6 +109,7 @@ export function readServerFrame(data) {
                 return needs(frame, "message", "a JSON value");
             return { type: kind, actor: text("actor"), seq: count("seq"), message: frame.message };
         case "delivered":
+        case "undelivered":
             return { type: kind, actor: text("actor"), inputs: count("inputs") };
         case "closing": {
             const code = text("code");
@@ -250,7 +251,10 @@ export class FerryClient {
     binding = new Map();
     /** Inputs sent while no session was open, per Actor, in order. */
     pending = [];
-    /** Inputs written to the current session per Actor, and how many of them the gateway confirmed. */
+    /**
+     * Inputs written to the current session per Actor, and how many of them the gateway settled:
+     * confirmed, or reported undelivered.
+     */
     inputs = new Map();
     events = [];
     waiters = [];
@@ -417,6 +421,20 @@ export class FerryClient {
                 const counts = this.inputs.get(frame.actor);
                 if (counts)
                     counts.delivered = Math.max(counts.delivered, frame.inputs);
+                break;
+            }
+            case "undelivered": {
+                // The node running the Actor crashed: of the first `inputs` sent, those no `delivered`
+                // covered may not have run, and no later one covers them.
+                const counts = this.inputs.get(frame.actor);
+                if (!counts)
+                    break;
+                const settled = Math.min(frame.inputs, counts.sent);
+                const unconfirmed = settled - counts.delivered;
+                counts.delivered = Math.max(counts.delivered, settled);
+                if (unconfirmed > 0) {
+                    this.emit({ type: "undelivered", actor: frame.actor, inputs: unconfirmed, reason: "the node running it crashed" });
+                }
                 break;
             }
             case "bind_refused": {

@@ -50,9 +50,10 @@ export type ClientEvent =
   /** An Actor is no longer bound to this client. */
   | { type: "unbound"; actor: string; reason: string }
   /**
-   * `inputs` inputs sent to `actor` were not confirmed by the gateway before the session ended (or
-   * the Actor was unbound): they may not have reached it, and are not sent again. Comes just
-   * before the `reconnected`, `unbound` or `closed` that follows.
+   * `inputs` inputs sent to `actor` may not have reached it, and are not sent again: the gateway had
+   * not confirmed them when the session ended or the Actor was unbound (this comes just before the
+   * `reconnected`, `unbound` or `closed` that follows), or the node running the Actor crashed (the
+   * session stays open).
    */
   | { type: "undelivered"; actor: string; inputs: number; reason: string }
   /** The session ended for the server's reasons; the client is connected again, its Actors bound. */
@@ -107,6 +108,7 @@ export type ServerFrame =
   | { type: "unbound"; actor: string; reason: string }
   | { type: "push"; actor: string; seq: number; message: Json }
   | { type: "delivered"; actor: string; inputs: number }
+  | { type: "undelivered"; actor: string; inputs: number }
   | { type: "closing"; code: CloseCode; retryable: boolean; reason: string };
 
 /** A frame the client sends. */
@@ -117,8 +119,8 @@ export type ClientFrame =
   | { type: "input"; actor: string; message: Json }
   | { type: "bye" };
 
-/** The protocol version this client speaks. */
-export const PROTOCOL_VERSION = 2;
+/** The protocol version this client speaks: 3 adds `undelivered`. */
+export const PROTOCOL_VERSION = 3;
 
 /** The WebSocket close codes of the protocol are 4000 plus the session's. */
 const CLOSE_BASE = 4000;
@@ -214,6 +216,7 @@ export function readServerFrame(data: unknown): ServerFrame {
       if (!("message" in frame)) return needs(frame, "message", "a JSON value");
       return { type: kind, actor: text("actor"), seq: count("seq"), message: frame.message };
     case "delivered":
+    case "undelivered":
       return { type: kind, actor: text("actor"), inputs: count("inputs") };
     case "closing": {
       const code = text("code") as CloseCode;
@@ -366,7 +369,10 @@ export class FerryClient {
   private readonly binding = new Map<string, { resolve: () => void; reject: (e: FerryError) => void }>();
   /** Inputs sent while no session was open, per Actor, in order. */
   private readonly pending: { actor: string; message: Json }[] = [];
-  /** Inputs written to the current session per Actor, and how many of them the gateway confirmed. */
+  /**
+   * Inputs written to the current session per Actor, and how many of them the gateway settled:
+   * confirmed, or reported undelivered.
+   */
   private readonly inputs = new Map<string, { sent: number; delivered: number }>();
   private readonly events: ClientEvent[] = [];
   private readonly waiters: ((event: ClientEvent) => void)[] = [];
@@ -535,6 +541,19 @@ export class FerryClient {
       case "delivered": {
         const counts = this.inputs.get(frame.actor);
         if (counts) counts.delivered = Math.max(counts.delivered, frame.inputs);
+        break;
+      }
+      case "undelivered": {
+        // The node running the Actor crashed: of the first `inputs` sent, those no `delivered`
+        // covered may not have run, and no later one covers them.
+        const counts = this.inputs.get(frame.actor);
+        if (!counts) break;
+        const settled = Math.min(frame.inputs, counts.sent);
+        const unconfirmed = settled - counts.delivered;
+        counts.delivered = Math.max(counts.delivered, settled);
+        if (unconfirmed > 0) {
+          this.emit({ type: "undelivered", actor: frame.actor, inputs: unconfirmed, reason: "the node running it crashed" });
+        }
         break;
       }
       case "bind_refused": {

@@ -138,13 +138,20 @@ pub async fn play<G: Game>(
         ..Tally::default()
     };
     let started = Instant::now();
-    let mut client = match connect(config, &me).await {
+    let mut client = match Client::connect(config).await {
         Ok(client) => client,
         Err(error) => {
             tally.error = Some(format!("{me}: {error}"));
             return tally;
         }
     };
+    // As a player's client would, it binds until that works: the node running its Actor may
+    // crash before it answers.
+    if let Err(last) = rebind(&client, &me, &mut stop).await {
+        tally.error = Some(format!("{me} could not bind before the end: {last}"));
+        client.close().await;
+        return tally;
+    }
     let mut every = tokio::time::interval(pace.every);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut sending = true;
@@ -255,7 +262,7 @@ pub async fn play<G: Game>(
 /// How long a bot waits between two tries to bind its Actor again.
 const REBIND_EVERY: Duration = Duration::from_secs(1);
 
-/// Binds `me` again until it works, or until the run stops (then the last error).
+/// Binds `me` until it works, or until the run stops (then the last error).
 async fn rebind(
     client: &Client,
     me: &ActorId,
@@ -274,10 +281,4 @@ async fn rebind(
             _ = stop.wait_for(|stopped| *stopped) => return Err(last),
         }
     }
-}
-
-async fn connect(config: ClientConfig, me: &ActorId) -> Result<Client, ClientError> {
-    let client = Client::connect(config).await?;
-    client.bind(me).await?;
-    Ok(client)
 }

@@ -312,6 +312,8 @@ pub struct SessionMachine {
     next_epoch: u32,
     /// Whether the client speaks a version that is told which inputs ran (`Delivered`).
     confirms: bool,
+    /// Whether it is told which inputs a crash left unconfirmed (`Undelivered`).
+    reports_undelivered: bool,
 }
 
 impl SessionMachine {
@@ -327,6 +329,7 @@ impl SessionMachine {
             bindings: BTreeMap::new(),
             next_epoch: 1,
             confirms: false,
+            reports_undelivered: false,
         }
     }
 
@@ -450,6 +453,7 @@ impl SessionMachine {
                     );
                 }
                 self.confirms = version >= 2;
+                self.reports_undelivered = version >= 3;
                 self.state = State::Authenticating;
                 vec![Action::Authenticate { token }]
             }
@@ -872,12 +876,23 @@ impl SessionMachine {
 
     /// The node running some bound Actors is gone: each is bound again, under a new epoch, once
     /// recovery has rebuilt it. The rebuilt Actor starts fresh, its pushes numbered from 0; what
-    /// the dead node had not handled is lost with it, and inputs sent meanwhile are held.
+    /// the dead node had not handled is lost with it, and inputs sent meanwhile are held. The
+    /// inputs passed to the dead node that no fence confirmed are settled as undelivered (the
+    /// client is told, if its version knows the frame): a fence behind later inputs must not
+    /// confirm them, for they may have died there.
     fn owner_left(&mut self, node: &NodeId) -> Vec<Action> {
         let mut actions = Vec::new();
         for (actor, binding) in &mut self.bindings {
             if binding.safe_owner() != Some(node) {
                 continue;
+            }
+            let forwarded = binding.forwarded();
+            if self.reports_undelivered && forwarded > binding.confirmed {
+                binding.confirmed = forwarded;
+                actions.push(Action::Send(ServerFrame::Undelivered {
+                    actor: actor.clone(),
+                    inputs: forwarded,
+                }));
             }
             binding.epoch = self.next_epoch;
             self.next_epoch = self.next_epoch.wrapping_add(1);
@@ -1110,6 +1125,68 @@ mod tests {
         assert!(m.on(fenced(3, true), t).is_empty());
         let ran = m.on(fenced(4, true), t);
         assert_eq!((delivered(&ran), fences(&ran)), (vec![4], vec![]));
+    }
+
+    /// The counts the client is told may not have run.
+    fn undelivered(actions: &[Action]) -> Vec<u64> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send(ServerFrame::Undelivered { inputs, .. }) => Some(*inputs),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn inputs_passed_to_a_node_that_crashed_are_reported_undelivered_and_never_confirmed() {
+        let t = Instant::now();
+        let mut m = open_with(SessionLimits::default(), t);
+        bound(&mut m, "s", t);
+        m.on(input("a", 1), t);
+        assert_eq!(delivered(&m.on(fenced(1, true), t)), vec![1]);
+        // Two more go to s, and s crashes before a fence behind them comes back.
+        let sent = [m.on(input("a", 2), t), m.on(input("a", 3), t)].concat();
+        assert_eq!(forwards(&sent).len(), 2);
+        let left = m.on(Event::OwnerLeft { node: node("s") }, t);
+        assert_eq!(undelivered(&left), vec![3], "{left:?}");
+        // The Actor is bound again where recovery put it; the input held meanwhile goes there,
+        // and the fence behind it confirms it alone: 2 and 3 stay reported, not confirmed.
+        assert!(m.on(input("a", 4), t).is_empty());
+        let answer = m.on(
+            Event::Bound {
+                actor: actor("a"),
+                epoch: 2,
+                owner: node("r"),
+                verdict: Ok("player".into()),
+            },
+            t,
+        );
+        assert_eq!(forwards(&answer), vec![("r".into(), 4)]);
+        assert_eq!(fences(&answer), vec![4]);
+        let ran = m.on(
+            Event::Fenced {
+                actor: actor("a"),
+                epoch: 2,
+                upto: 4,
+                reached: true,
+            },
+            t,
+        );
+        assert_eq!(delivered(&ran), vec![4]);
+        // A node leaving with nothing unconfirmed on it reports nothing.
+        let left = m.on(Event::OwnerLeft { node: node("r") }, t);
+        assert_eq!(undelivered(&left), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn a_version_2_client_is_not_told_what_a_crash_left_unconfirmed() {
+        let t = Instant::now();
+        let mut m = open_version(2, SessionLimits::default(), t);
+        bound(&mut m, "s", t);
+        m.on(input("a", 1), t);
+        let left = m.on(Event::OwnerLeft { node: node("s") }, t);
+        assert_eq!(undelivered(&left), Vec::<u64>::new());
     }
 
     #[test]

@@ -17,8 +17,9 @@ use crate::ids::{ActorId, NodeId};
 pub const ALPN: &[u8] = b"ferry-client/1";
 
 /// The protocol version a client states in its Hello. Version 2 added
-/// [`ServerFrame::Delivered`]; a gateway still takes version 1 clients and sends them none.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// [`ServerFrame::Delivered`], version 3 [`ServerFrame::Undelivered`]; a gateway still takes
+/// older clients and sends them neither frame they do not know.
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// The oldest protocol version a gateway takes.
 pub const OLDEST_VERSION: u16 = 1;
@@ -126,10 +127,22 @@ pub enum ServerFrame {
         /// Why, for people.
         reason: String,
     },
-    /// The first `inputs` inputs this session sent to `actor` since it bound it have reached
-    /// the Actor and run there (or died with a node that crashed while running it): a gateway
-    /// that dies now loses none of them. Cumulative; sent to version 2 clients only.
+    /// The first `inputs` inputs this session sent to `actor` since it bound it are settled,
+    /// and those after the last [`ServerFrame::Undelivered`] reached the Actor and ran there: a
+    /// gateway that dies now loses none of them. Cumulative; sent to version 2 clients and later
+    /// (a version 2 client is not sent `Undelivered`, and so this count may also cover inputs
+    /// that died with a node that crashed while running the Actor).
     Delivered {
+        /// The Actor the inputs went to.
+        actor: ActorId,
+        /// How many of this session's inputs to it, counted from its bind.
+        inputs: u64,
+    },
+    /// The node running `actor` crashed: of the first `inputs` inputs this session sent it since
+    /// it bound it, those no `Delivered` covered may not have run (they died with the node, or
+    /// ran there and live on only if its standby's copy held them). They are settled: no later
+    /// `Delivered` covers them. Sent to version 3 clients only.
+    Undelivered {
         /// The Actor the inputs went to.
         actor: ActorId,
         /// How many of this session's inputs to it, counted from its bind.
