@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use super::lane::{Control, LaneTx};
 use crate::ids::{NodeId, ObjectGeneration, UnitId};
 use ferry_core::standby::checkpoints::{Budget, Checkpoints};
+use ferry_core::standby::placement::Silent;
 use ferry_core::standby::replica::Replica;
 
 /// A node's standby state: what it checkpoints as an owner, and the copies it keeps.
@@ -62,10 +63,12 @@ impl<N> Room<N> {
 }
 
 /// The rooms this node owns that keep a standby, and what their checkpoints share. Locks are
-/// taken in the order: the map of rooms, a room, the budget.
+/// taken in the order: the map of rooms, a room, the budget or the silent holders.
 pub(crate) struct Owning<N> {
     pub(crate) rooms: Mutex<HashMap<UnitId, Arc<Room<N>>>>,
     pub(crate) budget: Mutex<Budget>,
+    /// Holders that left a checkpoint unanswered, passed over for a while.
+    pub(crate) silent: Mutex<Silent>,
     pub(crate) sent: AtomicU64,
     pub(crate) bytes: AtomicU64,
 }
@@ -75,6 +78,7 @@ impl<N> Default for Owning<N> {
         Owning {
             rooms: Mutex::default(),
             budget: Mutex::default(),
+            silent: Mutex::default(),
             sent: AtomicU64::default(),
             bytes: AtomicU64::default(),
         }

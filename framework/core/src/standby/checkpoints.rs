@@ -32,6 +32,17 @@ pub const IN_FLIGHT_BYTES: usize = 1024 * 1024;
 /// A room whose oldest change not held by its standby is older than this is reported behind.
 pub const BEHIND_AFTER: Duration = Duration::from_secs(1);
 
+/// How long an owner waits for a checkpoint's answer before it takes its holder for silent (its
+/// process ended or froze, or the link was reset) and starts a new series on another node. The
+/// answer comes back on the same ordered, reliable stream within a mesh round trip (well under
+/// 10 ms between hosts of one site, also with a checkpoint of a few MiB queued ahead of it).
+pub const ANSWER_WAIT: Duration = Duration::from_secs(2);
+
+/// The same in confirmed mode, whose room's confirmations, replies and pushes wait meanwhile:
+/// players feel it, so it is cut short. Still fifty round trips; a holder that was only slow
+/// costs a whole image sent to another node.
+pub const CONFIRMED_ANSWER_WAIT: Duration = Duration::from_millis(500);
+
 /// What the owner sends its standby: the pieces of the image that differ from the checkpoint
 /// before it in the series (all of it for the first), checked as a move's image is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,6 +164,9 @@ pub struct Checkpoints {
     released: u64,
     /// A move to the standby's node is under way: no checkpoint goes until it ends.
     moving: bool,
+    /// Earlier holders and the series they kept, to drop their copies once the store no longer
+    /// names them: until then, a crash of the owner promotes one of them.
+    retired: Vec<(NodeId, Series)>,
 }
 
 impl Checkpoints {
@@ -174,6 +188,7 @@ impl Checkpoints {
             named: None,
             released: 0,
             moving: false,
+            retired: Vec::new(),
         }
     }
 
@@ -209,11 +224,33 @@ impl Checkpoints {
     /// Points the checkpoints at `holder`, the node placement chooses now: another one than
     /// before (the last one left, drains, or the room moved onto it) starts a new series there.
     /// `None`: no node can hold a copy, and the room goes unprotected once the store names none.
+    /// The earlier holder keeps its copy until the store names another (see
+    /// [`retired`](Self::retired)).
     pub fn aim(&mut self, holder: Option<NodeId>, budget: &mut Budget) {
         if holder != self.holder {
+            let series = self.series;
             self.restart(budget);
-            self.holder = holder;
+            if let Some(old) = std::mem::replace(&mut self.holder, holder) {
+                self.retired.push((old, series));
+            }
         }
+    }
+
+    /// The earlier holders whose copies may go now, each with the series to drop up to: once
+    /// the store's record names the current series, or no copy.
+    pub fn retired(&mut self) -> Vec<(NodeId, Series)> {
+        let settled = match self.named {
+            Some(Record::Names(series)) => series == self.series,
+            Some(Record::Nothing) => self.holder.is_none(),
+            None => false,
+        };
+        if !settled {
+            return Vec::new();
+        }
+        let current = self.holder.clone();
+        let mut retired = std::mem::take(&mut self.retired);
+        retired.retain(|(node, _)| Some(node) != current.as_ref());
+        retired
     }
 
     /// Whether the room runs unprotected: no node can hold a copy, and the store names none.
@@ -347,12 +384,30 @@ impl Checkpoints {
         }
     }
 
-    /// Whether the checkpoint in flight went unanswered for `wait`: the standby may have lost
-    /// it with its process, and [`restart`](Self::restart) sends the whole image again.
-    pub fn overdue(&self, now: Instant, wait: Duration) -> bool {
-        self.flight
+    /// The holder, if the checkpoint in flight went unanswered for `wait` (see
+    /// [`answer_wait`](Self::answer_wait)): it may have lost it with its process, or froze. The
+    /// caller passes over it ([`Silent`](super::placement::Silent)) and aims again; the series
+    /// starts over, with the whole image.
+    pub fn silent(&mut self, now: Instant, wait: Duration, budget: &mut Budget) -> Option<NodeId> {
+        let overdue = self
+            .flight
             .as_ref()
-            .is_some_and(|f| now.duration_since(f.sent) >= wait)
+            .is_some_and(|f| now.duration_since(f.sent) >= wait);
+        if !overdue {
+            return None;
+        }
+        self.restart(budget);
+        self.holder.clone()
+    }
+
+    /// How long this room's owner waits for a checkpoint's answer: [`CONFIRMED_ANSWER_WAIT`] in
+    /// confirmed mode, [`ANSWER_WAIT`] otherwise.
+    pub fn answer_wait(&self) -> Duration {
+        if self.policy.holds_effects() {
+            CONFIRMED_ANSWER_WAIT
+        } else {
+            ANSWER_WAIT
+        }
     }
 
     /// Forgets what the standby holds: the next checkpoint starts a new series, whole.
@@ -429,11 +484,17 @@ impl Checkpoints {
         self.held.is_some() && self.behind(now).is_none()
     }
 
-    /// Gives back what is in flight when the room leaves this node or ends.
-    pub fn close(mut self, budget: &mut Budget) {
+    /// Gives back what is in flight when the room leaves this node or ends; returns every node
+    /// that may keep a copy of it, with the series to drop up to.
+    pub fn close(mut self, budget: &mut Budget) -> Vec<(NodeId, Series)> {
         if let Some(flight) = self.flight.take() {
             budget.give_back(flight.bytes);
         }
+        let mut holders = std::mem::take(&mut self.retired);
+        if let Some(holder) = self.holder.take() {
+            holders.push((holder, self.series));
+        }
+        holders
     }
 
     /// The standby holds every turn up to `turn`; the first turn after it, if any, ran at
@@ -622,8 +683,10 @@ mod tests {
         assert!(outbox.release(owner.released()).is_empty(), "not named yet");
         owner.recorded(Record::Names(first()));
         assert_eq!(outbox.release(owner.released()), vec!["reply 1"]);
-        // The standby's node leaves: a new series, and nothing more until it is named.
+        // The standby's node leaves: a new series, and nothing more until it is named. Its copy
+        // stays where it is meanwhile: a crash now would promote it.
         owner.aim(Some(node("c")), &mut budget);
+        assert_eq!(owner.retired(), Vec::new());
         let Take::Ship(cp) = owner.take(now, image(10, 2), &mut budget) else {
             panic!("ships");
         };
@@ -636,6 +699,8 @@ mod tests {
         assert!(outbox.release(owner.released()).is_empty());
         owner.recorded(Record::Names(cp.series));
         assert_eq!(outbox.release(owner.released()), vec!["reply 2"]);
+        assert_eq!(owner.retired(), vec![(node("b"), first())]);
+        assert_eq!(owner.retired(), Vec::new(), "once");
     }
 
     #[test]
@@ -664,6 +729,8 @@ mod tests {
             outbox.effect(turn, "reply 3", owner.released()),
             Some("reply 3")
         );
+        // The copy on b goes only now that the store no longer names it.
+        assert_eq!(owner.retired(), vec![(node("b"), first())]);
         // A node to hold a copy joins: effects wait for it again.
         owner.aim(Some(node("c")), &mut budget);
         let turn = owner.turn(now);
@@ -730,8 +797,11 @@ mod tests {
         );
         let later = now + BEHIND_AFTER * 2;
         assert!(b.behind(later).is_some());
-        assert!(a.overdue(later, BEHIND_AFTER));
-        a.restart(&mut budget);
+        assert_eq!(a.silent(now, a.answer_wait(), &mut budget), None);
+        assert_eq!(
+            a.silent(later, a.answer_wait(), &mut budget),
+            Some(node("b"))
+        );
         assert_eq!(budget.used(), 0);
         assert!(matches!(
             b.take(later, image(100_000, 3), &mut budget),

@@ -3,9 +3,59 @@
 //! Each room ranks the nodes by a score drawn from its id and theirs (rendezvous hashing), so
 //! that standbys spread over the nodes without anyone counting them, every node computes the same
 //! choice from the same view, and a node that leaves moves only the standbys it held.
+//!
+//! An owner also passes over the nodes that left its checkpoints unanswered ([`Silent`]): a
+//! holder that froze or crashed is still in the view until its lease lapses, and a confirmed room
+//! must not wait that long to have a standby again.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use crate::authority::{NodeDescriptor, NodeState};
 use crate::ids::{NodeId, UnitId};
+
+/// How long an owner passes over a holder that left a checkpoint unanswered: long enough not to
+/// go back to a node that is merely slow again and again, short next to a match.
+pub const SILENT_FOR: Duration = Duration::from_secs(30);
+
+/// The holders an owner passes over for now, because they left a checkpoint unanswered.
+#[derive(Debug, Clone, Default)]
+pub struct Silent {
+    until: BTreeMap<NodeId, Instant>,
+}
+
+impl Silent {
+    /// `node` left a checkpoint unanswered at `now`: passed over for [`SILENT_FOR`].
+    pub fn unanswered(&mut self, node: NodeId, now: Instant) {
+        self.until.insert(node, now + SILENT_FOR);
+        self.until.retain(|_, until| *until > now);
+    }
+
+    /// Whether `node` is passed over at `now`.
+    pub fn passes_over(&self, node: &NodeId, now: Instant) -> bool {
+        self.until.get(node).is_some_and(|until| *until > now)
+    }
+}
+
+/// The node that holds `unit`'s standby while `owner` runs it, as [`holder`] chooses, passing
+/// over the nodes `silent` names at `now`; if every candidate is silent, the one [`holder`]
+/// chooses after all: a slow holder is better than none.
+pub fn answering_holder<'a, V>(
+    view: V,
+    owner: &NodeId,
+    unit: &UnitId,
+    factory: &str,
+    (silent, now): (&Silent, Instant),
+) -> Option<NodeId>
+where
+    V: IntoIterator<Item = &'a NodeDescriptor> + Clone,
+{
+    let answering = view
+        .clone()
+        .into_iter()
+        .filter(|d| !silent.passes_over(&d.node, now));
+    holder(answering, owner, unit, factory).or_else(|| holder(view, owner, unit, factory))
+}
 
 /// The node that holds `unit`'s standby while `owner` runs it: the serving node other than the
 /// owner that registers `factory` and ranks highest for the unit. `None` when there is none
@@ -98,6 +148,33 @@ mod tests {
                 assert_eq!(now, *was);
             }
         }
+    }
+
+    #[test]
+    fn a_holder_that_left_a_checkpoint_unanswered_is_passed_over_for_a_while() {
+        let view: Vec<_> = ["a", "b", "c"]
+            .iter()
+            .map(|n| node(n, NodeState::Serving))
+            .collect();
+        let now = Instant::now();
+        let mut silent = Silent::default();
+        let room = (0..100)
+            .map(room)
+            .find(|r| holder(&view, &id("a"), r, "room") == Some(id("b")))
+            .unwrap();
+        silent.unanswered(id("b"), now);
+        let chosen = answering_holder(&view, &id("a"), &room, "room", (&silent, now));
+        assert_eq!(chosen, Some(id("c")));
+        silent.unanswered(id("c"), now);
+        let chosen = answering_holder(&view, &id("a"), &room, "room", (&silent, now));
+        assert_eq!(
+            chosen,
+            Some(id("b")),
+            "none answers: a slow holder is better than none"
+        );
+        let later = now + SILENT_FOR;
+        let chosen = answering_holder(&view, &id("a"), &room, "room", (&silent, later));
+        assert_eq!(chosen, Some(id("b")));
     }
 
     #[test]

@@ -30,14 +30,6 @@ use ferry_core::standby::frames::StandbyFrame;
 use ferry_core::standby::promotion::Named;
 use ferry_core::standby::{Series, drops_copy_at_end, placement};
 
-/// How long an owner waits for a checkpoint's answer before it takes its standby for having lost
-/// it and starts a new series. The answer comes back on the same ordered, reliable stream within
-/// a mesh round trip (well under 10 ms between hosts of one site, also with a checkpoint of a few
-/// MiB queued ahead of it); it is missing only when the holder's process ended or the link was
-/// reset. Two seconds is far beyond any round trip, twice the time after which a room is reported
-/// behind, and short next to the lease a crash is detected by.
-const ANSWER_WAIT: Duration = Duration::from_secs(2);
-
 /// How often the node looks over its rooms' checkpoints: answers overdue, series the store does
 /// not name yet, rooms the budget held back; and updates the standby metrics.
 const KEEP_EVERY: Duration = Duration::from_millis(100);
@@ -102,10 +94,13 @@ impl Node {
         Some(room)
     }
 
-    /// The node that should hold `unit`'s standby, as this node's cluster view says.
+    /// The node that should hold `unit`'s standby, as this node's cluster view says, passing
+    /// over holders that left a checkpoint unanswered lately.
     fn standby_holder(&self, unit: &UnitId, factory: &str) -> Option<NodeId> {
+        let now = Instant::now().into_std();
+        let silent = self.core.standby.owning.silent.lock();
         let view = self.core.cluster.view.read();
-        placement::holder(view.iter(), self.id(), unit, factory)
+        placement::answering_holder(view.iter(), self.id(), unit, factory, (&silent, now))
     }
 
     /// A turn of `room` ran at `now`: its number, which its effects are held under (`None`
@@ -187,13 +182,11 @@ impl Node {
         let Some(checkpoints) = room.state.lock().checkpoints.take() else {
             return;
         };
-        let series = checkpoints.series();
-        let holder = checkpoints.holder().cloned();
-        checkpoints.close(&mut self.core.standby.owning.budget.lock());
-        if let Some(holder) = holder
-            && drops_copy_at_end(self.fenced())
-        {
-            self.send_drop(&holder, &room.unit, series);
+        let holders = checkpoints.close(&mut self.core.standby.owning.budget.lock());
+        if drops_copy_at_end(self.fenced()) {
+            for (holder, series) in holders {
+                self.send_drop(&holder, &room.unit, series);
+            }
         }
     }
 
@@ -235,7 +228,8 @@ impl Node {
     }
 
     /// The cluster view changed: each room's checkpoints go to the node placement names now.
-    /// A room whose holder changed starts a new series there, and its old holder drops its copy.
+    /// A room whose holder changed starts a new series there; its old holder drops its copy once
+    /// the store names the new one.
     pub(crate) fn standby_view_changed(&self) {
         let rooms: Vec<Arc<Room>> = self
             .core
@@ -252,15 +246,11 @@ impl Node {
             let Some(checkpoints) = state.checkpoints.as_mut() else {
                 continue;
             };
-            let before = (checkpoints.holder().cloned(), checkpoints.series());
-            if before.0 == holder {
+            if checkpoints.holder() == holder.as_ref() {
                 continue;
             }
             checkpoints.aim(holder, &mut self.core.standby.owning.budget.lock());
             drop(state);
-            if let (Some(old), series) = before {
-                self.send_drop(&old, &room.unit, series);
-            }
             room.wake();
         }
     }
@@ -324,7 +314,9 @@ impl Node {
     /// series, or no node keeps one. Only while this process holds the node's lease, and only
     /// if the room's record, read just before, still names this node as the owner of this
     /// incarnation: a version condition on that read, so that an owner that lost the room (a
-    /// move committed elsewhere, a recovery) writes nothing.
+    /// move committed elsewhere, a recovery) writes nothing. The standby record must be as read
+    /// too: a write that lands late (its answer was lost, and the next was sent) never undoes a
+    /// later one.
     async fn record(self, room: Arc<Room>, record: Record, holder: Option<NodeId>) {
         let written = match self.write_record(&room, record, holder).await {
             Ok(written) => written,
@@ -340,7 +332,11 @@ impl Node {
                 tracing::warn!(unit = %room.unit, "no node can hold this room's standby: it plays on unprotected, and a crash now rebuilds it from nothing");
             }
             checkpoints.recorded(record);
+            let retired = checkpoints.retired();
             drop(state);
+            for (holder, series) in retired {
+                self.send_drop(&holder, &room.unit, series);
+            }
             room.wake();
         }
     }
@@ -372,8 +368,11 @@ impl Node {
             (Record::Names(_), None) => return Ok(false),
             (Record::Nothing, _) => Op::delete(standby_key(&room.unit)),
         };
+        let standby = standby_key(&room.unit);
+        let standby_read = self.store().get(&standby).await?.map(|v| v.version);
         let conditions = vec![
             Condition::version(key, found.version),
+            Condition::as_read(standby, standby_read),
             Condition::lease(&self.lease()),
         ];
         let outcome = self.store().batch(conditions, vec![op]).await?;
@@ -395,31 +394,43 @@ impl Node {
         }
     }
 
-    /// One look over the rooms: a checkpoint unanswered for [`ANSWER_WAIT`] starts a new series,
-    /// a series the store does not name yet is named again, and a room that may take a
-    /// checkpoint now (one the budget held back) is woken.
+    /// One look over the rooms: a checkpoint unanswered for its answer wait starts a new series
+    /// on a node that answers, a series the store does not name yet is named again, and a room
+    /// that may take a checkpoint now (one the budget held back) is woken.
     fn standby_round(&self, now: Instant) {
         let now = now.into_std();
+        let owning = &self.core.standby.owning;
         // Under the map's lock, which comes before a room's: no copy of ten thousand handles
         // ten times a second.
-        let rooms = self.core.standby.owning.rooms.lock();
+        let rooms = owning.rooms.lock();
         for room in rooms.values() {
             let mut state = room.state.lock();
             let Some(checkpoints) = state.checkpoints.as_mut() else {
                 continue;
             };
-            if checkpoints.overdue(now, ANSWER_WAIT) {
-                tracing::info!(unit = %room.unit, holder = ?checkpoints.holder(), "checkpoint unanswered; its standby starts again with the whole image");
-                checkpoints.restart(&mut self.core.standby.owning.budget.lock());
+            let wait = checkpoints.answer_wait();
+            let silent = checkpoints.silent(now, wait, &mut owning.budget.lock());
+            if let Some(silent) = silent {
+                owning.silent.lock().unanswered(silent.clone(), now);
+                let holder = self.standby_holder(&room.unit, &room.factory);
+                tracing::info!(unit = %room.unit, %silent, ?holder, "checkpoint unanswered; its standby starts again with the whole image");
+                checkpoints.aim(holder, &mut owning.budget.lock());
             }
             let wake = checkpoints.ready(now).is_ok();
             let due = checkpoints.record_due();
             let holder = checkpoints.holder().cloned();
+            let retired = match due {
+                None => checkpoints.retired(),
+                Some(_) => Vec::new(),
+            };
             if let (Some(due), false) = (due, state.naming) {
                 state.naming = true;
                 tokio::spawn(self.clone().record(room.clone(), due, holder));
             }
             drop(state);
+            for (holder, series) in retired {
+                self.send_drop(&holder, &room.unit, series);
+            }
             if wake {
                 room.wake();
             }

@@ -11,22 +11,18 @@
 //! the room as of that checkpoint.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use bytes::Bytes;
 use ferry_core::standby::checkpoints::{Budget, Checkpoint, Checkpoints, Outbox, Record, Take};
+use ferry_core::standby::placement::{self, Silent};
 use ferry_core::standby::promotion::{self, Named};
 use ferry_core::standby::replica::{self, Applied, Refusal, Replica};
-use ferry_core::standby::{Policy, Series, placement};
+use ferry_core::standby::{Policy, Series};
 
 use super::lanes::Cell;
 use super::links::Msg;
 use super::store::{Cond, Key, Op, Purpose, Reply, Value};
 use super::{World, node_id, node_index};
-
-/// How long an owner waits for a checkpoint's answer before it takes the standby for having
-/// lost it (its process restarted, or the link dropped it) and starts a new series.
-const ANSWER_WAIT: Duration = Duration::from_secs(10);
 
 /// A reply held in confirmed mode: where it goes, and the room's log length after its turn.
 #[derive(Debug, Clone, Copy)]
@@ -67,8 +63,8 @@ pub(crate) struct Standbys {
     owners: BTreeMap<(usize, usize), Owner>,
     /// By (standby node, room).
     copies: BTreeMap<(usize, usize), Standby>,
-    /// Each node process's checkpoint budget.
-    budgets: BTreeMap<usize, (u64, Budget)>,
+    /// Each node process's checkpoint budget, and the holders it passes over.
+    budgets: BTreeMap<usize, (u64, Budget, Silent)>,
     /// Per room, the log length after the last turn whose reply confirmed mode released: a
     /// promoted copy holds at least that much.
     confirmed: BTreeMap<usize, usize>,
@@ -106,16 +102,21 @@ impl World {
 
     /// This process's checkpoint budget.
     fn budget(&mut self, node: usize) -> &mut Budget {
+        self.process_standby(node).0
+    }
+
+    /// This process's checkpoint budget and the holders it passes over.
+    fn process_standby(&mut self, node: usize) -> (&mut Budget, &mut Silent) {
         let process = self.nodes[node].process;
         let entry = self
             .standby
             .budgets
             .entry(node)
-            .or_insert_with(|| (process, Budget::default()));
+            .or_insert_with(|| (process, Budget::default(), Silent::default()));
         if entry.0 != process {
-            *entry = (process, Budget::default());
+            *entry = (process, Budget::default(), Silent::default());
         }
-        &mut entry.1
+        (&mut entry.1, &mut entry.2)
     }
 
     /// A turn of `unit` ran on `node` in `lane`: its number, if the room keeps a standby, once
@@ -208,13 +209,15 @@ impl World {
         else {
             return;
         };
-        let holder = placement::holder(
+        let now = self.now;
+        let silent = self.process_standby(node).1.clone();
+        let holder = placement::answering_holder(
             &self.nodes[node].view,
             &node_id(node),
             &self.unit_id(unit),
             self.factory(unit),
+            (&silent, now),
         );
-        let now = self.now;
         let Some(mut owner) = self.take_owner(node, unit) else {
             return;
         };
@@ -421,7 +424,8 @@ impl World {
 
     /// Writes the room's standby record as `record` says: `holder` holds its copy in a series,
     /// or no node holds one. Gated on the room's record as this owner holds it (the runtime's
-    /// lane knows it; the simulator reads it) and on the owner's lease.
+    /// lane knows it; the simulator reads it), on the standby record as read just before (a
+    /// write that lands late never undoes a later one), and on the owner's lease.
     fn record(
         &mut self,
         node: usize,
@@ -450,8 +454,13 @@ impl World {
             (Record::Names(_), None) => return,
             (Record::Nothing, _) => (Vec::new(), vec![Key::Standby(unit)]),
         };
+        let standby = match self.store.standby_version(unit) {
+            Some(at) => Cond::Version(Key::Standby(unit), at),
+            None => Cond::Absent(Key::Standby(unit)),
+        };
         let conds = vec![
             Cond::Version(Key::Unit(unit), version),
+            standby,
             self.lease_cond(node),
         ];
         self.call(
@@ -508,9 +517,10 @@ impl World {
             let Some(mut owner) = self.standby.owners.remove(&(node, unit)) else {
                 continue;
             };
-            let budget = self.budget(node);
-            if owner.checkpoints.overdue(now, ANSWER_WAIT) {
-                owner.checkpoints.restart(budget);
+            let wait = owner.checkpoints.answer_wait();
+            let (budget, silent) = self.process_standby(node);
+            if let Some(holder) = owner.checkpoints.silent(now, wait, budget) {
+                silent.unanswered(holder, now);
             }
             let due = owner.checkpoints.record_due();
             let holder = owner.checkpoints.holder().cloned();

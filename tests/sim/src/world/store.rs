@@ -214,6 +214,11 @@ impl Store {
         self.units.get(&unit)
     }
 
+    /// The version of the room's standby record, if it has one.
+    pub fn standby_version(&self, unit: usize) -> Option<u64> {
+        self.standbys.get(&unit).map(|(version, _)| *version)
+    }
+
     pub fn descriptors(&self) -> impl Iterator<Item = (&usize, &(u64, NodeDescriptor))> {
         self.nodes.iter()
     }
