@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use crate::authority::{NodeDescriptor, NodeState};
 use crate::ids::{NodeId, UnitId};
 
-/// How long an owner passes over a holder that left a checkpoint unanswered: long enough not to
-/// go back to a node that is merely slow again and again, short next to a match.
-pub const SILENT_FOR: Duration = Duration::from_secs(30);
+/// How long an owner passes over a holder that left a checkpoint unanswered: about a lease, after
+/// which a dead holder has left the view anyway, and one that was only slow is tried again.
+pub const SILENT_FOR: Duration = Duration::from_secs(10);
 
 /// The holders an owner passes over for now, because they left a checkpoint unanswered.
 #[derive(Debug, Clone, Default)]
@@ -38,23 +38,19 @@ impl Silent {
 }
 
 /// The node that holds `unit`'s standby while `owner` runs it, as [`holder`] chooses, passing
-/// over the nodes `silent` names at `now`; if every candidate is silent, the one [`holder`]
-/// chooses after all: a slow holder is better than none.
-pub fn answering_holder<'a, V>(
-    view: V,
+/// over the nodes `silent` names at `now`. `None` if every candidate is silent: the room plays
+/// on alone rather than wait for a holder that may never answer (a frozen host's lease runs on).
+pub fn answering_holder<'a>(
+    view: impl IntoIterator<Item = &'a NodeDescriptor>,
     owner: &NodeId,
     unit: &UnitId,
     factory: &str,
     (silent, now): (&Silent, Instant),
-) -> Option<NodeId>
-where
-    V: IntoIterator<Item = &'a NodeDescriptor> + Clone,
-{
+) -> Option<NodeId> {
     let answering = view
-        .clone()
         .into_iter()
         .filter(|d| !silent.passes_over(&d.node, now));
-    holder(answering, owner, unit, factory).or_else(|| holder(view, owner, unit, factory))
+    holder(answering, owner, unit, factory)
 }
 
 /// The node that holds `unit`'s standby while `owner` runs it: the serving node other than the
@@ -167,11 +163,7 @@ mod tests {
         assert_eq!(chosen, Some(id("c")));
         silent.unanswered(id("c"), now);
         let chosen = answering_holder(&view, &id("a"), &room, "room", (&silent, now));
-        assert_eq!(
-            chosen,
-            Some(id("b")),
-            "none answers: a slow holder is better than none"
-        );
+        assert_eq!(chosen, None, "none answers: the room plays on alone");
         let later = now + SILENT_FOR;
         let chosen = answering_holder(&view, &id("a"), &room, "room", (&silent, later));
         assert_eq!(chosen, Some(id("b")));
