@@ -31,11 +31,9 @@ use ferry_core::standby::promotion::Named;
 use ferry_core::standby::{Series, drops_copy_at_end, placement};
 
 /// How often the node looks over its rooms' checkpoints: answers overdue, series the store does
-/// not name yet, rooms the budget held back; and updates the standby metrics.
+/// not name yet, rooms the budget held back. (The standby metrics are read from the node's
+/// status when scraped.)
 const KEEP_EVERY: Duration = Duration::from_millis(100);
-
-/// How many keeper rounds pass between two updates of the standby gauges.
-const METRICS_EVERY: u64 = 10;
 
 /// What the owner side counts, for the node's status.
 pub(super) struct OwnedCounts {
@@ -149,8 +147,6 @@ impl Node {
                 let owning = &self.core.standby.owning;
                 owning.sent.fetch_add(1, Ordering::Relaxed);
                 owning.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-                metrics::counter!("ferry_standby_checkpoints_total").increment(1);
-                metrics::counter!("ferry_standby_bytes_total").increment(bytes as u64);
                 let frame = StandbyFrame::Checkpoint {
                     unit: room.unit.clone(),
                     incarnation: room.incarnation,
@@ -381,16 +377,12 @@ impl Node {
 
     /// Looks over the rooms' checkpoints every [`KEEP_EVERY`] until the node stops.
     pub(crate) async fn keep_standbys(self) {
-        for round in 0u64.. {
+        loop {
             tokio::select! {
                 () = self.core.stop.cancelled() => return,
                 () = tokio::time::sleep(KEEP_EVERY) => {}
             }
             self.standby_round(Instant::now());
-            // The gauges look at every room too: once a second is enough for a scrape.
-            if round % METRICS_EVERY == 0 {
-                self.standby_metrics();
-            }
         }
     }
 

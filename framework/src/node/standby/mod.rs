@@ -60,17 +60,6 @@ impl Node {
         }
     }
 
-    /// Exports the standby gauges (the counters are counted as checkpoints go).
-    fn standby_metrics(&self) {
-        let status = self.standby_status();
-        metrics::gauge!("ferry_standby_rooms").set(status.rooms as f64);
-        metrics::gauge!("ferry_standby_current").set(status.current as f64);
-        metrics::gauge!("ferry_standby_behind").set(status.behind as f64);
-        metrics::gauge!("ferry_standby_oldest_unheld_seconds")
-            .set(status.oldest_unheld.map_or(0.0, |d| d.as_secs_f64()));
-        metrics::gauge!("ferry_standby_copies").set(status.copies as f64);
-    }
-
     /// A standby frame from `from`: a checkpoint or a drop for a copy kept here, an answer for a
     /// room this node owns.
     pub(crate) fn on_standby_frame(&self, from: NodeId, frame: StandbyFrame) {
