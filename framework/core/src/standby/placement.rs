@@ -54,8 +54,9 @@ pub fn answering_holder<'a>(
 }
 
 /// The node that holds `unit`'s standby while `owner` runs it: the serving node other than the
-/// owner that registers `factory` and ranks highest for the unit. `None` when there is none
-/// (a one-node cluster, or every other node drains): the room runs without a standby meanwhile.
+/// owner that registers `factory`, takes units at all (a copy is promoted where it is kept), and
+/// ranks highest for the unit. `None` when there is none (a one-node cluster, or every other node
+/// drains): the room runs without a standby meanwhile.
 pub fn holder<'a>(
     view: impl IntoIterator<Item = &'a NodeDescriptor>,
     owner: &NodeId,
@@ -64,7 +65,7 @@ pub fn holder<'a>(
 ) -> Option<NodeId> {
     view.into_iter()
         .filter(|d| d.node != *owner)
-        .filter(|d| d.state == NodeState::Serving)
+        .filter(|d| d.state == NodeState::Serving && d.capacity > 0)
         .filter(|d| d.factories.iter().any(|f| f == factory))
         .max_by(|a, b| {
             rank(unit, &a.node)
@@ -173,7 +174,9 @@ mod tests {
     fn no_holder_without_another_serving_node_that_registers_the_factory() {
         let mut other = node("b", NodeState::Serving);
         other.factories = vec!["lobby".into()];
-        let view = [node("a", NodeState::Serving), other];
+        let mut driver = node("c", NodeState::Serving);
+        driver.capacity = 0;
+        let view = [node("a", NodeState::Serving), other, driver];
         assert_eq!(holder(&view, &id("a"), &room(1), "room"), None);
     }
 }
