@@ -16,8 +16,9 @@ pub struct NodeArgs {
     /// overridden as FERRY_<KEY> in the environment.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
-    /// The standby the sample games' rooms keep: none, periodic (100 ms) or confirmed.
-    #[arg(long, value_enum, default_value = "none")]
+    /// The standby the sample games' rooms keep: confirmed (a crash loses nothing a player was
+    /// told), periodic (100 ms) or none.
+    #[arg(long, value_enum, default_value = "confirmed")]
     standby: StandbyChoice,
 }
 

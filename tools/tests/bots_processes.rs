@@ -390,6 +390,71 @@ async fn a_node_stopped_with_sigterm_under_bots_drains_and_its_rooms_go_on_elsew
     drop(redis);
 }
 
+/// A node killed with SIGKILL under bots, its rooms keeping the confirmed standby `ferry node`
+/// gives them: p1 hosts room 0 of every game with its players and no gateway, so the bots stay
+/// connected through p2 and p3 while it dies. Its rooms come back from their copies on the
+/// survivors, not from nothing, and the bots lose nothing they were told had happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_under_bots_comes_back_from_its_standbys_and_loses_nothing_confirmed() {
+    const PREFIX: &str = "tools-bots-kill";
+    let Some(redis) = RedisServer::start_or_skip().await else {
+        return;
+    };
+    // A short lease, so that the survivors take p1 for dead within seconds.
+    const ENV: &[(&str, &str)] = &[
+        ("FERRY_DRAIN_GRACE_MS", "0"),
+        ("FERRY_LEASE_TTL_MS", "2000"),
+    ];
+    let mut nodes = Nodes::start(&redis, "bots-kill", PREFIX, |name| NodeSetup {
+        gateway: name != "p1",
+        env: ENV,
+    })
+    .await;
+    let bots = nodes.bots("20s").await;
+    let (admins, processes) = (nodes.admins.clone(), &mut nodes.processes);
+    // p1's three rooms and their six players, each room's copy current on p2 or p3.
+    within("p1's standbys to hold its rooms", async {
+        loop {
+            let p1 = status(&admins[0]).await;
+            let rooms = p1["standby"]["rooms"].as_u64();
+            if p1["units"].as_u64() == Some(3 * 3)
+                && rooms == Some(3)
+                && p1["standby"]["current"].as_u64() == rooms
+            {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+
+    assert!(!processes.kill(0).await.success());
+    within("p1's units to run on p2 and p3", async {
+        loop {
+            let mut units = 0;
+            for admin in &admins[1..] {
+                units += status(admin).await["units"].as_u64().unwrap_or(0);
+            }
+            if units == 3 * 2 * 3 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+
+    let report = report_of(bots).await;
+    no_faults(&report, BOTS);
+    assert_eq!(report["confirmed_inputs_lost"], 0, "{report:#}");
+    assert_eq!(report["room_outcomes"]["rebuilt"], 0, "{report:#}");
+
+    for (name, _, log) in processes.terminate_all().await {
+        assert!(!log.contains("panicked"), "{name}:\n{log}");
+    }
+    drop(nodes);
+    drop(redis);
+}
+
 /// The operator's bad evening, on three gateway nodes under bots: a second start with a running
 /// node's id, a drain, a kill -9 of the drained node and its restart, a kill -9 of a node that
 /// received rooms (a gateway too), and a drain of the last node while that one is dead. The bots

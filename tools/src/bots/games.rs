@@ -160,8 +160,7 @@ pub fn lineup(
 
 /// The factories every sample game needs: all of `ferry_samples`, as the demo's nodes and every
 /// `ferry node` register them, their rooms keeping the standby `standby` names (`ferry node
-/// --standby`; none unless asked: with a confirmed one, bots playing through a node's crash or a
-/// drain beside a dead node still find inputs the rooms no longer show).
+/// --standby`, confirmed unless asked otherwise).
 pub fn registry(standby: StandbyChoice) -> Registry {
     ferry_samples::registry_with_standby(standby.policy())
 }

@@ -80,7 +80,7 @@ pub enum DemoError {
 pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
     let started = Instant::now();
     let cluster = LocalCluster::start(NODES, &args.store, || {
-        games::registry(games::StandbyChoice::None)
+        games::registry(games::StandbyChoice::Confirmed)
     })
     .await?;
     let result = play(&cluster, &args).await;
