@@ -176,6 +176,14 @@ impl Witness {
         }
     }
 
+    /// How long before `now` this node last heard from `peer` (a probe, or an answer to one),
+    /// if it ever did.
+    pub fn heard_from(&self, peer: &NodeId, now: Instant) -> Option<Duration> {
+        self.heard
+            .get(peer)
+            .map(|at| now.saturating_duration_since(*at))
+    }
+
     /// The peers to probe and to hear from: those of the last store read, and those that probed.
     pub fn peers(&self) -> Vec<NodeId> {
         let mut peers = self.known.clone();

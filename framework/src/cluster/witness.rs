@@ -42,6 +42,11 @@ impl Witness {
         self.0.lock().answered(peer, stamp, running, now());
     }
 
+    /// How long ago this node last heard from `peer`, if it ever did.
+    pub fn heard_from(&self, peer: &NodeId) -> Option<Duration> {
+        self.0.lock().heard_from(peer, now())
+    }
+
     /// The peers to probe and to hear from: those of the last store read, and those that probed.
     pub fn peers(&self) -> Vec<NodeId> {
         self.0.lock().peers()

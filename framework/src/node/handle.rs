@@ -147,6 +147,14 @@ impl Node {
         &self.core.config.store
     }
 
+    /// How long ago this node last heard from `peer` over the mesh (a probe, or an answer to
+    /// one), if it ever did. A peer not heard from is taken for dead only once its lease lapsed
+    /// and the grace (half the lease) has passed since; one never heard from, only after the
+    /// outage limit.
+    pub fn heard_from(&self, peer: &NodeId) -> Option<std::time::Duration> {
+        self.core.cluster.witness.heard_from(peer)
+    }
+
     /// The mesh peers and where each link stands (admitted and ready, connecting, backing off).
     pub fn peers(&self) -> Vec<crate::mesh::PeerInfo> {
         self.core

@@ -269,6 +269,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> Json<StatusBody> {
                 node: p.node.to_string(),
                 link: format!("{:?}", p.state),
                 addr: p.addr.map(|a| a.to_string()),
+                heard_ms: node.heard_from(&p.node).map(millis),
             })
             .collect(),
         progress: ProgressBody::from(&host),

@@ -114,6 +114,10 @@ pub struct PeerBody {
     pub link: String,
     /// The peer's mesh address, if known.
     pub addr: Option<String>,
+    /// How long ago this node last heard from the peer over the mesh, in milliseconds (`None`:
+    /// never). A peer never heard from is taken for dead only after the outage limit.
+    #[serde(default)]
+    pub heard_ms: Option<u64>,
 }
 
 /// The counts of the drain running now, or of the last one.
