@@ -450,6 +450,13 @@ impl Checkpoints {
         self.release_held();
     }
 
+    /// A write of the standby record is on its way: until one commits, the record may say what
+    /// it said or what the write says (a write whose answer is lost may still land), so confirmed
+    /// mode releases nothing more on the strength of it meanwhile.
+    pub fn recording(&mut self) {
+        self.named = None;
+    }
+
     /// Whether the room runs without a copy on another node, and so a crash would rebuild it
     /// from nothing.
     pub fn alone(&self) -> bool {
@@ -724,10 +731,18 @@ mod tests {
         owner.recorded(Record::Nothing);
         assert_eq!(owner.record_due(), None);
         assert_eq!(outbox.release(owner.released()), vec!["reply 2"]);
+        // A write on its way (or whose answer was lost) may name a copy again: effects wait
+        // until a write commits.
+        owner.recording();
+        let turn = owner.turn(now);
+        assert_eq!(outbox.effect(turn, "reply 3", owner.released()), None);
+        assert_eq!(owner.record_due(), Some(Record::Nothing));
+        owner.recorded(Record::Nothing);
+        assert_eq!(outbox.release(owner.released()), vec!["reply 3"]);
         let turn = owner.turn(now);
         assert_eq!(
-            outbox.effect(turn, "reply 3", owner.released()),
-            Some("reply 3")
+            outbox.effect(turn, "reply 3b", owner.released()),
+            Some("reply 3b")
         );
         // The copy on b goes only now that the store no longer names it.
         assert_eq!(owner.retired(), vec![(node("b"), first())]);

@@ -264,7 +264,8 @@ impl Node {
         else {
             return;
         };
-        let mut state = room.state.lock();
+        let mut guard = room.state.lock();
+        let state = &mut *guard;
         let Some(checkpoints) = state.checkpoints.as_mut() else {
             return;
         };
@@ -276,6 +277,7 @@ impl Node {
                 if let (Some(due), Some(holder)) = (due, checkpoints.holder().cloned())
                     && !state.naming
                 {
+                    checkpoints.recording();
                     state.naming = true;
                     tokio::spawn(self.clone().record(room.clone(), due, Some(holder)));
                 }
@@ -302,7 +304,7 @@ impl Node {
             }
             StandbyFrame::Checkpoint { .. } | StandbyFrame::Drop { .. } => return,
         }
-        drop(state);
+        drop(guard);
         room.wake();
     }
 
@@ -323,18 +325,22 @@ impl Node {
         };
         let mut state = room.state.lock();
         state.naming = false;
-        if written && let Some(checkpoints) = state.checkpoints.as_mut() {
-            if record == Record::Nothing && checkpoints.alone() {
-                tracing::warn!(unit = %room.unit, "no node can hold this room's standby: it plays on unprotected, and a crash now rebuilds it from nothing");
-            }
-            checkpoints.recorded(record);
-            let retired = checkpoints.retired();
-            drop(state);
-            for (holder, series) in retired {
-                self.send_drop(&holder, &room.unit, series);
-            }
-            room.wake();
+        let Some(checkpoints) = state.checkpoints.as_mut() else {
+            return;
+        };
+        if !written {
+            return;
         }
+        if record == Record::Nothing && checkpoints.alone() {
+            tracing::warn!(unit = %room.unit, "no node can hold this room's standby: it plays on unprotected, and a crash now rebuilds it from nothing");
+        }
+        checkpoints.recorded(record);
+        let retired = checkpoints.retired();
+        drop(state);
+        for (holder, series) in retired {
+            self.send_drop(&holder, &room.unit, series);
+        }
+        room.wake();
     }
 
     /// The conditional write behind [`Node::record`]: `Ok(true)` once the store says `record`.
@@ -396,7 +402,8 @@ impl Node {
         // ten times a second.
         let rooms = owning.rooms.lock();
         for room in rooms.values() {
-            let mut state = room.state.lock();
+            let mut guard = room.state.lock();
+            let state = &mut *guard;
             let Some(checkpoints) = state.checkpoints.as_mut() else {
                 continue;
             };
@@ -416,10 +423,11 @@ impl Node {
                 Some(_) => Vec::new(),
             };
             if let (Some(due), false) = (due, state.naming) {
+                checkpoints.recording();
                 state.naming = true;
                 tokio::spawn(self.clone().record(room.clone(), due, holder));
             }
-            drop(state);
+            drop(guard);
             for (holder, series) in retired {
                 self.send_drop(&holder, &room.unit, series);
             }

@@ -39,6 +39,9 @@ struct Owner {
     policy: Policy,
     checkpoints: Checkpoints,
     outbox: Outbox<Held>,
+    /// Whether a write of the standby record is under way: one at a time, as the runtime does,
+    /// so that their answers cannot come back out of order.
+    naming: bool,
 }
 
 /// One room's copy on a standby's process, with the cell its image stands for.
@@ -195,6 +198,7 @@ impl World {
             policy,
             checkpoints: Checkpoints::new(policy, first),
             outbox: Outbox::default(),
+            naming: false,
         };
         self.standby.owners.insert((node, unit), owner);
     }
@@ -436,7 +440,10 @@ impl World {
         let Some((version, found)) = self.store.record(unit).cloned() else {
             return;
         };
-        if found.owner != node_id(node) {
+        let Some(owner) = self.standby.owners.get_mut(&(node, unit)) else {
+            return;
+        };
+        if found.owner != node_id(node) || owner.naming {
             return;
         }
         let (puts, deletes) = match (record, holder) {
@@ -463,6 +470,10 @@ impl World {
             standby,
             self.lease_cond(node),
         ];
+        if let Some(owner) = self.standby.owners.get_mut(&(node, unit)) {
+            owner.checkpoints.recording();
+            owner.naming = true;
+        }
         self.call(
             node,
             Op::Batch {
@@ -484,12 +495,13 @@ impl World {
         record: Record,
         reply: Reply,
     ) {
-        if reply != Reply::Committed {
-            return;
-        }
         let Some(owner) = self.standby.owners.get_mut(&(node, unit)) else {
             return;
         };
+        owner.naming = false;
+        if reply != Reply::Committed {
+            return;
+        }
         owner.checkpoints.recorded(record);
         if record == Record::Nothing && owner.checkpoints.alone() {
             trace!(
