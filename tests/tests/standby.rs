@@ -123,6 +123,16 @@ fn holder_of(owner: &Node, room: &UnitId, factory: &str) -> NodeId {
     placement::holder(&view, owner.id(), room, factory).expect("a holder")
 }
 
+/// The node of a three-node `cluster` that is neither `a` nor `b`.
+fn third(cluster: &Cluster, a: &NodeId, b: &NodeId) -> Node {
+    cluster
+        .nodes
+        .iter()
+        .find(|n| n.id() != a && n.id() != b)
+        .expect("a third node")
+        .clone()
+}
+
 fn status(cluster: &Cluster, id: &NodeId) -> StandbyStatus {
     cluster.node(id.as_str()).standby_status()
 }
@@ -234,12 +244,7 @@ async fn a_holder_that_leaves_is_replaced_in_a_new_series() {
     open(&owner, PERIODIC, &id, 64 * 1024).await;
     let first = holder_of(&owner, &room, PERIODIC);
     let was = wait_named(&cluster, &owner, &room, &first).await;
-    let other = cluster
-        .nodes
-        .iter()
-        .find(|n| n.id() != owner.id() && n.id() != &first)
-        .expect("a third node")
-        .clone();
+    let other = third(&cluster, owner.id(), &first);
     cluster.node(first.as_str()).shutdown().await;
     let now = wait_named(&cluster, &owner, &room, other.id()).await;
     assert!(now.series > was.series, "{now:?} after {was:?}");
@@ -267,12 +272,7 @@ async fn a_moved_room_drops_its_old_copy_and_its_new_owner_checkpoints_it() {
     open(&owner, PERIODIC, &id, 64 * 1024).await;
     let first = holder_of(&owner, &room, PERIODIC);
     let was = wait_named(&cluster, &owner, &room, &first).await;
-    let target = cluster
-        .nodes
-        .iter()
-        .find(|n| n.id() != owner.id() && n.id() != &first)
-        .expect("a third node")
-        .clone();
+    let target = third(&cluster, owner.id(), &first);
     owner
         .move_unit(&room, Some(target.id().clone()))
         .await
@@ -373,13 +373,7 @@ async fn a_confirmed_reply_arrives_only_once_the_store_names_a_standby_holding_i
     open(&owner, CONFIRMED, &id, 64).await;
     let first = holder_of(&owner, &room, CONFIRMED);
     let was = wait_named(&cluster, &owner, &room, &first).await;
-    let next = cluster
-        .nodes
-        .iter()
-        .find(|n| n.id() != owner.id() && n.id() != &first)
-        .expect("a third node")
-        .id()
-        .clone();
+    let next = third(&cluster, owner.id(), &first).id().clone();
     // The holder crashes: the turn below runs, and its checkpoint goes unanswered. Its lease
     // runs on (it is still in n1's view when the reply arrives): n1 hears nothing for a moment
     // and moves the standby to the third node. What the store says is read the moment the

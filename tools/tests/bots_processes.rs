@@ -6,14 +6,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 
-use common::TempDir;
 use common::processes::{
     Processes, Ready, closed_without_drain, get, raw_http, run_ferry, wait_two_refreshes, within,
 };
+use common::{TempDir, gateway_certs};
 use ferry::NodeId;
 use ferry::store::{LocationStore, RedisStore, RedisStoreConfig};
 use ferry_tests::redis_server::RedisServer;
@@ -70,7 +70,7 @@ impl Nodes {
         setup: impl Fn(&str) -> NodeSetup,
     ) -> Nodes {
         let tmp = TempDir::new(dir);
-        certs(&tmp.path().join("certs")).await;
+        gateway_certs(&tmp.path().join("certs"), &NODES.join(","));
         std::fs::write(tmp.path().join("tokens.txt"), format!("{TOKEN} bots\n")).expect("tokens");
         let mut processes = Processes::default();
         let mut nodes: Vec<Ready> = Vec::new();
@@ -221,21 +221,6 @@ async fn playing(admins: &[String], bots: u64) {
         }
     })
     .await;
-}
-
-/// Runs `ferry certs` for the nodes and the gateways.
-async fn certs(dir: &Path) {
-    let out = run_ferry(&[
-        "certs",
-        "--out",
-        &dir.display().to_string(),
-        "--nodes",
-        &NODES.join(","),
-        "--gateway",
-        "localhost",
-    ])
-    .await;
-    assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

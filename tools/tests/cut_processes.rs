@@ -10,11 +10,10 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Stdio;
 
-use common::TempDir;
-use common::processes::{Processes, Ready, run_ferry, text, within};
+use common::processes::{Processes, Ready, text, within};
+use common::{TempDir, gateway_certs};
 use ferry_tests::netns::Net;
 use serde_json::Value;
 
@@ -79,27 +78,13 @@ async fn until(net: &Net, what: &str, admin: &str, done: impl Fn(&Value) -> bool
     .await
 }
 
-async fn certs(dir: &Path) {
-    let out = run_ferry(&[
-        "certs",
-        "--out",
-        &dir.display().to_string(),
-        "--nodes",
-        &NODES.join(","),
-        "--gateway",
-        "localhost",
-    ])
-    .await;
-    assert!(out.status.success(), "{}", text(&out.stderr));
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cut_off_under_bots_keeps_its_rooms_elsewhere_and_never_runs_them_again() {
     let Some(net) = Net::create_or_skip(NODES.len()) else {
         return;
     };
     let tmp = TempDir::new("cut-processes");
-    certs(&tmp.path().join("certs")).await;
+    gateway_certs(&tmp.path().join("certs"), &NODES.join(","));
     std::fs::write(tmp.path().join("tokens.txt"), format!("{TOKEN} bots\n")).expect("tokens");
     let mut redis = net.redis(6379).await;
     let redis_addr = format!("{}:6379", net.hub_addr());

@@ -51,11 +51,21 @@ pub fn ferry() -> Command {
 
 /// Runs `ferry certs --out dir --nodes nodes` and checks that it succeeded.
 pub fn certs(dir: &Path, nodes: &str) -> Output {
+    certs_with(dir, nodes, &[])
+}
+
+/// Runs `ferry certs` for `nodes` and a client gateway certificate for `localhost`.
+pub fn gateway_certs(dir: &Path, nodes: &str) -> Output {
+    certs_with(dir, nodes, &["--gateway", "localhost"])
+}
+
+fn certs_with(dir: &Path, nodes: &str, more: &[&str]) -> Output {
     let out = ferry()
         .arg("certs")
         .arg("--out")
         .arg(dir)
         .args(["--nodes", nodes])
+        .args(more)
         .output()
         .expect("the ferry binary runs");
     assert!(

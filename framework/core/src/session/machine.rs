@@ -1058,10 +1058,15 @@ mod tests {
     }
 
     fn bound(m: &mut SessionMachine, owner: &str, t: Instant) -> Vec<Action> {
+        bound_in(m, 1, owner, t)
+    }
+
+    /// `a`'s bind of `epoch` answered from `owner`.
+    fn bound_in(m: &mut SessionMachine, epoch: u32, owner: &str, t: Instant) -> Vec<Action> {
         m.on(
             Event::Bound {
                 actor: actor("a"),
-                epoch: 1,
+                epoch,
                 owner: node(owner),
                 verdict: Ok("player".into()),
             },
@@ -1092,9 +1097,14 @@ mod tests {
     }
 
     fn fenced(upto: u64, reached: bool) -> Event {
+        fenced_in(1, upto, reached)
+    }
+
+    /// A fence of `a`'s bind `epoch` came back.
+    fn fenced_in(epoch: u32, upto: u64, reached: bool) -> Event {
         Event::Fenced {
             actor: actor("a"),
-            epoch: 1,
+            epoch,
             upto,
             reached,
         }
@@ -1153,26 +1163,10 @@ mod tests {
         // The Actor is bound again where recovery put it; the input held meanwhile goes there,
         // and the fence behind it confirms it alone: 2 and 3 stay reported, not confirmed.
         assert!(m.on(input("a", 4), t).is_empty());
-        let answer = m.on(
-            Event::Bound {
-                actor: actor("a"),
-                epoch: 2,
-                owner: node("r"),
-                verdict: Ok("player".into()),
-            },
-            t,
-        );
+        let answer = bound_in(&mut m, 2, "r", t);
         assert_eq!(forwards(&answer), vec![("r".into(), 4)]);
         assert_eq!(fences(&answer), vec![4]);
-        let ran = m.on(
-            Event::Fenced {
-                actor: actor("a"),
-                epoch: 2,
-                upto: 4,
-                reached: true,
-            },
-            t,
-        );
+        let ran = m.on(fenced_in(2, 4, true), t);
         assert_eq!(delivered(&ran), vec![4]);
         // A node leaving with nothing unconfirmed on it reports nothing.
         let left = m.on(Event::OwnerLeft { node: node("r") }, t);
@@ -1231,15 +1225,7 @@ mod tests {
         );
         // Held until the rebuilt Actor answers, then sent to it first.
         assert!(m.on(input("a", 1), t).is_empty());
-        let answer = m.on(
-            Event::Bound {
-                actor: actor("a"),
-                epoch: 2,
-                owner: node("r"),
-                verdict: Ok("player".into()),
-            },
-            t,
-        );
+        let answer = bound_in(&mut m, 2, "r", t);
         assert_eq!(forwards(&answer), vec![("r".into(), 1)]);
         // The old incarnation's pushes are dropped; the new one's start at 0.
         assert!(m.on(push(1), t).is_empty());
