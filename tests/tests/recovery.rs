@@ -198,6 +198,32 @@ async fn a_dead_nodes_units_come_back_on_the_survivors_evenly_and_once() {
 /// A node that crashes and starts again under its id before anyone takes it for dead: its units'
 /// records still name it, so no coordinator rebuilds them, and the new process takes them back
 /// itself once the earlier one certainly runs no turns.
+/// Every node reads membership once a minute here, but a probe period on while a peer is silent:
+/// a crashed node's units come back soon after its lease lapsed, not at the next regular read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_node_is_found_without_waiting_for_the_next_regular_read() {
+    let mut cluster = Cluster::start(0, registry).await;
+    for id in ["n1", "n2", "n3"] {
+        let mut config = cluster.config(id);
+        config.refresh = Duration::from_secs(60);
+        config.lease_ttl = Duration::from_secs(1);
+        cluster.add_with(config, registry()).await;
+    }
+    let (n1, n3) = (cluster.nodes[0].clone(), cluster.nodes[2].clone());
+    let room = spot("found-soon");
+    n3.create_spot_on(n3.id(), "room", &room)
+        .await
+        .expect("room");
+    let mut events = n1.recovery_events();
+    n3.abort().await;
+    // Within T (10 s), far less than the minute to the next regular read.
+    completed(&mut events, &[UnitId::Spot(room.clone())]).await;
+    let _: u64 = n1
+        .request(&room, 1u64, T)
+        .await
+        .expect("the room plays again");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_restarted_after_a_crash_takes_back_what_its_earlier_process_held() {
     let mut cluster = Cluster::start(1, registry).await;

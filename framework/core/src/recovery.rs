@@ -163,6 +163,9 @@ pub struct NodePlan {
     pub promote: Vec<Promote>,
     /// Rooms whose factory keeps a standby, rebuilt from nothing all the same, and why.
     pub fresh: Vec<(UnitId, Fresh)>,
+    /// Actors whose records name a room promoted in this pass: its copy brings back those it
+    /// held, and the next pass, due as soon as the promotions landed, rebuilds any it did not.
+    pub deferred: Vec<UnitId>,
 }
 
 /// A room to promote from its standby copy.
@@ -256,14 +259,11 @@ pub fn plan_node(
         })
         .collect();
     // A promoted room's members come back in its copy: the next pass sees any it did not hold.
-    let rebuilt: Vec<Found> = rebuilt_rooms
+    let (deferred, others): (Vec<Found>, Vec<Found>) = others
         .into_iter()
-        .chain(
-            others
-                .into_iter()
-                .filter(|f| !f.record.spot.as_ref().is_some_and(|s| promoted.contains(s))),
-        )
-        .collect();
+        .partition(|f| f.record.spot.as_ref().is_some_and(|s| promoted.contains(s)));
+    plan.deferred = deferred.into_iter().map(|f| f.id).collect();
+    let rebuilt: Vec<Found> = rebuilt_rooms.into_iter().chain(others).collect();
     plan.promote = promote;
     let rooms: BTreeSet<&SpotId> = rebuilt
         .iter()
@@ -567,6 +567,11 @@ mod tests {
             plan.members.is_empty(),
             "the promoted room's member comes back in its copy: {:?}",
             plan.members
+        );
+        assert_eq!(
+            plan.deferred,
+            [player("p1")],
+            "the next pass finds it if the copy did not"
         );
         let rebuilt: Vec<&UnitId> = plan.rebuild.iter().map(|(f, _)| &f.id).collect();
         assert_eq!(rebuilt, [&room("r2")]);

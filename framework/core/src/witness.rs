@@ -116,6 +116,8 @@ pub struct Witness {
     known: Vec<NodeId>,
     /// Since when we have seen each peer's lease lapsed.
     lapsed_since: BTreeMap<NodeId, Instant>,
+    /// When the last store read began.
+    last_read: Instant,
     /// Peers that told us they run no turns any more.
     ended: Vec<NodeId>,
     /// Nodes taken for dead at the last read, with their descriptor's version then: a rebuild is
@@ -138,6 +140,7 @@ impl Witness {
             probers: BTreeMap::new(),
             known: Vec::new(),
             lapsed_since: BTreeMap::new(),
+            last_read: base,
             ended: Vec::new(),
             dead: BTreeMap::new(),
             condemned: BTreeMap::new(),
@@ -227,6 +230,7 @@ impl Witness {
         times: &Times,
         meshed: bool,
     ) -> Vec<(NodeId, Verdict)> {
+        self.last_read = self.last_read.max(read_at);
         // A prober the read did not find has left the cluster, unless it probed after the read
         // began (it may have joined since).
         self.probers
@@ -277,6 +281,32 @@ impl Witness {
     /// The version of a dead node's descriptor when it was taken for dead (`None`: not dead).
     pub fn dead_at(&self, node: &NodeId) -> Option<u64> {
         self.dead.get(node).copied()
+    }
+
+    /// Whether to read membership at `now`, the regular pace being `every`: once `every` passed
+    /// since the last read began, or a probe period while a peer may soon be found dead (the mesh
+    /// has not heard it for two probe periods, or its lease lapsed and the mesh does not confirm it
+    /// yet). A crashed node is then found within a probe period of when it can be, not within a
+    /// refresh; the store is read more often only while a peer is silent. Without a mesh a lapsed
+    /// lease is death, found at the regular pace.
+    pub fn read_due(
+        &self,
+        now: Instant,
+        every: Duration,
+        probe_every: Duration,
+        meshed: bool,
+    ) -> bool {
+        let since = now.saturating_duration_since(self.last_read);
+        if since >= every {
+            return true;
+        }
+        let silent = |peer: &NodeId| {
+            self.heard
+                .get(peer)
+                .is_none_or(|heard| now >= *heard + probe_every * 2)
+        };
+        let suspected = self.lapsed_since.keys().any(|n| !self.dead.contains_key(n));
+        meshed && since >= probe_every && (suspected || self.known.iter().any(silent))
     }
 }
 
@@ -495,5 +525,49 @@ mod tests {
         let limit = until + TIMES.outage_limit;
         assert!(may_run(limit - second, until, true, &TIMES, alone));
         assert!(!may_run(limit, until, true, &TIMES, alone));
+    }
+
+    /// Membership is read at the regular pace while every peer is heard; a probe period on once
+    /// one goes silent and while its lapsed lease waits for the mesh; regular again once it is
+    /// taken for dead.
+    #[test]
+    fn membership_is_read_sooner_only_while_a_peer_is_silent() {
+        const EVERY: Duration = Duration::from_secs(1);
+        const PROBE: Duration = Duration::from_millis(250);
+        const TICK: Duration = Duration::from_millis(1);
+        let mut clock = Clock::new();
+        let mut witness = Witness::new(clock.0);
+        witness.read(clock.0, clock.0, &[id("a")], &[], &TIMES, true);
+        let due = |w: &Witness, now: Instant| w.read_due(now, EVERY, PROBE, true);
+        // Never heard yet: read again a probe period on, not before.
+        assert!(!due(&witness, clock.0 + PROBE - TICK));
+        assert!(due(&witness, clock.0 + PROBE));
+        // Without a mesh there is nothing to hear: a lapsed lease is death at the regular pace.
+        assert!(!witness.read_due(clock.0 + PROBE, EVERY, PROBE, false));
+        assert!(witness.read_due(clock.0 + EVERY, EVERY, PROBE, false));
+        let stamp = witness.stamp(clock.0);
+        witness.answered(&id("a"), stamp, true, clock.0);
+        // Heard: the regular pace.
+        assert!(!due(&witness, clock.0 + PROBE * 2 - TICK));
+        assert!(due(&witness, clock.0 + EVERY));
+        // Silent for two probe periods: due, as it is a probe period after the last read.
+        assert!(due(&witness, clock.0 + PROBE * 2));
+        clock.advance(PROBE * 2);
+        // Its lease lapses before the mesh confirms it: still watched.
+        let a = lapsed(&id("a"), 3);
+        assert_eq!(
+            read_one(&mut witness, clock.0, &a),
+            [(id("a"), Verdict::Suspected)]
+        );
+        assert!(!due(&witness, clock.0 + PROBE - TICK));
+        assert!(due(&witness, clock.0 + PROBE));
+        // Taken for dead: nothing left to watch.
+        clock.advance(TIMES.grace + TIMES.margin());
+        assert_eq!(
+            read_one(&mut witness, clock.0, &a),
+            [(id("a"), Verdict::Dead)]
+        );
+        assert!(!due(&witness, clock.0 + PROBE));
+        assert!(due(&witness, clock.0 + EVERY));
     }
 }

@@ -76,4 +76,9 @@ impl Witness {
     pub fn dead_at(&self, node: &NodeId) -> Option<u64> {
         self.0.lock().dead_at(node)
     }
+
+    /// Whether to read membership now; see [`ferry_core::witness::Witness::read_due`].
+    pub fn read_due(&self, every: Duration, probe_every: Duration, meshed: bool) -> bool {
+        self.0.lock().read_due(now(), every, probe_every, meshed)
+    }
 }

@@ -154,6 +154,14 @@ impl NodeConfig {
         self.lease_ttl / 2
     }
 
+    /// How often the node probes its peers: four probes within a grace, never slower than the
+    /// membership refresh.
+    pub(crate) fn probe_every(&self) -> Duration {
+        self.refresh
+            .min(self.peer_grace() / 4)
+            .max(Duration::from_millis(10))
+    }
+
     pub(crate) fn witness_times(&self) -> crate::cluster::witness::Times {
         crate::cluster::witness::Times {
             grace: self.peer_grace(),

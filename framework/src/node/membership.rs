@@ -331,11 +331,7 @@ impl Node {
     /// Probes every peer, every probe period, so that each can vouch for this node (and this
     /// node for them); stops running turns once no longer vouched for.
     async fn keep_probing(self) {
-        let config = self.config();
-        let every = config
-            .refresh
-            .min(config.peer_grace() / 4)
-            .max(Duration::from_millis(10));
+        let every = self.config().probe_every();
         loop {
             tokio::select! {
                 () = self.core.stop.cancelled() => return,
@@ -378,15 +374,32 @@ impl Node {
 
     async fn keep_membership(self) {
         let every = self.config().refresh.max(Duration::from_millis(10));
+        let probe_every = self.config().probe_every();
+        let meshed = self.core.links.mesh.is_some();
         let mut first = true;
         let mut last_sweep = tokio::time::Instant::now();
+        // After a failed read, the next waits the regular pace: a store in trouble is not pressed.
+        let mut retry_at = last_sweep;
         loop {
+            // Woken every probe period: the witness says when a read is due (sooner while a peer
+            // is silent, so that a crashed one is found soon after it can be).
             tokio::select! {
                 () = self.core.stop.cancelled() => return,
-                () = tokio::time::sleep(every) => {}
+                () = tokio::time::sleep(probe_every.min(every)) => {}
+            }
+            let now = tokio::time::Instant::now();
+            if now < retry_at
+                || !self
+                    .core
+                    .cluster
+                    .witness
+                    .read_due(every, probe_every, meshed)
+            {
+                continue;
             }
             if let Err(error) = self.refresh_membership().await {
                 tracing::warn!(%error, "membership not refreshed");
+                retry_at = now + every;
                 continue;
             }
             // The coordinator recovers dead nodes' units (while any record names one), once after

@@ -56,6 +56,8 @@ const NO_ROOM: &str = "no serving node that registers their factories has room: 
 struct Unplaced {
     /// Units no serving node had room (or the factory) for.
     no_room: usize,
+    /// Actors set aside for the next pass: their room was promoted in this one.
+    deferred: usize,
 }
 
 /// Where a pass has placed units so far: how many each live node runs, and where each room runs.
@@ -190,11 +192,21 @@ impl Node {
         self.state() == NodeState::Serving && coordinator(&self.cluster_view()) == Some(self.id())
     }
 
-    /// Runs one recovery pass now, if this node is the coordinator: rebuilds or frees the units of
-    /// dead nodes, and brings back remembered units that no node hosts. Idempotent.
+    /// Runs recovery now, if this node is the coordinator: rebuilds or frees the units of dead
+    /// nodes, and brings back remembered units that no node hosts. Idempotent.
     pub async fn recover_now(&self) -> Result<(), StoreError> {
+        // A pass that promoted rooms set their members aside: the next one, at once, rebuilds any
+        // the copies did not hold (their rooms run again by then).
+        if self.recovery_pass().await? {
+            self.recovery_pass().await?;
+        }
+        Ok(())
+    }
+
+    /// One recovery pass; says whether it set members of promoted rooms aside.
+    async fn recovery_pass(&self) -> Result<bool, StoreError> {
         if !self.is_coordinator() {
-            return Ok(());
+            return Ok(false);
         }
         if !self.store_reachable() {
             return Err(StoreError::Unavailable {
@@ -218,6 +230,7 @@ impl Node {
         };
         let mut stalled = Vec::new();
         let mut waiting = 0;
+        let mut deferred = false;
         for (dead, units) in orphans {
             let mut placed = Placed {
                 tally: &mut tally,
@@ -226,6 +239,7 @@ impl Node {
             let failed = self
                 .recover_node(dead.clone(), units, &named, &mut placed)
                 .await;
+            deferred |= failed.deferred > 0;
             if failed.no_room > 0 {
                 stalled.push(dead);
                 waiting += failed.no_room;
@@ -237,7 +251,8 @@ impl Node {
             reason: NO_ROOM.to_owned(),
         }));
         self.bring_back_remembered(&recorded).await?;
-        self.forget_dead_descriptors().await
+        self.forget_dead_descriptors().await?;
+        Ok(deferred)
     }
 
     /// Every standby record in the store, by room, with its version.
@@ -412,6 +427,7 @@ impl Node {
         );
         let mut done = Vec::new();
         let mut failed = Vec::new();
+        unplaced.deferred = plan.deferred.len();
         for (id, why) in plan.fresh {
             tracing::warn!(unit = %id, %why, "room rebuilt from nothing");
             self.recovery_event(RecoveryEvent::FromNothing {

@@ -223,6 +223,11 @@ impl World {
         node.view = live;
         node.suspected = suspected;
         node.dead = dead;
+        self.recover(n);
+    }
+
+    /// A recovery pass, if this node coordinates recovery and knows of a dead node.
+    pub(crate) fn recover(&mut self, n: usize) {
         let coordinates = coordinator(&self.nodes[n].view) == Some(&node_id(n));
         if coordinates
             && !self.nodes[n].dead.is_empty()
@@ -252,6 +257,7 @@ impl World {
         let census = census(records, &live, &suspected, &node_id(n));
         let mut tally = census.tally;
         let mut spots = census.spots;
+        let mut deferred = false;
         for (dead, units) in census.orphans {
             if !self.nodes[n].dead.contains(&node_index(&dead)) {
                 continue;
@@ -275,6 +281,7 @@ impl World {
             for (id, why) in &plan.fresh {
                 trace!(self, "n{n}: recovery rebuilds {id} from nothing: {why}");
             }
+            deferred |= !plan.deferred.is_empty();
             // A room with a standby goes to its holder, whose copy is promoted.
             let promoted = plan.promote.into_iter().map(|p| {
                 let promote = Some((p.series, p.standby_version));
@@ -307,6 +314,13 @@ impl World {
                 };
                 self.send_recover(n, node_index(&target), found, (owner_descriptor, None));
             }
+        }
+        // Members of rooms promoted now: the next pass, once the promotions landed, rebuilds any
+        // their copies did not hold. The runtime runs it as soon as its promotions are answered;
+        // here, where they land later, it comes a probe period on.
+        if deferred {
+            let process = self.nodes[n].process;
+            self.arm(self.now + PROBE_EVERY, Timer::Recover { node: n, process });
         }
     }
 
@@ -434,6 +448,14 @@ impl World {
         let generation = self.nodes[n].lease.map_or(0, |(g, _)| g);
         for peer in self.nodes[n].witness.peers() {
             self.post(n, node_index(&peer), Msg::Probe { stamp, generation });
+        }
+        // Between keeper rounds membership is read again while a peer is silent, as the runtime
+        // reads it: a crashed node is found soon after it can be.
+        if self.nodes[n]
+            .witness
+            .read_due(self.now, KEEP_EVERY, PROBE_EVERY, true)
+        {
+            self.refresh(n);
         }
     }
 

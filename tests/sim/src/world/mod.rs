@@ -167,6 +167,8 @@ enum Timer {
     Keep { node: usize, process: u64 },
     /// Probe the peers.
     Probe { node: usize, process: u64 },
+    /// Recover again: the last pass set members of promoted rooms aside.
+    Recover { node: usize, process: u64 },
     /// A route switch stops waiting for its fence.
     Fence {
         node: usize,
@@ -779,6 +781,7 @@ impl World {
             Timer::Admit { gate } => self.admit(gate),
             Timer::Keep { node, process } if live(self, node, process) => self.keep(node),
             Timer::Probe { node, process } if live(self, node, process) => self.probe(node),
+            Timer::Recover { node, process } if live(self, node, process) => self.recover(node),
             Timer::Fence {
                 node,
                 process,
@@ -908,6 +911,10 @@ impl World {
                 process: p,
             }
             | Timer::Probe {
+                node: n,
+                process: p,
+            }
+            | Timer::Recover {
                 node: n,
                 process: p,
             }
