@@ -23,8 +23,8 @@ use tokio::sync::Notify;
 
 const T: Duration = Duration::from_secs(10);
 
-/// The pre-copy block: what one changed byte costs a checkpoint.
-const BLOCK: usize = ferry::relocation::precopy::BLOCK;
+/// The checkpoint block: what one changed byte costs a checkpoint.
+const BLOCK: usize = ferry_core::standby::checkpoints::BLOCK;
 
 const MIB: usize = 1 << 20;
 

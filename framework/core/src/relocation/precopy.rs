@@ -49,12 +49,17 @@ pub struct Copied {
     pub after_seal: u64,
 }
 
-/// The byte ranges of `image` that differ from `base`, block by block, adjacent ones joined up to
-/// [`CHUNK`]: what the target must be sent to turn `base` into `image`.
+/// The byte ranges of `image` that differ from `base`, [`BLOCK`] by block, adjacent ones joined up
+/// to [`CHUNK`]: what the target must be sent to turn `base` into `image`.
 pub fn changed(base: &[u8], image: &[u8]) -> Vec<Range<usize>> {
+    changed_by(base, image, BLOCK)
+}
+
+/// [`changed`], compared `block` bytes at a time.
+pub fn changed_by(base: &[u8], image: &[u8], block: usize) -> Vec<Range<usize>> {
     let mut pieces: Vec<Range<usize>> = Vec::new();
-    for start in (0..image.len()).step_by(BLOCK) {
-        let end = (start + BLOCK).min(image.len());
+    for start in (0..image.len()).step_by(block) {
+        let end = (start + block).min(image.len());
         if base.get(start..end) == Some(&image[start..end]) {
             continue;
         }

@@ -23,7 +23,12 @@ use serde::{Deserialize, Serialize};
 use super::{Policy, Series};
 use crate::ids::NodeId;
 use crate::relocation::capture::{Base, Manifest};
-use crate::relocation::precopy::{changed, slices, whole};
+use crate::relocation::precopy::{changed_by, slices, whole};
+
+/// The unit of comparison between a room's image and what its standby holds: a block that differs
+/// in any byte is sent whole. Finer than a move's: checkpoints ship a room's small changes often,
+/// where a move's rounds ship much once, so a checkpoint ships close to what changed.
+pub const BLOCK: usize = 1024;
 
 /// Checkpoint bytes a node has sent and not seen acknowledged, across all its rooms: its
 /// checkpoint traffic never takes more of its links than this.
@@ -317,7 +322,7 @@ impl Checkpoints {
         }
         let pieces: Vec<Range<usize>> = match &self.held {
             None => whole(image.len()),
-            Some(held) => changed(held, &image),
+            Some(held) => changed_by(held, &image, BLOCK),
         };
         if self
             .held
@@ -632,6 +637,11 @@ mod tests {
         };
         assert_eq!(diff.number, 2);
         assert_eq!(diff.pieces.len(), 1);
+        assert_eq!(
+            diff.pieces[0].1.len(),
+            BLOCK,
+            "one byte changed: one block ships"
+        );
         assert_eq!(held.as_ref().unwrap().image(), &state);
         owner.turn(now);
         assert_eq!(
