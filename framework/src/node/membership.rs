@@ -211,6 +211,7 @@ impl Node {
         let factories = &self.core.units.factories;
         if factories.values().any(|f| f.info().standby.keeps_standby()) {
             tokio::spawn(self.clone().keep_standbys());
+            tokio::spawn(self.clone().send_gathered());
         }
     }
 

@@ -169,6 +169,8 @@ pub struct Checkpoints {
     released: u64,
     /// A move to the standby's node is under way: no checkpoint goes until it ends.
     moving: bool,
+    /// The last checkpoint the room was ready for waits for the node's budget.
+    held_back: bool,
     /// Earlier holders and the series they kept, to drop their copies once the store no longer
     /// names them: until then, a crash of the owner promotes one of them.
     retired: Vec<(NodeId, Series)>,
@@ -193,6 +195,7 @@ impl Checkpoints {
             named: None,
             released: 0,
             moving: false,
+            held_back: false,
             retired: Vec::new(),
         }
     }
@@ -306,13 +309,24 @@ impl Checkpoints {
     /// lacks something (a turn it does not hold, or any copy at all). `None`: only a turn, an
     /// answer or a new holder changes that, so a room that went idle is woken only when due.
     pub fn due(&self, now: Instant) -> Option<Instant> {
-        if self.holder.is_none() || self.flight.is_some() {
-            return None;
-        }
-        if self.held.is_some() && self.unheld_since.is_none() {
-            return None;
-        }
-        Some(self.last.map_or(now, |last| last + self.policy.interval()))
+        self.wants_checkpoint()
+            .then(|| self.last.map_or(now, |last| last + self.policy.interval()))
+    }
+
+    /// Whether a checkpoint could go with no further turn: there is a holder, nothing is in
+    /// flight, and the standby lacks something.
+    fn wants_checkpoint(&self) -> bool {
+        self.holder.is_some()
+            && self.flight.is_none()
+            && (self.held.is_none() || self.unheld_since.is_some())
+    }
+
+    /// Whether the room's lane must act on the answer just handled: confirmed mode may release
+    /// the effects it holds, or a checkpoint could go with no further turn (a change the
+    /// answered one lacks, or a new series after a refusal). A periodic room at rest is not
+    /// woken for each answer.
+    pub fn answer_wakes_lane(&self) -> bool {
+        self.policy.holds_effects() || self.wants_checkpoint()
     }
 
     /// At a turn boundary, with the room's image now: what to send its standby, if anything.
@@ -320,6 +334,7 @@ impl Checkpoints {
         if let Err(take) = self.ready(now) {
             return take;
         }
+        self.held_back = false;
         let pieces: Vec<Range<usize>> = match &self.held {
             None => whole(image.len()),
             Some(held) => changed_by(held, &image, BLOCK),
@@ -334,7 +349,8 @@ impl Checkpoints {
             return Take::Unchanged;
         }
         let bytes: usize = pieces.iter().map(Range::len).sum();
-        if !budget.admit(bytes) {
+        self.held_back = !budget.admit(bytes);
+        if self.held_back {
             return Take::OverBudget;
         }
         let number = self.next;
@@ -405,6 +421,18 @@ impl Checkpoints {
         self.holder.clone()
     }
 
+    /// Whether the owner's keeper must look at this room on its rounds: a checkpoint waits for
+    /// its answer (which may never come), one waits for the budget, the store's record is owed a
+    /// write, or an earlier holder's copy waits to be dropped. A room with none of these needs no
+    /// look until its own turns, answers or a new cluster view give it one: so the keeper's
+    /// rounds cost what is under way, not the number of rooms.
+    pub fn watched(&self) -> bool {
+        self.flight.is_some()
+            || self.held_back
+            || self.record_due().is_some()
+            || !self.retired.is_empty()
+    }
+
     /// How long this room's owner waits for a checkpoint's answer: [`CONFIRMED_ANSWER_WAIT`] in
     /// confirmed mode, [`ANSWER_WAIT`] otherwise.
     pub fn answer_wait(&self) -> Duration {
@@ -421,6 +449,7 @@ impl Checkpoints {
             budget.give_back(flight.bytes);
         }
         self.after_flight = None;
+        self.held_back = false;
         self.held = None;
         self.held_turn = 0;
         // A series nothing was sent in may go on where it is.
@@ -832,6 +861,48 @@ mod tests {
             b.take(later, image(100_000, 3), &mut budget),
             Take::Ship(_)
         ));
+    }
+
+    #[test]
+    fn the_keeper_watches_a_room_only_while_something_is_under_way() {
+        let now = Instant::now();
+        let mut budget = Budget::new(6_000);
+        let mut owner = Checkpoints::new(Policy::periodic(), first());
+        assert!(!owner.watched(), "no holder, periodic: nothing owed");
+        owner.aim(Some(node("b")), &mut budget);
+        owner.turn(now);
+        let Take::Ship(checkpoint) = owner.take(now, image(4_096, 1), &mut budget) else {
+            panic!("ships");
+        };
+        assert!(owner.watched(), "its answer may never come");
+        let due = owner.acked(checkpoint.series, checkpoint.number, &mut budget);
+        assert!(owner.watched(), "the store is owed the series' name");
+        owner.recording();
+        owner.recorded(due.expect("the first answer names the series"));
+        assert!(!owner.watched(), "at rest");
+
+        let mut other = Checkpoints::new(Policy::periodic(), first());
+        other.aim(Some(node("c")), &mut budget);
+        other.turn(now);
+        assert!(matches!(
+            other.take(now, image(4_096, 2), &mut budget),
+            Take::Ship(_)
+        ));
+        let later = now + crate::standby::DEFAULT_INTERVAL;
+        owner.turn(later);
+        assert_eq!(
+            owner.take(later, image(4_096, 3), &mut budget),
+            Take::OverBudget
+        );
+        assert!(owner.watched(), "held back until the budget frees");
+        other.close(&mut budget);
+        assert!(matches!(
+            owner.take(later, image(4_096, 3), &mut budget),
+            Take::Ship(_)
+        ));
+
+        owner.aim(Some(node("d")), &mut budget);
+        assert!(owner.watched(), "the copy on b waits to be dropped");
     }
 
     #[test]

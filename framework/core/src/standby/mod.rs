@@ -22,6 +22,11 @@ use serde::{Deserialize, Serialize};
 /// How often a periodic standby is checkpointed unless its factory says otherwise.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(100);
 
+/// The longest a frame to a standby's node waits to go with others (see [`Policy::gather`]):
+/// a node's checkpoints then leave in a few writes a second, not one write and the wake-ups on
+/// both nodes for each.
+pub const GATHER: Duration = Duration::from_millis(20);
+
 /// A factory's standby policy, chosen at registration.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Policy {
@@ -59,6 +64,16 @@ impl Policy {
         self == Policy::Confirmed
     }
 
+    /// How long a checkpoint of this policy may wait on its owner to go to its standby together
+    /// with others: a fifth of a periodic interval, at most [`GATHER`], which the copy's age
+    /// allows; none in confirmed mode, where replies wait for the checkpoint.
+    pub fn gather(self) -> Duration {
+        match self {
+            Policy::Periodic { interval } => (interval / 5).min(GATHER),
+            Policy::None | Policy::Confirmed => Duration::ZERO,
+        }
+    }
+
     /// The least time between two checkpoints.
     fn interval(self) -> Duration {
         match self {
@@ -92,6 +107,16 @@ pub struct Series {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_periodic_checkpoints_wait_to_go_together_and_never_long() {
+        assert_eq!(Policy::Confirmed.gather(), Duration::ZERO);
+        assert_eq!(Policy::periodic().gather(), GATHER);
+        let fast = Policy::Periodic {
+            interval: Duration::from_millis(10),
+        };
+        assert_eq!(fast.gather(), Duration::from_millis(2));
+    }
 
     #[test]
     fn only_confirmed_mode_holds_effects() {

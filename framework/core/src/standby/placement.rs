@@ -37,6 +37,28 @@ impl Silent {
     }
 }
 
+/// What of a cluster view the holders of `owner`'s rooms depend on at `now`: the nodes
+/// [`answering_holder`] may choose, with their factories. Views that differ only in what this
+/// leaves out (a node's unit count, its peers, a lease renewed) place every room alike, so an
+/// owner aims its rooms again only when this changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Candidates(Vec<(NodeId, Vec<String>)>);
+
+/// The [`Candidates`] of `view` for `owner`'s rooms at `now`.
+pub fn candidates<'a>(
+    view: impl IntoIterator<Item = &'a NodeDescriptor>,
+    owner: &NodeId,
+    (silent, now): (&Silent, Instant),
+) -> Candidates {
+    let mut nodes: Vec<(NodeId, Vec<String>)> = view
+        .into_iter()
+        .filter(|d| may_hold(d, owner) && !silent.passes_over(&d.node, now))
+        .map(|d| (d.node.clone(), d.factories.clone()))
+        .collect();
+    nodes.sort();
+    Candidates(nodes)
+}
+
 /// The node that holds `unit`'s standby while `owner` runs it, as [`holder`] chooses, passing
 /// over the nodes `silent` names at `now`. `None` if every candidate is silent: the room plays
 /// on alone rather than wait for a holder that may never answer (a frozen host's lease runs on).
@@ -64,8 +86,7 @@ pub fn holder<'a>(
     factory: &str,
 ) -> Option<NodeId> {
     view.into_iter()
-        .filter(|d| d.node != *owner)
-        .filter(|d| d.state == NodeState::Serving && d.capacity > 0)
+        .filter(|d| may_hold(d, owner))
         .filter(|d| d.factories.iter().any(|f| f == factory))
         .max_by(|a, b| {
             rank(unit, &a.node)
@@ -76,6 +97,11 @@ pub fn holder<'a>(
 }
 
 /// The unit's score for a node.
+/// Whether node `d` may hold copies of `owner`'s rooms at all.
+fn may_hold(d: &NodeDescriptor, owner: &NodeId) -> bool {
+    d.node != *owner && d.state == NodeState::Serving && d.capacity > 0
+}
+
 fn rank(unit: &UnitId, node: &NodeId) -> u32 {
     let unit = crc32c::crc32c(unit.as_str().as_bytes());
     crc32c::crc32c_append(unit, node.as_str().as_bytes())
@@ -168,6 +194,29 @@ mod tests {
         let later = now + SILENT_FOR;
         let chosen = answering_holder(&view, &id("a"), &room, "room", (&silent, later));
         assert_eq!(chosen, Some(id("b")));
+    }
+
+    #[test]
+    fn candidates_change_with_what_placement_reads_and_only_with_that() {
+        let mut view: Vec<_> = ["a", "b", "c"]
+            .iter()
+            .map(|n| node(n, NodeState::Serving))
+            .collect();
+        let now = Instant::now();
+        let mut silent = Silent::default();
+        let before = candidates(&view, &id("a"), (&silent, now));
+        view[1].units = 500;
+        view[2].lease_generation = 9;
+        view.reverse();
+        assert_eq!(candidates(&view, &id("a"), (&silent, now)), before);
+        view[1].state = NodeState::Relocating;
+        let draining = candidates(&view, &id("a"), (&silent, now));
+        assert_ne!(draining, before);
+        view[1].state = NodeState::Serving;
+        silent.unanswered(id("c"), now);
+        assert_ne!(candidates(&view, &id("a"), (&silent, now)), before);
+        let later = now + SILENT_FOR;
+        assert_eq!(candidates(&view, &id("a"), (&silent, later)), before);
     }
 
     #[test]

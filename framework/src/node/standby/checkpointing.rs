@@ -18,7 +18,6 @@ use tokio::time::Instant;
 use super::super::handle::Node;
 use super::super::hosted::{LaneTx, Room};
 use crate::cluster::authority::unit_key;
-use crate::cluster::frames::Frame;
 use crate::ids::{NodeId, UnitId};
 use crate::store::{BatchOutcome, Condition, Op, StoreError};
 use crate::unit::factory::FactoryInfo;
@@ -30,9 +29,10 @@ use ferry_core::standby::frames::StandbyFrame;
 use ferry_core::standby::promotion::Named;
 use ferry_core::standby::{Series, drops_copy_at_end, placement};
 
-/// How often the node looks over its rooms' checkpoints: answers overdue, series the store does
-/// not name yet, rooms the budget held back. (The standby metrics are read from the node's
-/// status when scraped.)
+/// How often the node looks over the rooms on its watch list (the core's
+/// [`Checkpoints::watched`]): answers overdue, series the store does not name yet, rooms the
+/// budget held back, earlier holders' copies to drop. (The standby metrics are read from the
+/// node's status when scraped.)
 const KEEP_EVERY: Duration = Duration::from_millis(100);
 
 /// What the owner side counts, for the node's status.
@@ -66,26 +66,27 @@ impl Node {
             epoch: 1,
         };
         let mut checkpoints = Checkpoints::new(info.standby, first);
+        // Aimed under the map's lock: a new cluster view either is read here, or its re-aiming
+        // (which takes the lock after the view is written) finds the room in the map.
+        let mut rooms = self.core.standby.owning.rooms.lock();
         let holder = self.standby_holder(&unit, &info.type_name);
         checkpoints.aim(holder, &mut self.core.standby.owning.budget.lock());
         let room = Arc::new(Room {
             unit: unit.clone(),
             holds_effects: info.standby.holds_effects(),
+            gather: info.standby.gather(),
             factory: info.type_name.clone(),
             incarnation: owned.incarnation,
             lane,
             state: Mutex::new(RoomState {
                 checkpoints: Some(checkpoints),
                 naming: false,
+                watched: false,
             }),
         });
-        let earlier = self
-            .core
-            .standby
-            .owning
-            .rooms
-            .lock()
-            .insert(unit, room.clone());
+        self.watch(&room, &mut room.state.lock());
+        let earlier = rooms.insert(unit, room.clone());
+        drop(rooms);
         if let Some(earlier) = earlier {
             self.standby_end(&earlier);
         }
@@ -120,7 +121,7 @@ impl Node {
     /// turn runs before (an idle room's interval, or the first checkpoint of a new series).
     pub(crate) fn standby_checkpoint(
         &self,
-        room: &Room,
+        room: &Arc<Room>,
         now: Instant,
         image: impl FnOnce() -> Option<Vec<u8>>,
     ) -> Option<Instant> {
@@ -134,15 +135,15 @@ impl Node {
         }
         // Made without the room's lock: answers for it need not wait for the encoding.
         let image = image()?;
-        let mut state = room.state.lock();
+        let mut guard = room.state.lock();
+        let state = &mut *guard;
         let checkpoints = state.checkpoints.as_mut()?;
         let take = {
             let mut budget = self.core.standby.owning.budget.lock();
             checkpoints.take(now_std, image.into(), &mut budget)
         };
-        match take {
-            Take::Ship(checkpoint) => {
-                let holder = checkpoints.holder().cloned()?;
+        let again = match (take, checkpoints.holder().cloned()) {
+            (Take::Ship(checkpoint), Some(holder)) => {
                 let bytes: usize = checkpoint.pieces.iter().map(|(_, b)| b.len()).sum();
                 let owning = &self.core.standby.owning;
                 owning.sent.fetch_add(1, Ordering::Relaxed);
@@ -152,16 +153,24 @@ impl Node {
                     incarnation: room.incarnation,
                     checkpoint,
                 };
-                // A send that fails leaves the checkpoint unanswered: it is overdue in
-                // ANSWER_WAIT, and a new series starts then.
-                if let Err(error) = self.mesh_send(&holder, Frame::Standby(Box::new(frame))) {
-                    tracing::debug!(unit = %room.unit, %holder, %error, "checkpoint not sent");
-                }
+                self.ship(&holder, frame, room.gather);
                 None
             }
             // The node looks over held-back rooms every KEEP_EVERY and wakes them.
-            Take::OverBudget => None,
+            (Take::OverBudget, _) => None,
             _ => checkpoints.due(now_std).map(Instant::from_std),
+        };
+        self.watch(room, state);
+        again
+    }
+
+    /// Puts `room` on the keeper's watch list if the core says something of it is under way
+    /// and it is not on the list yet. Called with the room's lock held.
+    fn watch(&self, room: &Arc<Room>, state: &mut RoomState) {
+        let under_way = state.checkpoints.as_ref().is_some_and(Checkpoints::watched);
+        if under_way && !state.watched {
+            state.watched = true;
+            self.core.standby.owning.watch.lock().push(room.clone());
         }
     }
 
@@ -218,15 +227,27 @@ impl Node {
             unit: unit.clone(),
             series,
         };
-        if let Err(error) = self.mesh_send(holder, Frame::Standby(Box::new(frame))) {
-            tracing::debug!(%unit, %holder, %error, "standby drop not sent; the copy stays until a later series replaces it");
-        }
+        self.ship_drop(holder, frame);
     }
 
-    /// The cluster view changed: each room's checkpoints go to the node placement names now.
-    /// A room whose holder changed starts a new series there; its old holder drops its copy once
+    /// The cluster view was read again: if what placement reads of it changed (the core's
+    /// [`placement::Candidates`]), each room's checkpoints go to the node placement names now. A
+    /// room whose holder changed starts a new series there; its old holder drops its copy once
     /// the store names the new one.
     pub(crate) fn standby_view_changed(&self) {
+        let candidates = {
+            let now = Instant::now().into_std();
+            let silent = self.core.standby.owning.silent.lock();
+            let view = self.core.cluster.view.read();
+            placement::candidates(view.iter(), self.id(), (&silent, now))
+        };
+        {
+            let mut placed = self.core.standby.owning.placed.lock();
+            if *placed == candidates {
+                return;
+            }
+            *placed = candidates;
+        }
         let rooms: Vec<Arc<Room>> = self
             .core
             .standby
@@ -246,6 +267,7 @@ impl Node {
                 continue;
             }
             checkpoints.aim(holder, &mut self.core.standby.owning.budget.lock());
+            self.watch(&room, &mut state);
             drop(state);
             room.wake();
         }
@@ -304,8 +326,15 @@ impl Node {
             }
             StandbyFrame::Checkpoint { .. } | StandbyFrame::Drop { .. } => return,
         }
+        self.watch(&room, state);
+        let wake = state
+            .checkpoints
+            .as_ref()
+            .is_some_and(Checkpoints::answer_wakes_lane);
         drop(guard);
-        room.wake();
+        if wake {
+            room.wake();
+        }
     }
 
     /// Writes the standby record of `room` as `record` says: `holder` keeps its copy in a
@@ -323,12 +352,15 @@ impl Node {
                 false
             }
         };
-        let mut state = room.state.lock();
+        let mut guard = room.state.lock();
+        let state = &mut *guard;
         state.naming = false;
         let Some(checkpoints) = state.checkpoints.as_mut() else {
             return;
         };
         if !written {
+            // Still owed: the keeper tries again on its next round.
+            self.watch(&room, state);
             return;
         }
         if record == Record::Nothing && checkpoints.alone() {
@@ -336,7 +368,8 @@ impl Node {
         }
         checkpoints.recorded(record);
         let retired = checkpoints.retired();
-        drop(state);
+        self.watch(&room, state);
+        drop(guard);
         for (holder, series) in retired {
             self.send_drop(&holder, &room.unit, series);
         }
@@ -381,7 +414,7 @@ impl Node {
         Ok(matches!(outcome, BatchOutcome::Committed { .. }))
     }
 
-    /// Looks over the rooms' checkpoints every [`KEEP_EVERY`] until the node stops.
+    /// Looks over the watched rooms' checkpoints every [`KEEP_EVERY`] until the node stops.
     pub(crate) async fn keep_standbys(self) {
         loop {
             tokio::select! {
@@ -392,19 +425,22 @@ impl Node {
         }
     }
 
-    /// One look over the rooms: a checkpoint unanswered for its answer wait starts a new series
-    /// on a node that answers, a series the store does not name yet is named again, and a room
-    /// that may take a checkpoint now (one the budget held back) is woken.
+    /// One look over the watched rooms: a checkpoint unanswered for its answer wait starts a new
+    /// series on a node that answers, a series the store does not name yet is named again, an
+    /// earlier holder's copy is dropped, and a room that may take a checkpoint now (one the
+    /// budget held back) is woken. A room with nothing under way any more leaves the list.
     fn standby_round(&self, now: Instant) {
         let now = now.into_std();
         let owning = &self.core.standby.owning;
-        // Under the map's lock, which comes before a room's: no copy of ten thousand handles
-        // ten times a second.
-        let rooms = owning.rooms.lock();
-        for room in rooms.values() {
+        // Taken off the list for the round: a room that gets something under way meanwhile is
+        // already marked watched, and what the round finds under its lock decides its place.
+        let watch = std::mem::take(&mut *owning.watch.lock());
+        let mut kept = Vec::with_capacity(watch.len());
+        for room in watch {
             let mut guard = room.state.lock();
             let state = &mut *guard;
             let Some(checkpoints) = state.checkpoints.as_mut() else {
+                state.watched = false;
                 continue;
             };
             let wait = checkpoints.answer_wait();
@@ -427,6 +463,8 @@ impl Node {
                 state.naming = true;
                 tokio::spawn(self.clone().record(room.clone(), due, holder));
             }
+            state.watched = checkpoints.watched();
+            let keep = state.watched;
             drop(guard);
             for (holder, series) in retired {
                 self.send_drop(&holder, &room.unit, series);
@@ -434,7 +472,11 @@ impl Node {
             if wake {
                 room.wake();
             }
+            if keep {
+                kept.push(room);
+            }
         }
+        owning.watch.lock().extend(kept);
     }
 
     /// The owner side's counts now.

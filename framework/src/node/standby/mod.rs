@@ -7,10 +7,12 @@
 //!   node's budget, acknowledged, and the store's record of who holds each room's copy.
 //! - `copies`: the holder's side: the copies kept here, each changed only by the next checkpoint.
 //! - `promotion`: making a dead owner's room out of the copy kept here.
+//! - `shipping`: the owner's frames to holders, sent at once or gathered with others.
 
 mod checkpointing;
 mod copies;
 mod promotion;
+mod shipping;
 
 use std::time::Duration;
 

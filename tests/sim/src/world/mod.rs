@@ -169,6 +169,8 @@ enum Timer {
     Probe { node: usize, process: u64 },
     /// Recover again: the last pass set members of promoted rooms aside.
     Recover { node: usize, process: u64 },
+    /// Send the checkpoints gathered to go together.
+    Ship { node: usize, process: u64 },
     /// A route switch stops waiting for its fence.
     Fence {
         node: usize,
@@ -782,6 +784,7 @@ impl World {
             Timer::Keep { node, process } if live(self, node, process) => self.keep(node),
             Timer::Probe { node, process } if live(self, node, process) => self.probe(node),
             Timer::Recover { node, process } if live(self, node, process) => self.recover(node),
+            Timer::Ship { node, process } if live(self, node, process) => self.ship_gathered(node),
             Timer::Fence {
                 node,
                 process,
@@ -915,6 +918,10 @@ impl World {
                 process: p,
             }
             | Timer::Recover {
+                node: n,
+                process: p,
+            }
+            | Timer::Ship {
                 node: n,
                 process: p,
             }

@@ -11,6 +11,7 @@
 //! the room as of that checkpoint.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ferry_core::standby::checkpoints::{Budget, Checkpoint, Checkpoints, Outbox, Record, Take};
@@ -22,7 +23,7 @@ use ferry_core::standby::{Policy, Series};
 use super::lanes::Cell;
 use super::links::Msg;
 use super::store::{Cond, Key, Op, Purpose, Reply, Value};
-use super::{World, node_id, node_index};
+use super::{Timer, World, node_id, node_index};
 
 /// A reply held in confirmed mode: where it goes, and the room's log length after its turn.
 #[derive(Debug, Clone, Copy)]
@@ -73,6 +74,19 @@ pub(crate) struct Standbys {
     confirmed: BTreeMap<usize, usize>,
     /// Promotions whose claim is in flight, by (node, lane).
     pub promotions: BTreeMap<(usize, u64), Promoting>,
+    /// Per node, checkpoints that wait to go together.
+    gathered: BTreeMap<usize, Gathered>,
+}
+
+/// A node's checkpoints that wait to go together.
+#[derive(Debug)]
+struct Gathered {
+    /// The process that took them.
+    process: u64,
+    /// When the first is due.
+    due: Instant,
+    /// Each with its holder, in order.
+    frames: Vec<(usize, Msg)>,
 }
 
 impl World {
@@ -250,7 +264,7 @@ impl World {
                     checkpoint: Box::new(checkpoint),
                     cell: Box::new(cell),
                 };
-                self.post(node, to, msg);
+                self.ship(node, to, msg, self.policy(unit).gather());
             }
             (Take::Unchanged, _) => self.release_replies(node, unit),
             (_, _) => {
@@ -258,6 +272,52 @@ impl World {
                     trace!(self, "n{node}: u{unit} is behind its standby by {age:?}");
                 }
             }
+        }
+    }
+
+    /// Sends a checkpoint at once, or within `gather` together with the others `node` takes
+    /// meanwhile, as the runtime's owner does.
+    fn ship(&mut self, node: usize, to: usize, msg: Msg, gather: Duration) {
+        if gather.is_zero() {
+            self.post(node, to, msg);
+            return;
+        }
+        let process = self.nodes[node].process;
+        let due = self.now + gather;
+        let fresh = Gathered {
+            process,
+            due,
+            frames: Vec::new(),
+        };
+        let gathered = self.standby.gathered.entry(node).or_insert(fresh);
+        if gathered.process != process {
+            *gathered = Gathered {
+                process,
+                due,
+                frames: Vec::new(),
+            };
+        }
+        let first = gathered.frames.is_empty();
+        gathered.frames.push((to, msg));
+        if first || due < gathered.due {
+            gathered.due = due;
+            self.arm(due, Timer::Ship { node, process });
+        }
+    }
+
+    /// The first gathered checkpoint of `node` is due: every one gathered goes, in order.
+    pub(crate) fn ship_gathered(&mut self, node: usize) {
+        let process = self.nodes[node].process;
+        let Some(gathered) = self.standby.gathered.remove(&node) else {
+            return;
+        };
+        if gathered.process != process {
+            return;
+        }
+        let frames = gathered.frames;
+        trace!(self, "n{node}: {} gathered checkpoints go", frames.len());
+        for (to, msg) in frames {
+            self.post(node, to, msg);
         }
     }
 
@@ -416,9 +476,14 @@ impl World {
             None
         };
         let holder = owner.checkpoints.holder().cloned();
+        let wake = owner.checkpoints.answer_wakes_lane();
         self.standby.owners.insert((node, unit), owner);
         if let Some(due) = due {
             self.record(node, unit, due, holder);
+        }
+        // The lane hears of the answer only when the core says it must act on it.
+        if !wake {
+            return;
         }
         self.release_replies(node, unit);
         if let Some(lane) = self.lane_of(node, unit) {
@@ -513,8 +578,9 @@ impl World {
     }
 
     /// The keeper's round: every open room that keeps a standby and has none yet starts one, a
-    /// checkpoint unanswered too long starts a new series, a series not yet named is named
-    /// again, and a room whose change waits (a periodic one with no turn since) is checkpointed.
+    /// watched room's checkpoint unanswered too long starts a new series, a series not yet named
+    /// is named again, and a room whose change waits (a periodic one with no turn since) is
+    /// checkpointed.
     pub(crate) fn standby_keep(&mut self, node: usize) {
         let rooms: Vec<(usize, Policy)> = self.nodes[node]
             .lanes
@@ -529,10 +595,14 @@ impl World {
             let Some(mut owner) = self.standby.owners.remove(&(node, unit)) else {
                 continue;
             };
-            let wait = owner.checkpoints.answer_wait();
-            let (budget, silent) = self.process_standby(node);
-            if let Some(holder) = owner.checkpoints.silent(now, wait, budget) {
-                silent.unanswered(holder, now);
+            // Only a room the core has under watch, as the runtime's keeper: the others' turns,
+            // answers and views are what move them on.
+            if owner.checkpoints.watched() {
+                let wait = owner.checkpoints.answer_wait();
+                let (budget, silent) = self.process_standby(node);
+                if let Some(holder) = owner.checkpoints.silent(now, wait, budget) {
+                    silent.unanswered(holder, now);
+                }
             }
             let due = owner.checkpoints.record_due();
             let holder = owner.checkpoints.holder().cloned();
