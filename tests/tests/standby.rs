@@ -300,6 +300,25 @@ async fn a_moved_room_drops_its_old_copy_and_its_new_owner_checkpoints_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_owner_shut_down_in_order_leaves_no_copy_on_its_holder() {
+    let cluster = Cluster::start(3, registry).await;
+    let owner = cluster.node("n1").clone();
+    let id = spot("r1");
+    let room = UnitId::Spot(id.clone());
+    open(&owner, PERIODIC, &id, 4096).await;
+    let holder = holder_of(&owner, &room, PERIODIC);
+    wait_named(&cluster, &owner, &room, &holder).await;
+    assert_eq!(status(&cluster, &holder).copies, 1);
+    owner.shutdown().await;
+    wait_until(
+        "the holder drops the copy of a room that ended",
+        async || status(&cluster, &holder).copies == 0,
+    )
+    .await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_room_without_a_standby_ships_nothing() {
     let cluster = Cluster::start(3, registry).await;
     let owner = cluster.node("n1").clone();

@@ -99,6 +99,7 @@ impl Node {
         }
         let grace = until.saturating_duration_since(tokio::time::Instant::now());
         let (ids, in_time) = self.close_lanes(grace.max(Duration::from_millis(1))).await;
+        self.standby_stopping();
         self.core.stop.cancel();
         let teardown = async {
             let mut released = true;

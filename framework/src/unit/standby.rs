@@ -111,6 +111,8 @@ impl<N> Default for Owning<N> {
 pub(crate) struct Gathered {
     pub(crate) frames: Vec<(NodeId, StandbyFrame)>,
     pub(crate) due: Option<Instant>,
+    /// The sender stopped with the node: frames go at once.
+    pub(crate) stopped: bool,
 }
 
 /// One copy kept here.

@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use super::super::handle::Node;
 use crate::cluster::frames::Frame;
 use crate::ids::NodeId;
-use ferry_core::standby::GATHER;
 use ferry_core::standby::frames::StandbyFrame;
+use ferry_core::standby::{GATHER, drops_copy_at_end};
 
 #[cfg(doc)]
 use ferry_core::standby::Policy;
@@ -20,7 +20,8 @@ use ferry_core::standby::Policy;
 impl Node {
     /// Sends `frame` to `holder` now if `gather` is zero, else within `gather`, together with
     /// what else waits. Frames to one holder leave in the order given either way, as long as a
-    /// room's frames are all sent at once or all gathered.
+    /// room's frames are all sent at once or all gathered. Once the node stopped in order
+    /// ([`Node::standby_stopping`]), nothing waits.
     pub(super) fn ship(&self, holder: &NodeId, frame: StandbyFrame, gather: Duration) {
         if gather.is_zero() {
             self.send_standby(holder, frame);
@@ -28,6 +29,11 @@ impl Node {
         }
         let due = Instant::now() + gather;
         let mut gathered = self.core.standby.owning.gathered.lock();
+        if gathered.stopped {
+            drop(gathered);
+            self.send_standby(holder, frame);
+            return;
+        }
         gathered.frames.push((holder.clone(), frame));
         if gathered.due.is_none_or(|d| due < d) {
             gathered.due = Some(due);
@@ -39,6 +45,16 @@ impl Node {
     /// Sends a copy's drop, gathered behind the checkpoints that went before it.
     pub(super) fn ship_drop(&self, holder: &NodeId, frame: StandbyFrame) {
         self.ship(holder, frame, GATHER);
+    }
+
+    /// The node stops in order, its rooms closed: what waits goes now, while the mesh is up
+    /// (their holders drop their copies), and what comes later goes at once. Unless the node is
+    /// fenced off: then it may no longer own its rooms, and nothing more goes.
+    pub(crate) fn standby_stopping(&self) {
+        let frames = self.take_gathered(true);
+        if drops_copy_at_end(self.fenced()) {
+            self.send_all(frames);
+        }
     }
 
     /// Sends the gathered frames when the first of them is due, until the node stops.
@@ -56,16 +72,22 @@ impl Node {
                 () = self.core.stop.cancelled() => return,
                 // An earlier deadline, or the first frame: look again.
                 () = owning.gathering.notified() => continue,
-                () = wait => {}
+                () = wait => self.send_all(self.take_gathered(false)),
             }
-            let frames = {
-                let mut gathered = owning.gathered.lock();
-                gathered.due = None;
-                std::mem::take(&mut gathered.frames)
-            };
-            for (holder, frame) in frames {
-                self.send_standby(&holder, frame);
-            }
+        }
+    }
+
+    /// Takes every gathered frame; `stop`: from now on nothing waits.
+    fn take_gathered(&self, stop: bool) -> Vec<(NodeId, StandbyFrame)> {
+        let mut gathered = self.core.standby.owning.gathered.lock();
+        gathered.stopped |= stop;
+        gathered.due = None;
+        std::mem::take(&mut gathered.frames)
+    }
+
+    fn send_all(&self, frames: Vec<(NodeId, StandbyFrame)>) {
+        for (holder, frame) in frames {
+            self.send_standby(&holder, frame);
         }
     }
 
