@@ -1143,6 +1143,10 @@ impl<F: MeshFrame> PeerTask<F> {
                             self.batch.push_back(piece.bytes);
                         }
                     }
+                    // Counted as unacknowledged before the queue stops counting them: a closing
+                    // mesh waits for them either way.
+                    self.publish_unacked();
+                    self.out.settled();
                     match mode {
                         Mode::Ready(link) => self.write_batch(link).await,
                         other => other,
@@ -1478,10 +1482,14 @@ impl<F: MeshFrame> PeerTask<F> {
         }
     }
 
-    fn publish(&self, mode: &Mode<F>) {
+    fn publish_unacked(&self) {
         self.sync
             .unacked
             .store(self.outbox.len(), Ordering::Relaxed);
+    }
+
+    fn publish(&self, mode: &Mode<F>) {
+        self.publish_unacked();
         let (state, direction) = match mode {
             Mode::Waiting => (PeerState::Waiting, None),
             Mode::Backoff(_) => (PeerState::Backoff, None),

@@ -66,6 +66,8 @@ struct State {
     buffered: usize,
     /// Frames in `full` and `buf`.
     frames: usize,
+    /// Frames the task took and has not yet counted as its own (see [`Outgoing::settled`]).
+    in_hand: usize,
     /// The length of the last frame queued: a new buffer takes room for one as long, so frames of
     /// a stream of large ones are each encoded into an allocation of their size, not regrown.
     last_len: usize,
@@ -115,9 +117,17 @@ impl Outgoing {
         Ok(())
     }
 
-    /// How many frames wait to be taken.
+    /// How many frames wait to be taken, or were taken and are not yet counted by the task: a
+    /// closing mesh that asks whether anything is still to be sent never misses a run that is
+    /// between the two.
     pub(crate) fn len(&self) -> usize {
-        self.state.lock().frames
+        let state = self.state.lock();
+        state.frames + state.in_hand
+    }
+
+    /// The task counts the frames it took as its own now (kept until acknowledged).
+    pub(crate) fn settled(&self) {
+        self.state.lock().in_hand = 0;
     }
 
     /// Waits until frames are queued and takes them all: `None` once the queue is closed and
@@ -160,7 +170,7 @@ fn take(state: &mut State) -> Option<Run> {
     if state.frames == 0 {
         return None;
     }
-    state.frames = 0;
+    state.in_hand += std::mem::take(&mut state.frames);
     // A frame that failed to encode after its buffer was set aside leaves the new one empty.
     let last = (state.buffered > 0).then(|| Piece {
         bytes: state.buf.split().freeze(),
@@ -224,6 +234,8 @@ mod tests {
         assert_eq!(out.len(), 3);
         let (frames, bytes) = joined(out.take_next().await.unwrap());
         assert_eq!((frames, &bytes[..]), (3, &[1, 1, 1, 2, 2, 2, 3, 3, 3][..]));
+        assert_eq!(out.len(), 3, "taken, not yet counted by the task");
+        out.settled();
         assert_eq!(out.len(), 0);
         // Later frames start a new run.
         out.push(10, frame(4)).unwrap();
