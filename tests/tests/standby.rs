@@ -173,15 +173,43 @@ async fn wait_named(cluster: &Cluster, owner: &Node, room: &UnitId, holder: &Nod
     named
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_periodic_room_keeps_its_copy_on_the_node_placement_names() {
+/// A three-node cluster whose node `n1` runs room `r1` of `kind` with a blob of `len` bytes, once
+/// the store names the standby placement chose for it.
+struct Held {
+    cluster: Cluster,
+    owner: Node,
+    id: SpotId,
+    room: UnitId,
+    holder: NodeId,
+    named: Named,
+}
+
+async fn held_room(kind: &str, len: usize) -> Held {
     let cluster = Cluster::start(3, registry).await;
     let owner = cluster.node("n1").clone();
     let id = spot("r1");
     let room = UnitId::Spot(id.clone());
-    open(&owner, PERIODIC, &id, 4096).await;
-    let holder = holder_of(&owner, &room, PERIODIC);
-    wait_named(&cluster, &owner, &room, &holder).await;
+    open(&owner, kind, &id, len).await;
+    let holder = holder_of(&owner, &room, kind);
+    let named = wait_named(&cluster, &owner, &room, &holder).await;
+    Held {
+        cluster,
+        owner,
+        id,
+        room,
+        holder,
+        named,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_periodic_room_keeps_its_copy_on_the_node_placement_names() {
+    let Held {
+        cluster,
+        owner,
+        holder,
+        ..
+    } = held_room(PERIODIC, 4096).await;
     wait_until("the standby holds every turn", async || all_held(&owner)).await;
     for node in &cluster.nodes {
         let copies = node.standby_status().copies;
@@ -237,13 +265,14 @@ async fn checkpoints_ship_what_changed_and_an_unchanged_room_ships_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_holder_that_leaves_is_replaced_in_a_new_series() {
-    let cluster = Cluster::start(3, registry).await;
-    let owner = cluster.node("n1").clone();
-    let id = spot("r1");
-    let room = UnitId::Spot(id.clone());
-    open(&owner, PERIODIC, &id, 64 * 1024).await;
-    let first = holder_of(&owner, &room, PERIODIC);
-    let was = wait_named(&cluster, &owner, &room, &first).await;
+    let Held {
+        cluster,
+        owner,
+        id,
+        room,
+        holder: first,
+        named: was,
+    } = held_room(PERIODIC, 64 * 1024).await;
     let other = third(&cluster, owner.id(), &first);
     cluster.node(first.as_str()).shutdown().await;
     let now = wait_named(&cluster, &owner, &room, other.id()).await;
@@ -265,13 +294,14 @@ async fn a_holder_that_leaves_is_replaced_in_a_new_series() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_moved_room_drops_its_old_copy_and_its_new_owner_checkpoints_it() {
-    let cluster = Cluster::start(3, registry).await;
-    let owner = cluster.node("n1").clone();
-    let id = spot("r1");
-    let room = UnitId::Spot(id.clone());
-    open(&owner, PERIODIC, &id, 64 * 1024).await;
-    let first = holder_of(&owner, &room, PERIODIC);
-    let was = wait_named(&cluster, &owner, &room, &first).await;
+    let Held {
+        cluster,
+        owner,
+        id,
+        room,
+        holder: first,
+        named: was,
+    } = held_room(PERIODIC, 64 * 1024).await;
     let target = third(&cluster, owner.id(), &first);
     owner
         .move_unit(&room, Some(target.id().clone()))
@@ -301,13 +331,12 @@ async fn a_moved_room_drops_its_old_copy_and_its_new_owner_checkpoints_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_owner_shut_down_in_order_leaves_no_copy_on_its_holder() {
-    let cluster = Cluster::start(3, registry).await;
-    let owner = cluster.node("n1").clone();
-    let id = spot("r1");
-    let room = UnitId::Spot(id.clone());
-    open(&owner, PERIODIC, &id, 4096).await;
-    let holder = holder_of(&owner, &room, PERIODIC);
-    wait_named(&cluster, &owner, &room, &holder).await;
+    let Held {
+        cluster,
+        owner,
+        holder,
+        ..
+    } = held_room(PERIODIC, 4096).await;
     assert_eq!(status(&cluster, &holder).copies, 1);
     owner.shutdown().await;
     wait_until(
@@ -385,13 +414,14 @@ fn marked() -> &'static Notify {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_confirmed_reply_arrives_only_once_the_store_names_a_standby_holding_its_turn() {
-    let cluster = Cluster::start(3, registry).await;
-    let owner = cluster.node("n1").clone();
-    let id = spot("r1");
-    let room = UnitId::Spot(id.clone());
-    open(&owner, CONFIRMED, &id, 64).await;
-    let first = holder_of(&owner, &room, CONFIRMED);
-    let was = wait_named(&cluster, &owner, &room, &first).await;
+    let Held {
+        cluster,
+        owner,
+        id,
+        room,
+        holder: first,
+        named: was,
+    } = held_room(CONFIRMED, 64).await;
     let next = third(&cluster, owner.id(), &first).id().clone();
     // The holder crashes: the turn below runs, and its checkpoint goes unanswered. Its lease
     // runs on (it is still in n1's view when the reply arrives): n1 hears nothing for a moment
