@@ -96,12 +96,12 @@ pub fn holder<'a>(
         .map(|d| d.node.clone())
 }
 
-/// The unit's score for a node.
 /// Whether node `d` may hold copies of `owner`'s rooms at all.
 fn may_hold(d: &NodeDescriptor, owner: &NodeId) -> bool {
     d.node != *owner && d.state == NodeState::Serving && d.capacity > 0
 }
 
+/// The unit's score for a node.
 fn rank(unit: &UnitId, node: &NodeId) -> u32 {
     let unit = crc32c::crc32c(unit.as_str().as_bytes());
     crc32c::crc32c_append(unit, node.as_str().as_bytes())

@@ -27,7 +27,7 @@ use ferry_core::authority::{UnitRecord, standby_key};
 use ferry_core::standby::checkpoints::{Checkpoints, Record, Take};
 use ferry_core::standby::frames::StandbyFrame;
 use ferry_core::standby::promotion::Named;
-use ferry_core::standby::{Series, drops_copy_at_end, placement};
+use ferry_core::standby::{GATHER, Series, drops_copy_at_end, placement};
 
 /// How often the node looks over the rooms on its watch list (the core's
 /// [`Checkpoints::watched`]): answers overdue, series the store does not name yet, rooms the
@@ -227,7 +227,8 @@ impl Node {
             unit: unit.clone(),
             series,
         };
-        self.ship_drop(holder, frame);
+        // Gathered, behind the checkpoints of the series it drops.
+        self.ship(holder, frame, GATHER);
     }
 
     /// The cluster view was read again: if what placement reads of it changed (the core's

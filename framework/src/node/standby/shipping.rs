@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use super::super::handle::Node;
 use crate::cluster::frames::Frame;
 use crate::ids::NodeId;
+use ferry_core::standby::drops_copy_at_end;
 use ferry_core::standby::frames::StandbyFrame;
-use ferry_core::standby::{GATHER, drops_copy_at_end};
 
 #[cfg(doc)]
 use ferry_core::standby::Policy;
@@ -40,11 +40,6 @@ impl Node {
             drop(gathered);
             self.core.standby.owning.gathering.notify_one();
         }
-    }
-
-    /// Sends a copy's drop, gathered behind the checkpoints that went before it.
-    pub(super) fn ship_drop(&self, holder: &NodeId, frame: StandbyFrame) {
-        self.ship(holder, frame, GATHER);
     }
 
     /// The node stops in order, its rooms closed: what waits goes now, while the mesh is up

@@ -284,19 +284,16 @@ impl World {
         }
         let process = self.nodes[node].process;
         let due = self.now + gather;
-        let fresh = Gathered {
+        // What an earlier process gathered died with it.
+        let gathered = &mut self.standby.gathered;
+        if gathered.get(&node).is_some_and(|g| g.process != process) {
+            gathered.remove(&node);
+        }
+        let gathered = gathered.entry(node).or_insert(Gathered {
             process,
             due,
             frames: Vec::new(),
-        };
-        let gathered = self.standby.gathered.entry(node).or_insert(fresh);
-        if gathered.process != process {
-            *gathered = Gathered {
-                process,
-                due,
-                frames: Vec::new(),
-            };
-        }
+        });
         let first = gathered.frames.is_empty();
         gathered.frames.push((to, msg));
         if first || due < gathered.due {
