@@ -146,6 +146,19 @@ fn drains_of_large_rooms_wait_for_budget_and_window() {
     );
 }
 
+/// Seeds that once broke an invariant, kept so that what they found stays fixed. 1112191153: a
+/// drained room left its node, came back rebuilt with a standby elsewhere, and was sent to that
+/// standby's node; the check still held the standby the drain had first found.
+#[test]
+fn seeds_that_once_broke_an_invariant_keep_them() {
+    for seed in [1_112_191_153] {
+        let again = format!(
+            "FERRY_SIM_SEED={seed} cargo test --release -p ferry-sim --test simulation a_seed -- --nocapture"
+        );
+        check_plan(shape(seed), &Plan::generate(seed, STEPS), &again);
+    }
+}
+
 /// A seed run twice gives the same trace, step by step; `FERRY_SIM_SEED` picks the seed.
 #[test]
 fn a_seed_replays_step_by_step() {

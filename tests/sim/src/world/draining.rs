@@ -32,11 +32,12 @@ fn drain_deadline(nodes: usize) -> Duration {
 /// players, so that each unit goes to a target no more loaded than another serving one.
 #[derive(Debug, Default)]
 pub(crate) struct Spread {
-    /// Each unit's size (a room with its players) as the drain first found it.
+    /// Each unit's size (a room with its players) as the drain last found it: a unit that left
+    /// is found anew.
     sizes: BTreeMap<UnitId, usize>,
     /// Where each unit the drain moves now goes.
     moving: BTreeMap<UnitId, usize>,
-    /// The node that kept each unit's standby copy as the drain first found it.
+    /// The node that kept each unit's standby copy as the drain last found it.
     standbys: BTreeMap<UnitId, Option<NodeId>>,
     /// How many units each target was sent and did not give back.
     sent: BTreeMap<usize, usize>,
@@ -255,9 +256,15 @@ impl World {
             }
             Decision::Moved { unit, .. }
             | Decision::Held { unit, .. }
-            | Decision::Left { unit, .. }
             | Decision::Stays { unit, .. } => {
                 spread.moving.remove(unit);
+            }
+            // The drain forgets a unit that left: should it come back, it is found anew, with
+            // the size and standby it has then.
+            Decision::Left { unit, .. } => {
+                spread.moving.remove(unit);
+                spread.sizes.remove(unit);
+                spread.standbys.remove(unit);
             }
             Decision::Move { .. } => {}
         }
