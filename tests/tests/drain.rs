@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use ferry::store::RedisStore;
@@ -298,12 +299,12 @@ async fn a_second_drain_joins_the_first_or_is_refused_if_it_differs() {
             stayed: Vec::new()
         }
     );
-    let joined = {
-        let n1 = n1.clone();
-        tokio::spawn(async move { n1.relocate(opts(Duration::from_secs(20))).await })
-    };
+    // Polled once, the call joins the drain under way: only then may the drain end.
+    let mut joined = Box::pin(n1.relocate(opts(Duration::from_secs(20))));
+    let waits = std::future::poll_fn(|cx| Poll::Ready(joined.as_mut().poll(cx).is_pending()));
+    assert!(waits.await, "the drain under way is joined, not ended");
     n1.tell(&r, Play::Settle).expect("told");
-    let (a, b) = (first.await.expect("ran"), joined.await.expect("ran"));
+    let (a, b) = (first.await.expect("ran"), joined.await);
     assert_eq!(a, RelocateOutcome::Relocated { moved: 1 });
     assert_eq!(a, b);
     cluster.shutdown().await;
