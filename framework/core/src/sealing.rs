@@ -35,9 +35,10 @@ pub fn windowed(waits_for_the_app: bool) -> bool {
 pub type Ticket = u64;
 
 /// Moves of a drain that pre-copy at once, for each unit the window lets seal: the next moves
-/// copy while those before them seal, so the link is never idle, and no move copies so long
-/// before its seal that what changed meanwhile must be copied again.
-pub const COPY_AHEAD: usize = 2;
+/// copy while those before them seal, so the link is never idle. A move asks before it takes its
+/// first snapshot, so that no image waits, going stale, for leave to be sent; and one for each
+/// seal keeps captures of large units from taking the processors from the units that are sealed.
+pub const COPY_AHEAD: usize = 1;
 
 /// The fewest pauses whose mean the window judges, however narrow it is.
 pub const SAMPLE: usize = 8;

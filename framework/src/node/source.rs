@@ -424,10 +424,21 @@ impl SourceRun {
 
     /// Ships the unit's image to the target while the unit runs, round after round of what
     /// changed, for as long as the core says it is worth it ([`Precopy::round`]). A move of a
-    /// drain copies only while its window lets it copy ahead of the seals; each round waits for
-    /// its share of the node's pre-copy budget, and for the target to say it holds it.
+    /// drain waits for its window's leave to copy ahead of the seals before its first snapshot,
+    /// which would go stale while it waited; each round waits for its share of the node's
+    /// pre-copy budget, and for the target to say it holds it.
     async fn precopy(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>) {
-        let mut copying = None;
+        let deadline = self.deadline();
+        let _copying = match &self.drain {
+            Some(drain) => {
+                let Ok(pass) = tokio::time::timeout_at(deadline, drain.gate.copy()).await else {
+                    self.precopy.lost();
+                    return;
+                };
+                Some(pass)
+            }
+            None => None,
+        };
         loop {
             let Some(image) = self.snapshot().await else {
                 return;
@@ -441,16 +452,6 @@ impl SourceRun {
                 return;
             };
             let bytes: usize = pieces.iter().map(|(_, piece)| piece.len()).sum();
-            let deadline = self.deadline();
-            if copying.is_none()
-                && let Some(drain) = &self.drain
-            {
-                let Ok(pass) = tokio::time::timeout_at(deadline, drain.gate.copy()).await else {
-                    self.precopy.lost();
-                    return;
-                };
-                copying = Some(pass);
-            }
             // The phase counts the rounds' streaming: from the budget taken to the answer.
             let started = Instant::now();
             let Ok(Ok(_permit)) =

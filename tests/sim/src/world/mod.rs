@@ -349,6 +349,8 @@ pub struct Waits {
     pub budget: usize,
     /// Moves that waited for a place in their drain's seal window.
     pub window: usize,
+    /// Moves that waited for their drain's leave to copy ahead of its seals.
+    pub copy: usize,
 }
 
 /// Faults armed for the next chance.

@@ -43,13 +43,9 @@ pub(crate) const MAX_STATE: u64 = 4 << 20;
 pub(crate) enum Copying {
     /// A snapshot of the running unit is due, at its next turn boundary.
     Snapshot,
-    /// The move's first round waits for its drain's window to let it copy ahead of the seals.
-    Place {
-        round: u32,
-        pieces: Vec<(u64, Bytes)>,
-        base: Base,
-        kib: usize,
-    },
+    /// The move waits for its drain's window to let it copy ahead of the seals, before its
+    /// first snapshot: an image taken before would go stale while it waits.
+    Place,
     /// A round waits for its share of the node's budget, in KiB.
     Budget {
         round: u32,
@@ -202,11 +198,31 @@ impl World {
         Bytes::from(capture.into_image().expect("a capture encodes"))
     }
 
-    /// A move begins with its first snapshot; until its deadline, it may wait for nothing else.
+    /// A move begins with its first snapshot, once its drain's window (if any) lets it copy;
+    /// until its deadline, it may wait for nothing else.
     pub(crate) fn start_copy(&mut self, node: usize, rel: u64, deadline: Instant) {
-        self.events.push(Event::Snapshot { node, rel });
         let process = self.nodes[node].process;
         self.arm(deadline, Timer::Copy { node, process, rel });
+        let Some((_, s)) = self.source(rel) else {
+            return;
+        };
+        match s.gate {
+            Some(gate) => {
+                s.copying = Copying::Place;
+                if let Some(g) = self.gates.get_mut(&gate) {
+                    g.copiers.push_back(rel);
+                }
+                self.let_copy(gate);
+                if self
+                    .gates
+                    .get(&gate)
+                    .is_some_and(|g| g.copiers.contains(&rel))
+                {
+                    self.waits.copy += 1;
+                }
+            }
+            None => self.events.push(Event::Snapshot { node, rel }),
+        }
     }
 
     /// The lane takes a snapshot of its running unit (none once it is in a move, or gone): the
@@ -254,38 +270,18 @@ impl World {
             } => {
                 let bytes: usize = pieces.iter().map(|(_, piece)| piece.len()).sum();
                 let kib = bytes.div_ceil(1024).clamp(1, BUDGET_KIB);
-                match s.gate.filter(|_| !s.copy_place) {
-                    Some(gate) => {
-                        s.copying = Copying::Place {
-                            round,
-                            pieces,
-                            base,
-                            kib,
-                        };
-                        if let Some(g) = self.gates.get_mut(&gate) {
-                            g.copiers.push_back(rel);
-                        }
-                        trace!(
-                            self,
-                            "n{node} move {rel}: pre-copy round {round}, {bytes} of {len} bytes"
-                        );
-                        self.let_copy(gate);
-                    }
-                    None => {
-                        s.copying = Copying::Budget {
-                            round,
-                            pieces,
-                            base,
-                            kib,
-                        };
-                        trace!(
-                            self,
-                            "n{node} move {rel}: pre-copy round {round}, {bytes} of {len} bytes"
-                        );
-                        self.nodes[node].budget.waiting.push_back(rel);
-                        self.grant(node);
-                    }
-                }
+                s.copying = Copying::Budget {
+                    round,
+                    pieces,
+                    base,
+                    kib,
+                };
+                trace!(
+                    self,
+                    "n{node} move {rel}: pre-copy round {round}, {bytes} of {len} bytes"
+                );
+                self.nodes[node].budget.waiting.push_back(rel);
+                self.grant(node);
                 if self.nodes[node].budget.waiting.contains(&rel) {
                     self.waits.budget += 1;
                 }
@@ -414,7 +410,7 @@ impl World {
         match s.copying {
             Copying::Answer { until, .. } if now >= until => self.round_lost(node, rel),
             Copying::Snapshot if due => self.copied(node, rel),
-            Copying::Place { .. } if due => {
+            Copying::Place if due => {
                 s.precopy.lost();
                 if let Some(g) = s.gate.and_then(|gate| self.gates.get_mut(&gate)) {
                     g.copiers.retain(|r| *r != rel);
@@ -482,8 +478,8 @@ impl World {
         }
     }
 
-    /// The moves whose first round waits for leave to copy ahead of a drain's seals send it, in
-    /// the order they asked, as long as the window lets them copy.
+    /// The moves that wait for leave to copy ahead of a drain's seals take their first snapshot,
+    /// in the order they asked, as long as the window lets them copy.
     pub(crate) fn let_copy(&mut self, gate: u64) {
         loop {
             let Some(&rel) = self.gates.get(&gate).and_then(|g| g.copiers.front()) else {
@@ -491,7 +487,7 @@ impl World {
             };
             let waits = self
                 .source(rel)
-                .filter(|(_, s)| matches!(s.copying, Copying::Place { .. }));
+                .filter(|(_, s)| matches!(s.copying, Copying::Place));
             let Some((node, _)) = waits else {
                 if let Some(g) = self.gates.get_mut(&gate) {
                     g.copiers.pop_front();
@@ -521,22 +517,8 @@ impl World {
                 return;
             };
             s.copy_place = true;
-            if let Copying::Place {
-                round,
-                pieces,
-                base,
-                kib,
-            } = std::mem::replace(&mut s.copying, Copying::Over)
-            {
-                s.copying = Copying::Budget {
-                    round,
-                    pieces,
-                    base,
-                    kib,
-                };
-                self.nodes[node].budget.waiting.push_back(rel);
-                self.grant(node);
-            }
+            s.copying = Copying::Snapshot;
+            self.events.push(Event::Snapshot { node, rel });
         }
     }
 
