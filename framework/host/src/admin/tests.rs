@@ -590,6 +590,18 @@ async fn the_status_shows_the_standbys_the_node_counts() {
     let room = json!({"kind": "spot", "factory": chat::ROOM, "id": "lobby"});
     let (code, body) = call(&admin.router, "POST", "/units", room.to_string()).await;
     assert_eq!(code, StatusCode::CREATED, "{body}");
+    // A confirmed room answers once its standby holds the turn: by then its lane is open and
+    // its checkpoints counted.
+    let lobby = SpotId::new("lobby").expect("an id");
+    let n1 = cluster.node("n1");
+    let _: chat::RoomReply = n1
+        .request(
+            &lobby,
+            chat::RoomMsg::History,
+            std::time::Duration::from_secs(10),
+        )
+        .await
+        .expect("the room answers");
     let (code, body) = call(&admin.router, "GET", "/status", "").await;
     assert_eq!(code, StatusCode::OK, "{body}");
     for key in [
@@ -605,7 +617,8 @@ async fn the_status_shows_the_standbys_the_node_counts() {
         assert!(body["standby"].get(key).is_some(), "no {key} in {body}");
     }
     let shown: StatusBody = serde_json::from_value(body).expect("a status");
-    let counted = cluster.node("n1").standby_status();
+    let counted = n1.standby_status();
+    assert_eq!((shown.standby.rooms, shown.standby.copies), (1, 0));
     assert_eq!(
         (shown.standby.rooms, shown.standby.copies),
         (counted.rooms, counted.copies)
