@@ -425,11 +425,12 @@ impl SourceRun {
     /// Ships the unit's image to the target while the unit runs, round after round of what
     /// changed, for as long as the core says it is worth it ([`Precopy::round`]). A move of a
     /// drain waits for its window's leave to copy ahead of the seals before its first snapshot,
-    /// which would go stale while it waited; each round waits for its share of the node's
-    /// pre-copy budget, and for the target to say it holds it.
+    /// which would go stale while it waited (unless it has no pre-copy to do, as a move to the
+    /// unit's standby); each round waits for its share of the node's pre-copy budget, and for
+    /// the target to say it holds it.
     async fn precopy(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>) {
         let deadline = self.deadline();
-        let _copying = match &self.drain {
+        let _copying = match self.drain.as_ref().filter(|_| !self.precopy.is_over()) {
             Some(drain) => {
                 let Ok(pass) = tokio::time::timeout_at(deadline, drain.gate.copy()).await else {
                     self.precopy.lost();

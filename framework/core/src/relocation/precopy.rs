@@ -316,6 +316,13 @@ impl Precopy {
         }
     }
 
+    /// Whether pre-copy is over before it began or was cut short: a move to the node that keeps
+    /// the unit's standby, or one whose target may hold nothing. Its next snapshot seals, so it
+    /// needs no leave to copy.
+    pub fn is_over(&self) -> bool {
+        self.over
+    }
+
     /// A snapshot of the running unit, taken at a turn boundary: what of it to send, or seal.
     /// A small image, few changes, the round limit or a difference that stopped shrinking seal.
     pub fn round(&mut self, image: Bytes) -> Round {
@@ -575,6 +582,15 @@ mod tests {
             whole.pieces.iter().map(|(_, b)| b.len()).sum::<usize>(),
             now.len()
         );
+    }
+
+    #[test]
+    fn a_move_to_the_standby_or_one_whose_target_lost_its_copy_has_no_precopy_to_do() {
+        assert!(!Precopy::new().is_over());
+        assert!(Precopy::from_standby(Bytes::from_static(b"copy")).is_over());
+        let mut cut = Precopy::new();
+        cut.lost();
+        assert!(cut.is_over());
     }
 
     #[test]

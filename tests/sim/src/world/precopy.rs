@@ -198,15 +198,16 @@ impl World {
         Bytes::from(capture.into_image().expect("a capture encodes"))
     }
 
-    /// A move begins with its first snapshot, once its drain's window (if any) lets it copy;
-    /// until its deadline, it may wait for nothing else.
+    /// A move begins with its first snapshot, once its drain's window (if any) lets it copy,
+    /// unless it has no pre-copy to do (a move to the unit's standby); until its deadline, it
+    /// may wait for nothing else.
     pub(crate) fn start_copy(&mut self, node: usize, rel: u64, deadline: Instant) {
         let process = self.nodes[node].process;
         self.arm(deadline, Timer::Copy { node, process, rel });
         let Some((_, s)) = self.source(rel) else {
             return;
         };
-        match s.gate {
+        match s.gate.filter(|_| !s.precopy.is_over()) {
             Some(gate) => {
                 s.copying = Copying::Place;
                 if let Some(g) = self.gates.get_mut(&gate) {
@@ -234,6 +235,14 @@ impl World {
         if n != node || !matches!(s.copying, Copying::Snapshot) {
             return;
         }
+        if s.gate.is_some() && !s.copy_place && !s.precopy.is_over() {
+            self.broken.get_or_insert(format!(
+                "n{node} move {rel} took a snapshot to pre-copy before its drain's window let it copy"
+            ));
+        }
+        let Some((_, s)) = self.source(rel) else {
+            return;
+        };
         let lane = s.lane;
         let due = self.ticks_due();
         let running = self.nodes[node]
@@ -399,8 +408,8 @@ impl World {
     }
 
     /// A move's pre-copy stops waiting, if what it waits for is due: a round's answer (pre-copy
-    /// is over), or, at the deadline, a snapshot or the budget (so is pre-copy), or a place in
-    /// the window (the move ends unsealed).
+    /// is over), or, at the deadline, leave to copy, a snapshot or the budget (so is pre-copy),
+    /// or a place in the window (the move ends unsealed).
     pub(crate) fn copy_timer(&mut self, node: usize, rel: u64) {
         let now = self.now;
         let Some((_, s)) = self.source(rel) else {
