@@ -55,6 +55,8 @@ pub struct Outcome {
     pub waits: Waits,
     /// How often seals sent a recipe of deltas, and targets found one rebuilt wrong.
     pub recipes: Recipes,
+    /// How many units a drain found again after they had left its node.
+    pub found_again: usize,
     /// How many tells, requests and inputs ran.
     pub tells_ran: usize,
     /// The nodes whose drain moved everything and reported them safe to shut down, at the end.
@@ -108,6 +110,7 @@ fn play(shape: Shape, plan: &Plan, tracing: bool) -> Outcome {
         moves_ended: world.moves_ended(),
         waits: world.waits(),
         recipes: world.recipes(),
+        found_again: world.found_again(),
         tells_ran: world.tells_ran(),
         drained: world.drained(),
     }

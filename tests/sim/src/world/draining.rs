@@ -5,7 +5,7 @@
 //! none (checked in `check`). The drain's moves seal only as many units at once as its seal window
 //! ([`SealWindow`]) lets through.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use ferry_core::authority::{NodeDescriptor, NodeState};
@@ -41,6 +41,8 @@ pub(crate) struct Spread {
     standbys: BTreeMap<UnitId, Option<NodeId>>,
     /// How many units each target was sent and did not give back.
     sent: BTreeMap<usize, usize>,
+    /// Units that left the node while it drained: found again, they are found anew.
+    left: BTreeSet<UnitId>,
 }
 
 /// A drain's seal window, and the moves that wait for a place in it or for leave to pre-copy,
@@ -107,6 +109,9 @@ impl World {
                     spread.sizes.entry(found.unit.clone()).or_insert(found.size);
                     let standby = found.standby.clone();
                     spread.standbys.entry(found.unit.clone()).or_insert(standby);
+                    if spread.left.remove(&found.unit) {
+                        self.found_again += 1;
+                    }
                 }
                 if let Some(decision) = plan.found(found) {
                     self.carry_out(node, decision);
@@ -265,6 +270,7 @@ impl World {
                 spread.moving.remove(unit);
                 spread.sizes.remove(unit);
                 spread.standbys.remove(unit);
+                spread.left.insert(unit.clone());
             }
             Decision::Move { .. } => {}
         }

@@ -414,6 +414,8 @@ pub struct World {
     waits: Waits,
     /// Seals that sent a recipe of deltas, and recipes found rebuilt wrong.
     recipes: precopy::Recipes,
+    /// Units a drain found again after they had left its node.
+    found_again: usize,
     tells_ran: usize,
     /// Messages lost without a crash or a store loss to explain them.
     lost: usize,
@@ -482,6 +484,7 @@ impl World {
             moves_ended: 0,
             waits: Waits::default(),
             recipes: precopy::Recipes::default(),
+            found_again: 0,
             tells_ran: 0,
             lost: 0,
             standby: standby::Standbys::default(),
@@ -557,6 +560,11 @@ impl World {
     /// How often seals sent a recipe of deltas, and targets found one rebuilt wrong.
     pub fn recipes(&self) -> precopy::Recipes {
         self.recipes
+    }
+
+    /// How many units a drain found again after they had left its node.
+    pub fn found_again(&self) -> usize {
+        self.found_again
     }
 
     /// How many tells, requests and inputs have run.
