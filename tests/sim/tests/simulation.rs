@@ -161,6 +161,9 @@ const FOUND: &[u64] = &[
     1_112_191_153,
     // A drained room leaves its node and its drain finds it again, with a standby.
     1_112_109_058,
+    // A player whose owner died waited for its room's node to end its drain, which takes no
+    // rebuilds; the run was judged settled as the drain ended, before recovery's next round.
+    1_115_038_940,
 ];
 
 /// Every seed of [`FOUND`] keeps every invariant, and they still reach a unit that a drain finds

@@ -175,6 +175,8 @@ impl World {
             n.safe = ferry_core::drain::safe_to_shutdown(n.state, hosted, arriving);
         } else {
             n.state = NodeState::Serving;
+            // It takes rebuilds again: what recovery sent it meanwhile comes in the next rounds.
+            self.rebuilds_reopened = Some(self.now);
         }
         self.publish(node);
         self.operate();

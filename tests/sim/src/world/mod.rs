@@ -416,6 +416,9 @@ pub struct World {
     recipes: precopy::Recipes,
     /// Units a drain found again after they had left its node.
     found_again: usize,
+    /// When a drain last ended with its node serving again, taking the rebuilds it refused
+    /// while it drained: a run settles only after the keeper rounds that follow.
+    rebuilds_reopened: Option<Instant>,
     tells_ran: usize,
     /// Messages lost without a crash or a store loss to explain them.
     lost: usize,
@@ -485,6 +488,7 @@ impl World {
             waits: Waits::default(),
             recipes: precopy::Recipes::default(),
             found_again: 0,
+            rebuilds_reopened: None,
             tells_ran: 0,
             lost: 0,
             standby: standby::Standbys::default(),
@@ -619,6 +623,9 @@ impl World {
     /// Whether anything but timers that fire for ever (keepers, probes) is pending.
     pub fn active(&self) -> bool {
         self.busy_links().next().is_some()
+            || self
+                .rebuilds_reopened
+                .is_some_and(|at| self.now < at + KEEP_EVERY * 2)
             || !self.events.is_empty()
             || self
                 .timers
