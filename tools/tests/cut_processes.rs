@@ -173,8 +173,9 @@ async fn a_node_cut_off_under_bots_keeps_its_rooms_elsewhere_and_never_runs_them
         .expect("ferry bots ran");
     assert!(
         out.status.success(),
-        "ferry bots failed: {}",
-        text(&out.stderr)
+        "ferry bots failed: {}\nreport: {}",
+        text(&out.stderr),
+        text(&out.stdout)
     );
     let report: Value = serde_json::from_slice(&out.stdout).expect("the report is JSON");
     assert_eq!(report["players"], BOTS, "{report:#}");

@@ -8,6 +8,7 @@
 //! either side send application frames, so no frame is ever written to a connection
 //! that the other side is about to refuse.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -105,11 +106,13 @@ pub enum CloseCode {
     SelfConnect = 10,
     /// The peer speaks another version of the mesh protocol.
     Version = 11,
+    /// This node took the peer's incarnation for dead: it never links with it again.
+    Removed = 12,
 }
 
 impl CloseCode {
     /// Every code, for decoding.
-    const ALL: [CloseCode; 11] = [
+    const ALL: [CloseCode; 12] = [
         CloseCode::Shutdown,
         CloseCode::Malformed,
         CloseCode::TooLarge,
@@ -121,6 +124,7 @@ impl CloseCode {
         CloseCode::StreamEnded,
         CloseCode::SelfConnect,
         CloseCode::Version,
+        CloseCode::Removed,
     ];
 
     /// The code as sent on the wire.
@@ -196,6 +200,36 @@ pub(crate) fn check_hello<F>(
         )
     })?;
     Ok(hello)
+}
+
+/// The incarnations of peers this node took for dead. It never links with them again: frames
+/// one held unacknowledged when it was cut off would otherwise run here once the cut healed,
+/// after its units had been rebuilt elsewhere and its clients had sent again through other
+/// nodes, and they would run a second time what this node delivered before it forgot the
+/// peer. A process that restarts under the same id has a new incarnation, and links.
+#[derive(Debug, Default)]
+pub(crate) struct Forgotten(HashSet<(NodeId, u64)>);
+
+impl Forgotten {
+    /// Remembers that `node`'s incarnation `instance` was taken for dead.
+    pub fn forget(&mut self, node: NodeId, instance: u64) {
+        self.0.insert((node, instance));
+    }
+
+    /// Refuses a hello or a welcome from an incarnation taken for dead.
+    pub fn check(&self, hello: &Hello) -> Result<(), Refusal> {
+        if !self.0.contains(&(hello.node.clone(), hello.instance)) {
+            return Ok(());
+        }
+        Err(Refusal::new(
+            CloseCode::Removed,
+            format!(
+                "node {} was taken for dead and removed from the cluster, and its units run \
+                 elsewhere: this process never links again; restart it to join as a new one",
+                hello.node
+            ),
+        ))
+    }
 }
 
 /// Checks the acceptor's first frame on the dialler side.
@@ -319,6 +353,19 @@ mod tests {
 
     fn hello(id: &str) -> Wire<u8> {
         Wire::Hello(Hello::new(node(id), 1))
+    }
+
+    #[test]
+    fn only_the_incarnation_taken_for_dead_is_refused() {
+        let mut forgotten = Forgotten::default();
+        forgotten.forget(node("b"), 7);
+        let refused = forgotten.check(&Hello::new(node("b"), 7));
+        assert_eq!(refused.unwrap_err().code, CloseCode::Removed);
+        assert!(
+            forgotten.check(&Hello::new(node("b"), 8)).is_ok(),
+            "a restarted process"
+        );
+        assert!(forgotten.check(&Hello::new(node("c"), 7)).is_ok());
     }
 
     #[test]

@@ -31,8 +31,8 @@ use tracing::{debug, error, info, warn};
 
 use super::codec::{DecodeError, FrameCodec, coalesce};
 use super::handshake::{
-    Backoff, CloseCode, Hello, Holding, Refusal, Verdict, Wire, check_hello, check_welcome,
-    judge_inbound,
+    Backoff, CloseCode, Forgotten, Hello, Holding, Refusal, Verdict, Wire, check_hello,
+    check_welcome, judge_inbound,
 };
 use super::outgoing::{Outgoing, OutgoingTx, Refused, Run};
 use super::reader::FrameReader;
@@ -45,6 +45,9 @@ use super::{
 use crate::ids::NodeId;
 use ferry_core::delivery::{Inbox, Outbox, Unacked};
 
+/// [`PeerSync::instance`] before any link came up (incarnations are random, so one may be 0 in
+/// principle; such a peer is only not refused once taken for dead).
+const NEVER_LINKED: u64 = 0;
 /// Frames a reader delivers under one hold of the inbox, at most, before it acknowledges them.
 const READ_BURST: usize = 256;
 /// Longest close reason sent to a peer; QUIC must fit it in one packet.
@@ -110,6 +113,8 @@ pub(crate) struct Shared<F> {
     /// time, as a single task reading a queue would.
     serving: tokio::sync::Mutex<()>,
     peers: RwLock<Peers<F>>,
+    /// Peers' incarnations taken for dead, never linked again.
+    forgotten: Mutex<Forgotten>,
     tasks: Mutex<JoinSet<()>>,
     runtime: tokio::runtime::Handle,
     socket_released: Mutex<Option<oneshot::Receiver<()>>>,
@@ -223,6 +228,8 @@ enum Mode<F> {
     Backoff(Pin<Box<tokio::time::Sleep>>),
     Dialling(DialFuture<F>),
     Ready(Link),
+    /// The peer took this incarnation for dead: it is never dialled or accepted again.
+    Removed,
 }
 
 enum Event<F> {
@@ -354,6 +361,7 @@ impl<F: MeshFrame> Shared<F> {
                 map: HashMap::default(),
                 closed: false,
             }),
+            forgotten: Mutex::new(Forgotten::default()),
             tasks: Mutex::new(JoinSet::new()),
             runtime: tokio::runtime::Handle::current(),
             socket_released: Mutex::new(Some(socket_released)),
@@ -511,6 +519,19 @@ impl<F: MeshFrame> Shared<F> {
     /// unacknowledged for it is dropped and reported lost.
     pub(crate) fn remove_peer(&self, node: &NodeId) -> bool {
         self.peers.write().map.remove(node).is_some()
+    }
+
+    /// Forgets a peer taken for dead: as [`Shared::remove_peer`], and the incarnation it last
+    /// linked with is refused from now on, whichever side dials.
+    pub(crate) fn forget_peer(&self, node: &NodeId) -> bool {
+        let Some(handle) = self.peers.write().map.remove(node) else {
+            return false;
+        };
+        let instance = handle.sync.instance.load(Ordering::Acquire);
+        if instance != NEVER_LINKED {
+            self.forgotten.lock().forget(node.clone(), instance);
+        }
+        true
     }
 
     /// Queues `frame` for `to`, on its main stream or, with `bulk`, its bulk stream; a frame that
@@ -748,6 +769,9 @@ async fn admit<F: MeshFrame>(shared: Arc<Shared<F>>, incoming: quinn::Incoming) 
         Ok(hello) => hello,
         Err(refusal) => return refuse(&conn, None, &refusal),
     };
+    if let Err(refusal) = shared.forgotten.lock().check(&hello) {
+        return refuse(&conn, None, &refusal);
+    }
     let node = hello.node.clone();
     let offer = Offer {
         conn,
@@ -1111,6 +1135,8 @@ struct PeerSync {
     acked: Notify,
     /// Frames written and not yet acknowledged, as the task last counted them.
     unacked: AtomicUsize,
+    /// The peer's incarnation on the last link that came up ([`NEVER_LINKED`] before one).
+    instance: AtomicU64,
 }
 
 impl<F: MeshFrame> PeerTask<F> {
@@ -1129,6 +1155,7 @@ impl<F: MeshFrame> PeerTask<F> {
                     }
                 }
                 Event::Ctrl(Some(PeerCtrl::Offer(offer))) => self.on_offer(mode, offer).await,
+                Event::Lost(e) if CloseCode::of(&e) == Some(CloseCode::Removed) => self.removed(&e),
                 Event::Lost(e) => {
                     info!(peer = %self.node, reason = %e, "mesh link lost");
                     self.retry()
@@ -1153,13 +1180,27 @@ impl<F: MeshFrame> PeerTask<F> {
                     }
                 }
                 Event::Dialled(Ok(dialled)) => {
-                    let link = Link {
-                        conn: dialled.conn,
-                        send: dialled.send,
-                        dialled_by_us: true,
-                        instance: dialled.welcome.instance,
-                    };
-                    self.install(link, dialled.reader).await
+                    // A peer taken for dead that is still up answers our dial: its frames
+                    // must not run here.
+                    let forgotten = self.shared.forgotten.lock().check(&dialled.welcome);
+                    match forgotten {
+                        Err(refusal) => {
+                            refuse(&dialled.conn, Some(&self.node), &refusal);
+                            self.retry()
+                        }
+                        Ok(()) => {
+                            let link = Link {
+                                conn: dialled.conn,
+                                send: dialled.send,
+                                dialled_by_us: true,
+                                instance: dialled.welcome.instance,
+                            };
+                            self.install(link, dialled.reader).await
+                        }
+                    }
+                }
+                Event::Dialled(Err(e)) if e.code == Some(CloseCode::Removed) => {
+                    self.removed(&e.detail)
                 }
                 Event::Dialled(Err(e)) => {
                     self.log_dial_failure(&e);
@@ -1208,7 +1249,7 @@ impl<F: MeshFrame> PeerTask<F> {
         let ctrl = &mut self.ctrl;
         let has_readers = !readers.is_empty();
         match mode {
-            Mode::Waiting => tokio::select! {
+            Mode::Waiting | Mode::Removed => tokio::select! {
                 biased;
                 _ = cancel.cancelled() => Event::Cancel,
                 c = ctrl.recv() => Event::Ctrl(c),
@@ -1276,6 +1317,15 @@ impl<F: MeshFrame> PeerTask<F> {
         }))
     }
 
+    /// The peer refused this incarnation, having taken it for dead: no dial or link with it
+    /// again. What is queued for it stays undelivered, and is reported lost when the peer is
+    /// removed here or the mesh closes.
+    fn removed(&self, reason: &dyn std::fmt::Display) -> Mode<F> {
+        error!(peer = %self.node, %reason,
+            "the peer took this node for dead: it never links with this process again");
+        Mode::Removed
+    }
+
     /// After a failure or a loss: wait, then dial again; or wait for the peer to come back.
     fn retry(&mut self) -> Mode<F> {
         if self.addr.is_none() {
@@ -1307,6 +1357,16 @@ impl<F: MeshFrame> PeerTask<F> {
 
     async fn on_offer(&mut self, mode: Mode<F>, offer: Offer<F>) -> Mode<F> {
         let holding = match &mode {
+            Mode::Removed => {
+                // Its dial is refused as a stopping node's would be: it backs off and dials
+                // again, in case a new process takes this address.
+                let refusal = Refusal::new(
+                    CloseCode::Shutdown,
+                    "this process was taken for dead by the peer that dials it, and is stopping",
+                );
+                refuse(&offer.conn, Some(&self.node), &refusal);
+                return mode;
+            }
             Mode::Waiting | Mode::Backoff(_) => Holding::Nothing,
             Mode::Dialling(_) => Holding::Dialling,
             Mode::Ready(link) => Holding::Link {
@@ -1384,6 +1444,7 @@ impl<F: MeshFrame> PeerTask<F> {
     async fn install(&mut self, link: Link, reader: Reader<F>) -> Mode<F> {
         self.backoff.reset();
         self.links += 1;
+        self.sync.instance.store(link.instance, Ordering::Release);
         let lost = self.outbox.connected(link.instance);
         self.shared
             .report_lost(&self.node, lost, LossReason::Restarted);
@@ -1492,6 +1553,7 @@ impl<F: MeshFrame> PeerTask<F> {
         self.publish_unacked();
         let (state, direction) = match mode {
             Mode::Waiting => (PeerState::Waiting, None),
+            Mode::Removed => (PeerState::Removed, None),
             Mode::Backoff(_) => (PeerState::Backoff, None),
             Mode::Dialling(_) => (PeerState::Connecting, None),
             Mode::Ready(link) => (

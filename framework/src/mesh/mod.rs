@@ -242,6 +242,9 @@ pub enum PeerState {
     Ready,
     /// Waiting before the next dial, after a failure or a lost connection.
     Backoff,
+    /// The peer took this node for dead and refuses it: this process never links with it
+    /// again (its units run elsewhere; a restarted process joins anew).
+    Removed,
 }
 
 /// Which side dialled the connection in use.
@@ -401,6 +404,14 @@ impl<F: MeshFrame> Mesh<F> {
     /// whether it was known.
     pub fn remove_peer(&self, node: &NodeId) -> bool {
         self.shared.remove_peer(node)
+    }
+
+    /// Forgets a peer this node took for dead, as [`Mesh::remove_peer`] does, and refuses the
+    /// incarnation it last linked with from now on, whichever side dials: frames it held
+    /// unacknowledged when it was cut off never run here, nor run again what ran here before.
+    /// A process that restarts under its id is a new incarnation and links as any peer.
+    pub fn forget_peer(&self, node: &NodeId) -> bool {
+        self.shared.forget_peer(node)
     }
 
     /// Queues `frame` for `to`, behind every frame queued for it before this way (bulk frames

@@ -742,7 +742,16 @@ impl quinn::AsyncUdpSocket for CutSocket {
 }
 
 /// Two nodes whose link a notices dead within a second; a's datagrams to and from b can be cut.
+/// a dials b.
 async fn cuttable_pair(ca: &ClusterCa) -> (Mesh<TestFrame>, Mesh<TestFrame>, Rx, Cuttable) {
+    cuttable_pair_dialled_by(ca, "a").await
+}
+
+/// As [`cuttable_pair`], the link dialled by `dialler`: the other only waits to be dialled.
+async fn cuttable_pair_dialled_by(
+    ca: &ClusterCa,
+    dialler: &str,
+) -> (Mesh<TestFrame>, Mesh<TestFrame>, Rx, Cuttable) {
     let cut = Cuttable::default();
     let quick = |mut config: MeshConfig| {
         config.keep_alive = Duration::from_millis(200);
@@ -755,7 +764,11 @@ async fn cuttable_pair(ca: &ClusterCa) -> (Mesh<TestFrame>, Mesh<TestFrame>, Rx,
     let (b, b_rx) = Mesh::<TestFrame>::bind(quick(config(ca, "b", loopback())))
         .await
         .unwrap();
-    a.add_peer(node("b"), b.local_addr()).unwrap();
+    if dialler == "a" {
+        a.add_peer(node("b"), b.local_addr()).unwrap();
+    } else {
+        b.add_peer(node("a"), a.local_addr()).unwrap();
+    }
     a.wait_ready(&node("b")).await.unwrap();
     b.wait_ready(&node("a")).await.unwrap();
     (a, b, b_rx, cut)
@@ -974,6 +987,85 @@ async fn a_link_reset_loses_bulk_frames_without_counting_main_frames_lost() {
             0,
             "lost bulk frames are not lost main frames"
         );
+        a.close().await;
+        b.close().await;
+    })
+    .await;
+}
+
+/// Cuts a off from b after b delivered a's frames 0 to 9, and has a send 10 to 19, which b
+/// never acknowledges: a holds them to send again on its next link. Returns once both noticed.
+async fn cut_off_holding_frames(
+    a: &Mesh<TestFrame>,
+    b: &Mesh<TestFrame>,
+    b_rx: &mut Rx,
+    cut: &Cuttable,
+) {
+    send_seq(a, "b", 0..10);
+    assert_eq!(
+        by_sender(take(b_rx, 10).await)["a"],
+        (0..10).collect::<Vec<_>>()
+    );
+    cut.cut(b.local_addr());
+    send_seq(a, "b", 10..20);
+    wait_lost(b, "a").await;
+    wait_lost(a, "b").await;
+}
+
+/// A new process of a links with b: its frame must be the first b gets since the cut, none of
+/// the old process's, neither those it held nor those b had delivered.
+async fn a_new_process_is_heard_first(ca: &ClusterCa, b: &Mesh<TestFrame>, b_rx: &mut Rx) {
+    let (a2, _a2_rx) = start(ca, "a").await;
+    a2.add_peer(node("b"), b.local_addr()).unwrap();
+    a2.send(&node("b"), TestFrame::Seq(u32::MAX)).unwrap();
+    let first = b_rx.recv().await.expect("b's inbound ended");
+    assert_eq!(first.frame, TestFrame::Seq(u32::MAX), "from {}", first.from);
+    a2.close().await;
+}
+
+#[tokio::test]
+async fn a_peer_taken_for_dead_that_dials_again_is_refused_for_good() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        let (a, b, mut b_rx, cut) = cuttable_pair_dialled_by(&ca, "a").await;
+        cut_off_holding_frames(&a, &b, &mut b_rx, &cut).await;
+        // b's cluster took a for dead: what a's frames were for runs elsewhere now.
+        assert!(b.forget_peer(&node("a")));
+        cut.heal();
+        let mut status = a.shared.status(&node("b")).unwrap();
+        status
+            .wait_for(|s| s.state == PeerState::Removed)
+            .await
+            .unwrap();
+        a_new_process_is_heard_first(&ca, &b, &mut b_rx).await;
+        assert_eq!(
+            peer(&a, "b").state,
+            PeerState::Removed,
+            "a never dials again"
+        );
+        a.close().await;
+        b.close().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_peer_taken_for_dead_that_answers_a_dial_is_refused_for_good() {
+    guard(async {
+        let ca = ClusterCa::generate().unwrap();
+        // a never dials: b does, as a node dials a seed it took for dead again.
+        let (a, b, mut b_rx, cut) = cuttable_pair_dialled_by(&ca, "b").await;
+        cut_off_holding_frames(&a, &b, &mut b_rx, &cut).await;
+        assert!(b.forget_peer(&node("a")));
+        b.add_peer(node("a"), a.local_addr()).unwrap();
+        cut.heal();
+        // a welcomes b's dial, and b refuses the welcome of the process it forgot.
+        let mut status = a.shared.status(&node("b")).unwrap();
+        status
+            .wait_for(|s| s.state == PeerState::Removed)
+            .await
+            .unwrap();
+        a_new_process_is_heard_first(&ca, &b, &mut b_rx).await;
         a.close().await;
         b.close().await;
     })

@@ -139,7 +139,13 @@ impl Node {
             });
             for gone in gone {
                 tracing::info!(peer = %gone.node, "peer left the cluster");
-                mesh.remove_peer(&gone.node);
+                // One that was here and left, or was taken for dead, never links again under
+                // this incarnation; one the store never showed may be joining yet.
+                if departed.contains(&gone.node) {
+                    mesh.forget_peer(&gone.node);
+                } else {
+                    mesh.remove_peer(&gone.node);
+                }
                 self.core.links.router.forget_node(&gone.node);
                 self.peer_gone(&gone.node);
                 if let Some(addr) = seed_addr(&gone.node)
