@@ -265,12 +265,10 @@ struct Binding {
     confirmed: u64,
     /// The count a fence on its way covers, if one is.
     fence: Option<u64>,
-    /// After the Actor's node left: the binding it had then, and the number of the next push of
-    /// it to deliver, until a push of the new binding comes. A standby copy promoted in its room
-    /// runs on under that binding until the new bind reaches it, and what those turns push (the
-    /// effect of an input the client was told ran, say) is the client's. Under a confirmed
-    /// standby it is held until the copy's own standby holds it, so it may come after the new
-    /// bind's answer, but always before the pushes of turns after the bind.
+    /// While the Actor is bound again after its node left: the binding it had then, and the
+    /// number of the next push of it to deliver. A standby copy promoted in its room runs on
+    /// under that binding until the new bind reaches it, and what its turns push meanwhile
+    /// (the effect of an input the client was told ran, say) is the client's.
     carried: Option<(u32, u64)>,
 }
 
@@ -669,6 +667,7 @@ impl SessionMachine {
                     return Vec::new();
                 };
                 binding.type_name = Some(type_name);
+                binding.carried = None;
                 binding.phase = Phase::Open {
                     owner: owner.clone(),
                 };
@@ -734,8 +733,6 @@ impl SessionMachine {
         if seq < binding.next_push {
             return Vec::new();
         }
-        // The new binding's pushes began: the old one's turns, which ran before, are over.
-        binding.carried = None;
         if seq > binding.next_push {
             binding.early.insert(seq, payload);
             binding.gap_since.get_or_insert(now);
@@ -901,8 +898,8 @@ impl SessionMachine {
     /// The node running some bound Actors is gone: each is bound again, under a new epoch, once
     /// recovery has rebuilt it. The rebuilt Actor starts fresh, its pushes numbered from 0; what
     /// the dead node had not handled is lost with it, and inputs sent meanwhile are held. Until
-    /// the first push under the new binding, pushes under the old one still reach the client:
-    /// they come from the standby copy promoted in the Actor's room, which runs on under it. The
+    /// the new bind answers, pushes under the old binding still reach the client: they come
+    /// from the standby copy promoted in the Actor's room, which runs on under it. The
     /// inputs passed to the dead node that no fence confirmed are settled as undelivered (the
     /// client is told, if its version knows the frame): a fence behind later inputs must not
     /// confirm them, for they may have died there.
@@ -1228,7 +1225,7 @@ mod tests {
     }
 
     #[test]
-    fn pushes_under_the_old_binding_reach_the_client_until_the_new_binding_pushes() {
+    fn a_promoted_actors_pushes_under_its_old_binding_reach_the_client_until_it_is_bound_again() {
         let t = Instant::now();
         let mut m = open_with(SessionLimits::default(), t);
         bound(&mut m, "s", t);
@@ -1242,7 +1239,7 @@ mod tests {
         m.on(Event::OwnerLeft { node: node("s") }, t);
         // The owner's standby copy runs on, under the binding it holds: what its queued turns
         // push (the effect of an input already confirmed, say) still reaches the client, once
-        // each and in order.
+        // each and in order, while the session binds it again.
         let carried = m.on(push(1, 1), t);
         assert_eq!(
             carried,
@@ -1255,13 +1252,10 @@ mod tests {
         assert!(m.on(push(1, 1), t).is_empty(), "a push repeated");
         assert!(m.on(push(1, 0), t).is_empty(), "a push the client had");
         assert_eq!(m.on(push(1, 2), t).len(), 1);
-        // Bound again, the copy's pushes of the turns before the bind may still come (under a
-        // confirmed standby they wait for the copy's own standby); then the new binding's
-        // pushes count from 0, and the old one's are over.
+        // Bound again: the new binding's pushes count from 0, the old one's are dropped.
         bound_in(&mut m, 2, "r", t);
-        assert_eq!(m.on(push(1, 3), t).len(), 1);
+        assert!(m.on(push(1, 3), t).is_empty());
         assert_eq!(m.on(push(2, 0), t).len(), 1);
-        assert!(m.on(push(1, 4), t).is_empty());
     }
 
     #[test]
@@ -1291,7 +1285,8 @@ mod tests {
         assert!(m.on(input("a", 1), t).is_empty());
         let answer = bound_in(&mut m, 2, "r", t);
         assert_eq!(forwards(&answer), vec![("r".into(), 1)]);
-        // The new incarnation's pushes start at 0; the old one's are dropped from then on.
+        // The old incarnation's pushes are dropped; the new one's start at 0.
+        assert!(m.on(push(1), t).is_empty());
         let fresh = Event::Push {
             actor: actor("a"),
             epoch: 2,
@@ -1299,7 +1294,6 @@ mod tests {
             payload: Bytes::from_static(b"y"),
         };
         assert_eq!(m.on(fresh, t).len(), 1);
-        assert!(m.on(push(1), t).is_empty());
     }
 
     #[test]
