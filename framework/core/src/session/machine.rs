@@ -265,11 +265,6 @@ struct Binding {
     confirmed: u64,
     /// The count a fence on its way covers, if one is.
     fence: Option<u64>,
-    /// While the Actor is bound again after its node left: the binding it had then, and the
-    /// number of the next push of it to deliver. A standby copy promoted in its room runs on
-    /// under that binding until the new bind reaches it, and what its turns push meanwhile
-    /// (the effect of an input the client was told ran, say) is the client's.
-    carried: Option<(u32, u64)>,
 }
 
 impl Binding {
@@ -561,7 +556,6 @@ impl SessionMachine {
                 taken: 0,
                 confirmed: 0,
                 fence: None,
-                carried: None,
             },
         );
         vec![Action::RequestBind { actor, epoch }]
@@ -667,7 +661,6 @@ impl SessionMachine {
                     return Vec::new();
                 };
                 binding.type_name = Some(type_name);
-                binding.carried = None;
                 binding.phase = Phase::Open {
                     owner: owner.clone(),
                 };
@@ -713,23 +706,9 @@ impl SessionMachine {
         payload: Bytes,
         now: Instant,
     ) -> Vec<Action> {
-        let Some(binding) = self.bindings.get_mut(&actor) else {
+        let Some(binding) = self.bindings.get_mut(&actor).filter(|b| b.epoch == epoch) else {
             return Vec::new();
         };
-        if binding.epoch != epoch {
-            // One stream, so pushes of it come in order: a gap is a push the dead node kept.
-            return match &mut binding.carried {
-                Some((carried, next)) if *carried == epoch && seq >= *next => {
-                    *next = seq + 1;
-                    vec![Action::Send(ServerFrame::Push {
-                        actor,
-                        seq,
-                        payload,
-                    })]
-                }
-                _ => Vec::new(),
-            };
-        }
         if seq < binding.next_push {
             return Vec::new();
         }
@@ -897,9 +876,7 @@ impl SessionMachine {
 
     /// The node running some bound Actors is gone: each is bound again, under a new epoch, once
     /// recovery has rebuilt it. The rebuilt Actor starts fresh, its pushes numbered from 0; what
-    /// the dead node had not handled is lost with it, and inputs sent meanwhile are held. Until
-    /// the new bind answers, pushes under the old binding still reach the client: they come
-    /// from the standby copy promoted in the Actor's room, which runs on under it. The
+    /// the dead node had not handled is lost with it, and inputs sent meanwhile are held. The
     /// inputs passed to the dead node that no fence confirmed are settled as undelivered (the
     /// client is told, if its version knows the frame): a fence behind later inputs must not
     /// confirm them, for they may have died there.
@@ -917,7 +894,6 @@ impl SessionMachine {
                     inputs: forwarded,
                 }));
             }
-            binding.carried = Some((binding.epoch, binding.next_push));
             binding.epoch = self.next_epoch;
             self.next_epoch = self.next_epoch.wrapping_add(1);
             binding.phase = Phase::Binding;
@@ -1222,40 +1198,6 @@ mod tests {
             token: Bytes::new(),
         });
         assert_eq!(closed(&newer.on(hello, t)), Some(CloseCode::Protocol));
-    }
-
-    #[test]
-    fn a_promoted_actors_pushes_under_its_old_binding_reach_the_client_until_it_is_bound_again() {
-        let t = Instant::now();
-        let mut m = open_with(SessionLimits::default(), t);
-        bound(&mut m, "s", t);
-        let push = |epoch, seq| Event::Push {
-            actor: actor("a"),
-            epoch,
-            seq,
-            payload: Bytes::from(format!("{epoch}.{seq}")),
-        };
-        assert_eq!(m.on(push(1, 0), t).len(), 1);
-        m.on(Event::OwnerLeft { node: node("s") }, t);
-        // The owner's standby copy runs on, under the binding it holds: what its queued turns
-        // push (the effect of an input already confirmed, say) still reaches the client, once
-        // each and in order, while the session binds it again.
-        let carried = m.on(push(1, 1), t);
-        assert_eq!(
-            carried,
-            vec![Action::Send(ServerFrame::Push {
-                actor: actor("a"),
-                seq: 1,
-                payload: Bytes::from("1.1"),
-            })]
-        );
-        assert!(m.on(push(1, 1), t).is_empty(), "a push repeated");
-        assert!(m.on(push(1, 0), t).is_empty(), "a push the client had");
-        assert_eq!(m.on(push(1, 2), t).len(), 1);
-        // Bound again: the new binding's pushes count from 0, the old one's are dropped.
-        bound_in(&mut m, 2, "r", t);
-        assert!(m.on(push(1, 3), t).is_empty());
-        assert_eq!(m.on(push(2, 0), t).len(), 1);
     }
 
     #[test]
