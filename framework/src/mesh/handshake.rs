@@ -206,7 +206,8 @@ pub(crate) fn check_hello<F>(
 /// one held unacknowledged when it was cut off would otherwise run here once the cut healed,
 /// after its units had been rebuilt elsewhere and its clients had sent again through other
 /// nodes, and they would run a second time what this node delivered before it forgot the
-/// peer. A process that restarts under the same id has a new incarnation, and links.
+/// peer. A process that restarts under the same id has a new incarnation, and links. Never
+/// pruned: it grows by one entry for each process of a peer taken for dead.
 #[derive(Debug, Default)]
 pub(crate) struct Forgotten(HashSet<(NodeId, u64)>);
 
@@ -216,17 +217,16 @@ impl Forgotten {
         self.0.insert((node, instance));
     }
 
-    /// Refuses a hello or a welcome from an incarnation taken for dead.
-    pub fn check(&self, hello: &Hello) -> Result<(), Refusal> {
-        if !self.0.contains(&(hello.node.clone(), hello.instance)) {
+    /// Refuses a link with `node`'s incarnation `instance` if it was taken for dead.
+    pub fn check(&self, node: &NodeId, instance: u64) -> Result<(), Refusal> {
+        if !self.0.contains(&(node.clone(), instance)) {
             return Ok(());
         }
         Err(Refusal::new(
             CloseCode::Removed,
             format!(
-                "node {} was taken for dead and removed from the cluster, and its units run \
-                 elsewhere: this process never links again; restart it to join as a new one",
-                hello.node
+                "node {node} was taken for dead and removed from the cluster, and its units run \
+                 elsewhere: this process never links again; restart it to join as a new one"
             ),
         ))
     }
@@ -359,13 +359,13 @@ mod tests {
     fn only_the_incarnation_taken_for_dead_is_refused() {
         let mut forgotten = Forgotten::default();
         forgotten.forget(node("b"), 7);
-        let refused = forgotten.check(&Hello::new(node("b"), 7));
+        let refused = forgotten.check(&node("b"), 7);
         assert_eq!(refused.unwrap_err().code, CloseCode::Removed);
         assert!(
-            forgotten.check(&Hello::new(node("b"), 8)).is_ok(),
+            forgotten.check(&node("b"), 8).is_ok(),
             "a restarted process"
         );
-        assert!(forgotten.check(&Hello::new(node("c"), 7)).is_ok());
+        assert!(forgotten.check(&node("c"), 7).is_ok());
     }
 
     #[test]

@@ -521,14 +521,17 @@ impl<F: MeshFrame> Shared<F> {
         self.peers.write().map.remove(node).is_some()
     }
 
-    /// Forgets a peer taken for dead: as [`Shared::remove_peer`], and the incarnation it last
-    /// linked with is refused from now on, whichever side dials.
+    /// Forgets a peer taken for dead: as [`Shared::remove_peer`], and the incarnation of its
+    /// last link is refused from now on, whichever side dials, if that link is down. One that
+    /// is up is a process the cluster hears from: a restart under the id that linked before
+    /// membership read its descriptor, say, which must not be shut out.
     pub(crate) fn forget_peer(&self, node: &NodeId) -> bool {
         let Some(handle) = self.peers.write().map.remove(node) else {
             return false;
         };
+        let linked = handle.status.borrow().state == PeerState::Ready;
         let instance = handle.sync.instance.load(Ordering::Acquire);
-        if instance != NEVER_LINKED {
+        if !linked && instance != NEVER_LINKED {
             self.forgotten.lock().forget(node.clone(), instance);
         }
         true
@@ -769,7 +772,7 @@ async fn admit<F: MeshFrame>(shared: Arc<Shared<F>>, incoming: quinn::Incoming) 
         Ok(hello) => hello,
         Err(refusal) => return refuse(&conn, None, &refusal),
     };
-    if let Err(refusal) = shared.forgotten.lock().check(&hello) {
+    if let Err(refusal) = shared.forgotten.lock().check(&hello.node, hello.instance) {
         return refuse(&conn, None, &refusal);
     }
     let node = hello.node.clone();
@@ -1180,24 +1183,13 @@ impl<F: MeshFrame> PeerTask<F> {
                     }
                 }
                 Event::Dialled(Ok(dialled)) => {
-                    // A peer taken for dead that is still up answers our dial: its frames
-                    // must not run here.
-                    let forgotten = self.shared.forgotten.lock().check(&dialled.welcome);
-                    match forgotten {
-                        Err(refusal) => {
-                            refuse(&dialled.conn, Some(&self.node), &refusal);
-                            self.retry()
-                        }
-                        Ok(()) => {
-                            let link = Link {
-                                conn: dialled.conn,
-                                send: dialled.send,
-                                dialled_by_us: true,
-                                instance: dialled.welcome.instance,
-                            };
-                            self.install(link, dialled.reader).await
-                        }
-                    }
+                    let link = Link {
+                        conn: dialled.conn,
+                        send: dialled.send,
+                        dialled_by_us: true,
+                        instance: dialled.welcome.instance,
+                    };
+                    self.install(link, dialled.reader).await
                 }
                 Event::Dialled(Err(e)) if e.code == Some(CloseCode::Removed) => {
                     self.removed(&e.detail)
@@ -1442,6 +1434,17 @@ impl<F: MeshFrame> PeerTask<F> {
     /// Starts reading a new connection and sends on it, first, every frame not yet
     /// acknowledged, from the oldest.
     async fn install(&mut self, link: Link, reader: Reader<F>) -> Mode<F> {
+        // Checked here, whichever side dialled, so that an offer or a dial already on its way
+        // when the peer was forgotten does not link either.
+        let forgotten = self
+            .shared
+            .forgotten
+            .lock()
+            .check(&self.node, link.instance);
+        if let Err(refusal) = forgotten {
+            refuse(&link.conn, Some(&self.node), &refusal);
+            return self.retry();
+        }
         self.backoff.reset();
         self.links += 1;
         self.sync.instance.store(link.instance, Ordering::Release);

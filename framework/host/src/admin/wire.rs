@@ -110,7 +110,8 @@ impl From<ferry::RecoveryStall> for RecoveryWaiting {
 pub struct PeerBody {
     /// The peer's node id.
     pub node: String,
-    /// Where the link stands: `Ready`, `Connecting`, `Backoff` or `Waiting`.
+    /// Where the link stands: `Ready`, `Connecting`, `Backoff`, `Waiting` or `Removed` (the peer
+    /// took this node for dead and refuses it for good).
     pub link: String,
     /// The peer's mesh address, if known.
     pub addr: Option<String>,
