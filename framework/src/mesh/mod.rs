@@ -407,9 +407,10 @@ impl<F: MeshFrame> Mesh<F> {
     }
 
     /// Forgets a peer this node took for dead, as [`Mesh::remove_peer`] does, and refuses the
-    /// incarnation it last linked with from now on, whichever side dials: frames it held
-    /// unacknowledged when it was cut off never run here, nor run again what ran here before.
-    /// A process that restarts under its id is a new incarnation and links as any peer.
+    /// incarnation of its last link from now on, whichever side dials, if that link is down:
+    /// frames it held unacknowledged when it was cut off never run here, nor run again what ran
+    /// here before. A process that restarts under its id is a new incarnation and links as any
+    /// peer.
     pub fn forget_peer(&self, node: &NodeId) -> bool {
         self.shared.forget_peer(node)
     }

@@ -1076,11 +1076,7 @@ async fn a_peer_taken_for_dead_that_answers_a_dial_is_refused_for_good() {
 async fn a_peer_forgotten_while_its_link_is_up_links_again() {
     guard(async {
         let ca = ClusterCa::generate().unwrap();
-        let (a, _a_rx) = start(&ca, "a").await;
-        let (b, mut b_rx) = start(&ca, "b").await;
-        a.add_peer(node("b"), b.local_addr()).unwrap();
-        a.wait_ready(&node("b")).await.unwrap();
-        b.wait_ready(&node("a")).await.unwrap();
+        let (a, b, mut b_rx, _cut) = cuttable_pair(&ca).await;
         // b's membership took a for gone while a linked: a process restarted under the id, say,
         // that dialled before its descriptor was read. It is heard from, so it is not shut out.
         assert!(b.forget_peer(&node("a")));
