@@ -110,7 +110,7 @@ impl SealWindow {
     /// A move asks to seal its unit: its place, if it may now. One that may not waits until a
     /// move through the window ends, or until [`next_change`](Self::next_change).
     pub fn enter(&mut self, now: Instant) -> Option<Ticket> {
-        if self.open(now) >= self.limit {
+        if self.free_seals(now) == 0 {
             return None;
         }
         self.next += 1;
@@ -118,10 +118,21 @@ impl SealWindow {
         Some(self.next)
     }
 
+    /// How many more moves may [`enter`](Self::enter) at `now`: as many as a runtime wakes
+    /// of those waiting, so that a place freed wakes one waiter and not all of them.
+    pub fn free_seals(&self, now: Instant) -> usize {
+        self.limit.saturating_sub(self.open(now))
+    }
+
+    /// How many more moves may [`copy`](Self::copy) now.
+    pub fn free_copies(&self) -> usize {
+        (self.limit * COPY_AHEAD).saturating_sub(self.copying)
+    }
+
     /// A move asks to pre-copy its unit: whether it may now. One that may not waits until a
     /// move stops copying ([`copied`](Self::copied)) or the window grows.
     pub fn copy(&mut self) -> bool {
-        if self.copying >= self.limit * COPY_AHEAD {
+        if self.free_copies() == 0 {
             return false;
         }
         self.copying += 1;
@@ -261,6 +272,34 @@ mod tests {
         }
         assert!(w.limit() > START);
         assert!(w.copy());
+    }
+
+    /// What is free is exactly what the next asks are granted: a runtime wakes that many.
+    #[test]
+    fn the_free_places_are_those_the_next_moves_are_let_through() {
+        let now = Instant::now();
+        let mut w = SealWindow::new();
+        for _ in 0..4 * SAMPLE {
+            let ticket = w.enter(now).expect("a place");
+            w.left(ticket, Some(us(400)));
+        }
+        let limit = w.limit();
+        assert!(limit > START);
+        assert_eq!(w.free_seals(now), limit);
+        let mut tickets = Vec::new();
+        for taken in 1..=limit {
+            tickets.push(w.enter(now).expect("a free place"));
+            assert_eq!(w.free_seals(now), limit - taken);
+        }
+        assert_eq!(w.enter(now), None);
+        w.left(tickets.pop().expect("a ticket"), None);
+        assert_eq!(w.free_seals(now), 1);
+        assert_eq!(w.free_copies(), limit * COPY_AHEAD);
+        for _ in 0..limit * COPY_AHEAD {
+            assert!(w.copy());
+        }
+        assert_eq!(w.free_copies(), 0);
+        assert!(!w.copy());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! the window lets it copy ahead, enters before it quiesces its unit and leaves once it ended,
 //! with its unit's pause.
 
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,9 +15,12 @@ use tokio::time::Instant;
 #[derive(Default)]
 pub(crate) struct SealGate {
     window: Mutex<SealWindow>,
-    /// Wakes the moves waiting to enter or to copy when one leaves or stops copying (the window
-    /// may have grown, too).
-    left: Notify,
+    /// Wakes moves waiting to enter, one for each place that came free: a drain keeps a hundred
+    /// moves waiting, and waking all of them for every place would spend the drain's processors
+    /// on moves that find none.
+    sealed: Notify,
+    /// Wakes moves waiting to copy, likewise.
+    copying: Notify,
 }
 
 impl SealGate {
@@ -24,7 +28,9 @@ impl SealGate {
     /// held its place so long that it no longer counts.
     pub async fn enter(self: &Arc<Self>) -> SealPass {
         loop {
-            let left = self.left.notified();
+            let mut freed = pin!(self.sealed.notified());
+            // Registered before the window is read, so that a place freed in between wakes it.
+            freed.as_mut().enable();
             let now = Instant::now().into_std();
             let (ticket, change) = {
                 let mut window = self.window.lock();
@@ -40,11 +46,11 @@ impl SealGate {
             match change {
                 Some(at) => {
                     tokio::select! {
-                        () = left => {}
+                        () = freed => {}
                         () = tokio::time::sleep_until(Instant::from_std(at)) => {}
                     }
                 }
-                None => left.await,
+                None => freed.await,
             }
         }
     }
@@ -52,17 +58,36 @@ impl SealGate {
     /// Waits until the window lets this move pre-copy its unit.
     pub async fn copy(self: &Arc<Self>) -> CopyPass {
         loop {
-            let left = self.left.notified();
+            let mut freed = pin!(self.copying.notified());
+            freed.as_mut().enable();
             if self.window.lock().copy() {
                 return CopyPass { gate: self.clone() };
             }
-            left.await;
+            freed.await;
         }
     }
 
     /// How many seals the window lets through now.
     pub fn limit(&self) -> usize {
         self.window.lock().limit()
+    }
+
+    /// Changes the window, then wakes as many waiting moves as it now lets through.
+    fn change(&self, change: impl FnOnce(&mut SealWindow)) {
+        let (seals, copies) = {
+            let mut window = self.window.lock();
+            change(&mut window);
+            (
+                window.free_seals(Instant::now().into_std()),
+                window.free_copies(),
+            )
+        };
+        for _ in 0..seals {
+            self.sealed.notify_one();
+        }
+        for _ in 0..copies {
+            self.copying.notify_one();
+        }
     }
 }
 
@@ -82,8 +107,8 @@ impl SealPass {
 
 impl Drop for SealPass {
     fn drop(&mut self) {
-        self.gate.window.lock().left(self.ticket, self.pause);
-        self.gate.left.notify_waiters();
+        let (ticket, pause) = (self.ticket, self.pause);
+        self.gate.change(|window| window.left(ticket, pause));
     }
 }
 
@@ -94,7 +119,6 @@ pub(crate) struct CopyPass {
 
 impl Drop for CopyPass {
     fn drop(&mut self) {
-        self.gate.window.lock().copied();
-        self.gate.left.notify_waiters();
+        self.gate.change(SealWindow::copied);
     }
 }
