@@ -34,7 +34,8 @@ pub const T: Duration = Duration::from_secs(30);
 /// A room: a blob of state and a count of what it was told.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct Room {
-    /// The room's state, as many bytes as the bench asks for.
+    /// The room's state, as many bytes as the bench asks for, serialized as one slice.
+    #[serde(with = "serde_bytes")]
     pub blob: Vec<u8>,
     /// The sum of the `Add`s it handled.
     pub count: u64,
@@ -155,7 +156,7 @@ pub enum RoomMsg {
     /// Answers the room's whole state, serialized ([`Answer::State`]).
     Snapshot,
     /// Replaces the room's whole state with these serialized bytes.
-    Load(Vec<u8>),
+    Load(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Answers the count.
     Get,
     /// Sets how fast the room's turns rewrite its blob from now on.
@@ -168,7 +169,7 @@ pub enum Answer {
     /// The room's count, after an `Add` or for a `Get`.
     Count(u64),
     /// The state, serialized.
-    State(Vec<u8>),
+    State(#[serde(with = "serde_bytes")] Vec<u8>),
     /// The state could not be serialized or loaded.
     Invalid(String),
 }

@@ -51,6 +51,7 @@ const BACK_WITHIN: Duration = Duration::from_secs(60);
 /// A room of the crash run: a blob of state, the inputs it ran, and the clock of its turns.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct CrashRoom {
+    #[serde(with = "serde_bytes")]
     blob: Vec<u8>,
     /// Inputs it ran.
     count: u64,
