@@ -2,15 +2,17 @@
 //! order while their room moves, ride out a gateway that shuts down, and a client that misbehaves
 //! loses its own session and nothing else.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use ferry::client::{Client, ClientError, ClientEvent};
 use ferry::relocation::protocol::MoveEnd;
 use ferry::session::wire::{ClientFrame, CloseCode, PROTOCOL_VERSION, ServerFrame};
-use ferry::{ActorId, Node, SessionLimits, SpotId, UnitId};
+use ferry::store::LocationStore;
+use ferry::{ActorId, Node, NodeState, SessionLimits, SpotId, UnitId};
 use ferry_tests::cluster::Cluster;
-use ferry_tests::faults::Gate;
+use ferry_tests::faults::{FaultyStore, Gate};
 use ferry_tests::player::{HookedPair, PlayerMsg, PlayerPush, registry};
 use ferry_tests::sessions::{Gateways, RawClient};
 use tokio::sync::watch;
@@ -445,6 +447,66 @@ async fn a_second_session_binding_a_player_takes_it_over_and_the_first_is_told_w
     // The first session goes on with its other player.
     round_trip(&mut first, &q, 0, 5).await;
     assert_eq!(inputs(&n1, &p).await, (0..10).collect::<Vec<_>>());
+    cluster.shutdown().await;
+}
+
+/// A gateway whose node may have lost its owner lease forwards no more input: another node may
+/// run its units by now, and inputs it let through late could overtake those the client sends
+/// again elsewhere. The session closes, and the client plays on through another gateway: each
+/// input runs once, in order, or is reported undelivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gateway_whose_lease_may_have_run_out_forwards_no_input_and_its_clients_go_elsewhere() {
+    let gateways = Gateways::new();
+    let mut cluster = Cluster::start(0, registry).await;
+    let n2 = gateways.add(&mut cluster, "n2", registry(), fast()).await;
+    let store = FaultyStore::new(cluster.store.clone());
+    let shared: Arc<dyn LocationStore> = store.clone();
+    let mut config = cluster
+        .config("n1")
+        .sessions(gateways.settings(fast()))
+        .store(shared);
+    config.lease_ttl = Duration::from_millis(900);
+    config.outage_limit = Duration::from_millis(200);
+    let n1 = cluster.add_with(config, registry()).await;
+    let me = actor("far");
+    n2.create_actor("player", &me).await.expect("created");
+    let mut client = Client::connect(gateways.client(&[&n1, &n2]))
+        .await
+        .expect("connected");
+    client.bind(&me).await.expect("bound");
+    round_trip(&mut client, &me, 0, 5).await;
+    assert_eq!(client.session().connects, 1);
+
+    // n1 can no longer renew its lease: once it may have run out, n1 is fenced.
+    let mut state = n1.watch_state();
+    store.leave_renewals_unanswered();
+    tokio::time::timeout(T, state.wait_for(|s| *s == NodeState::Error))
+        .await
+        .expect("n1 is fenced")
+        .expect("state");
+
+    // What the client sends n1 now never reaches the player: the client is told so, since it
+    // does not send inputs again, and carries on through n2.
+    for n in 5..10 {
+        client.send(&me, &PlayerMsg::Input(n)).expect("sent");
+    }
+    match client.recv::<PlayerPush>().await.expect("session goes on") {
+        ClientEvent::Undelivered { actor, inputs, .. } => {
+            assert_eq!((actor, inputs), (me.clone(), 5))
+        }
+        other => panic!("expected the inputs sent to n1 reported undelivered, got {other:?}"),
+    }
+    match client.recv::<PlayerPush>().await.expect("session goes on") {
+        ClientEvent::Reconnected { reason, session } => {
+            assert!(reason.contains("owner lease"), "{reason}");
+            assert_eq!((session.node, session.connects), (n2.id().clone(), 2));
+        }
+        other => panic!("expected a reconnect, got {other:?}"),
+    }
+    round_trip(&mut client, &me, 10, 15).await;
+    let expected: Vec<u64> = (0..5).chain(10..15).collect();
+    assert_eq!(inputs(&n2, &me).await, expected);
+    n1.abort().await;
     cluster.shutdown().await;
 }
 

@@ -102,6 +102,10 @@ impl SessionHost for Node {
         self.core.stop.is_cancelled()
     }
 
+    fn fenced(&self) -> bool {
+        Node::fenced(self)
+    }
+
     fn refresh(&self) -> Duration {
         self.config().refresh
     }

@@ -184,6 +184,14 @@ impl Sessions {
                 () = live.wake.notified() => continue,
                 () = sleep_until(deadline) => Event::Tick,
                 frame = frames.next() => match frame {
+                    // The frame is dropped: its client sends what was not delivered again
+                    // through the gateway it reconnects to.
+                    Some(Ok(_)) if node.fenced() => Event::Shutdown {
+                        reason: format!(
+                            "node {} may have lost its owner lease; connect to another node",
+                            node.id()
+                        ),
+                    },
                     Some(Ok(frame)) => checked(node, live, frame),
                     Some(Err(ReadError::Bad { code, reason })) => Event::BadFrame { code, reason },
                     Some(Err(ReadError::Io(error))) => Event::ClientGone {

@@ -32,6 +32,11 @@ pub(crate) trait SessionHost: Clone + Send + Sync + 'static {
     /// Whether the node is stopping: a rebind stops waiting for recovery.
     fn stopping(&self) -> bool;
 
+    /// Whether the node may have lost its owner lease: another node may run its units by now,
+    /// and an input this gateway forwarded late could overtake those its client sends again
+    /// elsewhere, so it takes none.
+    fn fenced(&self) -> bool;
+
     /// How often a rebind reads the Actor's record again.
     fn refresh(&self) -> Duration;
 
