@@ -25,27 +25,55 @@ const HEADER: usize = 4;
 pub(crate) const COALESCE: usize = 16 * 1024;
 
 /// Appends `frames` to `out` as write pieces: runs of small frames joined into one buffer of about
-/// [`COALESCE`] bytes, frames that size or larger passed on as they are. Order is kept.
+/// [`COALESCE`] bytes, frames that size or larger, and a small frame with no other beside it,
+/// passed on as they are (a lone frame is not worth a copy into a fresh buffer). Order is kept.
 pub(crate) fn coalesce(frames: impl IntoIterator<Item = Bytes>, out: &mut Vec<Bytes>) {
-    let mut run = BytesMut::new();
+    let mut run = Run::default();
     for frame in frames {
         if frame.len() >= COALESCE {
-            if !run.is_empty() {
-                out.push(run.split().freeze());
-            }
+            run.flush(out);
             out.push(frame);
             continue;
         }
-        if run.is_empty() {
-            run.reserve(COALESCE + frame.len());
-        }
-        run.extend_from_slice(&frame);
+        run.push(frame);
         if run.len() >= COALESCE {
-            out.push(run.split().freeze());
+            run.flush(out);
         }
     }
-    if !run.is_empty() {
-        out.push(run.freeze());
+    run.flush(out);
+}
+
+/// Small frames waiting to be written as one piece: the first is kept as it is until a second
+/// comes to join it.
+#[derive(Default)]
+struct Run {
+    first: Option<Bytes>,
+    joined: BytesMut,
+}
+
+impl Run {
+    fn len(&self) -> usize {
+        self.first.as_ref().map_or(self.joined.len(), Bytes::len)
+    }
+
+    fn push(&mut self, frame: Bytes) {
+        match self.first.take() {
+            None if self.joined.is_empty() => self.first = Some(frame),
+            None => self.joined.extend_from_slice(&frame),
+            Some(first) => {
+                self.joined.reserve(COALESCE + frame.len());
+                self.joined.extend_from_slice(&first);
+                self.joined.extend_from_slice(&frame);
+            }
+        }
+    }
+
+    fn flush(&mut self, out: &mut Vec<Bytes>) {
+        if let Some(first) = self.first.take() {
+            out.push(first);
+        } else if !self.joined.is_empty() {
+            out.push(self.joined.split().freeze());
+        }
     }
 }
 
@@ -438,6 +466,19 @@ mod tests {
         // 200 small frames (20,000 bytes) make two pieces, the large one goes alone, then the tail.
         let sizes: Vec<usize> = out.iter().map(Bytes::len).collect();
         assert_eq!(sizes, [16_400, 3_600, COALESCE, 1_100]);
+    }
+
+    /// A small frame with no other small one beside it is written as it came, not copied.
+    #[test]
+    fn a_lone_small_frame_is_passed_on_without_a_copy() {
+        let lone = Bytes::from(vec![1u8; 100]);
+        let large = Bytes::from(vec![9u8; COALESCE]);
+        let mut out = Vec::new();
+        coalesce([lone.clone(), large.clone(), lone.clone()], &mut out);
+        assert_eq!(out, [lone.clone(), large, lone.clone()]);
+        for piece in [&out[0], &out[2]] {
+            assert_eq!(piece.as_ptr(), lone.as_ptr(), "the frame's own bytes");
+        }
     }
     use serde::Deserialize;
 
