@@ -158,16 +158,21 @@ impl SealWindow {
     /// The move with this place ended, with its unit's pause if it sealed one. Once a window's
     /// worth of moves ended (and at least [`SAMPLE`]), the window grows by a quarter if their
     /// mean pause went straight through, and shrinks by a quarter if not.
-    pub fn left(&mut self, ticket: Ticket, pause: Option<Duration>) {
+    ///
+    /// Returns whether places now count as stuck sooner (a shorter mean pause was seen): the
+    /// times [`next_change`](Self::next_change) gave those waiting may be too late, and each
+    /// should ask again.
+    pub fn left(&mut self, ticket: Ticket, pause: Option<Duration>) -> bool {
         self.open.remove(&ticket);
         let Some(pause) = pause else {
-            return;
+            return false;
         };
         self.sum += pause;
         self.count += 1;
         if self.count < self.limit.max(SAMPLE) {
-            return;
+            return false;
         }
+        let stuck = self.stuck();
         let mean = self.sum / self.count as u32;
         self.sum = Duration::ZERO;
         self.count = 0;
@@ -179,6 +184,7 @@ impl SealWindow {
         } else {
             (self.limit - step).max(1)
         };
+        self.stuck() < stuck
     }
 }
 
@@ -327,11 +333,23 @@ mod tests {
         w.left(slow, Some(Duration::from_secs(2)));
         w.left(next, Some(Duration::from_millis(4)));
         assert_eq!(w.open(stuck), 0);
-        // Stuck is judged against the shortest mean pause seen.
-        for _ in 0..2 * SAMPLE {
+        // Stuck is judged against the shortest mean pause seen, and the window says each time
+        // that made it shorter.
+        let leave = |w: &mut SealWindow, ms| {
             let ticket = w.enter(stuck).expect("a place");
-            w.left(ticket, Some(Duration::from_millis(4)));
-        }
+            let before = w.stuck();
+            let sooner = w.left(ticket, Some(Duration::from_millis(ms)));
+            assert_eq!(sooner, w.stuck() < before);
+            usize::from(sooner)
+        };
+        let sooner: usize = (0..2 * SAMPLE).map(|_| leave(&mut w, 4)).sum();
         assert_eq!(w.stuck(), Duration::from_millis(32));
+        assert_eq!(
+            sooner, 1,
+            "from 8 times the first mean (about 1 s) to 32 ms, once"
+        );
+        let sooner: usize = (0..3 * SAMPLE).map(|_| leave(&mut w, 3)).sum();
+        assert_eq!(w.stuck(), Duration::from_millis(24));
+        assert!(sooner >= 1);
     }
 }

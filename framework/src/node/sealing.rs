@@ -15,9 +15,9 @@ use tokio::time::Instant;
 #[derive(Default)]
 pub(crate) struct SealGate {
     window: Mutex<SealWindow>,
-    /// Wakes moves waiting to enter, one for each place that came free: a drain keeps a hundred
-    /// moves waiting, and waking all of them for every place would spend the drain's processors
-    /// on moves that find none.
+    /// Wakes moves waiting to enter, as many as the window lets through: a drain keeps a hundred
+    /// moves waiting, and waking all of them for every place freed would spend the drain's
+    /// processors on moves that find none.
     sealed: Notify,
     /// Wakes moves waiting to copy, likewise.
     copying: Notify,
@@ -72,16 +72,21 @@ impl SealGate {
         self.window.lock().limit()
     }
 
-    /// Changes the window, then wakes as many waiting moves as it now lets through.
-    fn change(&self, change: impl FnOnce(&mut SealWindow)) {
-        let (seals, copies) = {
+    /// Changes the window, then wakes as many waiting moves as it now lets through; every move
+    /// waiting to enter when the change says places count as stuck sooner than they were told.
+    fn change(&self, change: impl FnOnce(&mut SealWindow) -> bool) {
+        let (sooner, seals, copies) = {
             let mut window = self.window.lock();
-            change(&mut window);
+            let sooner = change(&mut window);
             (
+                sooner,
                 window.free_seals(Instant::now().into_std()),
                 window.free_copies(),
             )
         };
+        if sooner {
+            self.sealed.notify_waiters();
+        }
         for _ in 0..seals {
             self.sealed.notify_one();
         }
@@ -119,6 +124,9 @@ pub(crate) struct CopyPass {
 
 impl Drop for CopyPass {
     fn drop(&mut self) {
-        self.gate.change(SealWindow::copied);
+        self.gate.change(|window| {
+            window.copied();
+            false
+        });
     }
 }
