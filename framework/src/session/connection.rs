@@ -184,14 +184,6 @@ impl Sessions {
                 () = live.wake.notified() => continue,
                 () = sleep_until(deadline) => Event::Tick,
                 frame = frames.next() => match frame {
-                    // The frame is dropped: its client sends what was not delivered again
-                    // through the gateway it reconnects to.
-                    Some(Ok(_)) if node.fenced() => Event::Shutdown {
-                        reason: format!(
-                            "node {} may have lost its owner lease; connect to another node",
-                            node.id()
-                        ),
-                    },
                     Some(Ok(frame)) => checked(node, live, frame),
                     Some(Err(ReadError::Bad { code, reason })) => Event::BadFrame { code, reason },
                     Some(Err(ReadError::Io(error))) => Event::ClientGone {
@@ -218,8 +210,20 @@ impl Sessions {
         }
     }
 
-    /// Feeds an event to a session and carries out what it asks, under the session's lock.
+    /// Feeds an event to a session and carries out what it asks, under the session's lock. On a
+    /// node that may have lost its owner lease, whatever the event, the session ends instead
+    /// and sends nothing more: the client counts what it sent undelivered and goes elsewhere.
     pub(super) fn apply<H: SessionHost>(self: &Arc<Self>, node: &H, live: &Live, event: Event) {
+        let event = if node.fenced() {
+            Event::LeaseLost {
+                reason: format!(
+                    "node {} may have lost its owner lease; connect to another node",
+                    node.id()
+                ),
+            }
+        } else {
+            event
+        };
         let mut machine = live.machine.lock();
         let now = Instant::now().into_std();
         let mut events = VecDeque::from([event]);

@@ -33,8 +33,8 @@ pub(crate) trait SessionHost: Clone + Send + Sync + 'static {
     fn stopping(&self) -> bool;
 
     /// Whether the node may have lost its owner lease: another node may run its units by now,
-    /// and an input this gateway forwarded late could overtake those its client sends again
-    /// elsewhere, so it takes none.
+    /// and an input this gateway forwarded late could overtake those its client sends afterwards
+    /// through another gateway, so its sessions end and forward nothing more.
     fn fenced(&self) -> bool;
 
     /// How often a rebind reads the Actor's record again.

@@ -121,6 +121,14 @@ pub enum Event {
         /// What the client is told.
         reason: String,
     },
+    /// The gateway node may have lost its owner lease: another node may run its Actors by now,
+    /// and anything it forwarded late could overtake what the client sends through another
+    /// gateway. The session ends as for a shutdown, and sends nothing more: not even the inputs
+    /// it holds, which its client counts undelivered.
+    LeaseLost {
+        /// What the client is told.
+        reason: String,
+    },
     /// The connection is gone.
     ClientGone {
         /// Why, for the logs.
@@ -436,6 +444,14 @@ impl SessionMachine {
             ),
             Event::Tick => self.tick(now),
             Event::Shutdown { reason } => self.close(CloseCode::Shutdown, reason),
+            Event::LeaseLost { reason } => {
+                self.state = State::Closed;
+                self.bindings.clear();
+                vec![Action::Close {
+                    code: CloseCode::Shutdown,
+                    reason,
+                }]
+            }
             Event::ClientGone { reason } => self.close(CloseCode::Normal, reason),
         }
     }
@@ -1282,6 +1298,59 @@ mod tests {
         );
         assert_eq!(forwards(&released), vec![("t".into(), 1), ("t".into(), 2)]);
         assert_eq!(forwards(&m.on(input("a", 3), t)), vec![("t".into(), 3)]);
+    }
+
+    /// A shutdown lets held inputs go to where they may still run; a gateway that may have lost
+    /// its lease sends nothing, since they could run after what its client sends elsewhere.
+    #[test]
+    fn a_gateway_that_lost_its_lease_closes_without_forwarding_what_it_held() {
+        let t = Instant::now();
+        let sealed_with_two = || {
+            let mut m = open_with(SessionLimits::default(), t);
+            bound(&mut m, "s", t);
+            m.on(
+                Event::Seal {
+                    rel: RelocationId(1),
+                    actor: actor("a"),
+                    epoch: 1,
+                    hold: Duration::ZERO,
+                },
+                t,
+            );
+            assert!(m.on(input("a", 1), t).is_empty());
+            assert!(m.on(input("a", 2), t).is_empty());
+            m
+        };
+        let shutdown = sealed_with_two().on(
+            Event::Shutdown {
+                reason: "bye".into(),
+            },
+            t,
+        );
+        assert_eq!(forwards(&shutdown), vec![("s".into(), 1), ("s".into(), 2)]);
+
+        let mut m = sealed_with_two();
+        let lost = m.on(
+            Event::LeaseLost {
+                reason: "lease".into(),
+            },
+            t,
+        );
+        assert_eq!(
+            lost,
+            vec![Action::Close {
+                code: CloseCode::Shutdown,
+                reason: "lease".into()
+            }]
+        );
+        let release = Event::Release {
+            rel: RelocationId(1),
+            actor: actor("a"),
+            epoch: 1,
+            owner: Some(node("t")),
+        };
+        assert!(m.on(release, t).is_empty(), "nothing after the close");
+        assert!(m.on(input("a", 3), t).is_empty());
     }
 
     #[test]
