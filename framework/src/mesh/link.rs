@@ -15,7 +15,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -115,6 +115,8 @@ pub(crate) struct Shared<F> {
     peers: RwLock<Peers<F>>,
     /// Peers' incarnations taken for dead, never linked again.
     forgotten: Mutex<Forgotten>,
+    /// This node may have lost its owner lease: what it held for a peer is not sent again.
+    fenced: AtomicBool,
     tasks: Mutex<JoinSet<()>>,
     runtime: tokio::runtime::Handle,
     socket_released: Mutex<Option<oneshot::Receiver<()>>>,
@@ -362,6 +364,7 @@ impl<F: MeshFrame> Shared<F> {
                 closed: false,
             }),
             forgotten: Mutex::new(Forgotten::default()),
+            fenced: AtomicBool::new(false),
             tasks: Mutex::new(JoinSet::new()),
             runtime: tokio::runtime::Handle::current(),
             socket_released: Mutex::new(Some(socket_released)),
@@ -525,6 +528,10 @@ impl<F: MeshFrame> Shared<F> {
     /// last link is refused from now on, whichever side dials, if that link is down. One that
     /// is up is a process the cluster hears from: a restart under the id that linked before
     /// membership read its descriptor, say, which must not be shut out.
+    pub(crate) fn fence(&self) {
+        self.fenced.store(true, Ordering::Release);
+    }
+
     pub(crate) fn forget_peer(&self, node: &NodeId) -> bool {
         let Some(handle) = self.peers.write().map.remove(node) else {
             return false;
@@ -1451,6 +1458,15 @@ impl<F: MeshFrame> PeerTask<F> {
         let lost = self.outbox.connected(link.instance);
         self.shared
             .report_lost(&self.node, lost, LossReason::Restarted);
+        if self.shared.fenced.load(Ordering::Acquire) {
+            let mut held = self.outbox.clear();
+            let queued = self.out.take_queued().into_iter().flat_map(Run::pieces);
+            held.runs.extend(queued.map(|piece| piece.bytes));
+            self.out.settled();
+            self.publish_unacked();
+            self.shared
+                .report_lost(&self.node, held, LossReason::Fenced);
+        }
         info!(peer = %self.node, remote = %link.conn.remote_address(),
             dialled_by_us = link.dialled_by_us, resent = self.outbox.len(), "mesh link ready");
         // One bulk writer at a time: a replaced connection's writer ends before the next starts.

@@ -118,6 +118,8 @@ pub enum LossReason {
     Restarted,
     /// This mesh closed first.
     Closed,
+    /// This node may have lost its owner lease ([`Mesh::fence`]) before a link took them.
+    Fenced,
 }
 
 impl fmt::Display for LossReason {
@@ -126,6 +128,7 @@ impl fmt::Display for LossReason {
             LossReason::Removed => "the peer was removed from the cluster",
             LossReason::Restarted => "the peer restarted before acknowledging them",
             LossReason::Closed => "the mesh closed first",
+            LossReason::Fenced => "this node may have lost its owner lease before they were sent",
         })
     }
 }
@@ -413,6 +416,14 @@ impl<F: MeshFrame> Mesh<F> {
     /// peer.
     pub fn forget_peer(&self, node: &NodeId) -> bool {
         self.shared.forget_peer(node)
+    }
+
+    /// This node may have lost its owner lease: another node may have taken its units over, so
+    /// what it holds for a peer when the next link comes up, unacknowledged or still queued, is
+    /// not sent (late, it could run after what the cluster did since, or run twice). Those frames
+    /// are reported lost; frames queued once that link is up go as usual.
+    pub fn fence(&self) {
+        self.shared.fence();
     }
 
     /// Queues `frame` for `to`, behind every frame queued for it before this way (bulk frames

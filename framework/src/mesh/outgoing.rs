@@ -157,6 +157,11 @@ impl Outgoing {
         wake_after_unlock(state);
     }
 
+    /// Takes what is queued now, if anything, leaving the queue open.
+    pub(crate) fn take_queued(&self) -> Option<Run> {
+        take(&mut self.state.lock())
+    }
+
     /// Closes the queue and takes what it still holds.
     pub(crate) fn close_and_drain(&self) -> Option<Run> {
         let mut state = self.state.lock();

@@ -243,10 +243,14 @@ impl Node {
         self.core.ownership.lease_clock.held()
     }
 
-    /// Stops every turn for good: this node can no longer prove it owns its units.
+    /// Stops every turn for good: this node can no longer prove it owns its units. Nor does
+    /// its mesh send again what it held when a link comes back: others may have done that work.
     pub(crate) fn fence(&self, why: &str) {
         if !self.core.ownership.fenced.swap(true, Ordering::AcqRel) {
             tracing::error!(node = %self.id(), why, "owner lease lost: no turn runs on this node any more");
+            if let Some(mesh) = &self.core.links.mesh {
+                mesh.fence();
+            }
             self.set_state(NodeState::Error);
         }
     }
