@@ -8,7 +8,8 @@
 //! keeps every frame until it is acknowledged and sends what is kept again, first and in
 //! order, on the next connection. The receiver drops numbers it already delivered, so a
 //! frame is delivered at most once per receiving incarnation and, while both incarnations
-//! live, exactly once.
+//! live, exactly once, unless the sender was fenced (it may have lost its owner lease): it then
+//! drops what it kept and resumes from its next number, and the receiver takes the gap.
 
 use std::collections::VecDeque;
 
@@ -227,6 +228,35 @@ mod tests {
         assert_eq!(out.first(), 3);
         let again: Vec<u8> = out.pending().map(|f| f[0]).collect();
         assert_eq!(again, [3, 4, 5]);
+    }
+
+    /// A fenced sender drops what it kept and resumes from its next number; the receiver takes
+    /// the frames after the gap, once each, and none from before it again.
+    #[test]
+    fn frames_after_a_dropped_run_are_delivered_across_the_gap() {
+        let mut out = Outbox::default();
+        let mut inbox = Inbox::default();
+        out.connected(7);
+        for n in 1..=5 {
+            out.push(b(n), 1);
+        }
+        for seq in 1..=2 {
+            assert!(inbox.admit(3, seq));
+        }
+        let dropped = out.clear();
+        assert_eq!((dropped.runs.len(), out.len()), (5, 0));
+        assert!(out.connected(7).is_empty());
+        assert_eq!(
+            out.first(),
+            6,
+            "the next link resumes after what was dropped"
+        );
+        assert_eq!(out.push(b(6), 1), 6);
+        let admitted: Vec<bool> = [6, 7, 6, 2]
+            .iter()
+            .map(|&seq| inbox.admit(3, seq))
+            .collect();
+        assert_eq!(admitted, [true, true, false, false]);
     }
 
     #[test]

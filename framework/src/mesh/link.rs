@@ -156,12 +156,15 @@ pub(crate) struct PeerStatus {
     pub(crate) state: PeerState,
     addr: Option<SocketAddr>,
     direction: Option<Direction>,
-    links: u64,
+    pub(crate) links: u64,
 }
 
 enum PeerCtrl<F> {
     /// Dial this address (now, or after a loss).
     Dial(SocketAddr),
+    /// This node was fenced: end the link up, so that what the connection holds unacknowledged
+    /// is not carried over a cut that heals, and the next link starts without it.
+    Fenced,
     /// A connection the peer dialled to us, past TLS and the hello.
     Offer(Offer<F>),
 }
@@ -414,6 +417,11 @@ impl<F: MeshFrame> Shared<F> {
         metrics::counter!("ferry_mesh_frames_lost_total").increment(count as u64);
         warn!(%peer, frames = count, %reason,
             "frames accepted for a peer were never acknowledged; they may not have run");
+        // Frames a fenced node drops may have run (their acknowledgement is what was lost), and
+        // its units run no more: no one is told they did not.
+        if reason == LossReason::Fenced {
+            return;
+        }
         let Some(losses) = self.losses.lock().clone() else {
             return;
         };
@@ -524,14 +532,18 @@ impl<F: MeshFrame> Shared<F> {
         self.peers.write().map.remove(node).is_some()
     }
 
+    /// See [`Mesh::fence`](super::Mesh::fence): every peer's task closes the link it has up.
+    pub(crate) fn fence(&self) {
+        self.fenced.store(true, Ordering::Release);
+        for handle in self.peers.read().map.values() {
+            let _ = handle.ctrl.send(PeerCtrl::Fenced);
+        }
+    }
+
     /// Forgets a peer taken for dead: as [`Shared::remove_peer`], and the incarnation of its
     /// last link is refused from now on, whichever side dials, if that link is down. One that
     /// is up is a process the cluster hears from: a restart under the id that linked before
     /// membership read its descriptor, say, which must not be shut out.
-    pub(crate) fn fence(&self) {
-        self.fenced.store(true, Ordering::Release);
-    }
-
     pub(crate) fn forget_peer(&self, node: &NodeId) -> bool {
         let Some(handle) = self.peers.write().map.remove(node) else {
             return false;
@@ -1165,6 +1177,13 @@ impl<F: MeshFrame> PeerTask<F> {
                     }
                 }
                 Event::Ctrl(Some(PeerCtrl::Offer(offer))) => self.on_offer(mode, offer).await,
+                Event::Ctrl(Some(PeerCtrl::Fenced)) => match mode {
+                    Mode::Ready(link) => {
+                        close(&link.conn, CloseCode::Shutdown, "owner lease lost");
+                        self.retry()
+                    }
+                    other => other,
+                },
                 Event::Lost(e) if CloseCode::of(&e) == Some(CloseCode::Removed) => self.removed(&e),
                 Event::Lost(e) => {
                     info!(peer = %self.node, reason = %e, "mesh link lost");
@@ -1466,6 +1485,8 @@ impl<F: MeshFrame> PeerTask<F> {
             self.publish_unacked();
             self.shared
                 .report_lost(&self.node, held, LossReason::Fenced);
+            // Bulk frames (pre-copy) are best effort: dropped, not counted.
+            drop(self.bulk.take_queued());
         }
         info!(peer = %self.node, remote = %link.conn.remote_address(),
             dialled_by_us = link.dialled_by_us, resent = self.outbox.len(), "mesh link ready");

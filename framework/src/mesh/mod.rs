@@ -22,7 +22,9 @@
 //! drops numbers it already delivered. Frames queued while no connection is up wait for the
 //! next one. Only a peer that restarts, or is removed, or a mesh that closes first loses
 //! frames; those are counted ([`Mesh::frames_lost`]), logged, metered and handed back
-//! ([`Mesh::losses`]) so the caller can end what waited for them.
+//! ([`Mesh::losses`]) so the caller can end what waited for them. A node that may have lost its
+//! owner lease ([`Mesh::fence`]) drops what it held instead of sending it again: its frames then
+//! arrive in order with a gap, and those dropped are counted and logged.
 //!
 //! Bulk frames ([`Mesh::send_bulk`]: a relocation's pre-copy, megabytes of a running unit's
 //! image) travel on a second uni stream per connection and direction, opened by each side for
@@ -118,7 +120,9 @@ pub enum LossReason {
     Restarted,
     /// This mesh closed first.
     Closed,
-    /// This node may have lost its owner lease ([`Mesh::fence`]) before a link took them.
+    /// This node may have lost its owner lease ([`Mesh::fence`]): what it held is not sent
+    /// again. Such frames may have run (their acknowledgement may be what was lost), so they are
+    /// counted and logged, not handed back by [`Mesh::losses`].
     Fenced,
 }
 
@@ -128,7 +132,9 @@ impl fmt::Display for LossReason {
             LossReason::Removed => "the peer was removed from the cluster",
             LossReason::Restarted => "the peer restarted before acknowledging them",
             LossReason::Closed => "the mesh closed first",
-            LossReason::Fenced => "this node may have lost its owner lease before they were sent",
+            LossReason::Fenced => {
+                "this node may have lost its owner lease, so they are not sent again"
+            }
         })
     }
 }
@@ -419,9 +425,11 @@ impl<F: MeshFrame> Mesh<F> {
     }
 
     /// This node may have lost its owner lease: another node may have taken its units over, so
-    /// what it holds for a peer when the next link comes up, unacknowledged or still queued, is
-    /// not sent (late, it could run after what the cluster did since, or run twice). Those frames
-    /// are reported lost; frames queued once that link is up go as usual.
+    /// what it holds for a peer, unacknowledged or still queued, is not sent again (late, it
+    /// could run after what the cluster did since, or run twice). Links up now are closed, so
+    /// that no connection carries what it held over a cut that heals; when the next link comes
+    /// up, what is held is dropped and counted lost ([`LossReason::Fenced`]), and the frames after
+    /// it are numbered on from there.
     pub fn fence(&self) {
         self.shared.fence();
     }
@@ -452,8 +460,8 @@ impl<F: MeshFrame> Mesh<F> {
     }
 
     /// Frames [`Mesh::send`] accepted that were never acknowledged by their peer, because it
-    /// was removed, restarted, or the mesh closed first; each is also logged (warn) and counted
-    /// in the `ferry_mesh_frames_lost_total` metric.
+    /// was removed, restarted, the mesh closed first, or this node was fenced; each is also
+    /// logged (warn) and counted in the `ferry_mesh_frames_lost_total` metric.
     pub fn frames_lost(&self) -> u64 {
         self.shared.frames_lost()
     }

@@ -157,7 +157,8 @@ impl Outgoing {
         wake_after_unlock(state);
     }
 
-    /// Takes what is queued now, if anything, leaving the queue open.
+    /// Takes what is queued now, if anything, leaving the queue open; the caller counts it as
+    /// its own with [`settled`](Self::settled), as after [`take_next`](Self::take_next).
     pub(crate) fn take_queued(&self) -> Option<Run> {
         take(&mut self.state.lock())
     }
