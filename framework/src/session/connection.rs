@@ -282,10 +282,9 @@ impl Sessions {
                         self.request_bind(node, live.id, live.encoding, actor, epoch);
                     }
                     Action::RequestRebind { actor, epoch, gone } => {
-                        let session = (live.id, live.encoding);
                         let rebind = self
                             .clone()
-                            .rebind(node.clone(), session, actor, epoch, gone);
+                            .rebind(node.clone(), live.id, actor, epoch, gone);
                         tokio::spawn(rebind);
                     }
                     Action::RequestUnbind { actor, epoch, via } => {
@@ -464,7 +463,7 @@ impl Sessions {
     async fn rebind<H: SessionHost>(
         self: Arc<Self>,
         node: H,
-        (session, encoding): (SessionId, Encoding),
+        session: SessionId,
         actor: ActorId,
         epoch: u32,
         gone: NodeId,
@@ -480,7 +479,8 @@ impl Sessions {
                 Err(error) => debug!(%actor, %error, "record not read; reading again"),
             }
         }
-        self.request_bind(&node, session, encoding, actor, epoch);
+        // Through the machine: the session may have ended, or bound the Actor again, meanwhile.
+        self.feed(&node, session, Event::RebindDue { actor, epoch });
     }
 }
 

@@ -112,6 +112,14 @@ pub enum Event {
         /// The node that left.
         node: NodeId,
     },
+    /// The wait of a [`Action::RequestRebind`] is over (recovery rebuilt the Actor, or the wait
+    /// ran out): its bind goes if the session still waits for it.
+    RebindDue {
+        /// The Actor to bind again.
+        actor: ActorId,
+        /// The bind the rebind was asked for.
+        epoch: u32,
+    },
     /// The client's outbound queue is full.
     SlowReader,
     /// Time passed: check the deadlines.
@@ -189,7 +197,8 @@ pub enum Action {
         /// The new bind.
         epoch: u32,
     },
-    /// Send a bind to the Actor once its record no longer names `gone` (recovery rebuilt it).
+    /// Wait until the Actor's record no longer names `gone` (recovery rebuilt it), then feed
+    /// back [`Event::RebindDue`].
     RequestRebind {
         /// The Actor to bind again, once recovery rebuilt it.
         actor: ActorId,
@@ -434,6 +443,18 @@ impl SessionMachine {
                 reached,
             } => self.fenced(actor, epoch, upto, reached),
             Event::OwnerLeft { node } => self.owner_left(&node),
+            Event::RebindDue { actor, epoch } => {
+                // A bind sent for a binding the client let go, or made again since, would take
+                // the Actor from whichever session holds it now.
+                let waits = self.bindings.get(&actor).is_some_and(|binding| {
+                    binding.epoch == epoch && binding.phase == Phase::Binding
+                });
+                if waits {
+                    vec![Action::RequestBind { actor, epoch }]
+                } else {
+                    Vec::new()
+                }
+            }
             Event::SlowReader => self.close(
                 CloseCode::SlowReader,
                 format!(
@@ -1239,9 +1260,22 @@ mod tests {
                 gone: node("s"),
             }]
         );
+        // The wait over, the bind goes, once.
+        let due = || Event::RebindDue {
+            actor: actor("a"),
+            epoch: 2,
+        };
+        assert_eq!(
+            m.on(due(), t),
+            vec![Action::RequestBind {
+                actor: actor("a"),
+                epoch: 2
+            }]
+        );
         // Held until the rebuilt Actor answers, then sent to it first.
         assert!(m.on(input("a", 1), t).is_empty());
         let answer = bound_in(&mut m, 2, "r", t);
+        assert!(m.on(due(), t).is_empty(), "bound already: no second bind");
         assert_eq!(forwards(&answer), vec![("r".into(), 1)]);
         // The old incarnation's pushes are dropped; the new one's start at 0.
         assert!(m.on(push(1), t).is_empty());
@@ -1252,6 +1286,33 @@ mod tests {
             payload: Bytes::from_static(b"y"),
         };
         assert_eq!(m.on(fresh, t).len(), 1);
+    }
+
+    /// A rebind whose wait ends after the client let the Actor go, or after the session ended,
+    /// sends no bind: it would take the Actor from the session that holds it now.
+    #[test]
+    fn a_rebind_due_after_the_binding_ended_sends_nothing() {
+        let t = Instant::now();
+        let due = Event::RebindDue {
+            actor: actor("a"),
+            epoch: 2,
+        };
+        let mut m = open_with(SessionLimits::default(), t);
+        bound(&mut m, "s", t);
+        assert_eq!(m.on(Event::OwnerLeft { node: node("s") }, t).len(), 1);
+        m.on(Event::Client(ClientFrame::Unbind { actor: actor("a") }), t);
+        assert!(m.on(due.clone(), t).is_empty());
+
+        let mut m = open_with(SessionLimits::default(), t);
+        bound(&mut m, "s", t);
+        assert_eq!(m.on(Event::OwnerLeft { node: node("s") }, t).len(), 1);
+        m.on(
+            Event::ClientGone {
+                reason: "gone".into(),
+            },
+            t,
+        );
+        assert!(m.on(due, t).is_empty());
     }
 
     #[test]
