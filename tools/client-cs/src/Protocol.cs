@@ -11,7 +11,7 @@ namespace Ferry.Client
     {
         /// <summary>The client said bye, or its connection ended.</summary>
         Normal = 0,
-        /// <summary>The gateway node is shutting down: connect to another.</summary>
+        /// <summary>The gateway node is shutting down, or may have lost its owner lease: connect to another.</summary>
         Shutdown = 1,
         /// <summary>No valid hello, or the token was refused.</summary>
         Unauthenticated = 2,

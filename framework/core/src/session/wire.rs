@@ -169,7 +169,8 @@ pub enum Encoding {
 pub enum CloseCode {
     /// The client said goodbye.
     Normal = 0,
-    /// The gateway node is shutting down: reconnect to another node.
+    /// The gateway node is shutting down, or may have lost its owner lease: reconnect to another
+    /// node.
     Shutdown = 1,
     /// No valid Hello, or the token was refused.
     Unauthenticated = 2,
