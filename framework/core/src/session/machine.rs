@@ -1029,6 +1029,16 @@ mod tests {
         NodeId::new(id).unwrap()
     }
 
+    /// A seal of Actor `a` under bind 1, with no hold.
+    fn seal(rel: RelocationId) -> Event {
+        Event::Seal {
+            rel,
+            actor: actor("a"),
+            epoch: 1,
+            hold: Duration::ZERO,
+        }
+    }
+
     fn input(a: &str, n: u8) -> Event {
         Event::Client(ClientFrame::Input {
             actor: actor(a),
@@ -1337,15 +1347,7 @@ mod tests {
         let mut m = open_with(SessionLimits::default(), t);
         bound(&mut m, "s", t);
         let rel = RelocationId(1);
-        m.on(
-            Event::Seal {
-                rel,
-                actor: actor("a"),
-                epoch: 1,
-                hold: Duration::ZERO,
-            },
-            t,
-        );
+        m.on(seal(rel), t);
         assert!(m.on(input("a", 1), t).is_empty());
         assert!(m.on(input("a", 2), t).is_empty());
         let released = m.on(
@@ -1369,15 +1371,7 @@ mod tests {
         let sealed_with_two = || {
             let mut m = open_with(SessionLimits::default(), t);
             bound(&mut m, "s", t);
-            m.on(
-                Event::Seal {
-                    rel: RelocationId(1),
-                    actor: actor("a"),
-                    epoch: 1,
-                    hold: Duration::ZERO,
-                },
-                t,
-            );
+            m.on(seal(RelocationId(1)), t);
             assert!(m.on(input("a", 1), t).is_empty());
             assert!(m.on(input("a", 2), t).is_empty());
             m
@@ -1420,15 +1414,7 @@ mod tests {
         let mut m = open_with(SessionLimits::default(), t);
         bound(&mut m, "s", t);
         let rel = RelocationId(1);
-        m.on(
-            Event::Seal {
-                rel,
-                actor: actor("a"),
-                epoch: 1,
-                hold: Duration::ZERO,
-            },
-            t,
-        );
+        m.on(seal(rel), t);
         m.on(input("a", 1), t);
         let released = m.on(
             Event::Release {
@@ -1448,12 +1434,6 @@ mod tests {
         let mut m = open_with(SessionLimits::default(), t);
         bound(&mut m, "x", t);
         let (r1, r2) = (RelocationId(1), RelocationId(2));
-        let seal = |rel| Event::Seal {
-            rel,
-            actor: actor("a"),
-            epoch: 1,
-            hold: Duration::ZERO,
-        };
         let release = |rel, owner: &str| Event::Release {
             rel,
             actor: actor("a"),
@@ -1543,15 +1523,7 @@ mod tests {
         };
         let mut m = open_with(limits, t);
         bound(&mut m, "s", t);
-        m.on(
-            Event::Seal {
-                rel: RelocationId(1),
-                actor: actor("a"),
-                epoch: 1,
-                hold: Duration::ZERO,
-            },
-            t,
-        );
+        m.on(seal(RelocationId(1)), t);
         m.on(input("a", 1), t);
         assert!(m.on(Event::Tick, t + Duration::from_millis(299)).is_empty());
         let actions = m.on(Event::Tick, t + Duration::from_millis(300));
