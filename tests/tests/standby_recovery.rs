@@ -1,13 +1,14 @@
 //! A crash keeps the room: a node dies, and each of its rooms that keeps a standby comes back on
-//! the node holding its copy, with the state, timers and members of its last checkpoint; a room
-//! whose copy died too starts from nothing, and recovery says so per room.
+//! the node holding its copy, with the state, timers, members and queued messages of its last
+//! checkpoint; a room whose copy died too starts from nothing, and recovery says so per room.
 
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use ferry::cluster::recovery::Fresh;
 use ferry::{
-    ActorId, Behavior, Ctx, RecoveryEvent, Registration, Registry, RelocationPolicy, SpotId,
-    StandbyPolicy, Tick, UnitId,
+    ActorId, Behavior, Ctx, NodeState, RecoveryEvent, Registration, Registry, RelocationPolicy,
+    SpotId, StandbyPolicy, Tick, UnitId,
 };
 use ferry_tests::cluster::{Backend, Cluster};
 use ferry_tests::standby::{holder_of, standbys_hold_everything};
@@ -50,6 +51,9 @@ impl Behavior for Tally {
 
     fn handle(&mut self, ctx: &mut Ctx<'_>, msg: TallyMsg) -> Report {
         if let TallyMsg::Add(n) = msg {
+            if n == HELD {
+                held_turn();
+            }
             self.sum += n;
         }
         (self.sum, self.fired, ctx.members().count())
@@ -67,7 +71,62 @@ impl Behavior for Player {
     fn handle(&mut self, _ctx: &mut Ctx<'_>, _msg: ()) {}
 }
 
-/// Rooms that keep a periodic standby, rooms that keep none, and players.
+/// The one number whose first `Add` holds its room in the turn until the test lets it go.
+const HELD: u64 = 41;
+
+/// Where a room's turn is held: whether a turn entered it, and whether the test opened it.
+static GATE: Mutex<(bool, bool)> = Mutex::new((false, false));
+static GATE_MOVED: Condvar = Condvar::new();
+
+/// The first turn to call this waits in it until [`open_gate`]; later ones pass. It hands its
+/// worker's other tasks to another thread while it waits, as a handler that blocks must.
+fn held_turn() {
+    tokio::task::block_in_place(|| {
+        let mut gate = GATE.lock().expect("gate");
+        if gate.0 {
+            return;
+        }
+        gate.0 = true;
+        GATE_MOVED.notify_all();
+        while !gate.1 {
+            gate = GATE_MOVED.wait(gate).expect("gate");
+        }
+    });
+}
+
+/// Waits until a turn is held at the gate.
+async fn gate_entered() {
+    tokio::task::spawn_blocking(|| {
+        let mut gate = GATE.lock().expect("gate");
+        while !gate.0 {
+            gate = GATE_MOVED.wait(gate).expect("gate");
+        }
+    })
+    .await
+    .expect("waited");
+}
+
+fn open_gate() {
+    GATE.lock().expect("gate").1 = true;
+    GATE_MOVED.notify_all();
+}
+
+/// A member that passes each number it is told on to its room.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Speaker;
+
+impl Behavior for Speaker {
+    type Msg = u64;
+    type Reply = ();
+
+    fn handle(&mut self, ctx: &mut Ctx<'_>, n: u64) {
+        let room = ctx.spot().expect("a speaker is in a room");
+        ctx.tell(room, TallyMsg::Add(n)).expect("told its room");
+    }
+}
+
+/// Rooms that keep a periodic standby, rooms that keep a confirmed one, rooms that keep none,
+/// players and speakers.
 fn registry() -> Registry {
     let mut reg = Registry::new();
     reg.register(
@@ -80,7 +139,13 @@ fn registry() -> Registry {
     reg.register(
         Registration::spot("plain", |_| Tally::default()).policy(RelocationPolicy::serde()),
     );
+    reg.register(
+        Registration::spot("confirmed", |_| Tally::default())
+            .policy(RelocationPolicy::serde())
+            .standby(StandbyPolicy::Confirmed),
+    );
     reg.register(Registration::actor("player", |_| Player).policy(RelocationPolicy::serde()));
+    reg.register(Registration::actor("speaker", |_| Speaker).policy(RelocationPolicy::serde()));
     reg
 }
 
@@ -317,5 +382,61 @@ async fn a_room_whose_standby_died_with_its_owner_starts_from_nothing_and_says_w
         assert_eq!(report.0, 0, "{room} starts from nothing");
     }
     n1.shutdown().await;
+    drop(cluster);
+}
+
+/// A member's turn tells its room; the room's standby holds that turn, with the tell still
+/// queued, and the owner dies while the room's own turn on it runs: the promoted copy runs the
+/// tell, once. (Without the queue in the checkpoint the copy had the member's turn and never the
+/// room's: what the member's client was told had happened was lost.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tell_queued_at_the_last_checkpoint_runs_once_on_the_promoted_room() {
+    let Some(cluster) = cluster(Backend::Memory, &["n3"]).await else {
+        return;
+    };
+    let (n1, n3) = (cluster.node("n1").clone(), cluster.node("n3").clone());
+    let room = spot("confirmed-0");
+    n3.create_spot_on(n3.id(), "confirmed", &room)
+        .await
+        .expect("room");
+    let speaker = ActorId::new("speaker").expect("id");
+    n3.create_actor("speaker", &speaker).await.expect("speaker");
+    n3.join(&speaker, &room).await.expect("joined");
+    standbys_hold_everything(&n3, 1).await;
+
+    n1.tell(&speaker, HELD).expect("told");
+    // The room runs the tell and is held in that turn: the speaker's turn is the last its
+    // standby can hold.
+    tokio::time::timeout(T, gate_entered())
+        .await
+        .expect("the room runs the speaker's tell");
+    standbys_hold_everything(&n3, 1).await;
+    let mut events = n1.recovery_events();
+    let mut state = n3.watch_state();
+    let abort = tokio::spawn({
+        let n3 = n3.clone();
+        async move { n3.abort().await }
+    });
+    // Fenced, n3 sends nothing more: the room's turn ends where no standby hears of it.
+    tokio::time::timeout(T, state.wait_for(|s| *s == NodeState::Error))
+        .await
+        .expect("n3 fenced in time")
+        .expect("n3's state");
+    open_gate();
+    tokio::time::timeout(T, abort)
+        .await
+        .expect("n3 aborted in time")
+        .expect("n3 aborted");
+
+    let id = UnitId::Spot(room.clone());
+    outcomes(&mut events, std::slice::from_ref(&id), &[]).await;
+    let report: Report = n1.request(&room, TallyMsg::Read, T).await.expect("read");
+    assert_eq!(
+        report,
+        (HELD, 0, 1),
+        "the tell ran once, and the speaker came along"
+    );
+    n1.shutdown().await;
+    cluster.node("n2").shutdown().await;
     drop(cluster);
 }

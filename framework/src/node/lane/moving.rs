@@ -223,6 +223,27 @@ impl Lane {
         capture.into_image().ok()
     }
 
+    /// An image of the unit for its standby: its cells, and everything a move would take with
+    /// them (what is queued, a turn's tells to its own members among them, pending callbacks and
+    /// ticks), so that a promoted copy runs what the turns it holds caused. Nothing while it is
+    /// not open here or already moving, or if its state cannot be taken.
+    pub(super) fn checkpoint_image(&mut self) -> Option<Vec<u8>> {
+        if !self.stance.is_open() || self.stance.moving().is_some() {
+            return None;
+        }
+        let unit = self.primary()?;
+        let cells = self.cells_now(&unit, Instant::now(), None).ok()?;
+        self.data.take(&mut self.backlog);
+        let capture = Capture {
+            unit,
+            cells,
+            callbacks: self.sys.iter().cloned().collect(),
+            ticks: self.ticks.iter().cloned().collect(),
+            journal: self.encode_in_place(Side::Backlog),
+        };
+        capture.into_image().ok()
+    }
+
     /// Encodes the backlog or the hold in place (so it can still run here) and returns copies.
     fn encode_in_place(&mut self, side: Side) -> Vec<QueuedOp> {
         let queue = match side {

@@ -1,8 +1,9 @@
 //! A lane's part in its room's standby: the room's checkpoints start when it opens here, are
-//! taken at turn boundaries (and when one falls due while the room is idle), and end when the
-//! room leaves the node. In confirmed mode what its turns cause (a request's reply, a fence's
-//! answer that lets the gateway confirm a client's inputs, a push) waits in an outbox until the
-//! core releases their turn. A lane whose room keeps no standby does none of this.
+//! taken at turn boundaries (and when one falls due while the room is idle), with what is queued
+//! for the room and its members, and end when the room leaves the node. In confirmed mode what its
+//! turns cause (a request's reply, a fence's answer that lets the gateway confirm a client's
+//! inputs, a push) waits in an outbox until the core releases their turn. A lane whose room keeps
+//! no standby does none of this.
 
 use tokio::time::Instant;
 
@@ -109,13 +110,14 @@ impl Lane {
         }
     }
 
-    /// Takes a checkpoint if one may go now, with the image a pre-copy round would take; and
-    /// sets when to look again if no turn comes first.
+    /// Takes a checkpoint if one may go now, with what is queued as well as the state; and sets
+    /// when to look again if no turn comes first.
     pub(super) fn standby_checkpoint(&mut self, now: Instant) {
         let Some(room) = self.standby.clone() else {
             return;
         };
-        self.standby_due = self.node.standby_checkpoint(&room, now, || self.snapshot());
+        let node = self.node.clone();
+        self.standby_due = node.standby_checkpoint(&room, now, || self.checkpoint_image());
         self.release_effects();
     }
 
