@@ -9,7 +9,8 @@
 //! lease (`ferry_core::witness`), the recovery planner (`ferry_core::recovery`), the session
 //! machine and binding rules (`ferry_core::session`), and rooms' warm standbys: checkpoints, their
 //! in-order apply, confirmed replies and promotion (`ferry_core::standby`). Around them the
-//! simulator keeps a store, links and one clock.
+//! simulator keeps a store, links and one clock; rooms that keep a standby tell themselves a
+//! follow-up now and then, as a member's turn tells its room, queued for a later turn.
 //!
 //! Everything that could happen in another order is a pending event, and a seed's [`Plan`] says
 //! which happens next, and when a fault or a new operation comes. After every step the world
@@ -17,7 +18,8 @@
 //! back, a restored unit's state is the one its source sealed, a drain seals no more units at once
 //! than its window lets through, a node's pre-copy in flight stays within its budget, each
 //! sender's messages run at most once and in order, a standby applies checkpoints in order, a
-//! promoted room holds every reply confirmed mode released and never runs while its owner may);
+//! promoted room holds every reply confirmed mode released and every follow-up its turns queued,
+//! and never runs while its owner may);
 //! once the plan is done, the faults
 //! end and the run settles, and then every move has ended, every request has ended exactly once,
 //! every unit runs somewhere, and in a graceful run every accepted message ran exactly once, in
@@ -59,6 +61,8 @@ pub struct Outcome {
     pub found_again: usize,
     /// How many tells, requests and inputs ran.
     pub tells_ran: usize,
+    /// How many messages promoted standby copies took over from their checkpoints' queues.
+    pub requeued: usize,
     /// The nodes whose drain moved everything and reported them safe to shut down, at the end.
     pub drained: Vec<usize>,
 }
@@ -112,6 +116,7 @@ fn play(shape: Shape, plan: &Plan, tracing: bool) -> Outcome {
         recipes: world.recipes(),
         found_again: world.found_again(),
         tells_ran: world.tells_ran(),
+        requeued: world.requeued(),
         drained: world.drained(),
     }
 }

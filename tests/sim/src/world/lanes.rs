@@ -17,7 +17,7 @@ use ferry_core::witness::may_run;
 
 use super::links::Msg;
 use super::store::{Cond, Key, Op, Purpose, Reply, Value};
-use super::{TIMES, World, node_id, take_where};
+use super::{Event, TIMES, World, node_id, take_where};
 use crate::plan::Rng;
 
 /// How many conditional writes of an Actor's room a join or a leave tries.
@@ -36,6 +36,17 @@ const CATCH_UP: u64 = 2;
 
 /// The writer a tick counts as in [`rewrite`].
 const TICKER: usize = usize::MAX;
+
+/// The sender a unit's follow-ups count as in its log, numbered by the place in the log (from 1)
+/// of the turn that caused them.
+pub(crate) const FOLLOW_UP: usize = usize::MAX - 1;
+
+/// Whether message `seq` of `who` (a tell, a request or a client's input) makes its unit tell
+/// itself once more, as a member's turn tells its room in a game: a message queued on the lane
+/// during the turn, run at a later one. Every third of each sender's does.
+pub(crate) fn follows_up(who: usize, seq: u64) -> bool {
+    who != FOLLOW_UP && seq.is_multiple_of(3)
+}
 
 /// A message for a unit, as queues and the mesh carry it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -314,6 +325,55 @@ impl World {
         }
     }
 
+    /// The lane runs the next message it has queued, if it may, and comes back for the one after.
+    pub(crate) fn next_turn(&mut self, node: usize, lane: u64) {
+        let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
+            return;
+        };
+        if !l.stance.is_open() || l.sealing.is_some() || l.stance.suspended() {
+            return;
+        }
+        let Some(parcel) = l.queue.pop_front() else {
+            return;
+        };
+        self.run(node, lane, parcel);
+        if self.nodes[node]
+            .lanes
+            .get(&lane)
+            .is_some_and(|l| !l.queue.is_empty())
+        {
+            self.events.push(Event::Turn { node, lane });
+        }
+    }
+
+    /// The turn of a room that keeps a standby, `unit`, that just ran tells it something more if
+    /// [`follows_up`] says so: queued behind what the lane holds, to run at a later turn.
+    fn follow_up(&mut self, node: usize, lane: u64, unit: usize) {
+        if !self.policy(unit).keeps_standby() {
+            return;
+        }
+        let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
+            return;
+        };
+        let Some(&(who, seq)) = l.cells.get(&unit).and_then(|c| c.log.last()) else {
+            return;
+        };
+        if !follows_up(who, seq) {
+            return;
+        }
+        let place = l.cells.get(&unit).map_or(0, |c| c.log.len() as u64);
+        l.queue.push_back(Parcel {
+            to: unit,
+            work: Work::Tell {
+                sender: FOLLOW_UP,
+                seq: place,
+            },
+            origin: node,
+            hops: 0,
+        });
+        self.events.push(Event::Turn { node, lane });
+    }
+
     /// One turn: the lane runs one message.
     fn run(&mut self, node: usize, lane: u64, parcel: Parcel) {
         if !self.node_may_run(node) {
@@ -342,12 +402,14 @@ impl World {
                 cell.log.push((sender, seq));
                 rewrite(&mut cell.state, to, sender, seq);
                 self.tells_ran += 1;
+                self.follow_up(node, lane, to);
                 self.standby_turn(node, lane, to);
             }
             Work::Ask { sender, seq, id } => {
                 cell.log.push((sender, seq));
                 rewrite(&mut cell.state, to, sender, seq);
                 self.tells_ran += 1;
+                self.follow_up(node, lane, to);
                 let turn = self.standby_turn(node, lane, to);
                 self.reply_after(node, to, turn, (parcel.origin, id));
             }
@@ -356,6 +418,7 @@ impl World {
                 cell.log.push((client, seq));
                 rewrite(&mut cell.state, to, client, seq);
                 self.tells_ran += 1;
+                self.follow_up(node, lane, to);
                 self.standby_turn(node, lane, to);
             }
         }
@@ -574,24 +637,26 @@ impl World {
         self.claim(
             node,
             unit,
-            BTreeMap::from([(unit, self.fresh_cell(unit))]),
+            (BTreeMap::from([(unit, self.fresh_cell(unit))]), Vec::new()),
             record,
             vec![Cond::Absent(Key::Unit(unit))],
         );
     }
 
-    /// A gated lane for `cells` on `node`, opened once its record (`wrote`, under `conds` and
-    /// this node's lease) is written: its id.
+    /// A gated lane for `cells` and what they run first (a promoted copy's saved queue) on
+    /// `node`, opened once its record (`wrote`, under `conds` and this node's lease) is written:
+    /// its id.
     pub(crate) fn claim(
         &mut self,
         node: usize,
         unit: usize,
-        cells: BTreeMap<usize, Cell>,
+        (cells, saved): (BTreeMap<usize, Cell>, Vec<Parcel>),
         wrote: UnitRecord,
         mut conds: Vec<Cond>,
     ) -> u64 {
         let mut gated = Lane::new(unit, cells, LaneMove::creating());
-        // What this node sent the unit before it was hosted here runs first.
+        gated.queue.extend(saved);
+        // What this node sent the unit before it was hosted here runs next.
         let id = self.unit_id(unit);
         gated.queue.extend(self.nodes[node].routes.hosted(&id));
         let lane = self.add_lane(node, gated);
@@ -662,7 +727,7 @@ impl World {
                     self,
                     "n{node}: u{unit} not recorded here ({reply:?}); its lane is given up"
                 );
-                self.standby.promotions.remove(&(node, lane));
+                self.given_up_promotion(node, lane);
                 self.discard(node, lane);
             }
             Settled::ReadBack | Settled::Unknown => {

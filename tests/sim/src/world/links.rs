@@ -59,11 +59,12 @@ pub(crate) enum Msg {
         /// standby record at this version too.
         promote: Option<(ferry_core::standby::Series, u64)>,
     },
-    /// A checkpoint of a room, for its standby, with the cell its image stands for.
+    /// A checkpoint of a room, for its standby, with the cell and the queue its image stands for.
     Checkpoint {
         unit: usize,
         checkpoint: Box<ferry_core::standby::checkpoints::Checkpoint>,
         cell: Box<super::lanes::Cell>,
+        queue: Vec<super::lanes::Parcel>,
     },
     /// A standby's answer to a checkpoint: applied (or held already), or refused.
     Checkpointed {

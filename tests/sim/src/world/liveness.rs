@@ -368,7 +368,7 @@ impl World {
             self.claim(
                 n,
                 unit,
-                cells,
+                (cells, Vec::new()),
                 wrote,
                 vec![Cond::Version(Key::Unit(unit), found.version)],
             );
@@ -426,8 +426,9 @@ impl World {
         };
         let wrote = self.rebuilt_record(n, &previous);
         let mut conds = vec![Cond::Version(Key::Unit(unit), version), descriptor];
-        let (cell, promoted) = self.promoted_cell(n, (unit, owner), promote, &mut conds);
-        let lane = self.claim(n, unit, BTreeMap::from([(unit, cell)]), wrote, conds);
+        let (cell, queue, promoted) = self.promoted_cell(n, (unit, owner), promote, &mut conds);
+        let cells = BTreeMap::from([(unit, cell)]);
+        let lane = self.claim(n, unit, (cells, queue), wrote, conds);
         if let Some(promoting) = promoted {
             self.promoting(n, lane, promoting);
         }

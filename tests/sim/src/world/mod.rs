@@ -137,6 +137,8 @@ enum Event {
     Restore { node: usize, lane: u64, rel: u64 },
     /// A move's source takes a snapshot of its running unit, for a pre-copy round.
     Snapshot { node: usize, rel: u64 },
+    /// A lane takes the next message it has queued.
+    Turn { node: usize, lane: u64 },
 }
 
 impl Event {
@@ -146,7 +148,8 @@ impl Event {
             Event::Answer { node, .. }
             | Event::Boundary { node, .. }
             | Event::Restore { node, .. }
-            | Event::Snapshot { node, .. } => *node,
+            | Event::Snapshot { node, .. }
+            | Event::Turn { node, .. } => *node,
         }
     }
 }
@@ -576,6 +579,11 @@ impl World {
         self.tells_ran
     }
 
+    /// How many messages promoted standby copies took over from their checkpoints' queues.
+    pub fn requeued(&self) -> usize {
+        self.standby.requeued
+    }
+
     /// The last number each sender and each open session sent so far, by its id in a unit's log.
     fn sent_so_far(&self) -> BTreeMap<usize, u64> {
         self.senders
@@ -863,7 +871,8 @@ impl World {
                 unit,
                 checkpoint,
                 cell,
-            } => self.on_checkpoint(node, from, unit, &checkpoint, *cell),
+                queue,
+            } => self.on_checkpoint(node, from, unit, &checkpoint, *cell, queue),
             Msg::Checkpointed {
                 unit,
                 series,
@@ -895,6 +904,7 @@ impl World {
             Event::Boundary { node, lane, rel } => self.boundary(node, lane, rel),
             Event::Restore { node, lane, rel } => self.restored(node, lane, rel),
             Event::Snapshot { node, rel } => self.snapshot(node, rel),
+            Event::Turn { node, lane } => self.next_turn(node, lane),
         }
     }
 

@@ -8,7 +8,7 @@
 use ferry_core::ids::UnitId;
 use ferry_core::routes::{Arrival, Route, Routed, Switched, lookup_needs_confirming};
 
-use super::lanes::{Parcel, Work};
+use super::lanes::{FOLLOW_UP, Parcel, Work};
 use super::links::{Backlogged, Msg};
 use super::store::{Op, Purpose, Reply};
 use super::{
@@ -383,6 +383,8 @@ impl World {
     fn drop_counted(&mut self, node: usize, parcel: Parcel, why: &str) {
         trace!(self, "n{node}: gives up {parcel:?}: {why}");
         match parcel.work {
+            // A unit's follow-up to itself has no sender waiting on it.
+            Work::Tell { sender, .. } if sender == FOLLOW_UP => {}
             Work::Tell { sender, seq } => {
                 self.senders[sender_of(sender)]
                     .dropped

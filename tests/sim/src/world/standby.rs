@@ -6,9 +6,9 @@
 //! turn that caused it is released. Recovery promotes the named holder's copy of a dead owner's
 //! room with a conditional write, or rebuilds the room from nothing and says why.
 //!
-//! The image a checkpoint ships is the room's cell encoded as a move's capture, with its log
-//! after its state: so every turn changes it, and the copy a standby holds is, byte for byte,
-//! the room as of that checkpoint.
+//! The image a checkpoint ships is the room's cell and what is queued for it, encoded as a move's
+//! capture, with its log after its state: so every turn changes it, and the copy a standby holds
+//! is, byte for byte, the room as of that checkpoint. A promoted copy runs that queue first.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -20,7 +20,7 @@ use ferry_core::standby::promotion::{self, Named};
 use ferry_core::standby::replica::{self, Applied, Refusal, Replica};
 use ferry_core::standby::{Policy, Series};
 
-use super::lanes::Cell;
+use super::lanes::{Cell, FOLLOW_UP, Lane, Parcel, Work, follows_up};
 use super::links::Msg;
 use super::store::{Cond, Key, Op, Purpose, Reply, Value};
 use super::{Timer, World, node_id, node_index};
@@ -45,19 +45,22 @@ struct Owner {
     naming: bool,
 }
 
-/// One room's copy on a standby's process, with the cell its image stands for.
+/// One room's copy on a standby's process, with the cell and the queue its image stands for.
 #[derive(Debug)]
 struct Standby {
     process: u64,
     copy: Option<Replica>,
     cell: Cell,
+    queue: Vec<Parcel>,
 }
 
-/// A promotion whose claim is in flight: the room's dead owner.
+/// A promotion whose claim is in flight: the room's dead owner, and how many messages at the
+/// head of the lane's queue the copy saved.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Promoting {
     unit: usize,
     owner: usize,
+    saved: usize,
 }
 
 /// What the world keeps of standbys.
@@ -76,6 +79,8 @@ pub(crate) struct Standbys {
     pub promotions: BTreeMap<(usize, u64), Promoting>,
     /// Per node, checkpoints that wait to go together.
     gathered: BTreeMap<usize, Gathered>,
+    /// Messages promoted copies took over from their checkpoints' queues.
+    pub requeued: usize,
 }
 
 /// A node's checkpoints that wait to go together.
@@ -102,8 +107,9 @@ impl World {
         }
     }
 
-    /// The image a checkpoint ships of a room's cell: its capture, the log after the state.
-    fn standby_image(&self, u: usize, cell: &Cell) -> Bytes {
+    /// The image a checkpoint ships of a room's cell and its queue: their capture, the log after
+    /// the state.
+    fn standby_image(&self, u: usize, cell: &Cell, queue: &[Parcel]) -> Bytes {
         let mut state = cell.state.to_vec();
         for (who, seq) in &cell.log {
             state.extend_from_slice(&(*who as u64).to_le_bytes());
@@ -114,7 +120,7 @@ impl World {
             state: Bytes::from(state),
             ..cell.clone()
         };
-        self.image(u, &BTreeMap::from([(u, imaged)]), &[])
+        self.image(u, &BTreeMap::from([(u, imaged)]), queue)
     }
 
     /// This process's checkpoint budget.
@@ -217,13 +223,18 @@ impl World {
         self.standby.owners.insert((node, unit), owner);
     }
 
-    /// A turn boundary of a room that keeps a standby: take a checkpoint if one is due.
+    /// A turn boundary of a room that keeps a standby: take a checkpoint if one is due. None
+    /// while the room is not open or in a move, as the runtime's lane takes none then.
     fn checkpoint(&mut self, node: usize, lane: u64, unit: usize) {
-        let Some(cell) = self.nodes[node]
+        let imageable = |l: &&Lane| l.stance.is_open() && l.stance.moving().is_none();
+        let Some((cell, queue)) = self.nodes[node]
             .lanes
             .get(&lane)
-            .and_then(|l| l.cells.get(&unit))
-            .cloned()
+            .filter(imageable)
+            .and_then(|l| {
+                let queue: Vec<Parcel> = l.queue.iter().filter(|p| p.to == unit).cloned().collect();
+                Some((l.cells.get(&unit)?.clone(), queue))
+            })
         else {
             return;
         };
@@ -242,7 +253,7 @@ impl World {
         owner.checkpoints.aim(holder, self.budget(node));
         let take = match owner.checkpoints.ready(now) {
             Ok(()) => {
-                let image = self.standby_image(unit, &cell);
+                let image = self.standby_image(unit, &cell, &queue);
                 owner.checkpoints.take(now, image, self.budget(node))
             }
             Err(take) => take,
@@ -263,6 +274,7 @@ impl World {
                     unit,
                     checkpoint: Box::new(checkpoint),
                     cell: Box::new(cell),
+                    queue,
                 };
                 self.ship(node, to, msg, self.policy(unit).gather());
             }
@@ -377,6 +389,7 @@ impl World {
         unit: usize,
         checkpoint: &Checkpoint,
         cell: Cell,
+        queue: Vec<Parcel>,
     ) {
         let process = self.nodes[node].process;
         let runs = self.lane_of(node, unit).is_some();
@@ -388,18 +401,21 @@ impl World {
                 process,
                 copy: None,
                 cell: Cell::default(),
+                queue: Vec::new(),
             });
         if standby.process != process {
             *standby = Standby {
                 process,
                 copy: None,
                 cell: Cell::default(),
+                queue: Vec::new(),
             };
         }
         let before = standby.copy.as_ref().map(|c| (c.series(), c.number()));
         let applied = replica::apply(&mut standby.copy, checkpoint, runs);
         if applied == Ok(Applied::New) {
             standby.cell = cell;
+            standby.queue = queue;
         }
         let (series, number) = (checkpoint.series, checkpoint.number);
         let ok = match applied {
@@ -415,7 +431,7 @@ impl World {
                     ));
                 }
                 let copy = self.standby.copies.get(&(node, unit));
-                let image = copy.map(|s| self.standby_image(unit, &s.cell));
+                let image = copy.map(|s| self.standby_image(unit, &s.cell, &s.queue));
                 if copy.and_then(|s| s.copy.as_ref()).map(Replica::image) != image.as_ref() {
                     self.broken.get_or_insert(format!(
                         "n{node}'s standby of u{unit} after {series:?}#{number} is not the room's image at that checkpoint"
@@ -637,18 +653,19 @@ impl World {
         self.standby.budgets.remove(&node);
     }
 
-    /// The cell a recovery claims `unit` with here: the standby copy to promote, gated on the
-    /// standby record too, or a fresh one.
+    /// The cell, and what it runs first, a recovery claims `unit` with here: the standby copy to
+    /// promote with the queue it saved, gated on the standby record too, or a fresh cell with
+    /// nothing.
     pub(crate) fn promoted_cell(
         &mut self,
         n: usize,
         (unit, owner): (usize, usize),
         promote: Option<(Series, u64)>,
         conds: &mut Vec<Cond>,
-    ) -> (Cell, Option<Promoting>) {
+    ) -> (Cell, Vec<Parcel>, Option<Promoting>) {
         let process = self.nodes[n].process;
         let Some((series, version)) = promote else {
-            return (self.fresh_cell(unit), None);
+            return (self.fresh_cell(unit), Vec::new(), None);
         };
         let held = self
             .standby
@@ -657,14 +674,29 @@ impl World {
             .filter(|s| s.process == process);
         match promotion::promotable(held.and_then(|s| s.copy.as_ref()), series) {
             Ok(_) => {
-                let cell = held.map(|s| s.cell.clone()).unwrap_or_default();
+                let (cell, queue) = held
+                    .map(|s| (s.cell.clone(), s.queue.clone()))
+                    .unwrap_or_default();
                 conds.push(Cond::Version(Key::Standby(unit), version));
-                (cell, Some(Promoting { unit, owner }))
+                let saved = queue.len();
+                (cell, queue, Some(Promoting { unit, owner, saved }))
             }
             Err(why) => {
                 trace!(self, "n{n}: u{unit} is rebuilt: {why}");
-                (self.fresh_cell(unit), None)
+                (self.fresh_cell(unit), Vec::new(), None)
             }
+        }
+    }
+
+    /// The claim on `lane` lost: if it promoted a copy, the queue the copy saved is dropped, as
+    /// the runtime's restored lane drops it (the room runs elsewhere, with its own); what arrived
+    /// since goes on to it.
+    pub(crate) fn given_up_promotion(&mut self, n: usize, lane: u64) {
+        let Some(p) = self.standby.promotions.remove(&(n, lane)) else {
+            return;
+        };
+        if let Some(l) = self.nodes[n].lanes.get_mut(&lane) {
+            l.queue.drain(..p.saved.min(l.queue.len()));
         }
     }
 
@@ -691,7 +723,29 @@ impl World {
                 p.owner
             ));
         }
-        let log = self.nodes[node].lanes[&lane].cells[&unit].log.len();
+        let promoted = &self.nodes[node].lanes[&lane];
+        let log = &promoted.cells[&unit].log;
+        // Every turn the copy holds had its follow-up run, or holds it queued.
+        let owed = log.iter().enumerate().find(|&(place, &(who, seq))| {
+            let follow = (FOLLOW_UP, place as u64 + 1);
+            let queued = Work::Tell {
+                sender: follow.0,
+                seq: follow.1,
+            };
+            follows_up(who, seq)
+                && !log.contains(&follow)
+                && !promoted
+                    .queue
+                    .iter()
+                    .any(|p| p.to == unit && p.work == queued)
+        });
+        if let Some((place, _)) = owed {
+            self.broken.get_or_insert(format!(
+                "u{unit} promoted on n{node} without the follow-up its turn {place} queued: lost with its owner"
+            ));
+        }
+        let log = log.len();
+        self.standby.requeued += p.saved;
         let confirmed = self.standby.confirmed.get(&unit).copied().unwrap_or(0);
         if log < confirmed {
             self.broken.get_or_insert(format!(
