@@ -42,6 +42,8 @@ pub(crate) struct Room<N> {
     pub(crate) unit: UnitId,
     /// Whether its effects wait for its standby (confirmed mode).
     pub(crate) holds_effects: bool,
+    /// Whether its checkpoints carry what is queued (the core's `Policy::carries_queue`).
+    pub(crate) carries_queue: bool,
     /// How long its checkpoints may wait to go with others (the core's `Policy::gather`).
     pub(crate) gather: Duration,
     pub(crate) factory: Arc<str>,

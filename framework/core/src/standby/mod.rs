@@ -64,6 +64,16 @@ impl Policy {
         self == Policy::Confirmed
     }
 
+    /// Whether a checkpoint carries what is queued for the room and its members beside their
+    /// state, so that a promoted copy runs it: in confirmed mode, where a member's turn that was
+    /// confirmed may have told its room something the room had not run yet. Its cost: a message
+    /// that also ran on the dead owner after the checkpoint runs again, and what it sent outside
+    /// the room's lane at once (a tell to another unit) is sent twice. A periodic copy goes back
+    /// to its checkpoint, queue and all, as the policy says.
+    pub fn carries_queue(self) -> bool {
+        self == Policy::Confirmed
+    }
+
     /// How long a checkpoint of this policy may wait on its owner to go to its standby together
     /// with others: a fifth of a periodic interval, at most [`GATHER`], which the copy's age
     /// allows; none in confirmed mode, where replies wait for the checkpoint.

@@ -115,13 +115,24 @@ pub fn promotable(copy: Option<&Replica>, named: Series) -> Result<&Replica, Fre
 /// What of a copy's capture a promotion makes units of: the room, and each member `recorded`
 /// says is still the dead owner's (one that moved off since the checkpoint, or whose id was
 /// freed, is left as it is now). A member left out takes its queued work and callbacks with it.
-pub fn promoted(mut capture: Capture, recorded: impl Fn(&UnitId) -> bool) -> Capture {
+/// A queued request from the dead owner `dead` runs without its reply: nobody there waits for it,
+/// and a process that comes back under that id numbers its requests afresh.
+pub fn promoted(
+    mut capture: Capture,
+    dead: &NodeId,
+    recorded: impl Fn(&UnitId) -> bool,
+) -> Capture {
     let room = capture.unit.clone();
     let kept = |id: &UnitId| *id == room || recorded(id);
     capture.cells.retain(|cell| kept(&cell.id));
     capture.callbacks.retain(|(id, _)| kept(id));
     capture.ticks.retain(|(id, _)| kept(id));
     capture.journal.retain(|op| kept(&op.to));
+    for op in &mut capture.journal {
+        if op.reply.as_ref().is_some_and(|r| r.node == *dead) {
+            op.reply = None;
+        }
+    }
     capture
 }
 
@@ -244,20 +255,28 @@ mod tests {
             membership: MembershipData::Spot(Vec::new()),
             binding: None,
         };
-        let op = |to: &UnitId| QueuedOp {
+        let op = |to: &UnitId, asker: Option<&str>| QueuedOp {
             to: to.clone(),
             payload: bytes::Bytes::from_static(b"m"),
             session: None,
-            reply: None,
+            reply: asker.map(|asker| crate::reply::ReplyTo {
+                node: node(asker),
+                request: 7,
+            }),
         };
         let capture = Capture {
             unit: room.clone(),
             cells: vec![cell(&room), cell(&stayed), cell(&left)],
             callbacks: Vec::new(),
             ticks: Vec::new(),
-            journal: vec![op(&left), op(&room), op(&stayed), op(&left)],
+            journal: vec![
+                op(&left, None),
+                op(&room, Some("n1")),
+                op(&stayed, Some("n2")),
+                op(&left, None),
+            ],
         };
-        let kept = promoted(capture, |id| *id == stayed);
+        let kept = promoted(capture, &node("n1"), |id| *id == stayed);
         let cells: Vec<&UnitId> = kept.cells.iter().map(|c| &c.id).collect();
         assert_eq!(
             cells,
@@ -269,6 +288,16 @@ mod tests {
             queued,
             [&room, &stayed],
             "each queued message once, in order"
+        );
+        let askers: Vec<Option<&str>> = kept
+            .journal
+            .iter()
+            .map(|op| op.reply.as_ref().map(|r| r.node.as_str()))
+            .collect();
+        assert_eq!(
+            askers,
+            [None, Some("n2")],
+            "the dead owner's own request runs unanswered; another node's is answered"
         );
     }
 }

@@ -63,8 +63,9 @@ pub(crate) struct Lane {
     backlog: VecDeque<Envelope<Slot>>,
     next_due: Option<Instant>,
     /// Where the lane stands: whether turns run yet (a lane for a unit not yet recorded as owned
-    /// here only queues), whether it was restored from a move's capture (its backlog is then the
-    /// source's saved work, which the source keeps too), and its place in a move, if any.
+    /// here only queues), whether it was restored from a capture (its backlog is then the saved
+    /// work of a move's source, which keeps it too, or of a promoted copy), and its place in a
+    /// move, if any.
     stance: LaneMove,
     /// Where the capture goes once a seal that waits for the application's safe point is taken.
     seal_done: Option<SealDone>,
@@ -717,7 +718,8 @@ impl Lane {
     }
 
     /// Gives up every unit of a lane that never opened: what reached it follows the owner. A
-    /// restored unit's saved work is dropped, not sent on: the source still has it and runs it.
+    /// restored unit's saved work is dropped, not sent on: a move's source still has it and runs
+    /// it, and a copy whose promotion lost is not the room.
     fn discard(&mut self) {
         let ids: Vec<UnitId> = self.cells.ids().cloned().collect();
         for id in &ids {

@@ -149,7 +149,7 @@ impl Lane {
         }
         self.next_due = self.cells.iter().filter_map(|(_, c)| c.next_due()).min();
         let cells = self.cells_now(&unit, now, Some(rel))?;
-        let journal = self.encode_in_place(Side::Backlog);
+        let journal = self.encode_in_place(Side::Backlog, Unplaced::Lost);
         let callbacks = self.sys.iter().cloned().collect();
         let capture = Capture {
             unit,
@@ -223,10 +223,11 @@ impl Lane {
         capture.into_image().ok()
     }
 
-    /// An image of the unit for its standby: its cells, and everything a move would take with
-    /// them (what is queued, a turn's tells to its own members among them, pending callbacks and
-    /// ticks), so that a promoted copy runs what the turns it holds caused. Nothing while it is
-    /// not open here or already moving, or if its state cannot be taken.
+    /// An image of the unit for its standby that carries what is queued: its cells, and what a
+    /// move would take with them (the messages accepted so far, among them a member's tell to its
+    /// room, pending callbacks and ticks), so that a promoted copy runs what the turns it holds
+    /// caused. Nothing while it is not open here or already moving, or if its state cannot be
+    /// taken.
     pub(super) fn checkpoint_image(&mut self) -> Option<Vec<u8>> {
         if !self.stance.is_open() || self.stance.moving().is_some() {
             return None;
@@ -239,13 +240,15 @@ impl Lane {
             cells,
             callbacks: self.sys.iter().cloned().collect(),
             ticks: self.ticks.iter().cloned().collect(),
-            journal: self.encode_in_place(Side::Backlog),
+            journal: self.encode_in_place(Side::Backlog, Unplaced::StaysQueued),
         };
+        // The next turn's time starts after this work, not at the end of the turn before it.
+        self.clock = None;
         capture.into_image().ok()
     }
 
     /// Encodes the backlog or the hold in place (so it can still run here) and returns copies.
-    fn encode_in_place(&mut self, side: Side) -> Vec<QueuedOp> {
+    fn encode_in_place(&mut self, side: Side, unplaced: Unplaced) -> Vec<QueuedOp> {
         let queue = match side {
             Side::Backlog => std::mem::take(&mut self.backlog),
             Side::Hold => std::mem::take(&mut self.hold).into(),
@@ -254,7 +257,10 @@ impl Lane {
         let mut ops = Vec::with_capacity(queue.len());
         for envelope in queue {
             let Some(cell) = self.cells.at(envelope.to) else {
-                self.lost(envelope);
+                match unplaced {
+                    Unplaced::Lost => self.lost(envelope),
+                    Unplaced::StaysQueued => kept.push_back(envelope),
+                }
                 continue;
             };
             let Envelope { to, payload, reply } = envelope;
@@ -335,7 +341,7 @@ impl Lane {
                 }
             }
             self.hold = mine;
-            records.extend(self.encode_in_place(Side::Hold));
+            records.extend(self.encode_in_place(Side::Hold, Unplaced::Lost));
             for op in &records[start..] {
                 handover.relay(op.clone());
             }
@@ -613,6 +619,15 @@ impl Restored {
 enum Side {
     Backlog,
     Hold,
+}
+
+/// What becomes of a queued message whose unit has no cell in the lane yet (a member whose join
+/// the lane has not applied): a move's capture reports it lost, as a fault; a checkpoint leaves it
+/// queued, to run once the member is in, and out of the image.
+#[derive(Clone, Copy)]
+enum Unplaced {
+    Lost,
+    StaysQueued,
 }
 
 fn membership_data(m: &Membership) -> MembershipData {

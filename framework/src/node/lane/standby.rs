@@ -1,6 +1,6 @@
 //! A lane's part in its room's standby: the room's checkpoints start when it opens here, are
-//! taken at turn boundaries (and when one falls due while the room is idle), with what is queued
-//! for the room and its members, and end when the room leaves the node. In confirmed mode what its
+//! taken at turn boundaries (and when one falls due while the room is idle), in confirmed mode
+//! with what is queued for the room and its members, and end when the room leaves the node. In confirmed mode what its
 //! turns cause (a request's reply, a fence's answer that lets the gateway confirm a client's
 //! inputs, a push) waits in an outbox until the core releases their turn. A lane whose room keeps
 //! no standby does none of this.
@@ -110,14 +110,20 @@ impl Lane {
         }
     }
 
-    /// Takes a checkpoint if one may go now, with what is queued as well as the state; and sets
-    /// when to look again if no turn comes first.
+    /// Takes a checkpoint if one may go now, with what is queued if the room's policy says so;
+    /// and sets when to look again if no turn comes first.
     pub(super) fn standby_checkpoint(&mut self, now: Instant) {
         let Some(room) = self.standby.clone() else {
             return;
         };
         let node = self.node.clone();
-        self.standby_due = node.standby_checkpoint(&room, now, || self.checkpoint_image());
+        self.standby_due = node.standby_checkpoint(&room, now, || {
+            if room.carries_queue {
+                self.checkpoint_image()
+            } else {
+                self.snapshot()
+            }
+        });
         self.release_effects();
     }
 

@@ -74,6 +74,7 @@ impl Node {
         let room = Arc::new(Room {
             unit: unit.clone(),
             holds_effects: info.standby.holds_effects(),
+            carries_queue: info.standby.carries_queue(),
             gather: info.standby.gather(),
             factory: info.type_name.clone(),
             incarnation: owned.incarnation,

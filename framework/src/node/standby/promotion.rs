@@ -68,7 +68,9 @@ impl Node {
             no_copy(Fresh::Unrestorable)
         })?;
         let members = self.members_to_promote(&capture, &previous).await?;
-        let capture = promoted(capture, |m| members.iter().any(|k| k.id == *m));
+        let capture = promoted(capture, &previous.owner, |m| {
+            members.iter().any(|k| k.id == *m)
+        });
         // A copy a move left here, on its way out, is not the room.
         self.give_up_staged(&id);
         let restored = Lane::restore(self, capture).map_err(|refusal| {

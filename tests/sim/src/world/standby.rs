@@ -6,9 +6,10 @@
 //! turn that caused it is released. Recovery promotes the named holder's copy of a dead owner's
 //! room with a conditional write, or rebuilds the room from nothing and says why.
 //!
-//! The image a checkpoint ships is the room's cell and what is queued for it, encoded as a move's
-//! capture, with its log after its state: so every turn changes it, and the copy a standby holds
-//! is, byte for byte, the room as of that checkpoint. A promoted copy runs that queue first.
+//! The image a checkpoint ships is the room's cell, and in confirmed mode what is queued for it,
+//! encoded as a move's capture, with its log after its state: so every turn changes it, and the
+//! copy a standby holds is, byte for byte, the room as of that checkpoint. A promoted copy runs
+//! that queue first.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -223,16 +224,19 @@ impl World {
         self.standby.owners.insert((node, unit), owner);
     }
 
-    /// A turn boundary of a room that keeps a standby: take a checkpoint if one is due. None
-    /// while the room is not open or in a move, as the runtime's lane takes none then.
+    /// A turn boundary of a room that keeps a standby: take a checkpoint if one is due, with the
+    /// room's queue if its policy carries it. None while the room is not open or in a move, as
+    /// the runtime's lane takes none then.
     fn checkpoint(&mut self, node: usize, lane: u64, unit: usize) {
         let imageable = |l: &&Lane| l.stance.is_open() && l.stance.moving().is_none();
+        let carries = self.policy(unit).carries_queue();
         let Some((cell, queue)) = self.nodes[node]
             .lanes
             .get(&lane)
             .filter(imageable)
             .and_then(|l| {
-                let queue: Vec<Parcel> = l.queue.iter().filter(|p| p.to == unit).cloned().collect();
+                let queued = l.queue.iter().filter(|p| carries && p.to == unit);
+                let queue: Vec<Parcel> = queued.cloned().collect();
                 Some((l.cells.get(&unit)?.clone(), queue))
             })
         else {
@@ -725,14 +729,16 @@ impl World {
         }
         let promoted = &self.nodes[node].lanes[&lane];
         let log = &promoted.cells[&unit].log;
-        // Every turn the copy holds had its follow-up run, or holds it queued.
+        // In confirmed mode, every turn the copy holds had its follow-up run, or holds it queued.
+        let carries = self.policy(unit).carries_queue();
         let owed = log.iter().enumerate().find(|&(place, &(who, seq))| {
             let follow = (FOLLOW_UP, place as u64 + 1);
             let queued = Work::Tell {
                 sender: follow.0,
                 seq: follow.1,
             };
-            follows_up(who, seq)
+            carries
+                && follows_up(who, seq)
                 && !log.contains(&follow)
                 && !promoted
                     .queue
