@@ -311,29 +311,14 @@ impl World {
 
     /// Runs what the lane has queued, in order, while it may.
     pub(crate) fn run_queue(&mut self, node: usize, lane: u64) {
-        loop {
-            let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
-                return;
-            };
-            if !l.stance.is_open() || l.sealing.is_some() || l.stance.suspended() {
-                return;
-            }
-            let Some(parcel) = l.queue.pop_front() else {
-                return;
-            };
+        while let Some(parcel) = self.next_queued(node, lane) {
             self.run(node, lane, parcel);
         }
     }
 
     /// The lane runs the next message it has queued, if it may, and comes back for the one after.
     pub(crate) fn next_turn(&mut self, node: usize, lane: u64) {
-        let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
-            return;
-        };
-        if !l.stance.is_open() || l.sealing.is_some() || l.stance.suspended() {
-            return;
-        }
-        let Some(parcel) = l.queue.pop_front() else {
+        let Some(parcel) = self.next_queued(node, lane) else {
             return;
         };
         self.run(node, lane, parcel);
@@ -344,6 +329,15 @@ impl World {
         {
             self.events.push(Event::Turn { node, lane });
         }
+    }
+
+    /// The message the lane runs next, taken off its queue, if it may run one now.
+    fn next_queued(&mut self, node: usize, lane: u64) -> Option<Parcel> {
+        let l = self.nodes[node].lanes.get_mut(&lane)?;
+        if !l.stance.is_open() || l.sealing.is_some() || l.stance.suspended() {
+            return None;
+        }
+        l.queue.pop_front()
     }
 
     /// The turn of a room that keeps a standby, `unit`, that just ran tells it something more if
