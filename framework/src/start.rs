@@ -89,6 +89,7 @@ impl Node {
                 witness: Witness::new(),
                 recovery: tokio::sync::broadcast::Sender::new(1024),
                 recovery_stall: Mutex::new(None),
+                publishing: tokio::sync::Mutex::new(()),
             },
             links: Links {
                 mesh,

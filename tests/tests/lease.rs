@@ -1,5 +1,5 @@
 //! The owner lease as the one thing that lets a node run turns: once it may have run out, nothing
-//! runs, whether or not the store ever answers.
+//! runs, whether or not the store ever answers. And a node that stopped stays out of the store.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -146,4 +146,27 @@ async fn a_lease_taken_again_whose_answer_was_lost_is_known_as_the_nodes_own() {
     let left = tokio::time::timeout(TTL * 3, state.wait_for(|s| *s != NodeState::Serving)).await;
     assert!(left.is_err(), "n1 stopped serving: {:?}", n1.state());
     cluster.shutdown().await;
+}
+
+/// A membership refresh that comes after its node stopped (one under way when the stop began, or
+/// started by a peer's news) writes nothing: it used to put back the descriptor the shutdown had
+/// just withdrawn, and the stopped node stayed in the store as a node whose lease lapsed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_after_its_node_stopped_does_not_put_its_descriptor_back() {
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new());
+    let config = NodeConfig::new(NodeId::new("n1").expect("id")).store(store.clone());
+    let node = ferry::Node::start(config, Registry::new())
+        .await
+        .expect("starts");
+    let key = ferry::cluster::authority::node_key(node.id());
+    assert!(store.get(&key).await.expect("store").is_some());
+    node.shutdown().await;
+    assert_eq!(store.get(&key).await.expect("store"), None, "withdrawn");
+
+    let _ = node.refresh_membership().await;
+    assert_eq!(
+        store.get(&key).await.expect("store"),
+        None,
+        "the stopped node's descriptor stays withdrawn"
+    );
 }

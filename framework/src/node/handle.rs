@@ -100,6 +100,9 @@ pub(crate) struct ClusterView {
     pub(crate) recovery: tokio::sync::broadcast::Sender<RecoveryEvent>,
     /// Why recovery waits, as this node last saw it.
     pub(crate) recovery_stall: Mutex<Option<RecoveryStall>>,
+    /// Held while this node writes its descriptor, and by the shutdown that withdraws it: a
+    /// write under way finishes first, and none starts once the node stops.
+    pub(crate) publishing: tokio::sync::Mutex<()>,
 }
 
 /// How a node's messages reach units elsewhere: the mesh, the routes it keeps, and the tells

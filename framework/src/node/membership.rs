@@ -45,10 +45,7 @@ impl Node {
     /// left alone. Runs on its own every `refresh`; call it to learn of a new node at once.
     pub async fn refresh_membership(&self) -> Result<(), StoreError> {
         let read_at = tokio::time::Instant::now();
-        let me = self.descriptor();
-        self.store()
-            .batch(Vec::new(), vec![Op::put(node_key(self.id()), me.encode())])
-            .await?;
+        self.publish().await?;
         let mut live = Vec::new();
         let mut lapsed = Vec::new();
         let mut after: Option<String> = None;
@@ -317,11 +314,7 @@ impl Node {
         };
         *unanswered = 0;
         *self.core.ownership.lease.lock() = lease;
-        let me = self.descriptor();
-        let published = self
-            .store()
-            .batch(Vec::new(), vec![Op::put(node_key(self.id()), me.encode())])
-            .await;
+        let published = self.publish().await;
         if self.fenced() {
             return Err("the lease was taken again too late".to_owned());
         }
@@ -427,8 +420,24 @@ impl Node {
         }
     }
 
-    /// Removes this node's descriptor and releases its lease (at shutdown).
+    /// Writes this node's descriptor as it is now; nothing once the node has stopped, so that a
+    /// write cannot put back a descriptor the shutdown withdrew.
+    async fn publish(&self) -> Result<(), StoreError> {
+        let _publishing = self.core.cluster.publishing.lock().await;
+        if self.core.stop.is_cancelled() {
+            return Ok(());
+        }
+        let me = self.descriptor();
+        self.store()
+            .batch(Vec::new(), vec![Op::put(node_key(self.id()), me.encode())])
+            .await?;
+        Ok(())
+    }
+
+    /// Removes this node's descriptor and releases its lease (at shutdown, once the node has
+    /// stopped: a descriptor write under way is waited for, and no later one starts).
     pub(crate) async fn withdraw(&self) {
+        let _publishing = self.core.cluster.publishing.lock().await;
         let key = node_key(self.id());
         if let Ok(Some(v)) = self.store().get(&key).await {
             let _ = self
