@@ -208,43 +208,39 @@ impl Lane {
     /// goes at the seal). Nothing while it is not open here or already moving, or if its state
     /// cannot be taken (the seal then finds out and says why).
     pub(super) fn snapshot(&self) -> Option<Vec<u8>> {
-        if !self.stance.is_open() || self.stance.moving().is_some() {
-            return None;
-        }
-        let unit = self.primary()?;
-        let cells = self.cells_now(&unit, Instant::now(), None).ok()?;
-        let capture = Capture {
-            unit,
-            cells,
-            callbacks: Vec::new(),
-            ticks: Vec::new(),
-            journal: Vec::new(),
-        };
-        capture.into_image().ok()
+        self.cells_capture()?.into_image().ok()
     }
 
     /// An image of the unit for its standby that carries what is queued: its cells, and what a
     /// move would take with them (the messages accepted so far, among them a member's tell to its
     /// room, pending callbacks and ticks), so that a promoted copy runs what the turns it holds
-    /// caused. Nothing while it is not open here or already moving, or if its state cannot be
-    /// taken.
+    /// caused. Nothing when [`Lane::snapshot`] would give nothing.
     pub(super) fn checkpoint_image(&mut self) -> Option<Vec<u8>> {
+        let mut capture = self.cells_capture()?;
+        self.data.take(&mut self.backlog);
+        capture.callbacks = self.sys.iter().cloned().collect();
+        capture.ticks = self.ticks.iter().cloned().collect();
+        capture.journal = self.encode_in_place(Side::Backlog, Unplaced::StaysQueued);
+        // The next turn's time starts after this work, not at the end of the turn before it.
+        self.clock = None;
+        capture.into_image().ok()
+    }
+
+    /// A capture of the unit's cells as they are now, with nothing queued: `None` while it is
+    /// not open here or already moving, or if its state cannot be taken.
+    fn cells_capture(&self) -> Option<Capture> {
         if !self.stance.is_open() || self.stance.moving().is_some() {
             return None;
         }
         let unit = self.primary()?;
         let cells = self.cells_now(&unit, Instant::now(), None).ok()?;
-        self.data.take(&mut self.backlog);
-        let capture = Capture {
+        Some(Capture {
             unit,
             cells,
-            callbacks: self.sys.iter().cloned().collect(),
-            ticks: self.ticks.iter().cloned().collect(),
-            journal: self.encode_in_place(Side::Backlog, Unplaced::StaysQueued),
-        };
-        // The next turn's time starts after this work, not at the end of the turn before it.
-        self.clock = None;
-        capture.into_image().ok()
+            callbacks: Vec::new(),
+            ticks: Vec::new(),
+            journal: Vec::new(),
+        })
     }
 
     /// Encodes the backlog or the hold in place (so it can still run here) and returns copies.

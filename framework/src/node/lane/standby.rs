@@ -1,9 +1,9 @@
 //! A lane's part in its room's standby: the room's checkpoints start when it opens here, are
-//! taken at turn boundaries (and when one falls due while the room is idle), in confirmed mode
-//! with what is queued for the room and its members, and end when the room leaves the node. In confirmed mode what its
-//! turns cause (a request's reply, a fence's answer that lets the gateway confirm a client's
-//! inputs, a push) waits in an outbox until the core releases their turn. A lane whose room keeps
-//! no standby does none of this.
+//! taken at turn boundaries (and when one falls due while the room is idle), and end when the
+//! room leaves the node. In confirmed mode a checkpoint carries what is queued for the room and
+//! its members, and what its turns cause (a request's reply, a fence's answer that lets the
+//! gateway confirm a client's inputs, a push) waits in an outbox until the core releases their
+//! turn. A lane whose room keeps no standby does none of this.
 
 use tokio::time::Instant;
 

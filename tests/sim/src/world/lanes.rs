@@ -349,13 +349,13 @@ impl World {
         let Some(l) = self.nodes[node].lanes.get_mut(&lane) else {
             return;
         };
-        let Some(&(who, seq)) = l.cells.get(&unit).and_then(|c| c.log.last()) else {
+        let Some(log) = l.cells.get(&unit).map(|c| &c.log) else {
             return;
         };
-        if !follows_up(who, seq) {
+        if !log.last().is_some_and(|&(who, seq)| follows_up(who, seq)) {
             return;
         }
-        let place = l.cells.get(&unit).map_or(0, |c| c.log.len() as u64);
+        let place = log.len() as u64;
         l.queue.push_back(Parcel {
             to: unit,
             work: Work::Tell {

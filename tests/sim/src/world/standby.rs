@@ -55,6 +55,18 @@ struct Standby {
     queue: Vec<Parcel>,
 }
 
+impl Standby {
+    /// No copy yet on this process.
+    fn empty(process: u64) -> Standby {
+        Standby {
+            process,
+            copy: None,
+            cell: Cell::default(),
+            queue: Vec::new(),
+        }
+    }
+}
+
 /// A promotion whose claim is in flight: the room's dead owner, and how many messages at the
 /// head of the lane's queue the copy saved.
 #[derive(Debug, Clone, Copy)]
@@ -401,19 +413,9 @@ impl World {
             .standby
             .copies
             .entry((node, unit))
-            .or_insert_with(|| Standby {
-                process,
-                copy: None,
-                cell: Cell::default(),
-                queue: Vec::new(),
-            });
+            .or_insert_with(|| Standby::empty(process));
         if standby.process != process {
-            *standby = Standby {
-                process,
-                copy: None,
-                cell: Cell::default(),
-                queue: Vec::new(),
-            };
+            *standby = Standby::empty(process);
         }
         let before = standby.copy.as_ref().map(|c| (c.series(), c.number()));
         let applied = replica::apply(&mut standby.copy, checkpoint, runs);
