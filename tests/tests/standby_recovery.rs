@@ -52,7 +52,7 @@ impl Behavior for Tally {
     fn handle(&mut self, ctx: &mut Ctx<'_>, msg: TallyMsg) -> Report {
         if let TallyMsg::Add(n) = msg {
             if n == HELD {
-                held_turn();
+                TELL_GATE.hold();
             }
             self.sum += n;
         }
@@ -75,40 +75,86 @@ impl Behavior for Player {
 const HELD: u64 = 41;
 
 /// Where a room's turn is held: whether a turn entered it, and whether the test opened it.
-static GATE: Mutex<(bool, bool)> = Mutex::new((false, false));
-static GATE_MOVED: Condvar = Condvar::new();
-
-/// The first turn to call this waits in it until [`open_gate`]; later ones pass. It hands its
-/// worker's other tasks to another thread while it waits, as a handler that blocks must.
-fn held_turn() {
-    tokio::task::block_in_place(|| {
-        let mut gate = GATE.lock().expect("gate");
-        if gate.0 {
-            return;
-        }
-        gate.0 = true;
-        GATE_MOVED.notify_all();
-        while !gate.1 {
-            gate = GATE_MOVED.wait(gate).expect("gate");
-        }
-    });
+struct Gate {
+    state: Mutex<(bool, bool)>,
+    moved: Condvar,
 }
 
-/// Waits until a turn is held at the gate.
-async fn gate_entered() {
-    tokio::task::spawn_blocking(|| {
-        let mut gate = GATE.lock().expect("gate");
-        while !gate.0 {
-            gate = GATE_MOVED.wait(gate).expect("gate");
+/// The gate of the test of a queued tell, and that of the test of a batch of ticks.
+static TELL_GATE: Gate = Gate::new();
+static TICK_GATE: Gate = Gate::new();
+
+impl Gate {
+    const fn new() -> Gate {
+        Gate {
+            state: Mutex::new((false, false)),
+            moved: Condvar::new(),
         }
-    })
-    .await
-    .expect("waited");
+    }
+
+    /// The first turn to call this waits in it until [`Gate::open`]; later ones pass. It hands
+    /// its worker's other tasks to another thread while it waits, as a handler that blocks must.
+    fn hold(&'static self) {
+        tokio::task::block_in_place(|| {
+            let mut gate = self.state.lock().expect("gate");
+            if gate.0 {
+                return;
+            }
+            gate.0 = true;
+            self.moved.notify_all();
+            while !gate.1 {
+                gate = self.moved.wait(gate).expect("gate");
+            }
+        });
+    }
+
+    /// Waits until a turn is held at the gate.
+    async fn entered(&'static self) {
+        tokio::task::spawn_blocking(|| {
+            let mut gate = self.state.lock().expect("gate");
+            while !gate.0 {
+                gate = self.moved.wait(gate).expect("gate");
+            }
+        })
+        .await
+        .expect("waited");
+    }
+
+    fn open(&self) {
+        self.state.lock().expect("gate").1 = true;
+        self.moved.notify_all();
+    }
 }
 
-fn open_gate() {
-    GATE.lock().expect("gate").1 = true;
-    GATE_MOVED.notify_all();
+/// How long after its start a room's two timers fire together: after its first checkpoints.
+const SOON: Duration = Duration::from_millis(500);
+
+/// A room whose start sets two timers due at once, and which counts their ticks; the second
+/// tick it runs is held at [`TICK_GATE`].
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Twice {
+    fired: u64,
+}
+
+impl Behavior for Twice {
+    type Msg = ();
+    type Reply = u64;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_>) {
+        ctx.set_timeout("one", SOON);
+        ctx.set_timeout("two", SOON);
+    }
+
+    fn on_tick(&mut self, _ctx: &mut Ctx<'_>, _tick: &Tick) {
+        if self.fired == 1 {
+            TICK_GATE.hold();
+        }
+        self.fired += 1;
+    }
+
+    fn handle(&mut self, _ctx: &mut Ctx<'_>, _msg: ()) -> u64 {
+        self.fired
+    }
 }
 
 /// A member that passes each number it is told on to its room.
@@ -125,8 +171,8 @@ impl Behavior for Speaker {
     }
 }
 
-/// Rooms that keep a periodic standby, rooms that keep a confirmed one, rooms that keep none,
-/// players and speakers.
+/// Rooms that keep a periodic standby, rooms that keep a confirmed one (and rooms of two timers
+/// that do), rooms that keep none, players and speakers.
 fn registry() -> Registry {
     let mut reg = Registry::new();
     reg.register(
@@ -141,6 +187,11 @@ fn registry() -> Registry {
     );
     reg.register(
         Registration::spot("confirmed", |_| Tally::default())
+            .policy(RelocationPolicy::serde())
+            .standby(StandbyPolicy::Confirmed),
+    );
+    reg.register(
+        Registration::spot("twice", |_| Twice::default())
             .policy(RelocationPolicy::serde())
             .standby(StandbyPolicy::Confirmed),
     );
@@ -407,7 +458,7 @@ async fn a_tell_queued_at_the_last_checkpoint_runs_once_on_the_promoted_room() {
     n1.tell(&speaker, HELD).expect("told");
     // The room runs the tell and is held in that turn: the speaker's turn is the last its
     // standby can hold.
-    tokio::time::timeout(T, gate_entered())
+    tokio::time::timeout(T, TELL_GATE.entered())
         .await
         .expect("the room runs the speaker's tell");
     standbys_hold_everything(&n3, 1).await;
@@ -422,7 +473,7 @@ async fn a_tell_queued_at_the_last_checkpoint_runs_once_on_the_promoted_room() {
         .await
         .expect("n3 fenced in time")
         .expect("n3's state");
-    open_gate();
+    TELL_GATE.open();
     tokio::time::timeout(T, abort)
         .await
         .expect("n3 aborted in time")
@@ -435,6 +486,55 @@ async fn a_tell_queued_at_the_last_checkpoint_runs_once_on_the_promoted_room() {
         report,
         (HELD, 0, 1),
         "the tell ran once, and the speaker came along"
+    );
+    n1.shutdown().await;
+    cluster.node("n2").shutdown().await;
+    drop(cluster);
+}
+
+/// Two timers come due at once: the first tick's turn is checkpointed, and the owner dies while
+/// the second's runs. The promoted copy runs the second tick, once. (Run from a list of their
+/// own, the ticks after a checkpoint were in no image, and the copy never ran the second: its
+/// timer was spent and its tick lost.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tick_due_with_another_at_the_last_checkpoint_runs_once_on_the_promoted_room() {
+    let Some(cluster) = cluster(Backend::Memory, &["n3"]).await else {
+        return;
+    };
+    let (n1, n3) = (cluster.node("n1").clone(), cluster.node("n3").clone());
+    let room = spot("twice-0");
+    n3.create_spot_on(n3.id(), "twice", &room)
+        .await
+        .expect("room");
+    standbys_hold_everything(&n3, 1).await;
+    // The first tick ran and the room is held in the second's turn: the first is the last turn
+    // its standby can hold.
+    tokio::time::timeout(T, TICK_GATE.entered())
+        .await
+        .expect("the room runs its second tick");
+    standbys_hold_everything(&n3, 1).await;
+    let mut events = n1.recovery_events();
+    let mut state = n3.watch_state();
+    let abort = tokio::spawn({
+        let n3 = n3.clone();
+        async move { n3.abort().await }
+    });
+    tokio::time::timeout(T, state.wait_for(|s| *s == NodeState::Error))
+        .await
+        .expect("n3 fenced in time")
+        .expect("n3's state");
+    TICK_GATE.open();
+    tokio::time::timeout(T, abort)
+        .await
+        .expect("n3 aborted in time")
+        .expect("n3 aborted");
+
+    let id = UnitId::Spot(room.clone());
+    outcomes(&mut events, std::slice::from_ref(&id), &[]).await;
+    let fired: u64 = n1.request(&room, (), T).await.expect("read");
+    assert_eq!(
+        fired, 2,
+        "each timer fired once, the second on the promoted room"
     );
     n1.shutdown().await;
     cluster.node("n2").shutdown().await;

@@ -70,7 +70,8 @@ pub(crate) struct Lane {
     /// Where the capture goes once a seal that waits for the application's safe point is taken.
     seal_done: Option<SealDone>,
     me: Weak<LaneTx>,
-    /// Timer ticks that were due at a seal, run before anything else but callbacks.
+    /// Timer ticks due and not run yet (those due at a seal among them), run before anything
+    /// else but callbacks.
     ticks: VecDeque<(UnitId, Tick)>,
     /// What arrived after the seal (the ingress hold).
     hold: Vec<Envelope<Slot>>,
@@ -215,7 +216,7 @@ impl Lane {
             if let Some(due) = self.next_due
                 && due <= now
             {
-                self.fire_timers(now);
+                self.queue_due_ticks(now);
                 continue;
             }
             if self.standby_due_by(now) {
@@ -384,15 +385,14 @@ impl Lane {
         }
     }
 
-    fn fire_timers(&mut self, now: Instant) {
-        let mut ticks = Vec::new();
-        for (slot, cell) in self.cells.iter_mut() {
+    /// Takes the ticks due at `now` into the pending ticks, which run one turn at a time: a
+    /// checkpoint or a seal between two of them carries those not run yet, whose timers are
+    /// spent.
+    fn queue_due_ticks(&mut self, now: Instant) {
+        for (_, cell) in self.cells.iter_mut() {
             for tick in cell.take_due(now) {
-                ticks.push((slot, tick));
+                self.ticks.push_back((cell.id().clone(), tick));
             }
-        }
-        for (slot, tick) in &ticks {
-            self.turn(*slot, Turn::Tick(tick), None);
         }
         self.next_due = self.cells.iter().filter_map(|(_, c)| c.next_due()).min();
     }
