@@ -874,6 +874,16 @@ impl Game for BingoBot {
         &self.incarnations
     }
 
+    /// The client could not vouch for some syncs because their binding ended: the session died
+    /// (a `Reconnected` follows), the player was unbound (an `Unbound` follows), or the node
+    /// running it left and the gateway bound it again in this same session, which the client
+    /// hears of only here. Either way the pushes made for the ended binding never come.
+    fn undelivered(&mut self, inputs: u64) {
+        if inputs > 0 {
+            self.rebound();
+        }
+    }
+
     /// Draws, round ends and deals pushed meanwhile went to the binding that ended: follow the
     /// room again from the next push, as on joining, and take the rewards the next state shows.
     fn rebound(&mut self) {
@@ -1308,6 +1318,27 @@ mod tests {
         let mut swapped = pushes.clone();
         swapped.swap(at[1], at[2]);
         assert_eq!(check(swapped, 2).0.reordered, 1);
+    }
+
+    /// The node running the player left mid-round: two syncs died with it, the gateway bound
+    /// the player again in the same session, and the draw pushed in between went to the binding
+    /// that ended. Only the two syncs are lost, and the client's report explains them.
+    #[test]
+    fn a_draw_pushed_to_a_binding_its_node_ended_is_not_lost() {
+        let pushes = game();
+        let third = draws(&pushes)[2];
+        let mut bot = BingoBot::new(actor("bingo-0-p0"), spot("bingo-0"));
+        for (i, push) in pushes.into_iter().enumerate() {
+            if i == third {
+                bot.undelivered(2);
+                continue;
+            }
+            assert_eq!(bot.read(push), None);
+        }
+        assert_eq!(bot.mismatches(), 0);
+        let faults = bot.faults(4);
+        assert_eq!(faults.lost, 2, "{faults:?}");
+        assert_eq!((faults.duplicated, faults.reordered), (0, 0));
     }
 
     #[test]
