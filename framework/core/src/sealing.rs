@@ -9,6 +9,9 @@
 //! Pauses are judged by their mean over a sample of moves, never one by one: a single pause is
 //! as short or as long as the scheduler happened to make it, and a window that took the shortest
 //! single pause for the cost of a move would stay narrow, and the drain slow, for no one's gain.
+//! What a move that waits for nothing costs is measured again now and then, with one seal at a
+//! time: the shortest mean of a whole drain is the luckiest sample of its quietest moment, and
+//! once the host got busier no window, not even a single seal, would come near it again.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -44,6 +47,13 @@ pub const COPY_AHEAD: usize = 1;
 /// The fewest pauses whose mean the window judges, however narrow it is.
 pub const SAMPLE: usize = 8;
 
+/// After this many judgments the window measures again what a move that waits for nothing
+/// costs: it lets one seal through at a time for a sample, then goes back to its width. A
+/// window that follows a host's load no further than its shortest mean ever would stay at one
+/// seal once moves grew dearer; one that took its latest means for the cost would grow with
+/// its own queue.
+pub const REMEASURE: usize = 32;
+
 /// A place held this much longer than the shortest mean pause seen no longer counts: a unit
 /// stuck in a slow restore or commit keeps its place, but does not keep the others from sealing.
 pub const STUCK_FACTOR: u32 = 8;
@@ -58,8 +68,14 @@ pub struct SealWindow {
     /// The places taken, with when each was taken.
     open: BTreeMap<Ticket, Instant>,
     next: Ticket,
-    /// The shortest mean pause seen over a sample: moves that waited for nothing.
+    /// The shortest mean pause over a sample since the last one taken at a single seal: moves
+    /// that waited for nothing.
     floor: Option<Duration>,
+    /// Judgments since that sample.
+    judged: usize,
+    /// While it takes a sample at a single seal: the width it goes back to, and the first
+    /// place of the sample (those before sealed beside others).
+    remeasure: Option<(usize, Ticket)>,
     /// The pauses of the moves that ended since the window last changed.
     sum: Duration,
     count: usize,
@@ -74,6 +90,8 @@ impl Default for SealWindow {
             open: BTreeMap::new(),
             next: 0,
             floor: None,
+            judged: 0,
+            remeasure: None,
             sum: Duration::ZERO,
             count: 0,
             copying: 0,
@@ -157,7 +175,8 @@ impl SealWindow {
 
     /// The move with this place ended, with its unit's pause if it sealed one. Once a window's
     /// worth of moves ended (and at least [`SAMPLE`]), the window grows by a quarter if their
-    /// mean pause went straight through, and shrinks by a quarter if not.
+    /// mean pause went straight through, and shrinks by a quarter if not; every [`REMEASURE`]
+    /// judgments it takes a sample at one seal, as the cost of a move from then on.
     ///
     /// Returns whether places now count as stuck sooner (a shorter mean pause was seen): the
     /// times [`next_change`](Self::next_change) gave those waiting may be too late, and each
@@ -167,6 +186,9 @@ impl SealWindow {
         let Some(pause) = pause else {
             return false;
         };
+        if self.remeasure.is_some_and(|(_, first)| ticket < first) {
+            return false;
+        }
         self.sum += pause;
         self.count += 1;
         if self.count < self.limit.max(SAMPLE) {
@@ -176,6 +198,12 @@ impl SealWindow {
         let mean = self.sum / self.count as u32;
         self.sum = Duration::ZERO;
         self.count = 0;
+        if let Some((width, _)) = self.remeasure.take() {
+            self.floor = Some(mean);
+            self.limit = width;
+            self.judged = 0;
+            return self.stuck() < stuck;
+        }
         let floor = self.floor.map_or(mean, |floor| floor.min(mean));
         self.floor = Some(floor);
         let step = (self.limit / 4).max(1);
@@ -184,6 +212,11 @@ impl SealWindow {
         } else {
             (self.limit - step).max(1)
         };
+        self.judged += 1;
+        if self.judged >= REMEASURE {
+            self.remeasure = Some((self.limit, self.next + 1));
+            self.limit = 1;
+        }
         self.stuck() < stuck
     }
 }
@@ -245,6 +278,34 @@ mod tests {
         assert_eq!(widest, 5, "window {}", w.limit());
         assert!(w.limit() >= 4, "window {}", w.limit());
         assert_eq!(w.open(now), 0);
+    }
+
+    /// Moves grow dearer mid-drain (the host got busier): a single seal now pauses longer than
+    /// several did before. The window judges against what a move costs now, and widens again to
+    /// where pauses go straight through at that cost, where it would stay at one seal, its
+    /// pauses all judged too long against the quiet moment's.
+    #[test]
+    fn moves_grown_dearer_are_judged_against_what_a_move_costs_now() {
+        let now = Instant::now();
+        let mut w = SealWindow::new();
+        let mut widest = 0;
+        for round in 0..6_000 {
+            let mut tickets = Vec::new();
+            while let Some(ticket) = w.enter(now) {
+                tickets.push(ticket);
+            }
+            let cost = if round < 2_000 { 300 } else { 900 };
+            if round >= 3_000 {
+                widest = widest.max(tickets.len());
+            }
+            let pause = us(cost + 150 * tickets.len() as u64);
+            for ticket in tickets {
+                w.left(ticket, Some(pause));
+            }
+        }
+        // At 1,050 µs for one seal: 1,050 * 3 / 2 + 250 = 1,825 µs, which 6 sealed (1,800 µs)
+        // stay within and 7 do not: the window tries 7 and comes back.
+        assert_eq!(widest, 7, "window {}", w.limit());
     }
 
     /// A pause the scheduler happened to make short is no move's cost: pauses that do not grow
