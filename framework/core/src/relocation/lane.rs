@@ -158,6 +158,14 @@ impl LaneMove {
         self.moving.as_ref()
     }
 
+    /// Whether an image of the lane's units may be taken now, for a pre-copy round or a standby
+    /// checkpoint: turns run here, and no move captured them. A seal that waits for an
+    /// ApplicationSignaled spot's safe point lets its turns run, and what they cause must not
+    /// wait for the move's end to be held by a standby.
+    pub fn imageable(&self) -> bool {
+        self.open && !self.suspended()
+    }
+
     /// Whether turns are suspended by a move (captured, or handed over).
     pub fn suspended(&self) -> bool {
         matches!(

@@ -419,17 +419,20 @@ impl Lane {
                 if let Some(due) = cell.next_due() {
                     self.next_due = Some(self.next_due.map_or(due, |d| d.min(due)));
                 }
+                let id = cell.id().clone();
                 if effects.stop {
-                    let id = cell.id().clone();
                     self.stop_unit(&id, StopKind::Requested);
-                } else if effects.deferred {
-                    let id = cell.id().clone();
-                    self.deferred(&id);
                 } else {
-                    self.clock = Some(ended);
-                }
-                if !effects.stop {
+                    if !effects.deferred {
+                        self.clock = Some(ended);
+                    }
+                    // Counted, and checkpointed if one may go, before a deferring turn's capture:
+                    // what the turn caused is held by the standby as any turn's is, not until
+                    // the move ends.
                     self.standby_turn(ended);
+                    if effects.deferred {
+                        self.deferred(&id);
+                    }
                 }
                 self.held_pushes(std::mem::take(&mut effects.pushes));
                 reply

@@ -205,8 +205,8 @@ impl Lane {
     }
 
     /// An image of the unit as it runs, for a pre-copy round: its cells only (what is queued
-    /// goes at the seal). Nothing while it is not open here or already moving, or if its state
-    /// cannot be taken (the seal then finds out and says why).
+    /// goes at the seal). Nothing while no image may be taken, or if its state cannot be taken
+    /// (the seal then finds out and says why).
     pub(super) fn snapshot(&self) -> Option<Vec<u8>> {
         self.cells_capture()?.into_image().ok()
     }
@@ -226,10 +226,10 @@ impl Lane {
         capture.into_image().ok()
     }
 
-    /// A capture of the unit's cells as they are now, with nothing queued: `None` while it is
-    /// not open here or already moving, or if its state cannot be taken.
+    /// A capture of the unit's cells as they are now, with nothing queued: `None` while no
+    /// image may be taken ([`LaneMove::imageable`]), or if its state cannot be taken.
     fn cells_capture(&self) -> Option<Capture> {
-        if !self.stance.is_open() || self.stance.moving().is_some() {
+        if !self.stance.imageable() {
             return None;
         }
         let unit = self.primary()?;

@@ -1,4 +1,5 @@
-//! What a lane takes while a move holds it in its quiet spell, before the seal.
+//! What a lane takes while a move holds it in its quiet spell, before the seal, and what the
+//! turns of a room waiting for its safe point answer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,10 +9,12 @@ use tokio::sync::oneshot;
 use super::Control;
 use crate::error::UnitError;
 use crate::ids::{ActorId, NodeId, SpotId, UnitId};
-use crate::node::{Node, NodeConfig};
+use crate::mesh::ClusterCa;
+use crate::node::{MeshSettings, Node, NodeConfig};
 use crate::registry::{AdapterError, Registration, Registry, RelocationPolicy, StateAdapter};
 use crate::relocation::RelocationId;
-use crate::{Behavior, Ctx};
+use crate::store::{LocationStore, MemoryStore};
+use crate::{Behavior, Ctx, ReadinessMode, StandbyPolicy};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -133,4 +136,131 @@ async fn a_capture_whose_adapter_panics_leaves_the_room_running_and_open_to_chan
         .expect("the room answers");
     node.join(&alice, &room).await.expect("alice joins");
     let _ = node.shutdown().await;
+}
+
+/// An ApplicationSignaled room with a confirmed standby: it counts the turns it ran, and says its
+/// state is whole when asked.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct Signaled {
+    ran: u64,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+enum Ask {
+    Count,
+    Defer,
+}
+
+impl Behavior for Signaled {
+    type Msg = Ask;
+    type Reply = u64;
+
+    fn handle(&mut self, ctx: &mut Ctx<'_>, ask: Ask) -> u64 {
+        self.ran += 1;
+        if matches!(ask, Ask::Defer) {
+            ctx.relocation_ready_defer()
+                .expect("an ApplicationSignaled spot defers");
+        }
+        self.ran
+    }
+}
+
+/// Two nodes on one store, linked: the room's standby goes to the other.
+async fn pair(ca: &ClusterCa) -> (Node, Node) {
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new());
+    let mut nodes = Vec::new();
+    for name in ["lane-n1", "lane-n2"] {
+        let id = NodeId::new(name).expect("id");
+        let tls = ca.node_tls(&id).expect("certificate");
+        let mesh = MeshSettings::new("127.0.0.1:0".parse().expect("addr"), tls);
+        let config = NodeConfig::new(id).store(store.clone()).mesh(mesh);
+        let mut registry = Registry::new();
+        registry.register(
+            Registration::spot("signaled", |_| Signaled::default())
+                .policy(RelocationPolicy::serde())
+                .readiness(ReadinessMode::ApplicationSignaled)
+                .standby(StandbyPolicy::Confirmed),
+        );
+        nodes.push(Node::start(config, registry).await.expect("node starts"));
+    }
+    for _ in 0..2 {
+        for node in &nodes {
+            node.refresh_membership().await.expect("membership read");
+        }
+    }
+    let (n1, n2) = (nodes[0].clone(), nodes[1].clone());
+    n1.wait_peer_ready(n2.id()).await.expect("link up");
+    n2.wait_peer_ready(n1.id()).await.expect("link up");
+    (n1, n2)
+}
+
+/// Waits until the one room `node` owns has a standby that holds all its turns.
+async fn standby_current(node: &Node) {
+    let until = tokio::time::Instant::now() + T;
+    loop {
+        let status = node.standby_status();
+        if status.current == 1 && status.oldest_unheld.is_none() {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < until, "{status:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A seal waits for the room's safe point, and the room runs on meanwhile: what its turns
+/// answer is sent once its standby holds them, the deferring turn's too, and is not kept
+/// until the move ends. (Its turns were taken into no checkpoint while the seal waited, and
+/// their answers waited for the move's end, where a move that went through turned them into
+/// errors.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_waiting_for_its_safe_point_answers_once_its_standby_holds_each_turn() {
+    let ca = ClusterCa::generate().expect("cluster CA");
+    let (n1, n2) = pair(&ca).await;
+    let room = SpotId::new("signaled-1").expect("id");
+    n1.create_spot("signaled", &room).await.expect("room");
+    let unit = UnitId::Spot(room.clone());
+    standby_current(&n1).await;
+    let rel = RelocationId(9);
+    quiesce(&n1, &unit, rel).await;
+    let (done, sealed) = oneshot::channel();
+    send(&n1, &unit, Control::Seal { rel, done });
+
+    let ran: u64 = n1
+        .request(unit.clone(), Ask::Count, T)
+        .await
+        .expect("answered while the seal waits");
+    assert_eq!(ran, 1);
+    let ran: u64 = n1
+        .request(unit.clone(), Ask::Defer, T)
+        .await
+        .expect("the deferring turn answered");
+    assert_eq!(ran, 2);
+    let sealed = tokio::time::timeout(T, sealed).await.expect("in time");
+    assert!(
+        sealed.expect("answered").is_ok(),
+        "captured after the defer"
+    );
+
+    // No move takes it: the room runs on here, each turn once.
+    let me = n1
+        .core
+        .units
+        .directory
+        .get(&unit)
+        .expect("hosted here")
+        .lane
+        .clone();
+    let (done, resumed) = oneshot::channel();
+    send(&n1, &unit, Control::Resume { rel, me, done });
+    tokio::time::timeout(T, resumed)
+        .await
+        .expect("in time")
+        .expect("resumed");
+    let ran: u64 = n1
+        .request(unit.clone(), Ask::Count, T)
+        .await
+        .expect("answers");
+    assert_eq!(ran, 3);
+    let _ = n1.shutdown().await;
+    let _ = n2.shutdown().await;
 }

@@ -226,7 +226,7 @@ impl World {
         }
     }
 
-    /// The lane takes a snapshot of its running unit (none once it is in a move, or gone): the
+    /// The lane takes a snapshot of its running unit (none once a move captured it, or gone): the
     /// core says what of it to send, or that pre-copy is over.
     pub(crate) fn snapshot(&mut self, node: usize, rel: u64) {
         let Some((n, s)) = self.source(rel) else {
@@ -248,7 +248,7 @@ impl World {
         let running = self.nodes[node]
             .lanes
             .get_mut(&lane)
-            .filter(|l| l.stance.is_open() && l.stance.moving().is_none());
+            .filter(|l| l.stance.imageable());
         if let Some(l) = running {
             for (u, cell) in l.cells.iter_mut() {
                 cell.catch_up(*u, due);
@@ -257,7 +257,7 @@ impl World {
         let image = self.nodes[node]
             .lanes
             .get(&lane)
-            .filter(|l| l.stance.is_open() && l.stance.moving().is_none())
+            .filter(|l| l.stance.imageable())
             .map(|l| self.image(l.primary, &l.cells, &[]));
         let Some(image) = image else {
             self.copied(node, rel);

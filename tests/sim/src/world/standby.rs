@@ -237,10 +237,10 @@ impl World {
     }
 
     /// A turn boundary of a room that keeps a standby: take a checkpoint if one is due, with the
-    /// room's queue if its policy carries it. None while the room is not open or in a move, as
-    /// the runtime's lane takes none then.
+    /// room's queue if its policy carries it. None while no image of it may be taken (it is not
+    /// open, or a move captured it), as the runtime's lane takes none then.
     fn checkpoint(&mut self, node: usize, lane: u64, unit: usize) {
-        let imageable = |l: &&Lane| l.stance.is_open() && l.stance.moving().is_none();
+        let imageable = |l: &&Lane| l.stance.imageable();
         let carries = self.policy(unit).carries_queue();
         let Some((cell, queue)) = self.nodes[node]
             .lanes
