@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use ferry::cluster::recovery::Fresh;
 use ferry::{
-    ActorId, Behavior, Ctx, NodeState, RecoveryEvent, Registration, Registry, RelocationPolicy,
-    SpotId, StandbyPolicy, Tick, UnitId,
+    ActorId, Behavior, Ctx, Node, NodeState, RecoveryEvent, Registration, Registry,
+    RelocationPolicy, SpotId, StandbyPolicy, Tick, UnitId,
 };
 use ferry_tests::cluster::{Backend, Cluster};
 use ferry_tests::standby::{holder_of, standbys_hold_everything};
@@ -436,6 +436,30 @@ async fn a_room_whose_standby_died_with_its_owner_starts_from_nothing_and_says_w
     drop(cluster);
 }
 
+/// Once the standby of `owner`'s one room holds every turn but the one held at `gate`, aborts
+/// `owner` and lets that turn end only once it is fenced, where no standby hears of it; returns
+/// once `watcher` saw the room promoted.
+async fn crash_in_the_held_turn(watcher: &Node, owner: &Node, gate: &'static Gate, room: &SpotId) {
+    standbys_hold_everything(owner, 1).await;
+    let mut events = watcher.recovery_events();
+    let mut state = owner.watch_state();
+    let abort = tokio::spawn({
+        let owner = owner.clone();
+        async move { owner.abort().await }
+    });
+    tokio::time::timeout(T, state.wait_for(|s| *s == NodeState::Error))
+        .await
+        .expect("the owner fenced in time")
+        .expect("the owner's state");
+    gate.open();
+    tokio::time::timeout(T, abort)
+        .await
+        .expect("the owner aborted in time")
+        .expect("the owner aborted");
+    let id = UnitId::Spot(room.clone());
+    outcomes(&mut events, std::slice::from_ref(&id), &[]).await;
+}
+
 /// A member's turn tells its room; the room's standby holds that turn, with the tell still
 /// queued, and the owner dies while the room's own turn on it runs: the promoted copy runs the
 /// tell, once. (Without the queue in the checkpoint the copy had the member's turn and never the
@@ -461,26 +485,7 @@ async fn a_tell_queued_at_the_last_checkpoint_runs_once_on_the_promoted_room() {
     tokio::time::timeout(T, TELL_GATE.entered())
         .await
         .expect("the room runs the speaker's tell");
-    standbys_hold_everything(&n3, 1).await;
-    let mut events = n1.recovery_events();
-    let mut state = n3.watch_state();
-    let abort = tokio::spawn({
-        let n3 = n3.clone();
-        async move { n3.abort().await }
-    });
-    // Fenced, n3 sends nothing more: the room's turn ends where no standby hears of it.
-    tokio::time::timeout(T, state.wait_for(|s| *s == NodeState::Error))
-        .await
-        .expect("n3 fenced in time")
-        .expect("n3's state");
-    TELL_GATE.open();
-    tokio::time::timeout(T, abort)
-        .await
-        .expect("n3 aborted in time")
-        .expect("n3 aborted");
-
-    let id = UnitId::Spot(room.clone());
-    outcomes(&mut events, std::slice::from_ref(&id), &[]).await;
+    crash_in_the_held_turn(&n1, &n3, &TELL_GATE, &room).await;
     let report: Report = n1.request(&room, TallyMsg::Read, T).await.expect("read");
     assert_eq!(
         report,
@@ -512,25 +517,7 @@ async fn a_tick_due_with_another_at_the_last_checkpoint_runs_once_on_the_promote
     tokio::time::timeout(T, TICK_GATE.entered())
         .await
         .expect("the room runs its second tick");
-    standbys_hold_everything(&n3, 1).await;
-    let mut events = n1.recovery_events();
-    let mut state = n3.watch_state();
-    let abort = tokio::spawn({
-        let n3 = n3.clone();
-        async move { n3.abort().await }
-    });
-    tokio::time::timeout(T, state.wait_for(|s| *s == NodeState::Error))
-        .await
-        .expect("n3 fenced in time")
-        .expect("n3's state");
-    TICK_GATE.open();
-    tokio::time::timeout(T, abort)
-        .await
-        .expect("n3 aborted in time")
-        .expect("n3 aborted");
-
-    let id = UnitId::Spot(room.clone());
-    outcomes(&mut events, std::slice::from_ref(&id), &[]).await;
+    crash_in_the_held_turn(&n1, &n3, &TICK_GATE, &room).await;
     let fired: u64 = n1.request(&room, (), T).await.expect("read");
     assert_eq!(
         fired, 2,
