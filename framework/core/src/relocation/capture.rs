@@ -107,7 +107,7 @@ pub struct Capture {
     pub cells: Vec<CellCapture>,
     /// Callbacks due before any other turn, in order.
     pub callbacks: Vec<(UnitId, PendingCallback)>,
-    /// Timer ticks that were due at the seal and not yet run, in order.
+    /// Timer ticks taken from their timers (due by the seal) and not yet run, in order.
     pub ticks: Vec<(UnitId, Tick)>,
     /// The accepted journal: operations queued before the seal, in order.
     pub journal: Vec<QueuedOp>,

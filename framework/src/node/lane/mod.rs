@@ -70,8 +70,8 @@ pub(crate) struct Lane {
     /// Where the capture goes once a seal that waits for the application's safe point is taken.
     seal_done: Option<SealDone>,
     me: Weak<LaneTx>,
-    /// Timer ticks due and not run yet (those due at a seal among them), run before anything
-    /// else but callbacks.
+    /// Timer ticks taken from their timers and not run yet (those due at a seal among them), run
+    /// before anything else but callbacks.
     ticks: VecDeque<(UnitId, Tick)>,
     /// What arrived after the seal (the ingress hold).
     hold: Vec<Envelope<Slot>>,
@@ -198,19 +198,21 @@ impl Lane {
                 tokio::task::yield_now().await;
                 now = Instant::now();
             }
-            // Framework callbacks (on_start first of all) run before controls can move a unit away.
+            // Framework callbacks (on_start first of all) run before controls can move a unit away,
+            // and so do ticks taken from their timers: a unit that joins or leaves a spot takes
+            // its timers along, not the ticks already taken from them.
             if let Some((id, turn)) = self.sys.pop_front() {
                 self.system_turn(&id, turn);
-                continue;
-            }
-            if let Ok(control) = self.ctl.try_recv() {
-                self.control(control);
                 continue;
             }
             if let Some((id, tick)) = self.ticks.pop_front() {
                 if let Some(slot) = self.cells.slot(&id) {
                     self.turn(slot, Turn::Tick(&tick), None);
                 }
+                continue;
+            }
+            if let Ok(control) = self.ctl.try_recv() {
+                self.control(control);
                 continue;
             }
             if let Some(due) = self.next_due
@@ -419,18 +421,19 @@ impl Lane {
                 if let Some(due) = cell.next_due() {
                     self.next_due = Some(self.next_due.map_or(due, |d| d.min(due)));
                 }
-                let id = cell.id().clone();
                 if effects.stop {
+                    let id = cell.id().clone();
                     self.stop_unit(&id, StopKind::Requested);
                 } else {
-                    if !effects.deferred {
+                    let deferred = effects.deferred.then(|| cell.id().clone());
+                    if deferred.is_none() {
                         self.clock = Some(ended);
                     }
                     // Counted, and checkpointed if one may go, before a deferring turn's capture:
                     // what the turn caused is held by the standby as any turn's is, not until
                     // the move ends.
                     self.standby_turn(ended);
-                    if effects.deferred {
+                    if let Some(id) = deferred {
                         self.deferred(&id);
                     }
                 }
@@ -522,6 +525,7 @@ impl Lane {
             }
         }
         self.sys.retain(|(unit, _)| !gone.contains(unit));
+        self.ticks.retain(|(unit, _)| !gone.contains(unit));
         self.standby_left(id);
     }
 

@@ -1,10 +1,10 @@
-//! What a lane takes while a move holds it in its quiet spell, before the seal, and what the
-//! turns of a room waiting for its safe point answer.
+//! What a lane takes while a move holds it in its quiet spell, before the seal, what the turns
+//! of a room waiting for its safe point answer, and ticks due together beside a join.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use super::Control;
 use crate::error::UnitError;
@@ -48,6 +48,7 @@ async fn node(name: &str) -> Node {
             .policy(RelocationPolicy::PreserveState(Arc::new(Panics))),
     );
     registry.register(Registration::actor("player", |_| Unit));
+    registry.register(Registration::actor("ticker", |_| Ticker::default()));
     let id = NodeId::new(name).expect("id");
     Node::start(NodeConfig::new(id), registry)
         .await
@@ -263,4 +264,87 @@ async fn a_room_waiting_for_its_safe_point_answers_once_its_standby_holds_each_t
     assert_eq!(ran, 3);
     let _ = n1.shutdown().await;
     let _ = n2.shutdown().await;
+}
+
+/// Told once a ticker ran its second tick.
+static SECOND_TICK: Notify = Notify::const_new();
+
+/// An Actor whose start sets two timers due at once, and which counts their ticks. Its first
+/// tick asks its lane to take it into `room-3`, as a join that arrives while the tick runs.
+#[derive(Default)]
+struct Ticker {
+    fired: u64,
+}
+
+impl Behavior for Ticker {
+    type Msg = ();
+    type Reply = (u64, bool);
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_>) {
+        ctx.set_timeout("one", Duration::from_millis(50));
+        ctx.set_timeout("two", Duration::from_millis(50));
+    }
+
+    fn on_tick(&mut self, ctx: &mut Ctx<'_>, _tick: &crate::Tick) {
+        self.fired += 1;
+        match self.fired {
+            1 => join_room_3(ctx.node(), ctx.id()),
+            2 => SECOND_TICK.notify_one(),
+            _ => {}
+        }
+    }
+
+    fn handle(&mut self, ctx: &mut Ctx<'_>, _msg: ()) -> (u64, bool) {
+        (self.fired, ctx.spot().is_some())
+    }
+}
+
+/// Queues the join of Actor `me` into `room-3` on its lane, as a join from elsewhere would.
+fn join_room_3(node: &Node, me: &UnitId) {
+    let UnitId::Actor(actor) = me.clone() else {
+        panic!("{me} is an Actor");
+    };
+    let spot = SpotId::new("room-3").expect("id");
+    let spot_entry = node
+        .core
+        .units
+        .directory
+        .get(&UnitId::Spot(spot.clone()))
+        .expect("the room runs");
+    let (done, _) = oneshot::channel();
+    send(
+        node,
+        me,
+        Control::Join {
+            actor,
+            spot,
+            spot_entry,
+            done,
+        },
+    );
+}
+
+/// A join arrives between two ticks taken from their timers together: the second still runs,
+/// once, before the Actor goes over to the room. (Run after the join, it stayed behind on a
+/// lane with no unit left, its one-shot timer spent.)
+#[tokio::test]
+async fn ticks_due_together_run_before_a_join_that_comes_between_them() {
+    let node = node("lane-ticks").await;
+    let room = SpotId::new("room-3").expect("id");
+    node.create_spot("room", &room).await.expect("room");
+    let ticker = ActorId::new("ticker").expect("id");
+    node.create_actor("ticker", &ticker).await.expect("ticker");
+    tokio::time::timeout(T, SECOND_TICK.notified())
+        .await
+        .expect("the second tick ran");
+    let (fired, joined): (u64, bool) = node
+        .request(UnitId::Actor(ticker), (), T)
+        .await
+        .expect("the ticker answers");
+    assert_eq!(
+        (fired, joined),
+        (2, true),
+        "each tick once, then in the room"
+    );
+    let _ = node.shutdown().await;
 }
