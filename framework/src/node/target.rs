@@ -359,9 +359,13 @@ impl Node {
         let Some(assembly) = assembly else {
             return;
         };
-        // Assembled: the source hears so now, then every PROGRESS for as long as the restore runs.
+        // The source hears of the restore every PROGRESS for as long as it runs; of a large one,
+        // which may take a while to check, as soon as its chunks are assembled too.
+        let in_task = assembly.restores_in_task();
         let (restoring, restored) = oneshot::channel::<()>();
-        self.report_progress(rel);
+        if !in_task {
+            self.report_progress(rel);
+        }
         tokio::spawn(self.clone().progress_until(rel, restored));
         let node = self.clone();
         let restore = move || {
@@ -372,9 +376,13 @@ impl Node {
                 node.target_event(rel, event);
             }
         };
-        // Checking a large image and restoring runs long (and application adapters may do I/O):
-        // off the mesh's inbound task, so the peer's other frames keep flowing.
-        tokio::task::spawn_blocking(restore);
+        // Off the mesh's inbound task, so the peer's other frames keep flowing while application
+        // adapters restore; checking a large image runs long, so it has a thread of its own.
+        if in_task {
+            tokio::spawn(async move { restore() });
+        } else {
+            tokio::task::spawn_blocking(restore);
+        }
     }
 
     /// Checks the assembled image against the manifest (rebuilt first by the adapters' deltas,

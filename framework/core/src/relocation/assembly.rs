@@ -5,6 +5,13 @@
 use super::capture::{Base, Capture, Manifest, TransferError};
 use super::precopy::{Deltas, rebuild};
 
+/// Images under this size, sent whole, are restored on a task of the runtime, as a turn runs:
+/// checking and decoding them takes some µs, less than waking a blocking thread to do it and
+/// hearing back from it, which a drain would otherwise pay for every small room inside its
+/// pause. Larger images and those rebuilt over a pre-copy (never under
+/// [`super::precopy::MIN_IMAGE`]) take long enough to check that they go to a blocking thread.
+pub const IN_TASK: u64 = super::precopy::MIN_IMAGE as u64;
+
 /// Collects chunks on the target, over the pre-copied base if there is one, and checks the
 /// whole against the manifest.
 #[derive(Debug)]
@@ -81,6 +88,12 @@ impl Assembly {
     /// Whether every chunk is in.
     pub fn complete(&self) -> bool {
         self.next == self.manifest.chunks
+    }
+
+    /// Whether the image is small enough to check, decode and restore on a task of the runtime
+    /// ([`IN_TASK`]) rather than on a blocking thread.
+    pub fn restores_in_task(&self) -> bool {
+        self.manifest.base.is_none() && self.manifest.len < IN_TASK
     }
 
     /// Checks length and checksum of the whole, then decodes. A mismatch is an explicit failure,
@@ -169,6 +182,33 @@ mod tests {
                 reply: None,
             }],
         }
+    }
+
+    #[test]
+    fn only_a_small_image_sent_whole_is_restored_in_a_task() {
+        let small = pack(&capture(1024));
+        assert!(
+            Assembly::new(small.manifest, None)
+                .unwrap()
+                .restores_in_task()
+        );
+        let large = pack(&capture(IN_TASK as usize));
+        assert!(large.manifest.len >= IN_TASK);
+        assert!(
+            !Assembly::new(large.manifest, None)
+                .unwrap()
+                .restores_in_task()
+        );
+        // Sealed over a copy the target holds: rebuilt from it on a blocking thread, however small.
+        let held = capture(1024).into_image().unwrap();
+        let over = Precopy::from_standby(Bytes::from(held.clone()))
+            .seal(Bytes::from(capture(1000).into_image().unwrap()), &NoDeltas);
+        assert!(over.manifest.base.is_some());
+        assert!(
+            !Assembly::new(over.manifest, Some(held))
+                .unwrap()
+                .restores_in_task()
+        );
     }
 
     #[test]
