@@ -39,7 +39,9 @@ use ferry_core::standby::Policy as StandbyPolicy;
 pub trait StateAdapter<B>: Send + Sync + 'static {
     /// Captures the state worth keeping (leave out caches and derived values).
     fn capture(&self, unit: &B) -> Result<Vec<u8>, AdapterError>;
-    /// Restores captured bytes into an instance the factory just built.
+    /// Restores captured bytes into an instance the factory just built. For a state under
+    /// 64 KiB it runs on a runtime thread, as `capture` and handlers do, so keep it from
+    /// blocking long; a larger one has a blocking thread of its own.
     fn restore(&self, unit: &mut B, bytes: &[u8]) -> Result<(), AdapterError>;
     /// A delta that turns `base` into `now`, two different captures of this adapter: the one
     /// the target holds from pre-copy and the one taken at the seal. It is sent in place of the

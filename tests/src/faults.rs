@@ -310,7 +310,9 @@ impl<B: Serialize + DeserializeOwned + Send + 'static> StateAdapter<B> for Hooke
             let _ = release.lock().map(|r| r.recv());
         }
         if let Some(delay) = self.delay {
-            // A restore that works this long (it runs on a blocking thread of the target).
+            // A restore that works this long, holding the thread it runs on (a runtime thread of
+            // the target for a small image, as these tests' rooms are: they run with threads to
+            // spare).
             std::thread::sleep(delay);
         }
         if self.fail {

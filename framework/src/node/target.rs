@@ -376,8 +376,8 @@ impl Node {
                 node.target_event(rel, event);
             }
         };
-        // Off the mesh's inbound task, so the peer's other frames keep flowing while application
-        // adapters restore; checking a large image runs long, so it has a thread of its own.
+        // Off the mesh's inbound task, so the peer's other frames do not wait behind application
+        // adapters; a large image, long to check, and a rebuild's deltas get a thread of their own.
         if in_task {
             tokio::spawn(async move { restore() });
         } else {

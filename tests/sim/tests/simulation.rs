@@ -123,7 +123,7 @@ fn drains_of_large_rooms_wait_for_budget_and_window() {
         large: 768 * 1024,
         standby: false,
     };
-    let seeds = env_number("FERRY_SIM_LARGE_SEEDS").unwrap_or(200);
+    let seeds = env_number("FERRY_SIM_LARGE_SEEDS").unwrap_or(400);
     let first = env_number("FERRY_SIM_FIRST_SEED").unwrap_or(0);
     let mut waits = Waits::default();
     let mut recipes = Recipes::default();
@@ -150,9 +150,10 @@ fn drains_of_large_rooms_wait_for_budget_and_window() {
         "{waits:?} over {seeds} seeds"
     );
     // Seals reach the core's choice of a recipe of the rooms' deltas, and targets catch the
-    // ones rebuilt wrong by the image's checksum.
+    // ones rebuilt wrong by the image's checksum (a recipe is sent in about one seed of 15 to
+    // 20, and one of five is wrong: the floors leave room for the seeds' spread).
     assert!(
-        recipes.sent >= seeds as usize / 20 && recipes.wrong >= seeds as usize / 100,
+        recipes.sent >= seeds as usize / 40 && recipes.wrong >= seeds as usize / 200,
         "{recipes:?} over {seeds} seeds"
     );
 }

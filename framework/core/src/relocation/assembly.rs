@@ -5,12 +5,13 @@
 use super::capture::{Base, Capture, Manifest, TransferError};
 use super::precopy::{Deltas, rebuild};
 
-/// Images under this size, sent whole, are restored on a task of the runtime, as a turn runs:
-/// checking and decoding them takes some µs, less than waking a blocking thread to do it and
-/// hearing back from it, which a drain would otherwise pay for every small room inside its
-/// pause. Larger images and those rebuilt over a pre-copy (never under
-/// [`super::precopy::MIN_IMAGE`]) take long enough to check that they go to a blocking thread.
-pub const IN_TASK: u64 = super::precopy::MIN_IMAGE as u64;
+/// Images under this size, sent whole, are restored on a task of the runtime, as the source's
+/// lane captured them: checking and decoding one takes some µs, less than waking a blocking
+/// thread to do it and hearing back from it, which a drain would otherwise pay for every small
+/// room inside its pause. A larger image takes a while to check, and one rebuilt over a copy
+/// the target holds (a pre-copy, or a standby's checkpoint) runs the adapters' `apply_delta`
+/// besides: those go to a blocking thread.
+pub const IN_TASK: u64 = 64 * 1024;
 
 /// Collects chunks on the target, over the pre-copied base if there is one, and checks the
 /// whole against the manifest.
@@ -192,8 +193,19 @@ mod tests {
                 .unwrap()
                 .restores_in_task()
         );
+        // The bound itself: an image of exactly IN_TASK bytes has its thread.
+        let at = |len: u64| Manifest {
+            len,
+            chunks: 1,
+            ..small.manifest
+        };
+        assert!(
+            Assembly::new(at(IN_TASK - 1), None)
+                .unwrap()
+                .restores_in_task()
+        );
+        assert!(!Assembly::new(at(IN_TASK), None).unwrap().restores_in_task());
         let large = pack(&capture(IN_TASK as usize));
-        assert!(large.manifest.len >= IN_TASK);
         assert!(
             !Assembly::new(large.manifest, None)
                 .unwrap()

@@ -1007,7 +1007,8 @@ impl World {
 
     /// Every chunk of a staged move is in (a difference to a pre-copy may have none): the
     /// image is checked and decoded, its states go to the offer's cells, and the restore runs,
-    /// the source hearing every second that it does.
+    /// the source hearing every second that it does (and at once, for an image too large to
+    /// restore on a task).
     fn assembled(&mut self, node: usize, rel: u64) {
         let Some(t) = self.target(node, rel) else {
             return;
@@ -1015,9 +1016,11 @@ impl World {
         if !t.assembly.as_ref().is_some_and(Assembly::complete) {
             return;
         }
-        let Some(finished) = t.assembly.take().map(|a| a.finish(&Trimmed)) else {
+        let Some(assembly) = t.assembly.take() else {
             return;
         };
+        let in_task = assembly.restores_in_task();
+        let finished = assembly.finish(&Trimmed);
         let capture = match finished {
             Ok(capture) => capture,
             Err(error) if error.wants_whole() => return self.ask_whole(node, rel),
@@ -1043,7 +1046,12 @@ impl World {
             }
         }
         self.events.push(Event::Restore { node, lane: 0, rel });
-        self.progress(node, rel);
+        // As the runtime: a small image sent whole is restored with no report at its assembly.
+        if in_task {
+            self.keep_reporting(node, rel);
+        } else {
+            self.progress(node, rel);
+        }
     }
 
     /// A serving target refuses a new offer of a unit only while an earlier move of it commits
@@ -1138,6 +1146,11 @@ impl World {
         if self.send(node, from, progress).is_err() {
             return;
         }
+        self.keep_reporting(node, rel);
+    }
+
+    /// Reports progress again in [`PROGRESS_EVERY`], for as long as the restore runs.
+    fn keep_reporting(&mut self, node: usize, rel: u64) {
         let process = self.nodes[node].process;
         self.arm(
             self.now + PROGRESS_EVERY,
