@@ -51,8 +51,10 @@ pub const SAMPLE: usize = 8;
 /// costs: it lets one seal through at a time for a sample, then goes back to its width. A
 /// window that follows a host's load no further than its shortest mean ever would stay at one
 /// seal once moves grew dearer; one that took its latest means for the cost would grow with
-/// its own queue.
-pub const REMEASURE: usize = 32;
+/// its own queue. Each sample at one seal costs a drain its width for some milliseconds: every
+/// 128 judgments it is a few percent of the drain's time (every 32 took about a sixth more
+/// on Redis, docs/benchmarks.md).
+pub const REMEASURE: usize = 128;
 
 /// A place held this much longer than the shortest mean pause seen no longer counts: a unit
 /// stuck in a slow restore or commit keeps its place, but does not keep the others from sealing.
