@@ -485,6 +485,16 @@ impl Game for ChatBot {
         &self.incarnations
     }
 
+    /// Inputs in doubt when a binding ended: the session died (a `Reconnected` follows), the
+    /// chatter was unbound (an `Unbound` follows), or the room's node left and the gateway bound
+    /// it again in this same session, which the client hears of only here. The lines pushed to
+    /// the ended binding never come.
+    fn undelivered(&mut self, inputs: u64) {
+        if inputs > 0 {
+            self.rebound();
+        }
+    }
+
     fn rebound(&mut self) {
         self.rebound = true;
         self.crashed = true;
@@ -1174,6 +1184,29 @@ mod tests {
         // An input the rebuilt room applies twice is still a duplicate.
         bot.read(snapshot("n2", 3, 3, Some(4), 2));
         assert_eq!(bot.faults(5).duplicated, 1);
+    }
+
+    /// The node running the room left, and the gateway bound the chatter again in its same
+    /// session: the client hears of it only as inputs it cannot vouch for. Line 2 was said and
+    /// pushed to the binding that ended; input 3 was in doubt and never ran; the room, promoted
+    /// from its checkpoint, says line 4 next. Neither is the server's loss: the client's report
+    /// explains input 3, and line 2 is an answer that went with its binding.
+    #[test]
+    fn a_line_pushed_to_a_binding_its_node_ended_is_not_lost() {
+        let mut bot = ChatBot::new(actor("chat-0-p0"));
+        for seq in 0..2 {
+            bot.input(seq);
+            bot.read(line(40 + seq, "chat-0-p0", &seq.to_string()));
+        }
+        bot.input(2);
+        bot.input(3);
+        bot.undelivered(1);
+        bot.input(4);
+        bot.read(line(43, "chat-0-p0", "4"));
+        assert!(bot.caught_up(5));
+        assert_eq!(bot.faults(5), Faults::default());
+        assert_eq!(bot.unseen(), 2);
+        assert!(bot.incarnations().rebuilds().is_empty());
     }
 
     #[test]
