@@ -485,16 +485,6 @@ impl Game for ChatBot {
         &self.incarnations
     }
 
-    /// Inputs in doubt when a binding ended: the session died (a `Reconnected` follows), the
-    /// chatter was unbound (an `Unbound` follows), or the room's node left and the gateway bound
-    /// it again in this same session, which the client hears of only here. The lines pushed to
-    /// the ended binding never come.
-    fn undelivered(&mut self, inputs: u64) {
-        if inputs > 0 {
-            self.rebound();
-        }
-    }
-
     fn rebound(&mut self) {
         self.rebound = true;
         self.crashed = true;
@@ -884,16 +874,6 @@ impl Game for BingoBot {
         &self.incarnations
     }
 
-    /// The client could not vouch for some syncs because their binding ended: the session died
-    /// (a `Reconnected` follows), the player was unbound (an `Unbound` follows), or the node
-    /// running it left and the gateway bound it again in this same session, which the client
-    /// hears of only here. Either way the pushes made for the ended binding never come.
-    fn undelivered(&mut self, inputs: u64) {
-        if inputs > 0 {
-            self.rebound();
-        }
-    }
-
     /// Draws, round ends and deals pushed meanwhile went to the binding that ended: follow the
     /// room again from the next push, as on joining, and take the rewards the next state shows.
     fn rebound(&mut self) {
@@ -1096,6 +1076,16 @@ mod tests {
         }
     }
 
+    /// A chatter whose inputs 0 and 1 came back as the room's lines 40 and 41.
+    fn chatter_heard_twice() -> ChatBot {
+        let mut bot = ChatBot::new(actor("chat-0-p0"));
+        for seq in 0..2 {
+            bot.input(seq);
+            bot.read(line(40 + seq, "chat-0-p0", &seq.to_string()));
+        }
+        bot
+    }
+
     #[test]
     fn a_chat_bot_counts_from_the_state_it_finds_so_a_second_run_is_clean() {
         let mut bot = ChatBot::new(actor("chat-0-p0"));
@@ -1115,11 +1105,7 @@ mod tests {
 
     #[test]
     fn a_chat_bot_names_a_rebuilt_room_and_counts_what_died_with_it_apart() {
-        let mut bot = ChatBot::new(actor("chat-0-p0"));
-        for seq in 0..2 {
-            bot.input(seq);
-            bot.read(line(40 + seq, "chat-0-p0", &seq.to_string()));
-        }
+        let mut bot = chatter_heard_twice();
         bot.input(2);
         // The room's node crashed with line 2 unsaid; the room came back numbering from 0.
         bot.read(line(0, "chat-0-p1", "9"));
@@ -1139,11 +1125,7 @@ mod tests {
 
     #[test]
     fn a_chat_bot_counts_lines_held_for_a_rebuilt_room_with_the_new_room() {
-        let mut bot = ChatBot::new(actor("chat-0-p0"));
-        for seq in 0..2 {
-            bot.input(seq);
-            bot.read(line(40 + seq, "chat-0-p0", &seq.to_string()));
-        }
+        let mut bot = chatter_heard_twice();
         // Line 2 dies with the room's node; line 3 is held by the gateway while it binds the
         // chatter again, and said by the rebuilt room, after another member's first line.
         bot.input(2);
@@ -1193,11 +1175,7 @@ mod tests {
     /// explains input 3, and line 2 is an answer that went with its binding.
     #[test]
     fn a_line_pushed_to_a_binding_its_node_ended_is_not_lost() {
-        let mut bot = ChatBot::new(actor("chat-0-p0"));
-        for seq in 0..2 {
-            bot.input(seq);
-            bot.read(line(40 + seq, "chat-0-p0", &seq.to_string()));
-        }
+        let mut bot = chatter_heard_twice();
         bot.input(2);
         bot.input(3);
         bot.undelivered(1);

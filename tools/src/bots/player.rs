@@ -40,9 +40,16 @@ pub trait Game: Send + 'static {
     /// restarted), and the inputs lost with the incarnations that died.
     fn incarnations(&self) -> &Incarnations;
 
-    /// The client reported `inputs` inputs it could not deliver (its connection died, or the
-    /// Actor was unbound, before the gateway confirmed them).
-    fn undelivered(&mut self, _inputs: u64) {}
+    /// The client reported `inputs` inputs it could not vouch for because their binding ended:
+    /// the session died (a `Reconnected` follows), the Actor was unbound (an `Unbound` follows),
+    /// or the node running it left and the gateway bound it again in this same session, which
+    /// the client hears of only here. Either way the pushes made for the ended binding never
+    /// come, as after a rebind.
+    fn undelivered(&mut self, inputs: u64) {
+        if inputs > 0 {
+            self.rebound();
+        }
+    }
 
     /// The player Actor is bound again, on a new session or binding: what it pushed meanwhile
     /// went to the one that ended, and the bot never sees it.
