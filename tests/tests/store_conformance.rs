@@ -1348,9 +1348,13 @@ fn poll_once<F: std::future::Future + Unpin>(fut: &mut F) {
 /// hold the store's answers to every other task: they come on time from a thread of the store's
 /// own. Here a task sends a store call and then holds its thread for three times the store's
 /// timeout; the store's connection is then next in line on that thread, where no other thread can
-/// take it over. Meanwhile another call from elsewhere must still be answered.
+/// take it over. Meanwhile another call from elsewhere must still be answered, and the held call
+/// hears its answer once its task runs again. (A call of two round trips, the second sent only once
+/// its task runs again, is late by then: the first `get` below has redis learn the script, so the
+/// held one takes a single round trip.)
 async fn a_held_runtime_thread_does_not_hold_the_answers(store: Arc<dyn LocationStore>) {
     put(&*store, "k", "v").await;
+    store.get("k").await.expect("a first get");
     let holder = store.clone();
     let held = tokio::spawn(async move {
         let mut sent = Box::pin(holder.get("k"));

@@ -4,8 +4,8 @@
 //! game tick, a blocking call in a handler). A connection task that happens to be next in line on
 //! that thread waits with it, and tokio lets no other thread take it over meanwhile: every store
 //! call of the node would wait too, past its timeout, and a lease renewal among them. So the
-//! network stores run their connections and calls on a single-threaded runtime of their own, and
-//! callers only wait for the answer.
+//! network stores run their connections on a single-threaded runtime of their own. Redis sends a
+//! call from the caller's task to its connection's task there; etcd runs its calls there whole.
 
 use std::future::Future;
 use std::sync::Arc;

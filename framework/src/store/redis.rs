@@ -16,8 +16,9 @@
 //! - `{P}:lgen:<node>`: the node's last lease generation; kept, so generations never repeat.
 //!
 //! Every call runs as one Lua script that first checks the epoch and the revision, so redis
-//! checks, applies or reads it as one step. Every call is bounded by the configured timeout, and
-//! runs on the store's own thread (see `io_thread`).
+//! checks, applies or reads it as one step. Every call is bounded by the configured timeout. The
+//! connection runs on the store's own thread (see `io_thread`), and calls are sent to it from the
+//! caller's task.
 //!
 //! Behind sentinels, or with a replica acknowledgement asked for ([`WaitReplicas`]), every script
 //! first checks that its server is master (a demoted master, still reached over an old connection,
@@ -37,7 +38,7 @@ use bytes::Bytes;
 
 use super::io_thread::IoThread;
 use super::redis_call::{bounded, classify};
-use super::redis_link::{Link, SentinelTarget};
+use super::redis_link::{Leased, Link, SentinelTarget};
 use super::{
     BatchOutcome, BoxFuture, Condition, Lease, LocationStore, Op, Page, StoreError, Versioned,
 };
@@ -430,9 +431,9 @@ impl RedisStore {
         Ok(store)
     }
 
-    /// Runs a call on the store's thread, on the link's connection, within the store's timeout.
-    /// A call that finds the server gone, demoted or short of replicas drops the connection, so
-    /// that the next call connects again.
+    /// Runs a call on the link's connection, within the store's timeout. A call that finds the
+    /// server gone, demoted or short of replicas drops the connection, so that the next call
+    /// connects again.
     fn on_io<'a, T, Fut>(
         &'a self,
         op: &'static str,
@@ -449,6 +450,11 @@ impl RedisStore {
 
     /// [`RedisStore::on_io`] for a call whose answer may hold errors of its own (one per batch of
     /// a pipeline): `lost` says whether the answer found the connection unfit.
+    ///
+    /// The connection's own task always runs on the store's thread, since a connection is only
+    /// ever made there. With one up, the call is sent right from the caller's task: the
+    /// connection's task writes and reads for it, so a held runtime thread holds no answer, and
+    /// the call is spared a hop to the store's thread and back (a drain makes two calls a move).
     fn on_io_judged<'a, T, Fut>(
         &'a self,
         op: &'static str,
@@ -460,24 +466,44 @@ impl RedisStore {
         Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
     {
         let store = self.clone();
-        Box::pin(self.io.run(op, async move {
-            let after = store.op_timeout;
+        let after = self.op_timeout;
+        if let Some(leased) = self.link.in_use() {
             let deadline = tokio::time::Instant::now() + after;
-            let link = store.link.clone();
-            let leased = match tokio::time::timeout_at(deadline, link.connection()).await {
+            return Box::pin(store.call_on(op, leased, deadline, call, lost));
+        }
+        Box::pin(self.io.run(op, async move {
+            let deadline = tokio::time::Instant::now() + after;
+            let leased = match tokio::time::timeout_at(deadline, store.link.connection()).await {
                 Ok(leased) => leased?,
                 Err(_elapsed) => return Err(StoreError::Timeout { op, after }),
             };
-            let answer =
-                match tokio::time::timeout_at(deadline, call(store, leased.conn.clone())).await {
-                    Ok(answer) => answer,
-                    Err(_elapsed) => Err(StoreError::Timeout { op, after }),
-                };
-            if lost(&answer) {
-                link.lost(&leased);
-            }
-            answer
+            store.call_on(op, leased, deadline, call, lost).await
         }))
+    }
+
+    /// Runs `call` on `leased` by `deadline`, and drops the connection if `lost` judges it unfit.
+    async fn call_on<T, Fut>(
+        self,
+        op: &'static str,
+        leased: Leased,
+        deadline: tokio::time::Instant,
+        call: impl FnOnce(RedisStore, MultiplexedConnection) -> Fut,
+        lost: impl FnOnce(&Result<T, StoreError>) -> bool,
+    ) -> Result<T, StoreError>
+    where
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let link = self.link.clone();
+        let after = self.op_timeout;
+        let answer = match tokio::time::timeout_at(deadline, call(self, leased.conn.clone())).await
+        {
+            Ok(answer) => answer,
+            Err(_elapsed) => Err(StoreError::Timeout { op, after }),
+        };
+        if lost(&answer) {
+            link.lost(&leased);
+        }
+        answer
     }
 
     /// After a write on `conn`: `WAIT` until the replicas asked for confirmed it (every write of

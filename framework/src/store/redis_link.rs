@@ -135,7 +135,8 @@ impl Link {
         })
     }
 
-    fn in_use(&self) -> Option<Leased> {
+    /// The connection in use, if there is one.
+    pub fn in_use(&self) -> Option<Leased> {
         let current = self.current.lock();
         current.1.clone().map(|conn| Leased {
             conn,
