@@ -466,19 +466,23 @@ impl RedisStore {
         Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
     {
         let store = self.clone();
-        let after = self.op_timeout;
-        if let Some(leased) = self.link.in_use() {
+        Box::pin(async move {
+            let after = store.op_timeout;
             let deadline = tokio::time::Instant::now() + after;
-            return Box::pin(store.call_on(op, leased, deadline, call, lost));
-        }
-        Box::pin(self.io.run(op, async move {
-            let deadline = tokio::time::Instant::now() + after;
-            let leased = match tokio::time::timeout_at(deadline, store.link.connection()).await {
-                Ok(leased) => leased?,
-                Err(_elapsed) => return Err(StoreError::Timeout { op, after }),
-            };
-            store.call_on(op, leased, deadline, call, lost).await
-        }))
+            if let Some(leased) = store.link.in_use() {
+                return store.call_on(op, leased, deadline, call, lost).await;
+            }
+            let io = store.io.clone();
+            io.run(op, async move {
+                let leased = match tokio::time::timeout_at(deadline, store.link.connection()).await
+                {
+                    Ok(leased) => leased?,
+                    Err(_elapsed) => return Err(StoreError::Timeout { op, after }),
+                };
+                store.call_on(op, leased, deadline, call, lost).await
+            })
+            .await
+        })
     }
 
     /// Runs `call` on `leased` by `deadline`, and drops the connection if `lost` judges it unfit.
