@@ -14,7 +14,7 @@ use ferry_core::conditional::{ConditionalWrite, Settled, WriteAnswer};
 use super::handle::Node;
 use super::hosted::{Control, Staging};
 use super::lane::Lane;
-use crate::cluster::authority::{NodeDescriptor, UnitRecord, unit_key};
+use crate::cluster::authority::{NodeDescriptor, NodeState, UnitRecord, unit_key};
 use crate::cluster::frames::Frame;
 use crate::ids::{NodeId, UnitId};
 use crate::relocation::RelocationId;
@@ -210,7 +210,8 @@ impl Node {
                     .lock()
                     .get(&rel)
                     .is_some_and(|s| relay_digest(&s.relay) == (count, crc));
-                self.target_event(rel, TargetEvent::Cutover { matches });
+                let serving = self.state() == NodeState::Serving;
+                self.target_event(rel, TargetEvent::Cutover { matches, serving });
             }
             // Answers for a source: `protocol::addressed` gives them to the source's inbox.
             RelocFrame::Progress { .. }

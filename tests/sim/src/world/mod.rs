@@ -139,6 +139,10 @@ enum Event {
     Snapshot { node: usize, rel: u64 },
     /// A lane takes the next message it has queued.
     Turn { node: usize, lane: u64 },
+    /// A node that began to drain or stop gives back the moves staged on it that have not reached
+    /// their commit. It comes after the node said it no longer serves, as in the runtime, where
+    /// other tasks run in between: a cutover may reach the node first.
+    StopArrivals { node: usize },
 }
 
 impl Event {
@@ -149,7 +153,8 @@ impl Event {
             | Event::Boundary { node, .. }
             | Event::Restore { node, .. }
             | Event::Snapshot { node, .. }
-            | Event::Turn { node, .. } => *node,
+            | Event::Turn { node, .. }
+            | Event::StopArrivals { node } => *node,
         }
     }
 }
@@ -905,6 +910,7 @@ impl World {
             Event::Restore { node, lane, rel } => self.restored(node, lane, rel),
             Event::Snapshot { node, rel } => self.snapshot(node, rel),
             Event::Turn { node, lane } => self.next_turn(node, lane),
+            Event::StopArrivals { node } => self.stop_arrivals(node),
         }
     }
 

@@ -863,7 +863,8 @@ impl World {
                 let matches = self
                     .target(node, rel)
                     .is_some_and(|t| digest(&t.relays) == (count, crc));
-                self.target_event(node, rel, TargetEvent::Cutover { matches });
+                let serving = self.nodes[node].state == NodeState::Serving;
+                self.target_event(node, rel, TargetEvent::Cutover { matches, serving });
             }
             Reloc::Withdraw => {
                 self.nodes[node].precopied.remove(&rel);

@@ -11,12 +11,21 @@ use ferry_core::relocation::lane::Moving;
 use ferry_core::relocation::protocol::TargetEvent;
 
 use super::store::{Key, Op, Purpose};
-use super::{Timer, World};
+use super::{Event, Timer, World};
 
 /// How long a shutdown waits for moves into its node to be decided: the runtime's default.
 const SHUTDOWN_WITHIN: Duration = Duration::from_secs(30);
 
 impl World {
+    /// `node`, which began to drain or stop, gives back the moves staged on it that have not
+    /// reached their commit ([`TargetEvent::Stopping`]); a commit in flight is waited for.
+    pub(super) fn stop_arrivals(&mut self, node: usize) {
+        let staged: Vec<u64> = self.nodes[node].incoming.keys().copied().collect();
+        for rel in staged {
+            self.target_event(node, rel, TargetEvent::Stopping);
+        }
+    }
+
     /// `node` begins to shut down (unless it is the last one up, which a crash spares too).
     pub(crate) fn shutdown(&mut self, node: usize) {
         let up = self.nodes.iter().filter(|n| n.up).count();
@@ -29,10 +38,7 @@ impl World {
         self.nodes[node].safe = false;
         self.drains.remove(&node);
         self.publish(node);
-        let staged: Vec<u64> = self.nodes[node].incoming.keys().copied().collect();
-        for rel in staged {
-            self.target_event(node, rel, TargetEvent::Stopping);
-        }
+        self.events.push(Event::StopArrivals { node });
         self.nodes[node].stopping = true;
         let process = self.nodes[node].process;
         self.arm(
