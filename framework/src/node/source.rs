@@ -388,6 +388,7 @@ impl SourceRun {
     /// unit while it runs, waits for the drain's window (if any), then seals and moves it.
     async fn go(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>) {
         self.precopy(events).await;
+        self.prefetch(std::slice::from_ref(&self.id.clone())).await;
         let pass = self.enter().await;
         let first = match pass {
             Some(_) => self.quiesce().await,
@@ -563,12 +564,7 @@ impl SourceRun {
         }
         match tokio::time::timeout_at(deadline, answer).await {
             Ok(Ok(Ok(quiet))) => {
-                // Unread records are read after the seal instead; their error ends the move there.
-                if let Ok(Ok(records)) =
-                    tokio::time::timeout_at(deadline, self.read_records(&quiet.units)).await
-                {
-                    self.prefetched = records;
-                }
+                self.prefetch(&quiet.units).await;
                 let bound = self.note_bindings(quiet.bindings);
                 let gateways = told_at_quiesce(bound, self.waits_for_the_app());
                 SourceEvent::Quiesced { gateways }
@@ -580,6 +576,24 @@ impl SourceRun {
             }
             Ok(Err(_)) => SourceEvent::SealRefused("the unit stopped".into()),
             Err(_) => SourceEvent::Deadline,
+        }
+    }
+
+    /// Reads the records of those of these units not read yet, ahead of the seal. Unread ones are
+    /// read after the seal instead, and their error ends the move there.
+    async fn prefetch(&mut self, units: &[UnitId]) {
+        let unread: Vec<UnitId> = units
+            .iter()
+            .filter(|id| !self.prefetched.iter().any(|at| at.id == **id))
+            .cloned()
+            .collect();
+        if unread.is_empty() {
+            return;
+        }
+        if let Ok(Ok(records)) =
+            tokio::time::timeout_at(self.deadline(), self.read_records(&unread)).await
+        {
+            self.prefetched.extend(records);
         }
     }
 
