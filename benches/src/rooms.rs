@@ -41,6 +41,10 @@ pub struct Room {
     pub count: u64,
     /// How fast its turns rewrite the blob, and how far they got.
     pub churn: Churn,
+    /// The `Add`s it handled since it was made or restored on the node it runs on: not state, so
+    /// that a bench can tell whether the messages queued at a move ran on the target.
+    #[serde(skip)]
+    pub added_here: u64,
 }
 
 /// How much of a room's state its turns rewrite while it runs, as a game's turns update its
@@ -159,6 +163,8 @@ pub enum RoomMsg {
     Load(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Answers the count.
     Get,
+    /// Answers how many `Add`s it handled since it was made or restored where it runs.
+    AddedHere,
     /// Sets how fast the room's turns rewrite its blob from now on.
     Churn(ChangeRate),
 }
@@ -227,6 +233,19 @@ pub enum RoomError {
     /// A task of the bench panicked or was cancelled.
     #[error("a task of the bench failed: {0}")]
     Task(String),
+    /// The messages queued in the room at its move ran on the source, before its seal.
+    #[error(
+        "{ran} of the {queued} messages queued in {id} at its move ran on the target: the move \
+         sealed the room after it ran its queue, so the bench did not measure a queue moved"
+    )]
+    QueueNotCarried {
+        /// The room.
+        id: SpotId,
+        /// Messages queued.
+        queued: usize,
+        /// Of them, those that ran on the target.
+        ran: u64,
+    },
     /// The move of this room was not seen reading the room's record before its seal.
     #[error(
         "the move of {0} did not read the room's record through a watched store before its seal; \
@@ -278,7 +297,10 @@ impl Behavior for Room {
             self.rewrite(self.blob.len());
         }
         match msg {
-            RoomMsg::Add(n) => self.count += n,
+            RoomMsg::Add(n) => {
+                self.count += n;
+                self.added_here += 1;
+            }
             RoomMsg::Grow(n) => {
                 self.blob = (0..n).map(|i| (i % 251) as u8).collect();
                 self.schedule(ctx);
@@ -309,6 +331,7 @@ impl Behavior for Room {
                 Err(error) => return Answer::Invalid(error.to_string()),
             },
             RoomMsg::Get => {}
+            RoomMsg::AddedHere => return Answer::Count(self.added_here),
         }
         Answer::Count(self.count)
     }
@@ -555,6 +578,17 @@ async fn held_move(
         return Err(RoomError::NotMoved(report.end));
     }
     let (answer, answered) = answered.await.map_err(|e| RoomError::Task(e.to_string()))?;
+    let ran = source
+        .request::<_, Answer>(id, RoomMsg::AddedHere, T)
+        .await?
+        .count()?;
+    if ran < queued as u64 {
+        return Err(RoomError::QueueNotCarried {
+            id: id.clone(),
+            queued,
+            ran,
+        });
+    }
     Ok(QueuedMove {
         report,
         answered,
@@ -632,9 +666,10 @@ fn watching() -> MutexGuard<'static, Option<Caught>> {
 }
 
 /// A location store that passes everything to `inner`, and holds the one read of a unit's record
-/// that [`move_with_queue`] waits for until it lets it go. A move reads its unit's record right
-/// after it quiesced the unit and right before it asks for the seal, whether it pre-copied the
-/// unit or not: that read is how the bench knows the seal comes next.
+/// that [`move_with_queue`] waits for until it lets it go. A move outside a drain reads its unit's
+/// record right after it quiesced the unit and right before it asks for the seal, whether it
+/// pre-copied the unit or not: that read is how the bench knows the seal comes next. (A drain's
+/// move reads it before it waits for the drain's seal window; the bench holds none of those.)
 pub fn watched(inner: Arc<dyn LocationStore>) -> Arc<dyn LocationStore> {
     Arc::new(Watched { inner })
 }
@@ -798,6 +833,7 @@ mod tests {
             blob: vec![0; 10],
             count: 7,
             churn: Churn::default(),
+            added_here: 0,
         };
         room.rewrite(4);
         assert_eq!(room.blob, [1, 1, 1, 1, 0, 0, 0, 0, 0, 0]);

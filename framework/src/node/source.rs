@@ -388,7 +388,6 @@ impl SourceRun {
     /// unit while it runs, waits for the drain's window (if any), then seals and moves it.
     async fn go(&mut self, events: &mut mpsc::UnboundedReceiver<SourceEvent>) {
         self.precopy(events).await;
-        self.prefetch(std::slice::from_ref(&self.id.clone())).await;
         let pass = self.enter().await;
         let first = match pass {
             Some(_) => self.quiesce().await,
@@ -408,16 +407,19 @@ impl SourceRun {
     }
 
     /// Waits for the drain's seal window, if the move is part of a drain and its unit seals
-    /// where the node says ([`windowed`]); `None` if the deadline passes first.
-    async fn enter(&self) -> Option<Option<SealPass>> {
-        let Some(drain) = self
+    /// where the node says ([`windowed`]); `None` if the deadline passes first. The unit's record
+    /// is read first, so that a place in the window holds no store round trip.
+    async fn enter(&mut self) -> Option<Option<SealPass>> {
+        let Some(gate) = self
             .drain
             .as_ref()
             .filter(|_| windowed(self.waits_for_the_app()))
+            .map(|drain| drain.gate.clone())
         else {
             return Some(None);
         };
-        tokio::time::timeout_at(self.deadline(), drain.gate.enter())
+        self.prefetch(std::slice::from_ref(&self.id.clone())).await;
+        tokio::time::timeout_at(self.deadline(), gate.enter())
             .await
             .ok()
             .map(Some)
