@@ -236,7 +236,8 @@ pub enum RoomError {
     /// The messages queued in the room at its move ran on the source, before its seal.
     #[error(
         "{ran} of the {queued} messages queued in {id} at its move ran on the target: the move \
-         sealed the room after it ran its queue, so the bench did not measure a queue moved"
+         sealed the room after it ran its queue, so no queue was measured moving; the record read \
+         that ferry_benches::rooms::watched holds must be a lone move's last step before its seal"
     )]
     QueueNotCarried {
         /// The room.
