@@ -38,7 +38,7 @@ use serde::Serialize;
 use self::report::Report;
 use self::rooms::StateRooms;
 use crate::bots::Team;
-use crate::bots::games::{self, GameKind};
+use crate::bots::games::{self, GameKind, Past};
 use crate::local_cluster::{ClusterError, LocalCluster, StoreChoice};
 use crate::move_reports::MoveRecord;
 
@@ -250,7 +250,7 @@ async fn measure(cluster: &LocalCluster, args: &BenchArgs) -> Result<Measured, B
     let mut team = Team::new();
     for (game, me) in players {
         let config = cluster.access.client(team.size());
-        team.add(game, config, me);
+        team.add(game, config, me, Past::New);
     }
     let queued = args.queued as usize;
     let seconds = args.duration;

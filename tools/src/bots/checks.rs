@@ -237,6 +237,15 @@ impl Incarnations {
         Some(start)
     }
 
+    /// The bot cannot tell whether its inputs numbered below `n` ran: their answers may have
+    /// gone to a binding that ended before it saw any. The current incarnation answers for those
+    /// from `n` on; returns how many that leaves unchecked.
+    pub fn unseen_below(&mut self, n: u64) -> u64 {
+        let unseen = n.saturating_sub(self.before);
+        self.before += unseen;
+        unseen
+    }
+
     /// How many inputs the incarnations before the current one account for: the current one
     /// answers for the inputs numbered from here on.
     pub fn before(&self) -> u64 {

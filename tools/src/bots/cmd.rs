@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::games::{self, GameKind};
+use super::games::{self, GameKind, Past};
 use super::{BotsSummary, GatewayAccess, Team, provision};
 use crate::percentiles::readable_us;
 use ferry_host::admin::ClientError;
@@ -134,11 +134,17 @@ pub async fn run(args: BotsArgs) -> Result<(), BotsError> {
     provision::open(&admins, &plans)
         .await
         .map_err(BotsError::Provision)?;
+    // Players made here have no past; without --admin an earlier client may have played them.
+    let past = if admins.is_empty() {
+        Past::Unknown
+    } else {
+        Past::New
+    };
     let mut team = Team::new();
     for plan in &plans {
         for player in &plan.players {
             let config = access.client(team.size());
-            team.add(plan.game, config, player.clone());
+            team.add(plan.game, config, player.clone(), past);
         }
     }
     tokio::time::sleep(args.duration).await;

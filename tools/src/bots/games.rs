@@ -82,11 +82,12 @@ impl GameKind {
         }
     }
 
-    /// Plays as Actor `me` until `stop` turns true; see [`player::play`].
+    /// Plays as Actor `me`, whose past is `past`, until `stop` turns true; see [`player::play`].
     pub async fn play(
         self,
         config: ClientConfig,
         me: ActorId,
+        past: Past,
         stop: watch::Receiver<bool>,
     ) -> Tally {
         let pace = self.pace();
@@ -99,7 +100,7 @@ impl GameKind {
             GameKind::Fps => player::play(config, me, named, FpsBot::default(), pace, stop).await,
             GameKind::Bingo => match room_of(&me) {
                 Some(room) => {
-                    let bot = BingoBot::new(me.clone(), room);
+                    let bot = BingoBot::new(me.clone(), room, past);
                     player::play(config, me, named, bot, pace, stop).await
                 }
                 None => Tally {
@@ -111,6 +112,16 @@ impl GameKind {
             },
         }
     }
+}
+
+/// What a bot may assume about its player Actor's past: its counts of the bot's inputs start
+/// from nothing only if it was made for this run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Past {
+    /// Made for this run: whatever it counts is this bot's.
+    New,
+    /// It may have played before, with another client: its counts start where that one left them.
+    Unknown,
 }
 
 /// The room of a player named as [`GameKind::player`] names them, if it is.
@@ -498,8 +509,9 @@ impl Game for ChatBot {
 /// A bingo player: asks for its player's whole state (`Sync`) as its input, and works out from the
 /// sample's own rules ([`bingo::card`], [`bingo::draw_order`], [`Card::marks`], [`Card::wins`])
 /// what every push must say. Draws must come numbered 1, 2, 3, ... in each round, each once; each
-/// `Sync` must be answered once; cards, marks, wins and rewards must follow from the draws. It
-/// checks from the state it finds: the round and draw the room is at, the rewards it shows first.
+/// `Sync` must run once, as the count each `State` shows says (an answer pushed to a binding that
+/// ended is not needed); cards, marks, wins and rewards must follow from the draws. It checks
+/// from the state it finds: the round and draw the room is at, the rewards it shows first.
 /// A push of a round before the one followed, or a second deal of the round followed, is the
 /// room back after a crash: the bot counts the syncs the old room never answered apart, and
 /// checks on from the new one. It is the room promoted from its standby's checkpoint when the bot
@@ -508,6 +520,8 @@ impl Game for ChatBot {
 struct BingoBot {
     me: ActorId,
     room: SpotId,
+    /// Whether the player's count of `Sync`s answered starts with this bot's.
+    history: Past,
     /// Syncs this bot handed to its client so far.
     sent: u64,
     /// The room's incarnations before the current one.
@@ -535,6 +549,11 @@ struct BingoBot {
     /// player is of the same life (a checkpoint): its life then, and the count of the first
     /// `State` the bot saw in it.
     pending: Option<(u64, Option<u64>)>,
+    /// Whether a binding of the player ended before the bot saw any `State`: the answers to its
+    /// `Sync`s until then may have gone with it.
+    answers_lost: bool,
+    /// `Sync`s whose fate the bot could not see: see [`BingoBot::first_counted`].
+    unseen: u64,
 }
 
 /// One round as the bot saw it.
@@ -566,10 +585,11 @@ impl RoundSeen {
 }
 
 impl BingoBot {
-    fn new(me: ActorId, room: SpotId) -> Self {
+    fn new(me: ActorId, room: SpotId, history: Past) -> Self {
         BingoBot {
             me,
             room,
+            history,
             sent: 0,
             incarnations: Incarnations::default(),
             round: None,
@@ -581,6 +601,8 @@ impl BingoBot {
             origin: None,
             crashed: false,
             pending: None,
+            answers_lost: false,
+            unseen: 0,
         }
     }
 
@@ -656,8 +678,28 @@ impl BingoBot {
         faults
     }
 
-    /// The `Sync`s this incarnation answered since the bot first saw its count: the first
-    /// `State` seen answers one of this bot's (an earlier client's are not counted).
+    /// The count, in the first `State` the bot saw of this incarnation (`view`), from which the
+    /// player's `Sync`s are this bot's. A player made for this run counts only this bot's: all
+    /// it answered, those whose answers went with a binding that ended too. Any other may count
+    /// an earlier client's, so this `State` is the first counted, and the bot's `Sync`s before it
+    /// whose answers may have gone with a binding are unseen: it cannot tell whether they ran.
+    fn first_counted(&mut self, view: &bingo::PlayerView) -> u64 {
+        if !self.incarnations.rebuilds().is_empty() {
+            return view.syncs;
+        }
+        if self.history == Past::New {
+            return 1;
+        }
+        if std::mem::take(&mut self.answers_lost)
+            && let Some(last) = view.last_sync
+        {
+            self.unseen += self.incarnations.unseen_below(last);
+        }
+        view.syncs
+    }
+
+    /// The `Sync`s this incarnation answered since the first count that is this bot's (see
+    /// [`BingoBot::first_counted`]).
     fn answered(&self) -> u64 {
         self.syncs
             .map_or(0, |(first, latest)| (latest + 1).saturating_sub(first))
@@ -771,7 +813,7 @@ impl BingoBot {
         };
         self.origin = origin;
         self.syncs = match self.syncs {
-            None => Some((view.syncs, view.syncs)),
+            None => Some((self.first_counted(view), view.syncs)),
             Some((first, latest)) => {
                 // The same count again is the same answer twice.
                 if view.syncs == latest {
@@ -874,10 +916,17 @@ impl Game for BingoBot {
         &self.incarnations
     }
 
+    fn unseen(&self) -> u64 {
+        self.unseen
+    }
+
     /// Draws, round ends and deals pushed meanwhile went to the binding that ended: follow the
     /// room again from the next push, as on joining, and take the rewards the next state shows.
     fn rebound(&mut self) {
         self.crashed = true;
+        if self.origin.is_none() {
+            self.answers_lost = true;
+        }
         if let Some(draws) = self.round.take().and_then(|seen| seen.draws) {
             self.past.add(draws.faults_upto(draws.next()));
         }
@@ -1277,10 +1326,11 @@ mod tests {
         pushes
     }
 
-    /// Feeds `pushes` to a bot that sent `sent` syncs; returns its faults and mismatches.
+    /// Feeds `pushes` to a bot that sent `sent` syncs and checks from the state it finds;
+    /// returns its faults and mismatches.
     fn check(pushes: Vec<Push>, sent: u64) -> (Faults, u64) {
         let (room, me) = (spot("bingo-0"), actor("bingo-0-p0"));
-        let mut bot = BingoBot::new(me, room);
+        let mut bot = BingoBot::new(me, room, Past::Unknown);
         for push in pushes {
             assert_eq!(bot.read(push), None, "bingo has no server tick");
         }
@@ -1338,7 +1388,7 @@ mod tests {
     fn a_draw_pushed_to_a_binding_its_node_ended_is_not_lost() {
         let pushes = game();
         let third = draws(&pushes)[2];
-        let mut bot = BingoBot::new(actor("bingo-0-p0"), spot("bingo-0"));
+        let mut bot = BingoBot::new(actor("bingo-0-p0"), spot("bingo-0"), Past::New);
         for (i, push) in pushes.into_iter().enumerate() {
             if i == third {
                 bot.undelivered(2);
@@ -1350,6 +1400,64 @@ mod tests {
         let faults = bot.faults(4);
         assert_eq!(faults.lost, 2, "{faults:?}");
         assert_eq!((faults.duplicated, faults.reordered), (0, 0));
+    }
+
+    /// The state a bingo player in round 1 of `room` shows with `syncs` answered, the last
+    /// numbered `last`, before any draw.
+    fn first_round_state(room: &SpotId, me: &ActorId, syncs: u64, last: u64) -> Push {
+        let card = bingo::card(room, 1, me);
+        Push::State(PlayerView {
+            seat: None,
+            round: 1,
+            card: Some(card),
+            marks: card.marks(&[]),
+            rewards: 0,
+            syncs,
+            last_sync: Some(last),
+        })
+    }
+
+    /// A player made for this run: its node died just after it ran the bot's first `Sync`, whose
+    /// answer went with the binding that ended; the next seven died with the node, and the
+    /// client reported them. The first `State` the bot sees counts two `Sync`s: the first one
+    /// ran, and only the seven the client reported are missing.
+    #[test]
+    fn a_new_players_first_sync_whose_answer_went_with_its_node_is_counted_by_the_next_state() {
+        let (room, me) = (spot("bingo-0"), actor("bingo-0-p1"));
+        let mut bot = BingoBot::new(me.clone(), room.clone(), Past::New);
+        for seq in 0..8 {
+            bot.input(seq);
+        }
+        bot.undelivered(7);
+        bot.input(8);
+        bot.read(first_round_state(&room, &me, 2, 8));
+        let faults = bot.faults(9);
+        assert_eq!(faults.lost, 7, "{faults:?}");
+        assert_eq!((faults.duplicated, faults.reordered), (0, 0));
+        assert_eq!(bot.unseen(), 0);
+        assert_eq!(bot.mismatches(), 0);
+    }
+
+    /// The same, for a player an earlier client played: the bot cannot tell its own `Sync`s
+    /// from the earlier client's in the count, so those before the first `State` it saw are
+    /// unseen, neither applied nor lost.
+    #[test]
+    fn answers_lost_before_the_first_state_of_a_player_that_played_before_are_unseen() {
+        let (room, me) = (spot("bingo-0"), actor("bingo-0-p1"));
+        let mut bot = BingoBot::new(me.clone(), room.clone(), Past::Unknown);
+        for seq in 0..8 {
+            bot.input(seq);
+        }
+        bot.undelivered(7);
+        bot.input(8);
+        // An earlier client's 40 and this bot's first.
+        bot.read(first_round_state(&room, &me, 42, 8));
+        assert!(bot.caught_up(9));
+        assert_eq!(bot.faults(9), Faults::default());
+        assert_eq!(bot.unseen(), 8);
+        // A real loss still shows.
+        bot.input(9);
+        assert_eq!(bot.faults(10).lost, 1);
     }
 
     #[test]
@@ -1365,7 +1473,7 @@ mod tests {
         // The earlier run played round 1 and the start of round 2; this bot comes in at the
         // second draw of round 2, and asks for its state after it.
         let (room, me) = (spot("bingo-0"), actor("bingo-0-p0"));
-        let mut bot = BingoBot::new(me.clone(), room.clone());
+        let mut bot = BingoBot::new(me.clone(), room.clone(), Past::Unknown);
         let card = bingo::card(&room, 2, &me);
         let order = bingo::draw_order(&room, 2);
         for (i, &number) in order.iter().take(3).enumerate().skip(1) {
@@ -1396,7 +1504,7 @@ mod tests {
     /// third, and then saw the room come back in round 1 (its node crashed) and deal it again.
     fn bingo_bot_in_a_rebuilt_room() -> (BingoBot, SpotId, Card) {
         let (room, me) = (spot("bingo-0"), actor("bingo-0-p0"));
-        let mut bot = BingoBot::new(me.clone(), room.clone());
+        let mut bot = BingoBot::new(me.clone(), room.clone(), Past::New);
         bot.input(0);
         bot.input(1);
         for push in game() {
@@ -1479,7 +1587,7 @@ mod tests {
     fn a_rebuilt_rooms_first_draw_seen_before_its_first_state_is_a_rebuild_not_a_duplicate() {
         // The bot follows round 1 of the room's first life: five syncs answered, five draws.
         let (room, me) = (spot("bingo-0"), actor("bingo-0-p0"));
-        let mut bot = BingoBot::new(me.clone(), room.clone());
+        let mut bot = BingoBot::new(me.clone(), room.clone(), Past::New);
         let card = bingo::card(&room, 1, &me);
         let order = bingo::draw_order(&room, 1);
         let drawn = |position: usize| Push::Drawn {

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use self::checks::{Faults, Outcome};
-use self::games::GameKind;
+use self::games::{GameKind, Past};
 use self::player::{RoomRebuilt, Tally};
 use crate::percentiles::{Durations, Percentiles};
 
@@ -333,10 +333,11 @@ impl Team {
         }
     }
 
-    /// Starts a bot playing `game` as Actor `me`, connecting with `config`.
-    pub fn add(&mut self, game: GameKind, config: ClientConfig, me: ActorId) {
+    /// Starts a bot playing `game` as Actor `me`, whose past is `past`, connecting with `config`.
+    pub fn add(&mut self, game: GameKind, config: ClientConfig, me: ActorId, past: Past) {
         let stopped = self.stop.subscribe();
-        self.bots.push(tokio::spawn(game.play(config, me, stopped)));
+        self.bots
+            .push(tokio::spawn(game.play(config, me, past, stopped)));
     }
 
     /// How many bots play.

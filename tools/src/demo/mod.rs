@@ -11,8 +11,9 @@ pub mod rooms;
 
 use std::time::{Duration, Instant};
 
+use crate::bots::Team;
+use crate::bots::games::{self, Past};
 use crate::bots::player::Tally;
-use crate::bots::{Team, games};
 use crate::drain_watch;
 use crate::local_cluster::{ClusterError, LocalCluster, StoreChoice};
 use clap::Args;
@@ -120,7 +121,7 @@ async fn play(
     let mut team = Team::new();
     for (game, me) in players {
         let config = cluster.access.client(team.size());
-        team.add(game, config, me);
+        team.add(game, config, me, Past::New);
     }
     let play_for = args.duration;
     let play_until = tokio::time::Instant::now() + play_for;
