@@ -10,7 +10,9 @@
 //! (a dead gateway loses none of those); inputs it had not confirmed when the connection ended,
 //! when their Actor was unbound, or when the node running their Actor crashed, may never have
 //! reached it: the client reports them ([`ClientEvent::Undelivered`]) rather than guess, and does
-//! not send them again (some may have run). When the session ends
+//! not send them again (some may have run). When the node running a bound Actor crashes, the
+//! gateway binds it again where recovery put it, in the same session, and the client says so
+//! ([`ClientEvent::Rebound`]): what it had pushed on the way is lost. When the session ends
 //! because of what this client sent, it does not reconnect: [`Client::recv`] returns the reason.
 //!
 //! ```no_run
@@ -30,6 +32,7 @@
 //!         ClientEvent::Undelivered { actor, inputs, .. } => {
 //!             println!("{inputs} inputs to {actor} may not have arrived")
 //!         }
+//!         ClientEvent::Rebound { actor } => println!("{actor} runs elsewhere now: catch up"),
 //!         ClientEvent::Reconnected { session, .. } => println!("now on {}", session.node),
 //!     }
 //! }
@@ -169,6 +172,14 @@ pub enum ClientEvent<P> {
         /// Why they are in doubt.
         reason: String,
     },
+    /// The node running `actor` crashed, and the gateway bound it again, in this same session,
+    /// where it runs now: what it had pushed that had not arrived yet is lost, and what it pushes
+    /// from here on comes from its new binding. An `Undelivered` before this names the inputs the
+    /// crash left in doubt.
+    Rebound {
+        /// The Actor bound again.
+        actor: ActorId,
+    },
     /// The session ended for the server's reasons and the client is connected again, its Actors
     /// bound again (pushes made meanwhile are lost; inputs sent meanwhile were queued and sent).
     Reconnected {
@@ -293,6 +304,9 @@ enum Incoming {
         actor: ActorId,
         inputs: u64,
         reason: String,
+    },
+    Rebound {
+        actor: ActorId,
     },
     Reconnected {
         reason: String,
@@ -538,6 +552,7 @@ impl Client {
             commands: commands_rx,
             events: events_tx,
             binds: HashMap::new(),
+            resuming: BTreeSet::new(),
             inputs: BTreeMap::new(),
         };
         tokio::spawn(driver.run(link));
@@ -640,6 +655,7 @@ impl Client {
                 inputs,
                 reason,
             }),
+            Some(Incoming::Rebound { actor }) => Ok(ClientEvent::Rebound { actor }),
             Some(Incoming::Reconnected { reason, session }) => {
                 Ok(ClientEvent::Reconnected { reason, session })
             }
@@ -679,6 +695,10 @@ struct Driver {
     events: mpsc::UnboundedSender<Incoming>,
     /// Binds waiting for their answer.
     binds: HashMap<ActorId, Vec<oneshot::Sender<Result<(), ClientError>>>>,
+    /// Actors bound again on a new session whose `Bound` has not come: the `Reconnected`
+    /// reported them. A `Bound` for a wanted Actor that is in neither this nor `binds` is the
+    /// gateway's own rebind after a crash.
+    resuming: BTreeSet<ActorId>,
     /// Inputs written to this session, by Actor, and how many of them the gateway confirmed:
     /// if the session ends now, the others may not have arrived.
     inputs: BTreeMap<ActorId, Sent>,
@@ -783,6 +803,7 @@ impl Driver {
         };
         *self.shared.encoder.lock() = FrameCodec::new(link.max_frame);
         let actors: Vec<ActorId> = self.shared.wanted.lock().iter().cloned().collect();
+        self.resuming = actors.iter().cloned().collect();
         for actor in actors {
             let _ = write(link, &ClientFrame::Bind { actor }).await;
         }
@@ -845,7 +866,12 @@ impl Driver {
                 let _ = self.events.send(Incoming::Push { actor, payload });
             }
             ServerFrame::Bound { actor } => {
-                for done in self.binds.remove(&actor).unwrap_or_default() {
+                let waiting = self.binds.remove(&actor).unwrap_or_default();
+                let resumed = self.resuming.remove(&actor);
+                if waiting.is_empty() && !resumed && self.shared.wanted.lock().contains(&actor) {
+                    let _ = self.events.send(Incoming::Rebound { actor });
+                }
+                for done in waiting {
                     let _ = done.send(Ok(()));
                 }
             }
@@ -870,6 +896,7 @@ impl Driver {
             }
             ServerFrame::BindRefused { actor, reason } => {
                 self.shared.wanted.lock().remove(&actor);
+                self.resuming.remove(&actor);
                 self.report_undelivered(Some(&actor), &reason);
                 let waiting = self.binds.remove(&actor).unwrap_or_default();
                 if waiting.is_empty() {
@@ -886,6 +913,7 @@ impl Driver {
                 }
             }
             ServerFrame::Unbound { actor, reason } => {
+                self.resuming.remove(&actor);
                 if self.shared.wanted.lock().remove(&actor) {
                     self.report_undelivered(Some(&actor), &reason);
                 } else {

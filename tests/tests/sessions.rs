@@ -10,7 +10,7 @@ use ferry::client::{Client, ClientError, ClientEvent};
 use ferry::relocation::protocol::MoveEnd;
 use ferry::session::wire::{ClientFrame, CloseCode, PROTOCOL_VERSION, ServerFrame};
 use ferry::store::LocationStore;
-use ferry::{ActorId, Node, NodeState, SessionLimits, SpotId, UnitId};
+use ferry::{ActorId, Node, NodeState, RecoveryEvent, SessionLimits, SpotId, UnitId};
 use ferry_tests::cluster::Cluster;
 use ferry_tests::faults::{FaultyStore, Gate};
 use ferry_tests::player::{HookedPair, PlayerMsg, PlayerPush, registry};
@@ -505,6 +505,57 @@ async fn a_gateway_whose_lease_may_have_run_out_forwards_no_input_and_its_client
     let expected: Vec<u64> = (0..5).chain(6..11).collect();
     assert_eq!(inputs(&n2, &me).await, expected);
     n1.abort().await;
+    cluster.shutdown().await;
+}
+
+/// The node running a player dies with the player's last pushes on their way: its gateway binds
+/// the player again where recovery rebuilt it, in the same session, and the client tells its
+/// application so before the rebuilt player's first push, since what the old binding had on its
+/// way is gone and its pushes start again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_hears_that_its_player_was_bound_again_after_the_node_running_it_died() {
+    let gateways = Gateways::new();
+    let mut cluster = Cluster::start(0, registry).await;
+    let gateway = gateways.add(&mut cluster, "n1", registry(), fast()).await;
+    let mut config = cluster.config("n2");
+    config.lease_ttl = Duration::from_millis(600);
+    let doomed = cluster.add_with(config, registry()).await;
+    let me = actor("p");
+    doomed.create_actor("player", &me).await.expect("player");
+    let mut client = Client::connect(gateways.client(&[&gateway]))
+        .await
+        .expect("connected");
+    client.bind(&me).await.expect("bound");
+    round_trip(&mut client, &me, 0, 3).await;
+
+    let mut recovery = gateway.recovery_events();
+    doomed.abort().await;
+    let rebuilt = UnitId::Actor(me.clone());
+    tokio::time::timeout(T, async {
+        loop {
+            if let Ok(RecoveryEvent::Completed { ids, .. }) = recovery.recv().await
+                && ids.contains(&rebuilt)
+            {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the player is rebuilt on the gateway's node");
+    let mut event = tokio::time::timeout(T, client.recv::<PlayerPush>())
+        .await
+        .expect("the client hears of the new binding")
+        .expect("session open");
+    // The last inputs' confirmation may have been on its way: reported, at most all three.
+    if let ClientEvent::Undelivered { inputs, .. } = &event {
+        assert!(*inputs <= 3, "{event:?}");
+        event = client.recv::<PlayerPush>().await.expect("session open");
+    }
+    assert_eq!(event, ClientEvent::Rebound { actor: me.clone() });
+    // The rebuilt player starts from nothing and answers on the new binding.
+    round_trip(&mut client, &me, 3, 6).await;
+    assert_eq!(inputs(&gateway, &me).await, [3, 4, 5]);
+    client.close().await;
     cluster.shutdown().await;
 }
 

@@ -568,6 +568,7 @@ async fn snapshots_from(client: &mut Client, players: &[ActorId], node: &str) {
                     waiting.retain(|p| *p != actor);
                 }
                 ClientEvent::Push { .. }
+                | ClientEvent::Rebound { .. }
                 | ClientEvent::Reconnected { .. }
                 | ClientEvent::Undelivered { .. } => {}
                 ClientEvent::Unbound { actor, reason } => panic!("{actor} unbound: {reason}"),

@@ -131,10 +131,25 @@ async fn snapshot_from(client: &mut Client, player: &ActorId, node: &str) {
                     return;
                 }
                 ClientEvent::Push { .. } => {}
-                ClientEvent::Reconnected { .. } | ClientEvent::Undelivered { .. } => {
-                    panic!("{player} had to reconnect")
-                }
+                ClientEvent::Rebound { .. }
+                | ClientEvent::Reconnected { .. }
+                | ClientEvent::Undelivered { .. } => panic!("{player} had to reconnect"),
                 ClientEvent::Unbound { actor, reason } => panic!("{actor} unbound: {reason}"),
+            }
+        }
+    })
+    .await;
+}
+
+/// Reads pushes until the client says the gateway bound `player` again by itself; a reconnect,
+/// an unbind or an end of the client fails the test.
+async fn rebound(client: &mut Client, player: &ActorId) {
+    within(&format!("word that {player} was bound again"), async {
+        loop {
+            match client.recv::<Snapshot>().await.expect("the client runs") {
+                ClientEvent::Rebound { actor } if actor == *player => return,
+                ClientEvent::Push { .. } | ClientEvent::Undelivered { .. } => {}
+                other => panic!("{player}: unexpected {other:?}"),
             }
         }
     })
@@ -315,6 +330,7 @@ async fn a_client_whose_gateway_is_killed_fails_over_rebinds_and_is_told_what_it
                     return (undelivered, session, reason);
                 }
                 ClientEvent::Push { .. } => {}
+                ClientEvent::Rebound { actor } => panic!("{actor} bound again, not reconnected"),
                 ClientEvent::Unbound { actor, reason } => panic!("{actor} unbound: {reason}"),
             }
         }
@@ -434,6 +450,7 @@ async fn inputs_a_killed_gateway_had_not_handed_on_are_reported_though_it_spoke_
                     return;
                 }
                 ClientEvent::Push { .. } => {}
+                ClientEvent::Rebound { actor } => panic!("{actor} bound again, not reconnected"),
                 ClientEvent::Unbound { actor, reason } => panic!("{actor} unbound: {reason}"),
             }
         }
@@ -691,6 +708,8 @@ async fn a_bind_to_an_actor_of_a_killed_node_works_through_a_gateway_once_recove
     let refusals = bind_until_bound(&late_client, &late).await;
     assert!(refusals.iter().all(|r| r.contains(not_yet)), "{refusals:?}");
     snapshot_from(&mut late_client, &late, "charlie").await;
+    // The gateway bound the player of the session that stayed again by itself, and said so.
+    rebound(&mut on_bravo, &stayed).await;
     snapshot_from(&mut on_bravo, &stayed, "charlie").await;
     assert_eq!(on_bravo.session().connects, 1, "no reconnect was needed");
 

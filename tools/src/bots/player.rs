@@ -42,9 +42,8 @@ pub trait Game: Send + 'static {
 
     /// The client reported `inputs` inputs it could not vouch for because their binding ended:
     /// the session died (a `Reconnected` follows), the Actor was unbound (an `Unbound` follows),
-    /// or the node running it left and the gateway bound it again in this same session, which
-    /// the client hears of only here. Either way the pushes made for the ended binding never
-    /// come, as after a rebind.
+    /// or the node running it left (a `Rebound` follows once the gateway bound it again). Either
+    /// way the pushes made for the ended binding never come, as after a rebind.
     fn undelivered(&mut self, inputs: u64) {
         if inputs > 0 {
             self.rebound();
@@ -222,7 +221,7 @@ pub async fn play<G: Game>(
                     tally.undelivered += inputs;
                     game.undelivered(inputs);
                 }
-                Ok(ClientEvent::Reconnected { .. }) => game.rebound(),
+                Ok(ClientEvent::Rebound { .. } | ClientEvent::Reconnected { .. }) => game.rebound(),
                 Err(error) => {
                     tally.error = Some(format!("{me}: {error}"));
                     break;
