@@ -77,6 +77,12 @@ namespace Ferry.Client
         /// open).
         /// </summary>
         Undelivered,
+        /// <summary>
+        /// The node running the Actor crashed, and the gateway bound it again, in this same session, where it runs now:
+        /// what it had pushed that had not arrived is lost, and its pushes count from 0 again. An Undelivered before
+        /// this names the inputs the crash left in doubt.
+        /// </summary>
+        Rebound,
         /// <summary>The session ended for the server's reasons; the client is connected again and its Actors bound.</summary>
         Reconnected,
         /// <summary>The client ended and will not reconnect: <see cref="FerryEvent.Code"/> and <see cref="FerryEvent.Reason"/> say why.</summary>
@@ -622,8 +628,12 @@ namespace Ferry.Client
                     Emit(new FerryEvent { Type = FerryEventType.Push, Actor = frame.Actor, Seq = frame.Seq, Message = frame.Message });
                     break;
                 case "bound":
-                    if (binding.Remove(frame.Actor)) Emit(new FerryEvent { Type = FerryEventType.Bound, Actor = frame.Actor });
-                    if (rebinding.Remove(frame.Actor)) MaybeReconnected();
+                    bool asked = binding.Remove(frame.Actor);
+                    bool resumed = rebinding.Remove(frame.Actor);
+                    if (asked) Emit(new FerryEvent { Type = FerryEventType.Bound, Actor = frame.Actor });
+                    // Bound with no bind of this client's waiting: the gateway bound it again after a crash.
+                    else if (!resumed && wanted.Contains(frame.Actor)) Emit(new FerryEvent { Type = FerryEventType.Rebound, Actor = frame.Actor });
+                    if (resumed) MaybeReconnected();
                     break;
                 case "delivered":
                     Counts counts;

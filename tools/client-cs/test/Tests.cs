@@ -59,7 +59,7 @@ namespace Ferry.Client.Tests
                 Test("gateway frames read as the vectors say, and malformed ones are refused", () => Vectors.ServerFramesMatch(vectors)),
                 Test("a malformed frame from a gateway ends the session with a reason, not an exception in the game loop", MalformedEndsTheSession),
                 Test("every malformed frame of the vectors ends a live session as malformed", () => EveryMalformedVector(vectors)),
-                Test("an undelivered frame reports the inputs no delivered covered, once, and the session stays open", UndeliveredAfterACrash),
+                Test("an undelivered frame reports the inputs no delivered covered, once, the rebind after it is reported, and the session stays open", UndeliveredAfterACrash),
                 Test("a client binds, plays, and keeps its session and every line while its room is drained off its node", DrainMidPlay),
                 Test("a refused token ends the connect with its close code", RefusedToken),
                 Test("a client whose gateway shuts down is told so, connects to the next one, binds again and plays on", GatewayShutDown),
@@ -242,16 +242,18 @@ namespace Ferry.Client.Tests
         {
             const string welcome = "{\"type\":\"welcome\",\"session\":\"00000000000000ab\",\"node\":\"gw\",\"limits\":{\"max_frame\":65536,\"rate_per_second\":200,\"rate_burst\":400}}";
             // Answers to hello, the two binds, alice's six inputs, then carol's four. Alice's first two ran, then
-            // her node crashed with the next two on it, and the rebuilt alice ran the fifth; carol's node crashed
-            // with her first three on it, none confirmed. Each answer comes after the inputs it counts were sent.
+            // her node crashed with the next two on it, the gateway bound her again where she was rebuilt (and bob,
+            // whom this client never bound), and the rebuilt alice ran the fifth; carol's node crashed with her
+            // first three on it, none confirmed. Each answer comes after the inputs it counts were sent.
             var answers = new[]
             {
                 welcome, "{\"type\":\"bound\",\"actor\":\"alice\"}", "{\"type\":\"bound\",\"actor\":\"carol\"}",
                 null, "{\"type\":\"delivered\",\"actor\":\"alice\",\"inputs\":2}",
                 "{\"type\":\"undelivered\",\"actor\":\"bob\",\"inputs\":3}",
                 "{\"type\":\"undelivered\",\"actor\":\"alice\",\"inputs\":4}",
-                "{\"type\":\"push\",\"actor\":\"alice\",\"seq\":0,\"message\":\"rebuilt\"}", null,
-                null, null, "{\"type\":\"undelivered\",\"actor\":\"carol\",\"inputs\":3}",
+                "{\"type\":\"bound\",\"actor\":\"alice\"}",
+                "{\"type\":\"push\",\"actor\":\"alice\",\"seq\":0,\"message\":\"rebuilt\"}",
+                "{\"type\":\"bound\",\"actor\":\"bob\"}", null, "{\"type\":\"undelivered\",\"actor\":\"carol\",\"inputs\":3}",
                 "{\"type\":\"delivered\",\"actor\":\"alice\",\"inputs\":5}",
             };
             // A malformed frame then ends the session, so that what neither frame settled is reported.
@@ -271,6 +273,7 @@ namespace Ferry.Client.Tests
                 Check.Equal("alice", alice.Actor, "the Actor");
                 Check.Equal(2L, alice.Inputs, "alice's inputs reported undelivered");
                 Check.Equal("the node running it crashed", alice.Reason, "the reason");
+                Check.Equal("alice", Expect(client, FerryEventType.Rebound).Actor, "the Actor bound again");
                 Check.Equal(0L, Expect(client, FerryEventType.Push).Seq, "the rebuilt alice's push, on the same session");
                 FerryEvent carol = Expect(client, FerryEventType.Undelivered);
                 Check.Equal("carol", carol.Actor, "the Actor");

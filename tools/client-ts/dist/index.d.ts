@@ -50,6 +50,15 @@ export type ClientEvent =
     inputs: number;
     reason: string;
 }
+/**
+ * The node running `actor` crashed, and the gateway bound it again, in this same session, where
+ * it runs now: what it had pushed that had not arrived is lost, and its pushes count from `seq` 0
+ * again. An `undelivered` before this names the inputs the crash left in doubt.
+ */
+ | {
+    type: "rebound";
+    actor: string;
+}
 /** The session ended for the server's reasons; the client is connected again, its Actors bound. */
  | {
     type: "reconnected";

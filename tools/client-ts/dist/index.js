@@ -413,10 +413,16 @@ export class FerryClient {
             case "push":
                 this.emit({ type: "push", actor: frame.actor, seq: frame.seq, message: frame.message });
                 break;
-            case "bound":
-                this.binding.get(frame.actor)?.resolve();
+            case "bound": {
+                const waiting = this.binding.get(frame.actor);
                 this.binding.delete(frame.actor);
+                if (waiting)
+                    waiting.resolve();
+                // Bound with no bind of this client's waiting: the gateway bound it again after a crash.
+                else if (this.wanted.has(frame.actor))
+                    this.emit({ type: "rebound", actor: frame.actor });
                 break;
+            }
             case "delivered": {
                 const counts = this.inputs.get(frame.actor);
                 if (counts)

@@ -56,6 +56,12 @@ export type ClientEvent =
    * session stays open).
    */
   | { type: "undelivered"; actor: string; inputs: number; reason: string }
+  /**
+   * The node running `actor` crashed, and the gateway bound it again, in this same session, where
+   * it runs now: what it had pushed that had not arrived is lost, and its pushes count from `seq` 0
+   * again. An `undelivered` before this names the inputs the crash left in doubt.
+   */
+  | { type: "rebound"; actor: string }
   /** The session ended for the server's reasons; the client is connected again, its Actors bound. */
   | { type: "reconnected"; reason: string; session: SessionInfo }
   /** The session ended and the client will not reconnect. */
@@ -534,10 +540,14 @@ export class FerryClient {
       case "push":
         this.emit({ type: "push", actor: frame.actor, seq: frame.seq, message: frame.message });
         break;
-      case "bound":
-        this.binding.get(frame.actor)?.resolve();
+      case "bound": {
+        const waiting = this.binding.get(frame.actor);
         this.binding.delete(frame.actor);
+        if (waiting) waiting.resolve();
+        // Bound with no bind of this client's waiting: the gateway bound it again after a crash.
+        else if (this.wanted.has(frame.actor)) this.emit({ type: "rebound", actor: frame.actor });
         break;
+      }
       case "delivered": {
         const counts = this.inputs.get(frame.actor);
         if (counts) counts.delivered = Math.max(counts.delivered, frame.inputs);

@@ -1,6 +1,7 @@
 // The play page in a real headless Chromium: served by a `ferry node`, it plays the chat sample
 // through that node's WebSocket gateway while the room's node is drained, and shows the room
-// moving with no reconnect and no push lost, doubled or out of order.
+// moving with no reconnect and no push lost, doubled or out of order; and while the room's node is
+// killed, it shows its player bound again on the same session, its pushes numbered afresh.
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -49,6 +50,37 @@ test("the play page keeps its session and every push while its room is drained t
     lines.map((_, i) => lines[0].seq + i),
   );
   assert.ok(lines.every((l) => l.text === "hello"));
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("the play page plays on through a crash of its room's node: its player bound again on the same session, its pushes numbered afresh", async () => {
+  await cluster.chatRoom("n3", "diner", ["dave"]);
+  const page = await browser.context.newPage();
+  const errors: string[] = [];
+  page.on("pageerror", (error) => errors.push(error.message));
+  const admin = cluster.node("n1").admin;
+  const input = encodeURIComponent(JSON.stringify({ Say: "hello" }));
+  await page.goto(`http://${admin}/play?token=${TOKEN}&room=diner&player=dave&input=${input}&auto=1`);
+
+  await until(page, "state", `v === "playing"`);
+  const session = await text(page, "session");
+  await until(page, "room-node", `v === "n3"`);
+  await until(page, "received", "Number(v) >= 10");
+
+  await cluster.kill("n3");
+  // The survivors take n3 for dead once its lease runs out, rebuild the room, and the gateway binds
+  // dave again there.
+  await until(page, "rebinds", `v === "1"`);
+  await until(page, "room-node", `v !== "n3"`);
+  const atRebind = Number(await text(page, "received"));
+  await until(page, "received", `Number(v) >= ${atRebind + 10}`);
+
+  // What the person sees: the same session, no reconnect, and the new binding's pushes in order.
+  assert.equal(await text(page, "session"), session);
+  assert.equal(await text(page, "reconnects"), "0");
+  assert.equal(await text(page, "lost"), "0");
+  assert.equal(await text(page, "disorder"), "0");
   assert.deepEqual(errors, []);
   await page.close();
 });

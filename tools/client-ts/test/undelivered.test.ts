@@ -1,6 +1,7 @@
 // A gateway that reports inputs a crashed node may not have run: the client tells the application
-// of those no `delivered` had covered, once, and keeps its session. A scripted `ws` server stands
-// in, so the counts the gateway sends are the test's own.
+// of those no `delivered` had covered, once, and keeps its session; the gateway's own rebind that
+// follows is reported too. A scripted `ws` server stands in, so the counts the gateway sends are the
+// test's own.
 
 import assert from "node:assert/strict";
 import { once } from "node:events";
@@ -18,7 +19,7 @@ const welcome = {
   limits: { max_frame: 65536, rate_per_second: 200, rate_burst: 400 },
 };
 
-test("an `undelivered` frame reports the inputs no `delivered` covered, once, and the session stays open", async () => {
+test("an `undelivered` frame reports the inputs no `delivered` covered, once, the rebind after it is reported, and the session stays open", async () => {
   const server = new WebSocketServer({ host: "127.0.0.1", port: 0 });
   await once(server, "listening");
   server.on("connection", (socket) => {
@@ -35,6 +36,9 @@ test("an `undelivered` frame reports the inputs no `delivered` covered, once, an
         send({ type: "undelivered", actor: "bob", inputs: 3 });
         send({ type: "undelivered", actor: "alice", inputs: 4 });
         send({ type: "undelivered", actor: "carol", inputs: 3 });
+        // The gateway binds alice again where she was rebuilt, and bob, whom this client never bound.
+        send({ type: "bound", actor: "alice" });
+        send({ type: "bound", actor: "bob" });
         send({ type: "push", actor: "alice", seq: 0, message: "rebuilt" });
         send({ type: "delivered", actor: "alice", inputs: 5 });
         socket.close(4000, "the test is over");
@@ -52,6 +56,7 @@ test("an `undelivered` frame reports the inputs no `delivered` covered, once, an
     // Nothing for bob, to whom this client sent nothing.
     assert.deepEqual(await client.next(), { type: "undelivered", actor: "alice", inputs: 2, reason: crashed });
     assert.deepEqual(await client.next(), { type: "undelivered", actor: "carol", inputs: 3, reason: crashed });
+    assert.deepEqual(await client.next(), { type: "rebound", actor: "alice" });
     assert.deepEqual(await client.next(), { type: "push", actor: "alice", seq: 0, message: "rebuilt" });
     // When the session ends, only the inputs settled by neither frame are reported: alice's sixth
     // (the later `delivered` counts on from the crash) and carol's fourth.

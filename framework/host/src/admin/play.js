@@ -12,7 +12,7 @@ import { FerryClient } from "/play/ferry-client.js";
 const params = new URLSearchParams(location.search);
 const field = (id) => document.getElementById(id);
 const show = (id, value) => (field(id).textContent = String(value));
-const counts = { sent: 0, received: 0, lost: 0, disorder: 0, reconnects: 0 };
+const counts = { sent: 0, received: 0, lost: 0, disorder: 0, reconnects: 0, rebinds: 0 };
 let nextPush = 0;
 
 for (const name of ["token", "player", "room", "input"]) field(name).value = params.get(name) ?? "";
@@ -39,6 +39,11 @@ function heard(event) {
     nextPush = 0;
     count("reconnects");
     showSession(event.session);
+  } else if (event.type === "rebound") {
+    // The player's node crashed and the gateway bound it again where it was rebuilt, on the same
+    // session: its pushes count from 0 again.
+    nextPush = 0;
+    count("rebinds");
   } else if (event.type === "closed") {
     show("state", `closed: ${event.code} ${event.reason}`);
   } else if (event.type === "unbound") {
