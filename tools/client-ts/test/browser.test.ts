@@ -6,6 +6,8 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
+import type { Page } from "playwright-core";
+
 import { launch, playedThroughMove, text, until, type Browser } from "./chromium.js";
 import { TestCluster, TOKEN } from "./cluster.js";
 
@@ -22,14 +24,20 @@ after(async () => {
   await cluster?.stop();
 });
 
-test("the play page keeps its session and every push while its room is drained to another node", async () => {
-  await cluster.chatRoom("n2", "cafe", ["carol"]);
+/** Opens the play page on n1 as `player` of `room`, saying hello every 200 ms; collects its errors. */
+async function play(room: string, player: string): Promise<{ page: Page; errors: string[] }> {
   const page = await browser.context.newPage();
   const errors: string[] = [];
   page.on("pageerror", (error) => errors.push(error.message));
   const admin = cluster.node("n1").admin;
   const input = encodeURIComponent(JSON.stringify({ Say: "hello" }));
-  await page.goto(`http://${admin}/play?token=${TOKEN}&room=cafe&player=carol&input=${input}&auto=1`);
+  await page.goto(`http://${admin}/play?token=${TOKEN}&room=${room}&player=${player}&input=${input}&auto=1`);
+  return { page, errors };
+}
+
+test("the play page keeps its session and every push while its room is drained to another node", async () => {
+  await cluster.chatRoom("n2", "cafe", ["carol"]);
+  const { page, errors } = await play("cafe", "carol");
 
   await until(page, "state", `v === "playing"`);
   assert.equal(await text(page, "gateway"), "n1");
@@ -56,12 +64,7 @@ test("the play page keeps its session and every push while its room is drained t
 
 test("the play page plays on through a crash of its room's node: its player bound again on the same session, its pushes numbered afresh", async () => {
   await cluster.chatRoom("n3", "diner", ["dave"]);
-  const page = await browser.context.newPage();
-  const errors: string[] = [];
-  page.on("pageerror", (error) => errors.push(error.message));
-  const admin = cluster.node("n1").admin;
-  const input = encodeURIComponent(JSON.stringify({ Say: "hello" }));
-  await page.goto(`http://${admin}/play?token=${TOKEN}&room=diner&player=dave&input=${input}&auto=1`);
+  const { page, errors } = await play("diner", "dave");
 
   await until(page, "state", `v === "playing"`);
   const session = await text(page, "session");

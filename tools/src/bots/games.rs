@@ -1402,10 +1402,24 @@ mod tests {
         assert_eq!((faults.duplicated, faults.reordered), (0, 0));
     }
 
-    /// The state a bingo player in round 1 of `room` shows with `syncs` answered, the last
-    /// numbered `last`, before any draw.
-    fn first_round_state(room: &SpotId, me: &ActorId, syncs: u64, last: u64) -> Push {
-        let card = bingo::card(room, 1, me);
+    /// A bingo bot of `history` whose player's node died just after it ran the bot's first
+    /// `Sync`, whose answer went with the binding that ended; the next seven died with the node,
+    /// and the client reported them. The bot then sees the answer to its ninth, counting `syncs`.
+    fn crashed_before_its_first_state(history: Past, syncs: u64) -> BingoBot {
+        let (room, me) = (spot("bingo-0"), actor("bingo-0-p1"));
+        let mut bot = BingoBot::new(me.clone(), room.clone(), history);
+        for seq in 0..8 {
+            bot.input(seq);
+        }
+        bot.undelivered(7);
+        bot.input(8);
+        bot.read(unmarked_state(bingo::card(&room, 1, &me), syncs, 8));
+        bot
+    }
+
+    /// A player's state in round 1 before any draw, on `card`, with `syncs` answered, the last
+    /// numbered `last_sync`.
+    fn unmarked_state(card: Card, syncs: u64, last_sync: u64) -> Push {
         Push::State(PlayerView {
             seat: None,
             round: 1,
@@ -1413,24 +1427,15 @@ mod tests {
             marks: card.marks(&[]),
             rewards: 0,
             syncs,
-            last_sync: Some(last),
+            last_sync: Some(last_sync),
         })
     }
 
-    /// A player made for this run: its node died just after it ran the bot's first `Sync`, whose
-    /// answer went with the binding that ended; the next seven died with the node, and the
-    /// client reported them. The first `State` the bot sees counts two `Sync`s: the first one
-    /// ran, and only the seven the client reported are missing.
+    /// A player made for this run counts two `Sync`s: the first one ran, and only the seven the
+    /// client reported are missing.
     #[test]
     fn a_new_players_first_sync_whose_answer_went_with_its_node_is_counted_by_the_next_state() {
-        let (room, me) = (spot("bingo-0"), actor("bingo-0-p1"));
-        let mut bot = BingoBot::new(me.clone(), room.clone(), Past::New);
-        for seq in 0..8 {
-            bot.input(seq);
-        }
-        bot.undelivered(7);
-        bot.input(8);
-        bot.read(first_round_state(&room, &me, 2, 8));
+        let bot = crashed_before_its_first_state(Past::New, 2);
         let faults = bot.faults(9);
         assert_eq!(faults.lost, 7, "{faults:?}");
         assert_eq!((faults.duplicated, faults.reordered), (0, 0));
@@ -1438,20 +1443,12 @@ mod tests {
         assert_eq!(bot.mismatches(), 0);
     }
 
-    /// The same, for a player an earlier client played: the bot cannot tell its own `Sync`s
-    /// from the earlier client's in the count, so those before the first `State` it saw are
+    /// A player an earlier client played counts that client's 40 too: the bot cannot tell its
+    /// own `Sync`s from the earlier client's, so those before the first `State` it saw are
     /// unseen, neither applied nor lost.
     #[test]
     fn answers_lost_before_the_first_state_of_a_player_that_played_before_are_unseen() {
-        let (room, me) = (spot("bingo-0"), actor("bingo-0-p1"));
-        let mut bot = BingoBot::new(me.clone(), room.clone(), Past::Unknown);
-        for seq in 0..8 {
-            bot.input(seq);
-        }
-        bot.undelivered(7);
-        bot.input(8);
-        // An earlier client's 40 and this bot's first.
-        bot.read(first_round_state(&room, &me, 42, 8));
+        let mut bot = crashed_before_its_first_state(Past::Unknown, 42);
         assert!(bot.caught_up(9));
         assert_eq!(bot.faults(9), Faults::default());
         assert_eq!(bot.unseen(), 8);
@@ -1557,17 +1554,7 @@ mod tests {
         // The third sync was sent while the room's node died: the gateway held it until the
         // player was rebuilt.
         let (mut bot, _, card) = bingo_bot_in_a_rebuilt_room();
-        let view = |syncs, last_sync| {
-            Push::State(PlayerView {
-                seat: None,
-                round: 1,
-                card: Some(card),
-                marks: card.marks(&[]),
-                rewards: 0,
-                syncs,
-                last_sync: Some(last_sync),
-            })
-        };
+        let view = |syncs, last_sync| unmarked_state(card, syncs, last_sync);
         // The rebuilt player answers the held sync first, then the next one.
         bot.read(view(1, 2));
         bot.input(3);
