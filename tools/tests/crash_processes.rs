@@ -23,8 +23,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::processes::{
-    HANG_GUARD, Processes, closed_without_drain, driver, get, post, raw_http, run_ferry, settle,
-    status_json, text, wait_two_refreshes, within,
+    HANG_GUARD, Processes, closed_without_drain, driver, get, post, raw_http, rebound, run_ferry,
+    settle, status_json, text, wait_two_refreshes, within,
 };
 use common::{TempDir, certs};
 use ferry::client::{Client, ClientConfig, ClientEvent};
@@ -651,7 +651,8 @@ sessions_tokens = "tokens.txt"
     let status = processes.kill(0).await;
     assert_eq!(status.signal(), Some(9), "alpha was killed: {status:?}");
     // The room is rebuilt on bravo with both players as its members, and the gateway binds them
-    // again: the client gets snapshots of the rebuilt room, on the same session.
+    // again and says so: the client gets snapshots of the rebuilt room, on the same session.
+    rebound::<Snapshot>(&mut client, &players).await;
     snapshots_from(&mut client, &players, "bravo").await;
     assert_eq!(client.session().connects, 1, "no reconnect was needed");
     for p in &players {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::TempDir;
 use common::processes::{
     Processes, Ready, closed_without_drain, driver, get, post, promtool_problems, raw_http,
-    run_ferry, settle, text, within,
+    rebound, run_ferry, settle, text, within,
 };
 use ferry::client::{Client, ClientConfig, ClientEvent};
 use ferry::{ActorId, Node, NodeId, Registry, SpotId};
@@ -135,21 +135,6 @@ async fn snapshot_from(client: &mut Client, player: &ActorId, node: &str) {
                 | ClientEvent::Reconnected { .. }
                 | ClientEvent::Undelivered { .. } => panic!("{player} had to reconnect"),
                 ClientEvent::Unbound { actor, reason } => panic!("{actor} unbound: {reason}"),
-            }
-        }
-    })
-    .await;
-}
-
-/// Reads pushes until the client says the gateway bound `player` again by itself; a reconnect,
-/// an unbind or an end of the client fails the test.
-async fn rebound(client: &mut Client, player: &ActorId) {
-    within(&format!("word that {player} was bound again"), async {
-        loop {
-            match client.recv::<Snapshot>().await.expect("the client runs") {
-                ClientEvent::Rebound { actor } if actor == *player => return,
-                ClientEvent::Push { .. } | ClientEvent::Undelivered { .. } => {}
-                other => panic!("{player}: unexpected {other:?}"),
             }
         }
     })
@@ -709,7 +694,7 @@ async fn a_bind_to_an_actor_of_a_killed_node_works_through_a_gateway_once_recove
     assert!(refusals.iter().all(|r| r.contains(not_yet)), "{refusals:?}");
     snapshot_from(&mut late_client, &late, "charlie").await;
     // The gateway bound the player of the session that stayed again by itself, and said so.
-    rebound(&mut on_bravo, &stayed).await;
+    rebound::<Snapshot>(&mut on_bravo, std::slice::from_ref(&stayed)).await;
     snapshot_from(&mut on_bravo, &stayed, "charlie").await;
     assert_eq!(on_bravo.session().connects, 1, "no reconnect was needed");
 

@@ -3,6 +3,7 @@
 //! against them, raw HTTP to their admin endpoints, and the driver node a test joins to their
 //! cluster.
 
+use std::fmt::Debug;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -10,14 +11,33 @@ use std::process::{ExitStatus, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferry::client::{Client, ClientEvent};
 use ferry::cluster::authority::node_key;
 use ferry::mesh::NodeTls;
 use ferry::store::{LocationStore, StoreUrl};
-use ferry::{MeshSettings, Node, NodeConfig, NodeId, Registry};
+use ferry::{ActorId, MeshSettings, Node, NodeConfig, NodeId, Registry};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::process::{Child, ChildStdout, Command};
+
+/// Reads a client's events until it said that its gateway bound each of `players` again by itself
+/// (the node running it died). Pushes, and reports of inputs in doubt, on the way are passed over;
+/// anything else fails the test.
+pub async fn rebound<P: DeserializeOwned + Debug>(client: &mut Client, players: &[ActorId]) {
+    let mut waiting = players.to_vec();
+    within(&format!("word that {waiting:?} were bound again"), async {
+        while !waiting.is_empty() {
+            match client.recv::<P>().await.expect("the client runs") {
+                ClientEvent::Rebound { actor } => waiting.retain(|p| *p != actor),
+                ClientEvent::Push { .. } | ClientEvent::Undelivered { .. } => {}
+                other => panic!("{other:?} while {waiting:?} were to be bound again"),
+            }
+        }
+    })
+    .await;
+}
 
 /// A bound on waits for events that have no timeout of their own (a ready line, a link, an exit),
 /// so that a broken build fails instead of hanging. Far above what any of them needs.
