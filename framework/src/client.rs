@@ -552,7 +552,7 @@ impl Client {
             commands: commands_rx,
             events: events_tx,
             binds: HashMap::new(),
-            resuming: BTreeSet::new(),
+            asked: HashMap::new(),
             inputs: BTreeMap::new(),
         };
         tokio::spawn(driver.run(link));
@@ -695,10 +695,9 @@ struct Driver {
     events: mpsc::UnboundedSender<Incoming>,
     /// Binds waiting for their answer.
     binds: HashMap<ActorId, Vec<oneshot::Sender<Result<(), ClientError>>>>,
-    /// Actors bound again on a new session whose `Bound` has not come: the `Reconnected`
-    /// reported them. A `Bound` for a wanted Actor that is in neither this nor `binds` is the
-    /// gateway's own rebind after a crash.
-    resuming: BTreeSet<ActorId>,
+    /// `Bind` frames written on this session that no `Bound` or `BindRefused` answered yet, by
+    /// Actor: a `Bound` beyond them is the gateway's own rebind after a crash.
+    asked: HashMap<ActorId, u32>,
     /// Inputs written to this session, by Actor, and how many of them the gateway confirmed:
     /// if the session ends now, the others may not have arrived.
     inputs: BTreeMap<ActorId, Sent>,
@@ -761,6 +760,18 @@ impl Driver {
         }
     }
 
+    /// Takes an answer to a `Bind` of `actor` this session wrote; false if none waited for one.
+    fn answered(&mut self, actor: &ActorId) -> bool {
+        let Some(asked) = self.asked.get_mut(actor) else {
+            return false;
+        };
+        *asked -= 1;
+        if *asked == 0 {
+            self.asked.remove(actor);
+        }
+        true
+    }
+
     /// Tells the application of the inputs to `actor` (every Actor if `None`) that the gateway
     /// had not confirmed: an ended session or binding may have swallowed them.
     fn report_undelivered(&mut self, actor: Option<&ActorId>, reason: &str) {
@@ -803,8 +814,9 @@ impl Driver {
         };
         *self.shared.encoder.lock() = FrameCodec::new(link.max_frame);
         let actors: Vec<ActorId> = self.shared.wanted.lock().iter().cloned().collect();
-        self.resuming = actors.iter().cloned().collect();
+        self.asked.clear();
         for actor in actors {
+            *self.asked.entry(actor.clone()).or_default() += 1;
             let _ = write(link, &ClientFrame::Bind { actor }).await;
         }
         let _ = self.events.send(Incoming::Reconnected { reason, session });
@@ -820,6 +832,7 @@ impl Driver {
                         Some(Command::Close { done }) => return Ended::ByApp(Some(done)),
                         Some(Command::Bind { actor, done }) => {
                             self.binds.entry(actor.clone()).or_default().push(done);
+                            *self.asked.entry(actor.clone()).or_default() += 1;
                             write(link, &ClientFrame::Bind { actor }).await
                         }
                         Some(Command::Unbind { actor }) => write(link, &ClientFrame::Unbind { actor }).await,
@@ -866,13 +879,12 @@ impl Driver {
                 let _ = self.events.send(Incoming::Push { actor, payload });
             }
             ServerFrame::Bound { actor } => {
-                let waiting = self.binds.remove(&actor).unwrap_or_default();
-                let resumed = self.resuming.remove(&actor);
-                if waiting.is_empty() && !resumed && self.shared.wanted.lock().contains(&actor) {
-                    let _ = self.events.send(Incoming::Rebound { actor });
-                }
-                for done in waiting {
+                let answer = self.answered(&actor);
+                for done in self.binds.remove(&actor).unwrap_or_default() {
                     let _ = done.send(Ok(()));
+                }
+                if !answer && self.shared.wanted.lock().contains(&actor) {
+                    let _ = self.events.send(Incoming::Rebound { actor });
                 }
             }
             ServerFrame::Delivered { actor, inputs } => {
@@ -896,7 +908,7 @@ impl Driver {
             }
             ServerFrame::BindRefused { actor, reason } => {
                 self.shared.wanted.lock().remove(&actor);
-                self.resuming.remove(&actor);
+                self.answered(&actor);
                 self.report_undelivered(Some(&actor), &reason);
                 let waiting = self.binds.remove(&actor).unwrap_or_default();
                 if waiting.is_empty() {
@@ -913,7 +925,6 @@ impl Driver {
                 }
             }
             ServerFrame::Unbound { actor, reason } => {
-                self.resuming.remove(&actor);
                 if self.shared.wanted.lock().remove(&actor) {
                     self.report_undelivered(Some(&actor), &reason);
                 } else {

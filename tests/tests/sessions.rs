@@ -559,6 +559,27 @@ async fn a_client_hears_that_its_player_was_bound_again_after_the_node_running_i
     cluster.shutdown().await;
 }
 
+/// An application that binds a player it has bound already (twice at once, here) has each bind
+/// answered and hears of no rebind: only a `bound` the client did not ask for is the gateway's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn binding_a_bound_player_again_is_answered_and_reported_as_no_rebind() {
+    let (cluster, gateways, n1) = one_node(fast()).await;
+    let me = actor("p");
+    n1.create_actor("player", &me).await.expect("player");
+    let mut client = Client::connect(gateways.client(&[&n1]))
+        .await
+        .expect("connected");
+    client.bind(&me).await.expect("bound");
+    let (again, once_more) = tokio::join!(client.bind(&me), client.bind(&me));
+    again.expect("bound again");
+    once_more.expect("bound once more");
+    // The next event is the first echo: any other fails the round trip.
+    round_trip(&mut client, &me, 0, 3).await;
+    assert_eq!(inputs(&n1, &me).await, [0, 1, 2]);
+    client.close().await;
+    cluster.shutdown().await;
+}
+
 /// A client that authenticates and binds `victim`, for the bad-input cases.
 async fn raw_bound(gateways: &Gateways, node: &Node, victim: &ActorId) -> RawClient {
     node.create_actor("player", victim).await.expect("created");

@@ -239,6 +239,11 @@ namespace Ferry.Client
         readonly HashSet<string> binding = new HashSet<string>();
         /// <summary>Binds sent on a new session that wait for their answer before Reconnected is told.</summary>
         readonly HashSet<string> rebinding = new HashSet<string>();
+        /// <summary>
+        /// Bind frames sent on the current session that no bound or bind_refused answered yet, per Actor: a bound beyond
+        /// them is the gateway's own rebind after a crash.
+        /// </summary>
+        readonly Dictionary<string, int> asked = new Dictionary<string, int>();
         /// <summary>Inputs sent while no session was open, in order.</summary>
         readonly List<KeyValuePair<string, string>> pending = new List<KeyValuePair<string, string>>();
         readonly Dictionary<string, Counts> inputs = new Dictionary<string, Counts>();
@@ -303,7 +308,7 @@ namespace Ferry.Client
                 if (finished || closeAsked) return false;
                 wanted.Add(actor);
                 binding.Add(actor);
-                if (link != null) link.Send(Protocol.Bind(actor));
+                if (link != null) SendBind(link, actor);
                 return true;
             }
         }
@@ -522,10 +527,11 @@ namespace Ferry.Client
                 };
                 // Binds go out before anything queued: the gateway holds inputs until their Actor is bound.
                 rebinding.Clear();
+                asked.Clear();
                 foreach (string actor in wanted)
                 {
                     rebinding.Add(actor);
-                    next.Send(Protocol.Bind(actor));
+                    SendBind(next, actor);
                 }
                 foreach (var input in pending) Write(input.Key, input.Value);
                 pending.Clear();
@@ -611,6 +617,24 @@ namespace Ferry.Client
             }
         }
 
+        void SendBind(Link to, string actor)
+        {
+            int sent;
+            asked.TryGetValue(actor, out sent);
+            asked[actor] = sent + 1;
+            to.Send(Protocol.Bind(actor));
+        }
+
+        /// <summary>Takes an answer to a bind of the Actor this session sent; false if none waited for one.</summary>
+        bool Answered(string actor)
+        {
+            int sent;
+            if (!asked.TryGetValue(actor, out sent)) return false;
+            if (sent == 1) asked.Remove(actor);
+            else asked[actor] = sent - 1;
+            return true;
+        }
+
         /// <summary>Whether the gateway owes this client an answer: a bind's, or a confirmation of inputs.</summary>
         bool Owed()
         {
@@ -628,11 +652,10 @@ namespace Ferry.Client
                     Emit(new FerryEvent { Type = FerryEventType.Push, Actor = frame.Actor, Seq = frame.Seq, Message = frame.Message });
                     break;
                 case "bound":
-                    bool asked = binding.Remove(frame.Actor);
+                    bool answer = Answered(frame.Actor);
                     bool resumed = rebinding.Remove(frame.Actor);
-                    if (asked) Emit(new FerryEvent { Type = FerryEventType.Bound, Actor = frame.Actor });
-                    // Bound with no bind of this client's waiting: the gateway bound it again after a crash.
-                    else if (!resumed && wanted.Contains(frame.Actor)) Emit(new FerryEvent { Type = FerryEventType.Rebound, Actor = frame.Actor });
+                    if (binding.Remove(frame.Actor)) Emit(new FerryEvent { Type = FerryEventType.Bound, Actor = frame.Actor });
+                    else if (!answer && wanted.Contains(frame.Actor)) Emit(new FerryEvent { Type = FerryEventType.Rebound, Actor = frame.Actor });
                     if (resumed) MaybeReconnected();
                     break;
                 case "delivered":
@@ -651,6 +674,7 @@ namespace Ferry.Client
                         Emit(new FerryEvent { Type = FerryEventType.Undelivered, Actor = frame.Actor, Inputs = unconfirmed, Reason = "the node running it crashed" });
                     break;
                 case "bind_refused":
+                    Answered(frame.Actor);
                     wanted.Remove(frame.Actor);
                     pending.RemoveAll(input => input.Key == frame.Actor);
                     Undelivered(frame.Actor, frame.Reason);

@@ -241,13 +241,14 @@ namespace Ferry.Client.Tests
         static void UndeliveredAfterACrash()
         {
             const string welcome = "{\"type\":\"welcome\",\"session\":\"00000000000000ab\",\"node\":\"gw\",\"limits\":{\"max_frame\":65536,\"rate_per_second\":200,\"rate_burst\":400}}";
-            // Answers to hello, the two binds, alice's six inputs, then carol's four. Alice's first two ran, then
+            // Answers to hello, alice's bind and two more of her, carol's bind, alice's six inputs, then carol's four. Alice's first two ran, then
             // her node crashed with the next two on it, the gateway bound her again where she was rebuilt (and bob,
             // whom this client never bound), and the rebuilt alice ran the fifth; carol's node crashed with her
             // first three on it, none confirmed. Each answer comes after the inputs it counts were sent.
             var answers = new[]
             {
-                welcome, "{\"type\":\"bound\",\"actor\":\"alice\"}", "{\"type\":\"bound\",\"actor\":\"carol\"}",
+                welcome, "{\"type\":\"bound\",\"actor\":\"alice\"}", "{\"type\":\"bound\",\"actor\":\"alice\"}",
+                "{\"type\":\"bound\",\"actor\":\"alice\"}", "{\"type\":\"bound\",\"actor\":\"carol\"}",
                 null, "{\"type\":\"delivered\",\"actor\":\"alice\",\"inputs\":2}",
                 "{\"type\":\"undelivered\",\"actor\":\"bob\",\"inputs\":3}",
                 "{\"type\":\"undelivered\",\"actor\":\"alice\",\"inputs\":4}",
@@ -263,8 +264,12 @@ namespace Ferry.Client.Tests
                 Expect(client, FerryEventType.Connected);
                 client.Bind("alice");
                 Expect(client, FerryEventType.Bound);
-                client.Bind("carol");
+                // Binds of an Actor bound already are answered, and are no rebind.
+                client.Bind("alice");
+                client.Bind("alice");
                 Expect(client, FerryEventType.Bound);
+                client.Bind("carol");
+                Check.Equal("carol", Expect(client, FerryEventType.Bound).Actor, "the Actor bound");
                 for (int i = 0; i < 6; i++) Check.True(client.Send("alice", "{\"Say\":\"line-" + i + "\"}"), "the input to alice was taken");
                 for (int i = 0; i < 4; i++) Check.True(client.Send("carol", "{\"Say\":\"line-" + i + "\"}"), "the input to carol was taken");
 

@@ -198,6 +198,11 @@ export declare class FerryClient {
     private readonly wanted;
     /** Binds waiting for their answer on the current session. */
     private readonly binding;
+    /**
+     * `bind` frames sent on the current session that no `bound` or `bind_refused` answered yet, per
+     * Actor: a `bound` beyond them is the gateway's own rebind after a crash.
+     */
+    private readonly asked;
     /** Inputs sent while no session was open, per Actor, in order. */
     private readonly pending;
     /**
@@ -235,5 +240,8 @@ export declare class FerryClient {
     private frame;
     /** The connection ended: reconnect and bind again, or report the end. */
     private lost;
+    private sendBind;
+    /** Takes an answer to a `bind` of `actor` this session sent; false if none waited for one. */
+    private answered;
     private finish;
 }

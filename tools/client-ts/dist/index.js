@@ -249,6 +249,11 @@ export class FerryClient {
     wanted = new Set();
     /** Binds waiting for their answer on the current session. */
     binding = new Map();
+    /**
+     * `bind` frames sent on the current session that no `bound` or `bind_refused` answered yet, per
+     * Actor: a `bound` beyond them is the gateway's own rebind after a crash.
+     */
+    asked = new Map();
     /** Inputs sent while no session was open, per Actor, in order. */
     pending = [];
     /**
@@ -286,9 +291,14 @@ export class FerryClient {
             return Promise.reject(new FerryError("the client is closed"));
         this.wanted.add(actor);
         return new Promise((resolve, reject) => {
-            this.binding.set(actor, { resolve, reject });
+            // A bind of the same Actor still waiting is answered with this one.
+            const earlier = this.binding.get(actor);
+            this.binding.set(actor, {
+                resolve: () => (earlier?.resolve(), resolve()),
+                reject: (e) => (earlier?.reject(e), reject(e)),
+            });
             if (!this.reconnecting)
-                this.link.send(frames.bind(actor));
+                this.sendBind(actor);
         });
     }
     /** Stops being bound to an Actor. */
@@ -414,12 +424,10 @@ export class FerryClient {
                 this.emit({ type: "push", actor: frame.actor, seq: frame.seq, message: frame.message });
                 break;
             case "bound": {
-                const waiting = this.binding.get(frame.actor);
+                const answer = this.answered(frame.actor);
+                this.binding.get(frame.actor)?.resolve();
                 this.binding.delete(frame.actor);
-                if (waiting)
-                    waiting.resolve();
-                // Bound with no bind of this client's waiting: the gateway bound it again after a crash.
-                else if (this.wanted.has(frame.actor))
+                if (!answer && this.wanted.has(frame.actor))
                     this.emit({ type: "rebound", actor: frame.actor });
                 break;
             }
@@ -444,6 +452,7 @@ export class FerryClient {
                 break;
             }
             case "bind_refused": {
+                this.answered(frame.actor);
                 this.wanted.delete(frame.actor);
                 this.undelivered(frame.actor, frame.reason);
                 const waiting = this.binding.get(frame.actor);
@@ -485,6 +494,7 @@ export class FerryClient {
         try {
             await this.open(start, this.info.connects);
             // Bind again before anything queued goes out: the gateway holds inputs until each is bound.
+            this.asked.clear();
             const rebinds = [...this.wanted].map((actor) => new Promise((resolve, reject) => {
                 // A bind the application is still waiting for is answered by this one.
                 const earlier = this.binding.get(actor);
@@ -492,7 +502,7 @@ export class FerryClient {
                     resolve: () => (earlier?.resolve(), resolve()),
                     reject: (e) => (earlier?.reject(e), reject(e)),
                 });
-                this.link.send(frames.bind(actor));
+                this.sendBind(actor);
             }));
             for (const { actor, message } of this.pending.splice(0)) {
                 if (this.wanted.has(actor))
@@ -507,6 +517,21 @@ export class FerryClient {
             const e = error;
             this.finish({ type: "closed", code: e.code, reason: e.message });
         }
+    }
+    sendBind(actor) {
+        this.asked.set(actor, (this.asked.get(actor) ?? 0) + 1);
+        this.link.send(frames.bind(actor));
+    }
+    /** Takes an answer to a `bind` of `actor` this session sent; false if none waited for one. */
+    answered(actor) {
+        const asked = this.asked.get(actor) ?? 0;
+        if (asked === 0)
+            return false;
+        if (asked === 1)
+            this.asked.delete(actor);
+        else
+            this.asked.set(actor, asked - 1);
+        return true;
     }
     finish(event) {
         this.closed = event;

@@ -373,6 +373,11 @@ export class FerryClient {
   private readonly wanted = new Set<string>();
   /** Binds waiting for their answer on the current session. */
   private readonly binding = new Map<string, { resolve: () => void; reject: (e: FerryError) => void }>();
+  /**
+   * `bind` frames sent on the current session that no `bound` or `bind_refused` answered yet, per
+   * Actor: a `bound` beyond them is the gateway's own rebind after a crash.
+   */
+  private readonly asked = new Map<string, number>();
   /** Inputs sent while no session was open, per Actor, in order. */
   private readonly pending: { actor: string; message: Json }[] = [];
   /**
@@ -413,8 +418,13 @@ export class FerryClient {
     if (this.closed) return Promise.reject(new FerryError("the client is closed"));
     this.wanted.add(actor);
     return new Promise((resolve, reject) => {
-      this.binding.set(actor, { resolve, reject });
-      if (!this.reconnecting) this.link.send(frames.bind(actor));
+      // A bind of the same Actor still waiting is answered with this one.
+      const earlier = this.binding.get(actor);
+      this.binding.set(actor, {
+        resolve: () => (earlier?.resolve(), resolve()),
+        reject: (e) => (earlier?.reject(e), reject(e)),
+      });
+      if (!this.reconnecting) this.sendBind(actor);
     });
   }
 
@@ -541,11 +551,10 @@ export class FerryClient {
         this.emit({ type: "push", actor: frame.actor, seq: frame.seq, message: frame.message });
         break;
       case "bound": {
-        const waiting = this.binding.get(frame.actor);
+        const answer = this.answered(frame.actor);
+        this.binding.get(frame.actor)?.resolve();
         this.binding.delete(frame.actor);
-        if (waiting) waiting.resolve();
-        // Bound with no bind of this client's waiting: the gateway bound it again after a crash.
-        else if (this.wanted.has(frame.actor)) this.emit({ type: "rebound", actor: frame.actor });
+        if (!answer && this.wanted.has(frame.actor)) this.emit({ type: "rebound", actor: frame.actor });
         break;
       }
       case "delivered": {
@@ -567,6 +576,7 @@ export class FerryClient {
         break;
       }
       case "bind_refused": {
+        this.answered(frame.actor);
         this.wanted.delete(frame.actor);
         this.undelivered(frame.actor, frame.reason);
         const waiting = this.binding.get(frame.actor);
@@ -606,6 +616,7 @@ export class FerryClient {
     try {
       await this.open(start, this.info.connects);
       // Bind again before anything queued goes out: the gateway holds inputs until each is bound.
+      this.asked.clear();
       const rebinds = [...this.wanted].map(
         (actor) =>
           new Promise<void>((resolve, reject) => {
@@ -615,7 +626,7 @@ export class FerryClient {
               resolve: () => (earlier?.resolve(), resolve()),
               reject: (e) => (earlier?.reject(e), reject(e)),
             });
-            this.link.send(frames.bind(actor));
+            this.sendBind(actor);
           }),
       );
       for (const { actor, message } of this.pending.splice(0)) {
@@ -629,6 +640,20 @@ export class FerryClient {
       const e = error as FerryError;
       this.finish({ type: "closed", code: e.code, reason: e.message });
     }
+  }
+
+  private sendBind(actor: string): void {
+    this.asked.set(actor, (this.asked.get(actor) ?? 0) + 1);
+    this.link.send(frames.bind(actor));
+  }
+
+  /** Takes an answer to a `bind` of `actor` this session sent; false if none waited for one. */
+  private answered(actor: string): boolean {
+    const asked = this.asked.get(actor) ?? 0;
+    if (asked === 0) return false;
+    if (asked === 1) this.asked.delete(actor);
+    else this.asked.set(actor, asked - 1);
+    return true;
   }
 
   private finish(event: Extract<ClientEvent, { type: "closed" }>): void {

@@ -49,6 +49,8 @@ test("an `undelivered` frame reports the inputs no `delivered` covered, once, th
     const port = (server.address() as AddressInfo).port;
     const client = await FerryClient.connect({ urls: [`ws://127.0.0.1:${port}/`], token: "t", reconnect: false });
     await client.bind("alice");
+    // Binds of an Actor bound already are answered, and are no rebind.
+    await Promise.all([client.bind("alice"), client.bind("alice")]);
     await client.bind("carol");
     for (let i = 0; i < 6; i++) client.send("alice", { Say: `line-${i}` });
     for (let i = 0; i < 4; i++) client.send("carol", { Say: `line-${i}` });
